@@ -1,0 +1,51 @@
+// psflow/core/ops.h — differentiable ops on Vars (see autodiff.h). Each returns a new Var whose
+// backward closure accumulates gradients into the inputs that require them (and skips the rest:
+// no gradient is computed for inputs such as images). Layout conventions follow TensorFlow:
+// images are NHWC, convolution filters HWIO ([kh, kw, in_channels, out_channels]).
+// Heavy kernels (matmul, conv) run on OpenBLAS / oneDNN; see src/core for the reasons.
+// Thread-safety: ops may be called concurrently on disjoint graphs.
+#ifndef PSFLOW_CORE_OPS_H_
+#define PSFLOW_CORE_OPS_H_
+
+#include <cstdint>
+#include <span>
+
+#include "psflow/core/autodiff.h"
+#include "psflow/core/random.h"
+
+namespace psflow::ops {
+
+enum class Padding { kSame, kValid };
+
+// [m,k] x [k,n] -> [m,n] (with optional transposes of the operands as stored).
+Var MatMul(const Var& a, const Var& b, bool transpose_a = false, bool transpose_b = false);
+// x [..., n] + bias [n], broadcast over leading dims.
+Var BiasAdd(const Var& x, const Var& bias);
+Var Relu(const Var& x);
+// Mean over the batch of -log softmax(logits)[label]; logits [batch, classes], labels in
+// [0, classes). Numerically stable (max-shifted log-sum-exp). Returns a scalar Var.
+Var SoftmaxCrossEntropy(const Var& logits, std::span<const int32_t> labels);
+// x [n,h,w,c] conv filter [kh,kw,c,oc] -> [n,oh,ow,oc]. SAME pads as TensorFlow does (extra on
+// the bottom/right); VALID pads nothing.
+Var Conv2D(const Var& x, const Var& filter, int stride_h, int stride_w, Padding padding);
+// Max over [kh,kw] windows of x [n,h,w,c]; the gradient goes to the (first) max of each window.
+Var MaxPool(const Var& x, int kh, int kw, int stride_h, int stride_w, Padding padding);
+// Inverted dropout: when training, zeroes each element with probability `rate` and scales the
+// rest by 1/(1-rate); identity when not training. Draws from `rng`.
+Var Dropout(const Var& x, float rate, bool training, Rng& rng);
+Var Reshape(const Var& x, Shape shape);
+// [n, ...] -> [n, prod(...)].
+Var Flatten(const Var& x);
+// Rows of table [vocab, dim] gathered by ids -> [ids.size(), dim]. The table's gradient is
+// row-sparse (Node::sparse_grad): only the touched rows, each once, summed over repeats.
+Var EmbeddingLookup(const Var& table, std::span<const int64_t> ids);
+
+// Not differentiable helpers used by training and evaluation.
+// Row-wise argmax of logits [batch, classes].
+std::vector<int32_t> ArgMax(const Tensor& logits);
+// Fraction of rows whose argmax equals the label.
+double Accuracy(const Tensor& logits, std::span<const int32_t> labels);
+
+}  // namespace psflow::ops
+
+#endif  // PSFLOW_CORE_OPS_H_

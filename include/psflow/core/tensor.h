@@ -1,0 +1,90 @@
+// psflow/core/tensor.h — a dense float32 tensor: a shape and a contiguous row-major buffer.
+//
+// A Tensor owns its buffer (value semantics: copying a Tensor copies the data; moving is cheap).
+// The buffer is 64-byte aligned so BLAS/oneDNN kernels and the wire coding can use it directly.
+// Not thread-safe for concurrent mutation; concurrent reads are fine.
+#ifndef PSFLOW_CORE_TENSOR_H_
+#define PSFLOW_CORE_TENSOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace psflow {
+
+using Shape = std::vector<int64_t>;
+
+// Number of elements of a shape (1 for a scalar, i.e. an empty shape).
+int64_t NumElements(const Shape& shape);
+// "[2,3,4]" — used in error messages and placement listings.
+std::string ShapeToString(const Shape& shape);
+
+// Allocator handing out 64-byte aligned storage (cache lines, AVX-512 loads).
+template <typename T>
+struct AlignedAllocator {
+  using value_type = T;
+  AlignedAllocator() = default;
+  template <typename U>
+  AlignedAllocator(const AlignedAllocator<U>&) {}
+  T* allocate(std::size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64)));
+  }
+  void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t(64)); }
+  template <typename U>
+  bool operator==(const AlignedAllocator<U>&) const { return true; }
+};
+
+using FloatBuffer = std::vector<float, AlignedAllocator<float>>;
+
+class Tensor {
+ public:
+  Tensor() = default;  // an empty tensor: shape {0}, no data
+  // Zero-filled tensor of the given shape.
+  explicit Tensor(Shape shape);
+  Tensor(Shape shape, float fill);
+  // Takes the values; values.size() must equal NumElements(shape) (CHECKed: programmer error).
+  Tensor(Shape shape, std::vector<float> values);
+
+  static Tensor Scalar(float v) { return Tensor(Shape{}, v); }
+
+  const Shape& shape() const { return shape_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int axis) const { return shape_[axis]; }
+  int64_t size() const { return static_cast<int64_t>(data_.size()); }
+  size_t bytes() const { return data_.size() * sizeof(float); }
+  bool empty() const { return data_.empty(); }
+
+  float* data() { return data_.data(); }
+  const float* data() const { return data_.data(); }
+  std::span<float> span() { return {data_.data(), data_.size()}; }
+  std::span<const float> span() const { return {data_.data(), data_.size()}; }
+  float& operator[](int64_t i) { return data_[i]; }
+  float operator[](int64_t i) const { return data_[i]; }
+
+  // Same data viewed with another shape of equal element count (CHECKed).
+  Tensor Reshaped(Shape shape) const;
+  void Reshape(Shape shape);
+
+  // Copy of rows [begin, end) along `axis` (the partitioners split variables this way).
+  Tensor Slice(int axis, int64_t begin, int64_t end) const;
+  // Writes `part` into rows [begin, begin + part.dim(axis)) along `axis`; other dims must match.
+  void AssignSlice(int axis, int64_t begin, const Tensor& part);
+  // Concatenation along `axis`; all other dims must match.
+  static Tensor Concat(const std::vector<Tensor>& parts, int axis);
+
+  void Fill(float v);
+  void SetZero() { Fill(0.0f); }
+
+ private:
+  Shape shape_{0};
+  FloatBuffer data_;
+};
+
+}  // namespace psflow
+
+#endif  // PSFLOW_CORE_TENSOR_H_
