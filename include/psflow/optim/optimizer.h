@@ -46,17 +46,24 @@ class Optimizer {
   virtual const std::string& name() const = 0;
   // Slot names in order ("m", "v" for adam; "ms", "mom" for rmsprop; ...).
   virtual const std::vector<std::string>& slot_names() const = 0;
+  // The (validated) configuration this optimizer was made from.
+  virtual const OptimizerConfig& config() const = 0;
   // Fresh state for a variable of n elements (slots at their initial values, e.g. rmsprop ms=1).
   virtual SlotState NewState(int64_t n) const = 0;
   // Applies one update to w[offset, offset+n) with gradient g[0, n) and the slot slices at the
   // same offset. `lr` is the (already decayed) learning rate; `t` counts this update from 1.
+  // `w` is the variable's base pointer (the update touches w + offset); `g` is not offset. The
+  // inner loops are plain vectorizable loops; callers parallelize by splitting [0, size) into
+  // disjoint (offset, n) ranges, which is safe because ranges touch disjoint memory.
   virtual void Apply(float* w, const float* g, SlotState& state, int64_t offset, int64_t n,
                      float lr, int64_t t) const = 0;
 
   // Dense update of a whole variable: Apply over all elements, then state.updates++.
   void ApplyDense(float* w, const float* g, int64_t n, SlotState& state, float lr) const;
   // Row-sparse update: rows[i] of a variable with `row_size` floats per row gets g_rows[i].
-  // Only those rows (and their slot rows) change; then state.updates++.
+  // Only those rows (and their slot rows) change; then state.updates++. Every row shares the same
+  // t (so Adam's slots of untouched rows are not decayed: "lazy" Adam). A row listed twice is
+  // updated twice, in order. Rows must be in range: validate rows coming from peers beforehand.
   void ApplySparse(float* w, const std::vector<int64_t>& rows, const float* g_rows,
                    int64_t row_size, SlotState& state, float lr) const;
 };
