@@ -1,0 +1,66 @@
+// psflow/nn/model.h — a classifier: a network of layers plus its input shape and class count,
+// with the seed models of DESIGN.md §3 (softmax, mlp, cnn, vgg19) and their default training
+// hyper-parameters. A Model owns its layers and parameters; it is used by one thread at a time
+// (replicas build one Model each, from the same seed, so they start identical).
+#ifndef PSFLOW_NN_MODEL_H_
+#define PSFLOW_NN_MODEL_H_
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "psflow/nn/layers.h"
+
+namespace psflow::nn {
+
+class Model {
+ public:
+  Model(std::string name, Shape example_shape, int num_classes, std::unique_ptr<Layer> network);
+
+  const std::string& name() const { return name_; }
+  // Shape of one example, e.g. {784} or {28, 28, 1}.
+  const Shape& example_shape() const { return example_shape_; }
+  int num_classes() const { return num_classes_; }
+  // Trainable parameters in creation order (the order variables are placed on the ps tasks).
+  const std::vector<Var>& parameters() const { return parameters_; }
+  int64_t NumParameters() const;
+
+  // Logits [batch, classes] for `batch` images laid out as [batch, example_shape...].
+  Var Logits(const float* images, int64_t batch, ForwardContext& ctx);
+  // Mean softmax cross-entropy of the logits against labels.
+  static Var Loss(const Var& logits, std::span<const int32_t> labels);
+
+ private:
+  std::string name_;
+  Shape example_shape_;
+  int num_classes_;
+  std::unique_ptr<Layer> network_;
+  std::vector<Var> parameters_;
+};
+
+struct ModelConfig {
+  std::string name = "mlp";  // softmax | mlp | cnn | vgg19
+  int hidden_units = 100;    // mlp
+  uint64_t seed = 0;         // parameter initialization
+};
+
+// The seed's own training hyper-parameters for a model (DESIGN.md §3).
+struct ModelDefaults {
+  std::string optimizer;
+  float learning_rate;
+  int batch_size;
+  int64_t train_steps;
+  int64_t lr_decay_steps = 0;
+  float lr_decay_rate = 1.0f;
+  bool synthetic_data = false;  // vgg19 trains on synthetic 32x32x3 images
+};
+
+// Builds a seed model, or InvalidArgument "unknown model 'x'; choose one of softmax, mlp, cnn, vgg19".
+absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelConfig& config);
+absl::StatusOr<ModelDefaults> DefaultsFor(const std::string& model_name);
+
+}  // namespace psflow::nn
+
+#endif  // PSFLOW_NN_MODEL_H_

@@ -1,0 +1,77 @@
+// psflow/train/options.h — everything `psflow train` is told on its command line (DESIGN.md §2),
+// and the resolution of model defaults and validation of values, shared by `train`, `local` and
+// `eval`. A plain value type.
+#ifndef PSFLOW_TRAIN_OPTIONS_H_
+#define PSFLOW_TRAIN_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "psflow/optim/optimizer.h"
+
+namespace psflow::train {
+
+struct TrainOptions {
+  // Cluster (empty: one process trains alone).
+  std::string job_name;
+  int task_index = 0;
+  std::string ps_hosts, worker_hosts;
+
+  // Model and data.
+  std::string model = "mlp";
+  int hidden_units = 100;
+  std::string data_dir = "data/mnist";
+
+  // Training; negative / empty means "the seed model's default" (nn::DefaultsFor).
+  int64_t train_steps = -1;
+  int batch_size = -1;
+  std::string optimizer;
+  float learning_rate = -1;
+  int64_t lr_decay_steps = -1;
+  float lr_decay_rate = -1;
+  bool lr_staircase = false;
+
+  // Synchronous replicas; 0 means "the number of workers".
+  bool sync_replicas = false;
+  int replicas_to_aggregate = 0;
+  int total_num_replicas = 0;
+  double sync_timeout_secs = 30;
+
+  // Placement.
+  std::string partitioner = "none";
+  std::string placement = "round_robin";
+  bool log_device_placement = false;
+  int local_replicas = 1;
+
+  // Checkpoints, summaries, metrics.
+  std::string checkpoint_dir;
+  int64_t save_checkpoint_steps = 0;
+  double save_checkpoint_secs = 0;
+  std::string logdir;
+  int64_t save_summaries_steps = 100;
+  std::string metrics_json;
+  int metrics_port = 0;
+
+  // Runtime.
+  uint64_t seed = 0;
+  int intra_op_threads = 1;
+  int64_t log_every = 100;
+  double init_timeout_secs = 300;
+  double rpc_timeout_secs = 30;
+
+  // Security.
+  std::string cluster_secret_file, tls_cert, tls_key, tls_ca;
+  bool insecure = false;
+};
+
+// Fills the defaults of the chosen model and validates every value, returning InvalidArgument
+// naming the flag and the fix (e.g. "--batch_size=0 must be positive").
+absl::Status ResolveTrainOptions(TrainOptions* options);
+
+// The optimizer configuration the options describe (after ResolveTrainOptions).
+optim::OptimizerConfig OptimizerConfigFrom(const TrainOptions& options);
+
+}  // namespace psflow::train
+
+#endif  // PSFLOW_TRAIN_OPTIONS_H_

@@ -1,0 +1,48 @@
+// psflow/train/replicas.h — K replicas of one model on K devices computing one step's gradient
+// together: each takes a contiguous slice of the batch, and their gradients are averaged
+// (weighted by slice size, so the result equals one replica on the whole batch). With K = 1 this
+// is plain forward/backward. Owns the replicas and devices; used by one training thread.
+#ifndef PSFLOW_TRAIN_REPLICAS_H_
+#define PSFLOW_TRAIN_REPLICAS_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "psflow/nn/model.h"
+#include "psflow/train/device.h"
+
+namespace psflow::train {
+
+struct StepStats {
+  double loss = 0;
+  double accuracy = 0;  // on the batch
+};
+
+class ReplicaSet {
+ public:
+  // Builds `num_replicas` identical models (same seed) on as many CPU devices.
+  static absl::StatusOr<std::unique_ptr<ReplicaSet>> Create(const nn::ModelConfig& config, int num_replicas);
+
+  // The parameters of replica 0: the master copy that is pulled into, pushed from, updated.
+  const std::vector<Var>& parameters() const { return replicas_[0]->parameters(); }
+  nn::Model& model() { return *replicas_[0]; }
+  int size() const { return static_cast<int>(replicas_.size()); }
+
+  // Forward/backward on `batch` examples; afterwards parameters()[i]->grad (or sparse_grad) hold
+  // the mean gradient over the batch. `step_seed` seeds dropout deterministically.
+  StepStats ComputeGradients(const float* images, const int32_t* labels, int64_t batch, uint64_t step_seed);
+
+ private:
+  ReplicaSet() = default;
+  void SyncReplicaParameters();  // copies replica 0's values into the others
+
+  std::vector<std::unique_ptr<nn::Model>> replicas_;
+  std::vector<std::unique_ptr<Device>> devices_;
+};
+
+}  // namespace psflow::train
+
+#endif  // PSFLOW_TRAIN_REPLICAS_H_

@@ -1,0 +1,39 @@
+// psflow/train/summary.h — the final summary of a run (DESIGN.md §2): printed at the end and
+// written as JSON by --metrics_json. A plain value type.
+#ifndef PSFLOW_TRAIN_SUMMARY_H_
+#define PSFLOW_TRAIN_SUMMARY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace psflow::train {
+
+struct PsTraffic {
+  int task = 0;
+  int64_t bytes_in = 0, bytes_out = 0, num_params = 0;
+};
+
+struct RunSummary {
+  std::string model;
+  std::string mode;  // single | async | sync
+  int workers = 1, ps = 0;
+  int64_t global_step = 0;
+  double train_seconds = 0, examples_per_sec = 0;
+  double test_accuracy = 0, validation_accuracy = 0;
+  double validation_cross_entropy = 0, test_cross_entropy = 0;
+  int64_t stale_gradients_dropped = 0;
+  std::vector<PsTraffic> ps_traffic;
+};
+
+std::string SummaryToJson(const RunSummary& summary);
+// Human-readable block ("final: model=mlp mode=async ... test_accuracy=0.9791") plus the JSON.
+std::string FormatSummary(const RunSummary& summary);
+// Writes the JSON atomically (temporary file + rename), naming the path on failure.
+absl::Status WriteSummaryJson(const RunSummary& summary, const std::string& path);
+
+}  // namespace psflow::train
+
+#endif  // PSFLOW_TRAIN_SUMMARY_H_

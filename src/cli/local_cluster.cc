@@ -1,0 +1,187 @@
+#include "cli/local_cluster.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace psflow::cli {
+namespace {
+
+std::atomic<int> g_interrupted{0};
+void OnSignal(int sig) { g_interrupted = sig; }
+
+// Ports the kernel reports free on 127.0.0.1. All sockets stay open until every port is chosen,
+// so the ports are distinct; a task that then fails to bind says so and the run stops.
+std::vector<int> FreePorts(int count) {
+  std::vector<int> fds, ports;
+  for (int i = 0; i < count; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof(addr);
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      perror("psflow local: cannot find a free port on 127.0.0.1");
+      std::exit(1);
+    }
+    fds.push_back(fd);
+    ports.push_back(ntohs(addr.sin_port));
+  }
+  for (int fd : fds) close(fd);
+  return ports;
+}
+
+struct Child {
+  std::string name;
+  pid_t pid = -1;
+  int out_fd = -1;
+  std::thread reader;
+  bool done = false;
+  int status = 0;
+};
+
+std::string Describe(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("was killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+  }
+  return "ended in an unknown way";
+}
+
+int ExitCode(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+std::mutex g_out_mu;
+
+void PumpLines(int fd, const std::string& prefix) {
+  std::string pending;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) {
+    pending.append(buf, n);
+    size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos) {
+      std::lock_guard<std::mutex> lock(g_out_mu);
+      std::cout << prefix << std::string_view(pending).substr(0, nl + 1) << std::flush;
+      pending.erase(0, nl + 1);
+    }
+  }
+  if (!pending.empty()) {
+    std::lock_guard<std::mutex> lock(g_out_mu);
+    std::cout << prefix << pending << "\n" << std::flush;
+  }
+  close(fd);
+}
+
+pid_t Spawn(const std::string& binary, const std::vector<std::string>& args, int* out_fd) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    dup2(pipe_fds[1], STDERR_FILENO);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(binary.c_str()));
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    perror(("psflow local: cannot start " + binary).c_str());
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  *out_fd = pipe_fds[0];
+  return pid;
+}
+
+}  // namespace
+
+int RunLocalCluster(const LocalClusterOptions& options) {
+  const std::vector<int> ports = FreePorts(options.num_ps + options.num_workers);
+  std::vector<std::string> ps, workers;
+  for (int i = 0; i < options.num_ps; ++i) ps.push_back(absl::StrCat("127.0.0.1:", ports[i]));
+  for (int i = 0; i < options.num_workers; ++i) workers.push_back(absl::StrCat("127.0.0.1:", ports[options.num_ps + i]));
+  const std::string ps_hosts = absl::StrJoin(ps, ","), worker_hosts = absl::StrJoin(workers, ",");
+  std::cout << "psflow local: ps " << ps_hosts << "; workers " << worker_hosts << std::endl;
+
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  std::vector<Child> children(options.num_ps + options.num_workers);
+  for (size_t i = 0; i < children.size(); ++i) {
+    const bool is_ps = static_cast<int>(i) < options.num_ps;
+    const int index = is_ps ? i : i - options.num_ps;
+    Child& c = children[i];
+    c.name = absl::StrCat(is_ps ? "ps" : "worker", index);
+    std::vector<std::string> args = {"train", absl::StrCat("--job_name=", is_ps ? "ps" : "worker"),
+                                     absl::StrCat("--task_index=", index), "--ps_hosts=" + ps_hosts,
+                                     "--worker_hosts=" + worker_hosts};
+    args.insert(args.end(), options.train_flags.begin(), options.train_flags.end());
+    c.pid = Spawn(options.binary, args, &c.out_fd);
+    if (c.pid < 0) {
+      std::cerr << "psflow local: cannot start " << c.name << ": " << strerror(errno) << std::endl;
+      return 1;
+    }
+    c.reader = std::thread(PumpLines, c.out_fd, "[" + c.name + "] ");
+  }
+
+  // Wait for every task; on the first failure (or our own interruption) stop the rest.
+  int worst = 0;
+  size_t remaining = children.size();
+  bool stopping = false;
+  auto stop_started = std::chrono::steady_clock::now();
+  while (remaining > 0) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (Child& c : children) {
+        if (c.pid != pid) continue;
+        c.done = true;
+        c.status = status;
+        --remaining;
+        worst = std::max(worst, ExitCode(status));
+        if (ExitCode(status) != 0 && !stopping) {
+          std::lock_guard<std::mutex> lock(g_out_mu);
+          std::cout << "psflow local: " << c.name << " " << Describe(status) << "; stopping the other tasks"
+                    << std::endl;
+        }
+      }
+      continue;
+    }
+    if (!stopping && (worst != 0 || g_interrupted)) {
+      stopping = true;
+      stop_started = std::chrono::steady_clock::now();
+      for (Child& c : children) if (!c.done) kill(c.pid, SIGTERM);
+    }
+    if (stopping && std::chrono::steady_clock::now() - stop_started > std::chrono::seconds(5)) {
+      for (Child& c : children) if (!c.done) kill(c.pid, SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (Child& c : children) c.reader.join();
+  if (g_interrupted && worst == 0) worst = 128 + g_interrupted;
+  std::cout << "psflow local: " << (worst == 0 ? "all tasks exited 0" : absl::StrCat("worst exit status ", worst))
+            << std::endl;
+  return worst;
+}
+
+}  // namespace psflow::cli

@@ -1,0 +1,139 @@
+// psflow — one binary, subcommands (DESIGN.md §2):
+//   psflow train  [flags]                    one task of a cluster, or single-process training
+//   psflow local  --ps=N --workers=M [flags] a whole cluster as processes on 127.0.0.1
+//   psflow bench transport [--ps_hosts=h:p]  push/pull throughput beside raw TCP
+// Errors are one line on stderr and a non-zero exit: 2 for bad flags, 1 for everything else.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
+#include "cli/local_cluster.h"
+#include "cli/train_flags.h"
+#include "psflow/rpc/transport_bench.h"
+#include "psflow/rpc/tuning.h"
+#include "psflow/train/train.h"
+
+namespace psflow::cli {
+namespace {
+
+int Fail(const absl::Status& status, int code = 1) {
+  std::cerr << "psflow: error: " << status.message() << std::endl;
+  return code;
+}
+
+void LogLine(const std::string& line) {
+  std::cout << line << std::endl;
+}
+
+int RunTrain(train::TrainOptions options) {
+  if (auto s = train::ResolveTrainOptions(&options); !s.ok()) return Fail(s, 2);
+  const bool distributed = !options.job_name.empty() || !options.ps_hosts.empty() ||
+                           !options.worker_hosts.empty() || std::getenv("TF_CONFIG") != nullptr;
+  if (!distributed) {
+    auto summary = train::TrainSingleProcess(options, LogLine);
+    if (!summary.ok()) return Fail(summary.status());
+    std::cout << train::FormatSummary(*summary) << std::flush;
+    if (!options.metrics_json.empty()) {
+      if (auto s = train::WriteSummaryJson(*summary, options.metrics_json); !s.ok()) return Fail(s);
+    }
+    return 0;
+  }
+  if (options.job_name == "ps") {
+    if (auto s = train::RunParameterServer(options, LogLine); !s.ok()) return Fail(s);
+    return 0;
+  }
+  auto summary = train::RunWorker(options, LogLine);
+  if (!summary.ok()) return Fail(summary.status());
+  if (summary->test_accuracy > 0 || !summary->ps_traffic.empty()) {  // the chief's summary
+    std::cout << train::FormatSummary(*summary) << std::flush;
+    if (!options.metrics_json.empty()) {
+      if (auto s = train::WriteSummaryJson(*summary, options.metrics_json); !s.ok()) return Fail(s);
+    }
+  }
+  return 0;
+}
+
+// The arguments after `local` minus the launcher's own --ps/--workers, forwarded to every task.
+std::vector<std::string> ForwardedFlags(int argc, char** argv) {
+  std::vector<std::string> out;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--ps" || a == "--workers") {
+      ++i;  // skip its value
+      continue;
+    }
+    if (absl::StartsWith(a, "--ps=") || absl::StartsWith(a, "--workers=")) continue;
+    out.push_back(a);
+  }
+  return out;
+}
+
+std::string SelfPath(const char* argv0) {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n > 0) return std::string(buf, n);
+  return argv0;
+}
+
+}  // namespace
+}  // namespace psflow::cli
+
+int main(int argc, char** argv) {
+  using namespace psflow;
+  rpc::TuneAllocatorForLargeMessages();
+  CLI::App app{"psflow: distributed training on parameter servers"};
+  app.require_subcommand(1);
+
+  train::TrainOptions train_options;
+  CLI::App* train_cmd = app.add_subcommand("train", "run one task of a cluster, or train in one process");
+  cli::AddTrainFlags(train_cmd, &train_options);
+
+  train::TrainOptions local_options;
+  cli::LocalClusterOptions local;
+  CLI::App* local_cmd = app.add_subcommand("local", "run a whole cluster as processes on 127.0.0.1");
+  local_cmd->add_option("--ps", local.num_ps, "number of ps tasks")->check(CLI::Range(1, 64));
+  local_cmd->add_option("--workers", local.num_workers, "number of worker tasks")->check(CLI::Range(1, 64));
+  cli::AddTrainFlags(local_cmd, &local_options);
+
+  CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks");
+  bench_cmd->require_subcommand(1);
+  std::string bench_ps;
+  CLI::App* transport_cmd = bench_cmd->add_subcommand("transport", "push/pull throughput against a ps, beside raw TCP");
+  transport_cmd->add_option("--ps_hosts", bench_ps, "a running ps task (default: start one on loopback)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "psflow: error: " << e.what() << " (see psflow --help)" << std::endl;
+    return 2;
+  }
+
+  if (train_cmd->parsed()) return cli::RunTrain(train_options);
+  if (local_cmd->parsed()) {
+    if (!local_options.job_name.empty() || !local_options.ps_hosts.empty() || !local_options.worker_hosts.empty()) {
+      std::cerr << "psflow: error: psflow local chooses --job_name, --task_index, --ps_hosts and --worker_hosts "
+                   "itself; drop them (use psflow train to run one task)" << std::endl;
+      return 2;
+    }
+    // Validate the training flags once here rather than in every task.
+    if (auto s = train::ResolveTrainOptions(&local_options); !s.ok()) return cli::Fail(s, 2);
+    local.binary = cli::SelfPath(argv[0]);
+    local.train_flags = cli::ForwardedFlags(argc, argv);
+    return cli::RunLocalCluster(local);
+  }
+  if (transport_cmd->parsed()) {
+    auto status = rpc::RunTransportBenchCommand(cli::SelfPath(argv[0]), bench_ps, std::cout);
+    if (!status.ok()) return cli::Fail(status);
+    return 0;
+  }
+  return 2;
+}

@@ -1,0 +1,78 @@
+#include "train/cluster_setup.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
+
+namespace psflow::train {
+
+absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options) {
+  const char* tf_config = std::getenv("TF_CONFIG");
+  auto resolved = dist::ResolveCluster(options.ps_hosts, options.worker_hosts, options.job_name,
+                                       options.task_index, tf_config ? tf_config : "");
+  if (!resolved.ok()) return resolved.status();
+  TaskSetup setup{resolved->first, resolved->second, {}};
+  if (auto status = setup.cluster.Validate(setup.task); !status.ok()) return status;
+
+  if (!options.cluster_secret_file.empty()) {
+    std::ifstream in(options.cluster_secret_file);
+    if (!in) {
+      return absl::NotFoundError(absl::StrCat("--cluster_secret_file=", options.cluster_secret_file,
+                                              " cannot be read; create it with a shared secret (e.g. `openssl rand -hex 32 > FILE`)"));
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    setup.security.secret = std::string(absl::StripAsciiWhitespace(text.str()));
+    if (setup.security.secret.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--cluster_secret_file=", options.cluster_secret_file, " is empty"));
+    }
+  }
+  setup.security.tls_cert = options.tls_cert;
+  setup.security.tls_key = options.tls_key;
+  setup.security.tls_ca = options.tls_ca;
+
+  // A task listening beyond loopback without a secret would accept anyone's pushes.
+  const std::string& own = setup.cluster.address(setup.task);
+  if (setup.task.job == "ps" && !dist::IsLoopbackHost(own) && setup.security.secret.empty() && !options.insecure) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to listen on non-loopback address ", own,
+        " without authentication: pass --cluster_secret_file=FILE (same file on every task), or --insecure to accept unauthenticated peers"));
+  }
+  return setup;
+}
+
+absl::StatusOr<dist::PlacementPlan> PlanFor(const nn::Model& model, const TrainOptions& options, int num_ps) {
+  auto partitioner = dist::ParsePartitioner(options.partitioner);
+  if (!partitioner.ok()) return partitioner.status();
+  auto placement = dist::ParsePlacement(options.placement);
+  if (!placement.ok()) return placement.status();
+  std::vector<dist::VariableSpec> variables;
+  for (const Var& p : model.parameters()) variables.push_back({p->name, p->value.shape()});
+  return dist::PlanPlacement(variables, *partitioner, *placement, num_ps);
+}
+
+absl::StatusOr<ps::TrainingConfig> TrainingConfigFor(const TrainOptions& options, int num_workers) {
+  ps::TrainingConfig config;
+  config.optimizer = OptimizerConfigFrom(options);
+  config.sync = options.sync_replicas;
+  config.total_num_replicas = options.total_num_replicas > 0 ? options.total_num_replicas : num_workers;
+  config.replicas_to_aggregate =
+      options.replicas_to_aggregate > 0 ? options.replicas_to_aggregate : config.total_num_replicas;
+  config.train_steps = options.train_steps;
+  config.sync_timeout_secs = options.sync_timeout_secs;
+  if (config.sync && config.replicas_to_aggregate > config.total_num_replicas) {
+    return absl::InvalidArgumentError(absl::StrCat("--replicas_to_aggregate=", config.replicas_to_aggregate,
+                                                   " exceeds --total_num_replicas=", config.total_num_replicas));
+  }
+  if (config.sync && config.total_num_replicas > num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat("--total_num_replicas=", config.total_num_replicas,
+                                                   " exceeds the ", num_workers, " workers of the cluster"));
+  }
+  return config;
+}
+
+}  // namespace psflow::train

@@ -1,0 +1,36 @@
+// What a distributed task derives from its options before it talks to anyone: the cluster and its
+// own role, the placement plan of the model's variables, and the security settings. Shared by the
+// worker and ps task runners; pure functions.
+#ifndef PSFLOW_TRAIN_CLUSTER_SETUP_H_
+#define PSFLOW_TRAIN_CLUSTER_SETUP_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "psflow/dist/cluster.h"
+#include "psflow/dist/partition.h"
+#include "psflow/nn/model.h"
+#include "psflow/ps/ps_client.h"
+#include "psflow/train/options.h"
+
+namespace psflow::train {
+
+struct TaskSetup {
+  dist::ClusterSpec cluster;
+  dist::TaskSpec task;
+  ps::SecurityOptions security;
+};
+
+// Resolves the cluster from the flags or $TF_CONFIG, validates this task's role, reads the
+// secret file, and refuses a non-loopback listen address without a secret unless --insecure.
+absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options);
+
+// The placement of `model`'s variables under the options' partitioner and placement strategy.
+absl::StatusOr<dist::PlacementPlan> PlanFor(const nn::Model& model, const TrainOptions& options, int num_ps);
+
+// Sync-mode quorum: R and T resolved against the number of workers, validated (1 <= R <= T).
+absl::StatusOr<ps::TrainingConfig> TrainingConfigFor(const TrainOptions& options, int num_workers);
+
+}  // namespace psflow::train
+
+#endif  // PSFLOW_TRAIN_CLUSTER_SETUP_H_

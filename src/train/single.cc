@@ -1,0 +1,93 @@
+// Single-process training: the whole model, the optimizer and the data in one process, with the
+// same optimizer code the parameter servers run.
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "psflow/core/threading.h"
+#include "psflow/data/batcher.h"
+#include "psflow/optim/optimizer.h"
+#include "psflow/train/replicas.h"
+#include "psflow/train/train.h"
+#include "train/progress.h"
+
+namespace psflow::train {
+
+namespace {
+
+// Applies each parameter's gradient (dense or row-sparse) with the optimizer.
+void ApplyGradients(const optim::Optimizer& optimizer, const std::vector<Var>& params,
+                    std::vector<optim::SlotState>& states, float lr) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    Node& p = *params[i];
+    if (p.sparse_grad && p.grad.empty()) {
+      const int64_t row_size = p.value.size() / p.value.dim(0);
+      optimizer.ApplySparse(p.value.data(), p.sparse_grad->rows, p.sparse_grad->values.data(), row_size,
+                            states[i], lr);
+      continue;
+    }
+    if (p.sparse_grad) {  // both kinds: fold the sparse rows into the dense gradient
+      Tensor& g = p.MutableGrad();
+      const int64_t row_size = p.value.size() / p.value.dim(0);
+      for (size_t r = 0; r < p.sparse_grad->rows.size(); ++r) {
+        float* dst = g.data() + p.sparse_grad->rows[r] * row_size;
+        const float* src = p.sparse_grad->values.data() + r * row_size;
+        for (int64_t j = 0; j < row_size; ++j) dst[j] += src[j];
+      }
+    }
+    if (p.grad.empty()) continue;  // parameter unused by this step's graph
+    optimizer.ApplyDense(p.value.data(), p.grad.data(), p.value.size(), states[i], lr);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const LogSink& log) {
+  SetIntraOpThreads(options.intra_op_threads);
+  auto data = LoadTrainingData(options);
+  if (!data.ok()) return data.status();
+  auto replicas = ReplicaSet::Create({options.model, options.hidden_units, options.seed}, options.local_replicas);
+  if (!replicas.ok()) return replicas.status();
+  const optim::OptimizerConfig opt_config = OptimizerConfigFrom(options);
+  auto optimizer = optim::MakeOptimizer(opt_config);
+  if (!optimizer.ok()) return optimizer.status();
+
+  const auto& params = (*replicas)->parameters();
+  std::vector<optim::SlotState> states;
+  for (const Var& p : params) states.push_back((*optimizer)->NewState(p->value.size()));
+
+  const data::Dataset& train = data->train;
+  data::BatchSampler sampler(train.num_examples, options.batch_size, 0, 1, options.seed);
+  std::vector<int64_t> indices;
+  std::vector<float> images(options.batch_size * train.example_size);
+  std::vector<int32_t> labels(options.batch_size);
+  log(absl::StrCat("training ", options.model, " in one process: ", (*replicas)->model().NumParameters(),
+                   " parameters, ", options.train_steps, " steps of batch ", options.batch_size, ", ",
+                   options.optimizer, " lr ", options.learning_rate));
+
+  ProgressLog progress(log, "", options.train_steps, options.batch_size);
+  for (int64_t step = 0; step < options.train_steps; ++step) {
+    sampler.BatchAt(step, &indices);
+    data::Gather(train, indices, images.data(), labels.data());
+    StepStats stats = (*replicas)->ComputeGradients(images.data(), labels.data(), options.batch_size,
+                                                    Rng::Mix(options.seed, step));
+    ApplyGradients(**optimizer, params, states, optim::DecayedLearningRate(opt_config, step));
+    progress.Step(step + 1, stats.loss, stats.accuracy, options.log_every);
+  }
+  const double train_seconds = progress.ElapsedSeconds();
+
+  RunSummary summary;
+  summary.model = options.model;
+  summary.mode = "single";
+  summary.global_step = options.train_steps;
+  summary.train_seconds = train_seconds;
+  summary.examples_per_sec = options.train_steps * options.batch_size / std::max(train_seconds, 1e-9);
+  EvalResult validation = Evaluate((*replicas)->model(), data->validation);
+  EvalResult test = Evaluate((*replicas)->model(), data->test);
+  summary.validation_accuracy = validation.accuracy;
+  summary.validation_cross_entropy = validation.cross_entropy;
+  summary.test_accuracy = test.accuracy;
+  summary.test_cross_entropy = test.cross_entropy;
+  return summary;
+}
+
+}  // namespace psflow::train

@@ -1,0 +1,61 @@
+#include "psflow/train/summary.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace psflow::train {
+
+std::string SummaryToJson(const RunSummary& s) {
+  nlohmann::json traffic = nlohmann::json::array();
+  for (const PsTraffic& t : s.ps_traffic) {
+    traffic.push_back({{"task", t.task}, {"bytes_in", t.bytes_in}, {"bytes_out", t.bytes_out},
+                       {"num_params", t.num_params}});
+  }
+  nlohmann::json j = {{"model", s.model},
+                      {"mode", s.mode},
+                      {"workers", s.workers},
+                      {"ps", s.ps},
+                      {"global_step", s.global_step},
+                      {"train_seconds", s.train_seconds},
+                      {"examples_per_sec", s.examples_per_sec},
+                      {"test_accuracy", s.test_accuracy},
+                      {"validation_accuracy", s.validation_accuracy},
+                      {"validation_cross_entropy", s.validation_cross_entropy},
+                      {"test_cross_entropy", s.test_cross_entropy},
+                      {"stale_gradients_dropped", s.stale_gradients_dropped},
+                      {"ps_traffic", traffic}};
+  return j.dump();
+}
+
+std::string FormatSummary(const RunSummary& s) {
+  std::string out = absl::StrFormat(
+      "final: model=%s mode=%s workers=%d ps=%d global_step=%d train_seconds=%.2f examples_per_sec=%.0f "
+      "validation_accuracy=%.4f validation_cross_entropy=%.4f test_accuracy=%.4f stale_gradients_dropped=%d\n",
+      s.model, s.mode, s.workers, s.ps, s.global_step, s.train_seconds, s.examples_per_sec,
+      s.validation_accuracy, s.validation_cross_entropy, s.test_accuracy, s.stale_gradients_dropped);
+  for (const PsTraffic& t : s.ps_traffic) {
+    absl::StrAppendFormat(&out, "  ps %d: params=%d bytes_in=%d bytes_out=%d\n", t.task, t.num_params,
+                          t.bytes_in, t.bytes_out);
+  }
+  return out + "summary_json: " + SummaryToJson(s) + "\n";
+}
+
+absl::Status WriteSummaryJson(const RunSummary& summary, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << SummaryToJson(summary) << "\n";
+    out.flush();
+    if (!out) return absl::UnavailableError(absl::StrCat("cannot write --metrics_json=", path, ": write to ", tmp, " failed"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot write --metrics_json=", path, ": rename failed"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace psflow::train

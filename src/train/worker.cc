@@ -1,0 +1,149 @@
+// A worker task: pull parameters from every ps, compute gradients on this worker's shard of the
+// data, push them to every ps; repeat until the global step reaches --train_steps. Worker 0, the
+// chief, also initializes the ps tasks, evaluates the result and ends the job.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "psflow/core/threading.h"
+#include "psflow/data/batcher.h"
+#include "psflow/train/replicas.h"
+#include "psflow/train/train.h"
+#include "train/cluster_setup.h"
+#include "train/progress.h"
+
+namespace psflow::train {
+namespace {
+
+std::vector<ps::Gradient> GradientsOf(const std::vector<Var>& params) {
+  std::vector<ps::Gradient> grads;
+  for (const Var& p : params) {
+    ps::Gradient g{p->name};
+    if (!p->grad.empty()) g.dense = &p->grad;
+    if (p->sparse_grad) g.sparse = &*p->sparse_grad;
+    if (g.dense || g.sparse) grads.push_back(g);
+  }
+  return grads;
+}
+
+}  // namespace
+
+absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink& log) {
+  auto setup = SetUpTask(options);
+  if (!setup.ok()) return setup.status();
+  const dist::ClusterSpec& cluster = setup->cluster;
+  const int index = setup->task.index;
+  const bool chief = index == 0;
+  const std::string prefix = "";
+  SetIntraOpThreads(options.intra_op_threads);
+
+  auto data = LoadTrainingData(options);
+  if (!data.ok()) return data.status();
+  auto replicas = ReplicaSet::Create({options.model, options.hidden_units, options.seed}, options.local_replicas);
+  if (!replicas.ok()) return replicas.status();
+  auto plan = PlanFor((*replicas)->model(), options, cluster.num_ps());
+  if (!plan.ok()) return plan.status();
+  auto config = TrainingConfigFor(options, cluster.num_workers());
+  if (!config.ok()) return config.status();
+
+  ps::PsClient::Options client_options;
+  client_options.cluster = cluster;
+  client_options.plan = *plan;
+  client_options.worker_index = index;
+  client_options.security = setup->security;
+  client_options.rpc_timeout_secs = options.rpc_timeout_secs;
+  auto client_or = ps::PsClient::Create(client_options);
+  if (!client_or.ok()) return client_or.status();
+  ps::PsClient& client = **client_or;
+  if (auto s = client.Connect(); !s.ok()) return s;
+
+  const auto& params = (*replicas)->parameters();
+  if (chief || options.log_device_placement) log("variable placement:\n" + plan->Format());
+  if (chief) {
+    std::vector<std::pair<std::string, const Tensor*>> initial;
+    for (const Var& p : params) initial.emplace_back(p->name, &p->value);
+    if (auto s = client.Initialize(initial, *config); !s.ok()) return s;
+    log(absl::StrCat("chief: initialized ", params.size(), " variables on ", cluster.num_ps(), " ps tasks"));
+  } else {
+    log("waiting for the chief (worker 0) to initialize the variables");
+    if (auto s = client.WaitForInitialization(options.init_timeout_secs); !s.ok()) return s;
+  }
+
+  std::vector<std::pair<std::string, Tensor*>> pull_into;
+  for (const Var& p : params) pull_into.emplace_back(p->name, &p->value);
+
+  const data::Dataset& train = data->train;
+  const int num_workers = cluster.num_workers();
+  data::BatchSampler sampler(train.num_examples, options.batch_size, index, num_workers, options.seed);
+  std::vector<int64_t> indices;
+  std::vector<float> images(options.batch_size * train.example_size);
+  std::vector<int32_t> labels(options.batch_size);
+  const int64_t examples_per_global_step =
+      options.batch_size * (config->sync ? config->replicas_to_aggregate : 1);
+  ProgressLog progress(log, "", options.train_steps, options.batch_size);
+
+  auto step = client.Pull(pull_into);
+  if (!step.ok()) return step.status();
+  int64_t global_step = *step;
+  const int64_t start_step = global_step;
+  int64_t stale = 0;
+  for (int64_t local_step = 0; global_step < options.train_steps; ++local_step) {
+    // Sync: worker i takes slice i of global batch `global_step` (the data order contract).
+    // Async: each worker walks its own slices of consecutive global batches.
+    sampler.BatchAt(config->sync ? global_step : local_step, &indices);
+    data::Gather(train, indices, images.data(), labels.data());
+    StepStats stats = (*replicas)->ComputeGradients(
+        images.data(), labels.data(), options.batch_size, Rng::Mix(options.seed, (uint64_t(index) << 40) + local_step));
+    auto pushed = client.Push(GradientsOf(params), global_step);
+    if (absl::IsOutOfRange(pushed.status())) break;  // training finished elsewhere
+    if (!pushed.ok()) return pushed.status();
+    stale += pushed->stale;
+    progress.Step(pushed->global_step, stats.loss, stats.accuracy, options.log_every);
+    if (pushed->global_step >= options.train_steps) {
+      global_step = pushed->global_step;
+      break;
+    }
+    step = client.Pull(pull_into);
+    if (absl::IsOutOfRange(step.status())) break;
+    if (!step.ok()) return step.status();
+    global_step = *step;
+  }
+  const double train_seconds = progress.ElapsedSeconds();
+
+  RunSummary summary;
+  summary.model = options.model;
+  summary.mode = config->sync ? "sync" : "async";
+  summary.workers = num_workers;
+  summary.ps = cluster.num_ps();
+  summary.stale_gradients_dropped = stale;
+  if (!chief) {
+    log(absl::StrCat("worker ", index, ": done after ", progress.local_steps(), " local steps"));
+    summary.global_step = global_step;
+    (void)client.Goodbye();
+    return summary;
+  }
+
+  // The chief evaluates the final parameters and ends the job.
+  step = client.Pull(pull_into);
+  if (!step.ok()) return step.status();
+  summary.global_step = *step;
+  summary.train_seconds = train_seconds;
+  summary.examples_per_sec = (*step - start_step) * examples_per_global_step / std::max(train_seconds, 1e-9);
+  EvalResult validation = Evaluate((*replicas)->model(), data->validation);
+  EvalResult test = Evaluate((*replicas)->model(), data->test);
+  summary.validation_accuracy = validation.accuracy;
+  summary.validation_cross_entropy = validation.cross_entropy;
+  summary.test_accuracy = test.accuracy;
+  summary.test_cross_entropy = test.cross_entropy;
+  auto stats = client.Stats();
+  if (stats.ok()) {
+    summary.stale_gradients_dropped = 0;
+    for (const ps::PsTaskStats& s : *stats) {
+      summary.ps_traffic.push_back({s.task, s.bytes_in, s.bytes_out, s.num_params});
+      summary.stale_gradients_dropped += s.stale_gradients_dropped;
+    }
+  }
+  if (auto s = client.Shutdown(); !s.ok()) return s;
+  return summary;
+}
+
+}  // namespace psflow::train
