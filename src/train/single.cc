@@ -8,6 +8,7 @@
 #include "psflow/optim/optimizer.h"
 #include "psflow/train/replicas.h"
 #include "psflow/train/train.h"
+#include "train/checkpointing.h"
 #include "train/progress.h"
 
 namespace psflow::train {
@@ -87,6 +88,9 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
   summary.validation_cross_entropy = validation.cross_entropy;
   summary.test_accuracy = test.accuracy;
   summary.test_cross_entropy = test.cross_entropy;
+  if (!options.checkpoint_dir.empty()) {
+    if (auto s = SaveVariables(options.checkpoint_dir, options.model, params, options.train_steps); !s.ok()) return s;
+  }
   return summary;
 }
 

@@ -9,6 +9,7 @@
 #include "psflow/train/replicas.h"
 #include "psflow/train/train.h"
 #include "train/cluster_setup.h"
+#include "train/checkpointing.h"
 #include "train/progress.h"
 
 namespace psflow::train {
@@ -143,6 +144,9 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
     }
   }
   if (auto s = client.Shutdown(); !s.ok()) return s;
+  if (!options.checkpoint_dir.empty()) {
+    if (auto s = SaveVariables(options.checkpoint_dir, options.model, params, summary.global_step); !s.ok()) return s;
+  }
   return summary;
 }
 

@@ -1,0 +1,144 @@
+#include "psflow/ckpt/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace psflow::ckpt {
+namespace {
+
+absl::Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return absl::UnavailableError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteSafetensors(const std::string& path, const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    header[name] = {{"dtype", "F32"}, {"shape", t->shape()}, {"data_offsets", {offset, offset + t->bytes()}}};
+    offset += t->bytes();
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the format pads the header to 8-byte alignment
+  const uint64_t n = text.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
+  absl::Status status = WriteAll(fd, len, 8, tmp);
+  if (status.ok()) status = WriteAll(fd, text.data(), text.size(), tmp);
+  for (const auto& [name, t] : tensors) {
+    if (status.ok()) status = WriteAll(fd, t->data(), t->bytes(), tmp);
+  }
+  if (status.ok() && ::fsync(fd) != 0) status = absl::UnavailableError(absl::StrCat("fsync ", tmp, ": ", std::strerror(errno)));
+  ::close(fd);
+  if (!status.ok()) {
+    ::unlink(tmp.c_str());
+    return status;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno)));
+  }
+  // The rename is durable only once the directory entry is on disk.
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorFile> ParseSafetensors(std::string_view bytes, const std::string& name) {
+  auto bad = [&](auto&&... parts) { return absl::DataLossError(absl::StrCat(name, ": ", parts...)); };
+  if (bytes.size() < 8) return bad("too short for a safetensors header (", bytes.size(), " bytes)");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  if (n > bytes.size() - 8) return bad("header length ", n, " exceeds the file (", bytes.size(), " bytes)");
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n), nullptr, /*allow_exceptions=*/false);
+  if (!header.is_object()) return bad("header is not a JSON object");
+  const std::string_view data = bytes.substr(8 + n);
+  TensorFile file;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      if (!it->is_object()) return bad("__metadata__ is not an object");
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        if (!m->is_string()) return bad("metadata '", m.key(), "' is not a string");
+        file.metadata[m.key()] = m->get<std::string>();
+      }
+      continue;
+    }
+    const nlohmann::json& entry = *it;
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) {
+      return bad("tensor '", it.key(), "' lacks dtype, shape or data_offsets");
+    }
+    if (entry["dtype"] != "F32") return bad("tensor '", it.key(), "' has dtype ", entry["dtype"].dump(), "; psflow reads F32");
+    Shape shape;
+    if (!entry["shape"].is_array()) return bad("tensor '", it.key(), "' shape is not an array");
+    int64_t elements = 1;
+    for (const auto& d : entry["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > (int64_t(1) << 40)) {
+        return bad("tensor '", it.key(), "' has a bad dimension ", d.dump());
+      }
+      shape.push_back(d.get<int64_t>());
+      elements *= shape.back();
+      if (elements > (int64_t(1) << 40)) return bad("tensor '", it.key(), "' is impossibly large");
+    }
+    const auto& off = entry["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+      return bad("tensor '", it.key(), "' has malformed data_offsets");
+    }
+    const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+    if (begin > end || end > data.size()) {
+      return bad("tensor '", it.key(), "' data [", begin, ",", end, ") lies outside the ", data.size(), " data bytes");
+    }
+    if (end - begin != uint64_t(elements) * 4) {
+      return bad("tensor '", it.key(), "' shape ", ShapeToString(shape), " needs ", elements * 4, " bytes, offsets give ", end - begin);
+    }
+    ranges.emplace_back(begin, end);
+    Tensor t(shape);
+    if (elements > 0) std::memcpy(t.data(), data.data() + begin, end - begin);
+    file.tensors.emplace(it.key(), std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].first < ranges[i - 1].second) return bad("tensor data ranges overlap");
+  }
+  return file;
+}
+
+absl::StatusOr<TensorFile> ReadSafetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return ParseSafetensors(buffer.str(), path);
+}
+
+}  // namespace psflow::ckpt
