@@ -1,0 +1,121 @@
+// Real clusters: ps and worker processes talking gRPC over 127.0.0.1, started through
+// `psflow local`, by hand with seed-style flags, and with TF_CONFIG.
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "test_util.h"
+
+namespace psflow::testing {
+namespace {
+
+TEST(ClusterTest, AsyncMlpOnePsTwoWorkers) {
+  const std::string dir = TempDir("async_mlp");
+  auto r = RunProcess(Psflow({"local", "--ps=1", "--workers=2", "--model=mlp", "--train_steps=1000",
+                              "--data_dir=" + MnistDir(), "--metrics_json=" + dir + "/m.json", "--log_every=200"}),
+                      300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("all tasks exited 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[ps0] "), std::string::npos);
+  EXPECT_NE(r.output.find("[worker1] "), std::string::npos);
+  // The chief lists where every variable lives.
+  EXPECT_NE(r.output.find("hidden/weights"), std::string::npos) << r.output;
+  nlohmann::json m = ReadJson(dir + "/m.json");
+  EXPECT_EQ(m["mode"], "async");
+  EXPECT_EQ(m["workers"], 2);
+  EXPECT_GE(m["global_step"].get<int64_t>(), 1000);
+  EXPECT_GT(m["test_accuracy"].get<double>(), 0.93);
+  ASSERT_EQ(m["ps_traffic"].size(), 1u);
+  EXPECT_EQ(m["ps_traffic"][0]["num_params"], 79510);
+  // Every step pulls and pushes the whole model: at least 4 bytes per parameter each way.
+  EXPECT_GT(m["ps_traffic"][0]["bytes_in"].get<int64_t>(), int64_t(1000) * 79510 * 4);
+  EXPECT_GT(m["ps_traffic"][0]["bytes_out"].get<int64_t>(), int64_t(1000) * 79510 * 4);
+}
+
+TEST(ClusterTest, SyncTwoWorkersEqualsOneProcessWithTwiceTheBatch) {
+  // DESIGN.md §4: sync with N workers of batch B sees exactly the examples of one process with
+  // batch N*B, and applies the mean gradient: the parameters must agree.
+  const std::string sync_dir = TempDir("sync_eq_dist"), single_dir = TempDir("sync_eq_single");
+  auto dist = RunProcess(Psflow({"local", "--ps=2", "--workers=2", "--sync_replicas", "--model=mlp",
+                                 "--partitioner=fixed:2", "--train_steps=50", "--batch_size=50", "--seed=3",
+                                 "--data_dir=" + MnistDir(), "--checkpoint_dir=" + sync_dir,
+                                 "--metrics_json=" + sync_dir + "/m.json"}),
+                         300);
+  ASSERT_EQ(dist.exit_code, 0) << dist.output;
+  auto single = RunProcess(Psflow({"train", "--model=mlp", "--train_steps=50", "--batch_size=100", "--seed=3",
+                                   "--data_dir=" + MnistDir(), "--checkpoint_dir=" + single_dir,
+                                   "--metrics_json=" + single_dir + "/m.json"}),
+                           300);
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  EXPECT_LT(MaxRelativeDifference(ReadFinalVariables(sync_dir), ReadFinalVariables(single_dir)), 1e-4);
+  nlohmann::json a = ReadJson(sync_dir + "/m.json"), b = ReadJson(single_dir + "/m.json");
+  EXPECT_EQ(a["mode"], "sync");
+  EXPECT_EQ(a["global_step"], 50);
+  EXPECT_NEAR(a["validation_cross_entropy"].get<double>(), b["validation_cross_entropy"].get<double>(),
+              1e-4 * b["validation_cross_entropy"].get<double>());
+}
+
+TEST(ClusterTest, CnnOnTwoPsWithFixedPartitioner) {
+  const std::string dir = TempDir("cnn_2ps");
+  auto r = RunProcess(Psflow({"local", "--ps=2", "--workers=2", "--model=cnn", "--partitioner=fixed:2",
+                              "--placement=greedy", "--train_steps=6", "--batch_size=16",
+                              "--data_dir=" + MnistDir(), "--metrics_json=" + dir + "/m.json"}),
+                      300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("fc1/weights/part_1"), std::string::npos) << r.output;
+  nlohmann::json m = ReadJson(dir + "/m.json");
+  ASSERT_EQ(m["ps_traffic"].size(), 2u);
+  const int64_t p0 = m["ps_traffic"][0]["num_params"], p1 = m["ps_traffic"][1]["num_params"];
+  EXPECT_EQ(p0 + p1, 3274634);
+  EXPECT_LE(double(std::max(p0, p1)) / ((p0 + p1) / 2.0), 1.02);
+}
+
+TEST(ClusterTest, TasksStartedByHandWithTfConfig) {
+  const std::vector<int> ports = FreePorts(3);
+  const std::string chief = absl::StrCat("127.0.0.1:", ports[0]), worker = absl::StrCat("127.0.0.1:", ports[1]),
+                    ps = absl::StrCat("127.0.0.1:", ports[2]);
+  auto tf_config = [&](const std::string& type, int index) {
+    return absl::StrCat(R"(TF_CONFIG={"cluster": {"chief": [")", chief, R"("], "worker": [")", worker,
+                        R"("], "ps": [")", ps, R"("]}, "task": {"type": ")", type, R"(", "index": )", index, "}}");
+  };
+  const std::vector<std::string> flags = {"train", "--model=softmax", "--train_steps=200", "--data_dir=" + MnistDir()};
+  Process ps_task(Psflow(flags), {tf_config("ps", 0)});
+  Process worker_task(Psflow(flags), {tf_config("worker", 0)});
+  Process chief_task(Psflow(flags), {tf_config("chief", 0)});
+  ProcessResult c = chief_task.Wait(300), w = worker_task.Wait(60), p = ps_task.Wait(60);
+  EXPECT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_EQ(w.exit_code, 0) << w.output;
+  EXPECT_EQ(p.exit_code, 0) << p.output;
+  EXPECT_NE(c.output.find("test_accuracy"), std::string::npos) << c.output;
+}
+
+TEST(ClusterTest, MismatchedClusterIsRefusedByName) {
+  const std::vector<int> ports = FreePorts(3);
+  const std::string ps = absl::StrCat("127.0.0.1:", ports[0]);
+  const std::string w0 = absl::StrCat("127.0.0.1:", ports[1]), w1 = absl::StrCat("127.0.0.1:", ports[2]);
+  Process ps_task(Psflow({"train", "--job_name=ps", "--task_index=0", "--ps_hosts=" + ps, "--worker_hosts=" + w0}));
+  // This worker believes in a cluster of two workers; the ps was started with one.
+  auto r = RunProcess(Psflow({"train", "--job_name=worker", "--task_index=0", "--ps_hosts=" + ps,
+                              "--worker_hosts=" + w0 + "," + w1, "--model=softmax", "--data_dir=" + MnistDir()}),
+                      120);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cluster"), std::string::npos) << r.output;
+}
+
+TEST(ClusterTest, BadClusterFlagsAreOneLineErrors) {
+  for (const auto& [flags, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--job_name=worker", "--task_index=5", "--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2"}, "task_index"},
+           {{"--job_name=worker", "--ps_hosts=127.0.0.1", "--worker_hosts=127.0.0.1:2"}, "127.0.0.1"},
+           {{"--job_name=ps", "--ps_hosts=127.0.0.1:3,127.0.0.1:3", "--worker_hosts=127.0.0.1:2"}, "duplicate"},
+           {{"--job_name=chef", "--ps_hosts=127.0.0.1:3", "--worker_hosts=127.0.0.1:2"}, "chef"}}) {
+    std::vector<std::string> args = {"train"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto r = RunProcess(Psflow(args), 30);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_LT(r.exit_code, 128) << r.output;
+    EXPECT_EQ(CountLines(r.output), 1) << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace psflow::testing
