@@ -43,7 +43,8 @@ TEST(ModelTest, InitializationFollowsTheSeed) {
   EXPECT_LE(max_abs, 2.0 / 28 + 1e-6);
   EXPECT_NEAR(std::sqrt(sum_sq / hidden.size()), 0.88 / 28, 0.02 / 28);
   for (float b : mlp->parameters()[1]->value.span()) EXPECT_EQ(b, 0.0f);
-  for (float b : Build("cnn")->parameters()[1]->value.span()) EXPECT_FLOAT_EQ(b, 0.1f);
+  auto cnn = Build("cnn");
+  for (float b : cnn->parameters()[1]->value.span()) EXPECT_FLOAT_EQ(b, 0.1f);
   // Same seed, same values; another seed, other values.
   auto again = Build("mlp");
   const Tensor& hidden_again = again->parameters()[0]->value;
