@@ -1,0 +1,218 @@
+// psflow/rpc/transport.h — how ps tasks and workers exchange messages, independent of gRPC.
+//
+// A message is a small protobuf header (proto/psflow.proto) plus tensors that travel as raw
+// little-endian float bytes: an OutgoingMessage borrows (or shares ownership of) the float memory
+// it sends, and an IncomingMessage exposes the received bytes in place so the receiver copies them
+// once, straight into its destination. The ps and the ps client only see these interfaces
+// (ClientChannel, Handler, Server); the gRPC implementation lives in src/rpc and is made by
+// MakeGrpcChannel / StartGrpcServer, so a shared-memory data plane can be added behind the same
+// interfaces later.
+//
+// Ownership: a ClientChannel and a Server are owned by their creator (std::unique_ptr). A Server
+// borrows its Handler, which must outlive it. All classes here are thread-safe except
+// IncomingMessage/OutgoingMessage, which are plain values (concurrent reads are fine).
+#ifndef PSFLOW_RPC_TRANSPORT_H_
+#define PSFLOW_RPC_TRANSPORT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/psflow.pb.h"
+
+namespace psflow::rpc {
+
+// Sets the C allocator so large message buffers are not returned to the kernel on every free
+// (mmap/munmap of 16 MiB per RPC costs more than the copy itself). Call once at process start,
+// before threads exist; idempotent.
+void TuneAllocatorForLargeMessages();
+
+// The RPCs of the ps service (proto/psflow.proto, service Ps).
+enum class Method {
+  kHello,
+  kInitialize,
+  kMarkInitialized,
+  kWaitInitialized,
+  kPull,
+  kPullRows,
+  kPush,
+  kGoodbye,
+  kShutdown,
+  kStats,
+};
+inline constexpr int kNumMethods = 10;
+// "/psflow.wire.Ps/Push"
+const std::string& MethodPath(Method method);
+// "Push"
+const std::string& MethodName(Method method);
+
+struct SecurityOptions {
+  std::string secret;  // shared cluster secret; empty = no token required
+  std::string tls_cert, tls_key, tls_ca;  // PEM file paths; TLS when cert and key (server) or ca (client) are set
+  bool insecure = false;  // allow listening on a non-loopback address without a secret
+};
+
+// One tensor to send. `data` must stay valid and unchanged until the call's completion callback
+// runs (clients) or until `owner` is released (servers' responses); `owner` (may be null when the
+// caller guarantees the lifetime itself) is kept alive for as long as the transport needs the bytes.
+struct OutgoingTensor {
+  wire::TensorMeta meta;  // name, shape, sparse rows
+  const float* data = nullptr;
+  int64_t num_floats = 0;
+  std::shared_ptr<const void> owner;
+};
+
+struct OutgoingMessage {
+  std::string header;  // the serialized request or response proto of the method
+  std::vector<OutgoingTensor> tensors;
+
+  // Convenience: serializes `header` into a message without tensors.
+  static OutgoingMessage Of(const google::protobuf::MessageLite& header);
+};
+
+// A received message: the header and the tensors' bytes in place (e.g. in gRPC slices, which this
+// object keeps referenced). Tensors are validated on construction: sizes match shapes and rows, and
+// the payload has exactly the announced number of bytes.
+class IncomingMessage {
+ public:
+  // One piece of the payload: bytes that are contiguous in memory.
+  struct Segment {
+    const char* data;
+    size_t size;
+  };
+
+  IncomingMessage() = default;
+  // Validates and indexes a message whose header and payload are given as parsed parts (used by the
+  // transports' decoders). `keepalive` owns the memory `payload` points into.
+  static absl::StatusOr<IncomingMessage> Make(std::string header, wire::TensorList tensors,
+                                              std::vector<Segment> payload,
+                                              std::shared_ptr<const void> keepalive,
+                                              int64_t wire_bytes);
+
+  const std::string& header() const { return header_; }
+  // Parses the header into `message`; InvalidArgument naming the type when it does not parse.
+  absl::Status ParseHeader(google::protobuf::MessageLite* message) const;
+
+  int num_tensors() const { return tensors_.tensors_size(); }
+  const wire::TensorMeta& meta(int i) const { return tensors_.tensors(i); }
+  int64_t num_floats(int i) const { return num_floats_[i]; }
+  // Bytes of the whole message on the wire (headers and payload).
+  int64_t wire_bytes() const { return wire_bytes_; }
+
+  // Copies tensor i's floats to dst[0, num_floats(i)).
+  void CopyTo(int i, float* dst) const;
+  // Copies tensor i in consecutive blocks of `block` floats; block k goes to dst + k * stride
+  // (assembles a shard split along an inner axis into the full tensor). block must divide
+  // num_floats(i).
+  void CopyStrided(int i, float* dst, int64_t block, int64_t stride) const;
+  // dst[j] += tensor i's float j.
+  void AddTo(int i, float* dst) const;
+  // Calls fn(run, first, n) over the tensor's floats [first, first + n) in order, with `run` a
+  // properly aligned pointer valid only during the call (in place when the bytes are aligned and
+  // contiguous, else through a small bounce buffer). Stops early and returns false when fn does.
+  bool ForEachRun(int i, const std::function<bool(const float* run, int64_t first, int64_t n)>& fn) const;
+
+ private:
+  template <typename Fn>
+  void ForEachByteRange(int64_t begin, int64_t size, Fn&& fn) const;
+
+  std::string header_;
+  wire::TensorList tensors_;
+  std::vector<int64_t> num_floats_;
+  std::vector<int64_t> tensor_offsets_;  // byte offset of each tensor in the payload
+  std::vector<Segment> segments_;
+  std::vector<int64_t> segment_starts_;  // payload offset of each segment
+  std::shared_ptr<const void> keepalive_;
+  int64_t wire_bytes_ = 0;
+};
+
+struct CallOptions {
+  double timeout_secs = 30;
+  // Data calls from worker to ps ("push" direction) and from ps to worker ("pull" direction) use
+  // separate connections so the two directions do not queue behind each other.
+  bool pull_direction = false;
+  // Wait for the connection to come up instead of failing at once (used while connecting).
+  bool wait_for_ready = false;
+};
+
+// A worker's connection to one ps task.
+class ClientChannel {
+ public:
+  virtual ~ClientChannel() = default;
+  // Starts a call; `done` runs exactly once, on a transport thread, after the response arrived (or
+  // the call failed) AND the transport released the request's tensor memory. Errors name the peer
+  // ("ps task 1 (127.0.0.1:2223): ..."), keep the transport's code and add the method.
+  virtual void Call(Method method, OutgoingMessage request, const CallOptions& options,
+                    std::function<void(absl::StatusOr<IncomingMessage>)> done) = 0;
+  // Blocking convenience over Call.
+  absl::StatusOr<IncomingMessage> CallBlocking(Method method, OutgoingMessage request,
+                                               const CallOptions& options);
+  virtual const std::string& peer_name() const = 0;
+};
+
+// Answers one call exactly once. Movable, not copyable; safe to keep past the call's cancellation
+// (responding then does nothing). Destroying it without responding answers Internal.
+class Responder {
+ public:
+  class Impl {
+   public:
+    virtual ~Impl() = default;
+    virtual void Respond(absl::StatusOr<OutgoingMessage> response) = 0;
+  };
+  Responder() = default;
+  explicit Responder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  Responder(Responder&&) = default;
+  Responder& operator=(Responder&&);
+  ~Responder();
+
+  void Respond(absl::StatusOr<OutgoingMessage> response);
+  bool responded() const { return impl_ == nullptr; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The server side's application: the ps. Handle may respond inline or keep the Responder and
+// respond later from any thread (long polls, sync quorums); it must not block for long.
+class Handler {
+ public:
+  virtual ~Handler() = default;
+  virtual void Handle(Method method, IncomingMessage request, Responder responder) = 0;
+};
+
+struct ServerCounters {
+  int64_t bytes_in = 0;   // request bytes received (headers and payload)
+  int64_t bytes_out = 0;  // response bytes sent
+  int64_t calls_unauthenticated = 0;
+};
+
+class Server {
+ public:
+  virtual ~Server() = default;  // shuts down (cancelling pending calls after a short grace)
+  virtual int port() const = 0;
+  virtual ServerCounters counters() const = 0;
+  // Stops accepting calls and cancels those still pending after `grace_secs`. Idempotent.
+  virtual void Shutdown(double grace_secs) = 0;
+};
+
+// gRPC client channel to `address` ("host:port"); `peer_name` prefixes error messages, e.g.
+// "ps task 1 (127.0.0.1:2223)". Errors reading TLS files are returned here.
+absl::StatusOr<std::unique_ptr<ClientChannel>> MakeGrpcChannel(const std::string& address,
+                                                               const std::string& peer_name,
+                                                               const SecurityOptions& security);
+
+// gRPC server listening on `address` (port 0 = any free port) answering with `handler`
+// (borrowed). Error naming the address when it cannot listen.
+absl::StatusOr<std::unique_ptr<Server>> StartGrpcServer(const std::string& address,
+                                                        const SecurityOptions& security,
+                                                        Handler* handler);
+
+}  // namespace psflow::rpc
+
+#endif  // PSFLOW_RPC_TRANSPORT_H_

@@ -1,0 +1,138 @@
+// gRPC tuning, credentials, status conversion and allocator tuning.
+#include "rpc/grpc_options.h"
+
+#include <malloc.h>
+
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace psflow::rpc {
+namespace {
+
+constexpr int kWindowBytes = 64 << 20;
+constexpr int kMaxFrameBytes = (16 << 20) - 1;  // HTTP/2's largest frame size
+constexpr int kReadChunkBytes = 4 << 20;
+
+template <typename Setter>
+void ApplyTuning(Setter&& set) {
+  set(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, -1);
+  set(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, -1);
+  // BDP probing starts with a small window and grows it slowly; a fixed large window lets a
+  // 16 MiB tensor flow without waiting for window updates.
+  set(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  set(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindowBytes);
+  set(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxFrameBytes);
+  set(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, kWindowBytes);
+  set(GRPC_ARG_TCP_READ_CHUNK_SIZE, kReadChunkBytes);
+  set(GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 256 << 10);
+  set(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, kReadChunkBytes);
+}
+
+absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read the TLS ", what, " file '", path, "': check the --tls_", what,
+                     " path"));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+void TuneAllocatorForLargeMessages() {
+  // glibc otherwise serves 16 MiB buffers with mmap and returns them with munmap on every free;
+  // page faults on each fresh mapping then cost more than the transfer. 32 MiB is glibc's largest
+  // allowed mmap threshold on 64-bit.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 64 << 20);
+}
+
+grpc::ChannelArguments TunedChannelArguments(const std::string& connection_tag) {
+  grpc::ChannelArguments args;
+  ApplyTuning([&args](const char* key, int value) { args.SetInt(key, value); });
+  // Distinct arguments and a local subchannel pool give each tagged channel its own connection.
+  args.SetString("psflow.connection", connection_tag);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return args;
+}
+
+void TuneServerBuilder(grpc::ServerBuilder* builder) {
+  builder->SetMaxReceiveMessageSize(std::numeric_limits<int>::max());
+  builder->SetMaxSendMessageSize(std::numeric_limits<int>::max());
+  ApplyTuning([builder](const char* key, int value) { builder->AddChannelArgument(key, value); });
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const SecurityOptions& security) {
+  if (security.tls_ca.empty() && security.tls_cert.empty()) {
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions options;
+  if (!security.tls_ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadPemFile(security.tls_ca, "ca");
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *std::move(ca);
+  }
+  if (!security.tls_cert.empty() && !security.tls_key.empty()) {
+    // Clients present the cluster's certificate too, for servers that verify clients.
+    absl::StatusOr<std::string> cert = ReadPemFile(security.tls_cert, "cert");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPemFile(security.tls_key, "key");
+    if (!key.ok()) return key.status();
+    options.pem_cert_chain = *std::move(cert);
+    options.pem_private_key = *std::move(key);
+  }
+  return grpc::SslCredentials(options);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const SecurityOptions& security) {
+  if (security.tls_cert.empty() && security.tls_key.empty()) {
+    return grpc::InsecureServerCredentials();
+  }
+  if (security.tls_cert.empty() || security.tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "TLS needs both --tls_cert and --tls_key on a ps task (only one was given)");
+  }
+  absl::StatusOr<std::string> cert = ReadPemFile(security.tls_cert, "cert");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPemFile(security.tls_key, "key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  if (!security.tls_ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadPemFile(security.tls_ca, "ca");
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *std::move(ca);
+    // With a CA, clients must prove they belong to the cluster (mutual TLS).
+    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  options.pem_key_cert_pairs.push_back({*std::move(key), *std::move(cert)});
+  return grpc::SslServerCredentials(options);
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+bool SecretsEqual(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  }
+  return diff == 0;
+}
+
+}  // namespace psflow::rpc

@@ -1,0 +1,45 @@
+// rpc/grpc_options.h — gRPC tuning, credentials and status conversion shared by the gRPC channel
+// and server (the only place psflow touches grpc::Status).
+#ifndef PSFLOW_RPC_GRPC_OPTIONS_H_
+#define PSFLOW_RPC_GRPC_OPTIONS_H_
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+#include <grpcpp/support/channel_arguments.h>
+#include <grpcpp/support/status.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "psflow/rpc/transport.h"
+
+namespace psflow::rpc {
+
+// Metadata key carrying the cluster secret on every call.
+inline constexpr char kTokenMetadataKey[] = "psflow-token";
+
+// Channel arguments for large tensors: unlimited message sizes, a 64 MiB HTTP/2 window without
+// BDP probing, large frames and reads. `connection_tag` makes channels with different tags use
+// separate TCP connections.
+grpc::ChannelArguments TunedChannelArguments(const std::string& connection_tag);
+// The same tuning for a server.
+void TuneServerBuilder(grpc::ServerBuilder* builder);
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const SecurityOptions& security);
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const SecurityOptions& security);
+
+// grpc::Status <-> absl::Status (the canonical codes are the same numbers).
+absl::Status FromGrpcStatus(const grpc::Status& status);
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// Compares secrets in time independent of where they differ.
+bool SecretsEqual(std::string_view a, std::string_view b);
+
+}  // namespace psflow::rpc
+
+#endif  // PSFLOW_RPC_GRPC_OPTIONS_H_

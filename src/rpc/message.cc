@@ -1,0 +1,265 @@
+// IncomingMessage / OutgoingMessage / Responder: the transport-independent message types.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "psflow/core/check.h"
+#include "psflow/rpc/transport.h"
+
+namespace psflow::rpc {
+namespace {
+
+// Refuse absurd dimensions before multiplying (2^40 floats = 4 TiB: no real tensor is larger).
+constexpr int64_t kMaxDim = int64_t{1} << 40;
+
+std::string MetaLabel(const wire::TensorMeta& meta, int i) {
+  return absl::StrCat("tensor ", i, " ('", meta.name(), "')");
+}
+
+}  // namespace
+
+OutgoingMessage OutgoingMessage::Of(const google::protobuf::MessageLite& header) {
+  OutgoingMessage message;
+  message.header = header.SerializeAsString();
+  return message;
+}
+
+absl::StatusOr<IncomingMessage> IncomingMessage::Make(std::string header, wire::TensorList tensors,
+                                                      std::vector<Segment> payload,
+                                                      std::shared_ptr<const void> keepalive,
+                                                      int64_t wire_bytes) {
+  IncomingMessage m;
+  m.header_ = std::move(header);
+  m.tensors_ = std::move(tensors);
+  m.keepalive_ = std::move(keepalive);
+  m.wire_bytes_ = wire_bytes;
+  int64_t payload_bytes = 0;
+  for (const Segment& s : payload) {
+    if (s.size == 0) continue;
+    m.segment_starts_.push_back(payload_bytes);
+    m.segments_.push_back(s);
+    payload_bytes += static_cast<int64_t>(s.size);
+  }
+  const int64_t payload_floats = payload_bytes / 4;
+  int64_t offset_floats = 0;
+  for (int i = 0; i < m.tensors_.tensors_size(); ++i) {
+    const wire::TensorMeta& meta = m.tensors_.tensors(i);
+    int64_t n = 1;
+    for (int64_t d : meta.shape()) {
+      if (d < 0 || d > kMaxDim) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "malformed message: ", MetaLabel(meta, i), " has dimension ", d, " (must be 0..2^40)"));
+      }
+      if (__builtin_mul_overflow(n, d, &n) || n > kMaxDim) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("malformed message: ", MetaLabel(meta, i), " has too many elements"));
+      }
+    }
+    if (meta.sparse()) {
+      if (meta.shape_size() < 1 || meta.shape(0) != meta.rows_size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "malformed message: sparse ", MetaLabel(meta, i), " lists ", meta.rows_size(),
+            " rows but its shape's first dimension is ",
+            meta.shape_size() < 1 ? std::string("missing") : absl::StrCat(meta.shape(0))));
+      }
+      for (int64_t r : meta.rows()) {
+        if (r < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "malformed message: sparse ", MetaLabel(meta, i), " has negative row ", r));
+        }
+      }
+    } else if (meta.rows_size() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("malformed message: dense ", MetaLabel(meta, i), " lists rows"));
+    }
+    if (n > payload_floats - offset_floats) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "malformed message: ", MetaLabel(meta, i), " needs ", n, " floats but only ",
+          payload_floats - offset_floats, " remain in the ", payload_bytes, "-byte payload"));
+    }
+    m.num_floats_.push_back(n);
+    m.tensor_offsets_.push_back(offset_floats * 4);
+    offset_floats += n;
+  }
+  if (offset_floats * 4 != payload_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed message: payload has ", payload_bytes,
+                     " bytes but the tensor headers describe ", offset_floats * 4));
+  }
+  return m;
+}
+
+absl::Status IncomingMessage::ParseHeader(google::protobuf::MessageLite* message) const {
+  if (!message->ParseFromString(header_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed message: header does not parse as ", message->GetTypeName()));
+  }
+  return absl::OkStatus();
+}
+
+template <typename Fn>
+void IncomingMessage::ForEachByteRange(int64_t begin, int64_t size, Fn&& fn) const {
+  if (size <= 0) return;
+  // Segment holding byte `begin`: the last one starting at or before it.
+  size_t s = static_cast<size_t>(
+      std::upper_bound(segment_starts_.begin(), segment_starts_.end(), begin) -
+      segment_starts_.begin() - 1);
+  int64_t pos = begin;
+  const int64_t end = begin + size;
+  while (pos < end) {
+    CHECK_LT(s, segments_.size());
+    const int64_t in_segment = pos - segment_starts_[s];
+    const int64_t take =
+        std::min<int64_t>(end - pos, static_cast<int64_t>(segments_[s].size) - in_segment);
+    if (!fn(segments_[s].data + in_segment, static_cast<size_t>(take), pos - begin)) return;
+    pos += take;
+    ++s;
+  }
+}
+
+void IncomingMessage::CopyTo(int i, float* dst) const {
+  char* out = reinterpret_cast<char*>(dst);
+  ForEachByteRange(tensor_offsets_[i], num_floats_[i] * 4,
+                   [out](const char* p, size_t n, int64_t at) {
+                     std::memcpy(out + at, p, n);
+                     return true;
+                   });
+}
+
+void IncomingMessage::CopyStrided(int i, float* dst, int64_t block, int64_t stride) const {
+  if (num_floats_[i] == 0) return;
+  CHECK_GT(block, 0);
+  CHECK_EQ(num_floats_[i] % block, 0);
+  if (block == stride) return CopyTo(i, dst);
+  const int64_t blocks = num_floats_[i] / block;
+  for (int64_t k = 0; k < blocks; ++k) {
+    char* out = reinterpret_cast<char*>(dst + k * stride);
+    ForEachByteRange(tensor_offsets_[i] + k * block * 4, block * 4,
+                     [out](const char* p, size_t n, int64_t at) {
+                       std::memcpy(out + at, p, n);
+                       return true;
+                     });
+  }
+}
+
+bool IncomingMessage::ForEachRun(
+    int i, const std::function<bool(const float* run, int64_t first, int64_t n)>& fn) const {
+  // Received bytes may sit anywhere in a slice (TCP reads split the stream at arbitrary points), and
+  // kernels may assume float alignment, so misaligned bytes go through this bounce buffer.
+  constexpr size_t kBounceFloats = 4096;
+  alignas(64) float bounce[kBounceFloats];
+  char* bounce_bytes = reinterpret_cast<char*>(bounce);
+  size_t held = 0;  // bytes in the bounce buffer
+  int64_t next = 0;  // index of the next float to hand out
+  bool go_on = true;
+  auto flush = [&] {
+    if (held >= 4 && go_on) {
+      go_on = fn(bounce, next, static_cast<int64_t>(held / 4));
+      next += static_cast<int64_t>(held / 4);
+    }
+    held = 0;
+  };
+  ForEachByteRange(tensor_offsets_[i], num_floats_[i] * 4, [&](const char* p, size_t len, int64_t at) {
+    // Complete a float split across the previous piece and this one.
+    const size_t skip = std::min(len, static_cast<size_t>((4 - at % 4) % 4));
+    std::memcpy(bounce_bytes + held, p, skip);
+    held += skip;
+    p += skip;
+    len -= skip;
+    if (len == 0) return go_on;
+    if (reinterpret_cast<uintptr_t>(p) % alignof(float) == 0) {
+      flush();
+      const size_t n = len / 4;
+      if (n > 0 && go_on) {
+        go_on = fn(reinterpret_cast<const float*>(p), next, static_cast<int64_t>(n));
+        next += static_cast<int64_t>(n);
+      }
+      std::memcpy(bounce_bytes, p + n * 4, len - n * 4);
+      held = len - n * 4;
+      return go_on;
+    }
+    while (len > 0 && go_on) {
+      const size_t take = std::min(len, sizeof(bounce) - held);
+      std::memcpy(bounce_bytes + held, p, take);
+      held += take;
+      p += take;
+      len -= take;
+      if (held == sizeof(bounce)) flush();
+    }
+    return go_on;
+  });
+  flush();
+  return go_on;
+}
+
+void IncomingMessage::AddTo(int i, float* dst) const {
+  ForEachRun(i, [dst](const float* run, int64_t first, int64_t n) {
+    float* out = dst + first;
+    for (int64_t j = 0; j < n; ++j) out[j] += run[j];
+    return true;
+  });
+}
+
+absl::StatusOr<IncomingMessage> ClientChannel::CallBlocking(Method method, OutgoingMessage request,
+                                                            const CallOptions& options) {
+  struct Waiter {
+    absl::Mutex mu;
+    bool done = false;
+    absl::StatusOr<IncomingMessage> result;
+  };
+  auto waiter = std::make_shared<Waiter>();
+  Call(method, std::move(request), options, [waiter](absl::StatusOr<IncomingMessage> result) {
+    absl::MutexLock lock(&waiter->mu);
+    waiter->result = std::move(result);
+    waiter->done = true;
+  });
+  absl::MutexLock lock(&waiter->mu);
+  waiter->mu.Await(absl::Condition(&waiter->done));
+  return std::move(waiter->result);
+}
+
+Responder& Responder::operator=(Responder&& other) {
+  if (this != &other) {
+    if (impl_) impl_->Respond(absl::InternalError("call dropped without an answer"));
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+Responder::~Responder() {
+  if (impl_) impl_->Respond(absl::InternalError("call dropped without an answer"));
+}
+
+void Responder::Respond(absl::StatusOr<OutgoingMessage> response) {
+  CHECK(impl_ != nullptr) << "Respond called twice";
+  std::unique_ptr<Impl> impl = std::move(impl_);
+  impl->Respond(std::move(response));
+}
+
+namespace {
+struct MethodInfo {
+  std::string name;
+  std::string path;
+};
+const MethodInfo* Methods() {
+  static const MethodInfo* methods = [] {
+    static constexpr const char* kNames[kNumMethods] = {
+        "Hello", "Initialize", "MarkInitialized", "WaitInitialized", "Pull",
+        "PullRows", "Push", "Goodbye", "Shutdown", "Stats"};
+    auto* m = new MethodInfo[kNumMethods];
+    for (int i = 0; i < kNumMethods; ++i) {
+      m[i].name = kNames[i];
+      m[i].path = absl::StrCat("/psflow.wire.Ps/", kNames[i]);
+    }
+    return m;
+  }();
+  return methods;
+}
+}  // namespace
+
+const std::string& MethodPath(Method method) { return Methods()[static_cast<int>(method)].path; }
+const std::string& MethodName(Method method) { return Methods()[static_cast<int>(method)].name; }
+
+}  // namespace psflow::rpc

@@ -1,0 +1,41 @@
+// rpc/tensor_coding.h — psflow messages to and from gRPC byte buffers without copying tensors
+// through protobuf (the approach of TensorFlow's grpc_tensor_coding).
+//
+// Layout of one message (all integers little-endian):
+//   [u32 H][H bytes: the method's header proto][u32 L][L bytes: wire::TensorList]
+//   [zero padding to a multiple of 8 bytes][tensor 0 floats][tensor 1 floats]...
+// Encoding puts the headers (and tensors smaller than kInlineTensorBytes, whose copy is cheaper
+// than a slice of their own) in one owned slice and wraps every larger tensor's memory in a slice
+// whose destroy callback releases the tensor's owner: no copy on send. Decoding parses the headers
+// and keeps the received slices referenced, so the receiver copies each tensor once into its
+// destination (IncomingMessage::CopyTo / AddTo / ForEachRun). Malformed input is an error, never a
+// crash. Free functions, thread-safe.
+#ifndef PSFLOW_RPC_TENSOR_CODING_H_
+#define PSFLOW_RPC_TENSOR_CODING_H_
+
+#include <cstddef>
+#include <memory>
+
+#include <grpcpp/support/byte_buffer.h>
+
+#include "absl/status/statusor.h"
+#include "psflow/rpc/transport.h"
+
+namespace psflow::rpc {
+
+inline constexpr size_t kInlineTensorBytes = 4096;
+
+// Encodes `message`. Every zero-copy slice keeps its tensor's owner and `release_guard` (may be
+// null) alive, so the last slice released destroys the guard: callers use it to learn when the
+// transport no longer reads their memory.
+grpc::ByteBuffer EncodeMessage(OutgoingMessage message,
+                               const std::shared_ptr<const void>& release_guard = nullptr);
+
+// Decodes a received buffer (referencing, not copying, its slices). InvalidArgument describing
+// the defect for truncated buffers, headers that do not parse, negative or overflowing dims, and
+// payloads whose size disagrees with the tensor headers.
+absl::StatusOr<IncomingMessage> DecodeMessage(const grpc::ByteBuffer& buffer);
+
+}  // namespace psflow::rpc
+
+#endif  // PSFLOW_RPC_TENSOR_CODING_H_
