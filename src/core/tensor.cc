@@ -32,6 +32,13 @@ Tensor::Tensor(Shape shape, std::vector<float> values)
       << "Tensor: " << values.size() << " values for shape " << ShapeToString(shape_);
 }
 
+Tensor Tensor::Uninitialized(Shape shape) {
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.data_.resize(NumElements(t.shape_));
+  return t;
+}
+
 Tensor Tensor::Reshaped(Shape shape) const {
   Tensor t = *this;
   t.Reshape(std::move(shape));

@@ -9,6 +9,10 @@
 // Gradients of a Node are dense (`grad`, same shape as `value`), except that ops which touch only
 // some rows of a parameter (EmbeddingLookup) may instead accumulate a row-sparse gradient
 // (`sparse_grad`) on it. A graph is not thread-safe; separate replicas build separate graphs.
+//
+// Backward keeps the gradients of leaves (parameters, constants that require grad) only: an op
+// node's gradient is consumed by its backward closure (often moved into an input) and cleared, so
+// that a step's temporaries are freed as early as possible.
 #ifndef PSFLOW_CORE_AUTODIFF_H_
 #define PSFLOW_CORE_AUTODIFF_H_
 
@@ -44,8 +48,15 @@ struct Node {
   // Propagates this->grad into inputs' grads (accumulating). Null for leaves.
   std::function<void(Node& self)> backward;
 
+  // Releases the graph above this node iteratively, so a deep graph does not recurse.
+  ~Node();
+
   // Adds `g` into `grad`, allocating zeros first if needed.
   void AccumulateGrad(const Tensor& g);
+  // Same, taking the buffer over when `grad` is still empty (no copy).
+  void AccumulateGrad(Tensor&& g);
+  // Adds a row-sparse gradient into `sparse_grad` (merging rows that are already there).
+  void AccumulateSparseGrad(RowSparse g);
   // Returns `grad`, zero-filled to value's shape if it was empty (for in-place accumulation).
   Tensor& MutableGrad();
 };

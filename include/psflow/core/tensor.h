@@ -41,6 +41,29 @@ struct AlignedAllocator {
 
 using FloatBuffer = std::vector<float, AlignedAllocator<float>>;
 
+// AlignedAllocator whose value-initialising construct() leaves floats uninitialised, so that
+// Tensor::Uninitialized can skip the memset of buffers a kernel overwrites anyway. Explicit
+// fills (Tensor(shape), Tensor(shape, fill)) still initialise.
+template <typename T>
+struct UninitAlignedAllocator : AlignedAllocator<T> {
+  using value_type = T;
+  template <typename U>
+  struct rebind {
+    using other = UninitAlignedAllocator<U>;
+  };
+  UninitAlignedAllocator() = default;
+  template <typename U>
+  UninitAlignedAllocator(const UninitAlignedAllocator<U>&) {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(static_cast<Args&&>(args)...);
+  }
+};
+
 class Tensor {
  public:
   Tensor() = default;  // an empty tensor: shape {0}, no data
@@ -51,6 +74,8 @@ class Tensor {
   Tensor(Shape shape, std::vector<float> values);
 
   static Tensor Scalar(float v) { return Tensor(Shape{}, v); }
+  // A tensor whose contents are unspecified: for kernels that overwrite every element.
+  static Tensor Uninitialized(Shape shape);
 
   const Shape& shape() const { return shape_; }
   int rank() const { return static_cast<int>(shape_.size()); }
@@ -82,7 +107,7 @@ class Tensor {
 
  private:
   Shape shape_{0};
-  FloatBuffer data_;
+  std::vector<float, UninitAlignedAllocator<float>> data_;
 };
 
 }  // namespace psflow
