@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "psflow/core/check.h"
+#include "core/threading_internal.h"
 
 namespace psflow {
 
@@ -123,6 +124,7 @@ Var MakeOpNode(std::string op_name, Tensor value, std::vector<Var> inputs,
 }
 
 void Backward(const Var& loss) {
+  psflow::internal::PrepareThreadForKernels();
   CHECK(loss != nullptr);
   CHECK_EQ(loss->value.size(), 1) << "Backward needs a scalar loss, got " << ShapeToString(loss->value.shape());
   if (!loss->requires_grad) return;

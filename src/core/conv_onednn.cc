@@ -14,7 +14,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "core/ops_internal.h"
-#include "core/threading_internal.h"
 #include "psflow/core/tensor.h"
 
 namespace psflow::ops::internal {
@@ -169,7 +168,6 @@ memory Reordered(const Reorder& r, const float* data, FloatBuffer& buffer) {
 bool OneDnnConvForward(const ConvGeometry& g, const float* x, const float* filter, float* out) {
   const ConvPrimitives* p = Cache().Get(g);
   if (p == nullptr) return false;
-  psflow::internal::ApplyIntraOpThreadsToOpenMp();
   try {
     FloatBuffer weights_buffer;
     memory weights = Reordered(p->weights_to_fwd, filter, weights_buffer);
@@ -187,7 +185,6 @@ bool OneDnnConvForward(const ConvGeometry& g, const float* x, const float* filte
 bool OneDnnConvBackwardData(const ConvGeometry& g, const float* d_out, const float* filter, float* d_x) {
   const ConvPrimitives* p = Cache().Get(g);
   if (p == nullptr) return false;
-  psflow::internal::ApplyIntraOpThreadsToOpenMp();
   try {
     FloatBuffer weights_buffer;
     memory weights = Reordered(p->weights_to_bwd_data, filter, weights_buffer);
@@ -206,7 +203,6 @@ bool OneDnnConvBackwardData(const ConvGeometry& g, const float* d_out, const flo
 bool OneDnnConvBackwardFilter(const ConvGeometry& g, const float* x, const float* d_out, float* d_filter) {
   const ConvPrimitives* p = Cache().Get(g);
   if (p == nullptr) return false;
-  psflow::internal::ApplyIntraOpThreadsToOpenMp();
   try {
     const Reorder& to_user = p->filter_grad_to_user;
     FloatBuffer blocked;

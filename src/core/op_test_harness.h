@@ -57,6 +57,9 @@ struct OpCase {
   int64_t max_gradient_checks = 0;
 };
 
+// gtest prints a failing parameter with this rather than as raw bytes.
+inline void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }
+
 namespace harness_internal {
 
 inline Tensor ToFloat(const DTensor& d) {

@@ -6,6 +6,7 @@
 #include "core/ops_internal.h"
 #include "psflow/core/check.h"
 #include "psflow/core/ops.h"
+#include "core/threading_internal.h"
 
 namespace psflow::ops {
 namespace internal {
@@ -100,6 +101,7 @@ void AccumulateConvGrad(ConvKernel kernel, const ConvGeometry& g, const float* a
 }  // namespace
 
 Var Conv2D(const Var& x, const Var& filter, int stride_h, int stride_w, Padding padding) {
+  psflow::internal::PrepareThreadForKernels();
   const ConvGeometry g = internal::MakeConvGeometry(x->value.shape(), filter->value.shape(), stride_h, stride_w, padding);
   Tensor out = Tensor::Uninitialized({g.batch, g.out_h, g.out_w, g.out_c});
   RunConv(ConvKernel::kForward, g, x->value.data(), filter->value.data(), out.data());

@@ -11,6 +11,7 @@
 #include "psflow/core/check.h"
 #include "psflow/core/ops.h"
 #include "psflow/core/threading.h"
+#include "core/threading_internal.h"
 
 namespace psflow::ops {
 namespace internal {
@@ -35,6 +36,7 @@ using internal::GradTarget;
 using internal::kMinElementsPerBlock;
 
 Var MatMul(const Var& a, const Var& b, bool transpose_a, bool transpose_b) {
+  psflow::internal::PrepareThreadForKernels();
   const Tensor& av = a->value;
   const Tensor& bv = b->value;
   CHECK(av.rank() == 2 && bv.rank() == 2)
@@ -71,6 +73,7 @@ Var MatMul(const Var& a, const Var& b, bool transpose_a, bool transpose_b) {
 }
 
 Var BiasAdd(const Var& x, const Var& bias) {
+  psflow::internal::PrepareThreadForKernels();
   const Tensor& xv = x->value;
   const Tensor& bv = bias->value;
   CHECK(bv.rank() == 1 && xv.rank() >= 1 && xv.dim(xv.rank() - 1) == bv.dim(0))
@@ -118,6 +121,7 @@ Var BiasAdd(const Var& x, const Var& bias) {
 }
 
 Var Relu(const Var& x) {
+  psflow::internal::PrepareThreadForKernels();
   const Tensor& xv = x->value;
   Tensor out = Tensor::Uninitialized(xv.shape());
   const float* xp = xv.data();
@@ -137,6 +141,7 @@ Var Relu(const Var& x) {
 }
 
 Var SoftmaxCrossEntropy(const Var& logits, std::span<const int32_t> labels) {
+  psflow::internal::PrepareThreadForKernels();
   const Tensor& lv = logits->value;
   CHECK(lv.rank() == 2) << "SoftmaxCrossEntropy logits must be [batch, classes], got " << ShapeToString(lv.shape());
   const int64_t batch = lv.dim(0);

@@ -8,10 +8,12 @@
 #include "psflow/core/check.h"
 #include "psflow/core/ops.h"
 #include "psflow/core/threading.h"
+#include "core/threading_internal.h"
 
 namespace psflow::ops {
 
 Var MaxPool(const Var& x, int kh, int kw, int stride_h, int stride_w, Padding padding) {
+  psflow::internal::PrepareThreadForKernels();
   const Tensor& xv = x->value;
   CHECK(xv.rank() == 4) << "MaxPool needs x [n,h,w,c], got " << ShapeToString(xv.shape());
   const int64_t batch = xv.dim(0), in_h = xv.dim(1), in_w = xv.dim(2), channels = xv.dim(3);
@@ -74,6 +76,7 @@ Var MaxPool(const Var& x, int kh, int kw, int stride_h, int stride_w, Padding pa
 }
 
 Var Dropout(const Var& x, float rate, bool training, Rng& rng) {
+  psflow::internal::PrepareThreadForKernels();
   CHECK(rate >= 0.0f && rate < 1.0f) << "Dropout rate " << rate << " outside [0, 1)";
   if (!training || rate == 0.0f) {
     return MakeOpNode("Dropout", x->value, {x},

@@ -3,10 +3,70 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
+#include <unordered_map>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "psflow/core/check.h"
 
 namespace psflow {
+namespace internal {
+namespace {
+
+constexpr std::size_t kAlignment = 64;
+// Blocks from this size on are recycled; smaller ones are malloc's business.
+constexpr std::size_t kMinRecycledBytes = 256 * 1024;
+// Upper bound of the bytes kept for reuse; beyond it, freed blocks go back to the system.
+constexpr std::size_t kMaxRecycledBytes = std::size_t{1} << 30;
+
+class BlockCache {
+ public:
+  void* Take(std::size_t bytes) {
+    absl::MutexLock lock(&mu_);
+    auto it = free_.find(bytes);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_bytes_ -= bytes;
+    return p;
+  }
+  // False when the cache is full (the caller frees the block).
+  bool Give(void* p, std::size_t bytes) {
+    absl::MutexLock lock(&mu_);
+    if (cached_bytes_ + bytes > kMaxRecycledBytes) return false;
+    free_[bytes].push_back(p);
+    cached_bytes_ += bytes;
+    return true;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::unordered_map<std::size_t, std::vector<void*>> free_ ABSL_GUARDED_BY(mu_);
+  std::size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+BlockCache& Cache() {
+  static BlockCache* cache = new BlockCache();  // never destroyed: tensors may outlive statics
+  return *cache;
+}
+
+}  // namespace
+
+void* AllocateAlignedBlock(std::size_t bytes) {
+  if (bytes >= kMinRecycledBytes) {
+    if (void* p = Cache().Take(bytes)) return p;
+  }
+  return ::operator new(bytes, std::align_val_t(kAlignment));
+}
+
+void FreeAlignedBlock(void* p, std::size_t bytes) {
+  if (p == nullptr) return;
+  if (bytes >= kMinRecycledBytes && Cache().Give(p, bytes)) return;
+  ::operator delete(p, std::align_val_t(kAlignment));
+}
+
+}  // namespace internal
 
 int64_t NumElements(const Shape& shape) {
   int64_t n = 1;

@@ -2,6 +2,10 @@
 
 #include <cblas.h>
 #include <omp.h>
+#if defined(__SSE3__)
+#include <pmmintrin.h>
+#include <xmmintrin.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -24,7 +28,12 @@ class ThreadPool {
  public:
   explicit ThreadPool(int num_workers) {
     workers_.reserve(num_workers);
-    for (int i = 0; i < num_workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+    for (int i = 0; i < num_workers; ++i) {
+      workers_.emplace_back([this] {
+        FlushDenormalsOnThisThread();
+        WorkerLoop();
+      });
+    }
   }
 
   ~ThreadPool() {
@@ -128,6 +137,17 @@ std::shared_ptr<ThreadPool> GetPool() {
 
 thread_local int t_openmp_threads_applied = 0;
 
+// Sets the thread count of this thread's OpenMP team, and the denormal mode on its workers
+// (libgomp keeps its worker threads, so the mode stays set on them).
+void ApplyToOpenMp(int n) {
+  omp_set_num_threads(n);
+  if (n > 1) {
+#pragma omp parallel num_threads(n)
+    FlushDenormalsOnThisThread();
+  }
+  t_openmp_threads_applied = n;
+}
+
 }  // namespace
 
 void SetIntraOpThreads(int n) {
@@ -143,8 +163,15 @@ void SetIntraOpThreads(int n) {
     g_threads_fast.store(n);
   }
   openblas_set_num_threads(n);
-  omp_set_num_threads(n);
-  t_openmp_threads_applied = n;
+  FlushDenormalsOnThisThread();
+  ApplyToOpenMp(n);
+}
+
+void FlushDenormalsOnThisThread() {
+#if defined(__SSE3__)
+  _MM_SET_FLUSH_ZERO_MODE(_MM_FLUSH_ZERO_ON);
+  _MM_SET_DENORMALS_ZERO_MODE(_MM_DENORMALS_ZERO_ON);
+#endif
 }
 
 int IntraOpThreads() {
@@ -166,11 +193,11 @@ void ParallelFor(int64_t n, int64_t min_block, const std::function<void(int64_t,
 }
 
 namespace internal {
-void ApplyIntraOpThreadsToOpenMp() {
+void PrepareThreadForKernels() {
   const int n = IntraOpThreads();
   if (t_openmp_threads_applied != n) {
-    omp_set_num_threads(n);
-    t_openmp_threads_applied = n;
+    FlushDenormalsOnThisThread();
+    ApplyToOpenMp(n);
   }
 }
 }  // namespace internal

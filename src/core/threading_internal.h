@@ -4,11 +4,13 @@
 
 namespace psflow::internal {
 
-// OpenMP keeps its thread count per calling thread, so a thread that did not call
-// SetIntraOpThreads itself (a replica thread, a gRPC handler) would run oneDNN with OpenMP's
-// default team. Kernels that enter oneDNN call this first; it is a no-op after the first call
-// per thread until the count changes.
-void ApplyIntraOpThreadsToOpenMp();
+// Every op calls this first. It makes the calling thread ready for psflow's kernels:
+//  - flush-to-zero / denormals-are-zero on this thread and on OpenMP's workers;
+//  - OpenMP's thread count: OpenMP keeps it per calling thread, so a thread that did not call
+//    SetIntraOpThreads itself (a replica thread, a gRPC handler) would otherwise run oneDNN with
+//    OpenMP's default team.
+// A thread-local check makes it free after the first call per thread (until the count changes).
+void PrepareThreadForKernels();
 
 }  // namespace psflow::internal
 
