@@ -1,0 +1,45 @@
+// psflow/ckpt/checkpoint.h — training checkpoints in a directory: DIR/model.ckpt-STEP.safetensors,
+// each holding every variable whole under its own name (independent of partitioning), the
+// optimizer slots as "VARIABLE/slot/SLOT", and metadata (global step, model, optimizer, a CRC32
+// of the data section). Saving is atomic (safetensors.h) and keeps the newest `keep` files;
+// restoring takes the newest checkpoint that passes its checksum, naming any it had to skip.
+// Stateless functions; two writers on one directory are not supported (only the chief saves).
+#ifndef PSFLOW_CKPT_CHECKPOINT_H_
+#define PSFLOW_CKPT_CHECKPOINT_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "psflow/ckpt/safetensors.h"
+
+namespace psflow::ckpt {
+
+struct Checkpoint {
+  std::string path;
+  int64_t global_step = 0;
+  TensorFile contents;  // tensors (variables and slots) and metadata
+};
+
+// Name under which slot `slot` of `variable` is stored.
+std::string SlotTensorName(const std::string& variable, const std::string& slot);
+
+// Writes DIR/model.ckpt-STEP.safetensors (creating DIR), then deletes all but the newest `keep`.
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t global_step,
+                                           const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                                           std::map<std::string, std::string> metadata, int keep = 5);
+
+// The newest checkpoint in `dir` that reads back and passes its checksum; nullopt when the
+// directory has none (or does not exist). `skipped` receives one message per file refused.
+absl::StatusOr<std::optional<Checkpoint>> LoadLatestCheckpoint(const std::string& dir,
+                                                               std::vector<std::string>* skipped = nullptr);
+
+// Checkpoint files in `dir`, newest first.
+std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir);
+
+}  // namespace psflow::ckpt
+
+#endif  // PSFLOW_CKPT_CHECKPOINT_H_

@@ -1,0 +1,102 @@
+#include "psflow/ckpt/checkpoint.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+#include <system_error>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace psflow::ckpt {
+namespace {
+
+constexpr char kChecksumKey[] = "psflow.crc32";
+constexpr char kStepKey[] = "global_step";
+
+// zlib's CRC-32 over every tensor's bytes in name order: detects torn or bit-flipped data that the
+// safetensors structure checks alone would accept.
+uint32_t ChecksumOf(const std::map<std::string, const Tensor*>& tensors) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (const auto& [name, t] : tensors) {
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(name.data()), name.size());
+    const auto* p = reinterpret_cast<const Bytef*>(t->data());
+    size_t left = t->bytes();
+    while (left > 0) {  // crc32 takes a uInt length
+      const uInt n = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
+      crc = crc32(crc, p, n);
+      p += n;
+      left -= n;
+    }
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+}  // namespace
+
+std::string SlotTensorName(const std::string& variable, const std::string& slot) {
+  return absl::StrCat(variable, "/slot/", slot);
+}
+
+std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return found;
+  static const std::regex kName(R"(model\.ckpt-(\d+)\.safetensors)");
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    int64_t step;
+    if (std::regex_match(name, m, kName) && absl::SimpleAtoi(m[1].str(), &step)) {
+      found.emplace_back(step, entry.path().string());
+    }
+  }
+  std::sort(found.rbegin(), found.rend());
+  return found;
+}
+
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t global_step,
+                                           const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                                           std::map<std::string, std::string> metadata, int keep) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create checkpoint directory ", dir, ": ", ec.message()));
+  std::map<std::string, const Tensor*> by_name(tensors.begin(), tensors.end());
+  metadata[kChecksumKey] = absl::StrCat(ChecksumOf(by_name));
+  metadata[kStepKey] = absl::StrCat(global_step);
+  const std::string path = absl::StrCat(dir, "/model.ckpt-", global_step, ".safetensors");
+  if (auto s = WriteSafetensors(path, tensors, metadata); !s.ok()) return s;
+  auto all = ListCheckpoints(dir);
+  for (size_t i = std::max(keep, 1); i < all.size(); ++i) std::filesystem::remove(all[i].second, ec);
+  return path;
+}
+
+absl::StatusOr<std::optional<Checkpoint>> LoadLatestCheckpoint(const std::string& dir, std::vector<std::string>* skipped) {
+  for (const auto& [step, path] : ListCheckpoints(dir)) {
+    auto file = ReadSafetensors(path);
+    std::string problem;
+    if (!file.ok()) {
+      problem = std::string(file.status().message());
+    } else {
+      std::map<std::string, const Tensor*> by_name;
+      for (const auto& [name, t] : file->tensors) by_name[name] = &t;
+      auto it = file->metadata.find(kChecksumKey);
+      if (it == file->metadata.end()) {
+        problem = absl::StrCat(path, ": no ", kChecksumKey, " in its metadata");
+      } else if (it->second != absl::StrCat(ChecksumOf(by_name))) {
+        problem = absl::StrCat(path, ": checksum mismatch (stored ", it->second, ", computed ", ChecksumOf(by_name), ")");
+      }
+    }
+    if (!problem.empty()) {
+      if (skipped) skipped->push_back(absl::StrCat("refusing checkpoint ", problem));
+      continue;
+    }
+    Checkpoint ckpt{path, step, std::move(file).value()};
+    return std::optional<Checkpoint>(std::move(ckpt));
+  }
+  return std::optional<Checkpoint>();
+}
+
+}  // namespace psflow::ckpt
