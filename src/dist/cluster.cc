@@ -190,7 +190,7 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ClusterSpec::FromTfConfig(std::
   nlohmann::json root;
   try {  // nlohmann reports the position of a syntax error only through its exception
     root = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e400
     return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG is not valid JSON (", e.what(), ")"));
   }
   if (!root.is_object())
