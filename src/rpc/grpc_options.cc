@@ -1,6 +1,8 @@
 // gRPC tuning, credentials, status conversion and allocator tuning.
 #include "rpc/grpc_options.h"
 
+#include "psflow/rpc/tuning.h"
+
 #include <malloc.h>
 
 #include <fstream>
@@ -60,6 +62,11 @@ grpc::ChannelArguments TunedChannelArguments(const std::string& connection_tag) 
   // Distinct arguments and a local subchannel pool give each tagged channel its own connection.
   args.SetString("psflow.connection", connection_tag);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // Tasks start in any order: retry connecting every few hundred ms rather than gRPC's default
+  // back-off, which grows to minutes and would delay a worker long after its ps came up.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return args;
 }
 
@@ -67,6 +74,8 @@ void TuneServerBuilder(grpc::ServerBuilder* builder) {
   builder->SetMaxReceiveMessageSize(std::numeric_limits<int>::max());
   builder->SetMaxSendMessageSize(std::numeric_limits<int>::max());
   ApplyTuning([builder](const char* key, int value) { builder->AddChannelArgument(key, value); });
+  // gRPC sets SO_REUSEPORT by default, which would let a second ps silently share a busy port.
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(

@@ -62,9 +62,15 @@ struct ClientCall {
 };
 
 // Destroyed when the last zero-copy slice of a request is released.
-struct ReleaseGuard {
-  std::shared_ptr<ClientCall> call;
-  ~ReleaseGuard() { call->Arrive(); }
+class ReleaseGuard {
+ public:
+  explicit ReleaseGuard(std::shared_ptr<ClientCall> call) : call_(std::move(call)) {}
+  ReleaseGuard(const ReleaseGuard&) = delete;
+  ReleaseGuard& operator=(const ReleaseGuard&) = delete;
+  ~ReleaseGuard() { call_->Arrive(); }
+
+ private:
+  std::shared_ptr<ClientCall> call_;
 };
 
 class GrpcChannel final : public ClientChannel {
@@ -91,7 +97,7 @@ class GrpcChannel final : public ClientChannel {
     call->context.set_wait_for_ready(options.wait_for_ready);
     if (!secret_.empty()) call->context.AddMetadata(kTokenMetadataKey, secret_);
     {
-      auto guard = std::make_shared<ReleaseGuard>(ReleaseGuard{call});
+      auto guard = std::make_shared<ReleaseGuard>(call);
       call->request = EncodeMessage(std::move(request), guard);
     }  // from here on only the request's slices hold the guard
     grpc::GenericStub& stub = *stubs_[options.pull_direction ? 1 : 0];

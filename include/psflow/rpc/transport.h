@@ -25,13 +25,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/psflow.pb.h"
+#include "psflow/rpc/tuning.h"
 
 namespace psflow::rpc {
-
-// Sets the C allocator so large message buffers are not returned to the kernel on every free
-// (mmap/munmap of 16 MiB per RPC costs more than the copy itself). Call once at process start,
-// before threads exist; idempotent.
-void TuneAllocatorForLargeMessages();
 
 // The RPCs of the ps service (proto/psflow.proto, service Ps).
 enum class Method {
@@ -55,7 +51,6 @@ const std::string& MethodName(Method method);
 struct SecurityOptions {
   std::string secret;  // shared cluster secret; empty = no token required
   std::string tls_cert, tls_key, tls_ca;  // PEM file paths; TLS when cert and key (server) or ca (client) are set
-  bool insecure = false;  // allow listening on a non-loopback address without a secret
 };
 
 // One tensor to send. `data` must stay valid and unchanged until the call's completion callback

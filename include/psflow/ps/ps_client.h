@@ -1,0 +1,104 @@
+// psflow/ps/ps_client.h — a worker's view of all parameter-server tasks: connects, initializes
+// (chief) or waits for initialization, pulls variables assembled from their shards, and pushes
+// gradients split per shard, talking to every ps in parallel.
+//
+// Thread-safe: calls from several threads may overlap; calls to different ps tasks run in
+// parallel. The *Async variants call `done` on a transport thread; the tensors they read or write
+// (the `out` tensors of PullAsync, the gradients of PushAsync) are borrowed and must stay alive,
+// unchanged (gradients) or untouched (pull destinations), until `done` runs. Errors name the ps task
+// and its address.
+#ifndef PSFLOW_PS_PS_CLIENT_H_
+#define PSFLOW_PS_PS_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "psflow/core/autodiff.h"
+#include "psflow/core/tensor.h"
+#include "psflow/dist/cluster.h"
+#include "psflow/dist/partition.h"
+#include "psflow/ps/ps_types.h"
+
+namespace psflow::ps {
+
+// A gradient for one variable: dense (the variable's shape), row-sparse (rows of axis 0), or both
+// (then summed). Borrowed pointers.
+struct Gradient {
+  std::string variable;
+  const Tensor* dense = nullptr;
+  const RowSparse* sparse = nullptr;
+};
+
+struct PushResult {
+  int64_t global_step = 0;  // after this push (async) or after the step it joined (sync)
+  bool stale = false;       // sync: dropped because it was older than the step (or a late backup)
+};
+
+class PsClient {
+ public:
+  struct Options {
+    dist::ClusterSpec cluster;
+    dist::PlacementPlan plan;
+    int worker_index = 0;
+    SecurityOptions security;
+    double rpc_timeout_secs = 30;      // per data/control call (sync pushes get sync_timeout_secs more)
+    double connect_timeout_secs = 120;
+  };
+
+  // InvalidArgument when the plan and the cluster disagree (number of ps tasks).
+  static absl::StatusOr<std::unique_ptr<PsClient>> Create(Options options);
+  ~PsClient();
+
+  // Waits (bounded by connect_timeout_secs, retrying) until every ps answers, and checks that it
+  // runs the same cluster (mismatch: error naming the ps task and both cluster texts).
+  absl::Status Connect();
+
+  // Chief: creates each ps's shards from the full initial values (split per plan), sends the
+  // TrainingConfig and the model signature, then marks every ps initialized, which releases the
+  // waiting workers at once. Every variable of the plan must be given, with its shape.
+  absl::Status Initialize(const std::vector<std::pair<std::string, const Tensor*>>& variables,
+                          const TrainingConfig& config);
+  // Non-chief: returns as soon as every ps is initialized (the ps holds the call open and answers
+  // it when the chief marks it initialized; no polling), or DeadlineExceeded "waited 300 s for the
+  // chief (worker 0) to initialize the variables on ps task 1 (127.0.0.1:2223)". Then checks the
+  // model: FailedPrecondition naming the first variable that differs from the chief's.
+  absl::Status WaitForInitialization(double timeout_secs);
+  // True when every ps is initialized (e.g. a restarted chief finding a running job).
+  absl::StatusOr<bool> IsInitialized();
+
+  // Pulls the variables into preallocated full-shape tensors, assembling shards; all ps in
+  // parallel. Returns the global step.
+  absl::StatusOr<int64_t> Pull(const std::vector<std::pair<std::string, Tensor*>>& out);
+  void PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out,
+                 std::function<void(absl::StatusOr<int64_t>)> done);
+  // Rows of axis 0 of one variable: a [rows.size(), other dims...] tensor.
+  absl::StatusOr<Tensor> PullRows(const std::string& variable, const std::vector<int64_t>& rows);
+
+  // Pushes gradients tagged with the global step they were computed at (dense sliced per shard,
+  // sparse rows routed to their shard); all ps in parallel. Async: returns once every ps applied.
+  // Sync: returns when the step's quorum released it, or at once when stale. Once training has
+  // finished: OutOfRange "training finished at step N".
+  absl::StatusOr<PushResult> Push(const std::vector<Gradient>& grads, int64_t step_tag);
+  void PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
+                 std::function<void(absl::StatusOr<PushResult>)> done);
+
+  absl::Status Goodbye();   // this worker stops
+  absl::Status Shutdown();  // chief: training finished; every ps task's Wait() returns
+  absl::StatusOr<std::vector<PsTaskStats>> Stats();
+
+  class Impl;
+
+ private:
+  explicit PsClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace psflow::ps
+
+#endif  // PSFLOW_PS_PS_CLIENT_H_

@@ -1,0 +1,65 @@
+// psflow/ps/ps_server.h — one parameter-server task: holds the shards of the variables placed on
+// it (plan.ShardsOn(task)), applies the workers' gradients with the shared optimizer code
+// (optim::Optimizer), keeps the global step when it is plan.global_step_ps, and aggregates
+// gradients in sync mode (SyncReplicasOptimizer semantics, DESIGN.md §4-5).
+//
+// Async: each push is applied on arrival under its shard's mutex (different shards update
+// concurrently); the global step advances by one per push; the learning rate decays with the
+// push's step tag. Sync: a push tagged older than the task's step is dropped (stale); when R pushes
+// for the step arrived their mean is applied, the step advances and the waiting pushes are answered
+// together; after sync_timeout_secs what arrived is applied and missing workers are logged.
+// Bad pushes (NaN/Inf, unknown shards, wrong shapes, rows out of range) are refused and counted.
+//
+// Thread-safe. The server is owned by its creator; Wait() returns once the chief's Shutdown came
+// and every connected worker said Goodbye (or shutdown_grace_secs passed), so the task exits 0.
+#ifndef PSFLOW_PS_PS_SERVER_H_
+#define PSFLOW_PS_PS_SERVER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "psflow/dist/cluster.h"
+#include "psflow/ps/ps_types.h"
+
+namespace psflow::ps {
+
+class PsServer {
+ public:
+  struct Options {
+    std::string listen_address;  // "host:port"; port 0 picks a free port (tests)
+    int task_index = 0;
+    // The cluster this task belongs to; workers with a different one are refused on Connect. An
+    // empty cluster accepts any worker (tests and benchmarks that listen on port 0).
+    dist::ClusterSpec cluster;
+    SecurityOptions security;
+    double shutdown_grace_secs = 10;
+    // Where the task reports events (sync timeouts and the workers missing). Default: stderr.
+    std::function<void(const std::string&)> log;
+  };
+
+  // Starts serving. Errors: cannot listen (names the address), unreadable TLS files. (Refusing a
+  // non-loopback address without a secret is the caller's policy: see train's SetUpTask.)
+  static absl::StatusOr<std::unique_ptr<PsServer>> Start(Options options);
+  ~PsServer();
+
+  // Blocks until training finished: the chief's Shutdown, then every worker that connected said
+  // Goodbye (or shutdown_grace_secs passed). Stops serving before returning. Also returns after Stop().
+  absl::Status Wait();
+  // Answers every held call with Unavailable and stops serving (tests). Idempotent.
+  void Stop();
+  PsTaskStats Stats() const;
+  int port() const;  // the bound port
+
+  class Impl;
+
+ private:
+  explicit PsServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace psflow::ps
+
+#endif  // PSFLOW_PS_PS_SERVER_H_

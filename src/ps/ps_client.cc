@@ -1,0 +1,624 @@
+// PsClient: a worker's calls to every ps task, fanned out in parallel over rpc::ClientChannel.
+#include "psflow/ps/ps_client.h"
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "proto/psflow.pb.h"
+#include "ps/routing.h"
+#include "ps/wire_config.h"
+#include "psflow/rpc/transport.h"
+
+namespace psflow::ps {
+namespace {
+
+struct VariableRoute {
+  dist::VariableSpec spec;
+  std::vector<dist::ShardSpec> shards;  // in shard order
+};
+
+// One call per ps task, in parallel; `on_response` runs on each success (on a transport thread,
+// concurrently for different tasks) and may fail it; `on_all` runs once with every task's status.
+struct FanOut {
+  std::vector<absl::Status> statuses;
+  std::atomic<int> remaining{0};
+  std::function<absl::Status(int k, const rpc::IncomingMessage& response)> on_response;
+  std::function<void(std::vector<absl::Status>&)> on_all;
+};
+
+void CallAll(const std::vector<rpc::ClientChannel*>& channels, rpc::Method method,
+             std::vector<rpc::OutgoingMessage> requests, const rpc::CallOptions& options,
+             std::function<absl::Status(int, const rpc::IncomingMessage&)> on_response,
+             std::function<void(std::vector<absl::Status>&)> on_all) {
+  auto fan = std::make_shared<FanOut>();
+  fan->statuses.resize(channels.size());
+  fan->remaining = static_cast<int>(channels.size());
+  fan->on_response = std::move(on_response);
+  fan->on_all = std::move(on_all);
+  if (channels.empty()) {
+    fan->on_all(fan->statuses);
+    return;
+  }
+  for (size_t k = 0; k < channels.size(); ++k) {
+    channels[k]->Call(method, std::move(requests[k]), options,
+                      [fan, k](absl::StatusOr<rpc::IncomingMessage> response) {
+                        absl::Status s = response.status();
+                        if (s.ok() && fan->on_response) s = fan->on_response(static_cast<int>(k), *response);
+                        fan->statuses[k] = std::move(s);
+                        if (fan->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) fan->on_all(fan->statuses);
+                      });
+  }
+}
+
+// The first error, preferring OutOfRange (training finished) so callers recognize the end.
+absl::Status Combine(const std::vector<absl::Status>& statuses) {
+  for (const absl::Status& s : statuses) {
+    if (absl::IsOutOfRange(s)) return s;
+  }
+  for (const absl::Status& s : statuses) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parse(const rpc::IncomingMessage& response, google::protobuf::MessageLite* header,
+                   const std::string& peer) {
+  absl::Status s = response.ParseHeader(header);
+  if (!s.ok()) return absl::DataLossError(absl::StrCat(peer, ": ", s.message()));
+  return absl::OkStatus();
+}
+
+// "name[d0,d1]" lines of a model signature; the variable name of the first differing line.
+std::string FirstDifferingVariable(const std::string& ours, const std::string& theirs) {
+  std::vector<std::string> a = absl::StrSplit(ours, '\n', absl::SkipEmpty());
+  std::vector<std::string> b = absl::StrSplit(theirs, '\n', absl::SkipEmpty());
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    const std::string& x = i < a.size() ? a[i] : b[i];
+    if (i >= a.size() || i >= b.size() || a[i] != b[i]) {
+      return absl::StrCat("'", x.substr(0, x.find('[')), "' is ", i < a.size() ? a[i] : "absent",
+                          " here but ", i < b.size() ? b[i] : "absent", " on the ps");
+    }
+  }
+  return "the variable lists are equal but their fingerprints differ";
+}
+
+uint64_t RandomClientId() {
+  std::random_device device;
+  const uint64_t high = device();
+  return (high << 32) ^ device() ^
+         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+}  // namespace
+
+class PsClient::Impl {
+ public:
+  explicit Impl(Options options) : options_(std::move(options)), client_id_(RandomClientId()) {}
+
+  absl::Status Init() {
+    const dist::PlacementPlan& plan = options_.plan;
+    if (plan.num_ps != options_.cluster.num_ps()) {
+      return absl::InvalidArgumentError(absl::StrCat("the placement plan is for ", plan.num_ps,
+                                                     " ps tasks but the cluster has ", options_.cluster.num_ps()));
+    }
+    if (plan.num_ps < 1 || plan.global_step_ps < 0 || plan.global_step_ps >= plan.num_ps) {
+      return absl::InvalidArgumentError("the placement plan has no valid ps task for the global step");
+    }
+    for (const dist::VariableSpec& v : plan.variables) {
+      VariableRoute& route = routes_[v.name];
+      route.spec = v;
+      for (const dist::ShardSpec* s : plan.ShardsOf(v.name)) {
+        if (s->ps_task < 0 || s->ps_task >= plan.num_ps) {
+          return absl::InvalidArgumentError(absl::StrCat("shard '", s->name, "' is placed on ps task ",
+                                                         s->ps_task, " of ", plan.num_ps));
+        }
+        route.shards.push_back(*s);
+      }
+    }
+    for (int k = 0; k < plan.num_ps; ++k) {
+      const std::string& address = options_.cluster.ps()[k];
+      absl::StatusOr<std::unique_ptr<rpc::ClientChannel>> channel =
+          rpc::MakeGrpcChannel(address, absl::StrCat("ps task ", k, " (", address, ")"), options_.security);
+      if (!channel.ok()) return channel.status();
+      channels_.push_back(*std::move(channel));
+    }
+    return absl::OkStatus();
+  }
+
+  int num_ps() const { return static_cast<int>(channels_.size()); }
+  int gs_ps() const { return options_.plan.global_step_ps; }
+  rpc::ClientChannel* channel(int k) const { return channels_[k].get(); }
+  std::vector<rpc::ClientChannel*> AllChannels() const {
+    std::vector<rpc::ClientChannel*> all;
+    for (const auto& c : channels_) all.push_back(c.get());
+    return all;
+  }
+  rpc::CallOptions Control(double timeout) const {
+    rpc::CallOptions o;
+    o.timeout_secs = timeout;
+    return o;
+  }
+
+  // Runs the same request on every ps and waits.
+  absl::Status CallEveryPs(rpc::Method method, const google::protobuf::MessageLite& header, double timeout,
+                           std::function<absl::Status(int, const rpc::IncomingMessage&)> on_response = nullptr) {
+    std::vector<rpc::OutgoingMessage> requests(channels_.size(), rpc::OutgoingMessage::Of(header));
+    return CallAndWait(AllChannels(), method, std::move(requests), Control(timeout), std::move(on_response));
+  }
+
+  static absl::Status CallAndWait(const std::vector<rpc::ClientChannel*>& channels, rpc::Method method,
+                                  std::vector<rpc::OutgoingMessage> requests, const rpc::CallOptions& options,
+                                  std::function<absl::Status(int, const rpc::IncomingMessage&)> on_response) {
+    absl::Notification done;
+    absl::Status result;
+    CallAll(channels, method, std::move(requests), options, std::move(on_response),
+            [&](std::vector<absl::Status>& statuses) {
+              result = Combine(statuses);
+              done.Notify();
+            });
+    done.WaitForNotification();
+    return result;
+  }
+
+  absl::Status ConnectOne(int k) {
+    wire::HelloRequest hello;
+    hello.set_worker_index(options_.worker_index);
+    hello.set_client_id(client_id_);
+    hello.set_cluster_fingerprint(options_.cluster.Fingerprint());
+    hello.set_cluster_text(options_.cluster.ToString());
+    const auto start = std::chrono::steady_clock::now();
+    const double limit = options_.connect_timeout_secs;
+    absl::Status last;
+    double backoff = 0.1;
+    for (;;) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (elapsed >= limit && !last.ok()) {
+        return absl::DeadlineExceededError(absl::StrCat("could not reach ", channel(k)->peer_name(), " within ",
+                                                        limit, " s (is it running, and is the address right?): ",
+                                                        last.message()));
+      }
+      rpc::CallOptions o = Control(std::max(0.05, std::min(limit - elapsed, 10.0)));
+      o.wait_for_ready = true;  // wait for the ps to come up rather than failing at once
+      absl::StatusOr<rpc::IncomingMessage> response =
+          channel(k)->CallBlocking(rpc::Method::kHello, rpc::OutgoingMessage::Of(hello), o);
+      if (response.ok()) return absl::OkStatus();
+      last = response.status();
+      if (!absl::IsUnavailable(last) && !absl::IsDeadlineExceeded(last)) return last;
+      std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+      backoff = std::min(backoff * 2, 1.0);
+    }
+  }
+
+  absl::Status Connect() {
+    std::vector<absl::Status> statuses(channels_.size());
+    std::vector<std::thread> threads;
+    for (int k = 0; k < num_ps(); ++k) threads.emplace_back([this, k, &statuses] { statuses[k] = ConnectOne(k); });
+    for (std::thread& t : threads) t.join();
+    return Combine(statuses);
+  }
+
+  absl::Status Initialize(const std::vector<std::pair<std::string, const Tensor*>>& variables,
+                          const TrainingConfig& config) {
+    absl::flat_hash_map<std::string, const Tensor*> given;
+    for (const auto& [name, tensor] : variables) {
+      auto it = routes_.find(name);
+      if (it == routes_.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("Initialize: '", name, "' is not a variable of the plan"));
+      }
+      if (tensor == nullptr || tensor->shape() != it->second.spec.shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Initialize: '", name, "' has shape ", tensor ? ShapeToString(tensor->shape()) : "null",
+            " but the plan says ", ShapeToString(it->second.spec.shape)));
+      }
+      if (!given.emplace(name, tensor).second) {
+        return absl::InvalidArgumentError(absl::StrCat("Initialize: '", name, "' given twice"));
+      }
+    }
+    for (const auto& v : options_.plan.variables) {
+      if (!given.contains(v.name)) {
+        return absl::InvalidArgumentError(absl::StrCat("Initialize: no initial value for variable '", v.name, "'"));
+      }
+    }
+    const wire::TrainingConfig config_wire = ToWire(config);
+    const std::string signature = options_.plan.ModelSignature();
+    const uint64_t fingerprint = options_.plan.ModelFingerprint();
+    std::vector<rpc::OutgoingMessage> requests;
+    for (int k = 0; k < num_ps(); ++k) {
+      wire::InitializeRequest init;
+      init.set_worker_index(options_.worker_index);
+      *init.mutable_config() = config_wire;
+      init.set_model_signature(signature);
+      init.set_model_fingerprint(fingerprint);
+      init.set_holds_global_step(k == gs_ps());
+      rpc::OutgoingMessage message;
+      for (const dist::ShardSpec* shard : options_.plan.ShardsOn(k)) {
+        wire::ShardInfo* info = init.add_shards();
+        info->set_name(shard->name);
+        info->set_variable(shard->variable);
+        for (int64_t d : shard->shape) info->add_shape(d);
+        message.tensors.push_back(ShardOf(*given.at(shard->variable), *shard));
+      }
+      message.header = init.SerializeAsString();
+      requests.push_back(std::move(message));
+    }
+    absl::Status s = CallAndWait(AllChannels(), rpc::Method::kInitialize, std::move(requests),
+                                 Control(options_.rpc_timeout_secs), nullptr);
+    if (!s.ok()) return s;
+    SetConfig(config);
+    return CallEveryPs(rpc::Method::kMarkInitialized, wire::MarkInitializedRequest(), options_.rpc_timeout_secs);
+  }
+
+  absl::Status WaitForInitialization(double timeout_secs) {
+    std::vector<wire::WaitInitializedResponse> responses(channels_.size());
+    absl::Status s = CallEveryPs(rpc::Method::kWaitInitialized, wire::WaitInitializedRequest(), timeout_secs,
+                                 [&](int k, const rpc::IncomingMessage& r) {
+                                   return Parse(r, &responses[k], channel(k)->peer_name());
+                                 });
+    if (absl::IsDeadlineExceeded(s)) {
+      // Name the first ps task that is still uninitialized.
+      std::string where = channel(0)->peer_name();
+      for (int k = 0; k < num_ps(); ++k) {
+        if (!responses[k].has_config()) {
+          where = channel(k)->peer_name();
+          break;
+        }
+      }
+      return absl::DeadlineExceededError(absl::StrCat("waited ", timeout_secs,
+                                                      " s for the chief (worker 0) to initialize the variables on ",
+                                                      where));
+    }
+    if (!s.ok()) return s;
+    for (int k = 0; k < num_ps(); ++k) {
+      const wire::WaitInitializedResponse& r = responses[k];
+      if (r.model_fingerprint() != options_.plan.ModelFingerprint()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "worker ", options_.worker_index, " builds a different model than the chief: ",
+            FirstDifferingVariable(options_.plan.ModelSignature(), r.model_signature()), " (",
+            channel(k)->peer_name(), "); start every task with the same model flags"));
+      }
+      const std::vector<const dist::ShardSpec*> ours = options_.plan.ShardsOn(k);
+      bool same = static_cast<int>(ours.size()) == r.shards_size();
+      for (size_t i = 0; same && i < ours.size(); ++i) {
+        same = ours[i]->name == r.shards(i).name() &&
+               ours[i]->shape == Shape(r.shards(i).shape().begin(), r.shards(i).shape().end());
+      }
+      if (!same) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            channel(k)->peer_name(), " holds different shards than this worker's placement plan expects; start "
+            "every task with the same --partitioner and --placement"));
+      }
+    }
+    SetConfig(FromWire(responses[0].config()));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<bool> IsInitialized() {
+    wire::HelloRequest hello;
+    hello.set_probe(true);
+    hello.set_worker_index(options_.worker_index);
+    std::vector<bool> initialized(channels_.size(), false);
+    absl::Status s = CallEveryPs(rpc::Method::kHello, hello, options_.rpc_timeout_secs,
+                                 [&](int k, const rpc::IncomingMessage& r) {
+                                   wire::HelloResponse response;
+                                   absl::Status p = Parse(r, &response, channel(k)->peer_name());
+                                   initialized[k] = response.initialized();
+                                   return p;
+                                 });
+    if (!s.ok()) return s;
+    return std::all_of(initialized.begin(), initialized.end(), [](bool b) { return b; });
+  }
+
+  void PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out,
+                 std::function<void(absl::StatusOr<int64_t>)> done) {
+    // Which shards to ask each ps for, and where each goes.
+    struct Target {
+      const dist::ShardSpec* shard;
+      Tensor* dest;
+    };
+    auto targets = std::make_shared<std::vector<std::vector<Target>>>(channels_.size());
+    for (const auto& [name, tensor] : out) {
+      auto it = routes_.find(name);
+      if (it == routes_.end()) {
+        return done(absl::InvalidArgumentError(absl::StrCat("Pull: '", name, "' is not a variable of the plan")));
+      }
+      if (tensor == nullptr || tensor->shape() != it->second.spec.shape) {
+        return done(absl::InvalidArgumentError(absl::StrCat(
+            "Pull: destination for '", name, "' has shape ", tensor ? ShapeToString(tensor->shape()) : "null",
+            " but the variable is ", ShapeToString(it->second.spec.shape))));
+      }
+      for (const dist::ShardSpec& shard : it->second.shards) (*targets)[shard.ps_task].push_back({&shard, tensor});
+    }
+    std::vector<rpc::ClientChannel*> channels;
+    std::vector<int> tasks;
+    std::vector<rpc::OutgoingMessage> requests;
+    for (int k = 0; k < num_ps(); ++k) {
+      if ((*targets)[k].empty() && k != gs_ps()) continue;  // the global step's ps always answers
+      wire::PullRequest pull;
+      for (const Target& t : (*targets)[k]) pull.add_shards(t.shard->name);
+      channels.push_back(channel(k));
+      tasks.push_back(k);
+      requests.push_back(rpc::OutgoingMessage::Of(pull));
+    }
+    auto step = std::make_shared<std::atomic<int64_t>>(0);
+    rpc::CallOptions o = Control(options_.rpc_timeout_secs);
+    o.pull_direction = true;
+    CallAll(
+        channels, rpc::Method::kPull, std::move(requests), o,
+        [this, targets, tasks, step](int i, const rpc::IncomingMessage& r) -> absl::Status {
+          const int k = tasks[i];
+          wire::PullResponse header;
+          if (absl::Status s = Parse(r, &header, channel(k)->peer_name()); !s.ok()) return s;
+          if (k == gs_ps()) step->store(header.step());
+          const std::vector<Target>& wanted = (*targets)[k];
+          if (r.num_tensors() != static_cast<int>(wanted.size())) {
+            return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": asked for ", wanted.size(),
+                                                    " shards, received ", r.num_tensors()));
+          }
+          for (int j = 0; j < r.num_tensors(); ++j) {
+            absl::Status s = AssembleShard(r, j, *wanted[j].shard, wanted[j].dest);
+            if (!s.ok()) return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": ", s.message()));
+          }
+          return absl::OkStatus();
+        },
+        [step, done = std::move(done)](std::vector<absl::Status>& statuses) {
+          absl::Status s = Combine(statuses);
+          if (!s.ok()) return done(s);
+          done(step->load());
+        });
+  }
+
+  absl::StatusOr<Tensor> PullRows(const std::string& variable, const std::vector<int64_t>& rows) {
+    auto it = routes_.find(variable);
+    if (it == routes_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("PullRows: '", variable, "' is not a variable of the plan"));
+    }
+    const VariableRoute& route = it->second;
+    if (route.spec.shape.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("PullRows: '", variable, "' is a scalar"));
+    }
+    for (int64_t r : rows) {
+      if (r < 0 || r >= route.spec.shape[0]) {
+        return absl::InvalidArgumentError(absl::StrCat("PullRows: row ", r, " of '", variable,
+                                                       "' is out of range 0..", route.spec.shape[0] - 1));
+      }
+    }
+    Shape out_shape = route.spec.shape;
+    out_shape[0] = static_cast<int64_t>(rows.size());
+    Tensor out(out_shape);
+    if (rows.empty()) return out;
+    const bool by_rows = route.shards.size() == 1 || route.shards[0].axis == 0;
+    // Per shard: the positions in `rows` it answers (all of them when split along an inner axis).
+    std::vector<std::vector<size_t>> positions(route.shards.size());
+    for (size_t p = 0; p < rows.size(); ++p) {
+      if (!by_rows) {
+        for (auto& pos : positions) pos.push_back(p);
+        continue;
+      }
+      size_t s = 0;
+      while (s + 1 < route.shards.size() && rows[p] >= route.shards[s + 1].offset) ++s;
+      positions[s].push_back(p);
+    }
+    std::vector<rpc::ClientChannel*> channels;
+    std::vector<rpc::OutgoingMessage> requests;
+    std::vector<size_t> shard_of_call;
+    for (size_t s = 0; s < route.shards.size(); ++s) {
+      if (positions[s].empty()) continue;
+      const dist::ShardSpec& shard = route.shards[s];
+      wire::PullRowsRequest pull;
+      pull.set_shard(shard.name);
+      for (size_t p : positions[s]) pull.add_rows(by_rows ? rows[p] - shard.offset : rows[p]);
+      channels.push_back(channel(shard.ps_task));
+      requests.push_back(rpc::OutgoingMessage::Of(pull));
+      shard_of_call.push_back(s);
+    }
+    const int64_t row_size = out.size() / out_shape[0];
+    rpc::CallOptions o = Control(options_.rpc_timeout_secs);
+    o.pull_direction = true;
+    absl::Status s = CallAndWait(
+        channels, rpc::Method::kPullRows, std::move(requests), o, [&](int i, const rpc::IncomingMessage& r) {
+          const dist::ShardSpec& shard = route.shards[shard_of_call[i]];
+          const std::vector<size_t>& pos = positions[shard_of_call[i]];
+          const int64_t shard_row = NumElements(shard.shape) / std::max<int64_t>(shard.shape[0], 1);
+          if (r.num_tensors() != 1 || r.num_floats(0) != static_cast<int64_t>(pos.size()) * shard_row) {
+            return absl::DataLossError(absl::StrCat(channels[i]->peer_name(), ": PullRows of '", shard.name,
+                                                    "' returned the wrong size"));
+          }
+          if (by_rows) {
+            // Rows come back in request order; place each at its position.
+            std::vector<float> buffer(static_cast<size_t>(r.num_floats(0)));
+            r.CopyTo(0, buffer.data());
+            for (size_t q = 0; q < pos.size(); ++q) {
+              std::copy_n(buffer.data() + q * row_size, row_size, out.data() + pos[q] * row_size);
+            }
+          } else {
+            const int64_t inner = InnerSize(out_shape, shard.axis);
+            r.CopyStrided(0, out.data() + shard.offset * inner, shard.shape[shard.axis] * inner,
+                          out_shape[shard.axis] * inner);
+          }
+          return absl::OkStatus();
+        });
+    if (!s.ok()) return s;
+    return out;
+  }
+
+  void PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
+                 std::function<void(absl::StatusOr<PushResult>)> done) {
+    std::vector<std::vector<rpc::OutgoingTensor>> per_ps(channels_.size());
+    for (const Gradient& g : grads) {
+      auto it = routes_.find(g.variable);
+      if (it == routes_.end()) {
+        return done(absl::InvalidArgumentError(absl::StrCat("Push: '", g.variable, "' is not a variable of the plan")));
+      }
+      const VariableRoute& route = it->second;
+      if (g.dense != nullptr && g.dense->shape() != route.spec.shape) {
+        return done(absl::InvalidArgumentError(absl::StrCat("Push: gradient for '", g.variable, "' has shape ",
+                                                            ShapeToString(g.dense->shape()), " but the variable is ",
+                                                            ShapeToString(route.spec.shape))));
+      }
+      if (g.sparse != nullptr) {
+        if (absl::Status s = ValidateSparse(*g.sparse, route.spec); !s.ok()) return done(s);
+      }
+      if (g.dense != nullptr && g.sparse != nullptr) {
+        // Both kinds: one update with their sum (the optimizer must step once per variable).
+        auto sum = std::make_shared<Tensor>(Densify(g.dense, *g.sparse, route.spec.shape));
+        for (const dist::ShardSpec& shard : route.shards) {
+          rpc::OutgoingTensor t = ShardOf(*sum, shard);
+          if (t.owner == nullptr) t.owner = sum;
+          per_ps[shard.ps_task].push_back(std::move(t));
+        }
+      } else if (g.dense != nullptr) {
+        for (const dist::ShardSpec& shard : route.shards) per_ps[shard.ps_task].push_back(ShardOf(*g.dense, shard));
+      } else if (g.sparse != nullptr) {
+        for (auto& [s, t] : RouteSparse(*g.sparse, route.shards)) per_ps[route.shards[s].ps_task].push_back(std::move(t));
+      }
+    }
+    const TrainingConfig config = GetConfig();
+    std::vector<rpc::ClientChannel*> channels;
+    std::vector<int> tasks;
+    std::vector<rpc::OutgoingMessage> requests;
+    wire::PushRequest header;
+    header.set_worker_index(options_.worker_index);
+    header.set_step_tag(step_tag);
+    for (int k = 0; k < num_ps(); ++k) {
+      // Sync: every ps counts every worker's push each step, even an empty one. Async: the
+      // global step's ps counts every push.
+      if (per_ps[k].empty() && !config.sync && k != gs_ps()) continue;
+      rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(header);
+      message.tensors = std::move(per_ps[k]);
+      channels.push_back(channel(k));
+      tasks.push_back(k);
+      requests.push_back(std::move(message));
+    }
+    rpc::CallOptions o = Control(options_.rpc_timeout_secs + (config.sync ? config.sync_timeout_secs : 0));
+    auto result = std::make_shared<PushResult>();
+    CallAll(
+        channels, rpc::Method::kPush, std::move(requests), o,
+        [this, tasks, result](int i, const rpc::IncomingMessage& r) -> absl::Status {
+          wire::PushResponse response;
+          if (absl::Status s = Parse(r, &response, channel(tasks[i])->peer_name()); !s.ok()) return s;
+          if (tasks[i] == gs_ps()) {
+            result->global_step = response.step();
+            result->stale = response.stale();
+          }
+          return absl::OkStatus();
+        },
+        [result, done = std::move(done)](std::vector<absl::Status>& statuses) {
+          absl::Status s = Combine(statuses);
+          if (!s.ok()) return done(s);
+          done(*result);
+        });
+  }
+
+  absl::Status Goodbye() {
+    wire::GoodbyeRequest bye;
+    bye.set_worker_index(options_.worker_index);
+    bye.set_client_id(client_id_);
+    return CallEveryPs(rpc::Method::kGoodbye, bye, options_.rpc_timeout_secs);
+  }
+
+  absl::Status Shutdown() {
+    wire::ShutdownRequest shutdown;
+    shutdown.set_worker_index(options_.worker_index);
+    shutdown.set_client_id(client_id_);
+    return CallEveryPs(rpc::Method::kShutdown, shutdown, options_.rpc_timeout_secs);
+  }
+
+  absl::StatusOr<std::vector<PsTaskStats>> Stats() {
+    std::vector<PsTaskStats> stats(channels_.size());
+    absl::Status s = CallEveryPs(rpc::Method::kStats, wire::StatsRequest(), options_.rpc_timeout_secs,
+                                 [&](int k, const rpc::IncomingMessage& r) {
+                                   wire::StatsResponse w;
+                                   if (absl::Status p = Parse(r, &w, channel(k)->peer_name()); !p.ok()) return p;
+                                   stats[k] = {w.task(), w.bytes_in(), w.bytes_out(), w.num_params(), w.global_step(),
+                                               w.stale_gradients_dropped(), w.pushes_refused(),
+                                               w.calls_unauthenticated()};
+                                   return absl::OkStatus();
+                                 });
+    if (!s.ok()) return s;
+    return stats;
+  }
+
+ private:
+  void SetConfig(const TrainingConfig& config) {
+    absl::MutexLock lock(&mu_);
+    config_ = config;
+  }
+  TrainingConfig GetConfig() const {
+    absl::MutexLock lock(&mu_);
+    return config_;
+  }
+
+  const Options options_;
+  const uint64_t client_id_;
+  std::vector<std::unique_ptr<rpc::ClientChannel>> channels_;
+  absl::flat_hash_map<std::string, VariableRoute> routes_;
+  mutable absl::Mutex mu_;
+  TrainingConfig config_ ABSL_GUARDED_BY(mu_);  // learned from Initialize / WaitForInitialization
+};
+
+// ---------------------------------------------------------------------------------------------
+
+PsClient::PsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PsClient::~PsClient() = default;
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(Options options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  if (absl::Status s = impl->Init(); !s.ok()) return s;
+  return std::unique_ptr<PsClient>(new PsClient(std::move(impl)));
+}
+
+absl::Status PsClient::Connect() { return impl_->Connect(); }
+absl::Status PsClient::Initialize(const std::vector<std::pair<std::string, const Tensor*>>& variables,
+                                  const TrainingConfig& config) {
+  return impl_->Initialize(variables, config);
+}
+absl::Status PsClient::WaitForInitialization(double timeout_secs) { return impl_->WaitForInitialization(timeout_secs); }
+absl::StatusOr<bool> PsClient::IsInitialized() { return impl_->IsInitialized(); }
+
+absl::StatusOr<int64_t> PsClient::Pull(const std::vector<std::pair<std::string, Tensor*>>& out) {
+  absl::Notification done;
+  absl::StatusOr<int64_t> result;
+  impl_->PullAsync(out, [&](absl::StatusOr<int64_t> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+void PsClient::PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out,
+                         std::function<void(absl::StatusOr<int64_t>)> done) {
+  impl_->PullAsync(out, std::move(done));
+}
+
+absl::StatusOr<Tensor> PsClient::PullRows(const std::string& variable, const std::vector<int64_t>& rows) {
+  return impl_->PullRows(variable, rows);
+}
+
+absl::StatusOr<PushResult> PsClient::Push(const std::vector<Gradient>& grads, int64_t step_tag) {
+  absl::Notification done;
+  absl::StatusOr<PushResult> result;
+  impl_->PushAsync(grads, step_tag, [&](absl::StatusOr<PushResult> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+void PsClient::PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
+                         std::function<void(absl::StatusOr<PushResult>)> done) {
+  impl_->PushAsync(grads, step_tag, std::move(done));
+}
+
+absl::Status PsClient::Goodbye() { return impl_->Goodbye(); }
+absl::Status PsClient::Shutdown() { return impl_->Shutdown(); }
+absl::StatusOr<std::vector<PsTaskStats>> PsClient::Stats() { return impl_->Stats(); }
+
+}  // namespace psflow::ps

@@ -1,0 +1,265 @@
+// Pull and async push through real gRPC: shard assembly, optimizer updates checked against the
+// optimizer applied locally, row-sparse routing, and refused pushes.
+#include <cmath>
+#include <limits>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/psflow.pb.h"
+#include "ps/ps_test_util.h"
+#include "psflow/optim/optimizer.h"
+
+namespace psflow::ps {
+namespace {
+
+using testing::Filled;
+using testing::Plan;
+using testing::Sgd;
+using testing::TestCluster;
+using ::testing::HasSubstr;
+
+void ExpectEqualTensors(const Tensor& a, const Tensor& b) {
+  ASSERT_EQ(a.shape(), b.shape());
+  for (int64_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "element " << i;
+}
+
+struct RoundTripCase {
+  int num_ps;
+  int shards;
+  int axis;
+};
+
+class RoundTripTest : public ::testing::TestWithParam<RoundTripCase> {};
+
+TEST_P(RoundTripTest, PullAfterInitializeEqualsInitialValues) {
+  const RoundTripCase c = GetParam();
+  const std::vector<dist::VariableSpec> vars = {{"w", {7, 5}}, {"b", {5}}, {"scale", {}}};
+  const dist::PlacementPlan plan = Plan(vars, c.num_ps, c.shards, c.axis);
+  auto cluster = TestCluster::Start(c.num_ps, 1);
+  ASSERT_NE(cluster, nullptr);
+  auto client = cluster->Client(plan, 0);
+  PSFLOW_ASSERT_OK(client->Connect());
+  const Tensor w = Filled({7, 5}, 0.5f, 0.25f), b = Filled({5}, -1.0f, 0.5f), scale = Tensor::Scalar(3.0f);
+  PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}, {"b", &b}, {"scale", &scale}}, Sgd(0.1f)));
+
+  Tensor w2({7, 5}, -9.0f), b2({5}, -9.0f), scale2 = Tensor::Scalar(-9.0f);
+  auto step = client->Pull({{"w", &w2}, {"b", &b2}, {"scale", &scale2}});
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 0);
+  ExpectEqualTensors(w2, w);
+  ExpectEqualTensors(b2, b);
+  ExpectEqualTensors(scale2, scale);
+
+  // Rows, from whichever shards hold them, in the order asked.
+  auto rows = client->PullRows("w", {6, 0, 3, 3});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->shape(), (Shape{4, 5}));
+  const int64_t order[] = {6, 0, 3, 3};
+  for (int r = 0; r < 4; ++r) {
+    for (int j = 0; j < 5; ++j) EXPECT_EQ((*rows)[r * 5 + j], w[order[r] * 5 + j]);
+  }
+
+  // The ps tasks hold exactly the model's floats between them.
+  auto stats = client->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  int64_t params = 0;
+  for (const PsTaskStats& s : *stats) params += s.num_params;
+  EXPECT_EQ(params, 7 * 5 + 5 + 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, RoundTripTest,
+                         ::testing::Values(RoundTripCase{1, 1, 0}, RoundTripCase{2, 1, 0},
+                                           RoundTripCase{2, 3, 0}, RoundTripCase{2, 2, 1}));
+
+TEST(AsyncPushTest, SgdGivesExactlyWMinusLrG) {
+  const dist::PlacementPlan plan = Plan({{"w", {6, 4}}, {"b", {4}}}, 2, 2);
+  auto cluster = TestCluster::Start(2, 1);
+  auto client = cluster->Client(plan, 0);
+  PSFLOW_ASSERT_OK(client->Connect());
+  const Tensor w = Filled({6, 4}, 1.0f, 0.125f), b = Filled({4}, 0.0f, 1.0f);
+  PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}, {"b", &b}}, Sgd(0.5f)));
+  const Tensor gw = Filled({6, 4}, -0.3f, 0.0625f), gb = Filled({4}, 2.0f, -0.5f);
+  auto pushed = client->Push({{"w", &gw, nullptr}, {"b", &gb, nullptr}}, 0);
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_EQ(pushed->global_step, 1);
+  EXPECT_FALSE(pushed->stale);
+
+  Tensor w2({6, 4}), b2({4});
+  auto step = client->Pull({{"w", &w2}, {"b", &b2}});
+  ASSERT_TRUE(step.ok());
+  EXPECT_EQ(*step, 1);
+  for (int64_t i = 0; i < w.size(); ++i) EXPECT_EQ(w2[i], w[i] - 0.5f * gw[i]) << i;
+  for (int64_t i = 0; i < b.size(); ++i) EXPECT_EQ(b2[i], b[i] - 0.5f * gb[i]) << i;
+}
+
+TEST(AsyncPushTest, AdamMatchesTheOptimizerAppliedLocallyWithDecayByStepTag) {
+  const dist::PlacementPlan plan = Plan({{"w", {5, 3}}}, 2, 2);
+  auto cluster = TestCluster::Start(2, 1);
+  auto client = cluster->Client(plan, 0);
+  PSFLOW_ASSERT_OK(client->Connect());
+  TrainingConfig config;
+  config.optimizer.name = "adam";
+  config.optimizer.learning_rate = 0.01f;
+  config.optimizer.decay_steps = 1;
+  config.optimizer.decay_rate = 0.5f;
+  const Tensor w = Filled({5, 3}, 0.2f, 0.05f);
+  PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}}, config));
+
+  // The same updates applied locally, per shard (each shard has its own state).
+  auto optimizer = optim::MakeOptimizer(config.optimizer);
+  ASSERT_TRUE(optimizer.ok());
+  Tensor expected = w;
+  std::vector<optim::SlotState> states;
+  for (const dist::ShardSpec& s : plan.shards) states.push_back((*optimizer)->NewState(NumElements(s.shape)));
+  const int64_t tags[] = {0, 3, 1};
+  for (int k = 0; k < 3; ++k) {
+    const Tensor g = Filled({5, 3}, 0.1f * (k + 1), -0.03f);
+    ASSERT_TRUE(client->Push({{"w", &g, nullptr}}, tags[k]).ok());
+    const float lr = optim::DecayedLearningRate(config.optimizer, tags[k]);
+    for (size_t s = 0; s < plan.shards.size(); ++s) {
+      const int64_t begin = plan.shards[s].offset * 3, n = NumElements(plan.shards[s].shape);
+      (*optimizer)->ApplyDense(expected.data() + begin, g.data() + begin, n, states[s], lr);
+    }
+  }
+  Tensor got({5, 3});
+  auto step = client->Pull({{"w", &got}});
+  ASSERT_TRUE(step.ok());
+  EXPECT_EQ(*step, 3);
+  ExpectEqualTensors(got, expected);
+}
+
+TEST(AsyncPushTest, RowSparsePushUpdatesOnlyTouchedRowsAndSumsDuplicates) {
+  const dist::PlacementPlan plan = Plan({{"emb", {6, 2}}}, 2, 2);  // rows 0..2 and 3..5
+  auto cluster = TestCluster::Start(2, 1);
+  auto client = cluster->Client(plan, 0);
+  PSFLOW_ASSERT_OK(client->Connect());
+  const Tensor emb = Filled({6, 2}, 1.0f, 1.0f);
+  PSFLOW_ASSERT_OK(client->Initialize({{"emb", &emb}}, Sgd(1.0f)));
+  RowSparse g;
+  g.rows = {4, 1, 4};
+  g.values = Tensor({3, 2}, {0.5f, 0.25f, 2.0f, 3.0f, 0.125f, 1.0f});
+  ASSERT_TRUE(client->Push({{"emb", nullptr, &g}}, 0).ok());
+  Tensor got({6, 2});
+  ASSERT_TRUE(client->Pull({{"emb", &got}}).ok());
+  Tensor expected = emb;
+  expected[1 * 2 + 0] -= 2.0f;
+  expected[1 * 2 + 1] -= 3.0f;
+  expected[4 * 2 + 0] -= 0.5f + 0.125f;
+  expected[4 * 2 + 1] -= 0.25f + 1.0f;
+  ExpectEqualTensors(got, expected);
+}
+
+TEST(AsyncPushTest, NanPushIsRefusedCountedAndTheServerKeepsServing) {
+  const dist::PlacementPlan plan = Plan({{"w", {4}}}, 1);
+  auto cluster = TestCluster::Start(1, 1);
+  auto client = cluster->Client(plan, 0);
+  PSFLOW_ASSERT_OK(client->Connect());
+  const Tensor w = Filled({4}, 1.0f, 1.0f);
+  PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}}, Sgd(0.5f)));
+  Tensor bad = Filled({4}, 1.0f, 0.0f);
+  bad[2] = std::numeric_limits<float>::quiet_NaN();
+  auto refused = client->Push({{"w", &bad, nullptr}}, 0);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("NaN or Inf at element 2"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("ps task 0 (127.0.0.1:"));
+  bad[2] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(absl::IsInvalidArgument(client->Push({{"w", &bad, nullptr}}, 0).status()));
+
+  Tensor got({4});
+  auto step = client->Pull({{"w", &got}});
+  ASSERT_TRUE(step.ok());
+  EXPECT_EQ(*step, 0);  // nothing applied, the step did not move
+  ExpectEqualTensors(got, w);
+
+  const Tensor good = Filled({4}, 1.0f, 0.0f);
+  auto pushed = client->Push({{"w", &good, nullptr}}, 0);
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_EQ(pushed->global_step, 1);
+  EXPECT_EQ(cluster->servers[0]->Stats().pushes_refused, 2);
+}
+
+// Pushes the client would never send (it validates first), sent raw to the server.
+TEST(AsyncPushTest, ServerRefusesMalformedPushesFromAnyPeer) {
+  const dist::PlacementPlan plan = Plan({{"w", {3, 2}}}, 1);
+  auto cluster = TestCluster::Start(1, 1);
+  auto client = cluster->Client(plan, 0);
+  PSFLOW_ASSERT_OK(client->Connect());
+  const Tensor w = Filled({3, 2}, 1.0f, 1.0f);
+  PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}}, Sgd(1.0f)));
+  auto channel = rpc::MakeGrpcChannel(cluster->cluster.ps()[0], "ps task 0", {});
+  ASSERT_TRUE(channel.ok());
+  const std::vector<float> data(6, 1.0f);
+  auto push = [&](const std::string& name, Shape shape, std::vector<int64_t> rows, bool sparse) {
+    wire::PushRequest header;
+    header.set_step_tag(0);
+    rpc::OutgoingMessage m = rpc::OutgoingMessage::Of(header);
+    rpc::OutgoingTensor t;
+    t.meta.set_name(name);
+    for (int64_t d : shape) t.meta.add_shape(d);
+    t.meta.set_sparse(sparse);
+    for (int64_t r : rows) t.meta.add_rows(r);
+    t.data = data.data();
+    t.num_floats = NumElements(shape);
+    m.tensors.push_back(t);
+    rpc::CallOptions o;
+    o.timeout_secs = 10;
+    return (*channel)->CallBlocking(rpc::Method::kPush, std::move(m), o).status();
+  };
+  EXPECT_TRUE(absl::IsInvalidArgument(push("nope", {3, 2}, {}, false)));        // unknown shard
+  EXPECT_TRUE(absl::IsInvalidArgument(push("w", {2, 3}, {}, false)));           // wrong shape
+  EXPECT_TRUE(absl::IsInvalidArgument(push("w", {6}, {}, false)));              // wrong rank
+  EXPECT_TRUE(absl::IsInvalidArgument(push("w", {2, 2}, {0, 3}, true)));        // row out of range
+  EXPECT_TRUE(absl::IsInvalidArgument(push("w", {2, 3}, {0, 1}, true)));        // wrong row size
+  EXPECT_EQ(cluster->servers[0]->Stats().pushes_refused, 5);
+  EXPECT_TRUE(push("w", {2, 2}, {0, 2}, true).ok());  // and a good one still works
+  Tensor got({3, 2});
+  ASSERT_TRUE(client->Pull({{"w", &got}}).ok());
+  EXPECT_EQ(got[0], 0.0f);
+  EXPECT_EQ(got[2], 3.0f);  // row 1 untouched
+  EXPECT_EQ(got[4], 4.0f);
+}
+
+TEST(AsyncPushTest, PushesStopAtTrainStepsAndCountTraffic) {
+  const dist::PlacementPlan plan = Plan({{"w", {1000}}}, 1);
+  auto cluster = TestCluster::Start(1, 1);
+  auto client = cluster->Client(plan, 0);
+  PSFLOW_ASSERT_OK(client->Connect());
+  const Tensor w({1000}, 1.0f);
+  TrainingConfig config = Sgd(0.1f);
+  config.train_steps = 2;
+  PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}}, config));
+  const Tensor g({1000}, 1.0f);
+  ASSERT_TRUE(client->Push({{"w", &g, nullptr}}, 0).ok());
+  ASSERT_TRUE(client->Push({{"w", &g, nullptr}}, 1).ok());
+  auto third = client->Push({{"w", &g, nullptr}}, 2);
+  EXPECT_TRUE(absl::IsOutOfRange(third.status())) << third.status();
+  EXPECT_THAT(std::string(third.status().message()), HasSubstr("training finished at step 2"));
+  const PsTaskStats stats = cluster->servers[0]->Stats();
+  EXPECT_EQ(stats.global_step, 2);
+  EXPECT_EQ(stats.num_params, 1000);
+  // Initialize and three pushes carried at least 4 x 4000 bytes in; one pull was not made.
+  EXPECT_GE(stats.bytes_in, 4 * 4000);
+  EXPECT_LT(stats.bytes_out, 4000);
+  Tensor got({1000});
+  ASSERT_TRUE(client->Pull({{"w", &got}}).ok());
+  EXPECT_GE(cluster->servers[0]->Stats().bytes_out, 4000);
+}
+
+TEST(AsyncPushTest, ClientRefusesGradientsThatDoNotFitThePlan) {
+  const dist::PlacementPlan plan = Plan({{"w", {3, 2}}}, 1);
+  auto cluster = TestCluster::Start(1, 1);
+  auto client = cluster->Client(plan, 0);
+  PSFLOW_ASSERT_OK(client->Connect());
+  const Tensor w({3, 2}, 1.0f);
+  PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}}, Sgd(1.0f)));
+  const Tensor wrong({2, 3}, 1.0f);
+  EXPECT_TRUE(absl::IsInvalidArgument(client->Push({{"w", &wrong, nullptr}}, 0).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(client->Push({{"v", &w, nullptr}}, 0).status()));
+  RowSparse out_of_range{{3}, Tensor({1, 2}, 1.0f)};
+  EXPECT_TRUE(absl::IsInvalidArgument(client->Push({{"w", nullptr, &out_of_range}}, 0).status()));
+  Tensor small({2});
+  EXPECT_TRUE(absl::IsInvalidArgument(client->Pull({{"w", &small}}).status()));
+}
+
+}  // namespace
+}  // namespace psflow::ps

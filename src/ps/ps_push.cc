@@ -1,0 +1,200 @@
+// PsServer: pushes. Async mode applies each push on arrival; sync mode (SyncReplicasOptimizer)
+// accumulates the step's gradients and applies their mean once the quorum is complete, holding
+// each push's call open (its Responder) until then — no thread blocks per waiting worker.
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ps/ps_server_impl.h"
+#include "psflow/core/check.h"
+
+namespace psflow::ps {
+
+void PsServer::Impl::Answer(std::vector<Waiter> waiters,
+                            const absl::StatusOr<rpc::OutgoingMessage>& response) {
+  for (Waiter& w : waiters) w.responder.Respond(response);
+}
+
+void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Responder responder) {
+  std::shared_ptr<const Model> m = model();
+  if (m == nullptr || !initialized()) {
+    return responder.Respond(absl::FailedPreconditionError(
+        "not initialized yet: the chief (worker 0) initializes the variables"));
+  }
+  wire::PushRequest header;
+  if (absl::Status s = request.ParseHeader(&header); !s.ok()) return responder.Respond(s);
+  if (Finished(*m)) return responder.Respond(FinishedError());
+
+  // Validate everything before applying anything: a refused push changes nothing.
+  absl::Status valid = absl::OkStatus();
+  absl::flat_hash_map<std::string, int> seen;
+  for (int i = 0; i < request.num_tensors() && valid.ok(); ++i) {
+    const std::string& name = request.meta(i).name();
+    auto it = m->by_name.find(name);
+    if (it == m->by_name.end()) {
+      valid = absl::InvalidArgumentError(absl::StrCat("gradient for unknown shard '", name, "'"));
+    } else if (!seen.emplace(name, i).second) {
+      valid = absl::InvalidArgumentError(absl::StrCat("two gradients for shard '", name, "' in one push"));
+    } else {
+      valid = it->second->ValidateGradient(request, i);
+    }
+  }
+  if (!valid.ok()) {
+    pushes_refused_.fetch_add(1);
+    return responder.Respond(absl::InvalidArgumentError(
+        absl::StrCat("refused push from worker ", header.worker_index(), ": ", valid.message())));
+  }
+  if (m->config.sync) {
+    PushSync(*m, request, header, std::move(responder));
+  } else {
+    PushAsync(*m, request, header, std::move(responder));
+  }
+}
+
+void PsServer::Impl::PushAsync(const Model& m, const rpc::IncomingMessage& request,
+                               const wire::PushRequest& header, rpc::Responder responder) {
+  int64_t step = step_.load(std::memory_order_acquire);
+  if (m.holds_global_step) {
+    // Claim this push's step first, so concurrent pushes never carry the step past train_steps.
+    do {
+      if (m.config.train_steps > 0 && step >= m.config.train_steps) return responder.Respond(FinishedError());
+    } while (!step_.compare_exchange_weak(step, step + 1, std::memory_order_acq_rel));
+    ++step;
+  }
+  const float lr = optim::DecayedLearningRate(m.config.optimizer, header.step_tag());
+  for (int i = 0; i < request.num_tensors(); ++i) {
+    m.by_name.at(request.meta(i).name())->Apply(request, i, *m.optimizer, lr);
+  }
+  wire::PushResponse response;
+  response.set_step(step);
+  responder.Respond(rpc::OutgoingMessage::Of(response));
+}
+
+int PsServer::Impl::QuorumLocked(const Model& m) const {
+  const int r = m.config.replicas_to_aggregate;
+  const int t = m.config.total_num_replicas;
+  std::set<int> gone = dropped_;
+  gone.insert(departed_.begin(), departed_.end());
+  // Backup workers (T - R of them) absorb missing workers first; then the quorum shrinks.
+  const int missing_beyond_backups = std::max(0, static_cast<int>(gone.size()) - (t - r));
+  return std::max(1, r - missing_beyond_backups);
+}
+
+void PsServer::Impl::PushSync(const Model& m, const rpc::IncomingMessage& request,
+                              const wire::PushRequest& header, rpc::Responder responder) {
+  const int worker = header.worker_index();
+  bool stale = false;
+  int64_t stale_step = 0;
+  {
+    absl::MutexLock lock(&sync_mu_);
+    dropped_.erase(worker);  // pushing again: back in the quorum
+    departed_.erase(worker);
+    stale_step = step_.load();
+    // Computed on old parameters, or a backup worker arriving after the quorum: dropped.
+    stale = header.step_tag() < stale_step || quorum_closed_;
+    if (stale) {
+      stale_dropped_.fetch_add(1);
+    } else {
+      // Tags newer than the step join the current step, as TF's ConditionalAccumulator does.
+      if (arrived_ == 0) {
+        first_arrival_ = absl::Now();
+        sync_cv_.SignalAll();  // arm the timeout
+      }
+      ++arrived_;
+      ++in_flight_;
+      arrived_workers_.insert(worker);
+      step_waiters_.push_back({worker, std::move(responder)});
+      if (arrived_ >= QuorumLocked(m)) quorum_closed_ = true;
+    }
+  }
+  if (stale) {
+    wire::PushResponse response;
+    response.set_step(stale_step);
+    response.set_stale(true);
+    return responder.Respond(rpc::OutgoingMessage::Of(response));
+  }
+  // Accumulate outside sync_mu_ (under each shard's lock) so pushes accumulate concurrently.
+  for (int i = 0; i < request.num_tensors(); ++i) {
+    m.by_name.at(request.meta(i).name())->Accumulate(request, i);
+  }
+  std::vector<Waiter> released;
+  int64_t step = 0;
+  {
+    absl::MutexLock lock(&sync_mu_);
+    --in_flight_;
+    released = MaybeFinishStepLocked(m);
+    step = step_.load();
+  }
+  wire::PushResponse response;
+  response.set_step(step);
+  Answer(std::move(released), rpc::OutgoingMessage::Of(response));
+}
+
+std::vector<PsServer::Impl::Waiter> PsServer::Impl::MaybeFinishStepLocked(const Model& m) {
+  if (arrived_ == 0 || in_flight_ > 0) return {};
+  if (!quorum_closed_ && arrived_ < QuorumLocked(m)) return {};
+  const int64_t step = step_.load();
+  const float lr = optim::DecayedLearningRate(m.config.optimizer, step);
+  for (const std::shared_ptr<Shard>& shard : m.shards) shard->ApplyAccumulated(arrived_, *m.optimizer, lr);
+  step_.store(step + 1, std::memory_order_release);
+  std::vector<Waiter> released;
+  released.swap(step_waiters_);
+  arrived_ = 0;
+  quorum_closed_ = false;
+  timed_out_ = false;
+  arrived_workers_.clear();
+  return released;
+}
+
+void PsServer::Impl::SyncTimerLoop() {
+  for (;;) {
+    std::vector<Waiter> released;
+    int64_t step = 0;
+    {
+      absl::MutexLock lock(&sync_mu_);
+      if (timer_stop_) return;
+      std::shared_ptr<const Model> m = model();
+      if (m == nullptr || !m->config.sync || arrived_ == 0 || timed_out_) {
+        sync_cv_.Wait(&sync_mu_);
+        continue;
+      }
+      const absl::Time deadline = first_arrival_ + absl::Seconds(m->config.sync_timeout_secs);
+      if (absl::Now() < deadline) {
+        sync_cv_.WaitWithDeadline(&sync_mu_, deadline);
+        continue;
+      }
+      // The quorum did not form in time: apply what arrived and stop waiting for the missing.
+      timed_out_ = true;
+      quorum_closed_ = true;
+      std::vector<int> missing;
+      for (int w : ExpectedWorkers(*m)) {
+        if (!arrived_workers_.contains(w) && !departed_.contains(w)) missing.push_back(w);
+      }
+      dropped_.insert(missing.begin(), missing.end());
+      Log(absl::StrCat("sync step ", step_.load(), ": applying ", arrived_, " gradient(s) after waiting ",
+                       m->config.sync_timeout_secs, " s for ", m->config.replicas_to_aggregate,
+                       "; missing worker(s) ", missing.empty() ? "none" : absl::StrJoin(missing, ", "),
+                       " (left out of the quorum until they push again)"));
+      released = MaybeFinishStepLocked(*m);
+      step = step_.load();
+    }
+    wire::PushResponse response;
+    response.set_step(step);
+    Answer(std::move(released), rpc::OutgoingMessage::Of(response));
+  }
+}
+
+void PsServer::Impl::ResetSyncState(const absl::Status& status) {
+  std::vector<Waiter> waiters;
+  {
+    absl::MutexLock lock(&sync_mu_);
+    waiters.swap(step_waiters_);
+    arrived_ = 0;
+    quorum_closed_ = false;
+    timed_out_ = false;
+    arrived_workers_.clear();
+    dropped_.clear();
+    // in_flight_ pushes finish accumulating into the old model's shards and find nothing to apply.
+  }
+  Answer(std::move(waiters), status);
+}
+
+}  // namespace psflow::ps

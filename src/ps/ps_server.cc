@@ -1,0 +1,391 @@
+// PsServer: lifecycle, control RPCs (Hello, Initialize, WaitInitialized, Goodbye, Shutdown,
+// Stats) and pulls. Pushes and the sync quorum are in ps_push.cc.
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "ps/ps_server_impl.h"
+#include "ps/wire_config.h"
+#include "psflow/core/check.h"
+
+namespace psflow::ps {
+
+PsServer::Impl::Impl(Options options) : options_(std::move(options)) {}
+
+PsServer::Impl::~Impl() { Stop(); }
+
+absl::Status PsServer::Impl::Start() {
+  absl::StatusOr<std::unique_ptr<rpc::Server>> server =
+      rpc::StartGrpcServer(options_.listen_address, options_.security, this);
+  if (!server.ok()) {
+    return absl::Status(server.status().code(),
+                        absl::StrCat("ps task ", options_.task_index, ": ", server.status().message()));
+  }
+  server_ = *std::move(server);
+  timer_ = std::thread([this] { SyncTimerLoop(); });
+  return absl::OkStatus();
+}
+
+void PsServer::Impl::Log(const std::string& message) const {
+  const std::string line = absl::StrCat("ps task ", options_.task_index, ": ", message);
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    std::cerr << line << std::endl;
+  }
+}
+
+void PsServer::Impl::Handle(rpc::Method method, rpc::IncomingMessage request, rpc::Responder responder) {
+  switch (method) {
+    case rpc::Method::kHello: return HandleHello(request, std::move(responder));
+    case rpc::Method::kInitialize: return HandleInitialize(request, std::move(responder));
+    case rpc::Method::kMarkInitialized: return HandleMarkInitialized(std::move(responder));
+    case rpc::Method::kWaitInitialized: return HandleWaitInitialized(std::move(responder));
+    case rpc::Method::kPull: return HandlePull(request, std::move(responder));
+    case rpc::Method::kPullRows: return HandlePullRows(request, std::move(responder));
+    case rpc::Method::kPush: return HandlePush(request, std::move(responder));
+    case rpc::Method::kGoodbye: return HandleGoodbye(request, std::move(responder));
+    case rpc::Method::kShutdown: return HandleShutdown(request, std::move(responder));
+    case rpc::Method::kStats: return HandleStats(std::move(responder));
+  }
+  responder.Respond(absl::UnimplementedError("unknown method"));
+}
+
+bool PsServer::Impl::Finished(const Model& model) const {
+  if (shutdown_flag_.load(std::memory_order_acquire)) return true;
+  return model.config.train_steps > 0 && (model.config.sync || model.holds_global_step) &&
+         step_.load(std::memory_order_acquire) >= model.config.train_steps;
+}
+
+absl::Status PsServer::Impl::FinishedError() const {
+  const int64_t step = shutdown_flag_.load() ? finished_step_.load() : step_.load();
+  return absl::OutOfRangeError(absl::StrCat("training finished at step ", step));
+}
+
+std::vector<int> PsServer::Impl::ExpectedWorkers(const Model& model) const {
+  const int n = options_.cluster.num_workers() > 0 ? options_.cluster.num_workers()
+                                                    : model.config.total_num_replicas;
+  std::vector<int> workers;
+  for (int w = 0; w < n; ++w) workers.push_back(w);
+  return workers;
+}
+
+void PsServer::Impl::HandleHello(const rpc::IncomingMessage& request, rpc::Responder responder) {
+  wire::HelloRequest hello;
+  if (absl::Status s = request.ParseHeader(&hello); !s.ok()) return responder.Respond(s);
+  if (!hello.probe() && !options_.cluster.empty() &&
+      hello.cluster_fingerprint() != options_.cluster.Fingerprint()) {
+    return responder.Respond(absl::FailedPreconditionError(absl::StrCat(
+        "cluster mismatch: this ps task runs cluster '", options_.cluster.ToString(), "' but worker ",
+        hello.worker_index(), " runs '", hello.cluster_text(),
+        "'; start every task with the same --ps_hosts and --worker_hosts (or TF_CONFIG)")));
+  }
+  if (!hello.probe()) {
+    absl::MutexLock lock(&mu_);
+    connected_.insert(hello.client_id());
+  }
+  if (!hello.probe()) {
+    // A worker that comes back rejoins the sync quorum.
+    absl::MutexLock lock(&sync_mu_);
+    departed_.erase(hello.worker_index());
+  }
+  wire::HelloResponse response;
+  response.set_ps_task(options_.task_index);
+  response.set_initialized(initialized());
+  std::shared_ptr<const Model> m = model();
+  response.set_finished(shutdown_flag_.load() || (m != nullptr && Finished(*m)));
+  response.set_step(step_.load());
+  response.set_cluster_text(options_.cluster.ToString());
+  responder.Respond(rpc::OutgoingMessage::Of(response));
+}
+
+void PsServer::Impl::HandleInitialize(const rpc::IncomingMessage& request, rpc::Responder responder) {
+  wire::InitializeRequest init;
+  if (absl::Status s = request.ParseHeader(&init); !s.ok()) return responder.Respond(s);
+  auto model = std::make_shared<Model>();
+  model->config = FromWire(init.config());
+  model->config_wire = init.config();
+  absl::StatusOr<std::unique_ptr<optim::Optimizer>> optimizer = optim::MakeOptimizer(model->config.optimizer);
+  if (!optimizer.ok()) return responder.Respond(optimizer.status());
+  model->optimizer = *std::move(optimizer);
+  if (model->config.sync && (model->config.replicas_to_aggregate < 1 ||
+                             model->config.total_num_replicas < model->config.replicas_to_aggregate)) {
+    return responder.Respond(absl::InvalidArgumentError(
+        absl::StrCat("sync mode needs 1 <= replicas_to_aggregate (", model->config.replicas_to_aggregate,
+                     ") <= total_num_replicas (", model->config.total_num_replicas, ")")));
+  }
+  if (request.num_tensors() != init.shards_size()) {
+    return responder.Respond(absl::InvalidArgumentError(
+        absl::StrCat("Initialize lists ", init.shards_size(), " shards but carries ",
+                     request.num_tensors(), " tensors")));
+  }
+  for (int i = 0; i < init.shards_size(); ++i) {
+    const wire::ShardInfo& info = init.shards(i);
+    const wire::TensorMeta& meta = request.meta(i);
+    const Shape shape(info.shape().begin(), info.shape().end());
+    const Shape got(meta.shape().begin(), meta.shape().end());
+    if (meta.name() != info.name() || meta.sparse() || got != shape) {
+      return responder.Respond(absl::InvalidArgumentError(absl::StrCat(
+          "Initialize: tensor ", i, " is '", meta.name(), "' ", ShapeToString(got), " but shard ", i,
+          " is '", info.name(), "' ", ShapeToString(shape))));
+    }
+    if (model->by_name.contains(info.name())) {
+      return responder.Respond(
+          absl::InvalidArgumentError(absl::StrCat("Initialize: shard '", info.name(), "' listed twice")));
+    }
+    FloatBuffer values(static_cast<size_t>(request.num_floats(i)));
+    request.CopyTo(i, values.data());
+    auto shard = std::make_shared<Shard>(info.name(), shape, std::move(values),
+                                         model->optimizer->NewState(NumElements(shape)));
+    model->by_name[info.name()] = shard.get();
+    model->shards.push_back(std::move(shard));
+    model->shard_infos.push_back(info);
+    model->num_params += NumElements(shape);
+  }
+  model->signature = init.model_signature();
+  model->fingerprint = init.model_fingerprint();
+  model->holds_global_step = init.holds_global_step();
+
+  // A re-initialization (restarted chief) starts over: held calls of the old model are answered.
+  ResetSyncState(absl::AbortedError("the chief re-initialized the ps task; pull and retry"));
+  {
+    absl::MutexLock lock(&mu_);
+    initialized_.store(false, std::memory_order_release);
+    step_.store(model->config.initial_global_step);
+    model_.store(std::move(model), std::memory_order_release);
+  }
+  responder.Respond(rpc::OutgoingMessage::Of(wire::Empty()));
+}
+
+wire::WaitInitializedResponse PsServer::Impl::InitializedResponse(const Model& model) const {
+  wire::WaitInitializedResponse response;
+  *response.mutable_config() = model.config_wire;
+  for (const wire::ShardInfo& info : model.shard_infos) *response.add_shards() = info;
+  response.set_model_signature(model.signature);
+  response.set_model_fingerprint(model.fingerprint);
+  return response;
+}
+
+void PsServer::Impl::HandleMarkInitialized(rpc::Responder responder) {
+  std::shared_ptr<const Model> m = model();
+  if (m == nullptr) {
+    return responder.Respond(absl::FailedPreconditionError("MarkInitialized before Initialize"));
+  }
+  std::vector<rpc::Responder> waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    initialized_.store(true, std::memory_order_release);
+    waiters.swap(init_waiters_);
+  }
+  const wire::WaitInitializedResponse response = InitializedResponse(*m);
+  for (rpc::Responder& waiter : waiters) waiter.Respond(rpc::OutgoingMessage::Of(response));
+  responder.Respond(rpc::OutgoingMessage::Of(wire::Empty()));
+}
+
+void PsServer::Impl::HandleWaitInitialized(rpc::Responder responder) {
+  std::shared_ptr<const Model> m;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return responder.Respond(absl::UnavailableError("ps task is stopping"));
+    if (!initialized()) {
+      // Held until MarkInitialized answers it (or the caller's deadline cancels it).
+      init_waiters_.push_back(std::move(responder));
+      return;
+    }
+    m = model();
+  }
+  responder.Respond(rpc::OutgoingMessage::Of(InitializedResponse(*m)));
+}
+
+void PsServer::Impl::HandlePull(const rpc::IncomingMessage& request, rpc::Responder responder) {
+  std::shared_ptr<const Model> m = model();
+  if (m == nullptr || !initialized()) {
+    return responder.Respond(absl::FailedPreconditionError(
+        "not initialized yet: the chief (worker 0) initializes the variables"));
+  }
+  wire::PullRequest pull;
+  if (absl::Status s = request.ParseHeader(&pull); !s.ok()) return responder.Respond(s);
+  wire::PullResponse header;
+  header.set_step(step_.load(std::memory_order_acquire));
+  rpc::OutgoingMessage response = rpc::OutgoingMessage::Of(header);
+  for (const std::string& name : pull.shards()) {
+    auto it = m->by_name.find(name);
+    if (it == m->by_name.end()) {
+      return responder.Respond(absl::NotFoundError(absl::StrCat("no shard '", name, "' on this ps task")));
+    }
+    const Shard& shard = *it->second;
+    std::shared_ptr<const FloatBuffer> snapshot = shard.Snapshot();
+    rpc::OutgoingTensor t;
+    t.meta.set_name(name);
+    for (int64_t d : shard.shape()) t.meta.add_shape(d);
+    t.data = snapshot->data();
+    t.num_floats = static_cast<int64_t>(snapshot->size());
+    t.owner = std::move(snapshot);
+    response.tensors.push_back(std::move(t));
+  }
+  responder.Respond(std::move(response));
+}
+
+void PsServer::Impl::HandlePullRows(const rpc::IncomingMessage& request, rpc::Responder responder) {
+  std::shared_ptr<const Model> m = model();
+  if (m == nullptr || !initialized()) {
+    return responder.Respond(absl::FailedPreconditionError(
+        "not initialized yet: the chief (worker 0) initializes the variables"));
+  }
+  wire::PullRowsRequest pull;
+  if (absl::Status s = request.ParseHeader(&pull); !s.ok()) return responder.Respond(s);
+  auto it = m->by_name.find(pull.shard());
+  if (it == m->by_name.end()) {
+    return responder.Respond(absl::NotFoundError(absl::StrCat("no shard '", pull.shard(), "' on this ps task")));
+  }
+  const Shard& shard = *it->second;
+  if (shard.shape().empty()) {
+    return responder.Respond(absl::InvalidArgumentError(absl::StrCat("'", pull.shard(), "' is a scalar: no rows")));
+  }
+  std::vector<int64_t> rows(pull.rows().begin(), pull.rows().end());
+  for (int64_t r : rows) {
+    if (r < 0 || r >= shard.num_rows()) {
+      return responder.Respond(absl::InvalidArgumentError(absl::StrCat(
+          "row ", r, " of '", pull.shard(), "' is out of range 0..", shard.num_rows() - 1)));
+    }
+  }
+  auto values = std::make_shared<FloatBuffer>(shard.GatherRows(rows));
+  wire::PullRowsResponse header;
+  header.set_step(step_.load());
+  rpc::OutgoingMessage response = rpc::OutgoingMessage::Of(header);
+  rpc::OutgoingTensor t;
+  t.meta.set_name(pull.shard());
+  t.meta.add_shape(static_cast<int64_t>(rows.size()));
+  for (size_t d = 1; d < shard.shape().size(); ++d) t.meta.add_shape(shard.shape()[d]);
+  t.data = values->data();
+  t.num_floats = static_cast<int64_t>(values->size());
+  t.owner = std::move(values);
+  response.tensors.push_back(std::move(t));
+  responder.Respond(std::move(response));
+}
+
+void PsServer::Impl::HandleGoodbye(const rpc::IncomingMessage& request, rpc::Responder responder) {
+  wire::GoodbyeRequest bye;
+  if (absl::Status s = request.ParseHeader(&bye); !s.ok()) return responder.Respond(s);
+  {
+    absl::MutexLock lock(&mu_);
+    connected_.erase(bye.client_id());
+  }
+  std::vector<Waiter> released;
+  if (std::shared_ptr<const Model> m = model(); m != nullptr && m->config.sync) {
+    // A departed worker no longer counts towards the quorum, so the others need not time out.
+    absl::MutexLock lock(&sync_mu_);
+    departed_.insert(bye.worker_index());
+    released = MaybeFinishStepLocked(*m);
+  }
+  wire::PushResponse done;
+  done.set_step(step_.load());
+  Answer(std::move(released), rpc::OutgoingMessage::Of(done));
+  responder.Respond(rpc::OutgoingMessage::Of(wire::Empty()));
+}
+
+void PsServer::Impl::HandleShutdown(const rpc::IncomingMessage& request, rpc::Responder responder) {
+  wire::ShutdownRequest shutdown;
+  if (absl::Status s = request.ParseHeader(&shutdown); !s.ok()) return responder.Respond(s);
+  std::vector<rpc::Responder> init_waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!shutdown_) {
+      shutdown_ = true;
+      shutdown_time_ = absl::Now();
+      finished_step_.store(step_.load());
+      shutdown_flag_.store(true, std::memory_order_release);
+      Log(absl::StrCat("training finished at step ", step_.load(), " (worker ",
+                       shutdown.worker_index(), " called Shutdown)"));
+    }
+    connected_.erase(shutdown.client_id());
+    init_waiters.swap(init_waiters_);
+  }
+  ResetSyncState(FinishedError());
+  for (rpc::Responder& waiter : init_waiters) {
+    waiter.Respond(absl::FailedPreconditionError("training finished before the variables were initialized"));
+  }
+  responder.Respond(rpc::OutgoingMessage::Of(wire::Empty()));
+}
+
+PsTaskStats PsServer::Impl::Stats() const {
+  PsTaskStats stats;
+  stats.task = options_.task_index;
+  if (server_) {
+    const rpc::ServerCounters counters = server_->counters();
+    stats.bytes_in = counters.bytes_in;
+    stats.bytes_out = counters.bytes_out;
+    stats.calls_unauthenticated = counters.calls_unauthenticated;
+  }
+  if (std::shared_ptr<const Model> m = model()) stats.num_params = m->num_params;
+  stats.global_step = step_.load();
+  stats.stale_gradients_dropped = stale_dropped_.load();
+  stats.pushes_refused = pushes_refused_.load();
+  return stats;
+}
+
+void PsServer::Impl::HandleStats(rpc::Responder responder) {
+  const PsTaskStats s = Stats();
+  wire::StatsResponse response;
+  response.set_task(s.task);
+  response.set_bytes_in(s.bytes_in);
+  response.set_bytes_out(s.bytes_out);
+  response.set_num_params(s.num_params);
+  response.set_global_step(s.global_step);
+  response.set_stale_gradients_dropped(s.stale_gradients_dropped);
+  response.set_pushes_refused(s.pushes_refused);
+  response.set_calls_unauthenticated(s.calls_unauthenticated);
+  responder.Respond(rpc::OutgoingMessage::Of(response));
+}
+
+absl::Status PsServer::Impl::Wait() {
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &Impl::ShutdownOrStopped));
+    if (!stopped_) {
+      const absl::Time give_up = shutdown_time_ + absl::Seconds(options_.shutdown_grace_secs);
+      if (!mu_.AwaitWithDeadline(absl::Condition(this, &Impl::DoneWaiting), give_up)) {
+        Log(absl::StrCat(connected_.size(), " worker(s) did not say goodbye within ",
+                         options_.shutdown_grace_secs, " s of the shutdown; exiting anyway"));
+      }
+    }
+  }
+  Stop();
+  return absl::OkStatus();
+}
+
+void PsServer::Impl::Stop() {
+  std::vector<rpc::Responder> init_waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    init_waiters.swap(init_waiters_);
+  }
+  for (rpc::Responder& waiter : init_waiters) waiter.Respond(absl::UnavailableError("ps task is stopping"));
+  ResetSyncState(absl::UnavailableError("ps task is stopping"));
+  {
+    absl::MutexLock lock(&sync_mu_);
+    timer_stop_ = true;
+    sync_cv_.SignalAll();
+  }
+  if (timer_.joinable()) timer_.join();
+  // Calls that slipped in meanwhile are cancelled by the server's shutdown grace.
+  if (server_) server_->Shutdown(0.5);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+PsServer::PsServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PsServer::~PsServer() = default;
+
+absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(Options options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  if (absl::Status s = impl->Start(); !s.ok()) return s;
+  return std::unique_ptr<PsServer>(new PsServer(std::move(impl)));
+}
+
+absl::Status PsServer::Wait() { return impl_->Wait(); }
+void PsServer::Stop() { impl_->Stop(); }
+PsTaskStats PsServer::Stats() const { return impl_->Stats(); }
+int PsServer::port() const { return impl_->port(); }
+
+}  // namespace psflow::ps

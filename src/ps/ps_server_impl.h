@@ -1,0 +1,137 @@
+// ps/ps_server_impl.h — the parameter server's state and RPC handlers (behind PsServer).
+//
+// Locks, never nested except where noted: mu_ guards the lifecycle (initialization, connected
+// workers, shutdown) and the held WaitInitialized calls; sync_mu_ guards the sync step's
+// bookkeeping (it may take a shard's mutex while applying a step); each Shard has its own mutex
+// for its values. The model (shards, optimizer, config) is an immutable snapshot swapped
+// atomically by Initialize, so the push and pull paths take no global lock in async mode.
+#ifndef PSFLOW_PS_PS_SERVER_IMPL_H_
+#define PSFLOW_PS_PS_SERVER_IMPL_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/psflow.pb.h"
+#include "ps/shard.h"
+#include "psflow/ps/ps_server.h"
+#include "psflow/rpc/transport.h"
+
+namespace psflow::ps {
+
+class PsServer::Impl final : public rpc::Handler {
+ public:
+  explicit Impl(Options options);
+  ~Impl() override;
+
+  absl::Status Start();
+  absl::Status Wait();
+  void Stop();
+  PsTaskStats Stats() const;
+  int port() const { return server_ ? server_->port() : 0; }
+
+  void Handle(rpc::Method method, rpc::IncomingMessage request, rpc::Responder responder) override;
+
+ private:
+  // What Initialize installs; immutable afterwards (shards mutate under their own locks).
+  struct Model {
+    TrainingConfig config;
+    wire::TrainingConfig config_wire;
+    std::unique_ptr<optim::Optimizer> optimizer;
+    std::vector<std::shared_ptr<Shard>> shards;
+    absl::flat_hash_map<std::string, Shard*> by_name;
+    std::vector<wire::ShardInfo> shard_infos;
+    std::string signature;
+    uint64_t fingerprint = 0;
+    bool holds_global_step = false;
+    int64_t num_params = 0;
+  };
+
+  struct Waiter {
+    int worker;
+    rpc::Responder responder;
+  };
+
+  // Control RPCs (ps_server.cc).
+  void HandleHello(const rpc::IncomingMessage& request, rpc::Responder responder);
+  void HandleInitialize(const rpc::IncomingMessage& request, rpc::Responder responder);
+  void HandleMarkInitialized(rpc::Responder responder);
+  void HandleWaitInitialized(rpc::Responder responder);
+  void HandlePull(const rpc::IncomingMessage& request, rpc::Responder responder);
+  void HandlePullRows(const rpc::IncomingMessage& request, rpc::Responder responder);
+  void HandleGoodbye(const rpc::IncomingMessage& request, rpc::Responder responder);
+  void HandleShutdown(const rpc::IncomingMessage& request, rpc::Responder responder);
+  void HandleStats(rpc::Responder responder);
+  wire::WaitInitializedResponse InitializedResponse(const Model& model) const;
+
+  // Data RPCs (ps_push.cc).
+  void HandlePush(const rpc::IncomingMessage& request, rpc::Responder responder);
+  void PushAsync(const Model& model, const rpc::IncomingMessage& request,
+                 const wire::PushRequest& header, rpc::Responder responder);
+  void PushSync(const Model& model, const rpc::IncomingMessage& request,
+                const wire::PushRequest& header, rpc::Responder responder);
+  // Applies the step if its quorum is complete (or timed out) and no push is still accumulating;
+  // returns the pushes to answer (after unlocking).
+  std::vector<Waiter> MaybeFinishStepLocked(const Model& model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
+  int QuorumLocked(const Model& model) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
+  void SyncTimerLoop();
+  // Forgets the current sync step, answering its waiters with `status`.
+  void ResetSyncState(const absl::Status& status);
+  static void Answer(std::vector<Waiter> waiters, const absl::StatusOr<rpc::OutgoingMessage>& response);
+
+  std::shared_ptr<const Model> model() const { return model_.load(std::memory_order_acquire); }
+  bool initialized() const { return initialized_.load(std::memory_order_acquire); }
+  // True once pushes must be refused: after the chief's Shutdown, or when this task's step counter
+  // is the global step (or sync mode) and reached train_steps.
+  bool Finished(const Model& model) const;
+  absl::Status FinishedError() const;
+  std::vector<int> ExpectedWorkers(const Model& model) const;
+  void Log(const std::string& message) const;
+
+  bool DoneWaiting() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || connected_.empty(); }
+  bool ShutdownOrStopped() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || shutdown_; }
+
+  const Options options_;
+  std::unique_ptr<rpc::Server> server_;
+
+  std::atomic<std::shared_ptr<const Model>> model_;
+  std::atomic<bool> initialized_{false};
+  std::atomic<bool> shutdown_flag_{false};
+  std::atomic<int64_t> step_{0};  // async: the global step (on its ps); sync: this task's step
+  std::atomic<int64_t> stale_dropped_{0};
+  std::atomic<int64_t> pushes_refused_{0};
+
+  mutable absl::Mutex mu_;
+  std::vector<rpc::Responder> init_waiters_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> connected_ ABSL_GUARDED_BY(mu_);  // client ids that said Hello, not yet Goodbye
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time shutdown_time_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> finished_step_{0};
+
+  // Sync mode: the current step's quorum.
+  mutable absl::Mutex sync_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  absl::CondVar sync_cv_;
+  int arrived_ ABSL_GUARDED_BY(sync_mu_) = 0;     // pushes counted for the current step
+  int in_flight_ ABSL_GUARDED_BY(sync_mu_) = 0;   // counted pushes still accumulating
+  bool quorum_closed_ ABSL_GUARDED_BY(sync_mu_) = false;  // reached, or timed out
+  bool timed_out_ ABSL_GUARDED_BY(sync_mu_) = false;
+  absl::Time first_arrival_ ABSL_GUARDED_BY(sync_mu_);
+  std::vector<Waiter> step_waiters_ ABSL_GUARDED_BY(sync_mu_);
+  std::set<int> arrived_workers_ ABSL_GUARDED_BY(sync_mu_);
+  std::set<int> dropped_ ABSL_GUARDED_BY(sync_mu_);   // missed a timed-out step; back when they push
+  std::set<int> departed_ ABSL_GUARDED_BY(sync_mu_);  // said Goodbye
+  bool timer_stop_ ABSL_GUARDED_BY(sync_mu_) = false;
+  std::thread timer_;
+};
+
+}  // namespace psflow::ps
+
+#endif  // PSFLOW_PS_PS_SERVER_IMPL_H_

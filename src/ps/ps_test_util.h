@@ -1,0 +1,118 @@
+// ps/ps_test_util.h — in-process ps clusters for tests: real gRPC servers on 127.0.0.1 port 0
+// and clients built from their real addresses.
+#ifndef PSFLOW_PS_PS_TEST_UTIL_H_
+#define PSFLOW_PS_PS_TEST_UTIL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+#include "psflow/dist/cluster.h"
+#include "psflow/dist/partition.h"
+#include "psflow/ps/ps_client.h"
+#include "psflow/ps/ps_server.h"
+
+// ASSERT/EXPECT that an absl::Status is OK, printing it when it is not.
+#define PSFLOW_ASSERT_OK(expr)            \
+  do {                                    \
+    const absl::Status _status = (expr);  \
+    ASSERT_TRUE(_status.ok()) << _status; \
+  } while (0)
+#define PSFLOW_EXPECT_OK(expr)            \
+  do {                                    \
+    const absl::Status _status = (expr);  \
+    EXPECT_TRUE(_status.ok()) << _status; \
+  } while (0)
+
+namespace psflow::ps::testing {
+
+struct TestCluster {
+  std::vector<std::unique_ptr<PsServer>> servers;
+  dist::ClusterSpec cluster;  // the servers' real addresses, plus `num_workers` placeholder workers
+  absl::Mutex log_mu;
+  std::vector<std::string> log ABSL_GUARDED_BY(log_mu);  // lines the servers logged
+
+  std::string LogText() {
+    absl::MutexLock lock(&log_mu);
+    return absl::StrJoin(log, "\n");
+  }
+
+  // Starts `num_ps` servers. `server_cluster`, when given, is what the servers believe the cluster
+  // is (to test the mismatch check); by default they accept any cluster.
+  static std::unique_ptr<TestCluster> Start(int num_ps, int num_workers, SecurityOptions security = {},
+                                            double shutdown_grace_secs = 10,
+                                            const dist::ClusterSpec& server_cluster = {}) {
+    auto c = std::make_unique<TestCluster>();
+    std::vector<std::string> ps, workers;
+    for (int k = 0; k < num_ps; ++k) {
+      PsServer::Options o;
+      o.listen_address = "127.0.0.1:0";
+      o.task_index = k;
+      o.cluster = server_cluster;
+      o.security = security;
+      o.shutdown_grace_secs = shutdown_grace_secs;
+      TestCluster* raw = c.get();
+      o.log = [raw](const std::string& line) {
+        absl::MutexLock lock(&raw->log_mu);
+        raw->log.push_back(line);
+      };
+      auto server = PsServer::Start(o);
+      EXPECT_TRUE(server.ok()) << server.status();
+      if (!server.ok()) return nullptr;
+      ps.push_back(absl::StrCat("127.0.0.1:", (*server)->port()));
+      c->servers.push_back(*std::move(server));
+    }
+    // Placeholder worker addresses: nothing listens there; they only make the cluster complete.
+    for (int w = 0; w < num_workers; ++w) workers.push_back(absl::StrCat("127.0.0.1:", 1 + w));
+    auto cluster = dist::ClusterSpec::FromHostLists(absl::StrJoin(ps, ","), absl::StrJoin(workers, ","));
+    EXPECT_TRUE(cluster.ok()) << cluster.status();
+    c->cluster = *cluster;
+    return c;
+  }
+
+  std::unique_ptr<PsClient> Client(const dist::PlacementPlan& plan, int worker_index,
+                                   SecurityOptions security = {}) const {
+    PsClient::Options o;
+    o.cluster = cluster;
+    o.plan = plan;
+    o.worker_index = worker_index;
+    o.security = std::move(security);
+    o.rpc_timeout_secs = 20;
+    o.connect_timeout_secs = 5;
+    auto client = PsClient::Create(o);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+};
+
+inline dist::PlacementPlan Plan(const std::vector<dist::VariableSpec>& variables, int num_ps, int shards = 1,
+                                int axis = 0) {
+  dist::PartitionerSpec partitioner;
+  if (shards > 1) {
+    partitioner.kind = dist::PartitionerKind::kFixedSize;
+    partitioner.num_shards = shards;
+    partitioner.axis = axis;
+  }
+  return dist::PlanPlacement(variables, partitioner, dist::PlacementStrategy::kRoundRobin, num_ps);
+}
+
+inline Tensor Filled(const Shape& shape, float start, float step) {
+  Tensor t(shape);
+  for (int64_t i = 0; i < t.size(); ++i) t[i] = start + step * static_cast<float>(i);
+  return t;
+}
+
+inline TrainingConfig Sgd(float lr) {
+  TrainingConfig c;
+  c.optimizer.name = "sgd";
+  c.optimizer.learning_rate = lr;
+  return c;
+}
+
+}  // namespace psflow::ps::testing
+
+#endif  // PSFLOW_PS_PS_TEST_UTIL_H_

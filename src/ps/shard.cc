@@ -1,0 +1,216 @@
+#include "ps/shard.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "psflow/core/check.h"
+
+namespace psflow::ps {
+namespace {
+
+std::string ShapeOf(const wire::TensorMeta& meta) {
+  return ShapeToString(Shape(meta.shape().begin(), meta.shape().end()));
+}
+
+}  // namespace
+
+Shard::Shard(std::string name, Shape shape, FloatBuffer initial, optim::SlotState state)
+    : name_(std::move(name)),
+      shape_(std::move(shape)),
+      size_(NumElements(shape_)),
+      row_size_(shape_.empty() ? 1 : (shape_[0] == 0 ? 0 : size_ / shape_[0])),
+      values_(std::make_shared<FloatBuffer>(std::move(initial))),
+      state_(std::move(state)) {
+  CHECK_EQ(static_cast<int64_t>(values_->size()), size_);
+}
+
+absl::Status Shard::ValidateGradient(const rpc::IncomingMessage& message, int i) const {
+  const wire::TensorMeta& meta = message.meta(i);
+  if (!meta.sparse()) {
+    const Shape got(meta.shape().begin(), meta.shape().end());
+    if (got != shape_) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient for '", name_, "' has shape ",
+                                                     ShapeToString(got), " but the shard is ",
+                                                     ShapeToString(shape_)));
+    }
+  } else {
+    if (shape_.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse gradient for scalar '", name_, "': scalars have no rows"));
+    }
+    const bool row_shape_ok =
+        meta.shape_size() == static_cast<int>(shape_.size()) &&
+        std::equal(shape_.begin() + 1, shape_.end(), meta.shape().begin() + 1);
+    if (!row_shape_ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sparse gradient for '", name_, "' has shape ", ShapeOf(meta), "; rows of the shard ",
+          ShapeToString(shape_), " need shape [k", shape_.size() > 1 ? "," : "",
+          ShapeToString(Shape(shape_.begin() + 1, shape_.end())).substr(1)));
+    }
+    for (int64_t r : meta.rows()) {
+      if (r < 0 || r >= shape_[0]) {
+        return absl::InvalidArgumentError(absl::StrCat("sparse gradient for '", name_, "' touches row ",
+                                                       r, " but the shard has rows 0..", shape_[0] - 1));
+      }
+    }
+  }
+  int64_t bad_index = -1;
+  message.ForEachRun(i, [&bad_index](const float* run, int64_t first, int64_t n) {
+    // An OR over exponent bits vectorizes (a float sum would not, without -ffast-math); look for
+    // the culprit only when some exponent is all ones (Inf or NaN).
+    uint32_t any = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      uint32_t bits;
+      std::memcpy(&bits, run + j, sizeof(bits));
+      any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
+    if (any == 0) return true;
+    for (int64_t j = 0; j < n; ++j) {
+      if (!std::isfinite(run[j])) {
+        bad_index = first + j;
+        return false;
+      }
+    }
+    return true;
+  });
+  if (bad_index >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("gradient for '", name_, "' has a NaN or Inf at element ",
+                                                   bad_index, " (diverged? lower the learning rate)"));
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const FloatBuffer> Shard::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  return values_;
+}
+
+FloatBuffer Shard::GatherRows(const std::vector<int64_t>& rows) const {
+  FloatBuffer out(rows.size() * static_cast<size_t>(row_size_));
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::memcpy(out.data() + i * row_size_, values_->data() + rows[i] * row_size_,
+                static_cast<size_t>(row_size_) * sizeof(float));
+  }
+  return out;
+}
+
+float* Shard::MutableValuesLocked() {
+  if (values_.use_count() > 1) {
+    // A pull is still sending this version: write into a copy.
+    values_ = std::make_shared<FloatBuffer>(*values_);
+  } else {
+    // Pairs with the release in the last pull's reference drop, so its reads happen before our writes.
+    std::atomic_thread_fence(std::memory_order_acquire);
+  }
+  return values_->data();
+}
+
+void Shard::DeduplicateRows(std::vector<int64_t>* rows, FloatBuffer* values, int64_t row_size) {
+  if (std::is_sorted(rows->begin(), rows->end()) &&
+      std::adjacent_find(rows->begin(), rows->end()) == rows->end()) {
+    return;
+  }
+  std::vector<size_t> order(rows->size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [rows](size_t a, size_t b) { return (*rows)[a] < (*rows)[b]; });
+  std::vector<int64_t> unique_rows;
+  FloatBuffer summed;
+  for (size_t k : order) {
+    const float* src = values->data() + k * row_size;
+    if (unique_rows.empty() || unique_rows.back() != (*rows)[k]) {
+      unique_rows.push_back((*rows)[k]);
+      summed.insert(summed.end(), src, src + row_size);
+    } else {
+      float* dst = summed.data() + (unique_rows.size() - 1) * row_size;
+      for (int64_t j = 0; j < row_size; ++j) dst[j] += src[j];
+    }
+  }
+  *rows = std::move(unique_rows);
+  *values = std::move(summed);
+}
+
+void Shard::Apply(const rpc::IncomingMessage& message, int i, const optim::Optimizer& optimizer,
+                  float lr) {
+  const wire::TensorMeta& meta = message.meta(i);
+  if (meta.sparse()) {
+    std::vector<int64_t> rows(meta.rows().begin(), meta.rows().end());
+    FloatBuffer values(static_cast<size_t>(message.num_floats(i)));
+    message.CopyTo(i, values.data());
+    DeduplicateRows(&rows, &values, row_size_);
+    absl::MutexLock lock(&mu_);
+    optimizer.ApplySparse(MutableValuesLocked(), rows, values.data(), row_size_, state_, lr);
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  float* w = MutableValuesLocked();
+  // Optimizer::ApplyDense, applied straight from the received bytes run by run (the update is
+  // element-wise, so ranges are independent) to save a copy of the gradient.
+  const int64_t t = state_.updates + 1;
+  message.ForEachRun(i, [&](const float* run, int64_t first, int64_t n) {
+    optimizer.Apply(w, run, state_, first, n, lr, t);
+    return true;
+  });
+  ++state_.updates;
+}
+
+void Shard::Accumulate(const rpc::IncomingMessage& message, int i) {
+  const wire::TensorMeta& meta = message.meta(i);
+  FloatBuffer sparse_values;
+  if (meta.sparse()) {
+    sparse_values.resize(static_cast<size_t>(message.num_floats(i)));
+    message.CopyTo(i, sparse_values.data());
+  }
+  absl::MutexLock lock(&mu_);
+  if (accum_.empty() && size_ > 0) accum_.assign(static_cast<size_t>(size_), 0.0f);
+  accum_any_ = true;
+  if (!meta.sparse()) {
+    accum_dense_ = true;
+    message.AddTo(i, accum_.data());
+    return;
+  }
+  if (row_touched_.empty()) row_touched_.assign(static_cast<size_t>(num_rows()), false);
+  for (int k = 0; k < meta.rows_size(); ++k) {
+    const int64_t row = meta.rows(k);
+    float* dst = accum_.data() + row * row_size_;
+    const float* src = sparse_values.data() + static_cast<int64_t>(k) * row_size_;
+    for (int64_t j = 0; j < row_size_; ++j) dst[j] += src[j];
+    if (!row_touched_[row]) {
+      row_touched_[row] = true;
+      touched_rows_.push_back(row);
+    }
+  }
+}
+
+void Shard::ApplyAccumulated(int count, const optim::Optimizer& optimizer, float lr) {
+  absl::MutexLock lock(&mu_);
+  if (!accum_any_) return;
+  const float scale = 1.0f / static_cast<float>(std::max(count, 1));
+  float* w = MutableValuesLocked();
+  if (accum_dense_) {
+    for (float& g : accum_) g *= scale;
+    optimizer.ApplyDense(w, accum_.data(), size_, state_, lr);
+    std::fill(accum_.begin(), accum_.end(), 0.0f);
+  } else {
+    std::sort(touched_rows_.begin(), touched_rows_.end());
+    FloatBuffer mean(touched_rows_.size() * static_cast<size_t>(row_size_));
+    for (size_t k = 0; k < touched_rows_.size(); ++k) {
+      float* row = accum_.data() + touched_rows_[k] * row_size_;
+      for (int64_t j = 0; j < row_size_; ++j) {
+        mean[k * row_size_ + j] = row[j] * scale;
+        row[j] = 0.0f;
+      }
+    }
+    optimizer.ApplySparse(w, touched_rows_, mean.data(), row_size_, state_, lr);
+  }
+  for (int64_t row : touched_rows_) row_touched_[row] = false;
+  touched_rows_.clear();
+  accum_any_ = false;
+  accum_dense_ = false;
+}
+
+}  // namespace psflow::ps

@@ -1,0 +1,78 @@
+// ps/shard.h — one shard held by a ps task: its values, its optimizer state, and (sync mode) the
+// accumulator of the current step's gradients. Each shard has its own mutex, so different shards
+// update concurrently and there is no global lock on the push path.
+//
+// Values are held in a shared buffer so a pull can send them without a copy: a pull takes a
+// snapshot (a reference to the current buffer) and gRPC reads it while the call is in flight; an
+// update that finds the buffer still referenced by a pull copies it first (copy-on-write), so
+// every pull sees one consistent version.
+#ifndef PSFLOW_PS_SHARD_H_
+#define PSFLOW_PS_SHARD_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "psflow/core/tensor.h"
+#include "psflow/optim/optimizer.h"
+#include "psflow/rpc/transport.h"
+
+namespace psflow::ps {
+
+class Shard {
+ public:
+  Shard(std::string name, Shape shape, FloatBuffer initial, optim::SlotState state);
+
+  const std::string& name() const { return name_; }
+  const Shape& shape() const { return shape_; }
+  int64_t size() const { return size_; }
+  int64_t num_rows() const { return shape_.empty() ? 1 : shape_[0]; }
+  int64_t row_size() const { return row_size_; }  // floats per row of axis 0
+
+  // Checks that tensor i of `message` is a valid gradient for this shard: a dense tensor of the
+  // shard's shape, or sparse rows of axis 0 within range with the shard's row shape; all finite.
+  absl::Status ValidateGradient(const rpc::IncomingMessage& message, int i) const;
+
+  // The current values, shared (not copied) for sending.
+  std::shared_ptr<const FloatBuffer> Snapshot() const;
+  // Copies of the given rows (validated by the caller), [rows.size(), row_size].
+  FloatBuffer GatherRows(const std::vector<int64_t>& rows) const;
+
+  // Async: applies validated gradient tensor i of `message` with one optimizer update.
+  void Apply(const rpc::IncomingMessage& message, int i, const optim::Optimizer& optimizer, float lr);
+
+  // Sync: adds validated gradient tensor i into this step's accumulator.
+  void Accumulate(const rpc::IncomingMessage& message, int i);
+  // Sync: applies the accumulated sum divided by `count` (one optimizer update) and clears the
+  // accumulator; nothing when no gradient touched the shard this step.
+  void ApplyAccumulated(int count, const optim::Optimizer& optimizer, float lr);
+
+ private:
+  // The value buffer, copied first if a pull still references it.
+  float* MutableValuesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sums duplicate rows (TF's optimizers deduplicate sparse gradients the same way).
+  static void DeduplicateRows(std::vector<int64_t>* rows, FloatBuffer* values, int64_t row_size);
+
+  const std::string name_;
+  const Shape shape_;
+  const int64_t size_;
+  const int64_t row_size_;
+
+  mutable absl::Mutex mu_;
+  std::shared_ptr<FloatBuffer> values_ ABSL_GUARDED_BY(mu_);
+  optim::SlotState state_ ABSL_GUARDED_BY(mu_);
+  // Sync accumulator: all zero whenever nothing is accumulated. Sparse-only steps remember the
+  // rows they touched so only those rows are applied and cleared.
+  FloatBuffer accum_ ABSL_GUARDED_BY(mu_);
+  bool accum_any_ ABSL_GUARDED_BY(mu_) = false;
+  bool accum_dense_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<bool> row_touched_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> touched_rows_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace psflow::ps
+
+#endif  // PSFLOW_PS_SHARD_H_

@@ -1,0 +1,307 @@
+// The transport benchmark (psflow/rpc/transport_bench.h).
+#include "psflow/rpc/transport_bench.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "psflow/dist/cluster.h"
+#include "psflow/dist/partition.h"
+#include "psflow/ps/ps_client.h"
+#include "rpc/transport_bench_internal.h"
+
+extern char** environ;
+
+namespace psflow::rpc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+struct Measurement {
+  double gbps = 0;        // bytes moved per second over all repeats, in 1e9 bytes/s
+  double latency_ms = 0;  // median call time
+};
+
+// Repeats `call` for about `seconds` (at least 10 times, after 3 warm-up calls).
+template <typename Fn>
+absl::StatusOr<Measurement> Measure(int64_t bytes, double seconds, Fn&& call) {
+  for (int i = 0; i < 3; ++i) {
+    if (absl::Status s = call(); !s.ok()) return s;
+  }
+  std::vector<double> times;
+  const auto start = Clock::now();
+  double total = 0;
+  while (times.size() < 10 || (total < seconds && times.size() < 100000)) {
+    const auto t0 = Clock::now();
+    if (absl::Status s = call(); !s.ok()) return s;
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    total = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  Measurement m;
+  m.gbps = static_cast<double>(bytes) * static_cast<double>(times.size()) / total / 1e9;
+  m.latency_ms = Median(times) * 1e3;
+  return m;
+}
+
+bool WriteAll(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool ReadAll(int fd, void* data, size_t n) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = ::recv(fd, p, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// The child's TCP sink: for each message ([u64 size][size bytes]) reply one byte, until EOF.
+[[noreturn]] void RunTcpSink(int listen_fd, std::vector<char>& buffer) {
+  const int fd = ::accept(listen_fd, nullptr, nullptr);
+  if (fd < 0) _exit(1);
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  for (;;) {
+    uint64_t size = 0;
+    if (!ReadAll(fd, &size, sizeof(size)) || size > buffer.size()) _exit(0);
+    if (!ReadAll(fd, buffer.data(), size)) _exit(0);
+    const char ack = 1;
+    if (!WriteAll(fd, &ack, 1)) _exit(0);
+  }
+}
+
+// Raw TCP between this process and a forked child on loopback, for each size.
+absl::StatusOr<std::vector<Measurement>> MeasureTcp(const TransportBenchOptions& options) {
+  const int64_t max_size = *std::max_element(options.sizes.begin(), options.sizes.end());
+  std::vector<char> buffer(static_cast<size_t>(max_size), 'x');  // allocated before forking
+  const int listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (listen_fd < 0 || ::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(listen_fd, 1) != 0 || ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return absl::InternalError(absl::StrCat("TCP baseline: cannot listen on 127.0.0.1: ", std::strerror(errno)));
+  }
+  const pid_t child = ::fork();
+  if (child < 0) return absl::InternalError(absl::StrCat("TCP baseline: fork failed: ", std::strerror(errno)));
+  if (child == 0) RunTcpSink(listen_fd, buffer);
+  ::close(listen_fd);
+
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  absl::StatusOr<std::vector<Measurement>> result;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    result = absl::InternalError(absl::StrCat("TCP baseline: cannot connect: ", std::strerror(errno)));
+  } else {
+    std::vector<Measurement> all;
+    for (int64_t size : options.sizes) {
+      absl::StatusOr<Measurement> m = Measure(size, options.seconds_per_measurement, [&]() -> absl::Status {
+        const uint64_t n = static_cast<uint64_t>(size);
+        char ack = 0;
+        if (!WriteAll(fd, &n, sizeof(n)) || !WriteAll(fd, buffer.data(), n) || !ReadAll(fd, &ack, 1)) {
+          return absl::InternalError("TCP baseline: the sink closed the connection");
+        }
+        return absl::OkStatus();
+      });
+      if (!m.ok()) {
+        result = m.status();
+        break;
+      }
+      all.push_back(*m);
+    }
+    if (all.size() == options.sizes.size()) result = std::move(all);
+  }
+  ::close(fd);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return result;
+}
+
+}  // namespace
+
+int FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+absl::Status RunTransportBench(const std::string& ps_address, std::ostream& out,
+                               const TransportBenchOptions& options) {
+  if (options.sizes.empty()) return absl::InvalidArgumentError("transport bench: no sizes");
+  // Fork the TCP baseline's child before this process starts gRPC's threads.
+  absl::StatusOr<std::vector<Measurement>> tcp = MeasureTcp(options);
+  if (!tcp.ok()) return tcp.status();
+
+  // Learn the ps's cluster so the client passes its cluster check.
+  absl::StatusOr<std::unique_ptr<ClientChannel>> probe_channel =
+      MakeGrpcChannel(ps_address, absl::StrCat("ps ", ps_address), SecurityOptions{});
+  if (!probe_channel.ok()) return probe_channel.status();
+  wire::HelloRequest probe;
+  probe.set_probe(true);
+  CallOptions probe_options;
+  probe_options.timeout_secs = 30;
+  probe_options.wait_for_ready = true;
+  absl::StatusOr<IncomingMessage> hello =
+      (*probe_channel)->CallBlocking(Method::kHello, OutgoingMessage::Of(probe), probe_options);
+  if (!hello.ok()) return hello.status();
+  wire::HelloResponse hello_response;
+  if (absl::Status s = hello->ParseHeader(&hello_response); !s.ok()) return s;
+  dist::ClusterSpec cluster;
+  if (!hello_response.cluster_text().empty()) {
+    // "ps=a:1,b:2;worker=c:3"
+    std::string ps_hosts, worker_hosts;
+    for (absl::string_view part : absl::StrSplit(hello_response.cluster_text(), ';')) {
+      if (absl::ConsumePrefix(&part, "ps=")) ps_hosts = std::string(part);
+      if (absl::ConsumePrefix(&part, "worker=")) worker_hosts = std::string(part);
+    }
+    absl::StatusOr<dist::ClusterSpec> parsed = dist::ClusterSpec::FromHostLists(ps_hosts, worker_hosts);
+    if (!parsed.ok()) return parsed.status();
+    cluster = *parsed;
+  } else {
+    absl::StatusOr<dist::ClusterSpec> parsed = dist::ClusterSpec::FromHostLists(ps_address, "127.0.0.1:1");
+    if (!parsed.ok()) return parsed.status();
+    cluster = *parsed;
+  }
+  int ps_index = -1;
+  for (int k = 0; k < cluster.num_ps(); ++k) {
+    if (cluster.ps()[k] == ps_address) ps_index = k;
+  }
+  if (ps_index < 0) ps_index = hello_response.ps_task();
+
+  std::vector<Measurement> push, pull;
+  for (int64_t size : options.sizes) {
+    const int64_t n = size / static_cast<int64_t>(sizeof(float));
+    dist::PlacementPlan plan;
+    plan.num_ps = cluster.num_ps();
+    plan.global_step_ps = ps_index;
+    plan.variables = {{"bench/v", Shape{n}}};
+    dist::ShardSpec shard;
+    shard.variable = "bench/v";
+    shard.name = "bench/v";
+    shard.shape = Shape{n};
+    shard.ps_task = ps_index;
+    plan.shards = {shard};
+    ps::PsClient::Options client_options;
+    client_options.cluster = cluster;
+    client_options.plan = plan;
+    client_options.worker_index = 0;
+    absl::StatusOr<std::unique_ptr<ps::PsClient>> client = ps::PsClient::Create(client_options);
+    if (!client.ok()) return client.status();
+    if (absl::Status s = (*client)->Connect(); !s.ok()) return s;
+    Tensor values(Shape{n}, 0.5f);
+    ps::TrainingConfig config;
+    config.optimizer.name = "sgd";
+    config.optimizer.learning_rate = 0.0f;  // the ps still runs the update over every element
+    if (absl::Status s = (*client)->Initialize({{"bench/v", &values}}, config); !s.ok()) return s;
+    Tensor grad(Shape{n}, 1e-3f);
+    absl::StatusOr<Measurement> m_push = Measure(size, options.seconds_per_measurement, [&]() -> absl::Status {
+      return (*client)->Push({ps::Gradient{"bench/v", &grad, nullptr}}, 0).status();
+    });
+    if (!m_push.ok()) return m_push.status();
+    absl::StatusOr<Measurement> m_pull = Measure(size, options.seconds_per_measurement, [&]() -> absl::Status {
+      return (*client)->Pull({{"bench/v", &values}}).status();
+    });
+    if (!m_pull.ok()) return m_pull.status();
+    const bool last = size == options.sizes.back();
+    if (last && options.shutdown_ps) {
+      if (absl::Status s = (*client)->Shutdown(); !s.ok()) return s;
+    } else {
+      (void)(*client)->Goodbye();
+    }
+    push.push_back(*m_push);
+    pull.push_back(*m_pull);
+    const Measurement& t = (*tcp)[push.size() - 1];
+    out << absl::StrFormat(
+               "{\"size\":%d,\"push_gbps\":%.3f,\"pull_gbps\":%.3f,\"tcp_gbps\":%.3f,\"push_ratio\":%.3f,"
+               "\"pull_ratio\":%.3f,\"push_latency_ms\":%.4f,\"pull_latency_ms\":%.4f,\"tcp_latency_ms\":%.4f}",
+               size, m_push->gbps, m_pull->gbps, t.gbps, m_push->gbps / t.gbps, m_pull->gbps / t.gbps,
+               m_push->latency_ms, m_pull->latency_ms, t.latency_ms)
+        << std::endl;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunTransportBenchCommand(const std::string& self_path, const std::string& ps_hosts,
+                                      std::ostream& out) {
+  if (!ps_hosts.empty()) {
+    const std::vector<std::string> hosts = absl::StrSplit(ps_hosts, ',');
+    return RunTransportBench(hosts[0], out);
+  }
+  const int ps_port = FreeLoopbackPort();
+  const int worker_port = FreeLoopbackPort();
+  if (ps_port == 0 || worker_port == 0) return absl::InternalError("no free loopback port for the bench ps");
+  const std::string address = absl::StrCat("127.0.0.1:", ps_port);
+  std::vector<std::string> args = {self_path, "train", "--job_name=ps", "--task_index=0",
+                                   absl::StrCat("--ps_hosts=", address),
+                                   absl::StrCat("--worker_hosts=127.0.0.1:", worker_port)};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // The ps's log goes to stderr so stdout carries only the JSON lines.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
+  pid_t child = 0;
+  const int spawned = posix_spawn(&child, self_path.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) {
+    return absl::InternalError(absl::StrCat("cannot start a ps task (", self_path, "): ", std::strerror(spawned)));
+  }
+  TransportBenchOptions options;
+  options.shutdown_ps = true;
+  absl::Status status = RunTransportBench(address, out, options);
+  // The ps exits after the Shutdown; end it ourselves if the bench failed before that.
+  if (!status.ok()) ::kill(child, SIGTERM);
+  int wstatus = 0;
+  for (int i = 0; i < 100 && ::waitpid(child, &wstatus, WNOHANG) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (::waitpid(child, &wstatus, WNOHANG) == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &wstatus, 0);
+  }
+  return status;
+}
+
+}  // namespace psflow::rpc

@@ -1,0 +1,51 @@
+// psflow_transport_bench: forks a ps task on a free loopback port and runs the transport benchmark
+// against it (the same measurement as `psflow bench transport`, without the CLI).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "psflow/dist/cluster.h"
+#include "psflow/ps/ps_server.h"
+#include "psflow/rpc/transport_bench.h"
+#include "psflow/rpc/tuning.h"
+#include "rpc/transport_bench_internal.h"
+
+int main() {
+  using namespace psflow;
+  rpc::TuneAllocatorForLargeMessages();
+  const int ps_port = rpc::FreeLoopbackPort();
+  const int worker_port = rpc::FreeLoopbackPort();
+  const std::string address = absl::StrCat("127.0.0.1:", ps_port);
+  absl::StatusOr<dist::ClusterSpec> cluster =
+      dist::ClusterSpec::FromHostLists(address, absl::StrCat("127.0.0.1:", worker_port));
+  if (!cluster.ok()) {
+    std::cerr << cluster.status() << std::endl;
+    return 1;
+  }
+  // Fork before this process starts any gRPC thread.
+  const pid_t child = fork();
+  if (child == 0) {
+    ps::PsServer::Options options;
+    options.listen_address = address;
+    options.cluster = *cluster;
+    absl::StatusOr<std::unique_ptr<ps::PsServer>> server = ps::PsServer::Start(options);
+    if (!server.ok()) {
+      std::cerr << server.status() << std::endl;
+      _exit(1);
+    }
+    absl::Status s = (*server)->Wait();
+    _exit(s.ok() ? 0 : 1);
+  }
+  rpc::TransportBenchOptions options;
+  options.shutdown_ps = true;
+  absl::Status status = rpc::RunTransportBench(address, std::cout, options);
+  if (!status.ok()) {
+    std::cerr << "psflow_transport_bench: " << status << std::endl;
+    kill(child, SIGTERM);
+  }
+  int wstatus = 0;
+  waitpid(child, &wstatus, 0);
+  return status.ok() ? 0 : 1;
+}
