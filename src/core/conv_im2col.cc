@@ -57,13 +57,15 @@ void Col2ImAdd(const ConvGeometry& g, const float* col, float* image) {
 
 }  // namespace
 
-void Im2ColConvForward(const ConvGeometry& g, const float* x, const float* filter, float* out) {
+void Im2ColConvForward(const ConvGeometry& g, const float* x, const float* filter, const float* bias, bool relu,
+                       float* out) {
   const int64_t pixels = g.out_h * g.out_w;
   Tensor col = Tensor::Uninitialized({pixels, PatchSize(g)});
   for (int64_t b = 0; b < g.batch; ++b) {
     Im2Col(g, x + b * g.in_h * g.in_w * g.in_c, col.data());
     Gemm(false, false, pixels, g.out_c, PatchSize(g), col.data(), filter, out + b * pixels * g.out_c, false);
   }
+  if (bias != nullptr) AddBiasAndActivate(out, bias, g.batch * pixels, g.out_c, relu);
 }
 
 void Im2ColConvBackwardData(const ConvGeometry& g, const float* d_out, const float* filter, float* d_x) {

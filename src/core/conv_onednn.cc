@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -50,7 +51,7 @@ struct Reorder {
 };
 
 struct ConvPrimitives {
-  memory::desc src, dst, user_weights;
+  memory::desc src, dst, user_weights, bias;
   dnnl::convolution_forward::primitive_desc fwd_pd;
   dnnl::convolution_forward fwd;
   Reorder weights_to_fwd;
@@ -77,8 +78,11 @@ Reorder MakeReorder(const memory::desc& from, const memory::desc& to) {
   return r;
 }
 
+// What the forward primitive adds after the convolution itself.
+enum class Epilogue { kNone, kBias, kBiasRelu };
+
 // Throws dnnl::error when oneDNN has no implementation for the geometry.
-std::unique_ptr<ConvPrimitives> Build(const ConvGeometry& g) {
+std::unique_ptr<ConvPrimitives> Build(const ConvGeometry& g, Epilogue epilogue) {
   auto p = std::make_unique<ConvPrimitives>();
   const memory::dims src_dims = {g.batch, g.in_c, g.in_h, g.in_w};
   const memory::dims weight_dims = {g.out_c, g.in_c, g.k_h, g.k_w};
@@ -94,10 +98,21 @@ std::unique_ptr<ConvPrimitives> Build(const ConvGeometry& g) {
   const dnnl::primitive_attr attr = UserScratchpad();
   const auto algo = dnnl::algorithm::convolution_direct;
 
-  p->fwd_pd = dnnl::convolution_forward::primitive_desc(
-      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, p->src, any_weights, p->dst,
-                                      strides, pad_l, pad_r),
-      attr, Engine());
+  // The bias and relu run inside the convolution kernel (oneDNN post-op), free of extra passes.
+  dnnl::primitive_attr fwd_attr = UserScratchpad();
+  if (epilogue == Epilogue::kBiasRelu) {
+    dnnl::post_ops relu;
+    relu.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    fwd_attr.set_post_ops(relu);
+  }
+  const auto fwd_desc =
+      epilogue == Epilogue::kNone
+          ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, p->src, any_weights, p->dst,
+                                            strides, pad_l, pad_r)
+          : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, p->src, any_weights,
+                                            memory::desc({g.out_c}, f32, Tag::x), p->dst, strides, pad_l, pad_r);
+  p->fwd_pd = dnnl::convolution_forward::primitive_desc(fwd_desc, fwd_attr, Engine());
+  p->bias = memory::desc({g.out_c}, f32, Tag::x);
   p->fwd = dnnl::convolution_forward(p->fwd_pd);
   p->weights_to_fwd = MakeReorder(p->user_weights, p->fwd_pd.weights_desc());
 
@@ -118,15 +133,16 @@ std::unique_ptr<ConvPrimitives> Build(const ConvGeometry& g) {
 // Primitives per geometry; a geometry oneDNN refused maps to nullptr so it is not retried.
 class PrimitiveCache {
  public:
-  const ConvPrimitives* Get(const ConvGeometry& g) {
-    const Key key = {g.batch, g.in_h, g.in_w, g.in_c, g.k_h, g.k_w, g.out_c,
-                     g.stride_h, g.stride_w, g.pad_top, g.pad_left, g.pad_bottom, g.pad_right};
+  const ConvPrimitives* Get(const ConvGeometry& g, Epilogue epilogue = Epilogue::kNone) {
+    const Key key = {g.batch,    g.in_h,     g.in_w,    g.in_c,       g.k_h,        g.k_w,
+                     g.out_c,    g.stride_h, g.stride_w, g.pad_top,   g.pad_left,   g.pad_bottom,
+                     g.pad_right, static_cast<int64_t>(epilogue)};
     absl::MutexLock lock(&mu_);
     auto it = cache_.find(key);
     if (it == cache_.end()) {
       std::unique_ptr<ConvPrimitives> built;
       try {
-        built = Build(g);
+        built = Build(g, epilogue);
       } catch (const dnnl::error&) {
         built = nullptr;
       }
@@ -136,7 +152,7 @@ class PrimitiveCache {
   }
 
  private:
-  using Key = std::array<int64_t, 13>;
+  using Key = std::array<int64_t, 14>;
   absl::Mutex mu_;
   std::map<Key, std::unique_ptr<ConvPrimitives>> cache_ ABSL_GUARDED_BY(mu_);
 };
@@ -165,16 +181,22 @@ memory Reordered(const Reorder& r, const float* data, FloatBuffer& buffer) {
 
 }  // namespace
 
-bool OneDnnConvForward(const ConvGeometry& g, const float* x, const float* filter, float* out) {
-  const ConvPrimitives* p = Cache().Get(g);
+bool OneDnnConvForward(const ConvGeometry& g, const float* x, const float* filter, const float* bias, bool relu,
+                       float* out) {
+  const Epilogue epilogue = bias == nullptr ? Epilogue::kNone : relu ? Epilogue::kBiasRelu : Epilogue::kBias;
+  if (bias == nullptr && relu) return false;  // not a combination psflow asks for
+  const ConvPrimitives* p = Cache().Get(g, epilogue);
   if (p == nullptr) return false;
   try {
     FloatBuffer weights_buffer;
     memory weights = Reordered(p->weights_to_fwd, filter, weights_buffer);
-    p->fwd.execute(Stream(), {{DNNL_ARG_SRC, Wrap(p->src, x)},
-                              {DNNL_ARG_WEIGHTS, weights},
-                              {DNNL_ARG_DST, Wrap(p->dst, out)},
-                              {DNNL_ARG_SCRATCHPAD, Wrap(p->fwd_pd.scratchpad_desc(), Scratch(p->fwd_pd.scratchpad_desc()))}});
+    const memory::desc scratch = p->fwd_pd.scratchpad_desc();
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, Wrap(p->src, x)},
+                                            {DNNL_ARG_WEIGHTS, weights},
+                                            {DNNL_ARG_DST, Wrap(p->dst, out)},
+                                            {DNNL_ARG_SCRATCHPAD, Wrap(scratch, Scratch(scratch))}};
+    if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, Wrap(p->bias, bias));
+    p->fwd.execute(Stream(), args);
     Stream().wait();
   } catch (const dnnl::error&) {
     return false;

@@ -62,41 +62,47 @@ ConvGeometry MakeConvGeometry(const Shape& input, const Shape& filter, int strid
 namespace {
 using internal::ConvGeometry;
 
-enum class ConvKernel { kForward, kBackwardData, kBackwardFilter };
+bool UseOneDnn() { return !internal::g_force_im2col.load(std::memory_order_relaxed); }
+void CountOneDnn() { internal::g_onednn_calls.fetch_add(1, std::memory_order_relaxed); }
+void CountIm2Col() { internal::g_im2col_calls.fetch_add(1, std::memory_order_relaxed); }
 
-// Runs one kernel on oneDNN, or on im2col when oneDNN declines (or a test forces it).
-void RunConv(ConvKernel kernel, const ConvGeometry& g, const float* a, const float* b, float* out) {
-  if (!internal::g_force_im2col.load(std::memory_order_relaxed)) {
-    bool ok = false;
-    switch (kernel) {
-      case ConvKernel::kForward: ok = internal::OneDnnConvForward(g, a, b, out); break;
-      case ConvKernel::kBackwardData: ok = internal::OneDnnConvBackwardData(g, a, b, out); break;
-      case ConvKernel::kBackwardFilter: ok = internal::OneDnnConvBackwardFilter(g, a, b, out); break;
-    }
-    if (ok) {
-      internal::g_onednn_calls.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-  }
-  internal::g_im2col_calls.fetch_add(1, std::memory_order_relaxed);
-  switch (kernel) {
-    case ConvKernel::kForward: internal::Im2ColConvForward(g, a, b, out); break;
-    case ConvKernel::kBackwardData: internal::Im2ColConvBackwardData(g, a, b, out); break;
-    case ConvKernel::kBackwardFilter: internal::Im2ColConvBackwardFilter(g, a, b, out); break;
-  }
+// Each kernel runs on oneDNN, or on im2col when oneDNN declines (or a test forces it).
+void RunForward(const ConvGeometry& g, const float* x, const float* filter, const float* bias, bool relu,
+                float* out) {
+  if (UseOneDnn() && internal::OneDnnConvForward(g, x, filter, bias, relu, out)) return CountOneDnn();
+  CountIm2Col();
+  internal::Im2ColConvForward(g, x, filter, bias, relu, out);
 }
 
-// The kernels overwrite their output; a gradient that already holds something gets the kernel's
-// result added instead.
-void AccumulateConvGrad(ConvKernel kernel, const ConvGeometry& g, const float* a, const float* b, Node& input) {
-  if (input.grad.empty()) {
-    input.grad = Tensor::Uninitialized(input.value.shape());
-    RunConv(kernel, g, a, b, input.grad.data());
-    return;
+// The backward kernels overwrite their output, which then becomes the gradient (moved in) or is
+// added to the gradient already there.
+void AccumulateDataGrad(const ConvGeometry& g, const float* d_out, const float* filter, Node& x) {
+  Tensor tmp = Tensor::Uninitialized(x.value.shape());
+  if (UseOneDnn() && internal::OneDnnConvBackwardData(g, d_out, filter, tmp.data())) {
+    CountOneDnn();
+  } else {
+    CountIm2Col();
+    internal::Im2ColConvBackwardData(g, d_out, filter, tmp.data());
   }
-  Tensor tmp = Tensor::Uninitialized(input.value.shape());
-  RunConv(kernel, g, a, b, tmp.data());
-  input.AccumulateGrad(tmp);
+  x.AccumulateGrad(std::move(tmp));
+}
+
+void AccumulateFilterGrad(const ConvGeometry& g, const float* x, const float* d_out, Node& filter) {
+  Tensor tmp = Tensor::Uninitialized(filter.value.shape());
+  if (UseOneDnn() && internal::OneDnnConvBackwardFilter(g, x, d_out, tmp.data())) {
+    CountOneDnn();
+  } else {
+    CountIm2Col();
+    internal::Im2ColConvBackwardFilter(g, x, d_out, tmp.data());
+  }
+  filter.AccumulateGrad(std::move(tmp));
+}
+
+// Propagates the gradient of the convolution's output (d_out) to x and the filter. Images never
+// require a gradient, so the (costly) data gradient is skipped for them.
+void ConvBackward(const ConvGeometry& g, const float* d_out, Node& x, Node& filter) {
+  if (x.requires_grad) AccumulateDataGrad(g, d_out, filter.value.data(), x);
+  if (filter.requires_grad) AccumulateFilterGrad(g, x.value.data(), d_out, filter);
 }
 }  // namespace
 
@@ -104,17 +110,28 @@ Var Conv2D(const Var& x, const Var& filter, int stride_h, int stride_w, Padding 
   psflow::internal::PrepareThreadForKernels();
   const ConvGeometry g = internal::MakeConvGeometry(x->value.shape(), filter->value.shape(), stride_h, stride_w, padding);
   Tensor out = Tensor::Uninitialized({g.batch, g.out_h, g.out_w, g.out_c});
-  RunConv(ConvKernel::kForward, g, x->value.data(), filter->value.data(), out.data());
+  RunForward(g, x->value.data(), filter->value.data(), nullptr, false, out.data());
   return MakeOpNode("Conv2D", std::move(out), {x, filter}, [g](Node& self) {
-    Node& nx = *self.inputs[0];
-    Node& nf = *self.inputs[1];
-    // Images never require a gradient, so the (costly) data gradient is skipped for them.
-    if (nx.requires_grad) {
-      AccumulateConvGrad(ConvKernel::kBackwardData, g, self.grad.data(), nf.value.data(), nx);
-    }
-    if (nf.requires_grad) {
-      AccumulateConvGrad(ConvKernel::kBackwardFilter, g, nx.value.data(), self.grad.data(), nf);
-    }
+    ConvBackward(g, self.grad.data(), *self.inputs[0], *self.inputs[1]);
+  });
+}
+
+Var FusedConv2D(const Var& x, const Var& filter, const Var& bias, int stride_h, int stride_w, Padding padding,
+                Activation activation) {
+  psflow::internal::PrepareThreadForKernels();
+  const ConvGeometry g = internal::MakeConvGeometry(x->value.shape(), filter->value.shape(), stride_h, stride_w, padding);
+  CHECK(bias->value.rank() == 1 && bias->value.dim(0) == g.out_c)
+      << "FusedConv2D: bias " << ShapeToString(bias->value.shape()) << " for " << g.out_c << " output channels";
+  const bool relu = activation == Activation::kRelu;
+  Tensor out = Tensor::Uninitialized({g.batch, g.out_h, g.out_w, g.out_c});
+  RunForward(g, x->value.data(), filter->value.data(), bias->value.data(), relu, out.data());
+  return MakeOpNode("FusedConv2D", std::move(out), {x, filter, bias}, [g, relu](Node& self) {
+    Node& nb = *self.inputs[2];
+    Tensor db;
+    internal::MaskAndSumColumns(self.grad.data(), self.value.data(), g.batch * g.out_h * g.out_w, g.out_c, relu,
+                                nb.requires_grad ? &db : nullptr);
+    if (nb.requires_grad) nb.AccumulateGrad(std::move(db));
+    ConvBackward(g, self.grad.data(), *self.inputs[0], *self.inputs[1]);
   });
 }
 

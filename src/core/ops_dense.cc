@@ -29,6 +29,66 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const flo
               accumulate ? 1.0f : 0.0f, c, static_cast<int>(n));
 }
 
+namespace {
+template <bool kRelu>
+void MaskAndSumChunk(float* g, const float* y, int64_t r0, int64_t r1, int64_t cols, float* sum) {
+  for (int64_t r = r0; r < r1; ++r) {
+    float* gr = g + r * cols;
+    const float* yr = y + r * cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      float v = gr[c];
+      if constexpr (kRelu) {
+        v = yr[c] > 0.0f ? v : 0.0f;
+        gr[c] = v;
+      }
+      sum[c] += v;
+    }
+  }
+}
+}  // namespace
+
+void MaskAndSumColumns(float* g, const float* y, int64_t rows, int64_t cols, bool relu, Tensor* bias_grad) {
+  if (bias_grad == nullptr) {
+    if (!relu) return;
+    ParallelFor(rows * cols, kMinElementsPerBlock, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) g[i] = y[i] > 0.0f ? g[i] : 0.0f;
+    });
+    return;
+  }
+  const int64_t chunk_rows = std::max<int64_t>(1, 8192 / std::max<int64_t>(cols, 1));
+  const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+  std::vector<float> partial(chunks * cols, 0.0f);
+  const int64_t min_chunks = std::max<int64_t>(1, kMinElementsPerBlock / std::max<int64_t>(chunk_rows * cols, 1));
+  ParallelFor(chunks, min_chunks, [&](int64_t c0, int64_t c1) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const int64_t r0 = ch * chunk_rows;
+      const int64_t r1 = std::min(rows, r0 + chunk_rows);
+      if (relu) {
+        MaskAndSumChunk<true>(g, y, r0, r1, cols, partial.data() + ch * cols);
+      } else {
+        MaskAndSumChunk<false>(g, y, r0, r1, cols, partial.data() + ch * cols);
+      }
+    }
+  });
+  *bias_grad = Tensor({cols});
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    for (int64_t c = 0; c < cols; ++c) (*bias_grad)[c] += partial[ch * cols + c];
+  }
+}
+
+void AddBiasAndActivate(float* y, const float* bias, int64_t rows, int64_t cols, bool relu) {
+  ParallelFor(rows, kMinElementsPerBlock / std::max<int64_t>(cols, 1) + 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* yr = y + r * cols;
+      if (relu) {
+        for (int64_t c = 0; c < cols; ++c) yr[c] = std::max(yr[c] + bias[c], 0.0f);
+      } else {
+        for (int64_t c = 0; c < cols; ++c) yr[c] += bias[c];
+      }
+    }
+  });
+}
+
 }  // namespace internal
 
 using internal::Gemm;
@@ -95,28 +155,44 @@ Var BiasAdd(const Var& x, const Var& bias) {
     Node& nx = *self.inputs[0];
     Node& nb = *self.inputs[1];
     if (nb.requires_grad) {
-      // Column sums over fixed chunks of rows (independent of the thread count, so the result
-      // is too), combined in chunk order.
-      const int64_t chunk_rows = std::max<int64_t>(1, 8192 / std::max<int64_t>(cols, 1));
-      const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
-      std::vector<float> partial(chunks * cols, 0.0f);
-      const float* g = self.grad.data();
-      ParallelFor(chunks, 1, [&](int64_t c0, int64_t c1) {
-        for (int64_t ch = c0; ch < c1; ++ch) {
-          float* sum = partial.data() + ch * cols;
-          const int64_t r1 = std::min(rows, (ch + 1) * chunk_rows);
-          for (int64_t r = ch * chunk_rows; r < r1; ++r) {
-            for (int64_t c = 0; c < cols; ++c) sum[c] += g[r * cols + c];
-          }
-        }
-      });
-      Tensor db({cols});
-      for (int64_t ch = 0; ch < chunks; ++ch) {
-        for (int64_t c = 0; c < cols; ++c) db[c] += partial[ch * cols + c];
-      }
+      Tensor db;
+      internal::MaskAndSumColumns(self.grad.data(), nullptr, rows, cols, /*relu=*/false, &db);
       nb.AccumulateGrad(std::move(db));
     }
     if (nx.requires_grad) nx.AccumulateGrad(std::move(self.grad));  // d(x + b)/dx = 1
+  });
+}
+
+Var FusedMatMul(const Var& x, const Var& w, const Var& bias, Activation activation) {
+  psflow::internal::PrepareThreadForKernels();
+  const Tensor& xv = x->value;
+  const Tensor& wv = w->value;
+  CHECK(xv.rank() == 2 && wv.rank() == 2 && xv.dim(1) == wv.dim(0))
+      << "FusedMatMul: x " << ShapeToString(xv.shape()) << ", w " << ShapeToString(wv.shape());
+  CHECK(bias->value.rank() == 1 && bias->value.dim(0) == wv.dim(1))
+      << "FusedMatMul: bias " << ShapeToString(bias->value.shape()) << " for w " << ShapeToString(wv.shape());
+  const int64_t m = xv.dim(0), k = xv.dim(1), n = wv.dim(1);
+  const bool relu = activation == Activation::kRelu;
+  Tensor out = Tensor::Uninitialized({m, n});
+  Gemm(false, false, m, n, k, xv.data(), wv.data(), out.data(), false);
+  internal::AddBiasAndActivate(out.data(), bias->value.data(), m, n, relu);
+  return MakeOpNode("FusedMatMul", std::move(out), {x, w, bias}, [m, n, k, relu](Node& self) {
+    Node& nx = *self.inputs[0];
+    Node& nw = *self.inputs[1];
+    Node& nb = *self.inputs[2];
+    Tensor db;
+    internal::MaskAndSumColumns(self.grad.data(), self.value.data(), m, n, relu, nb.requires_grad ? &db : nullptr);
+    if (nb.requires_grad) nb.AccumulateGrad(std::move(db));
+    const float* dz = self.grad.data();
+    bool acc;
+    if (nx.requires_grad) {
+      float* dx = GradTarget(nx, &acc);
+      Gemm(false, true, m, k, n, dz, nw.value.data(), dx, acc);  // dZ W^T
+    }
+    if (nw.requires_grad) {
+      float* dw = GradTarget(nw, &acc);
+      Gemm(true, false, k, n, m, nx.value.data(), dz, dw, acc);  // X^T dZ
+    }
   });
 }
 

@@ -22,6 +22,14 @@ inline float* GradTarget(Node& input, bool* accumulate) {
   return input.grad.data();
 }
 
+// One sweep over the gradient g [rows, cols] of activation(z + bias) with output y: in place,
+// g *= (y > 0) when relu; and when bias_grad is not null, it receives the column sums of the
+// masked g (summed over fixed chunks of rows, so the result does not depend on the thread count).
+void MaskAndSumColumns(float* g, const float* y, int64_t rows, int64_t cols, bool relu, Tensor* bias_grad);
+
+// y[r, c] = activation(y[r, c] + bias[c]) in place.
+void AddBiasAndActivate(float* y, const float* bias, int64_t rows, int64_t cols, bool relu);
+
 // C[m,n] (= beta * C) + op(A) op(B), row-major; op(X) is X or its transpose as stored.
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, const float* b,
           float* c, bool accumulate);
@@ -41,13 +49,16 @@ void TfPadding(int64_t in, int64_t k, int64_t stride, Padding padding, int64_t* 
                int64_t* pad_after);
 
 // The oneDNN kernels (conv_onednn.cc). Each returns false if oneDNN cannot run this geometry, in
-// which case nothing was written. Outputs are overwritten.
-bool OneDnnConvForward(const ConvGeometry& g, const float* x, const float* filter, float* out);
+// which case nothing was written. Outputs are overwritten. The forward adds `bias` [oc] when it is
+// not null, then applies relu when asked.
+bool OneDnnConvForward(const ConvGeometry& g, const float* x, const float* filter, const float* bias, bool relu,
+                       float* out);
 bool OneDnnConvBackwardData(const ConvGeometry& g, const float* d_out, const float* filter, float* d_x);
 bool OneDnnConvBackwardFilter(const ConvGeometry& g, const float* x, const float* d_out, float* d_filter);
 
 // The fallback kernels: im2col + sgemm (conv_im2col.cc). Outputs are overwritten.
-void Im2ColConvForward(const ConvGeometry& g, const float* x, const float* filter, float* out);
+void Im2ColConvForward(const ConvGeometry& g, const float* x, const float* filter, const float* bias, bool relu,
+                       float* out);
 void Im2ColConvBackwardData(const ConvGeometry& g, const float* d_out, const float* filter, float* d_x);
 void Im2ColConvBackwardFilter(const ConvGeometry& g, const float* x, const float* d_out, float* d_filter);
 

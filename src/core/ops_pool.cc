@@ -61,11 +61,13 @@ Var MaxPool(const Var& x, int kh, int kw, int stride_h, int stride_w, Padding pa
   return MakeOpNode("MaxPool", std::move(out), {x},
                     [argmax = std::move(argmax), batch, in_image, out_image](Node& self) {
                       Node& nx = *self.inputs[0];
-                      Tensor dx(nx.value.shape());
+                      Tensor dx = Tensor::Uninitialized(nx.value.shape());
                       const float* g = self.grad.data();
                       ParallelFor(batch, 1, [&](int64_t b0, int64_t b1) {
                         for (int64_t b = b0; b < b1; ++b) {
+                          // Zeroed per image, so the scatter below hits cache.
                           float* d = dx.data() + b * in_image;
+                          std::fill(d, d + in_image, 0.0f);
                           const int32_t* arg = argmax.data() + b * out_image;
                           const float* gb = g + b * out_image;
                           for (int64_t i = 0; i < out_image; ++i) d[arg[i]] += gb[i];

@@ -81,6 +81,28 @@ std::vector<OpCase> DenseCases() {
     c.max_gradient_checks = 300;
     cases.push_back(c);
   }
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{3, 4, 5}, {100, 30, 20}}) {
+    for (Activation act : {Activation::kRelu, Activation::kNone}) {
+      for (bool x_trainable : {true, false}) {
+        OpCase c;
+        c.name = "FusedMatMul_" + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) +
+                 (act == Activation::kRelu ? "_Relu" : "_NoActivation") + (x_trainable ? "" : "_ConstantX");
+        c.input_shapes = {{m, k}, {k, n}, {n}};
+        c.requires_grad = {x_trainable, true, true};
+        c.build = [act](const std::vector<Var>& v) { return FusedMatMul(v[0], v[1], v[2], act); };
+        c.reference = [act](const std::vector<DTensor>& in) {
+          DTensor out = RefMatMul(in[0], in[1], false, false);
+          for (int64_t i = 0; i < out.size(); ++i) {
+            out[i] += in[2][i % in[2].size()];
+            if (act == Activation::kRelu) out[i] = std::max(out[i], 0.0);
+          }
+          return out;
+        };
+        c.max_gradient_checks = 300;
+        cases.push_back(c);
+      }
+    }
+  }
   for (Shape shape : {Shape{5, 7}, Shape{2, 3, 4, 5}, Shape{200, 300}}) {
     OpCase c;
     c.name = "Relu_" + ShapeToString(shape);

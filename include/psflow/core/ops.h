@@ -28,6 +28,18 @@ Var SoftmaxCrossEntropy(const Var& logits, std::span<const int32_t> labels);
 // x [n,h,w,c] conv filter [kh,kw,c,oc] -> [n,oh,ow,oc]. SAME pads as TensorFlow does (extra on
 // the bottom/right); VALID pads nothing.
 Var Conv2D(const Var& x, const Var& filter, int stride_h, int stride_w, Padding padding);
+
+// Activations that the fused ops below apply inside their kernel.
+enum class Activation { kNone, kRelu };
+// activation(Conv2D(x, filter, ...) + bias), bias [oc], as one op: oneDNN adds the bias and applies
+// the activation inside the convolution kernel, and the backward pass masks the gradient and sums
+// it for the bias in one sweep. Same values and gradients as Relu(BiasAdd(Conv2D(...), bias)),
+// with three fewer passes over the (large) activation; prefer it for conv layers.
+Var FusedConv2D(const Var& x, const Var& filter, const Var& bias, int stride_h, int stride_w, Padding padding,
+                Activation activation = Activation::kRelu);
+// activation(MatMul(x, w) + bias) for x [m,k], w [k,n], bias [n], as one op (see FusedConv2D).
+Var FusedMatMul(const Var& x, const Var& w, const Var& bias, Activation activation = Activation::kRelu);
+
 // Max over [kh,kw] windows of x [n,h,w,c]; the gradient goes to the (first) max of each window.
 Var MaxPool(const Var& x, int kh, int kw, int stride_h, int stride_w, Padding padding);
 // Inverted dropout: when training, zeroes each element with probability `rate` and scales the
