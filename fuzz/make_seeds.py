@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import struct
+import zlib
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 
@@ -41,6 +42,19 @@ write("fuzz_safetensors", "two_tensors", safetensors(
     {"global_step": "42", "model": "mlp"}))
 write("fuzz_safetensors", "scalar_and_empty", safetensors([("step", [], [7.0]), ("none", [0, 4], [])]))
 write("fuzz_safetensors", "no_tensors", safetensors([], {}))
+
+
+# A checkpoint as psflow/ckpt/checkpoint.h stores it: CRC-32 over each tensor's name then its
+# bytes, in name order, in the metadata.
+def checkpoint(tensors, step):
+    crc = 0
+    for name, shape, values in sorted(tensors):
+        crc = zlib.crc32(struct.pack("<%df" % len(values), *values), zlib.crc32(name.encode(), crc))
+    return safetensors(tensors, {"global_step": str(step), "psflow.crc32": str(crc)})
+
+
+write("fuzz_safetensors", "checkpoint_with_crc", checkpoint(
+    [("w", [2, 2], [1, 2, 3, 4]), ("w/slot/m", [2, 2], [0.1, 0.2, 0.3, 0.4]), ("b", [2], [-1, 1])], 7))
 
 # --- IDX: fuzz_idx input = mode byte (0 raw, 1 gzip-compressed by the harness) + file bytes -------
 def idx(dims, data):
