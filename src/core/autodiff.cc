@@ -4,8 +4,8 @@
 #include <unordered_set>
 #include <utility>
 
-#include "psflow/core/check.h"
 #include "core/threading_internal.h"
+#include "psflow/core/check.h"
 
 namespace psflow {
 

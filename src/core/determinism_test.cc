@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "psflow/core/init.h"
@@ -79,6 +80,25 @@ TEST_F(DeterminismTest, OneAndTwoThreadsAgree) {
     ASSERT_EQ(one.grads[i].shape(), two.grads[i].shape());
     for (int64_t j = 0; j < one.grads[i].size(); ++j) {
       ASSERT_NEAR(one.grads[i][j], two.grads[i][j], 1e-5f * (1 + std::abs(one.grads[i][j]))) << "param " << i << "[" << j << "]";
+    }
+  }
+}
+
+TEST_F(DeterminismTest, ConcurrentReplicasMatchSequentialRuns) {
+  // Replicas build separate graphs on separate threads (local_replicas); the shared pieces
+  // (primitive cache, thread pool, BLAS) must not mix them up.
+  SetIntraOpThreads(2);
+  const Result want_a = RunSmallConvNet(5);
+  const Result want_b = RunSmallConvNet(6);
+  for (int round = 0; round < 3; ++round) {
+    Result got_a, got_b;
+    std::thread ta([&] { got_a = RunSmallConvNet(5); });
+    std::thread tb([&] { got_b = RunSmallConvNet(6); });
+    ta.join();
+    tb.join();
+    for (size_t i = 0; i < want_a.grads.size(); ++i) {
+      EXPECT_TRUE(BitIdentical(got_a.grads[i], want_a.grads[i])) << "round " << round << ", param " << i;
+      EXPECT_TRUE(BitIdentical(got_b.grads[i], want_b.grads[i])) << "round " << round << ", param " << i;
     }
   }
 }

@@ -4,9 +4,9 @@
 #include <atomic>
 
 #include "core/ops_internal.h"
+#include "core/threading_internal.h"
 #include "psflow/core/check.h"
 #include "psflow/core/ops.h"
-#include "core/threading_internal.h"
 
 namespace psflow::ops {
 namespace internal {

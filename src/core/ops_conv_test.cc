@@ -269,3 +269,42 @@ TEST(Conv2DTest, ImageGradientIsNeverComputedForConstants) {
 
 }  // namespace
 }  // namespace psflow::ops
+
+namespace psflow::ops {
+namespace {
+
+// Kernels write outputs into uninitialised (recycled) blocks: poison the recycled blocks of the
+// exact output sizes with NaN first, and check that nothing of it shows through.
+void PoisonBlocksOfSize(const Shape& shape, int copies) {
+  std::vector<Tensor> poison;
+  for (int i = 0; i < copies; ++i) poison.emplace_back(shape, std::nanf(""));
+}  // freed here, into the block cache
+
+bool AllFinite(const Tensor& t) {
+  for (float v : t.span()) {
+    if (!std::isfinite(v)) return false;
+  }
+  return true;
+}
+
+TEST(UninitializedOutputsTest, KernelsOverwriteEveryElement) {
+  const Shape x_shape = {4, 32, 32, 16}, f_shape = {3, 3, 16, 16}, y_shape = {4, 32, 32, 16};
+  for (const Shape& s : {x_shape, y_shape, Shape{512, 256}, Shape{256, 256}}) PoisonBlocksOfSize(s, 4);
+  Var x = MakeParameter("x", Tensor(x_shape, 0.5f));
+  Var f = MakeParameter("f", Tensor(f_shape, 0.1f));
+  Var b = MakeParameter("b", Tensor({16}, 0.1f));
+  Var y = MaxPool(FusedConv2D(Relu(BiasAdd(Conv2D(x, f, 1, 1, Padding::kSame), b)), f, b, 1, 1, Padding::kSame), 2,
+                  2, 1, 1, Padding::kSame);
+  Var a = MakeParameter("a", Tensor({512, 256}, 0.25f));
+  Var w = MakeParameter("w", Tensor({256, 256}, 0.5f));
+  Var z = MatMul(a, w);
+  Backward(MakeOpNode("seed", Tensor::Scalar(0), {y, z}, [](Node& self) {
+    self.inputs[0]->AccumulateGrad(Tensor(self.inputs[0]->value.shape(), 1.0f));
+    self.inputs[1]->AccumulateGrad(Tensor(self.inputs[1]->value.shape(), 1.0f));
+  }));
+  for (const Var& v : {y, z}) EXPECT_TRUE(AllFinite(v->value));
+  for (const Var& v : {x, f, b, a, w}) EXPECT_TRUE(AllFinite(v->grad)) << v->name;
+}
+
+}  // namespace
+}  // namespace psflow::ops

@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "core/ops_internal.h"
+#include "core/threading_internal.h"
 #include "psflow/core/check.h"
 #include "psflow/core/ops.h"
 #include "psflow/core/threading.h"
-#include "core/threading_internal.h"
 
 namespace psflow::ops {
 
