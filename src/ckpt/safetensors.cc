@@ -107,8 +107,11 @@ absl::StatusOr<TensorFile> ParseSafetensors(std::string_view bytes, const std::s
         return bad("tensor '", it.key(), "' has a bad dimension ", d.dump());
       }
       shape.push_back(d.get<int64_t>());
+      // Checked before multiplying: two dimensions of 2^40 overflow int64 (and wrapped to 0 elements).
+      if (shape.back() != 0 && elements > (int64_t(1) << 40) / shape.back()) {
+        return bad("tensor '", it.key(), "' is impossibly large");
+      }
       elements *= shape.back();
-      if (elements > (int64_t(1) << 40)) return bad("tensor '", it.key(), "' is impossibly large");
     }
     const auto& off = entry["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
