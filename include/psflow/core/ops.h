@@ -3,7 +3,9 @@
 // no gradient is computed for inputs such as images). Layout conventions follow TensorFlow:
 // images are NHWC, convolution filters HWIO ([kh, kw, in_channels, out_channels]).
 // Heavy kernels (matmul, conv) run on OpenBLAS / oneDNN; see src/core for the reasons.
-// Thread-safety: ops may be called concurrently on disjoint graphs.
+// Shape mismatches are programmer errors (CHECK). Thread-safety: ops may be called concurrently
+// on disjoint graphs (e.g. one replica per thread); results do not depend on which thread runs
+// them, and for a fixed intra-op thread count they are bit-for-bit repeatable.
 #ifndef PSFLOW_CORE_OPS_H_
 #define PSFLOW_CORE_OPS_H_
 
@@ -41,15 +43,20 @@ Var FusedConv2D(const Var& x, const Var& filter, const Var& bias, int stride_h, 
 Var FusedMatMul(const Var& x, const Var& w, const Var& bias, Activation activation = Activation::kRelu);
 
 // Max over [kh,kw] windows of x [n,h,w,c]; the gradient goes to the (first) max of each window.
+// SAME padding as Conv2D; padded cells never win (a window of negatives has a negative max).
 Var MaxPool(const Var& x, int kh, int kw, int stride_h, int stride_w, Padding padding);
 // Inverted dropout: when training, zeroes each element with probability `rate` and scales the
-// rest by 1/(1-rate); identity when not training. Draws from `rng`.
+// rest by 1/(1-rate); identity when not training. rate in [0, 1). Draws one uniform per element
+// from `rng` (when training), so a seed fixes the mask whatever the thread count.
 Var Dropout(const Var& x, float rate, bool training, Rng& rng);
+// Same data with another shape of equal element count; one dim may be -1 (inferred).
 Var Reshape(const Var& x, Shape shape);
 // [n, ...] -> [n, prod(...)].
 Var Flatten(const Var& x);
 // Rows of table [vocab, dim] gathered by ids -> [ids.size(), dim]. The table's gradient is
-// row-sparse (Node::sparse_grad): only the touched rows, each once, summed over repeats.
+// row-sparse (Node::sparse_grad): only the touched rows, each once, summed over repeats; it is
+// merged with the sparse gradients of other lookups of the same table, and coexists with a dense
+// `grad` when the table is also used by dense ops.
 Var EmbeddingLookup(const Var& table, std::span<const int64_t> ids);
 
 // Not differentiable helpers used by training and evaluation.
