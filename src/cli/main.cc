@@ -12,6 +12,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
 #include "cli/local_cluster.h"
 #include "cli/train_flags.h"
 #include "psflow/rpc/transport_bench.h"
@@ -58,6 +59,18 @@ int RunTrain(train::TrainOptions options) {
   return 0;
 }
 
+int RunEval(const train::TrainOptions& options) {
+  auto result = train::EvaluateCheckpoint(options, LogLine);
+  if (!result.ok()) return Fail(result.status());
+  std::cout << absl::StrFormat(
+                   "eval: %s global_step=%d test_accuracy=%.4f test_cross_entropy=%.4f validation_accuracy=%.4f "
+                   "validation_cross_entropy=%.4f",
+                   result->path, result->global_step, result->test.accuracy, result->test.cross_entropy,
+                   result->validation.accuracy, result->validation.cross_entropy)
+            << std::endl;
+  return 0;
+}
+
 // The arguments after `local` minus the launcher's own --ps/--workers, forwarded to every task.
 std::vector<std::string> ForwardedFlags(int argc, char** argv) {
   std::vector<std::string> out;
@@ -100,6 +113,14 @@ int main(int argc, char** argv) {
   local_cmd->add_option("--workers", local.num_workers, "number of worker tasks")->check(CLI::Range(1, 64));
   cli::AddTrainFlags(local_cmd, &local_options);
 
+  train::TrainOptions eval_options;
+  CLI::App* eval_cmd = app.add_subcommand("eval", "test accuracy and cross-entropy of the newest checkpoint");
+  eval_cmd->add_option("--checkpoint_dir", eval_options.checkpoint_dir, "directory the chief saved checkpoints to")->required();
+  eval_cmd->add_option("--model", eval_options.model, "softmax | mlp | cnn | vgg19");
+  eval_cmd->add_option("--hidden_units", eval_options.hidden_units, "hidden units of the mlp");
+  eval_cmd->add_option("--data_dir", eval_options.data_dir, "directory of the MNIST IDX files");
+  eval_cmd->add_option("--intra_op_threads", eval_options.intra_op_threads, "compute threads");
+
   CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks");
   bench_cmd->require_subcommand(1);
   std::string bench_ps;
@@ -130,6 +151,7 @@ int main(int argc, char** argv) {
     local.train_flags = cli::ForwardedFlags(argc, argv);
     return cli::RunLocalCluster(local);
   }
+  if (eval_cmd->parsed()) return cli::RunEval(eval_options);
   if (transport_cmd->parsed()) {
     auto status = rpc::RunTransportBenchCommand(cli::SelfPath(argv[0]), bench_ps, std::cout);
     if (!status.ok()) return cli::Fail(status);

@@ -55,6 +55,37 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
   const auto& params = (*replicas)->parameters();
   std::vector<optim::SlotState> states;
   for (const Var& p : params) states.push_back((*optimizer)->NewState(p->value.size()));
+  int64_t start_step = 0;
+  if (!options.checkpoint_dir.empty()) {
+    auto restored = LoadTrainingState(options.checkpoint_dir, options.model, params, **optimizer, log);
+    if (!restored.ok()) return restored.status();
+    if (restored->has_value()) {
+      start_step = (*restored)->global_step;
+      for (size_t i = 0; i < params.size(); ++i) {
+        VariableState& v = (*restored)->variables.at(params[i]->name);
+        params[i]->value = std::move(v.value);
+        for (size_t s = 0; s < v.slots.size(); ++s) {
+          states[i].slots[s].assign(v.slots[s].data(), v.slots[s].data() + v.slots[s].size());
+        }
+        states[i].updates = v.updates;
+      }
+    }
+  }
+  auto save = [&](int64_t step) -> absl::Status {
+    TrainingState state{step, options.model, (*optimizer)->name(), {}};
+    for (size_t i = 0; i < params.size(); ++i) {
+      VariableState v{params[i]->value, {}, states[i].updates};
+      for (const FloatBuffer& slot : states[i].slots) {
+        v.slots.emplace_back(params[i]->value.shape(), std::vector<float>(slot.begin(), slot.end()));
+      }
+      state.variables.emplace(params[i]->name, std::move(v));
+    }
+    auto path = SaveTrainingState(options.checkpoint_dir, state, (*optimizer)->slot_names());
+    if (!path.ok()) return path.status();
+    log("saved checkpoint " + *path);
+    return absl::OkStatus();
+  };
+  CheckpointSchedule schedule(options.save_checkpoint_steps, options.save_checkpoint_secs, start_step);
 
   const data::Dataset& train = data->train;
   data::BatchSampler sampler(train.num_examples, options.batch_size, 0, 1, options.seed);
@@ -66,13 +97,17 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
                    options.optimizer, " lr ", options.learning_rate));
 
   ProgressLog progress(log, "", options.train_steps, options.batch_size);
-  for (int64_t step = 0; step < options.train_steps; ++step) {
+  for (int64_t step = start_step; step < options.train_steps; ++step) {
     sampler.BatchAt(step, &indices);
     data::Gather(train, indices, images.data(), labels.data());
     StepStats stats = (*replicas)->ComputeGradients(images.data(), labels.data(), options.batch_size,
                                                     Rng::Mix(options.seed, step));
     ApplyGradients(**optimizer, params, states, optim::DecayedLearningRate(opt_config, step));
     progress.Step(step + 1, stats.loss, stats.accuracy, options.log_every);
+    if (!options.checkpoint_dir.empty() && schedule.Due(step + 1) && step + 1 < options.train_steps) {
+      if (auto s = save(step + 1); !s.ok()) return s;
+      schedule.Saved(step + 1);
+    }
   }
   const double train_seconds = progress.ElapsedSeconds();
 
@@ -81,7 +116,7 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
   summary.mode = "single";
   summary.global_step = options.train_steps;
   summary.train_seconds = train_seconds;
-  summary.examples_per_sec = options.train_steps * options.batch_size / std::max(train_seconds, 1e-9);
+  summary.examples_per_sec = (options.train_steps - start_step) * options.batch_size / std::max(train_seconds, 1e-9);
   EvalResult validation = Evaluate((*replicas)->model(), data->validation);
   EvalResult test = Evaluate((*replicas)->model(), data->test);
   summary.validation_accuracy = validation.accuracy;
@@ -89,7 +124,7 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
   summary.test_accuracy = test.accuracy;
   summary.test_cross_entropy = test.cross_entropy;
   if (!options.checkpoint_dir.empty()) {
-    if (auto s = SaveVariables(options.checkpoint_dir, options.model, params, options.train_steps); !s.ok()) return s;
+    if (auto s = save(options.train_steps); !s.ok()) return s;
   }
   return summary;
 }

@@ -145,7 +145,11 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   }
   if (auto s = client.Shutdown(); !s.ok()) return s;
   if (!options.checkpoint_dir.empty()) {
-    if (auto s = SaveVariables(options.checkpoint_dir, options.model, params, summary.global_step); !s.ok()) return s;
+    TrainingState state{summary.global_step, options.model, options.optimizer, {}};
+    for (const Var& p : params) state.variables.emplace(p->name, VariableState{p->value, {}, 0});
+    auto path = SaveTrainingState(options.checkpoint_dir, state, {});
+    if (!path.ok()) return path.status();
+    log("saved checkpoint " + *path);
   }
   return summary;
 }

@@ -33,6 +33,14 @@ struct EvalResult {
 // without dropout, in batches.
 EvalResult Evaluate(nn::Model& model, const data::Dataset& dataset);
 
+struct CheckpointEval {
+  std::string path;
+  int64_t global_step = 0;
+  EvalResult validation, test;
+};
+// Evaluates the newest valid checkpoint of options.checkpoint_dir (psflow eval).
+absl::StatusOr<CheckpointEval> EvaluateCheckpoint(const TrainOptions& options, const LogSink& log);
+
 // The training data a model trains on: MNIST from options.data_dir, or synthetic 32x32x3 images
 // for vgg19. Errors name the directory or file.
 absl::StatusOr<data::MnistData> LoadTrainingData(const TrainOptions& options);
