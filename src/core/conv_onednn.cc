@@ -140,6 +140,7 @@ class PrimitiveCache {
     absl::MutexLock lock(&mu_);
     auto it = cache_.find(key);
     if (it == cache_.end()) {
+      ++builds_;
       std::unique_ptr<ConvPrimitives> built;
       try {
         built = Build(g, epilogue);
@@ -151,10 +152,16 @@ class PrimitiveCache {
     return it->second.get();  // entries are never removed, so the pointer stays valid
   }
 
+  int64_t builds() {
+    absl::MutexLock lock(&mu_);
+    return builds_;
+  }
+
  private:
   using Key = std::array<int64_t, 14>;
   absl::Mutex mu_;
   std::map<Key, std::unique_ptr<ConvPrimitives>> cache_ ABSL_GUARDED_BY(mu_);
+  int64_t builds_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 PrimitiveCache& Cache() {
@@ -180,6 +187,8 @@ memory Reordered(const Reorder& r, const float* data, FloatBuffer& buffer) {
 }
 
 }  // namespace
+
+int64_t OneDnnPrimitiveBuilds() { return Cache().builds(); }
 
 bool OneDnnConvForward(const ConvGeometry& g, const float* x, const float* filter, const float* bias, bool relu,
                        float* out) {

@@ -16,7 +16,9 @@ std::atomic<int64_t> g_im2col_calls{0};
 std::atomic<bool> g_force_im2col{false};
 }  // namespace
 
-ConvBackendCounts GetConvBackendCounts() { return {g_onednn_calls.load(), g_im2col_calls.load()}; }
+ConvBackendCounts GetConvBackendCounts() {
+  return {g_onednn_calls.load(), g_im2col_calls.load(), OneDnnPrimitiveBuilds()};
+}
 void ForceIm2ColConvForTesting(bool force) { g_force_im2col.store(force); }
 
 void TfPadding(int64_t in, int64_t k, int64_t stride, Padding padding, int64_t* out, int64_t* pad_before,

@@ -254,6 +254,24 @@ TEST(Conv2DTest, HandComputedSamePaddingPutsTheExtraRowAtTheBottom) {
   for (int i = 0; i < 9; ++i) EXPECT_EQ(y->value[i], want[i]) << i;
 }
 
+TEST(Conv2DTest, PrimitivesAreBuiltOncePerGeometry) {
+  auto step = [] {
+    Var x = Constant(Tensor({3, 9, 9, 2}, 0.5f));
+    Var f = MakeParameter("f", Tensor({3, 3, 2, 5}, 0.1f));
+    Var y = Conv2D(x, f, 2, 2, Padding::kSame);
+    Backward(MakeOpNode("seed", Tensor::Scalar(0), {y}, [](Node& self) {
+      self.inputs[0]->AccumulateGrad(Tensor(self.inputs[0]->value.shape(), 1.0f));
+    }));
+  };
+  const int64_t before = internal::GetConvBackendCounts().onednn_primitive_builds;
+  step();
+  const int64_t after_first = internal::GetConvBackendCounts().onednn_primitive_builds;
+  step();
+  step();
+  EXPECT_EQ(after_first - before, 1);
+  EXPECT_EQ(internal::GetConvBackendCounts().onednn_primitive_builds, after_first);
+}
+
 TEST(Conv2DTest, ImageGradientIsNeverComputedForConstants) {
   const auto before = internal::GetConvBackendCounts();
   Var x = Constant(Tensor({2, 6, 6, 1}, 0.5f));

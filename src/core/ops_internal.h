@@ -68,8 +68,10 @@ enum class ConvBackend { kOneDnn, kIm2Col };
 struct ConvBackendCounts {
   int64_t onednn_calls = 0;  // kernel invocations (forward, backward data, backward filter)
   int64_t im2col_calls = 0;
+  int64_t onednn_primitive_builds = 0;  // geometries (and fused variants) compiled so far
 };
 ConvBackendCounts GetConvBackendCounts();
+int64_t OneDnnPrimitiveBuilds();  // conv_onednn.cc
 void ForceIm2ColConvForTesting(bool force);
 
 }  // namespace psflow::ops::internal
