@@ -58,7 +58,9 @@ bool ParseBytes(absl::string_view text, int64_t* out) {
   return true;
 }
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// a >= 0, b >= 1. Not (a + b - 1) / b, which overflows when b is near INT64_MAX
+// (--partitioner=min_max:1:9223372036854775807).
+int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 }  // namespace
 
