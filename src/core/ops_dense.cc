@@ -34,11 +34,10 @@ template <bool kRelu>
 void MaskAndSumChunk(float* g, const float* y, int64_t r0, int64_t r1, int64_t cols, float* sum) {
   for (int64_t r = r0; r < r1; ++r) {
     float* gr = g + r * cols;
-    const float* yr = y + r * cols;
     for (int64_t c = 0; c < cols; ++c) {
       float v = gr[c];
       if constexpr (kRelu) {
-        v = yr[c] > 0.0f ? v : 0.0f;
+        v = y[r * cols + c] > 0.0f ? v : 0.0f;
         gr[c] = v;
       }
       sum[c] += v;

@@ -25,6 +25,7 @@ inline float* GradTarget(Node& input, bool* accumulate) {
 // One sweep over the gradient g [rows, cols] of activation(z + bias) with output y: in place,
 // g *= (y > 0) when relu; and when bias_grad is not null, it receives the column sums of the
 // masked g (summed over fixed chunks of rows, so the result does not depend on the thread count).
+// y is read only when relu is set (it may be null otherwise).
 void MaskAndSumColumns(float* g, const float* y, int64_t rows, int64_t cols, bool relu, Tensor* bias_grad);
 
 // y[r, c] = activation(y[r, c] + bias[c]) in place.
