@@ -3,7 +3,8 @@
 // every parser, so JSON seeds and flag seeds share one corpus:
 //   - ClusterSpec::FromTfConfig(input) and ResolveCluster(TF_CONFIG = input);
 //   - ClusterSpec::FromHostLists(ps, workers), the input split at its first newline;
-//   - ParsePartitioner(input), then NumShards / ShardRows over a few shapes; ParsePlacement(input);
+//   - ParsePartitioner(input), then NumShards / ShardRows over a few shapes and PlanPlacement of a
+//     small model; ParsePlacement(input);
 //   - IsLoopbackHost(input).
 // Properties beyond "no crash, no exception, no UB": a parsed cluster validates its own task and
 // survives a round trip through its canonical host lists; shard counts stay within 1..dim.
@@ -81,6 +82,27 @@ void FuzzPartitioner(std::string_view input) {
     int64_t rows = 0;
     for (int64_t r : psflow::dist::ShardRows(dim, n)) rows += r;
     if (rows != dim) Fail("shard rows do not add up to the dimension", input);
+  }
+
+  // A small model placed with the parsed partitioner on 1..4 ps: every row of every variable lands
+  // in exactly one shard, and the ps byte counts add up to the model (plus global_step's 8 bytes).
+  static const std::vector<psflow::dist::VariableSpec> kModel = {
+      {"hidden/kernel", {784, 128}}, {"hidden/bias", {128}}, {"logits/kernel", {128, 10}}, {"logits/bias", {10}}};
+  const int num_ps = 1 + static_cast<int>(input.size() % 4);
+  for (auto strategy : {psflow::dist::PlacementStrategy::kRoundRobin, psflow::dist::PlacementStrategy::kGreedy}) {
+    const psflow::dist::PlacementPlan plan = psflow::dist::PlanPlacement(kModel, *spec, strategy, num_ps);
+    int64_t model_bytes = 8, placed_bytes = 0;
+    for (int64_t b : plan.bytes_per_ps) placed_bytes += b;
+    for (const psflow::dist::VariableSpec& v : kModel) {
+      model_bytes += 4 * psflow::NumElements(v.shape);
+      int64_t next_row = 0;
+      for (const psflow::dist::ShardSpec* shard : plan.ShardsOf(v.name)) {
+        if (shard->offset != next_row || shard->ps_task < 0 || shard->ps_task >= num_ps) Fail("shards leave a gap", input);
+        next_row += shard->shape[shard->axis];
+      }
+      if (next_row != v.shape[0]) Fail("shards do not cover the variable", input);
+    }
+    if (placed_bytes != model_bytes) Fail("placed bytes differ from the model's", input);
   }
 }
 

@@ -129,3 +129,6 @@ write("fuzz_tensor_coding", "dense_one_slice", b"\x00" + dense)
 write("fuzz_tensor_coding", "dense_three_slices_misaligned", bytes([0x08 | 0x01]) + struct.pack("<HH", 13, 41) + dense)
 write("fuzz_tensor_coding", "sparse_two_slices", bytes([0x04 | 0x02]) + struct.pack("<H", 30) + sparse)
 write("fuzz_tensor_coding", "header_only", b"\x00" + message(field(1, 0, varint(3)), [], []))
+# Larger than ForEachRun's 16 KiB bounce buffer, in misaligned slices: the path that refills it.
+big = message(push, [tensor_meta("big", [4100])], [float(i % 7) for i in range(4100)])
+write("fuzz_tensor_coding", "bounce_buffer_refill", bytes([0x08 | 0x03]) + struct.pack("<HH", 101, 9001) + big)
