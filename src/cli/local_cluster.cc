@@ -158,8 +158,12 @@ int RunLocalCluster(const LocalClusterOptions& options) {
         c.done = true;
         c.status = status;
         --remaining;
-        worst = std::max(worst, ExitCode(status));
+        // Tasks we stopped ourselves do not hide the status of the one that failed first.
+        if (!stopping) worst = std::max(worst, ExitCode(status));
         if (ExitCode(status) != 0 && !stopping) {
+          stopping = true;
+          stop_started = std::chrono::steady_clock::now();
+          for (Child& other : children) if (!other.done) kill(other.pid, SIGTERM);
           std::lock_guard<std::mutex> lock(g_out_mu);
           std::cout << "psflow local: " << c.name << " " << Describe(status) << "; stopping the other tasks"
                     << std::endl;
