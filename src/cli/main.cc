@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "cli/local_cluster.h"
 #include "cli/train_flags.h"
+#include "psflow/dist/cluster.h"
 #include "psflow/rpc/transport_bench.h"
 #include "psflow/rpc/tuning.h"
 #include "psflow/train/train.h"
@@ -44,7 +45,15 @@ int RunTrain(train::TrainOptions options) {
     }
     return 0;
   }
-  if (options.job_name == "ps") {
+  // The role comes from --job_name or, for Kubeflow-style launches, from $TF_CONFIG's task.
+  std::string job = options.job_name;
+  if (job.empty()) {
+    auto resolved = dist::ResolveCluster(options.ps_hosts, options.worker_hosts, options.job_name, options.task_index,
+                                         std::getenv("TF_CONFIG") ? std::getenv("TF_CONFIG") : "");
+    if (!resolved.ok()) return Fail(resolved.status(), 2);
+    job = resolved->second.job;
+  }
+  if (job == "ps") {
     if (auto s = train::RunParameterServer(options, LogLine); !s.ok()) return Fail(s);
     return 0;
   }

@@ -105,7 +105,7 @@ TEST(ClusterTest, BadClusterFlagsAreOneLineErrors) {
   for (const auto& [flags, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--job_name=worker", "--task_index=5", "--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2"}, "task_index"},
            {{"--job_name=worker", "--ps_hosts=127.0.0.1", "--worker_hosts=127.0.0.1:2"}, "127.0.0.1"},
-           {{"--job_name=ps", "--ps_hosts=127.0.0.1:3,127.0.0.1:3", "--worker_hosts=127.0.0.1:2"}, "duplicate"},
+           {{"--job_name=ps", "--ps_hosts=127.0.0.1:3,127.0.0.1:3", "--worker_hosts=127.0.0.1:2"}, "appears twice"},
            {{"--job_name=chef", "--ps_hosts=127.0.0.1:3", "--worker_hosts=127.0.0.1:2"}, "chef"}}) {
     std::vector<std::string> args = {"train"};
     args.insert(args.end(), flags.begin(), flags.end());

@@ -36,7 +36,12 @@ inline std::map<std::string, Tensor> ReadFinalVariables(const std::string& dir) 
   EXPECT_FALSE(found.empty()) << "no checkpoint in " << dir;
   auto file = ckpt::ReadSafetensors(found);
   EXPECT_TRUE(file.ok()) << file.status();
-  return file.ok() ? file->tensors : std::map<std::string, Tensor>{};
+  std::map<std::string, Tensor> variables;
+  if (!file.ok()) return variables;
+  for (auto& [name, t] : file->tensors) {
+    if (name.find("/slot/") == std::string::npos) variables.emplace(name, std::move(t));  // skip optimizer slots
+  }
+  return variables;
 }
 
 // Largest |a - b| relative to the largest |b| of each variable.

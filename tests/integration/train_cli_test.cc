@@ -31,7 +31,7 @@ TEST(TrainCliTest, SameSeedGivesBitIdenticalParameters) {
   std::vector<std::map<std::string, Tensor>> runs;
   for (int i = 0; i < 2; ++i) {
     const std::string dir = TempDir("determinism_" + std::to_string(i));
-    auto r = RunProcess(Psflow({"train", "--model=cnn", "--train_steps=3", "--batch_size=16", "--seed=7",
+    auto r = RunProcess(Psflow({"train", "--model=mlp", "--train_steps=200", "--seed=7",
                                 "--data_dir=" + MnistDir(), "--checkpoint_dir=" + dir}),
                         300);
     ASSERT_EQ(r.exit_code, 0) << r.output;
