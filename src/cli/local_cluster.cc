@@ -136,6 +136,7 @@ int RunLocalCluster(const LocalClusterOptions& options) {
                                      absl::StrCat("--task_index=", index), "--ps_hosts=" + ps_hosts,
                                      "--worker_hosts=" + worker_hosts};
     args.insert(args.end(), options.train_flags.begin(), options.train_flags.end());
+    if (options.metrics_port > 0) args.push_back(absl::StrCat("--metrics_port=", options.metrics_port + i));
     c.pid = Spawn(options.binary, args, &c.out_fd);
     if (c.pid < 0) {
       std::cerr << "psflow local: cannot start " << c.name << ": " << strerror(errno) << std::endl;

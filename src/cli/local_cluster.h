@@ -15,6 +15,7 @@ struct LocalClusterOptions {
   int num_workers = 2;
   std::string binary;                    // path of the psflow binary to start
   std::vector<std::string> train_flags;  // forwarded to every task's `psflow train`
+  int metrics_port = 0;                  // > 0: task k (ps first, then workers) serves on metrics_port + k
 };
 
 int RunLocalCluster(const LocalClusterOptions& options);

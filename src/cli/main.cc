@@ -85,11 +85,13 @@ std::vector<std::string> ForwardedFlags(int argc, char** argv) {
   std::vector<std::string> out;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--ps" || a == "--workers") {
+    if (a == "--ps" || a == "--workers" || a == "--metrics_port") {
       ++i;  // skip its value
       continue;
     }
-    if (absl::StartsWith(a, "--ps=") || absl::StartsWith(a, "--workers=")) continue;
+    if (absl::StartsWith(a, "--ps=") || absl::StartsWith(a, "--workers=") || absl::StartsWith(a, "--metrics_port=")) {
+      continue;  // the launcher's own, or set per task
+    }
     out.push_back(a);
   }
   return out;
@@ -158,6 +160,7 @@ int main(int argc, char** argv) {
     if (auto s = train::ResolveTrainOptions(&local_options); !s.ok()) return cli::Fail(s, 2);
     local.binary = cli::SelfPath(argv[0]);
     local.train_flags = cli::ForwardedFlags(argc, argv);
+    local.metrics_port = local_options.metrics_port;
     return cli::RunLocalCluster(local);
   }
   if (eval_cmd->parsed()) return cli::RunEval(eval_options);

@@ -4,6 +4,11 @@
 #include "psflow/ps/ps_server.h"
 #include "psflow/train/train.h"
 #include "train/cluster_setup.h"
+#include "train/telemetry.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 namespace psflow::train {
 
@@ -18,8 +23,31 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log)
   auto server = ps::PsServer::Start(server_options);
   if (!server.ok()) return server.status();
   log(absl::StrCat("ps task ", setup->task.index, " serving on ", server_options.listen_address));
+  auto telemetry = Telemetry::Create(options, /*write_events=*/true, absl::StrCat("ps_", setup->task.index), log);
+  if (!telemetry.ok()) return telemetry.status();
+
+  // Sample the traffic counters once a second for TensorBoard and /metrics until training ends.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread sampler([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; })) {
+      const ps::PsTaskStats s = (*server)->Stats();
+      (*telemetry)->OnPsStats(s.task, s.global_step, s.bytes_in, s.bytes_out, s.stale_gradients_dropped,
+                              s.pushes_refused);
+    }
+  });
   absl::Status status = (*server)->Wait();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  sampler.join();
   const ps::PsTaskStats stats = (*server)->Stats();
+  (*telemetry)->OnPsStats(stats.task, stats.global_step, stats.bytes_in, stats.bytes_out,
+                          stats.stale_gradients_dropped, stats.pushes_refused);
   log(absl::StrCat("ps task ", setup->task.index, " done at global step ", stats.global_step, ": ",
                    stats.num_params, " params, ", stats.bytes_in, " bytes in, ", stats.bytes_out, " bytes out"));
   return status;

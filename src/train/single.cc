@@ -10,6 +10,7 @@
 #include "psflow/train/train.h"
 #include "train/checkpointing.h"
 #include "train/progress.h"
+#include "train/telemetry.h"
 
 namespace psflow::train {
 
@@ -96,14 +97,18 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
                    " parameters, ", options.train_steps, " steps of batch ", options.batch_size, ", ",
                    options.optimizer, " lr ", options.learning_rate));
 
+  auto telemetry = Telemetry::Create(options, /*write_events=*/true, "", log);
+  if (!telemetry.ok()) return telemetry.status();
   ProgressLog progress(log, "", options.train_steps, options.batch_size);
   for (int64_t step = start_step; step < options.train_steps; ++step) {
     sampler.BatchAt(step, &indices);
     data::Gather(train, indices, images.data(), labels.data());
     StepStats stats = (*replicas)->ComputeGradients(images.data(), labels.data(), options.batch_size,
                                                     Rng::Mix(options.seed, step));
-    ApplyGradients(**optimizer, params, states, optim::DecayedLearningRate(opt_config, step));
+    const float lr = optim::DecayedLearningRate(opt_config, step);
+    ApplyGradients(**optimizer, params, states, lr);
     progress.Step(step + 1, stats.loss, stats.accuracy, options.log_every);
+    (*telemetry)->OnStep(step + 1, stats.loss, stats.accuracy, lr, options.batch_size);
     if (!options.checkpoint_dir.empty() && schedule.Due(step + 1) && step + 1 < options.train_steps) {
       if (auto s = save(step + 1); !s.ok()) return s;
       schedule.Saved(step + 1);
@@ -123,6 +128,7 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
   summary.validation_cross_entropy = validation.cross_entropy;
   summary.test_accuracy = test.accuracy;
   summary.test_cross_entropy = test.cross_entropy;
+  (*telemetry)->OnFinal(summary.global_step, validation.accuracy, test.accuracy);
   if (!options.checkpoint_dir.empty()) {
     if (auto s = save(options.train_steps); !s.ok()) return s;
   }

@@ -11,6 +11,7 @@
 #include "train/cluster_setup.h"
 #include "train/checkpointing.h"
 #include "train/progress.h"
+#include "train/telemetry.h"
 
 namespace psflow::train {
 namespace {
@@ -80,6 +81,9 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   std::vector<int32_t> labels(options.batch_size);
   const int64_t examples_per_global_step =
       options.batch_size * (config->sync ? config->replicas_to_aggregate : 1);
+  auto telemetry = Telemetry::Create(options, /*write_events=*/chief, "", log);
+  if (!telemetry.ok()) return telemetry.status();
+  const optim::OptimizerConfig opt_config = OptimizerConfigFrom(options);
   ProgressLog progress(log, "", options.train_steps, options.batch_size);
 
   auto step = client.Pull(pull_into);
@@ -99,6 +103,8 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
     if (!pushed.ok()) return pushed.status();
     stale += pushed->stale;
     progress.Step(pushed->global_step, stats.loss, stats.accuracy, options.log_every);
+    (*telemetry)->OnStep(pushed->global_step, stats.loss, stats.accuracy,
+                         optim::DecayedLearningRate(opt_config, global_step), examples_per_global_step);
     if (pushed->global_step >= options.train_steps) {
       global_step = pushed->global_step;
       break;
@@ -135,6 +141,7 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   summary.validation_cross_entropy = validation.cross_entropy;
   summary.test_accuracy = test.accuracy;
   summary.test_cross_entropy = test.cross_entropy;
+  (*telemetry)->OnFinal(summary.global_step, validation.accuracy, test.accuracy);
   auto stats = client.Stats();
   if (stats.ok()) {
     summary.stale_gradients_dropped = 0;

@@ -1,0 +1,98 @@
+#include "train/telemetry.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace psflow::train {
+
+absl::StatusOr<std::unique_ptr<Telemetry>> Telemetry::Create(const TrainOptions& options, bool write_events,
+                                                             const std::string& events_subdir, const LogSink& log) {
+  std::unique_ptr<Telemetry> t(new Telemetry());
+  t->log_ = &log;
+  t->summary_every_ = std::max<int64_t>(1, options.save_summaries_steps);
+  if (auto s = metrics::DeclarePsflowMetrics(t->registry_); !s.ok()) return s;
+  if (options.metrics_port > 0) {
+    auto server = metrics::MetricsServer::Start(&t->registry_, options.metrics_port);
+    if (!server.ok()) return server.status();
+    t->server_ = std::move(server).value();
+    log(absl::StrCat("serving Prometheus metrics on http://127.0.0.1:", t->server_->port(), "/metrics"));
+  }
+  if (write_events && !options.logdir.empty()) {
+    const std::string dir = events_subdir.empty() ? options.logdir : options.logdir + "/" + events_subdir;
+    auto writer = tboard::EventWriter::Create(dir);
+    if (!writer.ok()) return writer.status();
+    t->events_ = std::move(writer).value();
+  }
+  return t;
+}
+
+Telemetry::~Telemetry() {
+  if (server_) server_->Stop();
+  if (events_) (void)events_->Close();
+}
+
+void Telemetry::WriteScalars(const std::vector<std::pair<std::string, float>>& scalars, int64_t step) {
+  if (!events_ || events_failed_) return;
+  if (auto s = events_->AddScalars(scalars, step); !s.ok()) {
+    // A full disk must not stop training; say so once.
+    events_failed_ = true;
+    (*log_)(absl::StrCat("TensorBoard events disabled: ", s.message()));
+  }
+}
+
+void Telemetry::OnStep(int64_t global_step, double loss, double accuracy, float learning_rate,
+                       int64_t examples_per_step) {
+  loss_sum_ += loss;
+  accuracy_sum_ += accuracy;
+  ++samples_;
+  registry_.SetGauge(metrics::kGlobalStep, {}, double(global_step));
+  if (last_step_ < 0) {
+    last_step_ = last_summary_step_ = global_step;
+    last_time_ = Clock::now();
+    return;
+  }
+  if (global_step / summary_every_ == last_summary_step_ / summary_every_) return;
+  const auto now = Clock::now();
+  const double secs = std::chrono::duration<double>(now - last_time_).count();
+  const double steps_per_sec = secs > 0 ? (global_step - last_step_) / secs : 0;
+  registry_.SetGauge(metrics::kStepsPerSecond, {}, steps_per_sec);
+  WriteScalars({{"loss", float(loss_sum_ / samples_)},
+                {"accuracy/batch", float(accuracy_sum_ / samples_)},
+                {"learning_rate", learning_rate},
+                {"global_step/sec", float(steps_per_sec)},
+                {"examples/sec", float(steps_per_sec * examples_per_step)}},
+               global_step);
+  loss_sum_ = accuracy_sum_ = 0;
+  samples_ = 0;
+  last_step_ = last_summary_step_ = global_step;
+  last_time_ = now;
+}
+
+void Telemetry::OnFinal(int64_t global_step, double validation_accuracy, double test_accuracy) {
+  registry_.SetGauge(metrics::kGlobalStep, {}, double(global_step));
+  WriteScalars({{"accuracy/validation", float(validation_accuracy)}, {"accuracy/test", float(test_accuracy)}},
+               global_step);
+  if (events_) (void)events_->Flush();
+}
+
+void Telemetry::OnPsStats(int task, int64_t global_step, int64_t bytes_in, int64_t bytes_out, int64_t stale,
+                          int64_t refused) {
+  const metrics::MetricsRegistry::Labels ps = {{"ps", absl::StrCat(task)}};
+  registry_.SetCounter(metrics::kPsBytesIn, ps, double(bytes_in));
+  registry_.SetCounter(metrics::kPsBytesOut, ps, double(bytes_out));
+  registry_.SetCounter(metrics::kStaleGradientsDropped, {}, double(stale));
+  registry_.SetCounter(metrics::kPushesRefused, {}, double(refused));
+  registry_.SetGauge(metrics::kGlobalStep, {}, double(global_step));
+  const auto now = Clock::now();
+  const double secs = std::chrono::duration<double>(now - last_time_).count();
+  if (last_step_ >= 0 && secs > 0) {
+    WriteScalars({{"ps/bytes_in_per_sec", float((bytes_in - last_bytes_in_) / secs)},
+                  {"ps/bytes_out_per_sec", float((bytes_out - last_bytes_out_) / secs)}},
+                 global_step);
+  }
+  last_step_ = global_step;
+  last_time_ = now;
+  last_bytes_in_ = bytes_in;
+  last_bytes_out_ = bytes_out;
+}
+
+}  // namespace psflow::train

@@ -1,0 +1,59 @@
+// What a task reports while it runs: TensorBoard scalars under --logdir (the chief's training
+// curves; each ps task's traffic in its own ps_N/ subdirectory) and Prometheus metrics on
+// --metrics_port. Either may be off. Owned by the task's runner; OnStep is called from the
+// training thread only, the metrics server scrapes from its own thread through the registry.
+#ifndef PSFLOW_TRAIN_TELEMETRY_H_
+#define PSFLOW_TRAIN_TELEMETRY_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "psflow/metrics/metrics_server.h"
+#include "psflow/tboard/event_writer.h"
+#include "psflow/train/options.h"
+#include "psflow/train/train.h"
+
+namespace psflow::train {
+
+class Telemetry {
+ public:
+  // `events_subdir` is appended to --logdir ("" for the chief, "ps_0" for ps task 0); events are
+  // written only when `write_events` (non-chief workers leave the curves to the chief).
+  static absl::StatusOr<std::unique_ptr<Telemetry>> Create(const TrainOptions& options, bool write_events,
+                                                          const std::string& events_subdir, const LogSink& log);
+  ~Telemetry();
+
+  // A worker's step: updates gauges, and every --save_summaries_steps global steps writes loss,
+  // batch accuracy, learning rate, global_step/sec and examples/sec.
+  void OnStep(int64_t global_step, double loss, double accuracy, float learning_rate, int64_t examples_per_step);
+  // Final accuracies (chief / single process).
+  void OnFinal(int64_t global_step, double validation_accuracy, double test_accuracy);
+  // A ps task's counters: traffic rates as TensorBoard curves, totals as Prometheus counters.
+  void OnPsStats(int task, int64_t global_step, int64_t bytes_in, int64_t bytes_out, int64_t stale, int64_t refused);
+
+  metrics::MetricsRegistry& registry() { return registry_; }
+
+ private:
+  Telemetry() = default;
+  void WriteScalars(const std::vector<std::pair<std::string, float>>& scalars, int64_t step);
+
+  const LogSink* log_ = nullptr;
+  int64_t summary_every_ = 100;
+  metrics::MetricsRegistry registry_;
+  std::unique_ptr<metrics::MetricsServer> server_;
+  std::unique_ptr<tboard::EventWriter> events_;
+  bool events_failed_ = false;
+  // Rates over the interval since the last summary.
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point last_time_ = Clock::now();
+  int64_t last_step_ = -1, last_summary_step_ = -1;
+  int64_t last_bytes_in_ = 0, last_bytes_out_ = 0;
+  double loss_sum_ = 0, accuracy_sum_ = 0;
+  int64_t samples_ = 0;
+};
+
+}  // namespace psflow::train
+
+#endif  // PSFLOW_TRAIN_TELEMETRY_H_
