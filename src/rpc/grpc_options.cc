@@ -16,7 +16,6 @@ namespace {
 
 constexpr int kWindowBytes = 64 << 20;
 constexpr int kMaxFrameBytes = (16 << 20) - 1;  // HTTP/2's largest frame size
-constexpr int kReadChunkBytes = 4 << 20;
 
 template <typename Setter>
 void ApplyTuning(Setter&& set) {
@@ -27,10 +26,6 @@ void ApplyTuning(Setter&& set) {
   set(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   set(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindowBytes);
   set(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxFrameBytes);
-  set(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, kWindowBytes);
-  set(GRPC_ARG_TCP_READ_CHUNK_SIZE, kReadChunkBytes);
-  set(GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 256 << 10);
-  set(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, kReadChunkBytes);
 }
 
 absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* what) {

@@ -1,20 +1,26 @@
-// The gRPC implementation of ClientChannel and Server, on gRPC's generic callback API so that
-// requests and responses are raw byte buffers (tensor_coding.h) rather than protobuf messages.
+// The gRPC implementation of ClientChannel and Server, on gRPC's generic asynchronous
+// (completion-queue) API, so requests and responses are raw byte buffers (tensor_coding.h) and
+// psflow's own threads poll the queues: a request is read, handled and answered on the thread that
+// polled it, with no hand-off to another executor. (The callback API costs an extra thread hop per
+// call on this path, and gRPC 1.51's callback machinery can crash when every channel is destroyed
+// and a new one created, which tests and the benchmark do.)
 //
-// Call lifecycle, client side: Call() creates a ClientCall (shared_ptr) holding the context and
-// both byte buffers; it is referenced by gRPC's completion callback and, through a ReleaseGuard,
-// by every zero-copy slice of the request. The user's `done` runs when both are gone: the
-// response arrived and gRPC no longer reads the caller's tensor memory.
+// Client call lifecycle: Call() creates a ClientCall that owns the context and the response
+// buffer and keeps itself alive until its completion tag comes back on the process-wide client
+// queue. Every zero-copy slice of the request holds a ReleaseGuard; the user's `done` runs only
+// when both the response arrived and the guard is gone (gRPC no longer reads the caller's
+// memory). When the guard goes last — inside gRPC's write path — `done` is handed to a small
+// thread of our own rather than run there.
 //
-// Server side: gRPC creates one ServerCall reactor per call and deletes it in OnDone (the
-// reactor API requires the reactor to free itself). The reactor reads one request, hands it to
-// the Handler with a Responder, and finishes when the Responder answers — possibly much later,
-// from another thread — or when the call is cancelled. A CallSlot shared by the reactor and the
-// Responder decides which of the two finishes the call, so a late answer after cancellation is
-// dropped instead of touching a deleted reactor.
+// Server call lifecycle: a ServerCall is requested on one of the server's queues; it keeps itself
+// alive (self_) while gRPC holds any of its tags, and Responders share ownership, so an answer
+// given late — from another thread, after a sync quorum or initialization — finds it alive, and an
+// answer after cancellation is dropped.
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <deque>
+#include <thread>
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/async_generic_service.h>
@@ -31,6 +37,12 @@
 namespace psflow::rpc {
 namespace {
 
+constexpr int kClientPollThreads = 2;
+// One server queue polled by several threads: a request is handled by the thread that polled it
+// (several queues would make the poller kick another queue's thread).
+constexpr int kServerPollThreads = 2;
+constexpr int kRequestsInFlight = 16;  // calls gRPC may accept before a thread asks for more
+
 std::chrono::system_clock::time_point DeadlineAfter(double secs) {
   // Clamp so "effectively forever" timeouts do not overflow the clock.
   const double clamped = std::min(std::max(secs, 0.0), 1e7);
@@ -38,36 +50,109 @@ std::chrono::system_clock::time_point DeadlineAfter(double secs) {
          std::chrono::microseconds(static_cast<int64_t>(clamped * 1e6));
 }
 
+// Runs closures on a thread of its own. Process-wide and never destroyed: closures may be posted
+// from gRPC threads until the process exits.
+class DeferredRunner {
+ public:
+  static DeferredRunner& Get() {
+    static DeferredRunner* runner = new DeferredRunner();
+    return *runner;
+  }
+  void Post(std::function<void()> fn) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(fn));
+  }
+
+ private:
+  DeferredRunner() {
+    std::thread([this] {
+      for (;;) {
+        std::function<void()> fn;
+        {
+          absl::MutexLock lock(&mu_);
+          mu_.Await(absl::Condition(this, &DeferredRunner::HasWork));
+          fn = std::move(queue_.front());
+          queue_.pop_front();
+        }
+        fn();
+      }
+    }).detach();
+  }
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty(); }
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+};
+
 // ---------------------------------------------------------------------------------------------
 // Client
+
+// The completion queue of every client call in the process, polled by a few threads that run the
+// calls' completions. Never destroyed (calls may complete until the process exits).
+class ClientQueue {
+ public:
+  static ClientQueue& Get() {
+    static ClientQueue* queue = new ClientQueue();
+    return *queue;
+  }
+  grpc::CompletionQueue* cq() { return &cq_; }
+
+ private:
+  ClientQueue();
+  grpc::CompletionQueue cq_;
+};
 
 struct ClientCall {
   std::shared_ptr<grpc::Channel> channel;  // kept alive while the call runs
   grpc::ClientContext context;
-  grpc::ByteBuffer request;
   grpc::ByteBuffer response;
   grpc::Status status;
-  std::atomic<int> pending{2};  // the response, and the release of the request's memory
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc;
+  std::shared_ptr<ClientCall> self;  // held while gRPC owns the completion tag
+  std::atomic<int> pending{2};       // the response, and the release of the request's memory
   std::function<void(absl::StatusOr<IncomingMessage>)> done;
   std::function<absl::Status(const grpc::Status&)> describe_error;
 
-  void Arrive() {
-    if (pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  void Complete() {
     if (!status.ok()) {
       done(describe_error(status));
     } else {
       done(DecodeMessage(response));
     }
   }
+  // One of the two events happened: the completion (on a poller thread) or the release of the
+  // request's memory (anywhere, possibly inside gRPC's write path).
+  static void Arrive(std::shared_ptr<ClientCall> call, bool from_guard) {
+    if (call->pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (!from_guard) return call->Complete();
+    // Inside gRPC's write path neither user code nor new calls may run, nor may the call's
+    // context be destroyed: finish on our own thread.
+    DeferredRunner::Get().Post([call = std::move(call)] { call->Complete(); });
+  }
 };
 
-// Destroyed when the last zero-copy slice of a request is released.
+ClientQueue::ClientQueue() {
+  for (int i = 0; i < kClientPollThreads; ++i) {
+    std::thread([this] {
+      void* tag = nullptr;
+      bool ok = false;
+      while (cq_.Next(&tag, &ok)) {
+        auto* call = static_cast<ClientCall*>(tag);
+        ClientCall::Arrive(std::move(call->self), /*from_guard=*/false);
+      }
+    }).detach();
+  }
+}
+
+// Destroyed when the last zero-copy slice of a request is released. It is never the call's last
+// owner while gRPC still runs the call (`self` is), so the call is not destroyed in gRPC's write
+// path; when it arrives last, the deferred closure owns the call.
 class ReleaseGuard {
  public:
   explicit ReleaseGuard(std::shared_ptr<ClientCall> call) : call_(std::move(call)) {}
   ReleaseGuard(const ReleaseGuard&) = delete;
   ReleaseGuard& operator=(const ReleaseGuard&) = delete;
-  ~ReleaseGuard() { call_->Arrive(); }
+  ~ReleaseGuard() { ClientCall::Arrive(std::move(call_), /*from_guard=*/true); }
 
  private:
   std::shared_ptr<ClientCall> call_;
@@ -96,29 +181,28 @@ class GrpcChannel final : public ClientChannel {
     call->context.set_deadline(DeadlineAfter(options.timeout_secs));
     call->context.set_wait_for_ready(options.wait_for_ready);
     if (!secret_.empty()) call->context.AddMetadata(kTokenMetadataKey, secret_);
+    grpc::GenericStub& stub = *stubs_[options.pull_direction ? 1 : 0];
     {
       auto guard = std::make_shared<ReleaseGuard>(call);
-      call->request = EncodeMessage(std::move(request), guard);
-    }  // from here on only the request's slices hold the guard
-    grpc::GenericStub& stub = *stubs_[options.pull_direction ? 1 : 0];
-    stub.UnaryCall(&call->context, MethodPath(method), grpc::StubOptions(), &call->request,
-                   &call->response, [call](grpc::Status status) {
-                     call->status = std::move(status);
-                     call->request.Clear();  // drop our references to the request's slices
-                     call->Arrive();
-                   });
+      const grpc::ByteBuffer buffer = EncodeMessage(std::move(request), guard);
+      guard.reset();  // from here on only the request's slices hold the guard
+      call->rpc = stub.PrepareUnaryCall(&call->context, MethodPath(method), buffer, ClientQueue::Get().cq());
+    }  // the call holds its own reference to the request's slices
+    call->self = call;
+    call->rpc->StartCall();
+    call->rpc->Finish(&call->response, &call->status, call.get());
   }
 
   const std::string& peer_name() const override { return peer_name_; }
 
  private:
-  static absl::Status DescribeError(const std::string& peer, Method method,
-                                    double timeout_secs, const grpc::Status& s) {
+  static absl::Status DescribeError(const std::string& peer, Method method, double timeout_secs,
+                                    const grpc::Status& s) {
     const absl::StatusCode code = static_cast<absl::StatusCode>(s.error_code());
     if (code == absl::StatusCode::kDeadlineExceeded) {
       return absl::DeadlineExceededError(absl::StrCat(peer, ": ", MethodName(method),
-                                                      " got no answer within ", timeout_secs,
-                                                      " s (", s.error_message(), ")"));
+                                                      " got no answer within ", timeout_secs, " s (",
+                                                      s.error_message(), ")"));
     }
     if (code == absl::StatusCode::kUnavailable) {
       return absl::UnavailableError(absl::StrCat(peer, ": ", MethodName(method),
@@ -143,163 +227,170 @@ struct SharedCounters {
   std::atomic<int64_t> calls_unauthenticated{0};
 };
 
-class ServerCall;
-
-// Decides, once, who finishes a call: the Responder (an answer) or the reactor (cancellation).
-struct CallSlot {
+struct ServerContextShared {
+  grpc::AsyncGenericService* service;
+  Handler* handler;
+  std::string secret;
+  std::shared_ptr<SharedCounters> counters;
+  // New calls are requested only before shutdown starts (a queue must get no new work once it
+  // is shut down).
   absl::Mutex mu;
-  ServerCall* reactor ABSL_GUARDED_BY(mu) = nullptr;  // null once gRPC is done with the call
-  bool finished ABSL_GUARDED_BY(mu) = false;
-
-  // Claims the right to finish; returns the reactor, or null if already finished or gone.
-  ServerCall* Claim() {
-    absl::MutexLock lock(&mu);
-    if (finished || reactor == nullptr) return nullptr;
-    finished = true;
-    return reactor;
-  }
+  bool shutting_down ABSL_GUARDED_BY(mu) = false;
+  std::atomic<int> live_calls{0};
 };
 
-class ServerCall final : public grpc::ServerGenericBidiReactor {
+class ServerCall : public std::enable_shared_from_this<ServerCall> {
  public:
-  ServerCall(grpc::GenericCallbackServerContext* context, Handler* handler,
-             std::shared_ptr<SharedCounters> counters, const std::string& secret)
-      : handler_(handler), counters_(std::move(counters)), slot_(std::make_shared<CallSlot>()) {
-    {
-      absl::MutexLock lock(&slot_->mu);
-      slot_->reactor = this;
+  ServerCall(ServerContextShared* shared, grpc::ServerCompletionQueue* cq)
+      : shared_(shared), cq_(cq), stream_(&context_) {
+    shared_->live_calls.fetch_add(1);
+  }
+  ~ServerCall() { shared_->live_calls.fetch_sub(1); }
+
+  // Asks gRPC for the next incoming call on this queue.
+  static void Request(ServerContextShared* shared, grpc::ServerCompletionQueue* cq) {
+    absl::MutexLock lock(&shared->mu);
+    if (shared->shutting_down) return;
+    auto call = std::make_shared<ServerCall>(shared, cq);
+    ServerCall* raw = call.get();
+    raw->self_ = std::move(call);
+    shared->service->RequestCall(&raw->context_, &raw->stream_, cq, cq, raw);
+  }
+
+  // The operation gRPC was running for this call completed (on a queue thread).
+  void OnEvent(bool ok) {
+    switch (state_) {
+      case State::kRequested:
+        if (!ok) return Release();  // the server is shutting down
+        Request(shared_, cq_);      // keep accepting calls
+        return Accept();
+      case State::kReading:
+        if (!ok) return FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "call carried no request"));
+        return Dispatch();
+      case State::kFinishing:
+        return Release();  // answered (or the client went away meanwhile: ok is false)
     }
+  }
+
+  // From the Responder, on any thread, at most once.
+  void Respond(absl::StatusOr<OutgoingMessage> response) {
+    if (!response.ok()) return FinishWith(ToGrpcStatus(response.status()));
+    response_ = EncodeMessage(*std::move(response));
+    shared_->counters->bytes_out.fetch_add(static_cast<int64_t>(response_.Length()),
+                                           std::memory_order_relaxed);
+    Arm(State::kFinishing);
+    stream_.WriteAndFinish(response_, grpc::WriteOptions(), grpc::Status::OK, this);
+  }
+
+ private:
+  enum class State { kRequested, kReading, kFinishing };
+
+  class CallResponder final : public Responder::Impl {
+   public:
+    explicit CallResponder(std::shared_ptr<ServerCall> call) : call_(std::move(call)) {}
+    void Respond(absl::StatusOr<OutgoingMessage> response) override { call_->Respond(std::move(response)); }
+
+   private:
+    std::shared_ptr<ServerCall> call_;
+  };
+
+  void Accept() {
     int found = -1;
     for (int m = 0; m < kNumMethods; ++m) {
-      if (context->method() == MethodPath(static_cast<Method>(m))) found = m;
+      if (context_.method() == MethodPath(static_cast<Method>(m))) found = m;
     }
     if (found < 0) {
-      FinishOnce(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                              absl::StrCat("unknown method ", context->method())));
-      return;
+      return FinishWith(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                     absl::StrCat("unknown method ", context_.method())));
     }
     method_ = static_cast<Method>(found);
-    if (!secret.empty()) {
-      const auto& metadata = context->client_metadata();
+    if (!shared_->secret.empty()) {
+      const auto& metadata = context_.client_metadata();
       auto it = metadata.find(kTokenMetadataKey);
       if (it == metadata.end() ||
-          !SecretsEqual(std::string(it->second.data(), it->second.size()), secret)) {
-        counters_->calls_unauthenticated.fetch_add(1, std::memory_order_relaxed);
-        FinishOnce(grpc::Status(
+          !SecretsEqual(std::string(it->second.data(), it->second.size()), shared_->secret)) {
+        shared_->counters->calls_unauthenticated.fetch_add(1, std::memory_order_relaxed);
+        return FinishWith(grpc::Status(
             grpc::StatusCode::UNAUTHENTICATED,
             absl::StrCat("refused ", MethodName(method_), ": ",
                          it == metadata.end() ? "no cluster secret" : "wrong cluster secret",
                          " (start every task with the same --cluster_secret_file)")));
-        return;
       }
     }
-    StartRead(&request_);
+    Arm(State::kReading);
+    stream_.Read(&request_, this);
   }
 
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "call carried no request"));
-      return;
-    }
-    counters_->bytes_in.fetch_add(static_cast<int64_t>(request_.Length()),
-                                  std::memory_order_relaxed);
+  void Dispatch() {
+    shared_->counters->bytes_in.fetch_add(static_cast<int64_t>(request_.Length()),
+                                          std::memory_order_relaxed);
     absl::StatusOr<IncomingMessage> message = DecodeMessage(request_);
-    if (!message.ok()) {
-      FinishOnce(ToGrpcStatus(message.status()));
-      return;
-    }
-    handler_->Handle(method_, *std::move(message),
-                     Responder(std::make_unique<SlotResponder>(slot_, counters_)));
+    request_.Clear();  // the message holds its own references to the slices
+    if (!message.ok()) return FinishWith(ToGrpcStatus(message.status()));
+    // Until the handler answers, only the Responder owns the call.
+    std::shared_ptr<ServerCall> self = std::move(self_);
+    shared_->handler->Handle(method_, *std::move(message),
+                             Responder(std::make_unique<CallResponder>(std::move(self))));
   }
 
-  void OnCancel() override {
-    FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "call cancelled"));
+  void FinishWith(const grpc::Status& status) {
+    Arm(State::kFinishing);
+    stream_.Finish(status, this);
   }
 
-  void OnDone() override {
-    {
-      absl::MutexLock lock(&slot_->mu);
-      slot_->reactor = nullptr;
-    }
-    delete this;  // the reactor API's ownership model: gRPC is done with the reactor
+  // gRPC is about to hold a tag of this call: keep the call alive until it comes back.
+  void Arm(State next) {
+    state_ = next;
+    if (self_ == nullptr) self_ = shared_from_this();
   }
+  void Release() { self_.reset(); }
 
-  // Sends `response` and finishes; the caller has claimed the slot.
-  void SendAndFinish(absl::StatusOr<OutgoingMessage> response) {
-    if (!response.ok()) {
-      Finish(ToGrpcStatus(response.status()));
-      return;
-    }
-    response_ = EncodeMessage(*std::move(response));
-    counters_->bytes_out.fetch_add(static_cast<int64_t>(response_.Length()),
-                                   std::memory_order_relaxed);
-    StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
-  }
-
- private:
-  class SlotResponder final : public Responder::Impl {
-   public:
-    SlotResponder(std::shared_ptr<CallSlot> slot, std::shared_ptr<SharedCounters> counters)
-        : slot_(std::move(slot)), counters_(std::move(counters)) {}
-    void Respond(absl::StatusOr<OutgoingMessage> response) override {
-      // After Claim succeeds nobody else finishes the call, so gRPC cannot call OnDone (which
-      // needs Finish) until SendAndFinish below: the reactor stays valid.
-      if (ServerCall* reactor = slot_->Claim()) reactor->SendAndFinish(std::move(response));
-    }
-
-   private:
-    std::shared_ptr<CallSlot> slot_;
-    std::shared_ptr<SharedCounters> counters_;
-  };
-
-  void FinishOnce(const grpc::Status& status) {
-    if (slot_->Claim() != nullptr) Finish(status);
-  }
-
-  Handler* const handler_;
-  const std::shared_ptr<SharedCounters> counters_;
-  const std::shared_ptr<CallSlot> slot_;
+  ServerContextShared* const shared_;
+  grpc::ServerCompletionQueue* const cq_;
+  grpc::GenericServerContext context_;
+  grpc::GenericServerAsyncReaderWriter stream_;
   Method method_ = Method::kHello;
   grpc::ByteBuffer request_;
   grpc::ByteBuffer response_;
-};
-
-// The generic service: every method of the ps service arrives here as raw byte buffers.
-class GenericService final : public grpc::CallbackGenericService {
- public:
-  GenericService(rpc::Handler* handler, std::string secret, std::shared_ptr<SharedCounters> counters)
-      : handler_(handler), secret_(std::move(secret)), counters_(std::move(counters)) {}
-
-  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override {
-    // Owned by gRPC until ServerCall::OnDone deletes it.
-    return new ServerCall(context, handler_, counters_, secret_);
-  }
-
- private:
-  rpc::Handler* const handler_;
-  const std::string secret_;
-  const std::shared_ptr<SharedCounters> counters_;
+  // Touched by one thread at a time: the queue thread running the current event, or the thread
+  // answering; gRPC orders the answer's start before its completion event.
+  State state_ = State::kRequested;
+  std::shared_ptr<ServerCall> self_;  // while gRPC holds this call's tag
 };
 
 class GrpcServer final : public Server {
  public:
-  GrpcServer(rpc::Handler* handler, std::string secret)
-      : counters_(std::make_shared<SharedCounters>()),
-        service_(handler, std::move(secret), counters_) {}
+  GrpcServer(rpc::Handler* handler, std::string secret) {
+    shared_.service = &service_;
+    shared_.handler = handler;
+    shared_.secret = std::move(secret);
+    shared_.counters = std::make_shared<SharedCounters>();
+  }
   ~GrpcServer() override { Shutdown(1.0); }
 
   absl::Status Start(const std::string& address, std::shared_ptr<grpc::ServerCredentials> creds) {
     grpc::ServerBuilder builder;
     TuneServerBuilder(&builder);
     builder.AddListeningPort(address, std::move(creds), &port_);
-    builder.RegisterCallbackGenericService(&service_);
+    builder.RegisterAsyncGenericService(&service_);
+    queues_.push_back(builder.AddCompletionQueue());
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
       server_.reset();
+      for (auto& q : queues_) q->Shutdown();
       return absl::UnavailableError(
           absl::StrCat("cannot listen on ", address,
                        ": the port is in use or the address is not on this host (pick a free "
                        "port in --ps_hosts, or stop the process holding it)"));
+    }
+    grpc::ServerCompletionQueue* cq = queues_[0].get();
+    for (int i = 0; i < kRequestsInFlight; ++i) ServerCall::Request(&shared_, cq);
+    for (int i = 0; i < kServerPollThreads; ++i) {
+      threads_.emplace_back([cq] {
+        void* tag = nullptr;
+        bool ok = false;
+        while (cq->Next(&tag, &ok)) static_cast<ServerCall*>(tag)->OnEvent(ok);
+      });
     }
     return absl::OkStatus();
   }
@@ -308,26 +399,46 @@ class GrpcServer final : public Server {
 
   ServerCounters counters() const override {
     ServerCounters c;
-    c.bytes_in = counters_->bytes_in.load();
-    c.bytes_out = counters_->bytes_out.load();
-    c.calls_unauthenticated = counters_->calls_unauthenticated.load();
+    c.bytes_in = shared_.counters->bytes_in.load();
+    c.bytes_out = shared_.counters->bytes_out.load();
+    c.calls_unauthenticated = shared_.counters->calls_unauthenticated.load();
     return c;
   }
 
   void Shutdown(double grace_secs) override {
     absl::MutexLock lock(&shutdown_mu_);
-    if (server_ == nullptr) return;
+    if (server_ == nullptr) {
+      for (auto& q : queues_) q->Shutdown();
+      queues_.clear();
+      return;
+    }
+    {
+      absl::MutexLock lock(&shared_.mu);
+      shared_.shutting_down = true;
+    }
+    // Calls still running after the grace are cancelled; the queues keep being polled meanwhile.
     server_->Shutdown(DeadlineAfter(grace_secs));
-    server_->Wait();
+    // A call answered late (its Responder held elsewhere) still needs its queue: wait for the
+    // last ones, bounded in case an owner never answers.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (shared_.live_calls.load() > 0 && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    for (auto& q : queues_) q->Shutdown();
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
     server_.reset();
+    queues_.clear();
   }
 
  private:
-  const std::shared_ptr<SharedCounters> counters_;
-  GenericService service_;
+  grpc::AsyncGenericService service_;
+  ServerContextShared shared_;
   int port_ = 0;
   absl::Mutex shutdown_mu_;
-  std::unique_ptr<grpc::Server> server_ ABSL_GUARDED_BY(shutdown_mu_);
+  std::unique_ptr<grpc::Server> server_;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace

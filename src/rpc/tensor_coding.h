@@ -23,7 +23,7 @@
 
 namespace psflow::rpc {
 
-inline constexpr size_t kInlineTensorBytes = 4096;
+inline constexpr size_t kInlineTensorBytes = 65536;
 
 // Encodes `message`. Every zero-copy slice keeps its tensor's owner and `release_guard` (may be
 // null) alive, so the last slice released destroys the guard: callers use it to learn when the

@@ -40,6 +40,15 @@ struct Measurement {
   double latency_ms = 0;  // median call time
 };
 
+Measurement MedianOf(const std::vector<Measurement>& rounds) {
+  std::vector<double> gbps, latency;
+  for (const Measurement& m : rounds) {
+    gbps.push_back(m.gbps);
+    latency.push_back(m.latency_ms);
+  }
+  return {Median(gbps), Median(latency)};
+}
+
 // Repeats `call` for about `seconds` (at least 10 times, after 3 warm-up calls).
 template <typename Fn>
 absl::StatusOr<Measurement> Measure(int64_t bytes, double seconds, Fn&& call) {
@@ -100,54 +109,59 @@ bool ReadAll(int fd, void* data, size_t n) {
   }
 }
 
-// Raw TCP between this process and a forked child on loopback, for each size.
-absl::StatusOr<std::vector<Measurement>> MeasureTcp(const TransportBenchOptions& options) {
-  const int64_t max_size = *std::max_element(options.sizes.begin(), options.sizes.end());
-  std::vector<char> buffer(static_cast<size_t>(max_size), 'x');  // allocated before forking
-  const int listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (listen_fd < 0 || ::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(listen_fd, 1) != 0 || ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    return absl::InternalError(absl::StrCat("TCP baseline: cannot listen on 127.0.0.1: ", std::strerror(errno)));
-  }
-  const pid_t child = ::fork();
-  if (child < 0) return absl::InternalError(absl::StrCat("TCP baseline: fork failed: ", std::strerror(errno)));
-  if (child == 0) RunTcpSink(listen_fd, buffer);
-  ::close(listen_fd);
-
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  absl::StatusOr<std::vector<Measurement>> result;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    result = absl::InternalError(absl::StrCat("TCP baseline: cannot connect: ", std::strerror(errno)));
-  } else {
-    std::vector<Measurement> all;
-    for (int64_t size : options.sizes) {
-      absl::StatusOr<Measurement> m = Measure(size, options.seconds_per_measurement, [&]() -> absl::Status {
-        const uint64_t n = static_cast<uint64_t>(size);
-        char ack = 0;
-        if (!WriteAll(fd, &n, sizeof(n)) || !WriteAll(fd, buffer.data(), n) || !ReadAll(fd, &ack, 1)) {
-          return absl::InternalError("TCP baseline: the sink closed the connection");
-        }
-        return absl::OkStatus();
-      });
-      if (!m.ok()) {
-        result = m.status();
-        break;
-      }
-      all.push_back(*m);
+// Raw TCP between this process and a forked child on loopback: the child reads each message
+// ([u64 size][size bytes]) and answers one byte, like a ps answering a push.
+class TcpBaseline {
+ public:
+  // Forks the child; call before this process starts gRPC's threads.
+  absl::Status Start(int64_t max_size) {
+    buffer_.assign(static_cast<size_t>(max_size), 'x');  // allocated before forking
+    const int listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (listen_fd < 0 || ::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::listen(listen_fd, 1) != 0 || ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return absl::InternalError(absl::StrCat("TCP baseline: cannot listen on 127.0.0.1: ", std::strerror(errno)));
     }
-    if (all.size() == options.sizes.size()) result = std::move(all);
+    child_ = ::fork();
+    if (child_ < 0) return absl::InternalError(absl::StrCat("TCP baseline: fork failed: ", std::strerror(errno)));
+    if (child_ == 0) RunTcpSink(listen_fd, buffer_);
+    ::close(listen_fd);
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    const int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      return absl::InternalError(absl::StrCat("TCP baseline: cannot connect: ", std::strerror(errno)));
+    }
+    return absl::OkStatus();
   }
-  ::close(fd);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  return result;
-}
+
+  absl::StatusOr<Measurement> Measure(int64_t size, double seconds) {
+    return rpc::Measure(size, seconds, [&]() -> absl::Status {
+      const uint64_t n = static_cast<uint64_t>(size);
+      char ack = 0;
+      if (!WriteAll(fd_, &n, sizeof(n)) || !WriteAll(fd_, buffer_.data(), n) || !ReadAll(fd_, &ack, 1)) {
+        return absl::InternalError("TCP baseline: the sink closed the connection");
+      }
+      return absl::OkStatus();
+    });
+  }
+
+  ~TcpBaseline() {
+    if (fd_ >= 0) ::close(fd_);  // the child exits at EOF
+    if (child_ > 0) {
+      int status = 0;
+      ::waitpid(child_, &status, 0);
+    }
+  }
+
+ private:
+  std::vector<char> buffer_;
+  pid_t child_ = -1;
+  int fd_ = -1;
+};
 
 }  // namespace
 
@@ -170,8 +184,10 @@ absl::Status RunTransportBench(const std::string& ps_address, std::ostream& out,
                                const TransportBenchOptions& options) {
   if (options.sizes.empty()) return absl::InvalidArgumentError("transport bench: no sizes");
   // Fork the TCP baseline's child before this process starts gRPC's threads.
-  absl::StatusOr<std::vector<Measurement>> tcp = MeasureTcp(options);
-  if (!tcp.ok()) return tcp.status();
+  TcpBaseline tcp;
+  if (absl::Status s = tcp.Start(*std::max_element(options.sizes.begin(), options.sizes.end())); !s.ok()) {
+    return s;
+  }
 
   // Learn the ps's cluster so the client passes its cluster check.
   absl::StatusOr<std::unique_ptr<ClientChannel>> probe_channel =
@@ -209,7 +225,6 @@ absl::Status RunTransportBench(const std::string& ps_address, std::ostream& out,
   }
   if (ps_index < 0) ps_index = hello_response.ps_task();
 
-  std::vector<Measurement> push, pull;
   for (int64_t size : options.sizes) {
     const int64_t n = size / static_cast<int64_t>(sizeof(float));
     dist::PlacementPlan plan;
@@ -232,31 +247,41 @@ absl::Status RunTransportBench(const std::string& ps_address, std::ostream& out,
     Tensor values(Shape{n}, 0.5f);
     ps::TrainingConfig config;
     config.optimizer.name = "sgd";
-    config.optimizer.learning_rate = 0.0f;  // the ps still runs the update over every element
+    config.optimizer.learning_rate = 1e-30f;  // the ps runs the update, which leaves the values unchanged
     if (absl::Status s = (*client)->Initialize({{"bench/v", &values}}, config); !s.ok()) return s;
     Tensor grad(Shape{n}, 1e-3f);
-    absl::StatusOr<Measurement> m_push = Measure(size, options.seconds_per_measurement, [&]() -> absl::Status {
-      return (*client)->Push({ps::Gradient{"bench/v", &grad, nullptr}}, 0).status();
-    });
-    if (!m_push.ok()) return m_push.status();
-    absl::StatusOr<Measurement> m_pull = Measure(size, options.seconds_per_measurement, [&]() -> absl::Status {
-      return (*client)->Pull({{"bench/v", &values}}).status();
-    });
-    if (!m_pull.ok()) return m_pull.status();
+    // Rounds of TCP, push and pull side by side, so load from elsewhere on the machine hits all
+    // three alike; each figure is the median over the rounds.
+    constexpr int kRounds = 3;
+    const double slice = options.seconds_per_measurement / kRounds;
+    std::vector<Measurement> t_rounds, push_rounds, pull_rounds;
+    for (int round = 0; round < kRounds; ++round) {
+      absl::StatusOr<Measurement> m_tcp = tcp.Measure(size, slice);
+      if (!m_tcp.ok()) return m_tcp.status();
+      absl::StatusOr<Measurement> m_push = Measure(size, slice, [&]() -> absl::Status {
+        return (*client)->Push({ps::Gradient{"bench/v", &grad, nullptr}}, 0).status();
+      });
+      if (!m_push.ok()) return m_push.status();
+      absl::StatusOr<Measurement> m_pull = Measure(size, slice, [&]() -> absl::Status {
+        return (*client)->Pull({{"bench/v", &values}}).status();
+      });
+      if (!m_pull.ok()) return m_pull.status();
+      t_rounds.push_back(*m_tcp);
+      push_rounds.push_back(*m_push);
+      pull_rounds.push_back(*m_pull);
+    }
+    const Measurement t = MedianOf(t_rounds), push = MedianOf(push_rounds), pull = MedianOf(pull_rounds);
     const bool last = size == options.sizes.back();
     if (last && options.shutdown_ps) {
       if (absl::Status s = (*client)->Shutdown(); !s.ok()) return s;
     } else {
       (void)(*client)->Goodbye();
     }
-    push.push_back(*m_push);
-    pull.push_back(*m_pull);
-    const Measurement& t = (*tcp)[push.size() - 1];
     out << absl::StrFormat(
                "{\"size\":%d,\"push_gbps\":%.3f,\"pull_gbps\":%.3f,\"tcp_gbps\":%.3f,\"push_ratio\":%.3f,"
                "\"pull_ratio\":%.3f,\"push_latency_ms\":%.4f,\"pull_latency_ms\":%.4f,\"tcp_latency_ms\":%.4f}",
-               size, m_push->gbps, m_pull->gbps, t.gbps, m_push->gbps / t.gbps, m_pull->gbps / t.gbps,
-               m_push->latency_ms, m_pull->latency_ms, t.latency_ms)
+               size, push.gbps, pull.gbps, t.gbps, push.gbps / t.gbps, pull.gbps / t.gbps, push.latency_ms,
+               pull.latency_ms, t.latency_ms)
         << std::endl;
   }
   return absl::OkStatus();

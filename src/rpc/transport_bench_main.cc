@@ -1,8 +1,10 @@
 // psflow_transport_bench: forks a ps task on a free loopback port and runs the transport benchmark
 // against it (the same measurement as `psflow bench transport`, without the CLI).
+// Usage: psflow_transport_bench [SIZE_BYTES...]   (default 4 KiB, 1 MiB, 16 MiB)
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -12,7 +14,7 @@
 #include "psflow/rpc/tuning.h"
 #include "rpc/transport_bench_internal.h"
 
-int main() {
+int main(int argc, char** argv) {
   using namespace psflow;
   rpc::TuneAllocatorForLargeMessages();
   const int ps_port = rpc::FreeLoopbackPort();
@@ -40,6 +42,10 @@ int main() {
   }
   rpc::TransportBenchOptions options;
   options.shutdown_ps = true;
+  if (argc > 1) {
+    options.sizes.clear();
+    for (int i = 1; i < argc; ++i) options.sizes.push_back(std::atoll(argv[i]));
+  }
   absl::Status status = rpc::RunTransportBench(address, std::cout, options);
   if (!status.ok()) {
     std::cerr << "psflow_transport_bench: " << status << std::endl;
