@@ -16,7 +16,10 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 
 namespace psflow::cli {
 namespace {
@@ -71,6 +74,24 @@ int ExitCode(int status) {
 }
 
 std::mutex g_out_mu;
+std::string g_summary_json;  // the chief's "summary_json: {...}" line, for the closing table
+
+// Writes one task's line. On a terminal, progress lines ("step N/M ...") of the chief replace
+// each other as one live line, and other workers' progress lines are left out (the chief's
+// global step covers them); elsewhere every line is printed whole.
+void EmitLine(const std::string& prefix, std::string_view line) {
+  static const bool tty = isatty(STDOUT_FILENO);
+  std::lock_guard<std::mutex> lock(g_out_mu);
+  if (line.starts_with("summary_json: ")) g_summary_json = std::string(line.substr(14));
+  const bool progress = line.starts_with("step ");
+  if (!tty) {
+    std::cout << prefix << line << "\n" << std::flush;
+  } else if (progress) {
+    if (prefix == "[worker0] ") std::cout << "\r\x1b[2K" << prefix << line << std::flush;
+  } else {
+    std::cout << "\r\x1b[2K" << prefix << line << "\n" << std::flush;
+  }
+}
 
 void PumpLines(int fd, const std::string& prefix) {
   std::string pending;
@@ -78,18 +99,32 @@ void PumpLines(int fd, const std::string& prefix) {
   ssize_t n;
   while ((n = read(fd, buf, sizeof(buf))) > 0) {
     pending.append(buf, n);
-    size_t nl;
-    while ((nl = pending.find('\n')) != std::string::npos) {
-      std::lock_guard<std::mutex> lock(g_out_mu);
-      std::cout << prefix << std::string_view(pending).substr(0, nl + 1) << std::flush;
-      pending.erase(0, nl + 1);
+    size_t start = 0, nl;
+    while ((nl = pending.find_first_of("\r\n", start)) != std::string::npos) {
+      std::string_view line(pending.data() + start, nl - start);
+      // A child on our pty-less pipe never writes \r; strip its terminal codes defensively.
+      if (!line.empty()) EmitLine(prefix, line);
+      start = nl + 1;
     }
+    pending.erase(0, start);
   }
-  if (!pending.empty()) {
-    std::lock_guard<std::mutex> lock(g_out_mu);
-    std::cout << prefix << pending << "\n" << std::flush;
-  }
+  if (!pending.empty()) EmitLine(prefix, pending);
   close(fd);
+}
+
+// The seeds' balance chart in text: per ps task, parameters held, bytes in and out, share.
+void PrintTrafficTable(const std::string& summary_json) {
+  auto j = nlohmann::json::parse(summary_json, nullptr, false);
+  if (!j.is_object() || !j.contains("ps_traffic")) return;
+  double total = 0;
+  for (const auto& t : j["ps_traffic"]) total += t["bytes_in"].get<double>() + t["bytes_out"].get<double>();
+  std::cout << absl::StrFormat("%-8s %14s %16s %16s %8s\n", "ps task", "parameters", "bytes in", "bytes out", "share");
+  for (const auto& t : j["ps_traffic"]) {
+    const double bytes = t["bytes_in"].get<double>() + t["bytes_out"].get<double>();
+    std::cout << absl::StrFormat("%-8d %14d %16d %16d %7.1f%%\n", t["task"].get<int>(), t["num_params"].get<int64_t>(),
+                                 t["bytes_in"].get<int64_t>(), t["bytes_out"].get<int64_t>(),
+                                 total > 0 ? 100.0 * bytes / total : 0.0);
+  }
 }
 
 pid_t Spawn(const std::string& binary, const std::vector<std::string>& args, int* out_fd) {
@@ -183,6 +218,7 @@ int RunLocalCluster(const LocalClusterOptions& options) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (Child& c : children) c.reader.join();
+  if (worst == 0 && !g_summary_json.empty()) PrintTrafficTable(g_summary_json);
   if (g_interrupted && worst == 0) worst = 128 + g_interrupted;
   std::cout << "psflow local: " << (worst == 0 ? "all tasks exited 0" : absl::StrCat("worst exit status ", worst))
             << std::endl;

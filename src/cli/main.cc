@@ -28,8 +28,19 @@ int Fail(const absl::Status& status, int code = 1) {
   return code;
 }
 
+// On a terminal, progress lines ("step N/M ...") overwrite each other as one live line; other
+// lines, and all lines when the output is a file or pipe, are printed whole.
 void LogLine(const std::string& line) {
-  std::cout << line << std::endl;
+  static const bool tty = isatty(STDOUT_FILENO);
+  if (!tty) {
+    std::cout << line << std::endl;
+    return;
+  }
+  if (line.starts_with("step ")) {
+    std::cout << "\r\x1b[2K" << line << std::flush;
+  } else {
+    std::cout << "\r\x1b[2K" << line << std::endl;
+  }
 }
 
 int RunTrain(train::TrainOptions options) {

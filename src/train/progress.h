@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -27,9 +28,12 @@ class ProgressLog {
     const auto now = Clock::now();
     const double window = std::chrono::duration<double>(now - last_time_).count();
     const double examples_per_sec = window > 0 ? every * examples_per_step_ / window : 0.0;
-    log_(absl::StrFormat("%sstep %d/%d loss %.4f accuracy %.4f examples/s %.0f elapsed %.1fs", prefix_,
-                         global_step, target_, loss_sum_ / every, acc_sum_ / every, examples_per_sec,
-                         ElapsedSeconds()));
+    if (first_step_ < 0) first_step_ = global_step - local_steps_;
+    const double elapsed = ElapsedSeconds();
+    const double per_step = global_step > first_step_ ? elapsed / (global_step - first_step_) : 0;
+    log_(absl::StrFormat("%sstep %d/%d loss %.4f accuracy %.4f examples/s %.0f elapsed %.1fs remaining %.1fs",
+                         prefix_, global_step, target_, loss_sum_ / every, acc_sum_ / every, examples_per_sec,
+                         elapsed, std::max<double>(0, per_step * (target_ - global_step))));
     loss_sum_ = acc_sum_ = 0;
     last_time_ = now;
   }
@@ -43,6 +47,7 @@ class ProgressLog {
   int64_t target_, examples_per_step_;
   Clock::time_point start_, last_time_;
   int64_t local_steps_ = 0;
+  int64_t first_step_ = -1;  // global step when this task started, for the remaining-time estimate
   double loss_sum_ = 0, acc_sum_ = 0;
 };
 
