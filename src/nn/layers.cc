@@ -26,8 +26,7 @@ Dense::Dense(const std::string& name, int64_t in, int64_t out, WeightInit init, 
       relu_(relu) {}
 
 Var Dense::Forward(const Var& x, ForwardContext&) {
-  Var y = ops::BiasAdd(ops::MatMul(x, weights_), biases_);
-  return relu_ ? ops::Relu(y) : y;
+  return ops::FusedMatMul(x, weights_, biases_, relu_ ? ops::Activation::kRelu : ops::Activation::kNone);
 }
 
 void Dense::CollectParameters(std::vector<Var>* out) const {
@@ -45,8 +44,8 @@ Conv2D::Conv2D(const std::string& name, int kernel, int64_t in_channels, int64_t
       relu_(relu) {}
 
 Var Conv2D::Forward(const Var& x, ForwardContext&) {
-  Var y = ops::BiasAdd(ops::Conv2D(x, filter_, stride_, stride_, padding_), biases_);
-  return relu_ ? ops::Relu(y) : y;
+  return ops::FusedConv2D(x, filter_, biases_, stride_, stride_, padding_,
+                          relu_ ? ops::Activation::kRelu : ops::Activation::kNone);
 }
 
 void Conv2D::CollectParameters(std::vector<Var>* out) const {
