@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 
@@ -88,10 +89,31 @@ std::unique_ptr<Model> Vgg19(Rng& rng) {
   return std::make_unique<Model>("vgg19", Shape{32, 32, 3}, 10, std::move(net));
 }
 
+struct Registered {
+  ModelFactory factory;
+  ModelDefaults defaults;
+};
+
+std::map<std::string, Registered>& Registry() {
+  static auto* registry = new std::map<std::string, Registered>();
+  return *registry;
+}
+
+std::string KnownModels() {
+  std::string names = "softmax, mlp, cnn, vgg19";
+  for (const auto& [name, r] : Registry()) names += ", " + name;
+  return names;
+}
+
 }  // namespace
+
+void RegisterModel(const std::string& name, ModelFactory factory, ModelDefaults defaults) {
+  Registry()[name] = {std::move(factory), std::move(defaults)};
+}
 
 absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelConfig& config) {
   Rng rng(Rng::Mix(config.seed, 0x1417));
+  if (auto it = Registry().find(config.name); it != Registry().end()) return it->second.factory(config, rng);
   if (config.name == "softmax") return Softmax(rng);
   if (config.name == "mlp") {
     if (config.hidden_units <= 0) {
@@ -103,16 +125,17 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelConfig& config) {
   if (config.name == "cnn") return Cnn(rng);
   if (config.name == "vgg19") return Vgg19(rng);
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown model '", config.name, "'; choose one of softmax, mlp, cnn, vgg19"));
+      absl::StrCat("unknown model '", config.name, "'; choose one of ", KnownModels()));
 }
 
 absl::StatusOr<ModelDefaults> DefaultsFor(const std::string& model_name) {
+  if (auto it = Registry().find(model_name); it != Registry().end()) return it->second.defaults;
   if (model_name == "softmax") return ModelDefaults{"sgd", 0.5f, 100, 1000};
   if (model_name == "mlp") return ModelDefaults{"adam", 0.01f, 100, 10000};
   if (model_name == "cnn") return ModelDefaults{"rmsprop", 1e-3f, 128, 2000, 1000, 0.5f};
   if (model_name == "vgg19") return ModelDefaults{"sgd", 0.01f, 32, 100, 0, 1.0f, true};
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown model '", model_name, "'; choose one of softmax, mlp, cnn, vgg19"));
+      absl::StrCat("unknown model '", model_name, "'; choose one of ", KnownModels()));
 }
 
 }  // namespace psflow::nn

@@ -5,6 +5,7 @@
 #ifndef PSFLOW_NN_MODEL_H_
 #define PSFLOW_NN_MODEL_H_
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -57,7 +58,15 @@ struct ModelDefaults {
   bool synthetic_data = false;  // vgg19 trains on synthetic 32x32x3 images
 };
 
-// Builds a seed model, or InvalidArgument "unknown model 'x'; choose one of softmax, mlp, cnn, vgg19".
+// A user's own model: psflow builds it by name wherever it builds a seed model (every replica,
+// every task), so a program that registers it before calling psflow::cli::Main trains it with
+// `--model=NAME` in one process or on a cluster. The factory must build the same parameters
+// (names, shapes, values) from the same config. Register before training starts; not
+// thread-safe against concurrent registration.
+using ModelFactory = std::function<std::unique_ptr<Model>(const ModelConfig& config, Rng& rng)>;
+void RegisterModel(const std::string& name, ModelFactory factory, ModelDefaults defaults);
+
+// Builds a registered or seed model, or InvalidArgument "unknown model 'x'; choose one of softmax, mlp, cnn, vgg19".
 absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelConfig& config);
 absl::StatusOr<ModelDefaults> DefaultsFor(const std::string& model_name);
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "cli/local_cluster.h"
 #include "cli/train_flags.h"
+#include "psflow/cli/main.h"
 #include "psflow/dist/cluster.h"
 #include "psflow/rpc/transport_bench.h"
 #include "psflow/rpc/tuning.h"
@@ -118,7 +119,7 @@ std::string SelfPath(const char* argv0) {
 }  // namespace
 }  // namespace psflow::cli
 
-int main(int argc, char** argv) {
+int psflow::cli::Main(int argc, char** argv) {
   using namespace psflow;
   rpc::TuneAllocatorForLargeMessages();
   CLI::App app{"psflow: distributed training on parameter servers"};
