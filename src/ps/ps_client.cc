@@ -478,6 +478,15 @@ class PsClient::Impl {
         for (auto& [s, t] : RouteSparse(*g.sparse, route.shards)) per_ps[route.shards[s].ps_task].push_back(std::move(t));
       }
     }
+    // Each ps refuses a non-finite gradient for its own shards; a push spanning several ps tasks is
+    // checked here first so that it is refused as a whole rather than applied on some of them.
+    if (std::count_if(per_ps.begin(), per_ps.end(), [](const auto& t) { return !t.empty(); }) > 1) {
+      for (const Gradient& g : grads) {
+        if (absl::Status s = CheckFinite(g.variable, g.dense, g.sparse); !s.ok()) {
+          return done(absl::InvalidArgumentError(absl::StrCat("Push: ", s.message())));
+        }
+      }
+    }
     const TrainingConfig config = GetConfig();
     std::vector<rpc::ClientChannel*> channels;
     std::vector<int> tasks;

@@ -178,6 +178,35 @@ TEST(AsyncPushTest, NanPushIsRefusedCountedAndTheServerKeepsServing) {
   EXPECT_EQ(cluster->servers[0]->Stats().pushes_refused, 2);
 }
 
+// Shards of more than 1 MiB are checked and updated by several threads. A push spanning several
+// ps tasks is refused as a whole: no ps applies its part.
+TEST(AsyncPushTest, LargeShardsUpdateExactlyAndRefuseANanAnywhere) {
+  const Shape shape = {1200, 500};  // two shards of 300,000 floats
+  const dist::PlacementPlan plan = Plan({{"w", shape}}, 2, 2);
+  auto cluster = TestCluster::Start(2, 1);
+  auto client = cluster->Client(plan, 0);
+  PSFLOW_ASSERT_OK(client->Connect());
+  const Tensor w = Filled(shape, -3.0f, 1e-5f);
+  TrainingConfig config = Sgd(0.25f);
+  PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}}, config));
+  Tensor g = Filled(shape, 1.0f, -2e-6f);
+  g[599999] = std::numeric_limits<float>::infinity();  // the last element
+  auto refused = client->Push({{"w", &g, nullptr}}, 0);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("'w'"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("element 599999"));
+  g[599999] = 0.5f;
+  g[123456] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(absl::IsInvalidArgument(client->Push({{"w", &g, nullptr}}, 0).status()));
+  g[123456] = 0.5f;
+  ASSERT_TRUE(client->Push({{"w", &g, nullptr}}, 0).ok());
+  Tensor got(shape);
+  ASSERT_TRUE(client->Pull({{"w", &got}}).ok());
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < w.size(); ++i) wrong += got[i] != w[i] - 0.25f * g[i];
+  EXPECT_EQ(wrong, 0);
+}
+
 // Pushes the client would never send (it validates first), sent raw to the server.
 TEST(AsyncPushTest, ServerRefusesMalformedPushesFromAnyPeer) {
   const dist::PlacementPlan plan = Plan({{"w", {3, 2}}}, 1);

@@ -23,7 +23,9 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
   if (absl::Status s = request.ParseHeader(&header); !s.ok()) return responder.Respond(s);
   if (Finished(*m)) return responder.Respond(FinishedError());
 
-  // Validate everything before applying anything: a refused push changes nothing.
+  // Validate (and copy off the wire) everything before applying anything: a refused push changes
+  // nothing.
+  std::vector<ShardGradient> gradients(static_cast<size_t>(request.num_tensors()));
   absl::Status valid = absl::OkStatus();
   absl::flat_hash_map<std::string, int> seen;
   for (int i = 0; i < request.num_tensors() && valid.ok(); ++i) {
@@ -34,7 +36,7 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
     } else if (!seen.emplace(name, i).second) {
       valid = absl::InvalidArgumentError(absl::StrCat("two gradients for shard '", name, "' in one push"));
     } else {
-      valid = it->second->ValidateGradient(request, i);
+      valid = it->second->DecodeGradient(request, i, &gradients[i]);
     }
   }
   if (!valid.ok()) {
@@ -43,13 +45,13 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
         absl::StrCat("refused push from worker ", header.worker_index(), ": ", valid.message())));
   }
   if (m->config.sync) {
-    PushSync(*m, request, header, std::move(responder));
+    PushSync(*m, gradients, header, std::move(responder));
   } else {
-    PushAsync(*m, request, header, std::move(responder));
+    PushAsync(*m, gradients, header, std::move(responder));
   }
 }
 
-void PsServer::Impl::PushAsync(const Model& m, const rpc::IncomingMessage& request,
+void PsServer::Impl::PushAsync(const Model& m, std::vector<ShardGradient>& gradients,
                                const wire::PushRequest& header, rpc::Responder responder) {
   int64_t step = step_.load(std::memory_order_acquire);
   if (m.holds_global_step) {
@@ -60,9 +62,7 @@ void PsServer::Impl::PushAsync(const Model& m, const rpc::IncomingMessage& reque
     ++step;
   }
   const float lr = optim::DecayedLearningRate(m.config.optimizer, header.step_tag());
-  for (int i = 0; i < request.num_tensors(); ++i) {
-    m.by_name.at(request.meta(i).name())->Apply(request, i, *m.optimizer, lr);
-  }
+  for (ShardGradient& g : gradients) g.shard->Apply(g, *m.optimizer, lr);
   wire::PushResponse response;
   response.set_step(step);
   responder.Respond(rpc::OutgoingMessage::Of(response));
@@ -78,7 +78,7 @@ int PsServer::Impl::QuorumLocked(const Model& m) const {
   return std::max(1, r - missing_beyond_backups);
 }
 
-void PsServer::Impl::PushSync(const Model& m, const rpc::IncomingMessage& request,
+void PsServer::Impl::PushSync(const Model& m, const std::vector<ShardGradient>& gradients,
                               const wire::PushRequest& header, rpc::Responder responder) {
   const int worker = header.worker_index();
   bool stale = false;
@@ -112,9 +112,7 @@ void PsServer::Impl::PushSync(const Model& m, const rpc::IncomingMessage& reques
     return responder.Respond(rpc::OutgoingMessage::Of(response));
   }
   // Accumulate outside sync_mu_ (under each shard's lock) so pushes accumulate concurrently.
-  for (int i = 0; i < request.num_tensors(); ++i) {
-    m.by_name.at(request.meta(i).name())->Accumulate(request, i);
-  }
+  for (const ShardGradient& g : gradients) g.shard->Accumulate(g);
   std::vector<Waiter> released;
   int64_t step = 0;
   {

@@ -73,9 +73,9 @@ class PsServer::Impl final : public rpc::Handler {
 
   // Data RPCs (ps_push.cc).
   void HandlePush(const rpc::IncomingMessage& request, rpc::Responder responder);
-  void PushAsync(const Model& model, const rpc::IncomingMessage& request,
-                 const wire::PushRequest& header, rpc::Responder responder);
-  void PushSync(const Model& model, const rpc::IncomingMessage& request,
+  void PushAsync(const Model& model, std::vector<ShardGradient>& gradients, const wire::PushRequest& header,
+                 rpc::Responder responder);
+  void PushSync(const Model& model, const std::vector<ShardGradient>& gradients,
                 const wire::PushRequest& header, rpc::Responder responder);
   // Applies the step if its quorum is complete (or timed out) and no push is still accumulating;
   // returns the pushes to answer (after unlocking).

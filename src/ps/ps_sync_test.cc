@@ -146,6 +146,29 @@ TEST(SyncTest, SparseGradientsAccumulateByRowsAndAverageOverTheQuorum) {
   for (int64_t i = 0; i < got.size(); ++i) EXPECT_FLOAT_EQ(got[i], expected[i]) << i;
 }
 
+TEST(SyncTest, LargeShardsAverageExactly) {
+  const Shape shape = {600, 1000};  // two shards of 300,000 floats
+  const dist::PlacementPlan plan = Plan({{"w", shape}}, 2, 2);
+  auto cluster = TestCluster::Start(2, 2);
+  auto w0 = cluster->Client(plan, 0), w1 = cluster->Client(plan, 1);
+  PSFLOW_ASSERT_OK(w0->Connect());
+  PSFLOW_ASSERT_OK(w1->Connect());
+  const Tensor w = Filled(shape, 1.0f, 1e-6f);
+  PSFLOW_ASSERT_OK(w0->Initialize({{"w", &w}}, SyncSgd(0.5f, 2, 2)));
+  PSFLOW_ASSERT_OK(w1->WaitForInitialization(10));
+  const Tensor g0 = Filled(shape, 0.25f, 1e-6f), g1 = Filled(shape, -1.0f, 3e-6f);
+  absl::StatusOr<PushResult> r0;
+  std::thread t([&] { r0 = w0->Push({{"w", &g0, nullptr}}, 0); });
+  auto r1 = w1->Push({{"w", &g1, nullptr}}, 0);
+  t.join();
+  ASSERT_TRUE(r0.ok() && r1.ok()) << r0.status() << r1.status();
+  Tensor got(shape);
+  ASSERT_TRUE(w0->Pull({{"w", &got}}).ok());
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < w.size(); ++i) wrong += got[i] != w[i] - 0.5f * ((g0[i] + g1[i]) * 0.5f);
+  EXPECT_EQ(wrong, 0);
+}
+
 TEST(SyncTest, EveryPsCountsAWorkerWithoutGradientsForIt) {
   // Two variables on two ps; worker 1 only has a gradient for "a", yet ps 1 (holding "b") must
   // still complete its step.

@@ -1,6 +1,7 @@
 #include "ps/routing.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -157,6 +158,30 @@ std::vector<std::pair<int, rpc::OutgoingTensor>> RouteSparse(const RowSparse& sp
     out.emplace_back(static_cast<int>(s), std::move(t));
   }
   return out;
+}
+
+absl::Status CheckFinite(const std::string& variable, const Tensor* dense, const RowSparse* sparse) {
+  for (const Tensor* t : {dense, sparse ? &sparse->values : nullptr}) {
+    if (t == nullptr) continue;
+    const float* v = t->data();
+    const int64_t n = t->size();
+    // An OR over exponent bits vectorizes; look for the culprit only when needed.
+    uint32_t any = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      uint32_t bits;
+      std::memcpy(&bits, v + j, sizeof(bits));
+      any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
+    if (any == 0) continue;
+    for (int64_t j = 0; j < n; ++j) {
+      if (!std::isfinite(v[j])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            t == dense ? "gradient" : "sparse gradient values", " for '", variable,
+            "' have a NaN or Inf at element ", j, " (diverged? lower the learning rate)"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 Tensor Densify(const Tensor* dense, const RowSparse& sparse, const Shape& shape) {

@@ -37,6 +37,9 @@ absl::Status ValidateSparse(const RowSparse& sparse, const dist::VariableSpec& v
 std::vector<std::pair<int, rpc::OutgoingTensor>> RouteSparse(const RowSparse& sparse,
                                                              const std::vector<dist::ShardSpec>& shards);
 
+// InvalidArgument naming the variable and the first element that is Inf or NaN, if any.
+absl::Status CheckFinite(const std::string& variable, const Tensor* dense, const RowSparse* sparse);
+
 // Dense sum of a dense and a row-sparse gradient (a variable with both kinds of gradient).
 Tensor Densify(const Tensor* dense, const RowSparse& sparse, const Shape& shape);
 

@@ -4,16 +4,39 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "psflow/core/check.h"
+#include "psflow/core/threading.h"
 
 namespace psflow::ps {
 namespace {
 
+// Shards from this many floats (1 MiB) on are checked and updated by several threads; below it,
+// handing work to threads costs more than it saves.
+constexpr int64_t kParallelMinFloats = int64_t{1} << 18;
+
 std::string ShapeOf(const wire::TensorMeta& meta) {
   return ShapeToString(Shape(meta.shape().begin(), meta.shape().end()));
+}
+
+// Index of the first Inf or NaN in v[0, n), or -1.
+int64_t FirstNonFinite(const float* v, int64_t n) {
+  // An OR over exponent bits vectorizes (a float sum would not, without -ffast-math); look for the
+  // culprit only when some exponent is all ones (Inf or NaN).
+  uint32_t any = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    uint32_t bits;
+    std::memcpy(&bits, v + j, sizeof(bits));
+    any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  if (any == 0) return -1;
+  for (int64_t j = 0; j < n; ++j) {
+    if (!std::isfinite(v[j])) return j;
+  }
+  return -1;
 }
 
 }  // namespace
@@ -28,7 +51,7 @@ Shard::Shard(std::string name, Shape shape, FloatBuffer initial, optim::SlotStat
   CHECK_EQ(static_cast<int64_t>(values_->size()), size_);
 }
 
-absl::Status Shard::ValidateGradient(const rpc::IncomingMessage& message, int i) const {
+absl::Status Shard::DecodeGradient(const rpc::IncomingMessage& message, int i, ShardGradient* out) {
   const wire::TensorMeta& meta = message.meta(i);
   if (!meta.sparse()) {
     const Shape got(meta.shape().begin(), meta.shape().end());
@@ -47,9 +70,8 @@ absl::Status Shard::ValidateGradient(const rpc::IncomingMessage& message, int i)
         std::equal(shape_.begin() + 1, shape_.end(), meta.shape().begin() + 1);
     if (!row_shape_ok) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "sparse gradient for '", name_, "' has shape ", ShapeOf(meta), "; rows of the shard ",
-          ShapeToString(shape_), " need shape [k", shape_.size() > 1 ? "," : "",
-          ShapeToString(Shape(shape_.begin() + 1, shape_.end())).substr(1)));
+          "sparse gradient for '", name_, "' has shape ", ShapeOf(meta), " but rows of the shard ",
+          ShapeToString(shape_), " have shape ", ShapeToString(Shape(shape_.begin() + 1, shape_.end()))));
     }
     for (int64_t r : meta.rows()) {
       if (r < 0 || r >= shape_[0]) {
@@ -58,28 +80,33 @@ absl::Status Shard::ValidateGradient(const rpc::IncomingMessage& message, int i)
       }
     }
   }
-  int64_t bad_index = -1;
-  message.ForEachRun(i, [&bad_index](const float* run, int64_t first, int64_t n) {
-    // An OR over exponent bits vectorizes (a float sum would not, without -ffast-math); look for
-    // the culprit only when some exponent is all ones (Inf or NaN).
-    uint32_t any = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      uint32_t bits;
-      std::memcpy(&bits, run + j, sizeof(bits));
-      any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-    }
-    if (any == 0) return true;
-    for (int64_t j = 0; j < n; ++j) {
-      if (!std::isfinite(run[j])) {
-        bad_index = first + j;
+  out->shard = this;
+  out->message = &message;
+  out->index = i;
+  out->sparse = meta.sparse();
+  int64_t bad = -1;
+  if (out->sparse) {
+    out->rows.assign(meta.rows().begin(), meta.rows().end());
+    out->values.resize(static_cast<size_t>(message.num_floats(i)));
+    message.CopyTo(i, out->values.data());
+    bad = FirstNonFinite(out->values.data(), static_cast<int64_t>(out->values.size()));
+  } else {
+    std::atomic<int64_t> first_bad{std::numeric_limits<int64_t>::max()};
+    ParallelFor(message.num_floats(i), kParallelMinFloats, [&](int64_t begin, int64_t end) {
+      message.ForEachRunInRange(i, begin, end - begin, [&](const float* run, int64_t first, int64_t n) {
+        const int64_t at = FirstNonFinite(run, n);
+        if (at < 0) return true;
+        int64_t seen = first_bad.load();
+        while (first + at < seen && !first_bad.compare_exchange_weak(seen, first + at)) {
+        }
         return false;
-      }
-    }
-    return true;
-  });
-  if (bad_index >= 0) {
+      });
+    });
+    if (first_bad.load() != std::numeric_limits<int64_t>::max()) bad = first_bad.load();
+  }
+  if (bad >= 0) {
     return absl::InvalidArgumentError(absl::StrCat("gradient for '", name_, "' has a NaN or Inf at element ",
-                                                   bad_index, " (diverged? lower the learning rate)"));
+                                                   bad, " (diverged? lower the learning rate)"));
   }
   return absl::OkStatus();
 }
@@ -134,51 +161,55 @@ void Shard::DeduplicateRows(std::vector<int64_t>* rows, FloatBuffer* values, int
   *values = std::move(summed);
 }
 
-void Shard::Apply(const rpc::IncomingMessage& message, int i, const optim::Optimizer& optimizer,
-                  float lr) {
-  const wire::TensorMeta& meta = message.meta(i);
-  if (meta.sparse()) {
-    std::vector<int64_t> rows(meta.rows().begin(), meta.rows().end());
-    FloatBuffer values(static_cast<size_t>(message.num_floats(i)));
-    message.CopyTo(i, values.data());
-    DeduplicateRows(&rows, &values, row_size_);
+void Shard::Apply(ShardGradient& gradient, const optim::Optimizer& optimizer, float lr) {
+  if (gradient.sparse) {
+    DeduplicateRows(&gradient.rows, &gradient.values, row_size_);
     absl::MutexLock lock(&mu_);
-    optimizer.ApplySparse(MutableValuesLocked(), rows, values.data(), row_size_, state_, lr);
+    FlushDenormalsOnThisThread();  // the floating-point mode the training ops run the optimizer in
+    optimizer.ApplySparse(MutableValuesLocked(), gradient.rows, gradient.values.data(), row_size_, state_, lr);
     return;
   }
   absl::MutexLock lock(&mu_);
   float* w = MutableValuesLocked();
-  // Optimizer::ApplyDense, applied straight from the received bytes run by run (the update is
+  // Optimizer::ApplyDense, fed straight from the received bytes run by run (the update is
   // element-wise, so ranges are independent) to save a copy of the gradient.
+  // Disjoint ranges may be updated by several threads (optim::Optimizer::Apply allows it).
   const int64_t t = state_.updates + 1;
-  message.ForEachRun(i, [&](const float* run, int64_t first, int64_t n) {
-    optimizer.Apply(w, run, state_, first, n, lr, t);
-    return true;
+  ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) {
+    FlushDenormalsOnThisThread();  // the floating-point mode the training ops run the optimizer in
+    gradient.message->ForEachRunInRange(gradient.index, begin, end - begin,
+                                        [&](const float* run, int64_t first, int64_t n) {
+                                          optimizer.Apply(w, run, state_, first, n, lr, t);
+                                          return true;
+                                        });
   });
   ++state_.updates;
 }
 
-void Shard::Accumulate(const rpc::IncomingMessage& message, int i) {
-  const wire::TensorMeta& meta = message.meta(i);
-  FloatBuffer sparse_values;
-  if (meta.sparse()) {
-    sparse_values.resize(static_cast<size_t>(message.num_floats(i)));
-    message.CopyTo(i, sparse_values.data());
-  }
+void Shard::Accumulate(const ShardGradient& gradient) {
   absl::MutexLock lock(&mu_);
   if (accum_.empty() && size_ > 0) accum_.assign(static_cast<size_t>(size_), 0.0f);
   accum_any_ = true;
-  if (!meta.sparse()) {
+  if (!gradient.sparse) {
     accum_dense_ = true;
-    message.AddTo(i, accum_.data());
+    float* accum = accum_.data();
+    ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) {
+      gradient.message->ForEachRunInRange(gradient.index, begin, end - begin,
+                                          [accum](const float* run, int64_t first, int64_t n) {
+                                            float* out = accum + first;
+                                            for (int64_t j = 0; j < n; ++j) out[j] += run[j];
+                                            return true;
+                                          });
+    });
     return;
   }
+  const float* src = gradient.values.data();
   if (row_touched_.empty()) row_touched_.assign(static_cast<size_t>(num_rows()), false);
-  for (int k = 0; k < meta.rows_size(); ++k) {
-    const int64_t row = meta.rows(k);
+  for (size_t k = 0; k < gradient.rows.size(); ++k) {
+    const int64_t row = gradient.rows[k];
     float* dst = accum_.data() + row * row_size_;
-    const float* src = sparse_values.data() + static_cast<int64_t>(k) * row_size_;
-    for (int64_t j = 0; j < row_size_; ++j) dst[j] += src[j];
+    const float* values = src + static_cast<int64_t>(k) * row_size_;
+    for (int64_t j = 0; j < row_size_; ++j) dst[j] += values[j];
     if (!row_touched_[row]) {
       row_touched_[row] = true;
       touched_rows_.push_back(row);
@@ -192,10 +223,18 @@ void Shard::ApplyAccumulated(int count, const optim::Optimizer& optimizer, float
   const float scale = 1.0f / static_cast<float>(std::max(count, 1));
   float* w = MutableValuesLocked();
   if (accum_dense_) {
-    for (float& g : accum_) g *= scale;
-    optimizer.ApplyDense(w, accum_.data(), size_, state_, lr);
-    std::fill(accum_.begin(), accum_.end(), 0.0f);
+    // Optimizer::ApplyDense on the mean, over disjoint ranges in parallel.
+    const int64_t t = state_.updates + 1;
+    float* accum = accum_.data();
+    ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) {
+      FlushDenormalsOnThisThread();
+      for (int64_t j = begin; j < end; ++j) accum[j] *= scale;
+      optimizer.Apply(w, accum + begin, state_, begin, end - begin, lr, t);
+      std::fill(accum + begin, accum + end, 0.0f);
+    });
+    ++state_.updates;
   } else {
+    FlushDenormalsOnThisThread();
     std::sort(touched_rows_.begin(), touched_rows_.end());
     FloatBuffer mean(touched_rows_.size() * static_cast<size_t>(row_size_));
     for (size_t k = 0; k < touched_rows_.size(); ++k) {

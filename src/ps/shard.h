@@ -22,6 +22,19 @@
 
 namespace psflow::ps {
 
+class Shard;
+
+// A validated gradient for one shard. Dense gradients stay in the received message and are read
+// from it in place (a copy would cost a pass over memory); sparse ones are copied off the wire.
+struct ShardGradient {
+  Shard* shard = nullptr;
+  const rpc::IncomingMessage* message = nullptr;  // borrowed; dense: tensor `index` of it
+  int index = 0;
+  bool sparse = false;
+  std::vector<int64_t> rows;  // sparse: shard-local rows of axis 0
+  FloatBuffer values;         // sparse: rows.size() x row_size()
+};
+
 class Shard {
  public:
   Shard(std::string name, Shape shape, FloatBuffer initial, optim::SlotState state);
@@ -32,20 +45,21 @@ class Shard {
   int64_t num_rows() const { return shape_.empty() ? 1 : shape_[0]; }
   int64_t row_size() const { return row_size_; }  // floats per row of axis 0
 
-  // Checks that tensor i of `message` is a valid gradient for this shard: a dense tensor of the
-  // shard's shape, or sparse rows of axis 0 within range with the shard's row shape; all finite.
-  absl::Status ValidateGradient(const rpc::IncomingMessage& message, int i) const;
+  // Checks that tensor i of `message` is a valid gradient for this shard — a dense tensor of the
+  // shard's shape, or sparse rows of axis 0 within range with the shard's row shape, all finite —
+  // and describes it in `out` (which borrows `message`).
+  absl::Status DecodeGradient(const rpc::IncomingMessage& message, int i, ShardGradient* out);
 
   // The current values, shared (not copied) for sending.
   std::shared_ptr<const FloatBuffer> Snapshot() const;
   // Copies of the given rows (validated by the caller), [rows.size(), row_size].
   FloatBuffer GatherRows(const std::vector<int64_t>& rows) const;
 
-  // Async: applies validated gradient tensor i of `message` with one optimizer update.
-  void Apply(const rpc::IncomingMessage& message, int i, const optim::Optimizer& optimizer, float lr);
+  // Async: applies a decoded gradient with one optimizer update (sparse duplicates summed first).
+  void Apply(ShardGradient& gradient, const optim::Optimizer& optimizer, float lr);
 
-  // Sync: adds validated gradient tensor i into this step's accumulator.
-  void Accumulate(const rpc::IncomingMessage& message, int i);
+  // Sync: adds a decoded gradient into this step's accumulator.
+  void Accumulate(const ShardGradient& gradient);
   // Sync: applies the accumulated sum divided by `count` (one optimizer update) and clears the
   // accumulator; nothing when no gradient touched the shard this step.
   void ApplyAccumulated(int count, const optim::Optimizer& optimizer, float lr);

@@ -128,6 +128,15 @@ void IncomingMessage::CopyTo(int i, float* dst) const {
                    });
 }
 
+void IncomingMessage::CopyRange(int i, int64_t first, int64_t count, float* dst) const {
+  CHECK(first >= 0 && count >= 0 && first + count <= num_floats_[i]);
+  char* out = reinterpret_cast<char*>(dst);
+  ForEachByteRange(tensor_offsets_[i] + first * 4, count * 4, [out](const char* p, size_t n, int64_t at) {
+    std::memcpy(out + at, p, n);
+    return true;
+  });
+}
+
 void IncomingMessage::CopyStrided(int i, float* dst, int64_t block, int64_t stride) const {
   if (num_floats_[i] == 0) return;
   CHECK_GT(block, 0);
@@ -146,13 +155,20 @@ void IncomingMessage::CopyStrided(int i, float* dst, int64_t block, int64_t stri
 
 bool IncomingMessage::ForEachRun(
     int i, const std::function<bool(const float* run, int64_t first, int64_t n)>& fn) const {
+  return ForEachRunInRange(i, 0, num_floats_[i], fn);
+}
+
+bool IncomingMessage::ForEachRunInRange(
+    int i, int64_t range_first, int64_t range_count,
+    const std::function<bool(const float* run, int64_t first, int64_t n)>& fn) const {
+  CHECK(range_first >= 0 && range_count >= 0 && range_first + range_count <= num_floats_[i]);
   // Received bytes may sit anywhere in a slice (TCP reads split the stream at arbitrary points), and
   // kernels may assume float alignment, so misaligned bytes go through this bounce buffer.
   constexpr size_t kBounceFloats = 4096;
   alignas(64) float bounce[kBounceFloats];
   char* bounce_bytes = reinterpret_cast<char*>(bounce);
-  size_t held = 0;  // bytes in the bounce buffer
-  int64_t next = 0;  // index of the next float to hand out
+  size_t held = 0;            // bytes in the bounce buffer
+  int64_t next = range_first;  // index of the next float to hand out
   bool go_on = true;
   auto flush = [&] {
     if (held >= 4 && go_on) {
@@ -161,7 +177,7 @@ bool IncomingMessage::ForEachRun(
     }
     held = 0;
   };
-  ForEachByteRange(tensor_offsets_[i], num_floats_[i] * 4, [&](const char* p, size_t len, int64_t at) {
+  ForEachByteRange(tensor_offsets_[i] + range_first * 4, range_count * 4, [&](const char* p, size_t len, int64_t at) {
     // Complete a float split across the previous piece and this one.
     const size_t skip = std::min(len, static_cast<size_t>((4 - at % 4) % 4));
     std::memcpy(bounce_bytes + held, p, skip);

@@ -100,6 +100,21 @@ TEST(TensorCodingTest, DenseRoundTripOverManySizesAndSlicings) {
       });
       EXPECT_TRUE(in_order);
       EXPECT_EQ(seen, n);
+
+      // A sub-range, as a thread of a parallel walk sees it.
+      const int64_t first = n / 3, count = n / 2;
+      int64_t next = first;
+      bool range_ok = true;
+      in->ForEachRunInRange(0, first, count, [&](const float* run, int64_t at, int64_t k) {
+        range_ok &= at == next && std::memcmp(run, original.data() + at, k * 4) == 0;
+        next += k;
+        return true;
+      });
+      EXPECT_TRUE(range_ok);
+      EXPECT_EQ(next, first + count);
+      std::vector<float> part(static_cast<size_t>(count));
+      in->CopyRange(0, first, count, part.data());
+      EXPECT_EQ(std::memcmp(part.data(), original.data() + first, count * 4), 0);
     }
   }
 }

@@ -83,7 +83,8 @@ class PsClient {
   // Pushes gradients tagged with the global step they were computed at (dense sliced per shard,
   // sparse rows routed to their shard); all ps in parallel. Async: returns once every ps applied.
   // Sync: returns when the step's quorum released it, or at once when stale. Once training has
-  // finished: OutOfRange "training finished at step N".
+  // finished: OutOfRange "training finished at step N". A gradient with a NaN or Inf is refused
+  // (InvalidArgument naming the variable and element) and applied on no ps task.
   absl::StatusOr<PushResult> Push(const std::vector<Gradient>& grads, int64_t step_tag);
   void PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
                  std::function<void(absl::StatusOr<PushResult>)> done);

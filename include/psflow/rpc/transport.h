@@ -102,6 +102,8 @@ class IncomingMessage {
 
   // Copies tensor i's floats to dst[0, num_floats(i)).
   void CopyTo(int i, float* dst) const;
+  // Copies tensor i's floats [first, first + count) to dst[0, count).
+  void CopyRange(int i, int64_t first, int64_t count, float* dst) const;
   // Copies tensor i in consecutive blocks of `block` floats; block k goes to dst + k * stride
   // (assembles a shard split along an inner axis into the full tensor). block must divide
   // num_floats(i).
@@ -112,6 +114,10 @@ class IncomingMessage {
   // properly aligned pointer valid only during the call (in place when the bytes are aligned and
   // contiguous, else through a small bounce buffer). Stops early and returns false when fn does.
   bool ForEachRun(int i, const std::function<bool(const float* run, int64_t first, int64_t n)>& fn) const;
+  // The same over the tensor's floats [first, first + count) only (`first` in the callback still
+  // counts from the start of the tensor), so ranges can be walked by several threads at once.
+  bool ForEachRunInRange(int i, int64_t first, int64_t count,
+                         const std::function<bool(const float* run, int64_t first, int64_t n)>& fn) const;
 
  private:
   template <typename Fn>
