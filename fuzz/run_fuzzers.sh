@@ -44,7 +44,8 @@ run_one() {
   cp "$fuzz_dir/corpus/$target"/* "$work/corpus/"
   local extra=()
   [[ -n ${dict[$target]:-} ]] && extra=(-dict="$fuzz_dir/dict/${dict[$target]}")
-  "$build/$target" "$work/corpus" "${extra[@]}" -max_total_time="$seconds" -timeout=10 \
+  # exec: the background job's pid is the fuzzer's, so the trap above stops the fuzzer itself.
+  exec "$build/$target" "$work/corpus" "${extra[@]}" -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -max_len="${max_len[$target]:-4096}" -print_final_stats=1 -artifact_prefix="$work/" >"$work/log" 2>&1
 }
 
