@@ -1,0 +1,71 @@
+// custom_model — a complete psflow program with a model of its own.
+//
+// It defines "lenet_small", a LeNet-like convolutional network for MNIST, with the public layer
+// API (psflow/nn/layers.h, psflow/nn/model.h), registers it under that name with its default
+// hyper-parameters, and hands the command line to psflow::cli::Main. The result is a full psflow
+// binary that also knows the new model, in every mode:
+//
+//   build/examples/custom_model train --model=lenet_small --train_steps=500          # one process
+//   build/examples/custom_model local --ps=1 --workers=2 --model=lenet_small         # local cluster
+//   build/examples/custom_model train --job_name=worker --task_index=0 ... --model=lenet_small
+//   build/examples/custom_model eval --checkpoint_dir=DIR --model=lenet_small
+//
+// `local` starts its tasks by re-running this same program, so every ps and worker process knows
+// "lenet_small" too. When running tasks by hand, start every task (ps included) with this binary.
+#include <memory>
+
+#include "psflow/cli/main.h"
+#include "psflow/nn/layers.h"
+#include "psflow/nn/model.h"
+
+namespace {
+
+using psflow::Rng;
+using psflow::ops::Padding;
+using psflow::nn::Conv2D;
+using psflow::nn::Dense;
+using psflow::nn::Dropout;
+using psflow::nn::Flatten;
+using psflow::nn::MaxPool;
+using psflow::nn::Model;
+using psflow::nn::ModelConfig;
+using psflow::nn::Sequential;
+using psflow::nn::WeightInit;
+
+// 28x28x1 -> conv 5x5x8 SAME + ReLU -> max-pool 2x2 -> conv 5x5x16 SAME + ReLU -> max-pool 2x2
+//         -> dense 7*7*16 -> 128 ReLU -> dropout 0.25 -> dense 10 (logits).
+// 82,934 parameters: small enough to train in seconds on a laptop CPU.
+//
+// The factory must build identical parameters (names, shapes, values) from the same config and
+// rng: every worker replica and the chief build the model this way, and the chief's copy is the
+// one that initializes the parameter servers. All randomness therefore comes from `rng`.
+std::unique_ptr<Model> BuildLenetSmall(const ModelConfig& config, Rng& rng) {
+  const WeightInit conv_init{WeightInit::kTruncatedNormal, /*stddev=*/0.1f, /*bias=*/0.1f};
+  const WeightInit dense_init{WeightInit::kGlorotUniform};
+  auto net = std::make_unique<Sequential>();
+  net->Emplace<Conv2D>("conv1", /*kernel=*/5, /*in_channels=*/1, /*out_channels=*/8, /*stride=*/1, Padding::kSame,
+                       conv_init, /*relu=*/true, rng)
+      .Emplace<MaxPool>(/*window=*/2, /*stride=*/2, Padding::kSame)
+      .Emplace<Conv2D>("conv2", 5, 8, 16, 1, Padding::kSame, conv_init, true, rng)
+      .Emplace<MaxPool>(2, 2, Padding::kSame)
+      .Emplace<Flatten>()
+      .Emplace<Dense>("fc1", 7 * 7 * 16, config.hidden_units, dense_init, /*relu=*/true, rng)
+      .Emplace<Dropout>(0.25f)  // active only when training
+      .Emplace<Dense>("logits", config.hidden_units, 10, dense_init, /*relu=*/false, rng);
+  // Images reach the network as [batch, 28, 28, 1] (NHWC); 10 classes.
+  return std::make_unique<Model>("lenet_small", psflow::Shape{28, 28, 1}, 10, std::move(net));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Defaults used when the command line does not set --optimizer, --learning_rate, --batch_size
+  // or --train_steps. --hidden_units (default 100) sets the width of fc1.
+  psflow::nn::ModelDefaults defaults;
+  defaults.optimizer = "adam";
+  defaults.learning_rate = 0.002f;
+  defaults.batch_size = 64;
+  defaults.train_steps = 2000;
+  psflow::nn::RegisterModel("lenet_small", BuildLenetSmall, defaults);
+  return psflow::cli::Main(argc, argv);
+}

@@ -1,0 +1,28 @@
+# CTest driver for example_custom_model: cmake -DBINARY=... -DDATA_DIR=... -P run_custom_model_test.cmake
+# Fails unless the run exits 0, prints "final: model=lenet_small ..." and a test accuracy >= 0.80.
+if(NOT EXISTS "${DATA_DIR}/train-images-idx3-ubyte")
+  message(FATAL_ERROR "MNIST is missing from ${DATA_DIR}; run scripts/test.sh (or scripts/run_mnist.sh) to fetch it")
+endif()
+execute_process(
+  COMMAND "${BINARY}" local --ps=1 --workers=2 --model=lenet_small --train_steps=300 --log_every=100
+          --data_dir=${DATA_DIR}
+  RESULT_VARIABLE exit_code
+  OUTPUT_VARIABLE output
+  ERROR_VARIABLE output)
+message("${output}")
+if(NOT exit_code EQUAL 0)
+  message(FATAL_ERROR "custom_model local exited with ${exit_code}")
+endif()
+if(NOT output MATCHES "final: model=lenet_small mode=async workers=2 ps=1 global_step=([0-9]+)")
+  message(FATAL_ERROR "no summary line for lenet_small in the output")
+endif()
+if(CMAKE_MATCH_1 LESS 300)
+  message(FATAL_ERROR "global_step ${CMAKE_MATCH_1} < --train_steps=300")
+endif()
+if(NOT output MATCHES "test_accuracy=([0-9.]+)")
+  message(FATAL_ERROR "no test_accuracy in the summary line")
+endif()
+# CMake compares numbers as doubles with LESS.
+if(CMAKE_MATCH_1 LESS 0.80)
+  message(FATAL_ERROR "test_accuracy ${CMAKE_MATCH_1} < 0.80 after 300 steps: the example model did not learn")
+endif()
