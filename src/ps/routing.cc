@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "psflow/core/check.h"
+#include "psflow/core/threading.h"
 
 namespace psflow::ps {
 
@@ -66,7 +67,10 @@ absl::Status AssembleShard(const rpc::IncomingMessage& message, int i, const dis
   const int64_t inner = InnerSize(full->shape(), shard.axis);
   float* start = full->data() + shard.offset * inner;
   if (Contiguous(*full, shard)) {
-    message.CopyTo(i, start);
+    // Large shards are copied by several threads (the copy is the receiver's one pass over them).
+    ParallelFor(message.num_floats(i), int64_t{1} << 18, [&](int64_t begin, int64_t end) {
+      message.CopyRange(i, begin, end - begin, start + begin);
+    });
   } else {
     message.CopyStrided(i, start, shard.shape[shard.axis] * inner, full->dim(shard.axis) * inner);
   }
