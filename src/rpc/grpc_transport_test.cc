@@ -1,0 +1,199 @@
+// The gRPC transport on its own, over 127.0.0.1: tensors through a real connection, answers held
+// and given later from another thread, deadlines, the cluster secret and TLS.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "psflow/rpc/transport.h"
+#include "rpc/test_certs.h"
+
+namespace psflow::rpc {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Answers Stats at once with the request's tensors doubled; holds every WaitInitialized call until
+// ReleaseHeld().
+class TestHandler final : public Handler {
+ public:
+  void Handle(Method method, IncomingMessage request, Responder responder) override {
+    if (method == Method::kWaitInitialized) {
+      absl::MutexLock lock(&mu_);
+      held_.push_back(std::move(responder));
+      return;
+    }
+    OutgoingMessage response;
+    response.header = request.header();
+    for (int i = 0; i < request.num_tensors(); ++i) {
+      auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(request.num_floats(i)));
+      request.CopyTo(i, values->data());
+      for (float& v : *values) v *= 2;
+      OutgoingTensor t;
+      t.meta = request.meta(i);
+      t.data = values->data();
+      t.num_floats = static_cast<int64_t>(values->size());
+      t.owner = std::move(values);
+      response.tensors.push_back(std::move(t));
+    }
+    responder.Respond(std::move(response));
+  }
+
+  void ReleaseHeld() {
+    std::vector<Responder> held;
+    {
+      absl::MutexLock lock(&mu_);
+      held.swap(held_);
+    }
+    for (Responder& r : held) r.Respond(OutgoingMessage::Of(wire::Empty()));
+  }
+  size_t held() {
+    absl::MutexLock lock(&mu_);
+    return held_.size();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<Responder> held_ ABSL_GUARDED_BY(mu_);
+};
+
+CallOptions Options(double timeout_secs = 10) {
+  CallOptions o;
+  o.timeout_secs = timeout_secs;
+  return o;
+}
+
+TEST(GrpcTransportTest, TensorsTravelBothWays) {
+  TestHandler handler;
+  auto server = StartGrpcServer("127.0.0.1:0", {}, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = MakeGrpcChannel(absl::StrCat("127.0.0.1:", (*server)->port()), "ps task 0", {});
+  ASSERT_TRUE(channel.ok());
+  for (int64_t n : {int64_t{0}, int64_t{3}, int64_t{70000}, int64_t{1} << 21}) {
+    std::vector<float> data(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) data[i] = static_cast<float>(i % 1000) - 0.5f;
+    OutgoingMessage request;
+    request.header = "header bytes";
+    OutgoingTensor t;
+    t.meta.set_name("w");
+    t.meta.add_shape(n);
+    t.data = data.data();  // borrowed: CallBlocking returns after the transport let go of it
+    t.num_floats = n;
+    request.tensors.push_back(t);
+    for (bool pull : {false, true}) {
+      CallOptions o = Options();
+      o.pull_direction = pull;
+      auto response = (*channel)->CallBlocking(Method::kStats, request, o);
+      ASSERT_TRUE(response.ok()) << response.status();
+      EXPECT_EQ(response->header(), "header bytes");
+      ASSERT_EQ(response->num_tensors(), 1);
+      std::vector<float> got(static_cast<size_t>(n));
+      response->CopyTo(0, got.data());
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < n; ++i) wrong += got[i] != 2 * data[i];
+      EXPECT_EQ(wrong, 0) << n;
+    }
+  }
+  const ServerCounters counters = (*server)->counters();
+  EXPECT_GT(counters.bytes_in, 2 * 4 * (int64_t{1} << 21));
+  EXPECT_GT(counters.bytes_out, 2 * 4 * (int64_t{1} << 21));
+}
+
+TEST(GrpcTransportTest, HeldCallsAnswerLaterAndDeadlinesNameThePeer) {
+  TestHandler handler;
+  auto server = StartGrpcServer("127.0.0.1:0", {}, &handler);
+  ASSERT_TRUE(server.ok());
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  auto channel = MakeGrpcChannel(address, absl::StrCat("ps task 3 (", address, ")"), {});
+  ASSERT_TRUE(channel.ok());
+
+  // A call nobody answers in time.
+  auto late = (*channel)->CallBlocking(Method::kWaitInitialized, OutgoingMessage::Of(wire::Empty()), Options(0.2));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(late.status())) << late.status();
+  EXPECT_THAT(std::string(late.status().message()),
+              HasSubstr(absl::StrCat("ps task 3 (", address, "): WaitInitialized got no answer within 0.2 s")));
+
+  // A call answered from another thread while the caller waits.
+  absl::Notification answered;
+  absl::StatusOr<IncomingMessage> result;
+  (*channel)->Call(Method::kWaitInitialized, OutgoingMessage::Of(wire::Empty()), Options(),
+                   [&](absl::StatusOr<IncomingMessage> r) {
+                     result = std::move(r);
+                     answered.Notify();
+                   });
+  while (handler.held() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_FALSE(answered.HasBeenNotified());
+  std::thread([&handler] { handler.ReleaseHeld(); }).join();  // also answers the timed-out call
+  answered.WaitForNotification();
+  EXPECT_TRUE(result.ok()) << result.status();
+}
+
+std::string WriteTemp(const std::string& name, const char* text) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            absl::StrCat("psflow_tls_", getpid(), "_", name)).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(GrpcTransportTest, SecretIsChecked) {
+  TestHandler handler;
+  SecurityOptions secured;
+  secured.secret = "s3cret";
+  auto server = StartGrpcServer("127.0.0.1:0", secured, &handler);
+  ASSERT_TRUE(server.ok());
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  SecurityOptions wrong;
+  wrong.secret = "guess";
+  for (const SecurityOptions& s : {SecurityOptions{}, wrong}) {
+    auto channel = MakeGrpcChannel(address, "ps task 0", s);
+    auto r = (*channel)->CallBlocking(Method::kStats, OutgoingMessage::Of(wire::Empty()), Options());
+    EXPECT_TRUE(absl::IsUnauthenticated(r.status())) << r.status();
+  }
+  auto channel = MakeGrpcChannel(address, "ps task 0", secured);
+  EXPECT_TRUE((*channel)->CallBlocking(Method::kStats, OutgoingMessage::Of(wire::Empty()), Options()).ok());
+  EXPECT_EQ((*server)->counters().calls_unauthenticated, 2);
+}
+
+TEST(GrpcTransportTest, MutualTlsWithTheClusterCertificate) {
+  SecurityOptions tls;
+  tls.tls_cert = WriteTemp("task.pem", testing::kTestTaskCertPem);
+  tls.tls_key = WriteTemp("task.key", testing::kTestTaskKeyPem);
+  tls.tls_ca = WriteTemp("ca.pem", testing::kTestCaPem);
+  TestHandler handler;
+  auto server = StartGrpcServer("127.0.0.1:0", tls, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+
+  auto good = MakeGrpcChannel(address, "ps task 0", tls);
+  ASSERT_TRUE(good.ok()) << good.status();
+  auto r = (*good)->CallBlocking(Method::kStats, OutgoingMessage::Of(wire::Empty()), Options());
+  EXPECT_TRUE(r.ok()) << r.status();
+
+  // Plain text to a TLS server, a client trusting another CA, and a client without a
+  // certificate (the server requires one) all fail.
+  SecurityOptions other_ca = tls;
+  other_ca.tls_ca = WriteTemp("other_ca.pem", testing::kOtherCaPem);
+  SecurityOptions no_client_cert;
+  no_client_cert.tls_ca = tls.tls_ca;
+  for (const SecurityOptions& s : {SecurityOptions{}, other_ca, no_client_cert}) {
+    auto channel = MakeGrpcChannel(address, "ps task 0", s);
+    ASSERT_TRUE(channel.ok());
+    auto failed = (*channel)->CallBlocking(Method::kStats, OutgoingMessage::Of(wire::Empty()), Options(2));
+    EXPECT_FALSE(failed.ok());
+  }
+
+  SecurityOptions missing = tls;
+  missing.tls_key = "/nonexistent/task.key";
+  auto refused = StartGrpcServer("127.0.0.1:0", missing, &handler);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("/nonexistent/task.key"));
+  for (const std::string& f : {tls.tls_cert, tls.tls_key, tls.tls_ca, other_ca.tls_ca}) std::filesystem::remove(f);
+}
+
+}  // namespace
+}  // namespace psflow::rpc
