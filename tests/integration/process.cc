@@ -81,8 +81,8 @@ ProcessResult RunProcess(const std::vector<std::string>& args, double timeout_se
 }
 
 std::string PsflowBinary() {
-  const char* b = std::getenv("PSFLOW_BINARY");
-  return b ? b : "build/psflow";
+  const char* b = std::getenv("PSFLOW_BINARY");  // an override for running a test by hand
+  return b ? b : PSFLOW_BINARY_PATH;
 }
 
 std::string MnistDir() {

@@ -32,7 +32,7 @@ class Process {
 ProcessResult RunProcess(const std::vector<std::string>& args, double timeout_secs,
                          const std::vector<std::string>& env = {});
 
-// $PSFLOW_BINARY (set by CTest), the psflow binary under test.
+// The psflow binary under test: the build's own, or $PSFLOW_BINARY when set.
 std::string PsflowBinary();
 // $PSFLOW_SOURCE_DIR/data/mnist.
 std::string MnistDir();

@@ -60,6 +60,7 @@ struct BadInput {
   std::vector<std::string> flags;
   std::string expected;  // in the error line
 };
+void PrintTo(const BadInput& input, std::ostream* os) { *os << input.name; }
 
 std::string TruncatedMnist() {
   const std::string dir = TempDir("truncated_mnist");
