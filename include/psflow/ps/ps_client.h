@@ -3,10 +3,11 @@
 // gradients split per shard, talking to every ps in parallel.
 //
 // Thread-safe: calls from several threads may overlap; calls to different ps tasks run in
-// parallel. The *Async variants call `done` on a transport thread; the tensors they read or write
-// (the `out` tensors of PullAsync, the gradients of PushAsync) are borrowed and must stay alive,
-// unchanged (gradients) or untouched (pull destinations), until `done` runs. Errors name the ps task
-// and its address.
+// parallel. The *Async variants call `done` on the transport's completion thread (keep it short:
+// hand heavy work to another thread); the tensors they read or write (the `out` tensors of
+// PullAsync, the gradients of PushAsync) are borrowed and must stay alive, unchanged (gradients)
+// or untouched (pull destinations), until `done` runs, and the client must outlive its pending
+// calls. Errors name the ps task and its address.
 #ifndef PSFLOW_PS_PS_CLIENT_H_
 #define PSFLOW_PS_PS_CLIENT_H_
 

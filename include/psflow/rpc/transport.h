@@ -146,7 +146,8 @@ struct CallOptions {
 class ClientChannel {
  public:
   virtual ~ClientChannel() = default;
-  // Starts a call; `done` runs exactly once, on a transport thread, after the response arrived (or
+  // Starts a call; `done` runs exactly once, on a transport thread (the one completion thread
+  // shared by all calls, or a helper thread: keep `done` short), after the response arrived (or
   // the call failed) AND the transport released the request's tensor memory. Errors name the peer
   // ("ps task 1 (127.0.0.1:2223): ..."), keep the transport's code and add the method.
   virtual void Call(Method method, OutgoingMessage request, const CallOptions& options,
