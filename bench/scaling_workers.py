@@ -1,0 +1,55 @@
+#!/usr/bin/python3
+"""Throughput versus number of workers: `psflow local --ps=1 --workers=W` for W = 1..4 on one
+model for a fixed number of global steps, and one JSON line per run with the chief's
+examples_per_sec (global steps x per-worker batch / training seconds, see DESIGN.md §2).
+
+Every task of `psflow local` runs on this machine, so the curve shows how far the cores go: past
+the number of cores, extra workers only share them. The load average before each run is recorded
+because other processes on the machine distort the figures.
+
+  bench/scaling_workers.py [--build build] [--model mlp] [--steps 3000] [--max_workers 4]
+                           [--repeats 1] [--sync]
+"""
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_once(a, workers):
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        cmd = [os.path.join(a.build, "psflow"), "local", "--ps=1", f"--workers={workers}", f"--model={a.model}",
+               f"--train_steps={a.steps}", f"--data_dir={a.data_dir}", f"--metrics_json={out.name}"]
+        if a.sync:
+            cmd.append("--sync_replicas")
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        return json.load(open(out.name))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--data_dir", default=os.path.join(ROOT, "data/mnist"))
+    p.add_argument("--model", default="mlp")
+    p.add_argument("--steps", type=int, default=3000, help="global steps per run")
+    p.add_argument("--max_workers", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=1, help="runs per worker count; the best is reported")
+    p.add_argument("--sync", action="store_true", help="synchronous training instead of async")
+    a = p.parse_args()
+    for workers in range(1, a.max_workers + 1):
+        load = os.getloadavg()[0]
+        runs = [run_once(a, workers) for _ in range(a.repeats)]
+        best = max(runs, key=lambda m: m["examples_per_sec"])
+        print(json.dumps({"model": a.model, "mode": best["mode"], "ps": 1, "workers": workers,
+                          "global_step": best["global_step"], "train_seconds": round(best["train_seconds"], 3),
+                          "examples_per_sec": round(best["examples_per_sec"], 1),
+                          "all_examples_per_sec": [round(m["examples_per_sec"], 1) for m in runs],
+                          "test_accuracy": best["test_accuracy"], "loadavg_1min_before": round(load, 2),
+                          "cores": os.cpu_count()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
