@@ -314,26 +314,50 @@ class PsClient::Impl {
     return std::all_of(initialized.begin(), initialized.end(), [](bool b) { return b; });
   }
 
-  void PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out,
-                 std::function<void(absl::StatusOr<int64_t>)> done) {
-    // Which shards to ask each ps for, and where each goes.
-    struct Target {
-      const dist::ShardSpec* shard;
-      Tensor* dest;
-    };
-    auto targets = std::make_shared<std::vector<std::vector<Target>>>(channels_.size());
+  // Where each pulled shard goes, per ps task.
+  struct Target {
+    const dist::ShardSpec* shard;
+    Tensor* dest;
+  };
+  using Targets = std::vector<std::vector<Target>>;
+
+  absl::StatusOr<std::shared_ptr<Targets>> PullTargets(const char* what,
+                                                       const std::vector<std::pair<std::string, Tensor*>>& out) const {
+    auto targets = std::make_shared<Targets>(channels_.size());
     for (const auto& [name, tensor] : out) {
       auto it = routes_.find(name);
       if (it == routes_.end()) {
-        return done(absl::InvalidArgumentError(absl::StrCat("Pull: '", name, "' is not a variable of the plan")));
+        return absl::InvalidArgumentError(absl::StrCat(what, ": '", name, "' is not a variable of the plan"));
       }
       if (tensor == nullptr || tensor->shape() != it->second.spec.shape) {
-        return done(absl::InvalidArgumentError(absl::StrCat(
-            "Pull: destination for '", name, "' has shape ", tensor ? ShapeToString(tensor->shape()) : "null",
-            " but the variable is ", ShapeToString(it->second.spec.shape))));
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": destination for '", name, "' has shape ", tensor ? ShapeToString(tensor->shape()) : "null",
+            " but the variable is ", ShapeToString(it->second.spec.shape)));
       }
       for (const dist::ShardSpec& shard : it->second.shards) (*targets)[shard.ps_task].push_back({&shard, tensor});
     }
+    return targets;
+  }
+
+  // Copies the shards of a Pull (or push-and-pull) answer from ps task k into their tensors.
+  absl::Status AssembleAnswer(int k, const rpc::IncomingMessage& r, const Targets& targets) const {
+    const std::vector<Target>& wanted = targets[k];
+    if (r.num_tensors() != static_cast<int>(wanted.size())) {
+      return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": asked for ", wanted.size(),
+                                              " shards, received ", r.num_tensors()));
+    }
+    for (int j = 0; j < r.num_tensors(); ++j) {
+      absl::Status s = AssembleShard(r, j, *wanted[j].shard, wanted[j].dest);
+      if (!s.ok()) return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": ", s.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  void PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out,
+                 std::function<void(absl::StatusOr<int64_t>)> done) {
+    absl::StatusOr<std::shared_ptr<Targets>> targets_or = PullTargets("Pull", out);
+    if (!targets_or.ok()) return done(targets_or.status());
+    std::shared_ptr<Targets> targets = *std::move(targets_or);
     std::vector<rpc::ClientChannel*> channels;
     std::vector<int> tasks;
     std::vector<rpc::OutgoingMessage> requests;
@@ -355,16 +379,7 @@ class PsClient::Impl {
           wire::PullResponse header;
           if (absl::Status s = Parse(r, &header, channel(k)->peer_name()); !s.ok()) return s;
           if (k == gs_ps()) step->store(header.step());
-          const std::vector<Target>& wanted = (*targets)[k];
-          if (r.num_tensors() != static_cast<int>(wanted.size())) {
-            return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": asked for ", wanted.size(),
-                                                    " shards, received ", r.num_tensors()));
-          }
-          for (int j = 0; j < r.num_tensors(); ++j) {
-            absl::Status s = AssembleShard(r, j, *wanted[j].shard, wanted[j].dest);
-            if (!s.ok()) return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": ", s.message()));
-          }
-          return absl::OkStatus();
+          return AssembleAnswer(k, r, *targets);
         },
         [step, done = std::move(done)](std::vector<absl::Status>& statuses) {
           absl::Status s = Combine(statuses);
@@ -447,8 +462,16 @@ class PsClient::Impl {
     return out;
   }
 
+  // Push, or push-and-pull when `out` is given.
   void PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
+                 const std::vector<std::pair<std::string, Tensor*>>* out,
                  std::function<void(absl::StatusOr<PushResult>)> done) {
+    std::shared_ptr<Targets> targets;
+    if (out != nullptr) {
+      absl::StatusOr<std::shared_ptr<Targets>> targets_or = PullTargets("PushAndPull", *out);
+      if (!targets_or.ok()) return done(targets_or.status());
+      targets = *std::move(targets_or);
+    }
     std::vector<std::vector<rpc::OutgoingTensor>> per_ps(channels_.size());
     for (const Gradient& g : grads) {
       auto it = routes_.find(g.variable);
@@ -497,8 +520,13 @@ class PsClient::Impl {
     for (int k = 0; k < num_ps(); ++k) {
       // Sync: every ps counts every worker's push each step, even an empty one. Async: the
       // global step's ps counts every push.
-      if (per_ps[k].empty() && !config.sync && k != gs_ps()) continue;
-      rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(header);
+      const bool pulls_here = targets != nullptr && !(*targets)[k].empty();
+      if (per_ps[k].empty() && !pulls_here && !config.sync && k != gs_ps()) continue;
+      wire::PushRequest request = header;
+      if (pulls_here) {
+        for (const Target& t : (*targets)[k]) request.add_pull_shards(t.shard->name);
+      }
+      rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(request);
       message.tensors = std::move(per_ps[k]);
       channels.push_back(channel(k));
       tasks.push_back(k);
@@ -508,13 +536,14 @@ class PsClient::Impl {
     auto result = std::make_shared<PushResult>();
     CallAll(
         channels, rpc::Method::kPush, std::move(requests), o,
-        [this, tasks, result](int i, const rpc::IncomingMessage& r) -> absl::Status {
+        [this, tasks, result, targets](int i, const rpc::IncomingMessage& r) -> absl::Status {
           wire::PushResponse response;
           if (absl::Status s = Parse(r, &response, channel(tasks[i])->peer_name()); !s.ok()) return s;
           if (tasks[i] == gs_ps()) {
             result->global_step = response.step();
             result->stale = response.stale();
           }
+          if (targets != nullptr) return AssembleAnswer(tasks[i], r, *targets);
           return absl::OkStatus();
         },
         [result, done = std::move(done)](std::vector<absl::Status>& statuses) {
@@ -613,7 +642,7 @@ absl::StatusOr<Tensor> PsClient::PullRows(const std::string& variable, const std
 absl::StatusOr<PushResult> PsClient::Push(const std::vector<Gradient>& grads, int64_t step_tag) {
   absl::Notification done;
   absl::StatusOr<PushResult> result;
-  impl_->PushAsync(grads, step_tag, [&](absl::StatusOr<PushResult> r) {
+  impl_->PushAsync(grads, step_tag, nullptr, [&](absl::StatusOr<PushResult> r) {
     result = std::move(r);
     done.Notify();
   });
@@ -623,7 +652,25 @@ absl::StatusOr<PushResult> PsClient::Push(const std::vector<Gradient>& grads, in
 
 void PsClient::PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
                          std::function<void(absl::StatusOr<PushResult>)> done) {
-  impl_->PushAsync(grads, step_tag, std::move(done));
+  impl_->PushAsync(grads, step_tag, nullptr, std::move(done));
+}
+
+absl::StatusOr<PushResult> PsClient::PushAndPull(const std::vector<Gradient>& grads, int64_t step_tag,
+                                                 const std::vector<std::pair<std::string, Tensor*>>& out) {
+  absl::Notification done;
+  absl::StatusOr<PushResult> result;
+  impl_->PushAsync(grads, step_tag, &out, [&](absl::StatusOr<PushResult> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+void PsClient::PushAndPullAsync(const std::vector<Gradient>& grads, int64_t step_tag,
+                                const std::vector<std::pair<std::string, Tensor*>>& out,
+                                std::function<void(absl::StatusOr<PushResult>)> done) {
+  impl_->PushAsync(grads, step_tag, &out, std::move(done));
 }
 
 absl::Status PsClient::Goodbye() { return impl_->Goodbye(); }

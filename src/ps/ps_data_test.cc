@@ -92,6 +92,29 @@ TEST(AsyncPushTest, SgdGivesExactlyWMinusLrG) {
   for (int64_t i = 0; i < b.size(); ++i) EXPECT_EQ(b2[i], b[i] - 0.5f * gb[i]) << i;
 }
 
+TEST(AsyncPushTest, PushAndPullAnswersWithTheUpdatedValues) {
+  // "w" split over both ps, "b" on one: the other ps answers with values for a push it got nothing
+  // of... and the other way round.
+  const dist::PlacementPlan plan = Plan({{"w", {6, 4}}, {"b", {4}}}, 2, 2);
+  auto cluster = TestCluster::Start(2, 1);
+  auto client = cluster->Client(plan, 0);
+  PSFLOW_ASSERT_OK(client->Connect());
+  const Tensor w = Filled({6, 4}, 1.0f, 0.125f), b = Filled({4}, 0.0f, 1.0f);
+  PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}, {"b", &b}}, Sgd(0.5f)));
+  const Tensor gb = Filled({4}, 2.0f, -0.5f);
+  Tensor w2({6, 4}), b2({4});
+  auto r = client->PushAndPull({{"b", &gb, nullptr}}, 0, {{"w", &w2}, {"b", &b2}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->global_step, 1);
+  for (int64_t i = 0; i < w.size(); ++i) EXPECT_EQ(w2[i], w[i]) << i;
+  for (int64_t i = 0; i < b.size(); ++i) EXPECT_EQ(b2[i], b[i] - 0.5f * gb[i]) << i;
+  const Tensor gw = Filled({6, 4}, -0.3f, 0.0625f);
+  r = client->PushAndPull({{"w", &gw, nullptr}}, 1, {{"w", &w2}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->global_step, 2);
+  for (int64_t i = 0; i < w.size(); ++i) EXPECT_EQ(w2[i], w[i] - 0.5f * gw[i]) << i;
+}
+
 TEST(AsyncPushTest, AdamMatchesTheOptimizerAppliedLocallyWithDecayByStepTag) {
   const dist::PlacementPlan plan = Plan({{"w", {5, 3}}}, 2, 2);
   auto cluster = TestCluster::Start(2, 1);

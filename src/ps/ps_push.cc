@@ -8,9 +8,31 @@
 
 namespace psflow::ps {
 
-void PsServer::Impl::Answer(std::vector<Waiter> waiters,
-                            const absl::StatusOr<rpc::OutgoingMessage>& response) {
-  for (Waiter& w : waiters) w.responder.Respond(response);
+rpc::OutgoingMessage PsServer::Impl::PushAnswer(const std::vector<std::shared_ptr<Shard>>& pulls,
+                                                int64_t step, bool stale) {
+  wire::PushResponse header;
+  header.set_step(step);
+  header.set_stale(stale);
+  rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(header);
+  for (const std::shared_ptr<Shard>& shard : pulls) {
+    std::shared_ptr<const FloatBuffer> snapshot = shard->Snapshot();
+    rpc::OutgoingTensor t;
+    t.meta.set_name(shard->name());
+    for (int64_t d : shard->shape()) t.meta.add_shape(d);
+    t.data = snapshot->data();
+    t.num_floats = static_cast<int64_t>(snapshot->size());
+    t.owner = std::move(snapshot);  // sent without a copy; an update meanwhile copies first
+    message.tensors.push_back(std::move(t));
+  }
+  return message;
+}
+
+void PsServer::Impl::AnswerStep(std::vector<Waiter> waiters, int64_t step) {
+  for (Waiter& w : waiters) w.responder.Respond(PushAnswer(w.pulls, step, /*stale=*/false));
+}
+
+void PsServer::Impl::AnswerError(std::vector<Waiter> waiters, const absl::Status& status) {
+  for (Waiter& w : waiters) w.responder.Respond(status);
 }
 
 void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Responder responder) {
@@ -39,20 +61,31 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
       valid = it->second->DecodeGradient(request, i, &gradients[i]);
     }
   }
+  std::vector<std::shared_ptr<Shard>> pulls;
+  for (const std::string& name : header.pull_shards()) {
+    if (!valid.ok()) break;
+    auto it = m->by_name.find(name);
+    if (it == m->by_name.end()) {
+      valid = absl::InvalidArgumentError(absl::StrCat("asks to pull unknown shard '", name, "'"));
+    } else {
+      pulls.push_back(it->second);
+    }
+  }
   if (!valid.ok()) {
     pushes_refused_.fetch_add(1);
     return responder.Respond(absl::InvalidArgumentError(
         absl::StrCat("refused push from worker ", header.worker_index(), ": ", valid.message())));
   }
   if (m->config.sync) {
-    PushSync(*m, gradients, header, std::move(responder));
+    PushSync(*m, gradients, header, std::move(pulls), std::move(responder));
   } else {
-    PushAsync(*m, gradients, header, std::move(responder));
+    PushAsync(*m, gradients, header, std::move(pulls), std::move(responder));
   }
 }
 
 void PsServer::Impl::PushAsync(const Model& m, std::vector<ShardGradient>& gradients,
-                               const wire::PushRequest& header, rpc::Responder responder) {
+                               const wire::PushRequest& header, std::vector<std::shared_ptr<Shard>> pulls,
+                               rpc::Responder responder) {
   int64_t step = step_.load(std::memory_order_acquire);
   if (m.holds_global_step) {
     // Claim this push's step first, so concurrent pushes never carry the step past train_steps.
@@ -63,9 +96,7 @@ void PsServer::Impl::PushAsync(const Model& m, std::vector<ShardGradient>& gradi
   }
   const float lr = optim::DecayedLearningRate(m.config.optimizer, header.step_tag());
   for (ShardGradient& g : gradients) g.shard->Apply(g, *m.optimizer, lr);
-  wire::PushResponse response;
-  response.set_step(step);
-  responder.Respond(rpc::OutgoingMessage::Of(response));
+  responder.Respond(PushAnswer(pulls, m.holds_global_step ? step : step_.load(), /*stale=*/false));
 }
 
 int PsServer::Impl::QuorumLocked(const Model& m) const {
@@ -79,7 +110,8 @@ int PsServer::Impl::QuorumLocked(const Model& m) const {
 }
 
 void PsServer::Impl::PushSync(const Model& m, const std::vector<ShardGradient>& gradients,
-                              const wire::PushRequest& header, rpc::Responder responder) {
+                              const wire::PushRequest& header, std::vector<std::shared_ptr<Shard>> pulls,
+                              rpc::Responder responder) {
   const int worker = header.worker_index();
   bool stale = false;
   int64_t stale_step = 0;
@@ -101,16 +133,11 @@ void PsServer::Impl::PushSync(const Model& m, const std::vector<ShardGradient>& 
       ++arrived_;
       ++in_flight_;
       arrived_workers_.insert(worker);
-      step_waiters_.push_back({worker, std::move(responder)});
+      step_waiters_.push_back({worker, std::move(responder), std::move(pulls)});
       if (arrived_ >= QuorumLocked(m)) quorum_closed_ = true;
     }
   }
-  if (stale) {
-    wire::PushResponse response;
-    response.set_step(stale_step);
-    response.set_stale(true);
-    return responder.Respond(rpc::OutgoingMessage::Of(response));
-  }
+  if (stale) return responder.Respond(PushAnswer(pulls, stale_step, /*stale=*/true));
   // Accumulate outside sync_mu_ (under each shard's lock) so pushes accumulate concurrently.
   for (const ShardGradient& g : gradients) g.shard->Accumulate(g);
   std::vector<Waiter> released;
@@ -121,9 +148,7 @@ void PsServer::Impl::PushSync(const Model& m, const std::vector<ShardGradient>& 
     released = MaybeFinishStepLocked(m);
     step = step_.load();
   }
-  wire::PushResponse response;
-  response.set_step(step);
-  Answer(std::move(released), rpc::OutgoingMessage::Of(response));
+  AnswerStep(std::move(released), step);
 }
 
 std::vector<PsServer::Impl::Waiter> PsServer::Impl::MaybeFinishStepLocked(const Model& m) {
@@ -174,9 +199,7 @@ void PsServer::Impl::SyncTimerLoop() {
       released = MaybeFinishStepLocked(*m);
       step = step_.load();
     }
-    wire::PushResponse response;
-    response.set_step(step);
-    Answer(std::move(released), rpc::OutgoingMessage::Of(response));
+    AnswerStep(std::move(released), step);
   }
 }
 
@@ -192,7 +215,7 @@ void PsServer::Impl::ResetSyncState(const absl::Status& status) {
     dropped_.clear();
     // in_flight_ pushes finish accumulating into the old model's shards and find nothing to apply.
   }
-  Answer(std::move(waiters), status);
+  AnswerError(std::move(waiters), status);
 }
 
 }  // namespace psflow::ps

@@ -136,7 +136,7 @@ void PsServer::Impl::HandleInitialize(const rpc::IncomingMessage& request, rpc::
     request.CopyTo(i, values.data());
     auto shard = std::make_shared<Shard>(info.name(), shape, std::move(values),
                                          model->optimizer->NewState(NumElements(shape)));
-    model->by_name[info.name()] = shard.get();
+    model->by_name[info.name()] = shard;
     model->shards.push_back(std::move(shard));
     model->shard_infos.push_back(info);
     model->num_params += NumElements(shape);
@@ -277,9 +277,7 @@ void PsServer::Impl::HandleGoodbye(const rpc::IncomingMessage& request, rpc::Res
     departed_.insert(bye.worker_index());
     released = MaybeFinishStepLocked(*m);
   }
-  wire::PushResponse done;
-  done.set_step(step_.load());
-  Answer(std::move(released), rpc::OutgoingMessage::Of(done));
+  AnswerStep(std::move(released), step_.load());
   responder.Respond(rpc::OutgoingMessage::Of(wire::Empty()));
 }
 

@@ -46,7 +46,7 @@ class PsServer::Impl final : public rpc::Handler {
     wire::TrainingConfig config_wire;
     std::unique_ptr<optim::Optimizer> optimizer;
     std::vector<std::shared_ptr<Shard>> shards;
-    absl::flat_hash_map<std::string, Shard*> by_name;
+    absl::flat_hash_map<std::string, std::shared_ptr<Shard>> by_name;
     std::vector<wire::ShardInfo> shard_infos;
     std::string signature;
     uint64_t fingerprint = 0;
@@ -54,9 +54,11 @@ class PsServer::Impl final : public rpc::Handler {
     int64_t num_params = 0;
   };
 
+  // A push waiting for its sync step, and the shards to answer it with (push-and-pull).
   struct Waiter {
     int worker;
     rpc::Responder responder;
+    std::vector<std::shared_ptr<Shard>> pulls;
   };
 
   // Control RPCs (ps_server.cc).
@@ -74,9 +76,13 @@ class PsServer::Impl final : public rpc::Handler {
   // Data RPCs (ps_push.cc).
   void HandlePush(const rpc::IncomingMessage& request, rpc::Responder responder);
   void PushAsync(const Model& model, std::vector<ShardGradient>& gradients, const wire::PushRequest& header,
-                 rpc::Responder responder);
+                 std::vector<std::shared_ptr<Shard>> pulls, rpc::Responder responder);
   void PushSync(const Model& model, const std::vector<ShardGradient>& gradients,
-                const wire::PushRequest& header, rpc::Responder responder);
+                const wire::PushRequest& header, std::vector<std::shared_ptr<Shard>> pulls,
+                rpc::Responder responder);
+  // The answer to a push: its step, and the values of the shards it asked to pull.
+  static rpc::OutgoingMessage PushAnswer(const std::vector<std::shared_ptr<Shard>>& pulls, int64_t step,
+                                         bool stale);
   // Applies the step if its quorum is complete (or timed out) and no push is still accumulating;
   // returns the pushes to answer (after unlocking).
   std::vector<Waiter> MaybeFinishStepLocked(const Model& model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
@@ -84,7 +90,10 @@ class PsServer::Impl final : public rpc::Handler {
   void SyncTimerLoop();
   // Forgets the current sync step, answering its waiters with `status`.
   void ResetSyncState(const absl::Status& status);
-  static void Answer(std::vector<Waiter> waiters, const absl::StatusOr<rpc::OutgoingMessage>& response);
+  // Answers released pushes with the step they completed (and their pulled values)...
+  static void AnswerStep(std::vector<Waiter> waiters, int64_t step);
+  // ...or with an error.
+  static void AnswerError(std::vector<Waiter> waiters, const absl::Status& status);
 
   std::shared_ptr<const Model> model() const { return model_.load(std::memory_order_acquire); }
   bool initialized() const { return initialized_.load(std::memory_order_acquire); }

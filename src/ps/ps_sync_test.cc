@@ -75,6 +75,29 @@ TEST(SyncTest, TwoPushersGetTheMeanAppliedOnceAndAreReleasedTogether) {
   for (const auto& server : f.cluster->servers) EXPECT_EQ(server->Stats().global_step, 1);
 }
 
+TEST(SyncTest, PushAndPullReleasesBothWorkersWithTheStepsValues) {
+  SyncFixture f(2, SyncSgd(1.0f, 2, 2));
+  const Tensor g0 = Filled({4, 2}, 1.0f, 1.0f), g1 = Filled({4, 2}, 3.0f, -1.0f);
+  Tensor v0({4, 2}), v1({4, 2});
+  absl::StatusOr<PushResult> r0;
+  std::thread t([&] { r0 = f.workers[0]->PushAndPull({{"w", &g0, nullptr}}, 0, {{"w", &v0}}); });
+  auto r1 = f.workers[1]->PushAndPull({{"w", &g1, nullptr}}, 0, {{"w", &v1}});
+  t.join();
+  ASSERT_TRUE(r0.ok() && r1.ok()) << r0.status() << r1.status();
+  EXPECT_EQ(r0->global_step, 1);
+  EXPECT_EQ(r1->global_step, 1);
+  for (int64_t i = 0; i < v0.size(); ++i) {
+    EXPECT_FLOAT_EQ(v0[i], f.w[i] - (g0[i] + g1[i]) / 2) << i;
+    EXPECT_EQ(v1[i], v0[i]) << i;
+  }
+  // A stale push-and-pull is dropped and answered with the current values.
+  Tensor v2({4, 2});
+  auto stale = f.workers[1]->PushAndPull({{"w", &g1, nullptr}}, 0, {{"w", &v2}});
+  ASSERT_TRUE(stale.ok());
+  EXPECT_TRUE(stale->stale);
+  for (int64_t i = 0; i < v2.size(); ++i) EXPECT_EQ(v2[i], v0[i]) << i;
+}
+
 TEST(SyncTest, StalePushIsDroppedCountedAndAnsweredAtOnce) {
   SyncFixture f(2, SyncSgd(1.0f, 1, 2));  // R = 1: every push completes a step
   const Tensor g = Filled({4, 2}, 1.0f, 0.0f);

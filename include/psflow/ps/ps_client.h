@@ -90,6 +90,17 @@ class PsClient {
   void PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
                  std::function<void(absl::StatusOr<PushResult>)> done);
 
+  // Push, then the variables' values after it — one call per ps instead of a Push and a Pull.
+  // The values are those right after this push was applied (async; other workers' pushes may be
+  // in too, as with a Pull) or after the step it joined (sync); a stale push gets the current
+  // values. `out` as for Pull. Returns the push's result; PushResult::global_step is the step the
+  // values belong to.
+  absl::StatusOr<PushResult> PushAndPull(const std::vector<Gradient>& grads, int64_t step_tag,
+                                         const std::vector<std::pair<std::string, Tensor*>>& out);
+  void PushAndPullAsync(const std::vector<Gradient>& grads, int64_t step_tag,
+                        const std::vector<std::pair<std::string, Tensor*>>& out,
+                        std::function<void(absl::StatusOr<PushResult>)> done);
+
   absl::Status Goodbye();   // this worker stops
   absl::Status Shutdown();  // chief: training finished; every ps task's Wait() returns
   absl::StatusOr<std::vector<PsTaskStats>> Stats();
