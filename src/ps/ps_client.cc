@@ -13,10 +13,14 @@
 #include "proto/psflow.pb.h"
 #include "ps/routing.h"
 #include "ps/wire_config.h"
+#include "psflow/core/check.h"
 #include "psflow/rpc/transport.h"
 
 namespace psflow::ps {
 namespace {
+
+constexpr char kNoBlockingInCallbacks[] =
+    "a blocking PsClient call from an async completion callback would deadlock; use the *Async variant";
 
 struct VariableRoute {
   dist::VariableSpec spec;
@@ -155,6 +159,7 @@ class PsClient::Impl {
   static absl::Status CallAndWait(const std::vector<rpc::ClientChannel*>& channels, rpc::Method method,
                                   std::vector<rpc::OutgoingMessage> requests, const rpc::CallOptions& options,
                                   std::function<absl::Status(int, const rpc::IncomingMessage&)> on_response) {
+    CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
     absl::Notification done;
     absl::Status result;
     CallAll(channels, method, std::move(requests), options, std::move(on_response),
@@ -620,6 +625,7 @@ absl::Status PsClient::WaitForInitialization(double timeout_secs) { return impl_
 absl::StatusOr<bool> PsClient::IsInitialized() { return impl_->IsInitialized(); }
 
 absl::StatusOr<int64_t> PsClient::Pull(const std::vector<std::pair<std::string, Tensor*>>& out) {
+  CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
   absl::Notification done;
   absl::StatusOr<int64_t> result;
   impl_->PullAsync(out, [&](absl::StatusOr<int64_t> r) {
@@ -640,6 +646,7 @@ absl::StatusOr<Tensor> PsClient::PullRows(const std::string& variable, const std
 }
 
 absl::StatusOr<PushResult> PsClient::Push(const std::vector<Gradient>& grads, int64_t step_tag) {
+  CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
   absl::Notification done;
   absl::StatusOr<PushResult> result;
   impl_->PushAsync(grads, step_tag, nullptr, [&](absl::StatusOr<PushResult> r) {
@@ -657,6 +664,7 @@ void PsClient::PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
 
 absl::StatusOr<PushResult> PsClient::PushAndPull(const std::vector<Gradient>& grads, int64_t step_tag,
                                                  const std::vector<std::pair<std::string, Tensor*>>& out) {
+  CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
   absl::Notification done;
   absl::StatusOr<PushResult> result;
   impl_->PushAsync(grads, step_tag, &out, [&](absl::StatusOr<PushResult> r) {

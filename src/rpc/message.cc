@@ -225,6 +225,7 @@ absl::StatusOr<IncomingMessage> ClientChannel::CallBlocking(Method method, Outgo
     bool done = false;
     absl::StatusOr<IncomingMessage> result;
   };
+  CHECK(!OnTransportThread()) << "a blocking call from a completion callback would deadlock; use Call";
   auto waiter = std::make_shared<Waiter>();
   Call(method, std::move(request), options, [waiter](absl::StatusOr<IncomingMessage> result) {
     absl::MutexLock lock(&waiter->mu);

@@ -7,7 +7,8 @@
 // hand heavy work to another thread); the tensors they read or write (the `out` tensors of
 // PullAsync, the gradients of PushAsync) are borrowed and must stay alive, unchanged (gradients)
 // or untouched (pull destinations), until `done` runs, and the client must outlive its pending
-// calls. Errors name the ps task and its address.
+// calls. Blocking calls from inside a `done` are a programmer error (CHECKed: they would deadlock).
+// Errors name the ps task and its address.
 #ifndef PSFLOW_PS_PS_CLIENT_H_
 #define PSFLOW_PS_PS_CLIENT_H_
 

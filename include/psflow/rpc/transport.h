@@ -203,6 +203,10 @@ class Server {
   virtual void Shutdown(double grace_secs) = 0;
 };
 
+// True on the transport's own threads, where completion callbacks run: blocking there on another
+// call would wait for the very thread that must deliver its completion.
+bool OnTransportThread();
+
 // gRPC client channel to `address` ("host:port"); `peer_name` prefixes error messages, e.g.
 // "ps task 1 (127.0.0.1:2223)". Errors reading TLS files are returned here.
 absl::StatusOr<std::unique_ptr<ClientChannel>> MakeGrpcChannel(const std::string& address,
