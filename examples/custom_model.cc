@@ -13,8 +13,11 @@
 // `local` starts its tasks by re-running this same program, so every ps and worker process knows
 // "lenet_small" too. When running tasks by hand, start every task (ps included) with this binary.
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "psflow/cli/main.h"
+#include "psflow/core/init.h"
 #include "psflow/nn/layers.h"
 #include "psflow/nn/model.h"
 
@@ -31,9 +34,31 @@ using psflow::nn::Model;
 using psflow::nn::ModelConfig;
 using psflow::nn::Sequential;
 using psflow::nn::WeightInit;
+using psflow::Var;
+
+// A layer of our own, to show the Layer interface: logits = x·W + b with W initialized to zero and
+// no activation. Parameters are named leaves (MakeParameter) created once; Forward builds this
+// step's graph from the ops of psflow/core/ops.h, whose gradients autodiff derives.
+class Linear : public psflow::nn::Layer {
+ public:
+  Linear(const std::string& name, int64_t in, int64_t out)
+      : weights_(psflow::MakeParameter(name + "/weights", psflow::init::Zeros({in, out}))),
+        biases_(psflow::MakeParameter(name + "/biases", psflow::init::Zeros({out}))) {}
+  Var Forward(const Var& x, psflow::nn::ForwardContext&) override {
+    return psflow::ops::BiasAdd(psflow::ops::MatMul(x, weights_), biases_);
+  }
+  // Every trainable parameter must be listed here: these are the variables placed on the ps.
+  void CollectParameters(std::vector<Var>* out) const override {
+    out->push_back(weights_);
+    out->push_back(biases_);
+  }
+
+ private:
+  Var weights_, biases_;
+};
 
 // 28x28x1 -> conv 5x5x8 SAME + ReLU -> max-pool 2x2 -> conv 5x5x16 SAME + ReLU -> max-pool 2x2
-//         -> dense 7*7*16 -> 128 ReLU -> dropout 0.25 -> dense 10 (logits).
+//         -> dense 7*7*16 -> hidden_units (default 100) ReLU -> dropout 0.25 -> Linear 10 (logits).
 // 82,934 parameters: small enough to train in seconds on a laptop CPU.
 //
 // The factory must build identical parameters (names, shapes, values) from the same config and
@@ -51,7 +76,7 @@ std::unique_ptr<Model> BuildLenetSmall(const ModelConfig& config, Rng& rng) {
       .Emplace<Flatten>()
       .Emplace<Dense>("fc1", 7 * 7 * 16, config.hidden_units, dense_init, /*relu=*/true, rng)
       .Emplace<Dropout>(0.25f)  // active only when training
-      .Emplace<Dense>("logits", config.hidden_units, 10, dense_init, /*relu=*/false, rng);
+      .Emplace<Linear>("logits", config.hidden_units, 10);
   // Images reach the network as [batch, 28, 28, 1] (NHWC); 10 classes.
   return std::make_unique<Model>("lenet_small", psflow::Shape{28, 28, 1}, 10, std::move(net));
 }
