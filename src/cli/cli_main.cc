@@ -12,6 +12,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_format.h"
 #include "cli/local_cluster.h"
 #include "cli/train_flags.h"
@@ -122,6 +123,9 @@ std::string SelfPath(const char* argv0) {
 int psflow::cli::Main(int argc, char** argv) {
   using namespace psflow;
   rpc::TuneAllocatorForLargeMessages();
+  // Debian's abseil enables deadlock detection, a process-wide lock taken on every mutex
+  // operation (5x the cost of the lock itself on the ps hot path).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"psflow: distributed training on parameter servers"};
   app.require_subcommand(1);
 

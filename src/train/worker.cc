@@ -98,21 +98,15 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
     data::Gather(train, indices, images.data(), labels.data());
     StepStats stats = (*replicas)->ComputeGradients(
         images.data(), labels.data(), options.batch_size, Rng::Mix(options.seed, (uint64_t(index) << 40) + local_step));
-    auto pushed = client.Push(GradientsOf(params), global_step);
+    // One call per ps: the gradients go in, the variables as they stand after the update come back.
+    auto pushed = client.PushAndPull(GradientsOf(params), global_step, pull_into);
     if (absl::IsOutOfRange(pushed.status())) break;  // training finished elsewhere
     if (!pushed.ok()) return pushed.status();
     stale += pushed->stale;
-    progress.Step(pushed->global_step, stats.loss, stats.accuracy, options.log_every);
-    (*telemetry)->OnStep(pushed->global_step, stats.loss, stats.accuracy,
+    global_step = pushed->global_step;
+    progress.Step(global_step, stats.loss, stats.accuracy, options.log_every);
+    (*telemetry)->OnStep(global_step, stats.loss, stats.accuracy,
                          optim::DecayedLearningRate(opt_config, global_step), examples_per_global_step);
-    if (pushed->global_step >= options.train_steps) {
-      global_step = pushed->global_step;
-      break;
-    }
-    step = client.Pull(pull_into);
-    if (absl::IsOutOfRange(step.status())) break;
-    if (!step.ok()) return step.status();
-    global_step = *step;
   }
   const double train_seconds = progress.ElapsedSeconds();
 
@@ -144,10 +138,10 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   (*telemetry)->OnFinal(summary.global_step, validation.accuracy, test.accuracy);
   auto stats = client.Stats();
   if (stats.ok()) {
-    summary.stale_gradients_dropped = 0;
     for (const ps::PsTaskStats& s : *stats) {
       summary.ps_traffic.push_back({s.task, s.bytes_in, s.bytes_out, s.num_params});
-      summary.stale_gradients_dropped += s.stale_gradients_dropped;
+      // Every ps drops the same stale push; count it once, where the global step lives.
+      if (s.task == plan->global_step_ps) summary.stale_gradients_dropped = s.stale_gradients_dropped;
     }
   }
   if (auto s = client.Shutdown(); !s.ok()) return s;

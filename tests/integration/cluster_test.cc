@@ -2,6 +2,8 @@
 // `psflow local`, by hand with seed-style flags, and with TF_CONFIG.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "test_util.h"
 
@@ -52,6 +54,34 @@ TEST(ClusterTest, SyncTwoWorkersEqualsOneProcessWithTwiceTheBatch) {
   EXPECT_EQ(a["global_step"], 50);
   EXPECT_NEAR(a["validation_cross_entropy"].get<double>(), b["validation_cross_entropy"].get<double>(),
               1e-4 * b["validation_cross_entropy"].get<double>());
+}
+
+TEST(ClusterTest, SyncMlpOnePsTwoWorkersWritesTensorBoardEvents) {
+  const std::string dir = TempDir("sync_mlp");
+  auto r = RunProcess(Psflow({"local", "--ps=1", "--workers=2", "--sync_replicas", "--model=mlp", "--train_steps=300",
+                              "--save_summaries_steps=50", "--data_dir=" + MnistDir(), "--logdir=" + dir + "/logs",
+                              "--metrics_json=" + dir + "/m.json"}),
+                      300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json m = ReadJson(dir + "/m.json");
+  EXPECT_EQ(m["mode"], "sync");
+  EXPECT_EQ(m["global_step"], 300);
+  EXPECT_GT(m["test_accuracy"].get<double>(), 0.9);
+  // The chief's curves at the top of the logdir, the ps task's traffic in ps_0/.
+  int chief_files = 0, ps_files = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir + "/logs")) {
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) != 0) continue;
+    (e.path().parent_path().filename() == "ps_0" ? ps_files : chief_files)++;
+  }
+  EXPECT_EQ(chief_files, 1);
+  EXPECT_EQ(ps_files, 1);
+}
+
+TEST(ClusterTest, LocalSaysWhichTaskFailedAndStopsTheRest) {
+  auto r = RunProcess(Psflow({"local", "--ps=1", "--workers=2", "--model=mlp", "--data_dir=/nonexistent/mnist"}), 120);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("exited with status 1; stopping the other tasks"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent/mnist"), std::string::npos) << r.output;
 }
 
 TEST(ClusterTest, CnnOnTwoPsWithFixedPartitioner) {
