@@ -1,16 +1,25 @@
 // PsClient: a worker's calls to every ps task, fanned out in parallel over rpc::ClientChannel.
 #include "psflow/ps/ps_client.h"
 
+#include <algorithm>
 #include <chrono>
+#include <iostream>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "proto/psflow.pb.h"
+#include "ps/client_state.h"
+#include "ps/delayed_runner.h"
 #include "ps/routing.h"
 #include "ps/wire_config.h"
 #include "psflow/core/check.h"
@@ -27,43 +36,143 @@ struct VariableRoute {
   std::vector<dist::ShardSpec> shards;  // in shard order
 };
 
+constexpr char kRestartedPayload[] = "type.psflow/ps_restarted";
+constexpr char kRestartedText[] = " is not initialized (restarted?)";
+
+// Retries of calls to unreachable ps tasks: their timers, and which tasks are being waited for
+// (so the wait is logged once per outage, not once per call).
+class Retrier {
+ public:
+  Retrier(std::vector<const rpc::ClientChannel*> channels, double give_up_secs,
+          std::function<void(const std::string&)> log)
+      : channels_(std::move(channels)), give_up_secs_(give_up_secs), log_(std::move(log)) {}
+
+  double give_up_secs() const { return give_up_secs_; }
+  void RunAfter(double secs, std::function<void()> fn) { runner_.RunAfter(secs, std::move(fn)); }
+  int TaskOf(const rpc::ClientChannel* channel) const {
+    return static_cast<int>(std::find(channels_.begin(), channels_.end(), channel) - channels_.begin());
+  }
+
+  void NoteUnreachable(const rpc::ClientChannel* channel, const absl::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!waiting_.insert(channel).second) return;
+    }
+    std::string why(status.message());
+    if (absl::StartsWith(why, channel->peer_name() + ": ")) why = why.substr(channel->peer_name().size() + 2);
+    const std::string line = absl::StrCat("waiting for ", channel->peer_name(), ": ", why, "; retrying for up to ",
+                                          give_up_secs_, " s");
+    if (log_) {
+      log_(line);
+    } else {
+      std::cerr << line << std::endl;
+    }
+  }
+  void NoteReached(const rpc::ClientChannel* channel) {
+    absl::MutexLock lock(&mu_);
+    waiting_.erase(channel);
+  }
+
+ private:
+  const std::vector<const rpc::ClientChannel*> channels_;
+  const double give_up_secs_;
+  const std::function<void(const std::string&)> log_;
+  absl::Mutex mu_;
+  absl::flat_hash_set<const rpc::ClientChannel*> waiting_ ABSL_GUARDED_BY(mu_);
+  DelayedRunner runner_;  // last: destroyed (its thread joined) before what its callbacks use
+};
+
 // One call per ps task, in parallel; `on_response` runs on each success (on a transport thread,
 // concurrently for different tasks) and may fail it; `on_all` runs once with every task's status.
+// With a retrier, a call failing with Unavailable is repeated (that call alone) until it gets
+// through or the retrier's bound passed.
 struct FanOut {
   std::vector<absl::Status> statuses;
   std::atomic<int> remaining{0};
   std::function<absl::Status(int k, const rpc::IncomingMessage& response)> on_response;
   std::function<void(std::vector<absl::Status>&)> on_all;
+  rpc::Method method;
+  rpc::CallOptions options;
+  std::vector<rpc::ClientChannel*> channels;
+  std::vector<rpc::OutgoingMessage> requests;  // kept for retries (only with a retrier)
+  Retrier* retrier = nullptr;
+  std::vector<absl::Time> first_failure;
+  std::vector<double> backoff_secs;
 };
+
+// A ps task answering that it holds no variables (it restarted): the status IsPsRestarted knows.
+absl::Status RestartedError(const rpc::ClientChannel* channel, int task) {
+  absl::Status s = absl::FailedPreconditionError(absl::StrCat(
+      channel->peer_name(), kRestartedText, ": it lost its variables; the chief re-initializes it from the last "
+      "checkpoint (PsClient::InitializePs)"));
+  s.SetPayload(kRestartedPayload, absl::Cord(absl::StrCat(task)));
+  return s;
+}
+
+void StartCall(const std::shared_ptr<FanOut>& fan, size_t k) {
+  rpc::OutgoingMessage request = fan->retrier ? fan->requests[k] : std::move(fan->requests[k]);
+  fan->channels[k]->Call(fan->method, std::move(request), fan->options,
+                         [fan, k](absl::StatusOr<rpc::IncomingMessage> response) {
+    absl::Status s = response.status();
+    const rpc::ClientChannel* channel = fan->channels[k];
+    if (Retrier* retrier = fan->retrier; retrier != nullptr) {
+      if (absl::IsUnavailable(s)) {
+        const absl::Time now = absl::Now();
+        if (fan->first_failure[k] == absl::InfinitePast()) fan->first_failure[k] = now;
+        const double left = retrier->give_up_secs() - absl::ToDoubleSeconds(now - fan->first_failure[k]);
+        if (left > 0) {
+          retrier->NoteUnreachable(channel, s);
+          const double delay = std::min(fan->backoff_secs[k], left);
+          fan->backoff_secs[k] = std::min(fan->backoff_secs[k] * 2, 2.0);
+          retrier->RunAfter(delay, [fan, k] { StartCall(fan, k); });
+          return;
+        }
+        s = absl::UnavailableError(absl::StrCat("gave up on ", channel->peer_name(), " after ",
+                                                retrier->give_up_secs(), " s unreachable (is the ps task running, "
+                                                "and is its address right?): ", s.message()));
+      } else {
+        retrier->NoteReached(channel);
+      }
+      if (absl::IsFailedPrecondition(s) && absl::StrContains(s.message(), kNotInitializedMessage)) {
+        s = RestartedError(channel, retrier->TaskOf(channel));
+      }
+    }
+    if (s.ok() && fan->on_response) s = fan->on_response(static_cast<int>(k), *response);
+    fan->statuses[k] = std::move(s);
+    if (fan->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) fan->on_all(fan->statuses);
+  });
+}
 
 void CallAll(const std::vector<rpc::ClientChannel*>& channels, rpc::Method method,
              std::vector<rpc::OutgoingMessage> requests, const rpc::CallOptions& options,
              std::function<absl::Status(int, const rpc::IncomingMessage&)> on_response,
-             std::function<void(std::vector<absl::Status>&)> on_all) {
+             std::function<void(std::vector<absl::Status>&)> on_all, Retrier* retrier = nullptr) {
   auto fan = std::make_shared<FanOut>();
   fan->statuses.resize(channels.size());
   fan->remaining = static_cast<int>(channels.size());
   fan->on_response = std::move(on_response);
   fan->on_all = std::move(on_all);
+  fan->method = method;
+  fan->options = options;
+  fan->channels = channels;
+  fan->requests = std::move(requests);
+  fan->retrier = retrier;
+  fan->first_failure.assign(channels.size(), absl::InfinitePast());
+  fan->backoff_secs.assign(channels.size(), 0.05);
   if (channels.empty()) {
     fan->on_all(fan->statuses);
     return;
   }
-  for (size_t k = 0; k < channels.size(); ++k) {
-    channels[k]->Call(method, std::move(requests[k]), options,
-                      [fan, k](absl::StatusOr<rpc::IncomingMessage> response) {
-                        absl::Status s = response.status();
-                        if (s.ok() && fan->on_response) s = fan->on_response(static_cast<int>(k), *response);
-                        fan->statuses[k] = std::move(s);
-                        if (fan->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) fan->on_all(fan->statuses);
-                      });
-  }
+  for (size_t k = 0; k < channels.size(); ++k) StartCall(fan, k);
 }
 
 // The first error, preferring OutOfRange (training finished) so callers recognize the end.
 absl::Status Combine(const std::vector<absl::Status>& statuses) {
   for (const absl::Status& s : statuses) {
     if (absl::IsOutOfRange(s)) return s;
+  }
+  for (const absl::Status& s : statuses) {
+    if (IsPsRestarted(s)) return s;  // the chief acts on it (InitializePs)
   }
   for (const absl::Status& s : statuses) {
     if (!s.ok()) return s;
@@ -101,6 +210,21 @@ uint64_t RandomClientId() {
 
 }  // namespace
 
+bool IsPsRestarted(const absl::Status& status) { return RestartedPsTask(status) >= 0; }
+
+int RestartedPsTask(const absl::Status& status) {
+  if (!absl::IsFailedPrecondition(status)) return -1;
+  auto task = status.GetPayload(kRestartedPayload);
+  int k = -1;
+  if (task.has_value() && absl::SimpleAtoi(std::string(*task), &k)) return k;
+  // The payload is lost when the status was rebuilt: read "ps task N (...) is not initialized".
+  const absl::string_view m = status.message();
+  const size_t at = m.find("ps task ");
+  if (m.find(kRestartedText) == absl::string_view::npos || at == absl::string_view::npos) return -1;
+  const absl::string_view rest = m.substr(at + 8);
+  return absl::SimpleAtoi(rest.substr(0, rest.find(' ')), &k) ? k : -1;
+}
+
 class PsClient::Impl {
  public:
   explicit Impl(Options options) : options_(std::move(options)), client_id_(RandomClientId()) {}
@@ -132,6 +256,9 @@ class PsClient::Impl {
       if (!channel.ok()) return channel.status();
       channels_.push_back(*std::move(channel));
     }
+    std::vector<const rpc::ClientChannel*> all(channels_.size());
+    for (size_t k = 0; k < channels_.size(); ++k) all[k] = channels_[k].get();
+    retrier_ = std::make_unique<Retrier>(std::move(all), options_.ps_unavailable_timeout_secs, options_.log);
     return absl::OkStatus();
   }
 
@@ -158,7 +285,8 @@ class PsClient::Impl {
 
   static absl::Status CallAndWait(const std::vector<rpc::ClientChannel*>& channels, rpc::Method method,
                                   std::vector<rpc::OutgoingMessage> requests, const rpc::CallOptions& options,
-                                  std::function<absl::Status(int, const rpc::IncomingMessage&)> on_response) {
+                                  std::function<absl::Status(int, const rpc::IncomingMessage&)> on_response,
+                                  Retrier* retrier = nullptr) {
     CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
     absl::Notification done;
     absl::Status result;
@@ -166,7 +294,8 @@ class PsClient::Impl {
             [&](std::vector<absl::Status>& statuses) {
               result = Combine(statuses);
               done.Notify();
-            });
+            },
+            retrier);
     done.WaitForNotification();
     return result;
   }
@@ -230,33 +359,111 @@ class PsClient::Impl {
         return absl::InvalidArgumentError(absl::StrCat("Initialize: no initial value for variable '", v.name, "'"));
       }
     }
+    absl::flat_hash_map<std::string, InitSource> sources;
+    for (const auto& [name, tensor] : given) sources[name] = {tensor, nullptr, 0};
+    return InitializeTasks(AllTasks(), sources, /*with_slots=*/false, config);
+  }
+
+  absl::Status Initialize(const ModelSnapshot& state, TrainingConfig config, const std::vector<int>& tasks) {
+    absl::StatusOr<std::unique_ptr<optim::Optimizer>> optimizer = optim::MakeOptimizer(config.optimizer);
+    if (!optimizer.ok()) return optimizer.status();
+    if (absl::Status s = ValidateSnapshot(state, options_.plan, (*optimizer)->slot_names().size()); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("Initialize from a checkpoint: ", s.message()));
+    }
+    absl::flat_hash_map<std::string, InitSource> sources;
+    for (const VariableSnapshot& v : state.variables) sources[v.name] = {&v.value, &v.slots, v.updates};
+    config.initial_global_step = state.global_step;
+    return InitializeTasks(tasks, sources, /*with_slots=*/true, config);
+  }
+
+  std::vector<int> AllTasks() const {
+    std::vector<int> tasks(channels_.size());
+    for (int k = 0; k < num_ps(); ++k) tasks[k] = k;
+    return tasks;
+  }
+
+  // A variable's initial state: its value, and (restores) its slots and update count.
+  struct InitSource {
+    const Tensor* value = nullptr;
+    const std::vector<Tensor>* slots = nullptr;
+    int64_t updates = 0;
+  };
+
+  // Initializes the given ps tasks (validated sources for every variable), then marks them initialized.
+  absl::Status InitializeTasks(const std::vector<int>& tasks, const absl::flat_hash_map<std::string, InitSource>& given,
+                               bool with_slots, const TrainingConfig& config) {
     const wire::TrainingConfig config_wire = ToWire(config);
     const std::string signature = options_.plan.ModelSignature();
     const uint64_t fingerprint = options_.plan.ModelFingerprint();
+    std::vector<rpc::ClientChannel*> channels;
     std::vector<rpc::OutgoingMessage> requests;
-    for (int k = 0; k < num_ps(); ++k) {
+    for (int k : tasks) {
       wire::InitializeRequest init;
       init.set_worker_index(options_.worker_index);
       *init.mutable_config() = config_wire;
       init.set_model_signature(signature);
       init.set_model_fingerprint(fingerprint);
       init.set_holds_global_step(k == gs_ps());
+      init.set_with_slots(with_slots);
       rpc::OutgoingMessage message;
       for (const dist::ShardSpec* shard : options_.plan.ShardsOn(k)) {
+        const InitSource& source = given.at(shard->variable);
         wire::ShardInfo* info = init.add_shards();
         info->set_name(shard->name);
         info->set_variable(shard->variable);
         for (int64_t d : shard->shape) info->add_shape(d);
-        message.tensors.push_back(ShardOf(*given.at(shard->variable), *shard));
+        info->set_updates(source.updates);
+        message.tensors.push_back(ShardOf(*source.value, *shard));
+        if (with_slots) {
+          for (const Tensor& slot : *source.slots) message.tensors.push_back(ShardOf(slot, *shard));
+        }
       }
       message.header = init.SerializeAsString();
+      channels.push_back(channel(k));
       requests.push_back(std::move(message));
     }
-    absl::Status s = CallAndWait(AllChannels(), rpc::Method::kInitialize, std::move(requests),
+    absl::Status s = CallAndWait(channels, rpc::Method::kInitialize, std::move(requests),
                                  Control(options_.rpc_timeout_secs), nullptr);
     if (!s.ok()) return s;
     SetConfig(config);
-    return CallEveryPs(rpc::Method::kMarkInitialized, wire::MarkInitializedRequest(), options_.rpc_timeout_secs);
+    std::vector<rpc::OutgoingMessage> marks(channels.size(), rpc::OutgoingMessage::Of(wire::MarkInitializedRequest()));
+    return CallAndWait(channels, rpc::Method::kMarkInitialized, std::move(marks), Control(options_.rpc_timeout_secs),
+                       nullptr);
+  }
+
+  absl::StatusOr<ModelSnapshot> PullState() {
+    std::vector<rpc::ClientChannel*> channels;
+    std::vector<int> tasks;
+    std::vector<rpc::OutgoingMessage> requests;
+    for (int k = 0; k < num_ps(); ++k) {
+      const std::vector<const dist::ShardSpec*> shards = options_.plan.ShardsOn(k);
+      if (shards.empty() && k != gs_ps()) continue;
+      wire::PullRequest pull;
+      pull.set_with_slots(true);
+      for (const dist::ShardSpec* shard : shards) pull.add_shards(shard->name);
+      channels.push_back(channel(k));
+      tasks.push_back(k);
+      requests.push_back(rpc::OutgoingMessage::Of(pull));
+    }
+    // Kept whole and assembled afterwards: the slot count is only known from the answers.
+    std::vector<std::optional<rpc::IncomingMessage>> answers(channels_.size());
+    int64_t step = 0;
+    rpc::CallOptions o = Control(options_.rpc_timeout_secs);
+    o.pull_direction = true;
+    absl::Status s = CallAndWait(
+        channels, rpc::Method::kPull, std::move(requests), o,
+        [&](int i, const rpc::IncomingMessage& r) {
+          wire::PullResponse header;
+          if (absl::Status p = Parse(r, &header, channel(tasks[i])->peer_name()); !p.ok()) return p;
+          if (tasks[i] == gs_ps()) step = header.step();
+          answers[tasks[i]] = r;
+          return absl::OkStatus();
+        },
+        retrier_.get());
+    if (!s.ok()) return s;
+    std::vector<std::string> peers;
+    for (const auto& c : channels_) peers.push_back(c->peer_name());
+    return AssembleSnapshot(options_.plan, answers, peers, step);
   }
 
   absl::Status WaitForInitialization(double timeout_secs) {
@@ -390,7 +597,8 @@ class PsClient::Impl {
           absl::Status s = Combine(statuses);
           if (!s.ok()) return done(s);
           done(step->load());
-        });
+        },
+        retrier_.get());
   }
 
   absl::StatusOr<Tensor> PullRows(const std::string& variable, const std::vector<int64_t>& rows) {
@@ -462,7 +670,8 @@ class PsClient::Impl {
                           out_shape[shard.axis] * inner);
           }
           return absl::OkStatus();
-        });
+        },
+        retrier_.get());
     if (!s.ok()) return s;
     return out;
   }
@@ -555,7 +764,8 @@ class PsClient::Impl {
           absl::Status s = Combine(statuses);
           if (!s.ok()) return done(s);
           done(*result);
-        });
+        },
+        retrier_.get());
   }
 
   absl::Status Goodbye() {
@@ -600,6 +810,7 @@ class PsClient::Impl {
   const Options options_;
   const uint64_t client_id_;
   std::vector<std::unique_ptr<rpc::ClientChannel>> channels_;
+  std::unique_ptr<Retrier> retrier_;  // after channels_: destroyed first (its timers call them)
   absl::flat_hash_map<std::string, VariableRoute> routes_;
   mutable absl::Mutex mu_;
   TrainingConfig config_ ABSL_GUARDED_BY(mu_);  // learned from Initialize / WaitForInitialization
@@ -621,6 +832,17 @@ absl::Status PsClient::Initialize(const std::vector<std::pair<std::string, const
                                   const TrainingConfig& config) {
   return impl_->Initialize(variables, config);
 }
+absl::Status PsClient::Initialize(const ModelSnapshot& state, const TrainingConfig& config) {
+  return impl_->Initialize(state, config, impl_->AllTasks());
+}
+absl::Status PsClient::InitializePs(int ps_task, const ModelSnapshot& state, const TrainingConfig& config) {
+  if (ps_task < 0 || ps_task >= impl_->num_ps()) {
+    return absl::InvalidArgumentError(absl::StrCat("InitializePs: no ps task ", ps_task, " (the cluster has ",
+                                                   impl_->num_ps(), ")"));
+  }
+  return impl_->Initialize(state, config, {ps_task});
+}
+absl::StatusOr<ModelSnapshot> PsClient::PullState() { return impl_->PullState(); }
 absl::Status PsClient::WaitForInitialization(double timeout_secs) { return impl_->WaitForInitialization(timeout_secs); }
 absl::StatusOr<bool> PsClient::IsInitialized() { return impl_->IsInitialized(); }
 

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ps/ps_server_impl.h"
+#include "ps/wire_config.h"
 #include "psflow/core/check.h"
 
 namespace psflow::ps {
@@ -38,8 +39,7 @@ void PsServer::Impl::AnswerError(std::vector<Waiter> waiters, const absl::Status
 void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Responder responder) {
   std::shared_ptr<const Model> m = model();
   if (m == nullptr || !initialized()) {
-    return responder.Respond(absl::FailedPreconditionError(
-        "not initialized yet: the chief (worker 0) initializes the variables"));
+    return responder.Respond(absl::FailedPreconditionError(kNotInitializedMessage));
   }
   wire::PushRequest header;
   if (absl::Status s = request.ParseHeader(&header); !s.ok()) return responder.Respond(s);

@@ -113,14 +113,17 @@ void PsServer::Impl::HandleInitialize(const rpc::IncomingMessage& request, rpc::
         absl::StrCat("sync mode needs 1 <= replicas_to_aggregate (", model->config.replicas_to_aggregate,
                      ") <= total_num_replicas (", model->config.total_num_replicas, ")")));
   }
-  if (request.num_tensors() != init.shards_size()) {
+  // With slots (a restore), each shard's value is followed by its optimizer slots.
+  const int per_shard = init.with_slots() ? 1 + static_cast<int>(model->optimizer->slot_names().size()) : 1;
+  if (request.num_tensors() != init.shards_size() * per_shard) {
     return responder.Respond(absl::InvalidArgumentError(
-        absl::StrCat("Initialize lists ", init.shards_size(), " shards but carries ",
+        absl::StrCat("Initialize lists ", init.shards_size(), " shards (", per_shard, " tensors each) but carries ",
                      request.num_tensors(), " tensors")));
   }
   for (int i = 0; i < init.shards_size(); ++i) {
     const wire::ShardInfo& info = init.shards(i);
-    const wire::TensorMeta& meta = request.meta(i);
+    const int first = i * per_shard;
+    const wire::TensorMeta& meta = request.meta(first);
     const Shape shape(info.shape().begin(), info.shape().end());
     const Shape got(meta.shape().begin(), meta.shape().end());
     if (meta.name() != info.name() || meta.sparse() || got != shape) {
@@ -132,10 +135,22 @@ void PsServer::Impl::HandleInitialize(const rpc::IncomingMessage& request, rpc::
       return responder.Respond(
           absl::InvalidArgumentError(absl::StrCat("Initialize: shard '", info.name(), "' listed twice")));
     }
-    FloatBuffer values(static_cast<size_t>(request.num_floats(i)));
-    request.CopyTo(i, values.data());
-    auto shard = std::make_shared<Shard>(info.name(), shape, std::move(values),
-                                         model->optimizer->NewState(NumElements(shape)));
+    FloatBuffer values(static_cast<size_t>(request.num_floats(first)));
+    request.CopyTo(first, values.data());
+    optim::SlotState state = model->optimizer->NewState(NumElements(shape));
+    if (init.with_slots()) {
+      for (int j = 1; j < per_shard; ++j) {
+        const wire::TensorMeta& slot = request.meta(first + j);
+        if (Shape(slot.shape().begin(), slot.shape().end()) != shape || slot.sparse()) {
+          return responder.Respond(absl::InvalidArgumentError(absl::StrCat(
+              "Initialize: slot '", model->optimizer->slot_names()[j - 1], "' of shard '", info.name(),
+              "' does not have the shard's shape ", ShapeToString(shape))));
+        }
+        request.CopyTo(first + j, state.slots[j - 1].data());
+      }
+      state.updates = info.updates();
+    }
+    auto shard = std::make_shared<Shard>(info.name(), shape, std::move(values), std::move(state));
     model->by_name[info.name()] = shard;
     model->shards.push_back(std::move(shard));
     model->shard_infos.push_back(info);
@@ -199,8 +214,7 @@ void PsServer::Impl::HandleWaitInitialized(rpc::Responder responder) {
 void PsServer::Impl::HandlePull(const rpc::IncomingMessage& request, rpc::Responder responder) {
   std::shared_ptr<const Model> m = model();
   if (m == nullptr || !initialized()) {
-    return responder.Respond(absl::FailedPreconditionError(
-        "not initialized yet: the chief (worker 0) initializes the variables"));
+    return responder.Respond(absl::FailedPreconditionError(kNotInitializedMessage));
   }
   wire::PullRequest pull;
   if (absl::Status s = request.ParseHeader(&pull); !s.ok()) return responder.Respond(s);
@@ -213,23 +227,32 @@ void PsServer::Impl::HandlePull(const rpc::IncomingMessage& request, rpc::Respon
       return responder.Respond(absl::NotFoundError(absl::StrCat("no shard '", name, "' on this ps task")));
     }
     const Shard& shard = *it->second;
-    std::shared_ptr<const FloatBuffer> snapshot = shard.Snapshot();
-    rpc::OutgoingTensor t;
-    t.meta.set_name(name);
-    for (int64_t d : shard.shape()) t.meta.add_shape(d);
-    t.data = snapshot->data();
-    t.num_floats = static_cast<int64_t>(snapshot->size());
-    t.owner = std::move(snapshot);
-    response.tensors.push_back(std::move(t));
+    auto add = [&](std::shared_ptr<const FloatBuffer> buffer) {
+      rpc::OutgoingTensor t;
+      t.meta.set_name(name);
+      for (int64_t d : shard.shape()) t.meta.add_shape(d);
+      t.data = buffer->data();
+      t.num_floats = static_cast<int64_t>(buffer->size());
+      t.owner = std::move(buffer);
+      response.tensors.push_back(std::move(t));
+    };
+    if (!pull.with_slots()) {
+      add(shard.Snapshot());
+      continue;
+    }
+    optim::SlotState state;
+    add(shard.SnapshotWithState(&state));
+    for (FloatBuffer& slot : state.slots) add(std::make_shared<const FloatBuffer>(std::move(slot)));
+    header.add_updates(state.updates);
   }
+  if (pull.with_slots()) response.header = header.SerializeAsString();
   responder.Respond(std::move(response));
 }
 
 void PsServer::Impl::HandlePullRows(const rpc::IncomingMessage& request, rpc::Responder responder) {
   std::shared_ptr<const Model> m = model();
   if (m == nullptr || !initialized()) {
-    return responder.Respond(absl::FailedPreconditionError(
-        "not initialized yet: the chief (worker 0) initializes the variables"));
+    return responder.Respond(absl::FailedPreconditionError(kNotInitializedMessage));
   }
   wire::PullRowsRequest pull;
   if (absl::Status s = request.ParseHeader(&pull); !s.ok()) return responder.Respond(s);

@@ -116,6 +116,12 @@ std::shared_ptr<const FloatBuffer> Shard::Snapshot() const {
   return values_;
 }
 
+std::shared_ptr<const FloatBuffer> Shard::SnapshotWithState(optim::SlotState* state) const {
+  absl::MutexLock lock(&mu_);
+  *state = state_;  // copied: slots change in place, unlike the copy-on-write values
+  return values_;
+}
+
 FloatBuffer Shard::GatherRows(const std::vector<int64_t>& rows) const {
   FloatBuffer out(rows.size() * static_cast<size_t>(row_size_));
   absl::MutexLock lock(&mu_);

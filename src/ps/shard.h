@@ -52,6 +52,9 @@ class Shard {
 
   // The current values, shared (not copied) for sending.
   std::shared_ptr<const FloatBuffer> Snapshot() const;
+  // The current values (shared) and a copy of the optimizer state, consistent with each other
+  // (checkpoints).
+  std::shared_ptr<const FloatBuffer> SnapshotWithState(optim::SlotState* state) const;
   // Copies of the given rows (validated by the caller), [rows.size(), row_size].
   FloatBuffer GatherRows(const std::vector<int64_t>& rows) const;
 

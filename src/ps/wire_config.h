@@ -7,6 +7,11 @@
 
 namespace psflow::ps {
 
+// What a ps task without variables answers data calls with (FailedPrecondition); the client
+// recognizes it to tell a restarted ps task (it lost its variables) from other errors.
+inline constexpr char kNotInitializedMessage[] =
+    "not initialized yet: the chief (worker 0) initializes the variables";
+
 wire::TrainingConfig ToWire(const TrainingConfig& config);
 TrainingConfig FromWire(const wire::TrainingConfig& config);
 

@@ -9,6 +9,15 @@
 // or untouched (pull destinations), until `done` runs, and the client must outlive its pending
 // calls. Blocking calls from inside a `done` are a programmer error (CHECKed: they would deadlock).
 // Errors name the ps task and its address.
+//
+// Failures: a data call (Pull, PullRows, Push, PushAndPull, PullState) to a ps task that is
+// unreachable (Unavailable, e.g. killed) is retried with exponential back-off (50 ms doubling to
+// 2 s) for up to ps_unavailable_timeout_secs, logging once per outage; only the calls to the
+// unreachable task are repeated (the answers of the others are kept, so a push is applied once on
+// every ps task that got it). Past that bound: Unavailable naming the task and its address. A ps
+// task that answers but lost its variables (restarted) fails the call with FailedPrecondition
+// "ps task 1 (127.0.0.1:2223) is not initialized (restarted?)" (IsPsRestarted, RestartedPsTask);
+// the chief then restores it from the last checkpoint with InitializePs.
 #ifndef PSFLOW_PS_PS_CLIENT_H_
 #define PSFLOW_PS_PS_CLIENT_H_
 
@@ -37,6 +46,11 @@ struct Gradient {
   const RowSparse* sparse = nullptr;
 };
 
+// True for the status of a call that reached a ps task which lost its variables (restarted).
+bool IsPsRestarted(const absl::Status& status);
+// That ps task's index, or -1 when the status is not IsPsRestarted.
+int RestartedPsTask(const absl::Status& status);
+
 struct PushResult {
   int64_t global_step = 0;  // after this push (async) or after the step it joined (sync)
   bool stale = false;       // sync: dropped because it was older than the step (or a late backup)
@@ -51,6 +65,10 @@ class PsClient {
     SecurityOptions security;
     double rpc_timeout_secs = 30;      // per data/control call (sync pushes get sync_timeout_secs more)
     double connect_timeout_secs = 120;
+    // How long a data call keeps retrying an unreachable ps task before failing.
+    double ps_unavailable_timeout_secs = 120;
+    // Where the client reports waiting for an unreachable ps task. Default: stderr.
+    std::function<void(const std::string&)> log;
   };
 
   // InvalidArgument when the plan and the cluster disagree (number of ps tasks).
@@ -66,6 +84,16 @@ class PsClient {
   // waiting workers at once. Every variable of the plan must be given, with its shape.
   absl::Status Initialize(const std::vector<std::pair<std::string, const Tensor*>>& variables,
                           const TrainingConfig& config);
+  // Chief, restoring a checkpoint: as above, with the snapshot's values, optimizer slots (in
+  // Optimizer::slot_names() order of config.optimizer) and update counts, split per this client's
+  // plan whatever the plan was when the snapshot was taken; the global step starts at
+  // state.global_step (overriding config.initial_global_step). InvalidArgument naming the first
+  // variable missing, unknown, of the wrong shape or with the wrong number of slots.
+  absl::Status Initialize(const ModelSnapshot& state, const TrainingConfig& config);
+  // The same for ps task `ps_task` alone (a restarted one): its shards only, then it is marked
+  // initialized. The other tasks are untouched.
+  absl::Status InitializePs(int ps_task, const ModelSnapshot& state, const TrainingConfig& config);
+
   // Non-chief: returns as soon as every ps is initialized (the ps holds the call open and answers
   // it when the chief marks it initialized; no polling), or DeadlineExceeded "waited 300 s for the
   // chief (worker 0) to initialize the variables on ps task 1 (127.0.0.1:2223)". Then checks the
@@ -101,6 +129,12 @@ class PsClient {
   void PushAndPullAsync(const std::vector<Gradient>& grads, int64_t step_tag,
                         const std::vector<std::pair<std::string, Tensor*>>& out,
                         std::function<void(absl::StatusOr<PushResult>)> done);
+
+  // The whole model for a checkpoint: every variable of the plan (in plan order) assembled from
+  // its shards, with its optimizer slots and update count (the max over its shards), and the
+  // global step. Each shard's value and slots are read together; different shards (and ps tasks)
+  // are read at slightly different moments when pushes are running.
+  absl::StatusOr<ModelSnapshot> PullState();
 
   absl::Status Goodbye();   // this worker stops
   absl::Status Shutdown();  // chief: training finished; every ps task's Wait() returns

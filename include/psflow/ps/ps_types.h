@@ -1,12 +1,15 @@
 // psflow/ps/ps_types.h — plain values shared by the parameter server (ps_server.h) and the
 // workers' client (ps_client.h): security settings, the training configuration the chief sends to
-// every ps task, and per-task statistics. Plain structs; no synchronization.
+// every ps task, per-task statistics, and the model's full state for checkpoints. Plain structs;
+// no synchronization.
 #ifndef PSFLOW_PS_PS_TYPES_H_
 #define PSFLOW_PS_PS_TYPES_H_
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "psflow/core/tensor.h"
 #include "psflow/optim/optimizer.h"
 #include "psflow/rpc/transport.h"
 
@@ -27,6 +30,23 @@ struct TrainingConfig {
   // worker), logs which workers were missing and drops them from the quorum until they push again.
   double sync_timeout_secs = 30;
   int64_t initial_global_step = 0;  // where the global step starts (restored from a checkpoint)
+};
+
+// One variable's whole state, independent of how it is partitioned: its full value, each optimizer
+// slot (full shape, in Optimizer::slot_names() order) and the optimizer updates applied to it (the
+// max over its shards; Adam's t is updates + 1 at the next update).
+struct VariableSnapshot {
+  std::string name;
+  Tensor value;
+  std::vector<Tensor> slots;
+  int64_t updates = 0;
+};
+
+// What a checkpoint holds of the ps side: the global step and every variable of the plan (in the
+// plan's order). Restorable onto any number of ps tasks and any partitioning.
+struct ModelSnapshot {
+  int64_t global_step = 0;
+  std::vector<VariableSnapshot> variables;
 };
 
 struct PsTaskStats {
