@@ -1,6 +1,7 @@
-// A worker task: pull parameters from every ps, compute gradients on this worker's shard of the
-// data, push them to every ps; repeat until the global step reaches --train_steps. Worker 0, the
-// chief, also initializes the ps tasks, evaluates the result and ends the job.
+// A worker task: push this worker's gradients to every ps and get the updated variables back,
+// compute the next gradients on this worker's shard of the data, and repeat until the global step
+// reaches --train_steps. Worker 0, the chief, also brings the ps tasks up (Chief), checkpoints,
+// evaluates the result and ends the job.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -8,8 +9,8 @@
 #include "psflow/data/batcher.h"
 #include "psflow/train/replicas.h"
 #include "psflow/train/train.h"
+#include "train/chief.h"
 #include "train/cluster_setup.h"
-#include "train/checkpointing.h"
 #include "train/progress.h"
 #include "train/telemetry.h"
 
@@ -34,8 +35,7 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   if (!setup.ok()) return setup.status();
   const dist::ClusterSpec& cluster = setup->cluster;
   const int index = setup->task.index;
-  const bool chief = index == 0;
-  const std::string prefix = "";
+  const bool is_chief = index == 0;
   SetIntraOpThreads(options.intra_op_threads);
 
   auto data = LoadTrainingData(options);
@@ -46,6 +46,8 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   if (!plan.ok()) return plan.status();
   auto config = TrainingConfigFor(options, cluster.num_workers());
   if (!config.ok()) return config.status();
+  auto optimizer = optim::MakeOptimizer(config->optimizer);
+  if (!optimizer.ok()) return optimizer.status();
 
   ps::PsClient::Options client_options;
   client_options.cluster = cluster;
@@ -59,12 +61,10 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   if (auto s = client.Connect(); !s.ok()) return s;
 
   const auto& params = (*replicas)->parameters();
-  if (chief || options.log_device_placement) log("variable placement:\n" + plan->Format());
-  if (chief) {
-    std::vector<std::pair<std::string, const Tensor*>> initial;
-    for (const Var& p : params) initial.emplace_back(p->name, &p->value);
-    if (auto s = client.Initialize(initial, *config); !s.ok()) return s;
-    log(absl::StrCat("chief: initialized ", params.size(), " variables on ", cluster.num_ps(), " ps tasks"));
+  Chief chief(options, client, params, *config, **optimizer, log);
+  if (is_chief || options.log_device_placement) log("variable placement:\n" + plan->Format());
+  if (is_chief) {
+    if (auto s = chief.InitializeCluster(); !s.ok()) return s;
   } else {
     log("waiting for the chief (worker 0) to initialize the variables");
     if (auto s = client.WaitForInitialization(options.init_timeout_secs); !s.ok()) return s;
@@ -72,60 +72,79 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
 
   std::vector<std::pair<std::string, Tensor*>> pull_into;
   for (const Var& p : params) pull_into.emplace_back(p->name, &p->value);
+  // A ps task that restarted empty: the chief restores it, the others wait until it has.
+  auto recover = [&](const absl::Status& status) -> absl::Status {
+    if (!ps::IsPsRestarted(status)) return status;
+    if (is_chief) return chief.RestorePs(ps::RestartedPsTask(status));
+    log(absl::StrCat(status.message(), "; waiting for the chief to restore it"));
+    return client.WaitForInitialization(options.init_timeout_secs);
+  };
 
   const data::Dataset& train = data->train;
-  const int num_workers = cluster.num_workers();
-  data::BatchSampler sampler(train.num_examples, options.batch_size, index, num_workers, options.seed);
+  data::BatchSampler sampler(train.num_examples, options.batch_size, index, cluster.num_workers(), options.seed);
   std::vector<int64_t> indices;
   std::vector<float> images(options.batch_size * train.example_size);
   std::vector<int32_t> labels(options.batch_size);
-  const int64_t examples_per_global_step =
-      options.batch_size * (config->sync ? config->replicas_to_aggregate : 1);
-  auto telemetry = Telemetry::Create(options, /*write_events=*/chief, "", log);
+  const int64_t examples_per_global_step = options.batch_size * (config->sync ? config->replicas_to_aggregate : 1);
+  auto telemetry = Telemetry::Create(options, /*write_events=*/is_chief, "", log);
   if (!telemetry.ok()) return telemetry.status();
-  const optim::OptimizerConfig opt_config = OptimizerConfigFrom(options);
   ProgressLog progress(log, "", options.train_steps, options.batch_size);
 
-  auto step = client.Pull(pull_into);
-  if (!step.ok()) return step.status();
-  int64_t global_step = *step;
+  int64_t global_step = 0;
+  bool finished = false;
+  for (bool pulled = false; !pulled;) {
+    auto step = client.Pull(pull_into);
+    if (absl::IsOutOfRange(step.status())) finished = pulled = true;
+    else if (step.ok()) global_step = *step, pulled = true;
+    else if (auto s = recover(step.status()); !s.ok()) return s;
+  }
   const int64_t start_step = global_step;
   int64_t stale = 0;
-  for (int64_t local_step = 0; global_step < options.train_steps; ++local_step) {
+  for (int64_t local_step = 0; !finished && global_step < options.train_steps; ++local_step) {
     // Sync: worker i takes slice i of global batch `global_step` (the data order contract).
     // Async: each worker walks its own slices of consecutive global batches.
     sampler.BatchAt(config->sync ? global_step : local_step, &indices);
     data::Gather(train, indices, images.data(), labels.data());
-    StepStats stats = (*replicas)->ComputeGradients(
-        images.data(), labels.data(), options.batch_size, Rng::Mix(options.seed, (uint64_t(index) << 40) + local_step));
+    StepStats stats = (*replicas)->ComputeGradients(images.data(), labels.data(), options.batch_size,
+                                                    Rng::Mix(options.seed, (uint64_t(index) << 40) + local_step));
     // One call per ps: the gradients go in, the variables as they stand after the update come back.
     auto pushed = client.PushAndPull(GradientsOf(params), global_step, pull_into);
     if (absl::IsOutOfRange(pushed.status())) break;  // training finished elsewhere
-    if (!pushed.ok()) return pushed.status();
+    if (!pushed.ok()) {
+      if (auto s = recover(pushed.status()); !s.ok()) return s;
+      auto step = client.Pull(pull_into);  // continue from the restored state
+      if (!step.ok()) return step.status();
+      global_step = *step;
+      continue;
+    }
     stale += pushed->stale;
     global_step = pushed->global_step;
     progress.Step(global_step, stats.loss, stats.accuracy, options.log_every);
     (*telemetry)->OnStep(global_step, stats.loss, stats.accuracy,
-                         optim::DecayedLearningRate(opt_config, global_step), examples_per_global_step);
+                         optim::DecayedLearningRate(config->optimizer, global_step), examples_per_global_step);
+    if (is_chief) {
+      if (auto s = chief.MaybeCheckpoint(global_step); !s.ok()) log(absl::StrCat("checkpoint failed: ", s.message()));
+    }
   }
   const double train_seconds = progress.ElapsedSeconds();
 
   RunSummary summary;
   summary.model = options.model;
   summary.mode = config->sync ? "sync" : "async";
-  summary.workers = num_workers;
+  summary.workers = cluster.num_workers();
   summary.ps = cluster.num_ps();
   summary.stale_gradients_dropped = stale;
-  if (!chief) {
+  summary.global_step = global_step;
+  if (!is_chief) {
     log(absl::StrCat("worker ", index, ": done after ", progress.local_steps(), " local steps"));
-    summary.global_step = global_step;
     (void)client.Goodbye();
     return summary;
   }
 
-  // The chief evaluates the final parameters and ends the job.
-  step = client.Pull(pull_into);
+  // The chief checkpoints and evaluates the final parameters, then ends the job.
+  auto step = client.Pull(pull_into);
   if (!step.ok()) return step.status();
+  if (auto s = chief.SaveCheckpoint(); !s.ok()) return s;
   summary.global_step = *step;
   summary.train_seconds = train_seconds;
   summary.examples_per_sec = (*step - start_step) * examples_per_global_step / std::max(train_seconds, 1e-9);
@@ -136,8 +155,7 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   summary.test_accuracy = test.accuracy;
   summary.test_cross_entropy = test.cross_entropy;
   (*telemetry)->OnFinal(summary.global_step, validation.accuracy, test.accuracy);
-  auto stats = client.Stats();
-  if (stats.ok()) {
+  if (auto stats = client.Stats(); stats.ok()) {
     for (const ps::PsTaskStats& s : *stats) {
       summary.ps_traffic.push_back({s.task, s.bytes_in, s.bytes_out, s.num_params});
       // Every ps drops the same stale push; count it once, where the global step lives.
@@ -145,13 +163,6 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
     }
   }
   if (auto s = client.Shutdown(); !s.ok()) return s;
-  if (!options.checkpoint_dir.empty()) {
-    TrainingState state{summary.global_step, options.model, options.optimizer, {}};
-    for (const Var& p : params) state.variables.emplace(p->name, VariableState{p->value, {}, 0});
-    auto path = SaveTrainingState(options.checkpoint_dir, state, {});
-    if (!path.ok()) return path.status();
-    log("saved checkpoint " + *path);
-  }
   return summary;
 }
 

@@ -1,0 +1,82 @@
+#include "train/chief.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace psflow::train {
+namespace {
+
+ps::ModelSnapshot ToSnapshot(TrainingState state, const std::vector<Var>& params) {
+  ps::ModelSnapshot snapshot;
+  snapshot.global_step = state.global_step;
+  for (const Var& p : params) {  // the plan's order
+    VariableState& v = state.variables.at(p->name);
+    snapshot.variables.push_back({p->name, std::move(v.value), std::move(v.slots), v.updates});
+  }
+  return snapshot;
+}
+
+}  // namespace
+
+absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState() {
+  if (!options_.checkpoint_dir.empty()) {
+    auto restored = LoadTrainingState(options_.checkpoint_dir, options_.model, params_, optimizer_, log_);
+    if (!restored.ok()) return restored.status();
+    if (restored->has_value()) return ToSnapshot(std::move(**restored), params_);
+  }
+  // Fresh values: the model's initializers, with the optimizer's initial slots.
+  TrainingState fresh{0, options_.model, optimizer_.name(), {}};
+  for (const Var& p : params_) {
+    optim::SlotState slots = optimizer_.NewState(p->value.size());
+    VariableState v{p->value, {}, 0};
+    for (const FloatBuffer& s : slots.slots) v.slots.emplace_back(p->value.shape(), std::vector<float>(s.begin(), s.end()));
+    fresh.variables.emplace(p->name, std::move(v));
+  }
+  return ToSnapshot(std::move(fresh), params_);
+}
+
+absl::Status Chief::InitializeCluster() {
+  auto running = client_.IsInitialized();
+  if (!running.ok()) return running.status();
+  if (*running) {
+    // A restarted chief: the ps tasks kept the job's state; take up the duties where they are.
+    log_("chief: the ps tasks are already initialized (chief restart); resuming the running job");
+    return absl::OkStatus();
+  }
+  auto state = RestorableState();
+  if (!state.ok()) return state.status();
+  config_.initial_global_step = state->global_step;
+  schedule_ = CheckpointSchedule(options_.save_checkpoint_steps, options_.save_checkpoint_secs, state->global_step);
+  if (auto s = client_.Initialize(*state, config_); !s.ok()) return s;
+  log_(absl::StrCat("chief: initialized ", params_.size(), " variables at global step ", state->global_step));
+  return absl::OkStatus();
+}
+
+absl::Status Chief::MaybeCheckpoint(int64_t global_step) {
+  if (options_.checkpoint_dir.empty() || !schedule_.Due(global_step)) return absl::OkStatus();
+  return SaveCheckpoint();
+}
+
+absl::Status Chief::SaveCheckpoint() {
+  if (options_.checkpoint_dir.empty()) return absl::OkStatus();
+  auto snapshot = client_.PullState();
+  if (!snapshot.ok()) return snapshot.status();
+  TrainingState state{snapshot->global_step, options_.model, optimizer_.name(), {}};
+  for (ps::VariableSnapshot& v : snapshot->variables) {
+    state.variables.emplace(v.name, VariableState{std::move(v.value), std::move(v.slots), v.updates});
+  }
+  auto path = SaveTrainingState(options_.checkpoint_dir, state, optimizer_.slot_names());
+  if (!path.ok()) return path.status();
+  schedule_.Saved(state.global_step);
+  log_("saved checkpoint " + *path);
+  return absl::OkStatus();
+}
+
+absl::Status Chief::RestorePs(int task) {
+  auto state = RestorableState();
+  if (!state.ok()) return state.status();
+  log_(absl::StrCat("chief: ps task ", task, " restarted without its variables; restoring it at global step ",
+                    state->global_step));
+  return client_.InitializePs(task, *state, config_);
+}
+
+}  // namespace psflow::train

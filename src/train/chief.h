@@ -1,0 +1,48 @@
+// The chief's duties beyond training (worker 0): bring the ps tasks up — resume a job that is
+// already running, restore the newest checkpoint, or initialize fresh values — save checkpoints
+// of the whole training state on schedule and at the end, and restore a ps task that restarted
+// without its variables. Used by the chief's training thread only.
+#ifndef PSFLOW_TRAIN_CHIEF_H_
+#define PSFLOW_TRAIN_CHIEF_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "psflow/optim/optimizer.h"
+#include "psflow/ps/ps_client.h"
+#include "psflow/train/train.h"
+#include "train/checkpointing.h"
+
+namespace psflow::train {
+
+class Chief {
+ public:
+  // All borrowed; they outlive the Chief.
+  Chief(const TrainOptions& options, ps::PsClient& client, const std::vector<Var>& params,
+        const ps::TrainingConfig& config, const optim::Optimizer& optimizer, const LogSink& log)
+      : options_(options), client_(client), params_(params), config_(config), optimizer_(optimizer), log_(log),
+        schedule_(options.save_checkpoint_steps, options.save_checkpoint_secs, 0) {}
+
+  absl::Status InitializeCluster();
+  // Saves a checkpoint when the schedule says so (no-op without --checkpoint_dir).
+  absl::Status MaybeCheckpoint(int64_t global_step);
+  absl::Status SaveCheckpoint();
+  // Restores ps task `task` (restarted, empty) from the newest checkpoint, or fresh values.
+  absl::Status RestorePs(int task);
+
+ private:
+  // The newest checkpoint as a snapshot for the ps tasks, or fresh initial values at step 0.
+  absl::StatusOr<ps::ModelSnapshot> RestorableState();
+
+  const TrainOptions& options_;
+  ps::PsClient& client_;
+  const std::vector<Var>& params_;
+  ps::TrainingConfig config_;
+  const optim::Optimizer& optimizer_;
+  const LogSink& log_;
+  CheckpointSchedule schedule_;
+};
+
+}  // namespace psflow::train
+
+#endif  // PSFLOW_TRAIN_CHIEF_H_
