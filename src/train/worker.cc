@@ -3,6 +3,8 @@
 // reaches --train_steps. Worker 0, the chief, also brings the ps tasks up (Chief), checkpoints,
 // evaluates the result and ends the job.
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "psflow/core/threading.h"
@@ -26,6 +28,20 @@ std::vector<ps::Gradient> GradientsOf(const std::vector<Var>& params) {
     if (g.dense || g.sparse) grads.push_back(g);
   }
   return grads;
+}
+
+// Waits for the chief to initialize every ps, in short slices so that a ps killed and restarted
+// meanwhile (its held call broken) is asked again, until `timeout_secs` in all.
+absl::Status WaitForChief(ps::PsClient& client, double timeout_secs) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_secs);
+  absl::Status s;
+  do {
+    const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    s = client.WaitForInitialization(std::clamp(left, 0.1, 5.0));
+    if (s.ok() || !(absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s))) return s;
+    if (absl::IsUnavailable(s)) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  } while (std::chrono::steady_clock::now() < deadline);
+  return absl::DeadlineExceededError(absl::StrCat("gave up after ", timeout_secs, " s: ", s.message()));
 }
 
 }  // namespace
@@ -67,7 +83,7 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
     if (auto s = chief.InitializeCluster(); !s.ok()) return s;
   } else {
     log("waiting for the chief (worker 0) to initialize the variables");
-    if (auto s = client.WaitForInitialization(options.init_timeout_secs); !s.ok()) return s;
+    if (auto s = WaitForChief(client, options.init_timeout_secs); !s.ok()) return s;
   }
 
   std::vector<std::pair<std::string, Tensor*>> pull_into;
@@ -77,7 +93,7 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
     if (!ps::IsPsRestarted(status)) return status;
     if (is_chief) return chief.RestorePs(ps::RestartedPsTask(status));
     log(absl::StrCat(status.message(), "; waiting for the chief to restore it"));
-    return client.WaitForInitialization(options.init_timeout_secs);
+    return WaitForChief(client, options.init_timeout_secs);
   };
 
   const data::Dataset& train = data->train;
