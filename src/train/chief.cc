@@ -1,5 +1,8 @@
 #include "train/chief.h"
 
+#include <chrono>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 
 namespace psflow::train {
@@ -35,6 +38,19 @@ absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState() {
 }
 
 absl::Status Chief::InitializeCluster() {
+  // A ps task that dies while it is being initialized is waited for (bounded), then initialized again.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.init_timeout_secs);
+  absl::Status s;
+  do {
+    s = TryInitializeCluster();
+    if (s.ok() || !absl::IsUnavailable(s)) return s;
+    log_(absl::StrCat("chief: ", s.message(), "; retrying"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  } while (std::chrono::steady_clock::now() < deadline);
+  return s;
+}
+
+absl::Status Chief::TryInitializeCluster() {
   auto running = client_.IsInitialized();
   if (!running.ok()) return running.status();
   if (*running) {

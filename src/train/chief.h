@@ -31,6 +31,7 @@ class Chief {
   absl::Status RestorePs(int task);
 
  private:
+  absl::Status TryInitializeCluster();
   // The newest checkpoint as a snapshot for the ps tasks, or fresh initial values at step 0.
   absl::StatusOr<ps::ModelSnapshot> RestorableState();
 
