@@ -341,6 +341,10 @@ PsTaskStats PsServer::Impl::Stats() const {
   stats.global_step = step_.load();
   stats.stale_gradients_dropped = stale_dropped_.load();
   stats.pushes_refused = pushes_refused_.load();
+  {
+    absl::MutexLock lock(&mu_);
+    stats.connected_workers = static_cast<int64_t>(connected_.size());
+  }
   return stats;
 }
 

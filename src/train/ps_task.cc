@@ -35,7 +35,7 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log)
     while (!cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; })) {
       const ps::PsTaskStats s = (*server)->Stats();
       (*telemetry)->OnPsStats(s.task, s.global_step, s.bytes_in, s.bytes_out, s.stale_gradients_dropped,
-                              s.pushes_refused);
+                              s.pushes_refused, s.connected_workers);
     }
   });
   absl::Status status = (*server)->Wait();
@@ -47,7 +47,7 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log)
   sampler.join();
   const ps::PsTaskStats stats = (*server)->Stats();
   (*telemetry)->OnPsStats(stats.task, stats.global_step, stats.bytes_in, stats.bytes_out,
-                          stats.stale_gradients_dropped, stats.pushes_refused);
+                          stats.stale_gradients_dropped, stats.pushes_refused, stats.connected_workers);
   log(absl::StrCat("ps task ", setup->task.index, " done at global step ", stats.global_step, ": ",
                    stats.num_params, " params, ", stats.bytes_in, " bytes in, ", stats.bytes_out, " bytes out"));
   return status;

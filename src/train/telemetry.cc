@@ -75,7 +75,8 @@ void Telemetry::OnFinal(int64_t global_step, double validation_accuracy, double 
 }
 
 void Telemetry::OnPsStats(int task, int64_t global_step, int64_t bytes_in, int64_t bytes_out, int64_t stale,
-                          int64_t refused) {
+                          int64_t refused, int64_t connected_workers) {
+  registry_.SetGauge(metrics::kConnectedWorkers, {}, double(connected_workers));
   const metrics::MetricsRegistry::Labels ps = {{"ps", absl::StrCat(task)}};
   registry_.SetCounter(metrics::kPsBytesIn, ps, double(bytes_in));
   registry_.SetCounter(metrics::kPsBytesOut, ps, double(bytes_out));

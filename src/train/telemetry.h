@@ -31,7 +31,8 @@ class Telemetry {
   // Final accuracies (chief / single process).
   void OnFinal(int64_t global_step, double validation_accuracy, double test_accuracy);
   // A ps task's counters: traffic rates as TensorBoard curves, totals as Prometheus counters.
-  void OnPsStats(int task, int64_t global_step, int64_t bytes_in, int64_t bytes_out, int64_t stale, int64_t refused);
+  void OnPsStats(int task, int64_t global_step, int64_t bytes_in, int64_t bytes_out, int64_t stale, int64_t refused,
+                 int64_t connected_workers);
 
   metrics::MetricsRegistry& registry() { return registry_; }
 

@@ -57,6 +57,7 @@ struct PsTaskStats {
   int64_t stale_gradients_dropped = 0;  // sync: pushes tagged older than the step, or late backups
   int64_t pushes_refused = 0;           // NaN/Inf, unknown shards, wrong shapes, rows out of range
   int64_t calls_unauthenticated = 0;    // calls refused for a missing or wrong secret
+  int64_t connected_workers = 0;        // clients that said Hello and not yet Goodbye (this task only)
 };
 
 }  // namespace psflow::ps
