@@ -207,7 +207,8 @@ int RunLocalCluster(const LocalClusterOptions& options) {
       }
       continue;
     }
-    if (!stopping && (worst != 0 || g_interrupted)) {
+    // A failing task starts the stop where it is reaped (above); here only our own interruption.
+    if (!stopping && g_interrupted) {
       stopping = true;
       stop_started = std::chrono::steady_clock::now();
       for (Child& c : children) if (!c.done) kill(c.pid, SIGTERM);

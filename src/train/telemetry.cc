@@ -46,11 +46,11 @@ void Telemetry::OnStep(int64_t global_step, double loss, double accuracy, float 
   ++samples_;
   registry_.SetGauge(metrics::kGlobalStep, {}, double(global_step));
   if (last_step_ < 0) {
-    last_step_ = last_summary_step_ = global_step;
+    last_step_ = global_step;
     last_time_ = Clock::now();
     return;
   }
-  if (global_step / summary_every_ == last_summary_step_ / summary_every_) return;
+  if (global_step / summary_every_ == last_step_ / summary_every_) return;
   const auto now = Clock::now();
   const double secs = std::chrono::duration<double>(now - last_time_).count();
   const double steps_per_sec = secs > 0 ? (global_step - last_step_) / secs : 0;
@@ -63,7 +63,7 @@ void Telemetry::OnStep(int64_t global_step, double loss, double accuracy, float 
                global_step);
   loss_sum_ = accuracy_sum_ = 0;
   samples_ = 0;
-  last_step_ = last_summary_step_ = global_step;
+  last_step_ = global_step;
   last_time_ = now;
 }
 

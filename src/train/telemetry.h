@@ -49,7 +49,7 @@ class Telemetry {
   // Rates over the interval since the last summary.
   using Clock = std::chrono::steady_clock;
   Clock::time_point last_time_ = Clock::now();
-  int64_t last_step_ = -1, last_summary_step_ = -1;
+  int64_t last_step_ = -1;  // step of the last summary written (or of the first step seen)
   int64_t last_bytes_in_ = 0, last_bytes_out_ = 0;
   double loss_sum_ = 0, accuracy_sum_ = 0;
   int64_t samples_ = 0;
