@@ -10,7 +10,10 @@
 // queue. Every zero-copy slice of the request holds a ReleaseGuard; the user's `done` runs only
 // when both the response arrived and the guard is gone (gRPC no longer reads the caller's
 // memory). When the guard goes last — inside gRPC's write path — `done` is handed to a small
-// thread of our own rather than run there.
+// thread of our own rather than run there. The gRPC call itself (context and reader) is destroyed
+// as soon as its completion arrives, before waiting for the guard: the call holds its stream, the
+// stream keeps a broken transport alive, and that transport holds the request's slices, so keeping
+// the call until the guard goes would wait forever once a peer is killed mid-call.
 //
 // Server call lifecycle: a ServerCall is requested on one of the server's queues; it keeps itself
 // alive (self_) while gRPC holds any of its tags, and Responders share ownership, so an answer
@@ -108,15 +111,20 @@ class ClientQueue {
 
 struct ClientCall {
   std::shared_ptr<grpc::Channel> channel;  // kept alive while the call runs
-  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientContext> context = std::make_unique<grpc::ClientContext>();
   grpc::ByteBuffer response;
   grpc::Status status;
-  std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc;
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc;  // lives in the context's call arena
   std::shared_ptr<ClientCall> self;  // held while gRPC owns the completion tag
   std::atomic<int> pending{2};       // the response, and the release of the request's memory
   std::function<void(absl::StatusOr<IncomingMessage>)> done;
   std::function<absl::Status(const grpc::Status&)> describe_error;
 
+  // The completion arrived: gRPC no longer needs the call (only, perhaps, the request's slices).
+  void ReleaseGrpcCall() {
+    rpc.reset();  // arena-allocated: must go before the context that owns the arena
+    context.reset();
+  }
   void Complete() {
     if (!status.ok()) {
       done(describe_error(status));
@@ -143,6 +151,7 @@ ClientQueue::ClientQueue() {
       bool ok = false;
       while (cq_.Next(&tag, &ok)) {
         auto* call = static_cast<ClientCall*>(tag);
+        call->ReleaseGrpcCall();
         ClientCall::Arrive(std::move(call->self), /*from_guard=*/false);
       }
     }).detach();
@@ -183,15 +192,15 @@ class GrpcChannel final : public ClientChannel {
     call->channel = channels_[options.pull_direction ? 1 : 0];
     call->describe_error = [peer = peer_name_, method, timeout = options.timeout_secs](
                                const grpc::Status& s) { return DescribeError(peer, method, timeout, s); };
-    call->context.set_deadline(DeadlineAfter(options.timeout_secs));
-    call->context.set_wait_for_ready(options.wait_for_ready);
-    if (!secret_.empty()) call->context.AddMetadata(kTokenMetadataKey, secret_);
+    call->context->set_deadline(DeadlineAfter(options.timeout_secs));
+    call->context->set_wait_for_ready(options.wait_for_ready);
+    if (!secret_.empty()) call->context->AddMetadata(kTokenMetadataKey, secret_);
     grpc::GenericStub& stub = *stubs_[options.pull_direction ? 1 : 0];
     {
       auto guard = std::make_shared<ReleaseGuard>(call);
       const grpc::ByteBuffer buffer = EncodeMessage(std::move(request), guard);
       guard.reset();  // from here on only the request's slices hold the guard
-      call->rpc = stub.PrepareUnaryCall(&call->context, MethodPath(method), buffer, ClientQueue::Get().cq());
+      call->rpc = stub.PrepareUnaryCall(call->context.get(), MethodPath(method), buffer, ClientQueue::Get().cq());
     }  // the call holds its own reference to the request's slices
     call->self = call;
     call->rpc->StartCall();
