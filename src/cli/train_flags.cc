@@ -35,8 +35,14 @@ void AddTrainFlags(CLI::App* app, train::TrainOptions* o) {
   app->add_option("--seed", o->seed, "seed of initialization, data order and dropout");
   app->add_option("--intra_op_threads", o->intra_op_threads, "compute threads per task");
   app->add_option("--log_every", o->log_every, "log a progress line every N local steps");
-  app->add_option("--init_timeout_secs", o->init_timeout_secs, "how long a worker waits for the chief");
+  app->add_option("--init_timeout_secs", o->init_timeout_secs,
+                  "how long a worker waits for the chief, and a ps task to be initialized by it");
   app->add_option("--rpc_timeout_secs", o->rpc_timeout_secs, "deadline of each RPC");
+  app->add_option("--ps_timeout_secs", o->ps_timeout_secs,
+                  "how long a worker waits for an unreachable ps task before exiting non-zero naming it");
+  app->add_option("--worker_timeout_secs", o->worker_timeout_secs,
+                  "a ps task that hears from no worker for this long exits non-zero");
+  app->add_option("--max_message_mb", o->max_message_mb, "largest RPC message a task accepts, in MiB");
   app->add_option("--cluster_secret_file", o->cluster_secret_file, "file holding the cluster's shared secret");
   app->add_option("--tls_cert", o->tls_cert, "PEM certificate of this task");
   app->add_option("--tls_key", o->tls_key, "PEM private key of this task");

@@ -1,5 +1,7 @@
 #include "psflow/train/options.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "psflow/nn/model.h"
 
@@ -31,7 +33,16 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
   if (o->log_every <= 0) return bad("--log_every=", o->log_every, " must be positive");
   if (o->replicas_to_aggregate < 0) return bad("--replicas_to_aggregate must not be negative");
   if (o->total_num_replicas < 0) return bad("--total_num_replicas must not be negative");
-  if (o->sync_timeout_secs <= 0) return bad("--sync_timeout_secs must be positive");
+  if (!(o->sync_timeout_secs > 0)) return bad("--sync_timeout_secs=", o->sync_timeout_secs, " must be positive");
+  for (const auto& [flag, value] : {std::pair<const char*, double>{"--init_timeout_secs", o->init_timeout_secs},
+                                    {"--rpc_timeout_secs", o->rpc_timeout_secs},
+                                    {"--ps_timeout_secs", o->ps_timeout_secs},
+                                    {"--worker_timeout_secs", o->worker_timeout_secs}}) {
+    if (!(value > 0)) return bad(flag, "=", value, " must be a positive number of seconds");
+  }
+  if (o->max_message_mb < 1 || o->max_message_mb > 2047) {
+    return bad("--max_message_mb=", o->max_message_mb, " must be between 1 and 2047 (gRPC's limit is 2 GiB)");
+  }
   auto optimizer = optim::MakeOptimizer(OptimizerConfigFrom(*o));
   if (!optimizer.ok()) return optimizer.status();
   return absl::OkStatus();

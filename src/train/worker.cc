@@ -71,6 +71,8 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   client_options.worker_index = index;
   client_options.security = setup->security;
   client_options.rpc_timeout_secs = options.rpc_timeout_secs;
+  client_options.connect_timeout_secs = options.ps_timeout_secs;
+  client_options.ps_unavailable_timeout_secs = options.ps_timeout_secs;
   auto client_or = ps::PsClient::Create(client_options);
   if (!client_or.ok()) return client_or.status();
   ps::PsClient& client = **client_or;

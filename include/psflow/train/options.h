@@ -57,8 +57,11 @@ struct TrainOptions {
   uint64_t seed = 0;
   int intra_op_threads = 1;
   int64_t log_every = 100;
-  double init_timeout_secs = 300;
+  double init_timeout_secs = 300;     // a worker waits this long for the chief; a ps to be initialized
   double rpc_timeout_secs = 30;
+  double ps_timeout_secs = 120;       // a worker waits this long for an unreachable ps task
+  double worker_timeout_secs = 600;   // a ps task with no call from any worker this long gives up
+  int64_t max_message_mb = 1024;      // largest RPC message a task accepts
 
   // Security.
   std::string cluster_secret_file, tls_cert, tls_key, tls_ca;
