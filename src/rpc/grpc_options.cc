@@ -5,11 +5,14 @@
 
 #include <malloc.h>
 
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
-#include <limits>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "psflow/core/check.h"
 
 namespace psflow::rpc {
 namespace {
@@ -18,14 +21,24 @@ constexpr int kWindowBytes = 64 << 20;
 constexpr int kMaxFrameBytes = (16 << 20) - 1;  // HTTP/2's largest frame size
 
 template <typename Setter>
-void ApplyTuning(Setter&& set) {
-  set(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, -1);
-  set(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, -1);
+void ApplyTuning(int64_t max_message_bytes, Setter&& set) {
+  CHECK(CheckMaxMessageBytes(max_message_bytes).ok()) << max_message_bytes;
+  set(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, static_cast<int>(max_message_bytes));
+  set(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, static_cast<int>(max_message_bytes));
   // BDP probing starts with a small window and grows it slowly; a fixed large window lets a
   // 16 MiB tensor flow without waiting for window updates.
   set(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   set(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindowBytes);
   set(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxFrameBytes);
+}
+
+// "1 MiB", "2.5 MiB", or bytes below one MiB.
+std::string MiB(int64_t bytes) {
+  if (bytes < (1 << 20)) return absl::StrCat(bytes, " bytes");
+  if (bytes % (1 << 20) == 0) return absl::StrCat(bytes >> 20, " MiB");
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return text;
 }
 
 absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* what) {
@@ -51,9 +64,9 @@ void TuneAllocatorForLargeMessages() {
   mallopt(M_TOP_PAD, 64 << 20);
 }
 
-grpc::ChannelArguments TunedChannelArguments(const std::string& connection_tag) {
+grpc::ChannelArguments TunedChannelArguments(const std::string& connection_tag, int64_t max_message_bytes) {
   grpc::ChannelArguments args;
-  ApplyTuning([&args](const char* key, int value) { args.SetInt(key, value); });
+  ApplyTuning(max_message_bytes, [&args](const char* key, int value) { args.SetInt(key, value); });
   // Distinct arguments and a local subchannel pool give each tagged channel its own connection.
   args.SetString("psflow.connection", connection_tag);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
@@ -65,12 +78,38 @@ grpc::ChannelArguments TunedChannelArguments(const std::string& connection_tag) 
   return args;
 }
 
-void TuneServerBuilder(grpc::ServerBuilder* builder) {
-  builder->SetMaxReceiveMessageSize(std::numeric_limits<int>::max());
-  builder->SetMaxSendMessageSize(std::numeric_limits<int>::max());
-  ApplyTuning([builder](const char* key, int value) { builder->AddChannelArgument(key, value); });
+void TuneServerBuilder(grpc::ServerBuilder* builder, int64_t max_message_bytes) {
+  // The builder's own size settings override channel arguments: set them too.
+  builder->SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
+  builder->SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
+  ApplyTuning(max_message_bytes, [builder](const char* key, int value) { builder->AddChannelArgument(key, value); });
   // gRPC sets SO_REUSEPORT by default, which would let a second ps silently share a busy port.
   builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+}
+
+absl::Status CheckMaxMessageBytes(int64_t max_message_bytes) {
+  if (max_message_bytes > 0 && max_message_bytes <= kMaxMessageBytesLimit) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("largest message size ", max_message_bytes,
+                                                 " bytes is out of range: give --max_message_mb between 1 and 2047"));
+}
+
+std::optional<absl::Status> DescribeMessageTooLarge(const grpc::Status& status, const std::string& peer,
+                                                    const std::string& method) {
+  if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) return std::nullopt;
+  const std::string& text = status.error_message();
+  const size_t at = text.find("message larger than max (");
+  if (at == std::string::npos) return std::nullopt;
+  // "(N vs. M)": the message's size and the limit it broke, both in bytes.
+  int64_t size = 0, limit = 0;
+  const std::string numbers = text.substr(at + std::strlen("message larger than max ("));
+  if (std::sscanf(numbers.c_str(), "%" SCNd64 " vs. %" SCNd64, &size, &limit) != 2) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        peer, ": ", method, " refused: a message is over a task's size limit (", text,
+        "); start every task with a larger --max_message_mb"));
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      peer, ": ", method, " refused: a message of ", MiB(size), " is over the ", MiB(limit),
+      " limit (gRPC: ", text, "); start every task with a larger --max_message_mb"));
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(

@@ -3,7 +3,9 @@
 #ifndef PSFLOW_RPC_GRPC_OPTIONS_H_
 #define PSFLOW_RPC_GRPC_OPTIONS_H_
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <grpcpp/security/credentials.h>
@@ -21,12 +23,22 @@ namespace psflow::rpc {
 // Metadata key carrying the cluster secret on every call.
 inline constexpr char kTokenMetadataKey[] = "psflow-token";
 
-// Channel arguments for large tensors: unlimited message sizes, a 64 MiB HTTP/2 window without
-// BDP probing, large frames and reads. `connection_tag` makes channels with different tags use
-// separate TCP connections.
-grpc::ChannelArguments TunedChannelArguments(const std::string& connection_tag);
-// The same tuning for a server.
-void TuneServerBuilder(grpc::ServerBuilder* builder);
+// Channel arguments for large tensors: messages up to `max_message_bytes` each way, a 64 MiB
+// HTTP/2 window without BDP probing, large frames and reads. `connection_tag` makes channels with
+// different tags use separate TCP connections.
+grpc::ChannelArguments TunedChannelArguments(const std::string& connection_tag, int64_t max_message_bytes);
+// The same tuning for a server (which also refuses to share its port: no SO_REUSEPORT).
+void TuneServerBuilder(grpc::ServerBuilder* builder, int64_t max_message_bytes);
+
+// InvalidArgument naming --max_message_mb unless 0 < max_message_bytes <= kMaxMessageBytesLimit.
+absl::Status CheckMaxMessageBytes(int64_t max_message_bytes);
+
+// gRPC's own text for a message over a size limit is "Received message larger than max (N vs. M)"
+// or "Sent message larger than max (N vs. M)", from either end of the call. Rewrites such a
+// RESOURCE_EXHAUSTED status into one naming the peer, the method, the size, the limit and
+// --max_message_mb; nullopt for any other status.
+std::optional<absl::Status> DescribeMessageTooLarge(const grpc::Status& status, const std::string& peer,
+                                                    const std::string& method);
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const SecurityOptions& security);

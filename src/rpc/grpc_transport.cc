@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <optional>
 #include <thread>
 
 #include <grpcpp/create_channel.h>
@@ -175,11 +176,11 @@ class ReleaseGuard {
 class GrpcChannel final : public ClientChannel {
  public:
   GrpcChannel(std::string address, std::string peer_name, std::string secret,
-              std::shared_ptr<grpc::ChannelCredentials> credentials)
+              std::shared_ptr<grpc::ChannelCredentials> credentials, int64_t max_message_bytes)
       : address_(std::move(address)), peer_name_(std::move(peer_name)), secret_(std::move(secret)) {
     for (int d = 0; d < 2; ++d) {
-      auto channel = grpc::CreateCustomChannel(address_, credentials,
-                                               TunedChannelArguments(d == 0 ? "push" : "pull"));
+      auto channel = grpc::CreateCustomChannel(
+          address_, credentials, TunedChannelArguments(d == 0 ? "push" : "pull", max_message_bytes));
       stubs_[d] = std::make_unique<grpc::GenericStub>(channel);
       channels_[d] = std::move(channel);
     }
@@ -213,6 +214,9 @@ class GrpcChannel final : public ClientChannel {
   static absl::Status DescribeError(const std::string& peer, Method method, double timeout_secs,
                                     const grpc::Status& s) {
     const absl::StatusCode code = static_cast<absl::StatusCode>(s.error_code());
+    if (std::optional<absl::Status> too_large = DescribeMessageTooLarge(s, peer, MethodName(method))) {
+      return *std::move(too_large);
+    }
     if (code == absl::StatusCode::kDeadlineExceeded) {
       return absl::DeadlineExceededError(absl::StrCat(peer, ": ", MethodName(method),
                                                       " got no answer within ", timeout_secs, " s (",
@@ -340,7 +344,10 @@ class ServerCall : public std::enable_shared_from_this<ServerCall> {
                                           std::memory_order_relaxed);
     absl::StatusOr<IncomingMessage> message = DecodeMessage(request_);
     request_.Clear();  // the message holds its own references to the slices
-    if (!message.ok()) return FinishWith(ToGrpcStatus(message.status()));
+    if (!message.ok()) {
+      return FinishWith(ToGrpcStatus(absl::Status(
+          message.status().code(), absl::StrCat("refused ", MethodName(method_), ": ", message.status().message()))));
+    }
     // Until the handler answers, only the Responder owns the call.
     std::shared_ptr<ServerCall> self = std::move(self_);
     shared_->handler->Handle(method_, *std::move(message),
@@ -374,7 +381,8 @@ class ServerCall : public std::enable_shared_from_this<ServerCall> {
 
 class GrpcServer final : public Server {
  public:
-  GrpcServer(rpc::Handler* handler, std::string secret) {
+  GrpcServer(rpc::Handler* handler, std::string secret, int64_t max_message_bytes)
+      : max_message_bytes_(max_message_bytes) {
     shared_.service = &service_;
     shared_.handler = handler;
     shared_.secret = std::move(secret);
@@ -384,7 +392,7 @@ class GrpcServer final : public Server {
 
   absl::Status Start(const std::string& address, std::shared_ptr<grpc::ServerCredentials> creds) {
     grpc::ServerBuilder builder;
-    TuneServerBuilder(&builder);
+    TuneServerBuilder(&builder, max_message_bytes_);
     builder.AddListeningPort(address, std::move(creds), &port_);
     builder.RegisterAsyncGenericService(&service_);
     queues_.push_back(builder.AddCompletionQueue());
@@ -446,6 +454,7 @@ class GrpcServer final : public Server {
   }
 
  private:
+  const int64_t max_message_bytes_;
   grpc::AsyncGenericService service_;
   ServerContextShared shared_;
   int port_ = 0;
@@ -462,18 +471,20 @@ bool OnTransportThread() { return t_transport_thread; }
 absl::StatusOr<std::unique_ptr<ClientChannel>> MakeGrpcChannel(const std::string& address,
                                                                const std::string& peer_name,
                                                                const SecurityOptions& security) {
+  if (absl::Status s = CheckMaxMessageBytes(security.max_message_bytes); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = MakeChannelCredentials(security);
   if (!creds.ok()) return creds.status();
   return std::unique_ptr<ClientChannel>(
-      new GrpcChannel(address, peer_name, security.secret, *std::move(creds)));
+      new GrpcChannel(address, peer_name, security.secret, *std::move(creds), security.max_message_bytes));
 }
 
 absl::StatusOr<std::unique_ptr<Server>> StartGrpcServer(const std::string& address,
                                                         const SecurityOptions& security,
                                                         Handler* handler) {
+  if (absl::Status s = CheckMaxMessageBytes(security.max_message_bytes); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = MakeServerCredentials(security);
   if (!creds.ok()) return creds.status();
-  auto server = std::make_unique<GrpcServer>(handler, security.secret);
+  auto server = std::make_unique<GrpcServer>(handler, security.secret, security.max_message_bytes);
   absl::Status started = server->Start(address, *std::move(creds));
   if (!started.ok()) return started;
   return std::unique_ptr<Server>(std::move(server));

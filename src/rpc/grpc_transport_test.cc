@@ -133,6 +133,87 @@ TEST(GrpcTransportTest, HeldCallsAnswerLaterAndDeadlinesNameThePeer) {
   EXPECT_TRUE(result.ok()) << result.status();
 }
 
+// A Push carrying one tensor of `n` floats.
+OutgoingMessage PushOf(const std::vector<float>& data, const std::string& dtype = "") {
+  OutgoingMessage request = OutgoingMessage::Of(wire::PushRequest());
+  OutgoingTensor t;
+  t.meta.set_name("w");
+  t.meta.add_shape(static_cast<int64_t>(data.size()));
+  t.meta.set_dtype(dtype);
+  t.data = data.data();
+  t.num_floats = static_cast<int64_t>(data.size());
+  request.tensors.push_back(std::move(t));
+  return request;
+}
+
+TEST(GrpcTransportTest, OversizedMessagesAreRefusedNamingTheLimitAndTheServerKeepsServing) {
+  TestHandler handler;
+  SecurityOptions limited;
+  limited.max_message_bytes = 1 << 20;
+  auto server = StartGrpcServer("127.0.0.1:0", limited, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  const std::string peer = absl::StrCat("ps task 0 (", address, ")");
+  const std::vector<float> big(size_t{1} << 19), small(1000, 1.0f);  // 2 MiB and 4 KB
+
+  // The server's limit refuses a 2 MiB push from a client with the default 1 GiB limit.
+  auto channel = MakeGrpcChannel(address, peer, {});
+  ASSERT_TRUE(channel.ok());
+  auto refused = (*channel)->CallBlocking(Method::kPush, PushOf(big), Options());
+  ASSERT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  const std::string message(refused.status().message());
+  EXPECT_THAT(message, HasSubstr(peer + ": Push refused: a message of 2.0 MiB is over the 1 MiB limit"));
+  EXPECT_THAT(message, HasSubstr("--max_message_mb"));
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+
+  // The server still answers, on the same connection and on a new one.
+  for (int i = 0; i < 2; ++i) {
+    auto c = i == 0 ? std::move(*channel) : *MakeGrpcChannel(address, peer, {});
+    auto ok = c->CallBlocking(Method::kPush, PushOf(small), Options());
+    ASSERT_TRUE(ok.ok()) << ok.status();
+    std::vector<float> doubled(small.size());
+    ok->CopyTo(0, doubled.data());
+    EXPECT_EQ(doubled[999], 2.0f);
+  }
+
+  // A client's own limit refuses before sending: the same message, the client's limit.
+  SecurityOptions client_limit;
+  client_limit.max_message_bytes = 1 << 20;
+  auto limited_channel = MakeGrpcChannel(address, peer, client_limit);
+  ASSERT_TRUE(limited_channel.ok());
+  const int64_t bytes_before = (*server)->counters().bytes_in;
+  auto not_sent = (*limited_channel)->CallBlocking(Method::kPush, PushOf(big), Options());
+  ASSERT_TRUE(absl::IsResourceExhausted(not_sent.status())) << not_sent.status();
+  EXPECT_THAT(std::string(not_sent.status().message()),
+              HasSubstr(peer + ": Push refused: a message of 2.0 MiB is over the 1 MiB limit"));
+  EXPECT_EQ((*server)->counters().bytes_in, bytes_before);
+  EXPECT_TRUE((*limited_channel)->CallBlocking(Method::kPush, PushOf(small), Options()).ok());
+
+  // Limits gRPC cannot represent are refused up front.
+  for (int64_t bad : {int64_t{0}, int64_t{-1}, int64_t{2048} << 20}) {
+    SecurityOptions s;
+    s.max_message_bytes = bad;
+    auto no_server = StartGrpcServer("127.0.0.1:0", s, &handler);
+    ASSERT_FALSE(no_server.ok());
+    EXPECT_THAT(std::string(no_server.status().message()), HasSubstr("--max_message_mb between 1 and 2047"));
+    EXPECT_FALSE(MakeGrpcChannel(address, peer, s).ok());
+  }
+}
+
+TEST(GrpcTransportTest, ServerRefusesTensorsOfAnotherDtypeAndKeepsServing) {
+  TestHandler handler;
+  auto server = StartGrpcServer("127.0.0.1:0", {}, &handler);
+  ASSERT_TRUE(server.ok());
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  auto channel = MakeGrpcChannel(address, "ps task 0", {});
+  const std::vector<float> data(100, 1.0f);
+  auto refused = (*channel)->CallBlocking(Method::kPush, PushOf(data, "float16"), Options());
+  ASSERT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("ps task 0: refused Push: malformed message: tensor 0 ('w') has dtype 'float16'"));
+  EXPECT_TRUE((*channel)->CallBlocking(Method::kPush, PushOf(data), Options()).ok());
+}
+
 std::string WriteTemp(const std::string& name, const char* text) {
   const std::string path = (std::filesystem::temp_directory_path() /
                             absl::StrCat("psflow_tls_", getpid(), "_", name)).string();

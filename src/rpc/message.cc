@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "psflow/core/check.h"
@@ -14,8 +15,15 @@ namespace {
 // Refuse absurd dimensions before multiplying (2^40 floats = 4 TiB: no real tensor is larger).
 constexpr int64_t kMaxDim = int64_t{1} << 40;
 
+// Escaped and shortened: names and dtypes come from the peer, and errors must stay one line.
+std::string Printable(const std::string& bytes) {
+  constexpr size_t kMaxShown = 200;
+  if (bytes.size() <= kMaxShown) return absl::CHexEscape(bytes);
+  return absl::StrCat(absl::CHexEscape(bytes.substr(0, kMaxShown)), "...");
+}
+
 std::string MetaLabel(const wire::TensorMeta& meta, int i) {
-  return absl::StrCat("tensor ", i, " ('", meta.name(), "')");
+  return absl::StrCat("tensor ", i, " ('", Printable(meta.name()), "')");
 }
 
 }  // namespace
@@ -46,6 +54,12 @@ absl::StatusOr<IncomingMessage> IncomingMessage::Make(std::string header, wire::
   int64_t offset_floats = 0;
   for (int i = 0; i < m.tensors_.tensors_size(); ++i) {
     const wire::TensorMeta& meta = m.tensors_.tensors(i);
+    // "" is what a sender from before the dtype field writes; its bytes are float32 too.
+    if (!meta.dtype().empty() && meta.dtype() != kWireDtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "malformed message: ", MetaLabel(meta, i), " has dtype '", Printable(meta.dtype()),
+          "' but psflow exchanges ", kWireDtype, " tensors only (is the peer a different psflow version?)"));
+    }
     int64_t n = 1;
     for (int64_t d : meta.shape()) {
       if (d < 0 || d > kMaxDim) {

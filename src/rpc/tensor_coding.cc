@@ -53,7 +53,10 @@ bool ReadBytes(const std::vector<IncomingMessage::Segment>& segments, size_t off
 grpc::ByteBuffer EncodeMessage(OutgoingMessage message,
                                const std::shared_ptr<const void>& release_guard) {
   wire::TensorList list;
-  for (OutgoingTensor& t : message.tensors) *list.add_tensors() = std::move(t.meta);
+  for (OutgoingTensor& t : message.tensors) {
+    if (t.meta.dtype().empty()) t.meta.set_dtype(kWireDtype);  // a test may name another, to be refused
+    *list.add_tensors() = std::move(t.meta);
+  }
   const std::string list_bytes = list.SerializeAsString();
 
   std::string inline_bytes;

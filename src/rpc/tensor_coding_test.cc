@@ -272,6 +272,39 @@ TEST(TensorCodingTest, HeadersThatLieAreErrors) {
   EXPECT_FALSE(decode(lie).ok());
 }
 
+TEST(TensorCodingTest, DtypeIsWrittenAndAnythingButFloat32IsRefused) {
+  const Tensor t = Iota(10, 1.0f);
+  auto encode = [&t](const std::string& dtype) {
+    OutgoingMessage msg;
+    msg.header = "hdr";
+    msg.tensors.push_back(Dense("layer/w", t));
+    msg.tensors.back().meta.set_dtype(dtype);
+    return Flatten(EncodeMessage(std::move(msg)));
+  };
+  absl::StatusOr<IncomingMessage> in = DecodeMessage(FromString(encode("")));
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ(in->meta(0).dtype(), "float32");  // the encoder names the type it sends
+
+  // A sender from before the dtype field: no dtype at all means float32.
+  wire::TensorList old_list;
+  old_list.add_tensors()->add_shape(10);
+  EXPECT_TRUE(DecodeMessage(FromString(Frame("h", old_list, std::string(40, '\0')))).ok());
+
+  for (const std::string dtype : {"float16", "int64", "float64", "bfloat16", "Float32"}) {
+    absl::StatusOr<IncomingMessage> refused = DecodeMessage(FromString(encode(dtype)));
+    ASSERT_FALSE(refused.ok()) << dtype;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(refused.status().message(),
+              "malformed message: tensor 0 ('layer/w') has dtype '" + dtype +
+                  "' but psflow exchanges float32 tensors only (is the peer a different psflow version?)");
+  }
+  // Bytes from the peer are escaped: the error stays one line.
+  absl::StatusOr<IncomingMessage> odd = DecodeMessage(FromString(encode("f\n32")));
+  ASSERT_FALSE(odd.ok());
+  EXPECT_EQ(std::string(odd.status().message()).find('\n'), std::string::npos) << odd.status();
+  EXPECT_NE(std::string(odd.status().message()).find("'f\\n32'"), std::string::npos) << odd.status();
+}
+
 TEST(TensorCodingTest, RandomGarbageNeverCrashes) {
   std::mt19937 rng(11);
   const std::string valid = ValidBytes();

@@ -48,16 +48,28 @@ const std::string& MethodPath(Method method);
 // "Push"
 const std::string& MethodName(Method method);
 
+// Largest message a task sends or receives unless told otherwise (--max_message_mb's default).
+inline constexpr int64_t kDefaultMaxMessageBytes = int64_t{1024} << 20;
+// gRPC counts message sizes in an int.
+inline constexpr int64_t kMaxMessageBytesLimit = int64_t{2047} << 20;
+
+// What a task accepts from its peers (named for its main job, authentication).
 struct SecurityOptions {
   std::string secret;  // shared cluster secret; empty = no token required
   std::string tls_cert, tls_key, tls_ca;  // PEM file paths; TLS when cert and key (server) or ca (client) are set
+  // Messages larger than this are refused in both directions (RESOURCE_EXHAUSTED naming the limit
+  // and --max_message_mb): a bound on what a peer can make this task allocate. 1..2047 MiB.
+  int64_t max_message_bytes = kDefaultMaxMessageBytes;
 };
+
+// The only element type on the wire (TensorMeta.dtype); received tensors of another are refused.
+inline constexpr char kWireDtype[] = "float32";
 
 // One tensor to send. `data` must stay valid and unchanged until the call's completion callback
 // runs (clients) or until `owner` is released (servers' responses); `owner` (may be null when the
 // caller guarantees the lifetime itself) is kept alive for as long as the transport needs the bytes.
 struct OutgoingTensor {
-  wire::TensorMeta meta;  // name, shape, sparse rows
+  wire::TensorMeta meta;  // name, shape, sparse rows; dtype left empty (the encoder writes kWireDtype)
   const float* data = nullptr;
   int64_t num_floats = 0;
   std::shared_ptr<const void> owner;
@@ -72,8 +84,8 @@ struct OutgoingMessage {
 };
 
 // A received message: the header and the tensors' bytes in place (e.g. in gRPC slices, which this
-// object keeps referenced). Tensors are validated on construction: sizes match shapes and rows, and
-// the payload has exactly the announced number of bytes.
+// object keeps referenced). Tensors are validated on construction: the dtype is float32 (or unset),
+// sizes match shapes and rows, and the payload has exactly the announced number of bytes.
 class IncomingMessage {
  public:
   // One piece of the payload: bytes that are contiguous in memory.
