@@ -103,6 +103,14 @@ class PsClient::Impl {
     return absl::OkStatus();
   }
 
+  void Log(const std::string& line) const {
+    if (options_.log) {
+      options_.log(line);
+    } else {
+      std::cerr << line << std::endl;
+    }
+  }
+
   int num_ps() const { return static_cast<int>(channels_.size()); }
   int gs_ps() const { return options_.plan.global_step_ps; }
   rpc::ClientChannel* channel(int k) const { return channels_[k].get(); }
@@ -151,6 +159,7 @@ class PsClient::Impl {
     const double limit = options_.connect_timeout_secs;
     absl::Status last;
     double backoff = 0.1;
+    double next_report = 1;  // a ps that comes up within a second is not worth a line
     for (;;) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (elapsed >= limit && !last.ok()) {
@@ -165,6 +174,12 @@ class PsClient::Impl {
       if (response.ok()) return absl::OkStatus();
       last = response.status();
       if (!absl::IsUnavailable(last) && !absl::IsDeadlineExceeded(last)) return last;
+      // Say what is waited for, at once and then every 10 s, rather than being silent until the bound.
+      if (elapsed >= next_report) {
+        Log(absl::StrCat("waiting for ", channel(k)->peer_name(), " (", static_cast<int>(elapsed), " of ", limit,
+                         " s): ", last.message()));
+        next_report = elapsed + 10;
+      }
       std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
       backoff = std::min(backoff * 2, 1.0);
     }
@@ -623,6 +638,14 @@ class PsClient::Impl {
     return CallEveryPs(rpc::Method::kShutdown, shutdown, options_.rpc_timeout_secs);
   }
 
+  void Abort(const std::string& reason, double timeout_secs) {
+    wire::ShutdownRequest shutdown;
+    shutdown.set_worker_index(options_.worker_index);
+    shutdown.set_client_id(client_id_);
+    shutdown.set_abort_reason(reason);
+    (void)CallEveryPs(rpc::Method::kShutdown, shutdown, timeout_secs);
+  }
+
   absl::StatusOr<std::vector<PsTaskStats>> Stats() {
     std::vector<PsTaskStats> stats(channels_.size());
     absl::Status s = CallEveryPs(rpc::Method::kStats, wire::StatsRequest(), options_.rpc_timeout_secs,
@@ -746,6 +769,7 @@ void PsClient::PushAndPullAsync(const std::vector<Gradient>& grads, int64_t step
 
 absl::Status PsClient::Goodbye() { return impl_->Goodbye(); }
 absl::Status PsClient::Shutdown() { return impl_->Shutdown(); }
+void PsClient::Abort(const std::string& reason, double timeout_secs) { impl_->Abort(reason, timeout_secs); }
 absl::StatusOr<std::vector<PsTaskStats>> PsClient::Stats() { return impl_->Stats(); }
 
 }  // namespace psflow::ps

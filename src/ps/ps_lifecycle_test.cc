@@ -1,5 +1,6 @@
 // Connecting, authentication, initialization notification, model and cluster checks, shutdown.
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -162,6 +163,66 @@ TEST(LifecycleTest, WaitGivesUpOnSilentWorkersAfterTheGrace) {
   PSFLOW_ASSERT_OK(chief->Shutdown());
   EXPECT_TRUE(cluster->servers[0]->Wait().ok());
   EXPECT_THAT(cluster->LogText(), HasSubstr("did not say goodbye"));
+}
+
+// The bounds on waiting: a ps task never hangs for a chief or workers that are gone.
+TEST(LifecycleTest, WaitGivesUpWhenTheChiefNeverInitializes) {
+  auto cluster = TestCluster::Start(1, 1, {}, 10, {}, [](PsServer::Options* o) { o->init_timeout_secs = 1; });
+  const absl::Status s = cluster->servers[0]->Wait();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("the chief (worker 0) did not initialize the variables within 1 s"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--init_timeout_secs"));
+}
+
+TEST(LifecycleTest, WaitGivesUpWhenNoWorkerCallsAnyMore) {
+  auto cluster = TestCluster::Start(1, 1, {}, 10, {}, [](PsServer::Options* o) {
+    o->init_timeout_secs = 30;
+    o->idle_timeout_secs = 1.5;
+  });
+  const dist::PlacementPlan plan = Plan(kVars, 1);
+  auto chief = cluster->Client(plan, 0);
+  PSFLOW_ASSERT_OK(chief->Connect());
+  const Tensor w({3, 2}, 1.0f);
+  PSFLOW_ASSERT_OK(chief->Initialize({{"w", &w}}, Sgd(0.1f)));
+  // Calls keep it alive: pull every 0.5 s for 2.5 s (longer than the bound), then go silent.
+  std::atomic<bool> waited{false};
+  absl::Status wait_status;
+  std::thread waiter([&] {
+    wait_status = cluster->servers[0]->Wait();
+    waited = true;
+  });
+  Tensor got({3, 2});
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(chief->Pull({{"w", &got}}).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_FALSE(waited.load()) << "gave up while a worker was calling";
+  }
+  waiter.join();  // bounded: 1.5 s after the last pull (plus the 1 s check period)
+  EXPECT_TRUE(absl::IsDeadlineExceeded(wait_status)) << wait_status;
+  EXPECT_THAT(std::string(wait_status.message()), HasSubstr("no call from any worker for 1.5 s"));
+}
+
+TEST(LifecycleTest, AbortEndsEveryPsWithTheChiefsReason) {
+  auto cluster = TestCluster::Start(2, 2);
+  const dist::PlacementPlan plan = Plan(kVars, 2, 2);
+  auto chief = cluster->Client(plan, 0), worker = cluster->Client(plan, 1);
+  PSFLOW_ASSERT_OK(chief->Connect());
+  PSFLOW_ASSERT_OK(worker->Connect());
+  const Tensor w({3, 2}, 1.0f);
+  PSFLOW_ASSERT_OK(chief->Initialize({{"w", &w}}, Sgd(0.1f)));
+  chief->Abort("gave up on ps task 7 (127.0.0.1:9) after 120 s unreachable");
+  // Workers still calling learn why the job ended (not "finished", which would exit 0)...
+  const Tensor g({3, 2}, 1.0f);
+  const absl::Status pushed = worker->Push({{"w", &g, nullptr}}, 0).status();
+  EXPECT_TRUE(absl::IsAborted(pushed)) << pushed;
+  EXPECT_THAT(std::string(pushed.message()), HasSubstr("ps task 7"));
+  PSFLOW_EXPECT_OK(worker->Goodbye());
+  // ...and every ps task ends with the reason, so its process exits non-zero.
+  for (auto& server : cluster->servers) {
+    const absl::Status s = server->Wait();
+    EXPECT_TRUE(absl::IsAborted(s)) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("gave up on ps task 7"));
+  }
 }
 
 TEST(LifecycleTest, PortInUseIsAnErrorNamingTheAddress) {

@@ -35,6 +35,7 @@ void PsServer::Impl::Log(const std::string& message) const {
 }
 
 void PsServer::Impl::Handle(rpc::Method method, rpc::IncomingMessage request, rpc::Responder responder) {
+  last_call_nanos_.store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed);
   switch (method) {
     case rpc::Method::kHello: return HandleHello(request, std::move(responder));
     case rpc::Method::kInitialize: return HandleInitialize(request, std::move(responder));
@@ -58,6 +59,10 @@ bool PsServer::Impl::Finished(const Model& model) const {
 
 absl::Status PsServer::Impl::FinishedError() const {
   const int64_t step = shutdown_flag_.load() ? finished_step_.load() : step_.load();
+  if (aborted_.load(std::memory_order_acquire)) {
+    absl::MutexLock lock(&mu_);
+    return absl::AbortedError(absl::StrCat("the chief aborted the job at step ", step, ": ", abort_reason_));
+  }
   return absl::OutOfRangeError(absl::StrCat("training finished at step ", step));
 }
 
@@ -81,7 +86,16 @@ void PsServer::Impl::HandleHello(const rpc::IncomingMessage& request, rpc::Respo
   }
   if (!hello.probe()) {
     absl::MutexLock lock(&mu_);
-    connected_.insert(hello.client_id());
+    // One process per worker index: a worker that says Hello again was restarted, and its
+    // predecessor (killed, it never says Goodbye) must not hold up the end of the job.
+    for (auto it = connected_.begin(); it != connected_.end();) {
+      if (it->second == hello.worker_index() && it->first != hello.client_id()) {
+        connected_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    connected_[hello.client_id()] = hello.worker_index();
   }
   if (!hello.probe()) {
     // A worker that comes back rejoins the sync quorum.
@@ -165,6 +179,7 @@ void PsServer::Impl::HandleInitialize(const rpc::IncomingMessage& request, rpc::
   {
     absl::MutexLock lock(&mu_);
     initialized_.store(false, std::memory_order_release);
+    uninitialized_since_nanos_.store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed);
     step_.store(model->config.initial_global_step);
     model_.store(std::move(model), std::memory_order_release);
   }
@@ -314,9 +329,16 @@ void PsServer::Impl::HandleShutdown(const rpc::IncomingMessage& request, rpc::Re
       shutdown_ = true;
       shutdown_time_ = absl::Now();
       finished_step_.store(step_.load());
+      if (!shutdown.abort_reason().empty()) {
+        abort_reason_ = shutdown.abort_reason();
+        aborted_.store(true, std::memory_order_release);
+        Log(absl::StrCat("the chief (worker ", shutdown.worker_index(), ") aborted the job at step ", step_.load(),
+                         ": ", abort_reason_));
+      } else {
+        Log(absl::StrCat("training finished at step ", step_.load(), " (worker ", shutdown.worker_index(),
+                         " called Shutdown)"));
+      }
       shutdown_flag_.store(true, std::memory_order_release);
-      Log(absl::StrCat("training finished at step ", step_.load(), " (worker ",
-                       shutdown.worker_index(), " called Shutdown)"));
     }
     connected_.erase(shutdown.client_id());
     init_waiters.swap(init_waiters_);
@@ -362,11 +384,47 @@ void PsServer::Impl::HandleStats(rpc::Responder responder) {
   responder.Respond(rpc::OutgoingMessage::Of(response));
 }
 
+absl::Status PsServer::Impl::GiveUpReason() const {
+  const absl::Time now = absl::Now();
+  if (!initialized()) {
+    // At start-up, and after Initialize began again (a restarted chief, or a restore): the chief's job.
+    const absl::Time since = absl::FromUnixNanos(uninitialized_since_nanos_.load(std::memory_order_relaxed));
+    if (options_.init_timeout_secs > 0 && now - since > absl::Seconds(options_.init_timeout_secs)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "ps task ", options_.task_index, ": the chief (worker 0) did not initialize the variables within ",
+          options_.init_timeout_secs, " s; start worker 0 (it restores the last checkpoint), or raise "
+          "--init_timeout_secs"));
+    }
+    return absl::OkStatus();
+  }
+  if (options_.idle_timeout_secs <= 0) return absl::OkStatus();
+  const absl::Time last = absl::FromUnixNanos(last_call_nanos_.load(std::memory_order_relaxed));
+  if (now - last > absl::Seconds(options_.idle_timeout_secs)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "ps task ", options_.task_index, ": no call from any worker for ", options_.idle_timeout_secs,
+        " s (global step ", step_.load(), "); the workers are gone: restart them (the chief resumes from the "
+        "last checkpoint), or raise --worker_timeout_secs"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PsServer::Impl::Wait() {
+  absl::Status result;
   {
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(this, &Impl::ShutdownOrStopped));
-    if (!stopped_) {
+    // Woken every second to check the bounds on waiting for the workers.
+    while (!mu_.AwaitWithTimeout(absl::Condition(this, &Impl::ShutdownOrStopped), absl::Seconds(1))) {
+      mu_.Unlock();
+      absl::Status give_up = GiveUpReason();
+      mu_.Lock();
+      if (!give_up.ok() && !shutdown_ && !stopped_) {
+        Log(std::string(give_up.message()));
+        result = give_up;
+        break;
+      }
+    }
+    if (result.ok() && aborted_.load()) result = absl::AbortedError(abort_reason_);
+    if (result.ok() && !stopped_) {
       const absl::Time give_up = shutdown_time_ + absl::Seconds(options_.shutdown_grace_secs);
       if (!mu_.AwaitWithDeadline(absl::Condition(this, &Impl::DoneWaiting), give_up)) {
         Log(absl::StrCat(connected_.size(), " worker(s) did not say goodbye within ",
@@ -375,7 +433,7 @@ absl::Status PsServer::Impl::Wait() {
     }
   }
   Stop();
-  return absl::OkStatus();
+  return result;
 }
 
 void PsServer::Impl::Stop() {

@@ -104,6 +104,9 @@ class PsServer::Impl final : public rpc::Handler {
   std::vector<int> ExpectedWorkers(const Model& model) const;
   void Log(const std::string& message) const;
 
+  // Why Wait() should give up now (a bound passed), or OK.
+  absl::Status GiveUpReason() const;
+
   bool DoneWaiting() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || connected_.empty(); }
   bool ShutdownOrStopped() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || shutdown_; }
 
@@ -119,11 +122,17 @@ class PsServer::Impl final : public rpc::Handler {
 
   mutable absl::Mutex mu_;
   std::vector<rpc::Responder> init_waiters_ ABSL_GUARDED_BY(mu_);
-  std::set<uint64_t> connected_ ABSL_GUARDED_BY(mu_);  // client ids that said Hello, not yet Goodbye
+  // Client id -> worker index of the clients that said Hello and not yet Goodbye.
+  absl::flat_hash_map<uint64_t, int> connected_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time shutdown_time_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> finished_step_{0};
+  std::string abort_reason_ ABSL_GUARDED_BY(mu_);  // set by a Shutdown that aborts the job
+  std::atomic<bool> aborted_{false};
+  // absl::GetCurrentTimeNanos() of the start or latest re-initialization, and of the latest call.
+  std::atomic<int64_t> uninitialized_since_nanos_{absl::GetCurrentTimeNanos()};
+  std::atomic<int64_t> last_call_nanos_{absl::GetCurrentTimeNanos()};
 
   // Sync mode: the current step's quorum.
   mutable absl::Mutex sync_mu_ ABSL_ACQUIRED_AFTER(mu_);

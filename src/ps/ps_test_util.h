@@ -3,6 +3,7 @@
 #ifndef PSFLOW_PS_PS_TEST_UTIL_H_
 #define PSFLOW_PS_PS_TEST_UTIL_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,10 +43,12 @@ struct TestCluster {
   }
 
   // Starts `num_ps` servers. `server_cluster`, when given, is what the servers believe the cluster
-  // is (to test the mismatch check); by default they accept any cluster.
+  // is (to test the mismatch check); by default they accept any cluster. `tweak` may change the
+  // rest of the servers' options.
   static std::unique_ptr<TestCluster> Start(int num_ps, int num_workers, SecurityOptions security = {},
                                             double shutdown_grace_secs = 10,
-                                            const dist::ClusterSpec& server_cluster = {}) {
+                                            const dist::ClusterSpec& server_cluster = {},
+                                            const std::function<void(PsServer::Options*)>& tweak = nullptr) {
     auto c = std::make_unique<TestCluster>();
     std::vector<std::string> ps, workers;
     for (int k = 0; k < num_ps; ++k) {
@@ -55,6 +58,7 @@ struct TestCluster {
       o.cluster = server_cluster;
       o.security = security;
       o.shutdown_grace_secs = shutdown_grace_secs;
+      if (tweak) tweak(&o);
       TestCluster* raw = c.get();
       o.log = [raw](const std::string& line) {
         absl::MutexLock lock(&raw->log_mu);

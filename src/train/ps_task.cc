@@ -20,6 +20,8 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log)
   server_options.task_index = setup->task.index;
   server_options.cluster = setup->cluster;
   server_options.security = setup->security;
+  server_options.init_timeout_secs = options.init_timeout_secs;
+  server_options.idle_timeout_secs = options.worker_timeout_secs;
   auto server = ps::PsServer::Start(server_options);
   if (!server.ok()) return server.status();
   log(absl::StrCat("ps task ", setup->task.index, " serving on ", server_options.listen_address));

@@ -44,6 +44,22 @@ absl::Status WaitForChief(ps::PsClient& client, double timeout_secs) {
   return absl::DeadlineExceededError(absl::StrCat("gave up after ", timeout_secs, " s: ", s.message()));
 }
 
+// What a worker has once it is connected to every ps task.
+struct ConnectedWorker {
+  const TrainOptions& options;
+  const LogSink& log;
+  const dist::ClusterSpec& cluster;
+  int index;
+  const dist::PlacementPlan& plan;
+  const ps::TrainingConfig& config;
+  optim::Optimizer& optimizer;
+  const data::MnistData& data;
+  ReplicaSet& replicas;
+  ps::PsClient& client;
+};
+
+absl::StatusOr<RunSummary> Train(const ConnectedWorker& w);
+
 }  // namespace
 
 absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink& log) {
@@ -51,7 +67,6 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   if (!setup.ok()) return setup.status();
   const dist::ClusterSpec& cluster = setup->cluster;
   const int index = setup->task.index;
-  const bool is_chief = index == 0;
   SetIntraOpThreads(options.intra_op_threads);
 
   auto data = LoadTrainingData(options);
@@ -73,14 +88,39 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   client_options.rpc_timeout_secs = options.rpc_timeout_secs;
   client_options.connect_timeout_secs = options.ps_timeout_secs;
   client_options.ps_unavailable_timeout_secs = options.ps_timeout_secs;
+  client_options.log = log;
   auto client_or = ps::PsClient::Create(client_options);
   if (!client_or.ok()) return client_or.status();
   ps::PsClient& client = **client_or;
   if (auto s = client.Connect(); !s.ok()) return s;
 
-  const auto& params = (*replicas)->parameters();
-  Chief chief(options, client, params, *config, **optimizer, log);
-  if (is_chief || options.log_device_placement) log("variable placement:\n" + plan->Format());
+  absl::StatusOr<RunSummary> result =
+      Train({options, log, cluster, index, *plan, *config, **optimizer, *data, **replicas, client});
+  // The chief giving up ends the job: the ps tasks exit non-zero with its reason rather than
+  // waiting for a chief that will not come back. (Aborted means a ps told us the job is over.)
+  if (!result.ok() && index == 0 && !absl::IsAborted(result.status())) {
+    client.Abort(std::string(result.status().message()));
+  }
+  return result;
+}
+
+namespace {
+
+absl::StatusOr<RunSummary> Train(const ConnectedWorker& w) {
+  const TrainOptions& options = w.options;
+  const LogSink& log = w.log;
+  const dist::ClusterSpec& cluster = w.cluster;
+  const dist::PlacementPlan& plan = w.plan;
+  const ps::TrainingConfig& config = w.config;
+  ps::PsClient& client = w.client;
+  const data::MnistData& data = w.data;
+  ReplicaSet& replicas = w.replicas;
+  const int index = w.index;
+  const bool is_chief = index == 0;
+
+  const auto& params = replicas.parameters();
+  Chief chief(options, client, params, config, w.optimizer, log);
+  if (is_chief || options.log_device_placement) log("variable placement:\n" + plan.Format());
   if (is_chief) {
     if (auto s = chief.InitializeCluster(); !s.ok()) return s;
   } else {
@@ -98,12 +138,12 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
     return WaitForChief(client, options.init_timeout_secs);
   };
 
-  const data::Dataset& train = data->train;
+  const data::Dataset& train = data.train;
   data::BatchSampler sampler(train.num_examples, options.batch_size, index, cluster.num_workers(), options.seed);
   std::vector<int64_t> indices;
   std::vector<float> images(options.batch_size * train.example_size);
   std::vector<int32_t> labels(options.batch_size);
-  const int64_t examples_per_global_step = options.batch_size * (config->sync ? config->replicas_to_aggregate : 1);
+  const int64_t examples_per_global_step = options.batch_size * (config.sync ? config.replicas_to_aggregate : 1);
   auto telemetry = Telemetry::Create(options, /*write_events=*/is_chief, "", log);
   if (!telemetry.ok()) return telemetry.status();
   ProgressLog progress(log, "", options.train_steps, options.batch_size);
@@ -121,10 +161,10 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   for (int64_t local_step = 0; !finished && global_step < options.train_steps; ++local_step) {
     // Sync: worker i takes slice i of global batch `global_step` (the data order contract).
     // Async: each worker walks its own slices of consecutive global batches.
-    sampler.BatchAt(config->sync ? global_step : local_step, &indices);
+    sampler.BatchAt(config.sync ? global_step : local_step, &indices);
     data::Gather(train, indices, images.data(), labels.data());
-    StepStats stats = (*replicas)->ComputeGradients(images.data(), labels.data(), options.batch_size,
-                                                    Rng::Mix(options.seed, (uint64_t(index) << 40) + local_step));
+    StepStats stats = replicas.ComputeGradients(images.data(), labels.data(), options.batch_size,
+                                                Rng::Mix(options.seed, (uint64_t(index) << 40) + local_step));
     // One call per ps: the gradients go in, the variables as they stand after the update come back.
     auto pushed = client.PushAndPull(GradientsOf(params), global_step, pull_into);
     if (absl::IsOutOfRange(pushed.status())) break;  // training finished elsewhere
@@ -139,7 +179,7 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
     global_step = pushed->global_step;
     progress.Step(global_step, stats.loss, stats.accuracy, options.log_every);
     (*telemetry)->OnStep(global_step, stats.loss, stats.accuracy,
-                         optim::DecayedLearningRate(config->optimizer, global_step), examples_per_global_step);
+                         optim::DecayedLearningRate(config.optimizer, global_step), examples_per_global_step);
     if (is_chief) {
       if (auto s = chief.MaybeCheckpoint(global_step); !s.ok()) log(absl::StrCat("checkpoint failed: ", s.message()));
     }
@@ -148,7 +188,7 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
 
   RunSummary summary;
   summary.model = options.model;
-  summary.mode = config->sync ? "sync" : "async";
+  summary.mode = config.sync ? "sync" : "async";
   summary.workers = cluster.num_workers();
   summary.ps = cluster.num_ps();
   summary.stale_gradients_dropped = stale;
@@ -166,8 +206,8 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   summary.global_step = *step;
   summary.train_seconds = train_seconds;
   summary.examples_per_sec = (*step - start_step) * examples_per_global_step / std::max(train_seconds, 1e-9);
-  EvalResult validation = Evaluate((*replicas)->model(), data->validation);
-  EvalResult test = Evaluate((*replicas)->model(), data->test);
+  EvalResult validation = Evaluate(replicas.model(), data.validation);
+  EvalResult test = Evaluate(replicas.model(), data.test);
   summary.validation_accuracy = validation.accuracy;
   summary.validation_cross_entropy = validation.cross_entropy;
   summary.test_accuracy = test.accuracy;
@@ -177,11 +217,12 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
     for (const ps::PsTaskStats& s : *stats) {
       summary.ps_traffic.push_back({s.task, s.bytes_in, s.bytes_out, s.num_params});
       // Every ps drops the same stale push; count it once, where the global step lives.
-      if (s.task == plan->global_step_ps) summary.stale_gradients_dropped = s.stale_gradients_dropped;
+      if (s.task == plan.global_step_ps) summary.stale_gradients_dropped = s.stale_gradients_dropped;
     }
   }
   if (auto s = client.Shutdown(); !s.ok()) return s;
   return summary;
 }
 
+}  // namespace
 }  // namespace psflow::train

@@ -138,6 +138,10 @@ class PsClient {
 
   absl::Status Goodbye();   // this worker stops
   absl::Status Shutdown();  // chief: training finished; every ps task's Wait() returns
+  // Chief: the job failed for `reason`; every reachable ps task answers further calls with
+  // Aborted(reason) and its Wait() returns that error (the task exits non-zero). Best effort,
+  // bounded by `timeout_secs`; unreachable tasks give up on their own (worker_timeout_secs).
+  void Abort(const std::string& reason, double timeout_secs = 5);
   absl::StatusOr<std::vector<PsTaskStats>> Stats();
 
   class Impl;

@@ -12,6 +12,9 @@
 //
 // Thread-safe. The server is owned by its creator; Wait() returns once the chief's Shutdown came
 // and every connected worker said Goodbye (or shutdown_grace_secs passed), so the task exits 0.
+// It returns an error instead — so the task exits non-zero, never hangs — when the chief aborted
+// the job, when the chief did not initialize this task within init_timeout_secs, or when no worker
+// called for idle_timeout_secs.
 #ifndef PSFLOW_PS_PS_SERVER_H_
 #define PSFLOW_PS_PS_SERVER_H_
 
@@ -36,6 +39,10 @@ class PsServer {
     dist::ClusterSpec cluster;
     SecurityOptions security;
     double shutdown_grace_secs = 10;
+    // Bounds on waiting for the workers (0: wait for ever): for the chief's initialization (at
+    // start-up, and after a restart), and for any call at all once initialized.
+    double init_timeout_secs = 0;
+    double idle_timeout_secs = 0;
     // Where the task reports events (sync timeouts and the workers missing). Default: stderr.
     std::function<void(const std::string&)> log;
   };
@@ -47,6 +54,9 @@ class PsServer {
 
   // Blocks until training finished: the chief's Shutdown, then every worker that connected said
   // Goodbye (or shutdown_grace_secs passed). Stops serving before returning. Also returns after Stop().
+  // Errors (each naming what was waited for): Aborted (the chief aborted the job, with its
+  // reason), DeadlineExceeded (not initialized within init_timeout_secs; no call within
+  // idle_timeout_secs).
   absl::Status Wait();
   // Answers every held call with Unavailable and stops serving (tests). Idempotent.
   void Stop();
