@@ -163,21 +163,27 @@ class PsClient::Impl {
     for (;;) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (elapsed >= limit && !last.ok()) {
-        return absl::DeadlineExceededError(absl::StrCat("could not reach ", channel(k)->peer_name(), " within ",
-                                                        limit, " s (is it running, and is the address right?): ",
-                                                        last.message()));
+        const bool hinted = absl::StrContains(last.message(), "is the task running");
+        return absl::DeadlineExceededError(absl::StrCat(
+            "could not reach ", channel(k)->peer_name(), " within ", limit, " s",
+            hinted ? "" : " (is it running, and is the address right?)", ": ", last.message()));
       }
-      rpc::CallOptions o = Control(std::max(0.05, std::min(limit - elapsed, 10.0)));
-      o.wait_for_ready = true;  // wait for the ps to come up rather than failing at once
+      // Not wait_for_ready: a call failing fast says why (refused, TLS handshake, ...), and the loop
+      // waits for the ps to come up (the channel reconnects at most 1 s apart, grpc_options.cc).
+      const rpc::CallOptions o = Control(std::max(0.05, std::min(limit - elapsed, 5.0)));
       absl::StatusOr<rpc::IncomingMessage> response =
           channel(k)->CallBlocking(rpc::Method::kHello, rpc::OutgoingMessage::Of(hello), o);
       if (response.ok()) return absl::OkStatus();
       last = response.status();
+      const std::string prefix = channel(k)->peer_name() + ": ";
+      if (absl::StartsWith(last.message(), prefix)) {
+        last = absl::Status(last.code(), last.message().substr(prefix.size()));
+      }
       if (!absl::IsUnavailable(last) && !absl::IsDeadlineExceeded(last)) return last;
       // Say what is waited for, at once and then every 10 s, rather than being silent until the bound.
       if (elapsed >= next_report) {
-        Log(absl::StrCat("waiting for ", channel(k)->peer_name(), " (", static_cast<int>(elapsed), " of ", limit,
-                         " s): ", last.message()));
+        Log(absl::StrCat("waiting for ", channel(k)->peer_name(), " (", static_cast<int>(elapsed), " s of ",
+                         limit, "): ", last.message()));
         next_report = elapsed + 10;
       }
       std::this_thread::sleep_for(std::chrono::duration<double>(backoff));

@@ -418,8 +418,7 @@ absl::Status PsServer::Impl::Wait() {
       absl::Status give_up = GiveUpReason();
       mu_.Lock();
       if (!give_up.ok() && !shutdown_ && !stopped_) {
-        Log(std::string(give_up.message()));
-        result = give_up;
+        result = give_up;  // the caller reports it (the task's process exits with it)
         break;
       }
     }

@@ -50,8 +50,10 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log)
   const ps::PsTaskStats stats = (*server)->Stats();
   (*telemetry)->OnPsStats(stats.task, stats.global_step, stats.bytes_in, stats.bytes_out,
                           stats.stale_gradients_dropped, stats.pushes_refused, stats.connected_workers);
-  log(absl::StrCat("ps task ", setup->task.index, " done at global step ", stats.global_step, ": ",
-                   stats.num_params, " params, ", stats.bytes_in, " bytes in, ", stats.bytes_out, " bytes out"));
+  if (status.ok()) {
+    log(absl::StrCat("ps task ", setup->task.index, " done at global step ", stats.global_step, ": ",
+                     stats.num_params, " params, ", stats.bytes_in, " bytes in, ", stats.bytes_out, " bytes out"));
+  }
   return status;
 }
 
