@@ -5,13 +5,19 @@
 
 #include <malloc.h>
 
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 
+#include <grpc/support/log.h>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "psflow/core/check.h"
 
 namespace psflow::rpc {
@@ -110,6 +116,87 @@ std::optional<absl::Status> DescribeMessageTooLarge(const grpc::Status& status, 
   return absl::ResourceExhaustedError(absl::StrCat(
       peer, ": ", method, " refused: a message of ", MiB(size), " is over the ", MiB(limit),
       " limit (gRPC: ", text, "); start every task with a larger --max_message_mb"));
+}
+
+namespace {
+
+// gRPC logs a failed TLS handshake on every reconnection attempt (several a second); a task that
+// keeps dialling with the wrong certificate would bury everything else. Each distinct message is
+// printed at most once a minute, as one line naming its source.
+constexpr auto kRepeatHiddenFor = std::chrono::seconds(60);
+
+struct GrpcLogState {
+  absl::Mutex mu;
+  std::map<std::string, std::chrono::steady_clock::time_point> last_shown ABSL_GUARDED_BY(mu);
+};
+
+void LogOncePerMinute(gpr_log_func_args* args) {
+  static GrpcLogState* state = new GrpcLogState();  // never destroyed: gRPC may log until exit
+  const std::string message = args->message == nullptr ? "" : args->message;
+  const auto now = std::chrono::steady_clock::now();
+  {
+    absl::MutexLock lock(&state->mu);
+    auto [it, fresh] = state->last_shown.try_emplace(message, now);
+    if (!fresh) {
+      if (now - it->second < kRepeatHiddenFor) return;
+      it->second = now;
+    }
+    if (state->last_shown.size() > 1000) state->last_shown.clear();  // bound memory, not correctness
+  }
+  const char* file = args->file == nullptr ? "?" : args->file;
+  if (const char* slash = std::strrchr(file, '/')) file = slash + 1;
+  const char* severity = args->severity == GPR_LOG_SEVERITY_ERROR  ? "error"
+                         : args->severity == GPR_LOG_SEVERITY_INFO ? "info"
+                                                                   : "debug";
+  std::fprintf(stderr, "gRPC %s: %s (%s:%d; repeats hidden for a minute)\n", severity, message.c_str(), file,
+               args->line);
+}
+
+}  // namespace
+
+void InstallGrpcLogFilter() {
+  static std::once_flag once;
+  std::call_once(once, [] { gpr_set_log_function(&LogOncePerMinute); });
+}
+
+ClientTls ClientTlsOf(const SecurityOptions& security) {
+  ClientTls tls;
+  tls.enabled = !security.tls_ca.empty() || !security.tls_cert.empty();
+  tls.has_certificate = !security.tls_cert.empty() && !security.tls_key.empty();
+  return tls;
+}
+
+std::string DescribeConnectFailure(const std::string& grpc_text, ClientTls tls) {
+  std::string text = grpc_text;
+  for (const char* noise : {"failed to connect to all addresses; last error: "}) {
+    if (const size_t at = text.find(noise); at != std::string::npos) text.erase(at, std::strlen(noise));
+  }
+  auto has = [&text](const char* what) { return text.find(what) != std::string::npos; };
+  const char* hint = nullptr;
+  if (has("certificate verify failed")) {
+    hint = "the task's certificate is not signed by the CA in this task's --tls_ca: give every task the CA "
+           "that signed the cluster's certificates";
+  } else if (has("Peer name") && has("is not in peer certificate")) {
+    hint = "the task's certificate does not name the host this task dialled: add it to the certificate's "
+           "subjectAltName, or dial the name the certificate has";
+  } else if (has("Ssl handshake failed") && has("wrong version number")) {
+    hint = "this task speaks TLS but the other does not: give every task the same --tls_cert/--tls_key/--tls_ca";
+  } else if (has("Socket closed") || has("Connection reset")) {
+    // A TLS server drops a connection whose handshake it refuses without saying why.
+    if (!tls.enabled) {
+      hint = "the task closed the connection at once; if it uses TLS, start this task with the same "
+             "--tls_cert/--tls_key/--tls_ca";
+    } else if (!tls.has_certificate) {
+      hint = "the task closed the connection during the TLS handshake; if it requires client certificates "
+             "(it has --tls_ca), give this task --tls_cert and --tls_key";
+    } else {
+      hint = "the task closed the connection during the TLS handshake; it may not trust this task's "
+             "certificate (which must be signed by the CA in the other task's --tls_ca)";
+    }
+  } else if (has("Connection refused")) {
+    hint = "nothing listens there: is the task running, and is the address right?";
+  }
+  return hint == nullptr ? text : absl::StrCat(text, " (", hint, ")");
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(

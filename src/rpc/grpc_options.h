@@ -40,6 +40,23 @@ absl::Status CheckMaxMessageBytes(int64_t max_message_bytes);
 std::optional<absl::Status> DescribeMessageTooLarge(const grpc::Status& status, const std::string& peer,
                                                     const std::string& method);
 
+// Routes gRPC's own log lines (e.g. a failed TLS handshake, logged on every reconnection attempt)
+// through a filter that prints each distinct line at most once a minute. Idempotent.
+void InstallGrpcLogFilter();
+
+// A client's TLS settings, to explain why its connections fail.
+struct ClientTls {
+  bool enabled = false;          // it speaks TLS (--tls_ca or --tls_cert given)
+  bool has_certificate = false;  // it can prove itself to servers that require it (cert and key)
+};
+ClientTls ClientTlsOf(const SecurityOptions& security);
+
+// gRPC's text of a failed connection ("failed to connect to all addresses; last error: UNKNOWN:
+// ipv4:...: Ssl handshake failed: ... certificate verify failed", "... Socket closed", "...
+// Connection refused"), shortened, plus what to fix when the cause is recognisable: a TLS
+// mismatch names the --tls_* flag, a refused connection asks whether the task runs.
+std::string DescribeConnectFailure(const std::string& grpc_text, ClientTls tls);
+
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const SecurityOptions& security);
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(

@@ -110,6 +110,13 @@ class ClientQueue {
   grpc::CompletionQueue cq_;
 };
 
+// Sent, without waiting for a connection, after a call that waited for one timed out: it fails at
+// once with the connection's last error (refused, TLS handshake failed...), which the timed-out
+// call's own status does not carry. A method no server has, so a probe that does get through is
+// answered UNIMPLEMENTED before any authentication and changes nothing.
+const char kConnectProbePath[] = "/psflow.wire.Ps/ConnectProbe";
+constexpr double kConnectProbeSecs = 2;
+
 struct ClientCall {
   std::shared_ptr<grpc::Channel> channel;  // kept alive while the call runs
   std::unique_ptr<grpc::ClientContext> context = std::make_unique<grpc::ClientContext>();
@@ -118,29 +125,52 @@ struct ClientCall {
   std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc;  // lives in the context's call arena
   std::shared_ptr<ClientCall> self;  // held while gRPC owns the completion tag
   std::atomic<int> pending{2};       // the response, and the release of the request's memory
+  bool wait_for_ready = false;
   std::function<void(absl::StatusOr<IncomingMessage>)> done;
-  std::function<absl::Status(const grpc::Status&)> describe_error;
+  // Rewrites a failure for the caller; `connect_error` is the probe's account of the connection.
+  std::function<absl::Status(const grpc::Status&, const std::string& connect_error)> describe_error;
+  std::shared_ptr<ClientCall> probed;  // on a connect probe: the call whose failure it explains
 
   // The completion arrived: gRPC no longer needs the call (only, perhaps, the request's slices).
   void ReleaseGrpcCall() {
     rpc.reset();  // arena-allocated: must go before the context that owns the arena
     context.reset();
   }
-  void Complete() {
-    if (!status.ok()) {
-      done(describe_error(status));
-    } else {
-      done(DecodeMessage(response));
+  static void Complete(std::shared_ptr<ClientCall> call) {
+    if (call->probed != nullptr) {
+      const std::shared_ptr<ClientCall>& failed = call->probed;
+      const bool explains = call->status.error_code() == grpc::StatusCode::UNAVAILABLE;
+      return failed->done(failed->describe_error(failed->status, explains ? call->status.error_message() : ""));
     }
+    if (call->status.ok()) return call->done(DecodeMessage(call->response));
+    if (call->wait_for_ready && call->status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+        call->channel->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+      return StartConnectProbe(std::move(call));
+    }
+    call->done(call->describe_error(call->status, ""));
+  }
+  static void StartConnectProbe(std::shared_ptr<ClientCall> failed) {
+    auto probe = std::make_shared<ClientCall>();
+    probe->channel = failed->channel;
+    probe->probed = std::move(failed);
+    probe->pending = 1;  // no request memory to wait for
+    probe->context->set_deadline(std::chrono::system_clock::now() +
+                                 std::chrono::milliseconds(static_cast<int>(kConnectProbeSecs * 1000)));
+    grpc::GenericStub stub(probe->channel);
+    probe->rpc = stub.PrepareUnaryCall(probe->context.get(), kConnectProbePath, EncodeMessage(OutgoingMessage()),
+                                       ClientQueue::Get().cq());
+    probe->self = probe;
+    probe->rpc->StartCall();
+    probe->rpc->Finish(&probe->response, &probe->status, probe.get());
   }
   // One of the two events happened: the completion (on a poller thread) or the release of the
   // request's memory (anywhere, possibly inside gRPC's write path).
   static void Arrive(std::shared_ptr<ClientCall> call, bool from_guard) {
     if (call->pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-    if (!from_guard) return call->Complete();
+    if (!from_guard) return Complete(std::move(call));
     // Inside gRPC's write path neither user code nor new calls may run, nor may the call's
     // context be destroyed: finish on our own thread.
-    DeferredRunner::Get().Post([call = std::move(call)] { call->Complete(); });
+    DeferredRunner::Get().Post([call = std::move(call)]() mutable { Complete(std::move(call)); });
   }
 };
 
@@ -175,9 +205,9 @@ class ReleaseGuard {
 
 class GrpcChannel final : public ClientChannel {
  public:
-  GrpcChannel(std::string address, std::string peer_name, std::string secret,
+  GrpcChannel(std::string address, std::string peer_name, std::string secret, ClientTls tls,
               std::shared_ptr<grpc::ChannelCredentials> credentials, int64_t max_message_bytes)
-      : address_(std::move(address)), peer_name_(std::move(peer_name)), secret_(std::move(secret)) {
+      : address_(std::move(address)), peer_name_(std::move(peer_name)), secret_(std::move(secret)), tls_(tls) {
     for (int d = 0; d < 2; ++d) {
       auto channel = grpc::CreateCustomChannel(
           address_, credentials, TunedChannelArguments(d == 0 ? "push" : "pull", max_message_bytes));
@@ -191,8 +221,11 @@ class GrpcChannel final : public ClientChannel {
     auto call = std::make_shared<ClientCall>();
     call->done = std::move(done);
     call->channel = channels_[options.pull_direction ? 1 : 0];
-    call->describe_error = [peer = peer_name_, method, timeout = options.timeout_secs](
-                               const grpc::Status& s) { return DescribeError(peer, method, timeout, s); };
+    call->wait_for_ready = options.wait_for_ready;
+    call->describe_error = [peer = peer_name_, method, timeout = options.timeout_secs, tls = tls_](
+                               const grpc::Status& s, const std::string& connect_error) {
+      return DescribeError(peer, method, timeout, tls, s, connect_error);
+    };
     call->context->set_deadline(DeadlineAfter(options.timeout_secs));
     call->context->set_wait_for_ready(options.wait_for_ready);
     if (!secret_.empty()) call->context->AddMetadata(kTokenMetadataKey, secret_);
@@ -211,20 +244,21 @@ class GrpcChannel final : public ClientChannel {
   const std::string& peer_name() const override { return peer_name_; }
 
  private:
-  static absl::Status DescribeError(const std::string& peer, Method method, double timeout_secs,
-                                    const grpc::Status& s) {
+  static absl::Status DescribeError(const std::string& peer, Method method, double timeout_secs, ClientTls tls,
+                                    const grpc::Status& s, const std::string& connect_error) {
     const absl::StatusCode code = static_cast<absl::StatusCode>(s.error_code());
     if (std::optional<absl::Status> too_large = DescribeMessageTooLarge(s, peer, MethodName(method))) {
       return *std::move(too_large);
     }
     if (code == absl::StatusCode::kDeadlineExceeded) {
-      return absl::DeadlineExceededError(absl::StrCat(peer, ": ", MethodName(method),
-                                                      " got no answer within ", timeout_secs, " s (",
-                                                      s.error_message(), ")"));
+      const std::string waited = absl::StrCat(peer, ": ", MethodName(method), " got no answer within ", timeout_secs, " s");
+      if (connect_error.empty()) return absl::DeadlineExceededError(absl::StrCat(waited, " (", s.error_message(), ")"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(waited, ": connecting fails: ", DescribeConnectFailure(connect_error, tls)));
     }
     if (code == absl::StatusCode::kUnavailable) {
-      return absl::UnavailableError(absl::StrCat(peer, ": ", MethodName(method),
-                                                 " could not reach the task: ", s.error_message()));
+      return absl::UnavailableError(absl::StrCat(peer, ": ", MethodName(method), " could not reach the task: ",
+                                                 DescribeConnectFailure(s.error_message(), tls)));
     }
     return absl::Status(code, absl::StrCat(peer, ": ", s.error_message()));
   }
@@ -232,6 +266,7 @@ class GrpcChannel final : public ClientChannel {
   const std::string address_;
   const std::string peer_name_;
   const std::string secret_;
+  const ClientTls tls_;
   std::shared_ptr<grpc::Channel> channels_[2];  // [0] push + control, [1] pull
   std::unique_ptr<grpc::GenericStub> stubs_[2];
 };
@@ -471,16 +506,19 @@ bool OnTransportThread() { return t_transport_thread; }
 absl::StatusOr<std::unique_ptr<ClientChannel>> MakeGrpcChannel(const std::string& address,
                                                                const std::string& peer_name,
                                                                const SecurityOptions& security) {
+  InstallGrpcLogFilter();
   if (absl::Status s = CheckMaxMessageBytes(security.max_message_bytes); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = MakeChannelCredentials(security);
   if (!creds.ok()) return creds.status();
   return std::unique_ptr<ClientChannel>(
-      new GrpcChannel(address, peer_name, security.secret, *std::move(creds), security.max_message_bytes));
+      new GrpcChannel(address, peer_name, security.secret, ClientTlsOf(security), *std::move(creds),
+                      security.max_message_bytes));
 }
 
 absl::StatusOr<std::unique_ptr<Server>> StartGrpcServer(const std::string& address,
                                                         const SecurityOptions& security,
                                                         Handler* handler) {
+  InstallGrpcLogFilter();
   if (absl::Status s = CheckMaxMessageBytes(security.max_message_bytes); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = MakeServerCredentials(security);
   if (!creds.ok()) return creds.status();

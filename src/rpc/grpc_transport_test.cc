@@ -254,19 +254,55 @@ TEST(GrpcTransportTest, MutualTlsWithTheClusterCertificate) {
   ASSERT_TRUE(good.ok()) << good.status();
   auto r = (*good)->CallBlocking(Method::kStats, OutgoingMessage::Of(wire::Empty()), Options());
   EXPECT_TRUE(r.ok()) << r.status();
+  const int64_t bytes_in_before = (*server)->counters().bytes_in;
 
   // Plain text to a TLS server, a client trusting another CA, and a client without a
-  // certificate (the server requires one) all fail.
+  // certificate (the server requires one) all fail, saying which TLS flag to fix: at once, and
+  // after waiting for the connection (the way workers connect), when the transport asks the
+  // connection why it fails.
   SecurityOptions other_ca = tls;
   other_ca.tls_ca = WriteTemp("other_ca.pem", testing::kOtherCaPem);
   SecurityOptions no_client_cert;
   no_client_cert.tls_ca = tls.tls_ca;
-  for (const SecurityOptions& s : {SecurityOptions{}, other_ca, no_client_cert}) {
+  const std::vector<std::pair<SecurityOptions, std::string>> mismatches = {
+      {SecurityOptions{}, "if it uses TLS, start this task with the same --tls_cert/--tls_key/--tls_ca"},
+      {other_ca, "certificate verify failed (the task's certificate is not signed by the CA in this task's --tls_ca"},
+      {no_client_cert, "if it requires client certificates (it has --tls_ca), give this task --tls_cert and --tls_key"}};
+  for (const auto& [s, hint] : mismatches) {
     auto channel = MakeGrpcChannel(address, "ps task 0", s);
     ASSERT_TRUE(channel.ok());
     auto failed = (*channel)->CallBlocking(Method::kStats, OutgoingMessage::Of(wire::Empty()), Options(2));
-    EXPECT_FALSE(failed.ok());
+    EXPECT_TRUE(absl::IsUnavailable(failed.status())) << failed.status();
+    EXPECT_THAT(std::string(failed.status().message()), HasSubstr(hint));
+    CallOptions waiting = Options(1);
+    waiting.wait_for_ready = true;
+    auto timed_out = (*channel)->CallBlocking(Method::kStats, OutgoingMessage::Of(wire::Empty()), waiting);
+    EXPECT_TRUE(absl::IsDeadlineExceeded(timed_out.status())) << timed_out.status();
+    EXPECT_THAT(std::string(timed_out.status().message()),
+                HasSubstr("ps task 0: Stats got no answer within 1 s: connecting fails: "));
+    EXPECT_THAT(std::string(timed_out.status().message()), HasSubstr(hint));
   }
+  // None of those reached the handler.
+  EXPECT_EQ((*server)->counters().bytes_in, bytes_in_before);
+
+  // A TLS client dialling a plain-text server, and a server that is gone.
+  TestHandler plain_handler;
+  auto plain = StartGrpcServer("127.0.0.1:0", {}, &plain_handler);
+  ASSERT_TRUE(plain.ok());
+  const std::string plain_address = absl::StrCat("127.0.0.1:", (*plain)->port());
+  auto tls_to_plain = (*MakeGrpcChannel(plain_address, "ps task 1", tls))
+                          ->CallBlocking(Method::kStats, OutgoingMessage::Of(wire::Empty()), Options(2));
+  EXPECT_THAT(std::string(tls_to_plain.status().message()),
+              HasSubstr("this task speaks TLS but the other does not: give every task the same "
+                        "--tls_cert/--tls_key/--tls_ca"));
+  plain->reset();
+  CallOptions waiting = Options(0.5);
+  waiting.wait_for_ready = true;
+  auto gone = (*MakeGrpcChannel(plain_address, "ps task 1", {}))
+                  ->CallBlocking(Method::kStats, OutgoingMessage::Of(wire::Empty()), waiting);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(gone.status())) << gone.status();
+  EXPECT_THAT(std::string(gone.status().message()),
+              HasSubstr("Connection refused (nothing listens there: is the task running, and is the address right?)"));
 
   SecurityOptions missing = tls;
   missing.tls_key = "/nonexistent/task.key";
