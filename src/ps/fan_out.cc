@@ -59,9 +59,13 @@ void StartCall(const std::shared_ptr<FanOut>& fan, size_t k) {
           retrier->RunAfter(delay, [fan, k] { StartCall(fan, k); });
           return;
         }
+        std::string why(s.message());
+        if (absl::StartsWith(why, channel->peer_name() + ": ")) why = why.substr(channel->peer_name().size() + 2);
+        const bool hinted = absl::StrContains(why, "is the task running");
         s = absl::UnavailableError(absl::StrCat("gave up on ", channel->peer_name(), " after ",
-                                                retrier->give_up_secs(), " s unreachable (is the ps task running, "
-                                                "and is its address right?): ", s.message()));
+                                                retrier->give_up_secs(), " s unreachable",
+                                                hinted ? "" : " (is the ps task running, and is its address right?)",
+                                                ": ", why));
       } else {
         retrier->NoteReached(channel);
       }

@@ -92,10 +92,10 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   auto client_or = ps::PsClient::Create(client_options);
   if (!client_or.ok()) return client_or.status();
   ps::PsClient& client = **client_or;
-  if (auto s = client.Connect(); !s.ok()) return s;
-
+  const absl::Status connected = client.Connect();
   absl::StatusOr<RunSummary> result =
-      Train({options, log, cluster, index, *plan, *config, **optimizer, *data, **replicas, client});
+      connected.ok() ? Train({options, log, cluster, index, *plan, *config, **optimizer, *data, **replicas, client})
+                     : absl::StatusOr<RunSummary>(connected);
   // The chief giving up ends the job: the ps tasks exit non-zero with its reason rather than
   // waiting for a chief that will not come back. (Aborted means a ps told us the job is over.)
   if (!result.ok() && index == 0 && !absl::IsAborted(result.status())) {

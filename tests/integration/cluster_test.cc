@@ -2,7 +2,11 @@
 // `psflow local`, by hand with seed-style flags, and with TF_CONFIG.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "test_util.h"
@@ -129,6 +133,39 @@ TEST(ClusterTest, MismatchedClusterIsRefusedByName) {
                       120);
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("cluster"), std::string::npos) << r.output;
+}
+
+// DESIGN.md §5 / issue 4: a ps task that does not come back ends the job everywhere, bounded, with
+// every task naming it — no process waits for ever.
+TEST(ClusterTest, APsThatNeverComesBackEndsEveryTaskNamingIt) {
+  const std::vector<int> ports = FreePorts(4);
+  const std::string ps_hosts = absl::StrCat("127.0.0.1:", ports[0], ",127.0.0.1:", ports[1]);
+  const std::string worker_hosts = absl::StrCat("127.0.0.1:", ports[2], ",127.0.0.1:", ports[3]);
+  auto task = [&](const std::string& job, int index) {
+    return Psflow({"train", "--job_name=" + job, absl::StrCat("--task_index=", index), "--ps_hosts=" + ps_hosts,
+                   "--worker_hosts=" + worker_hosts, "--model=softmax", "--train_steps=100000000",
+                   "--data_dir=" + MnistDir(), "--ps_timeout_secs=3", "--init_timeout_secs=60"});
+  };
+  Process ps0(task("ps", 0)), ps1(task("ps", 1)), chief(task("worker", 0)), worker(task("worker", 1));
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // connected and training (or about to)
+  ASSERT_EQ(kill(ps1.pid(), SIGKILL), 0);
+  for (Process* p : {&chief, &worker, &ps0}) {
+    const ProcessResult r = p->Wait(60);
+    EXPECT_FALSE(r.timed_out) << r.output;
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_LT(r.exit_code, 128) << r.output;  // an orderly exit, not a crash
+    EXPECT_NE(r.output.find("ps task 1 (127.0.0.1:" + std::to_string(ports[1]) + ")"), std::string::npos) << r.output;
+  }
+}
+
+TEST(ClusterTest, APsTaskWithoutAChiefGivesUpNamingIt) {
+  const std::vector<int> ports = FreePorts(2);
+  auto r = RunProcess(Psflow({"train", "--job_name=ps", "--task_index=0", absl::StrCat("--ps_hosts=127.0.0.1:", ports[0]),
+                              absl::StrCat("--worker_hosts=127.0.0.1:", ports[1]), "--init_timeout_secs=1"}),
+                      30);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("the chief (worker 0) did not initialize the variables within 1 s"), std::string::npos)
+      << r.output;
 }
 
 TEST(ClusterTest, BadClusterFlagsAreOneLineErrors) {
