@@ -91,7 +91,10 @@ absl::Status Chief::RestorePs(int task) {
   auto state = RestorableState();
   if (!state.ok()) return state.status();
   log_(absl::StrCat("chief: ps task ", task, " restarted without its variables; restoring it at global step ",
-                    state->global_step));
+                    state->global_step,
+                    options_.checkpoint_dir.empty()
+                        ? " (no --checkpoint_dir: its variables start over from their initial values)"
+                        : ""));
   return client_.InitializePs(task, *state, config_);
 }
 
