@@ -130,9 +130,15 @@ struct GrpcLogState {
   std::map<std::string, std::chrono::steady_clock::time_point> last_shown ABSL_GUARDED_BY(mu);
 };
 
+thread_local std::string* t_captured_log = nullptr;  // set by a GrpcLogCapture on this thread
+
 void LogOncePerMinute(gpr_log_func_args* args) {
   static GrpcLogState* state = new GrpcLogState();  // never destroyed: gRPC may log until exit
   const std::string message = args->message == nullptr ? "" : args->message;
+  if (t_captured_log != nullptr) {
+    absl::StrAppend(t_captured_log, message, "\n");
+    return;
+  }
   const auto now = std::chrono::steady_clock::now();
   {
     absl::MutexLock lock(&state->mu);
@@ -157,6 +163,32 @@ void LogOncePerMinute(gpr_log_func_args* args) {
 void InstallGrpcLogFilter() {
   static std::once_flag once;
   std::call_once(once, [] { gpr_set_log_function(&LogOncePerMinute); });
+}
+
+GrpcLogCapture::GrpcLogCapture() : outer_(t_captured_log) {
+  InstallGrpcLogFilter();
+  t_captured_log = &text_;
+}
+
+GrpcLogCapture::~GrpcLogCapture() { t_captured_log = outer_; }
+
+std::string DescribeBindFailure(const std::string& grpc_log) {
+  auto has = [&grpc_log](const char* what) { return grpc_log.find(what) != std::string::npos; };
+  if (has("Address already in use")) {
+    return "the port is in use by another process (pick a free port in --ps_hosts, or stop the process holding "
+           "it: `ss -ltnp` lists them)";
+  }
+  if (has("Cannot assign requested address")) {
+    return "the address is not one of this host's (give this task its own host's address in --ps_hosts)";
+  }
+  if (has("Permission denied")) return "permission denied (ports below 1024 need privileges: pick a higher port)";
+  if (has("resolve") || has("Name or service not known") || has("not known")) {
+    return "the host name does not resolve (check the host in --ps_hosts)";
+  }
+  // Unrecognised: the first line of gRPC's account, which names the cause somewhere inside.
+  const std::string first = grpc_log.substr(0, grpc_log.find('\n'));
+  return absl::StrCat("the port is in use or the address is not on this host (", first.empty() ? "no detail" : first,
+                      ")");
 }
 
 ClientTls ClientTlsOf(const SecurityOptions& security) {

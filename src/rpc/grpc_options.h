@@ -44,6 +44,25 @@ std::optional<absl::Status> DescribeMessageTooLarge(const grpc::Status& status, 
 // through a filter that prints each distinct line at most once a minute. Idempotent.
 void InstallGrpcLogFilter();
 
+// While alive, gRPC's log lines written by the creating thread are collected here instead of
+// printed: StartGrpcServer turns gRPC's multi-line account of a failed bind into one line.
+class GrpcLogCapture {
+ public:
+  GrpcLogCapture();
+  ~GrpcLogCapture();
+  GrpcLogCapture(const GrpcLogCapture&) = delete;
+  GrpcLogCapture& operator=(const GrpcLogCapture&) = delete;
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string text_;
+  std::string* outer_;  // an enclosing capture on the same thread, restored on destruction
+};
+
+// Why a server could not listen, from gRPC's log of the attempt: the port is taken, the address
+// is not this host's, the name does not resolve..., with what to do about it.
+std::string DescribeBindFailure(const std::string& grpc_log);
+
 // A client's TLS settings, to explain why its connections fail.
 struct ClientTls {
   bool enabled = false;          // it speaks TLS (--tls_ca or --tls_cert given)

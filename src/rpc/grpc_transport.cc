@@ -431,14 +431,19 @@ class GrpcServer final : public Server {
     builder.AddListeningPort(address, std::move(creds), &port_);
     builder.RegisterAsyncGenericService(&service_);
     queues_.push_back(builder.AddCompletionQueue());
+    GrpcLogCapture grpc_log;  // a failed bind is logged by gRPC over several lines: say it in one
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
       server_.reset();
-      for (auto& q : queues_) q->Shutdown();
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen on ", address,
-                       ": the port is in use or the address is not on this host (pick a free "
-                       "port in --ps_hosts, or stop the process holding it)"));
+      for (auto& q : queues_) {
+        q->Shutdown();
+        void* tag = nullptr;
+        bool ok = false;
+        while (q->Next(&tag, &ok)) {
+        }  // nothing was started on it: returns false at once
+      }
+      queues_.clear();  // inside the capture: gRPC complains about the queue of a server never started
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", DescribeBindFailure(grpc_log.text())));
     }
     grpc::ServerCompletionQueue* cq = queues_[0].get();
     for (int i = 0; i < kRequestsInFlight; ++i) ServerCall::Request(&shared_, cq);
