@@ -174,12 +174,14 @@ class PsClient::Impl {
       absl::StatusOr<rpc::IncomingMessage> response =
           channel(k)->CallBlocking(rpc::Method::kHello, rpc::OutgoingMessage::Of(hello), o);
       if (response.ok()) return absl::OkStatus();
+      if (!absl::IsUnavailable(response.status()) && !absl::IsDeadlineExceeded(response.status())) {
+        return response.status();  // refused (secret, cluster, ...): waiting would not help
+      }
       last = response.status();
       const std::string prefix = channel(k)->peer_name() + ": ";
       if (absl::StartsWith(last.message(), prefix)) {
         last = absl::Status(last.code(), last.message().substr(prefix.size()));
       }
-      if (!absl::IsUnavailable(last) && !absl::IsDeadlineExceeded(last)) return last;
       // Say what is waited for, at once and then every 10 s, rather than being silent until the bound.
       if (elapsed >= next_report) {
         Log(absl::StrCat("waiting for ", channel(k)->peer_name(), " (", static_cast<int>(elapsed), " s of ",

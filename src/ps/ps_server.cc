@@ -422,8 +422,10 @@ absl::Status PsServer::Impl::Wait() {
         break;
       }
     }
-    if (result.ok() && aborted_.load()) result = absl::AbortedError(abort_reason_);
-    if (result.ok() && !stopped_) {
+    const bool aborted = result.ok() && aborted_.load();
+    if (aborted) result = absl::AbortedError(abort_reason_);
+    // After the chief's Shutdown (or abort), the workers still calling are told, until they leave.
+    if ((result.ok() || aborted) && !stopped_) {
       const absl::Time give_up = shutdown_time_ + absl::Seconds(options_.shutdown_grace_secs);
       if (!mu_.AwaitWithDeadline(absl::Condition(this, &Impl::DoneWaiting), give_up)) {
         Log(absl::StrCat(connected_.size(), " worker(s) did not say goodbye within ",

@@ -101,6 +101,8 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   if (!result.ok() && index == 0 && !absl::IsAborted(result.status())) {
     client.Abort(std::string(result.status().message()));
   }
+  // Told the job was aborted: leave, so the ps tasks need not wait for us.
+  if (!result.ok() && index != 0 && absl::IsAborted(result.status())) (void)client.Goodbye();
   return result;
 }
 
