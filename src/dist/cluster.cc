@@ -36,6 +36,13 @@ bool IsBracketedHostChar(char c) { return absl::ascii_isalnum(c) || c == ':' || 
 // Checks one "host:port" item; `where` names it in the error.
 absl::Status CheckAddress(absl::string_view item, const std::string& where) {
   const std::string quoted = absl::StrCat(where, " \"", item, "\"");
+  // No host name starts with '-': this is the next flag, taken as the value of an empty
+  // "--worker_hosts=" by the command-line parser.
+  if (absl::StartsWith(item, "-")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        quoted, " is a flag, not host:port: a host list given empty (e.g. --worker_hosts=) takes the next "
+                "argument as its value; give it host:port, or leave the flag out"));
+  }
   absl::string_view host;
   absl::string_view port;
   if (absl::StartsWith(item, "[")) {
@@ -295,6 +302,12 @@ absl::Status ClusterSpec::Validate(const TaskSpec& task) const {
     return absl::InvalidArgumentError(
         absl::StrCat("--task_index=", task.index, " is out of range: ", flag, " lists ",
                      is_ps ? CountTasks(n, "ps task", "ps tasks") : CountTasks(n, "worker", "workers")));
+  }
+  // Without workers no chief would ever initialize the ps: it would only wait and time out.
+  if (is_ps && num_workers() == 0) {
+    return absl::InvalidArgumentError(
+        "the cluster has no workers (--worker_hosts, or TF_CONFIG's chief and worker lists, are empty): "
+        "a ps task serves workers; list every worker's host:port");
   }
   return absl::OkStatus();
 }

@@ -65,6 +65,13 @@ TEST(ClusterSpecTest, RejectsMalformedListsNamingTheItem) {
       {"a:1", "a:1", {"a:1 appears twice", "--ps_hosts entry 0", "--worker_hosts entry 0"}},
       {"a:1,b:1,A:1", "", {"appears twice", "--ps_hosts entry 0", "--ps_hosts entry 2"}},
       {"", "w:1,w:2", {"--worker_hosts lists 2", "--ps_hosts is empty"}},
+      {"127.0.0.1:99999", "", {"--ps_hosts entry 0", "\"127.0.0.1:99999\"", "1..65535"}},
+      {"127.0.0.1:", "", {"--ps_hosts entry 0", "empty port", "127.0.0.1:2222"}},
+      {":5000", "", {"--ps_hosts entry 0", "empty host"}},
+      {"127.0.0.1:1,127.0.0.1:2", "127.0.0.1:3,127.0.0.1:2",
+       {"127.0.0.1:2 appears twice", "--ps_hosts entry 1", "--worker_hosts entry 1"}},
+      // An empty "--worker_hosts=" swallows the next flag as its value.
+      {"p:1", "--init_timeout_secs=2", {"--worker_hosts entry 0", "is a flag, not host:port", "--worker_hosts="}},
   };
   for (const BadListCase& c : cases) {
     auto spec = ClusterSpec::FromHostLists(c.ps, c.workers);
@@ -97,6 +104,13 @@ TEST(ClusterSpecTest, ValidatesTasks) {
   ASSERT_TRUE(ps_only.ok());
   s = ps_only->Validate({"worker", 0});
   EXPECT_THAT(std::string(s.message()), HasSubstr("--worker_hosts is empty"));
+  // A ps task nobody would ever call is refused rather than left waiting for a chief.
+  s = ps_only->Validate({"ps", 0});
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("the cluster has no workers"));
+  auto tf_ps_only = ResolveCluster("", "", "", 0, R"({"cluster": {"ps": ["p:1"]}, "task": {"type": "ps", "index": 0}})");
+  ASSERT_TRUE(tf_ps_only.ok());
+  EXPECT_THAT(std::string(tf_ps_only->first.Validate(tf_ps_only->second).message()), HasSubstr("TF_CONFIG"));
 }
 
 TEST(ClusterSpecTest, FingerprintDistinguishesClusters) {
