@@ -269,6 +269,10 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ClusterSpec::FromTfConfig(std::
 
   std::vector<SourcedAddress> workers = chief;
   workers.insert(workers.end(), worker.begin(), worker.end());
+  if (workers.empty()) {  // only a ps task gets here: nobody would ever call it
+    return absl::InvalidArgumentError(
+        "TF_CONFIG cluster has no chief and no worker: a ps task serves workers; add \"worker\": [\"host:port\", ...]");
+  }
   ClusterSpec spec;
   if (absl::Status s =
           Assemble(ps, workers, "TF_CONFIG cluster has workers but no ps: add \"ps\": [\"host:port\", ...]", &spec.ps_,
@@ -303,12 +307,6 @@ absl::Status ClusterSpec::Validate(const TaskSpec& task) const {
         absl::StrCat("--task_index=", task.index, " is out of range: ", flag, " lists ",
                      is_ps ? CountTasks(n, "ps task", "ps tasks") : CountTasks(n, "worker", "workers")));
   }
-  // Without workers no chief would ever initialize the ps: it would only wait and time out.
-  if (is_ps && num_workers() == 0) {
-    return absl::InvalidArgumentError(
-        "the cluster has no workers (--worker_hosts, or TF_CONFIG's chief and worker lists, are empty): "
-        "a ps task serves workers; list every worker's host:port");
-  }
   return absl::OkStatus();
 }
 
@@ -337,6 +335,11 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ResolveCluster(std::string_view
     if (!spec.ok()) return spec.status();
     TaskSpec task{std::string(job_name), task_index};
     if (absl::Status s = spec->Validate(task); !s.ok()) return s;
+    // Without workers no chief would ever initialize the ps: it would only wait and time out.
+    if (spec->num_workers() == 0) {
+      return absl::InvalidArgumentError(
+          "--worker_hosts is empty: a ps task serves workers; list every worker's host:port in --worker_hosts");
+    }
     return std::pair{*std::move(spec), std::move(task)};
   }
   if (tf_config_given) {

@@ -105,12 +105,13 @@ TEST(ClusterSpecTest, ValidatesTasks) {
   s = ps_only->Validate({"worker", 0});
   EXPECT_THAT(std::string(s.message()), HasSubstr("--worker_hosts is empty"));
   // A ps task nobody would ever call is refused rather than left waiting for a chief.
-  s = ps_only->Validate({"ps", 0});
-  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
-  EXPECT_THAT(std::string(s.message()), HasSubstr("the cluster has no workers"));
-  auto tf_ps_only = ResolveCluster("", "", "", 0, R"({"cluster": {"ps": ["p:1"]}, "task": {"type": "ps", "index": 0}})");
-  ASSERT_TRUE(tf_ps_only.ok());
-  EXPECT_THAT(std::string(tf_ps_only->first.Validate(tf_ps_only->second).message()), HasSubstr("TF_CONFIG"));
+  auto lonely_ps = ResolveCluster("p:1", "", "ps", 0, "");
+  ASSERT_FALSE(lonely_ps.ok());
+  ExpectOneLineError(lonely_ps.status());
+  EXPECT_THAT(std::string(lonely_ps.status().message()), HasSubstr("--worker_hosts is empty: a ps task serves workers"));
+  auto tf_lonely_ps = ResolveCluster("", "", "", 0, R"({"cluster": {"ps": ["p:1"]}, "task": {"type": "ps", "index": 0}})");
+  ASSERT_FALSE(tf_lonely_ps.ok());
+  EXPECT_THAT(std::string(tf_lonely_ps.status().message()), HasSubstr("TF_CONFIG cluster has no chief and no worker"));
 }
 
 TEST(ClusterSpecTest, FingerprintDistinguishesClusters) {

@@ -53,9 +53,11 @@ absl::StatusOr<IncomingMessage> IncomingMessage::Make(std::string header, wire::
   const int64_t payload_floats = payload_bytes / 4;
   int64_t offset_floats = 0;
   for (int i = 0; i < m.tensors_.tensors_size(); ++i) {
+    // "" is what a sender from before the dtype field writes; its bytes are float32 too, and the
+    // receiver sees the dtype named either way.
+    if (m.tensors_.tensors(i).dtype().empty()) m.tensors_.mutable_tensors(i)->set_dtype(kWireDtype);
     const wire::TensorMeta& meta = m.tensors_.tensors(i);
-    // "" is what a sender from before the dtype field writes; its bytes are float32 too.
-    if (!meta.dtype().empty() && meta.dtype() != kWireDtype) {
+    if (meta.dtype() != kWireDtype) {
       return absl::InvalidArgumentError(absl::StrCat(
           "malformed message: ", MetaLabel(meta, i), " has dtype '", Printable(meta.dtype()),
           "' but psflow exchanges ", kWireDtype, " tensors only (is the peer a different psflow version?)"));

@@ -288,7 +288,9 @@ TEST(TensorCodingTest, DtypeIsWrittenAndAnythingButFloat32IsRefused) {
   // A sender from before the dtype field: no dtype at all means float32.
   wire::TensorList old_list;
   old_list.add_tensors()->add_shape(10);
-  EXPECT_TRUE(DecodeMessage(FromString(Frame("h", old_list, std::string(40, '\0')))).ok());
+  absl::StatusOr<IncomingMessage> old = DecodeMessage(FromString(Frame("h", old_list, std::string(40, '\0'))));
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->meta(0).dtype(), "float32");
 
   for (const std::string dtype : {"float16", "int64", "float64", "bfloat16", "Float32"}) {
     absl::StatusOr<IncomingMessage> refused = DecodeMessage(FromString(encode(dtype)));

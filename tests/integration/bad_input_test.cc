@@ -283,7 +283,7 @@ TEST(BadInputTest, MalformedClusterAndSecurityFlagsAreOneLineErrors) {
       {{"--job_name=ps", "--ps_hosts=:5000", w}, "", "\":5000\" has an empty host"},
       {{"--job_name=worker", "--ps_hosts=127.0.0.1:3", "--worker_hosts="}, "", "--worker_hosts"},
       {{"--job_name=worker", "--ps_hosts=127.0.0.1:3", "--worker_hosts=", "--model=mlp"}, "", "is a flag, not host:port"},
-      {{"--job_name=ps", "--ps_hosts=127.0.0.1:3", "--worker_hosts", ""}, "", "the cluster has no workers"},
+      {{"--job_name=ps", "--ps_hosts=127.0.0.1:3", "--worker_hosts", ""}, "", "--worker_hosts is empty: a ps task serves workers"},
       {{"--job_name=worker", "--ps_hosts=127.0.0.1:3", "--worker_hosts=127.0.0.1:2,127.0.0.1:3"}, "",
        "address 127.0.0.1:3 appears twice (--ps_hosts entry 0 and --worker_hosts entry 1)"},
       {{}, tf_cluster + R"("task": {"type": "worker", "index": 2}})",
