@@ -43,6 +43,7 @@ void AddTrainFlags(CLI::App* app, train::TrainOptions* o) {
   app->add_option("--worker_timeout_secs", o->worker_timeout_secs,
                   "a ps task that hears from no worker for this long exits non-zero");
   app->add_option("--max_message_mb", o->max_message_mb, "largest RPC message a task accepts, in MiB");
+  app->add_option("--transport", o->transport, "grpc, or shm: pushes and pulls to a ps on this host over shared memory");
   app->add_option("--cluster_secret_file", o->cluster_secret_file, "file holding the cluster's shared secret");
   app->add_option("--tls_cert", o->tls_cert, "PEM certificate of this task");
   app->add_option("--tls_key", o->tls_key, "PEM private key of this task");

@@ -15,7 +15,7 @@ PsServer::Impl::~Impl() { Stop(); }
 
 absl::Status PsServer::Impl::Start() {
   absl::StatusOr<std::unique_ptr<rpc::Server>> server =
-      rpc::StartGrpcServer(options_.listen_address, options_.security, this);
+      rpc::StartServer(options_.listen_address, options_.security, this);
   if (!server.ok()) {
     return absl::Status(server.status().code(),
                         absl::StrCat("ps task ", options_.task_index, ": ", server.status().message()));

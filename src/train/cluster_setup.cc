@@ -35,6 +35,7 @@ absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options) {
   setup.security.tls_key = options.tls_key;
   setup.security.tls_ca = options.tls_ca;
   setup.security.max_message_bytes = options.max_message_mb << 20;
+  setup.security.transport = options.transport;
 
   // A task listening beyond loopback without a secret would accept anyone's pushes.
   const std::string& own = setup.cluster.address(setup.task);

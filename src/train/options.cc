@@ -43,6 +43,7 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
   if (o->max_message_mb < 1 || o->max_message_mb > 2047) {
     return bad("--max_message_mb=", o->max_message_mb, " must be between 1 and 2047 (gRPC's limit is 2 GiB)");
   }
+  if (o->transport != "grpc" && o->transport != "shm") return bad("--transport=", o->transport, " must be grpc or shm");
   auto optimizer = optim::MakeOptimizer(OptimizerConfigFrom(*o));
   if (!optimizer.ok()) return optimizer.status();
   return absl::OkStatus();

@@ -62,6 +62,7 @@ struct TrainOptions {
   double ps_timeout_secs = 120;       // a worker waits this long for an unreachable ps task
   double worker_timeout_secs = 600;   // a ps task with no call from any worker this long gives up
   int64_t max_message_mb = 1024;      // largest RPC message a task accepts
+  std::string transport = "grpc";     // "shm": data calls to a ps on this host over shared memory
 
   // Security.
   std::string cluster_secret_file, tls_cert, tls_key, tls_ca;
