@@ -241,6 +241,7 @@ absl::Status RunTransportBench(const std::string& ps_address, std::ostream& out,
     client_options.cluster = cluster;
     client_options.plan = plan;
     client_options.worker_index = 0;
+    client_options.security.transport = options.transport;
     absl::StatusOr<std::unique_ptr<ps::PsClient>> client = ps::PsClient::Create(client_options);
     if (!client.ok()) return client.status();
     if (absl::Status s = (*client)->Connect(); !s.ok()) return s;
@@ -288,10 +289,12 @@ absl::Status RunTransportBench(const std::string& ps_address, std::ostream& out,
 }
 
 absl::Status RunTransportBenchCommand(const std::string& self_path, const std::string& ps_hosts,
-                                      std::ostream& out) {
+                                      std::ostream& out, const std::string& transport) {
+  TransportBenchOptions options;
+  options.transport = transport;
   if (!ps_hosts.empty()) {
     const std::vector<std::string> hosts = absl::StrSplit(ps_hosts, ',');
-    return RunTransportBench(hosts[0], out);
+    return RunTransportBench(hosts[0], out, options);
   }
   const int ps_port = FreeLoopbackPort();
   const int worker_port = FreeLoopbackPort();
@@ -299,7 +302,8 @@ absl::Status RunTransportBenchCommand(const std::string& self_path, const std::s
   const std::string address = absl::StrCat("127.0.0.1:", ps_port);
   std::vector<std::string> args = {self_path, "train", "--job_name=ps", "--task_index=0",
                                    absl::StrCat("--ps_hosts=", address),
-                                   absl::StrCat("--worker_hosts=127.0.0.1:", worker_port)};
+                                   absl::StrCat("--worker_hosts=127.0.0.1:", worker_port),
+                                   absl::StrCat("--transport=", transport)};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -313,7 +317,6 @@ absl::Status RunTransportBenchCommand(const std::string& self_path, const std::s
   if (spawned != 0) {
     return absl::InternalError(absl::StrCat("cannot start a ps task (", self_path, "): ", std::strerror(spawned)));
   }
-  TransportBenchOptions options;
   options.shutdown_ps = true;
   absl::Status status = RunTransportBench(address, out, options);
   // The ps exits after the Shutdown; end it ourselves if the bench failed before that.
