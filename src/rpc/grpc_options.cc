@@ -199,9 +199,11 @@ ClientTls ClientTlsOf(const SecurityOptions& security) {
 }
 
 std::string DescribeConnectFailure(const std::string& grpc_text, ClientTls tls) {
+  // gRPC wraps the cause in "failed to connect to all addresses; last error: UNKNOWN: ipv4:...":
+  // keep the address and the cause.
   std::string text = grpc_text;
-  for (const char* noise : {"failed to connect to all addresses; last error: "}) {
-    if (const size_t at = text.find(noise); at != std::string::npos) text.erase(at, std::strlen(noise));
+  for (const char* noise : {"failed to connect to all addresses; last error: ", "UNKNOWN: ", "UNAVAILABLE: "}) {
+    if (text.rfind(noise, 0) == 0) text.erase(0, std::strlen(noise));
   }
   auto has = [&text](const char* what) { return text.find(what) != std::string::npos; };
   const char* hint = nullptr;
