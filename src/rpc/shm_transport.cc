@@ -44,10 +44,6 @@ constexpr double kHandshakeSecs = 2;
 constexpr int kReaderTickMs = 100;  // deadline checks while waiting for answers
 constexpr size_t kMinRegionBytes = 64 << 10;
 
-bool IsDataMethod(Method method) {
-  return method == Method::kPull || method == Method::kPullRows || method == Method::kPush;
-}
-
 // Waits up to `secs` for the socket to be readable; false on timeout.
 bool WaitReadable(int fd, double secs) {
   pollfd p{fd, POLLIN, 0};
@@ -378,17 +374,18 @@ std::shared_ptr<ShmConnection> ShmChannel::Connection() {
 
 void ShmChannel::Call(Method method, OutgoingMessage request, const CallOptions& options,
                       std::function<void(absl::StatusOr<IncomingMessage>)> done) {
-  if (IsDataMethod(method)) {
-    for (int attempt = 0; attempt < 2; ++attempt) {  // a dead connection is replaced once
-      std::shared_ptr<ShmConnection> connection = Connection();
-      if (connection == nullptr) break;
-      const ShmConnection::Outcome outcome = connection->TryCall(method, request, options, done);
-      if (outcome == ShmConnection::Outcome::kStarted) {
-        shm_calls_.fetch_add(1, std::memory_order_relaxed);
-        return;
-      }
-      if (outcome == ShmConnection::Outcome::kNoSlot) break;
+  // Every method goes over shm while connected: after a ps restarts, the shm connection is back
+  // within 100 ms while gRPC's channel may still wait out its reconnect back-off, and a control
+  // call (the chief's Initialize) failing there would end the job.
+  for (int attempt = 0; attempt < 2; ++attempt) {  // a dead connection is replaced once
+    std::shared_ptr<ShmConnection> connection = Connection();
+    if (connection == nullptr) break;
+    const ShmConnection::Outcome outcome = connection->TryCall(method, request, options, done);
+    if (outcome == ShmConnection::Outcome::kStarted) {
+      shm_calls_.fetch_add(1, std::memory_order_relaxed);
+      return;
     }
+    if (outcome == ShmConnection::Outcome::kNoSlot) break;
   }
   fallback_calls_.fetch_add(1, std::memory_order_relaxed);
   fallback_->Call(method, std::move(request), options, std::move(done));

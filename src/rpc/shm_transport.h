@@ -16,10 +16,10 @@
 // both responded and released the request (so a request is never overwritten while the ps reads
 // it), and the client reuses a slot only once the caller released the answer.
 //
-// ShmChannel carries Pull, PullRows and Push over shared memory and every other method, plus any
-// call when no slot is free or the shm connection cannot be made (no shm listener, refused), over
-// its gRPC fallback channel: control, connection errors and their explanations stay gRPC's, and a
-// ps that restarts is found again by both. Thread-safe.
+// ShmChannel carries every call over shared memory while its shm connection is up, and over its
+// gRPC fallback channel when no slot is free or the connection cannot be made (no shm listener,
+// refused): while a ps is down its clients get gRPC's Unavailable and its explanations, and a ps
+// that restarts is found again by both (shm retries connecting every 100 ms). Thread-safe.
 #ifndef PSFLOW_RPC_SHM_TRANSPORT_H_
 #define PSFLOW_RPC_SHM_TRANSPORT_H_
 

@@ -143,9 +143,10 @@ TEST(ShmTransportTest, TensorsTravelBothWaysOverSharedMemory) {
   EXPECT_EQ(f.shm->fallback_calls(), 0);
   EXPECT_GT(f.server->counters().bytes_in, int64_t{16} << 20);
   EXPECT_GT(f.server->counters().bytes_out, int64_t{16} << 20);
-  // Control methods go over gRPC.
+  // Control methods too.
   ASSERT_TRUE(f.channel->CallBlocking(Method::kStats, OutgoingMessage::Of(wire::Empty()), Options()).ok());
-  EXPECT_EQ(f.shm->fallback_calls(), 1);
+  EXPECT_EQ(f.shm->shm_calls(), 7);
+  EXPECT_EQ(f.shm->fallback_calls(), 0);
 }
 
 TEST(ShmTransportTest, HeldCallIsAnsweredLaterFromAnotherThread) {

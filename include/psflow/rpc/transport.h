@@ -61,7 +61,7 @@ struct SecurityOptions {
   // and --max_message_mb): a bound on what a peer can make this task allocate. 1..2047 MiB.
   int64_t max_message_bytes = kDefaultMaxMessageBytes;
   // "grpc", or "shm": a ps also serves, and clients of a loopback ps also use, the shared-memory
-  // data plane (src/rpc/shm_transport.h) for Pull/PullRows/Push (--transport). Used by
+  // data plane (src/rpc/shm_transport.h), with gRPC as the fallback (--transport). Used by
   // MakeChannel / StartServer only.
   std::string transport = "grpc";
 };
@@ -236,9 +236,8 @@ absl::StatusOr<std::unique_ptr<Server>> StartGrpcServer(const std::string& addre
                                                         Handler* handler);
 
 // The transport `security.transport` asks for: MakeGrpcChannel / StartGrpcServer for "grpc"; for
-// "shm", a channel to a loopback address that carries data calls over shared memory (and the rest,
-// or everything when the ps serves no shared memory, over gRPC), and a gRPC server that also
-// serves shared memory. InvalidArgument naming --transport for another value.
+// "shm", a channel to a loopback address that carries calls over shared memory when the ps serves
+// it (else over gRPC), and a gRPC server that also serves shared memory. InvalidArgument naming --transport for another value.
 absl::StatusOr<std::unique_ptr<ClientChannel>> MakeChannel(const std::string& address, const std::string& peer_name,
                                                            const SecurityOptions& security);
 absl::StatusOr<std::unique_ptr<Server>> StartServer(const std::string& address, const SecurityOptions& security,
