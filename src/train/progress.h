@@ -1,5 +1,6 @@
 // Progress log lines shared by single-process and worker training loops:
-// "step 1200/10000 loss 0.1234 accuracy 0.9700 examples/s 51234 elapsed 3.1s". Not thread-safe.
+// "step 1200/10000 loss 0.1234 accuracy 0.9700 examples/s 51234 elapsed 3.1s", and the error that
+// stops a diverged run. Not thread-safe.
 #ifndef PSFLOW_TRAIN_PROGRESS_H_
 #define PSFLOW_TRAIN_PROGRESS_H_
 
@@ -8,10 +9,18 @@
 #include <algorithm>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "psflow/train/train.h"
 
 namespace psflow::train {
+
+// The loss of the step from `step` is not finite: the step is not applied, the run stops.
+inline absl::Status DivergedError(int64_t step, double loss, double learning_rate) {
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "training diverged: the loss of step %d is %f; the step was not applied and the checkpoints are intact "
+      "(lower --learning_rate=%g, or use a decay)", step, loss, learning_rate));
+}
 
 class ProgressLog {
  public:

@@ -1,6 +1,7 @@
 // Single-process training: the whole model, the optimizer and the data in one process, with the
 // same optimizer code the parameter servers run.
 #include <chrono>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "psflow/core/threading.h"
@@ -105,6 +106,8 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
     data::Gather(train, indices, images.data(), labels.data());
     StepStats stats = (*replicas)->ComputeGradients(images.data(), labels.data(), options.batch_size,
                                                     Rng::Mix(options.seed, step));
+    // A diverged step is never applied: the model and the checkpoints on disk stay finite.
+    if (!std::isfinite(stats.loss)) return DivergedError(step, stats.loss, options.learning_rate);
     const float lr = optim::DecayedLearningRate(opt_config, step);
     ApplyGradients(**optimizer, params, states, lr);
     progress.Step(step + 1, stats.loss, stats.accuracy, options.log_every);

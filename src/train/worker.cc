@@ -4,6 +4,7 @@
 // evaluates the result and ends the job.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -167,6 +168,8 @@ absl::StatusOr<RunSummary> Train(const ConnectedWorker& w) {
     data::Gather(train, indices, images.data(), labels.data());
     StepStats stats = replicas.ComputeGradients(images.data(), labels.data(), options.batch_size,
                                                 Rng::Mix(options.seed, (uint64_t(index) << 40) + local_step));
+    // A diverged step is not pushed (the ps would refuse its NaN gradients anyway).
+    if (!std::isfinite(stats.loss)) return DivergedError(global_step, stats.loss, options.learning_rate);
     // One call per ps: the gradients go in, the variables as they stand after the update come back.
     auto pushed = client.PushAndPull(GradientsOf(params), global_step, pull_into);
     if (absl::IsOutOfRange(pushed.status())) break;  // training finished elsewhere

@@ -3,6 +3,7 @@
 // partitioner, and `psflow eval` reads the result.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -92,6 +93,27 @@ TEST(ResumeTest, EvalReadsTheNewestCheckpointAndAgreesWithTraining) {
   auto wrong = RunProcess(Psflow({"eval", "--checkpoint_dir=" + dir, "--model=mlp", "--data_dir=" + MnistDir()}), 120);
   EXPECT_NE(wrong.exit_code, 0) << wrong.output;
   EXPECT_EQ(CountLines(wrong.output), 1) << wrong.output;
+}
+
+TEST(ResumeTest, ADivergedRunStopsAndLeavesTheCheckpointsFinite) {
+  const std::string dir = TempDir("resume_diverged");
+  const std::vector<std::string> common = {"train", "--model=mlp", "--data_dir=" + MnistDir(),
+                                           "--checkpoint_dir=" + dir, "--save_checkpoint_steps=100"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Psflow(args);
+  };
+  ASSERT_EQ(RunProcess(with({"--train_steps=100"}), 300).exit_code, 0);
+  // Resumed with an absurd learning rate: the parameters blow up and the loss turns NaN.
+  auto r = RunProcess(with({"--train_steps=300", "--learning_rate=1e30"}), 300);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("training diverged: the loss of step 10"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--learning_rate"), std::string::npos) << r.output;
+  EXPECT_EQ(CountCheckpoints(dir), 1) << r.output;  // nothing saved from the diverged run
+  for (const auto& [name, t] : VariablesAt(dir, 100)) {
+    for (int64_t i = 0; i < t.size(); ++i) ASSERT_TRUE(std::isfinite(t[i])) << name;
+  }
 }
 
 TEST(ResumeTest, SavesEveryFewSecondsWhenAskedTo) {

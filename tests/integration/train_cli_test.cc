@@ -93,7 +93,9 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"ZeroBatch", {"--batch_size=0"}, "--batch_size=0 must be positive"},
                       BadInput{"NegativeBatch", {"--batch_size=-3"}, "--batch_size=-3 must be positive"},
                       BadInput{"NotANumber", {"--batch_size=many"}, "batch_size"},
-                      BadInput{"UnknownFlag", {"--bogus=1"}, "bogus"}),
+                      BadInput{"UnknownFlag", {"--bogus=1"}, "bogus"},
+                      BadInput{"ZeroTimeout", {"--ps_timeout_secs=0"}, "--ps_timeout_secs=0 must be a positive number"},
+                      BadInput{"MessageLimitOverGrpcs", {"--max_message_mb=4096"}, "between 1 and 2047"}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace
