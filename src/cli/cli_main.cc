@@ -153,6 +153,8 @@ int psflow::cli::Main(int argc, char** argv) {
   std::string bench_ps;
   CLI::App* transport_cmd = bench_cmd->add_subcommand("transport", "push/pull throughput against a ps, beside raw TCP");
   transport_cmd->add_option("--ps_hosts", bench_ps, "a running ps task (default: start one on loopback)");
+  std::string bench_transport = "grpc";
+  transport_cmd->add_option("--transport", bench_transport, "grpc | shm (shared memory, same host only)");
 
   try {
     app.parse(argc, argv);
@@ -176,12 +178,14 @@ int psflow::cli::Main(int argc, char** argv) {
     if (auto s = train::ResolveTrainOptions(&local_options); !s.ok()) return cli::Fail(s, 2);
     local.binary = cli::SelfPath(argv[0]);
     local.train_flags = cli::ForwardedFlags(argc, argv);
+    // Every task of psflow local shares this host: tensors go through shared memory unless asked otherwise.
+    if (local_cmd->count("--transport") == 0) local.train_flags.push_back("--transport=shm");
     local.metrics_port = local_options.metrics_port;
     return cli::RunLocalCluster(local);
   }
   if (eval_cmd->parsed()) return cli::RunEval(eval_options);
   if (transport_cmd->parsed()) {
-    auto status = rpc::RunTransportBenchCommand(cli::SelfPath(argv[0]), bench_ps, std::cout);
+    auto status = rpc::RunTransportBenchCommand(cli::SelfPath(argv[0]), bench_ps, std::cout, bench_transport);
     if (!status.ok()) return cli::Fail(status);
     return 0;
   }

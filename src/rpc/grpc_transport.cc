@@ -48,7 +48,6 @@ constexpr int kClientPollThreads = 1;
 constexpr int kServerPollThreads = 1;
 constexpr int kRequestsInFlight = 16;  // calls gRPC may accept before a thread asks for more
 
-thread_local bool t_transport_thread = false;
 
 std::chrono::system_clock::time_point DeadlineAfter(double secs) {
   // Clamp so "effectively forever" timeouts do not overflow the clock.
@@ -73,7 +72,7 @@ class DeferredRunner {
  private:
   DeferredRunner() {
     std::thread([this] {
-      t_transport_thread = true;
+      MarkTransportThread();
       for (;;) {
         std::function<void()> fn;
         {
@@ -177,7 +176,7 @@ struct ClientCall {
 ClientQueue::ClientQueue() {
   for (int i = 0; i < kClientPollThreads; ++i) {
     std::thread([this] {
-      t_transport_thread = true;
+      MarkTransportThread();
       void* tag = nullptr;
       bool ok = false;
       while (cq_.Next(&tag, &ok)) {
@@ -506,7 +505,6 @@ class GrpcServer final : public Server {
 
 }  // namespace
 
-bool OnTransportThread() { return t_transport_thread; }
 
 absl::StatusOr<std::unique_ptr<ClientChannel>> MakeGrpcChannel(const std::string& address,
                                                                const std::string& peer_name,

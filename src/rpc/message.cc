@@ -8,8 +8,17 @@
 #include "absl/synchronization/mutex.h"
 #include "psflow/core/check.h"
 #include "psflow/rpc/transport.h"
+#include "rpc/tensor_coding.h"
 
 namespace psflow::rpc {
+
+namespace {
+thread_local bool t_transport_thread = false;
+}  // namespace
+
+void MarkTransportThread() { t_transport_thread = true; }
+bool OnTransportThread() { return t_transport_thread; }
+
 namespace {
 
 // Refuse absurd dimensions before multiplying (2^40 floats = 4 TiB: no real tensor is larger).

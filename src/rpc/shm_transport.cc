@@ -26,6 +26,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "rpc/tensor_coding.h"
 #include "rpc/shm_wire.h"
 
 namespace psflow::rpc {
@@ -109,6 +110,7 @@ class ShmConnection : public std::enable_shared_from_this<ShmConnection> {
     }
     std::thread([connection] {
       t_shm_reader = true;
+      MarkTransportThread();
       connection->ReaderLoop();
     }).detach();
     return connection;

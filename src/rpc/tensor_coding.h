@@ -23,6 +23,10 @@
 
 namespace psflow::rpc {
 
+// Marks the calling thread as one that runs transport completions (gRPC's queue pollers, the
+// shared-memory readers), so OnTransportThread() catches blocking calls made from them.
+void MarkTransportThread();
+
 // Below this size a tensor is copied into the header slice: copying 64 KiB costs a few
 // microseconds, less than a slice of its own and the release bookkeeping it needs.
 inline constexpr size_t kInlineTensorBytes = 64 << 10;
