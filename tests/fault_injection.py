@@ -2,8 +2,8 @@
 """Fault injection: kill -9 a ps task, a worker or the chief at a random moment, restart it, and
 check the job still finishes — every process exits 0, the global step reaches its target, test
 accuracy stays within --accuracy_tolerance of an undisturbed run of the same mode, and a ps fault
-costs at most the checkpoint interval. Real processes (2 ps, 2 workers) over loopback gRPC, real
-MNIST, async and sync runs alternating.
+costs at most the checkpoint interval. Real processes (2 ps, 2 workers) on loopback, real MNIST;
+async and sync runs alternate, and so do the transports (gRPC, and shared memory in pairs of runs).
 
   tests/fault_injection.py --build build [--runs 20] [--seed 1]
 
@@ -41,7 +41,7 @@ def free_ports(n):
 
 
 class Cluster:
-    def __init__(self, psflow, data_dir, workdir, mode):
+    def __init__(self, psflow, data_dir, workdir, mode, transport="grpc"):
         ports = free_ports(4)
         self.ps_hosts = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}"
         self.worker_hosts = f"127.0.0.1:{ports[2]},127.0.0.1:{ports[3]}"
@@ -55,6 +55,7 @@ class Cluster:
                        "--ps_timeout_secs=60", "--worker_timeout_secs=60"]
         if mode == "sync":
             self.common.append("--sync_replicas")
+        self.common.append(f"--transport={transport}")
         self.procs, self.logs, self.starts = {}, {}, {}
 
     def start(self, task):
@@ -93,9 +94,9 @@ def latest_step(cluster):
     return max(steps) if steps else 0
 
 
-def run_once(psflow, data_dir, mode, victim, during_startup, kill_after):
+def run_once(psflow, data_dir, mode, victim, during_startup, kill_after, transport="grpc", kill_at_step=None):
     workdir = tempfile.mkdtemp(prefix="psflow_fault_")
-    c = Cluster(psflow, data_dir, workdir, mode)
+    c = Cluster(psflow, data_dir, workdir, mode, transport)
     for task in TASKS:
         c.start(task)
     start = time.time()
@@ -105,6 +106,10 @@ def run_once(psflow, data_dir, mode, victim, during_startup, kill_after):
         while time.time() - start < RUN_TIMEOUT / 2 and not re.search(r"step \d+/", c.text("worker:1")):
             time.sleep(0.02)
         first_step_secs = time.time() - start
+    if victim and kill_at_step is not None:
+        # Strike when the job has reached a random global step (progress lines every 10 steps).
+        while time.time() - start < RUN_TIMEOUT / 2 and latest_step(c) < kill_at_step:
+            time.sleep(0.005)
     if victim:
         time.sleep(kill_after)
         if c.procs[victim].poll() is None:
@@ -119,8 +124,8 @@ def run_once(psflow, data_dir, mode, victim, during_startup, kill_after):
     chief_log = c.text("worker:0")
     restored = [int(s) for s in re.findall(r"restoring it at global step (\d+)", chief_log)]
     resumed = [int(s) for s in re.findall(r"initialized \d+ variables at global step (\d+)", chief_log)]
-    result = {"mode": mode, "victim": victim, "during_startup": during_startup,
-              "kill_after_secs": round(kill_after, 2), "exit_codes": codes,
+    result = {"mode": mode, "transport": transport, "victim": victim, "during_startup": during_startup,
+              "kill_after_secs": round(kill_after, 2), "kill_at_step": kill_at_step, "exit_codes": codes,
               "hung": any(v is None for v in codes.values()),
               "global_step": summary.get("global_step"), "test_accuracy": summary.get("test_accuracy"),
               "killed_at_step": killed_at_step, "seconds": round(time.time() - start, 1)}
@@ -150,6 +155,7 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--victims", default="ps:0,ps:1,worker:0,worker:1", help="tasks that may be killed")
     p.add_argument("--modes", default="async,sync", help="training modes, alternating run by run")
+    p.add_argument("--transports", default="grpc,shm", help="transports, alternating every len(modes) runs")
     p.add_argument("--accuracy_tolerance", type=float, default=0.005,
                    help="largest test-accuracy difference from the undisturbed run that passes")
     a = p.parse_args()
@@ -171,13 +177,15 @@ def main():
     failures, hangs, off, injected, lost = 0, 0, 0, 0, []
     for i in range(a.runs):
         mode = modes[i % len(modes)]
+        transports = a.transports.split(",")
+        transport = transports[(i // len(modes)) % len(transports)]
         victim = rng.choice(a.victims.split(","))
         # One fault in five strikes during start-up (connect, the chief's initialization), the
-        # rest at a random moment of training (a disturbed run takes 3-8 s).
+        # rest when the job reaches a random global step.
         during_startup = rng.random() < 0.2
-        training_secs = baseline[mode]["seconds"] - baseline[mode]["first_step_secs"]
-        kill_after = rng.uniform(0.0, 1.0) if during_startup else rng.uniform(0.0, 0.8 * training_secs)
-        ok, r = run_once(psflow, a.data_dir, mode, victim, during_startup, kill_after)
+        kill_after = rng.uniform(0.0, 1.0) if during_startup else 0.0
+        kill_at_step = None if during_startup else rng.randint(10, int(STEPS * 0.9))
+        ok, r = run_once(psflow, a.data_dir, mode, victim, during_startup, kill_after, transport, kill_at_step)
         acc = r["test_accuracy"]
         acc_ok = acc is not None and abs(acc - baseline[mode]["test_accuracy"]) <= a.accuracy_tolerance
         r["accuracy_within_tolerance"] = acc_ok
