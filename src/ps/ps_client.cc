@@ -163,7 +163,8 @@ class PsClient::Impl {
     for (;;) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (elapsed >= limit && !last.ok()) {
-        const bool hinted = absl::StrContains(last.message(), "is the task running");
+        const bool hinted = absl::StrContains(last.message(), "is the task running") ||
+                            absl::StrContains(last.message(), "--tls_");
         return absl::DeadlineExceededError(absl::StrCat(
             "could not reach ", channel(k)->peer_name(), " within ", limit, " s",
             hinted ? "" : " (is it running, and is the address right?)", ": ", last.message()));

@@ -218,8 +218,8 @@ std::string DescribeConnectFailure(const std::string& grpc_text, ClientTls tls) 
   } else if (has("Socket closed") || has("Connection reset")) {
     // A TLS server drops a connection whose handshake it refuses without saying why.
     if (!tls.enabled) {
-      hint = "the task closed the connection at once; if it uses TLS, start this task with the same "
-             "--tls_cert/--tls_key/--tls_ca";
+      hint = "the task closed the connection: it stopped, or, if this repeats on every attempt, it uses TLS "
+             "and this task must be started with the same --tls_cert/--tls_key/--tls_ca";
     } else if (!tls.has_certificate) {
       hint = "the task closed the connection during the TLS handshake; if it requires client certificates "
              "(it has --tls_ca), give this task --tls_cert and --tls_key";

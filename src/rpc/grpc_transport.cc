@@ -48,7 +48,6 @@ constexpr int kClientPollThreads = 1;
 constexpr int kServerPollThreads = 1;
 constexpr int kRequestsInFlight = 16;  // calls gRPC may accept before a thread asks for more
 
-
 std::chrono::system_clock::time_point DeadlineAfter(double secs) {
   // Clamp so "effectively forever" timeouts do not overflow the clock.
   const double clamped = std::min(std::max(secs, 0.0), 1e7);

@@ -265,7 +265,7 @@ TEST(GrpcTransportTest, MutualTlsWithTheClusterCertificate) {
   SecurityOptions no_client_cert;
   no_client_cert.tls_ca = tls.tls_ca;
   const std::vector<std::pair<SecurityOptions, std::string>> mismatches = {
-      {SecurityOptions{}, "if it uses TLS, start this task with the same --tls_cert/--tls_key/--tls_ca"},
+      {SecurityOptions{}, "it uses TLS and this task must be started with the same --tls_cert/--tls_key/--tls_ca"},
       {other_ca, "certificate verify failed (the task's certificate is not signed by the CA in this task's --tls_ca"},
       {no_client_cert, "if it requires client certificates (it has --tls_ca), give this task --tls_cert and --tls_key"}};
   for (const auto& [s, hint] : mismatches) {

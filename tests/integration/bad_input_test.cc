@@ -144,7 +144,7 @@ TEST(BadInputTest, TlsClusterTrainsAndRefusesWorkersWithTheWrongTlsOrSecret) {
   };
   const std::vector<BadWorker> bad = {
       {"no TLS flags", {"--cluster_secret_file=" + secret},
-       "if it uses TLS, start this task with the same --tls_cert/--tls_key/--tls_ca"},
+       "it uses TLS and this task must be started with the same --tls_cert/--tls_key/--tls_ca"},
       {"another CA",
        {"--tls_cert=" + certs->task_cert, "--tls_key=" + certs->task_key, "--tls_ca=" + certs->other_ca,
         "--cluster_secret_file=" + secret},
