@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rpc/test_handler.h"
 #include "psflow/rpc/transport.h"
 #include "rpc/test_certs.h"
 
@@ -18,48 +19,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Answers Stats at once with the request's tensors doubled; holds every WaitInitialized call until
-// ReleaseHeld().
-class TestHandler final : public Handler {
+// Every call answered at once with its tensors doubled, except WaitInitialized, held until ReleaseHeld().
+class TestHandler final : public testing::DoublingHandler {
  public:
-  void Handle(Method method, IncomingMessage request, Responder responder) override {
-    if (method == Method::kWaitInitialized) {
-      absl::MutexLock lock(&mu_);
-      held_.push_back(std::move(responder));
-      return;
-    }
-    OutgoingMessage response;
-    response.header = request.header();
-    for (int i = 0; i < request.num_tensors(); ++i) {
-      auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(request.num_floats(i)));
-      request.CopyTo(i, values->data());
-      for (float& v : *values) v *= 2;
-      OutgoingTensor t;
-      t.meta = request.meta(i);
-      t.data = values->data();
-      t.num_floats = static_cast<int64_t>(values->size());
-      t.owner = std::move(values);
-      response.tensors.push_back(std::move(t));
-    }
-    responder.Respond(std::move(response));
-  }
-
-  void ReleaseHeld() {
-    std::vector<Responder> held;
-    {
-      absl::MutexLock lock(&mu_);
-      held.swap(held_);
-    }
-    for (Responder& r : held) r.Respond(OutgoingMessage::Of(wire::Empty()));
-  }
-  size_t held() {
-    absl::MutexLock lock(&mu_);
-    return held_.size();
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<Responder> held_ ABSL_GUARDED_BY(mu_);
+  TestHandler() : DoublingHandler(Method::kWaitInitialized) {}
 };
 
 CallOptions Options(double timeout_secs = 10) {

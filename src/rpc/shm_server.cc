@@ -31,6 +31,7 @@ namespace psflow::rpc {
 using shm::Packet;
 using shm::PacketKind;
 using shm::Region;
+using shm::WaitReadable;
 
 namespace {
 
@@ -50,15 +51,6 @@ struct ServerConfig {
   int64_t max_message_bytes;
   std::shared_ptr<Counters> counters;
 };
-
-bool WaitReadable(int fd, double secs) {
-  pollfd p{fd, POLLIN, 0};
-  int r;
-  do {
-    r = poll(&p, 1, static_cast<int>(secs * 1000));
-  } while (r < 0 && errno == EINTR);
-  return r > 0;
-}
 
 class ServerConnection;
 

@@ -34,6 +34,7 @@ namespace psflow::rpc {
 using shm::Packet;
 using shm::PacketKind;
 using shm::Region;
+using shm::WaitReadable;
 
 inline constexpr uint64_t kShmProtocolVersion = 1;
 
@@ -44,16 +45,6 @@ thread_local bool t_shm_reader = false;
 constexpr double kHandshakeSecs = 2;
 constexpr int kReaderTickMs = 100;  // deadline checks while waiting for answers
 constexpr size_t kMinRegionBytes = 64 << 10;
-
-// Waits up to `secs` for the socket to be readable; false on timeout.
-bool WaitReadable(int fd, double secs) {
-  pollfd p{fd, POLLIN, 0};
-  int r;
-  do {
-    r = poll(&p, 1, static_cast<int>(secs * 1000));
-  } while (r < 0 && errno == EINTR);
-  return r > 0;
-}
 
 }  // namespace
 

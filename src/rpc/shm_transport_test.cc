@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rpc/test_handler.h"
 #include "psflow/core/check.h"
 #include "psflow/rpc/transport.h"
 #include "rpc/shm_transport.h"
@@ -25,52 +26,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Answers Push at once with the request's tensors doubled; holds every Pull until ReleaseHeld().
-class TestHandler final : public Handler {
+// Every call answered at once with its tensors doubled, except Pull, held until ReleaseHeld().
+class TestHandler final : public testing::DoublingHandler {
  public:
-  void Handle(Method method, IncomingMessage request, Responder responder) override {
-    if (method == Method::kPull) {
-      absl::MutexLock lock(&mu_);
-      held_.push_back(std::move(responder));
-      return;
-    }
-    OutgoingMessage response;
-    response.header = request.header();
-    for (int i = 0; i < request.num_tensors(); ++i) {
-      auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(request.num_floats(i)));
-      request.CopyTo(i, values->data());
-      for (float& v : *values) v *= 2;
-      OutgoingTensor t;
-      t.meta = request.meta(i);
-      t.data = values->data();
-      t.num_floats = static_cast<int64_t>(values->size());
-      t.owner = std::move(values);
-      response.tensors.push_back(std::move(t));
-    }
-    responder.Respond(std::move(response));
-  }
-
-  void ReleaseHeld() {
-    std::vector<Responder> held;
-    {
-      absl::MutexLock lock(&mu_);
-      held.swap(held_);
-    }
-    for (Responder& r : held) r.Respond(OutgoingMessage::Of(wire::Empty()));
-  }
-  size_t held() {
-    absl::MutexLock lock(&mu_);
-    return held_.size();
-  }
-  bool WaitHeld(size_t n) {
-    absl::MutexLock lock(&mu_);
-    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return held_.size() >= n; };
-    return mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(10));
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<Responder> held_ ABSL_GUARDED_BY(mu_);
+  TestHandler() : DoublingHandler(Method::kPull) {}
 };
 
 SecurityOptions Shm(std::string secret = "") {
@@ -321,7 +280,7 @@ TEST(ShmTransportChild, DISABLED_Serve) {
 }
 
 TEST(ShmTransportTest, KilledServerProcessFailsCallsUnavailable) {
-  const std::string port_file = absl::StrCat(testing::TempDir(), "/shm_port_", getpid());
+  const std::string port_file = absl::StrCat(::testing::TempDir(), "/shm_port_", getpid());
   std::filesystem::remove(port_file);
   const pid_t child = fork();
   ASSERT_GE(child, 0);

@@ -2,6 +2,7 @@
 #include "rpc/shm_wire.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -199,6 +200,15 @@ absl::StatusOr<IncomingMessage> ReadMessage(const char* data, size_t size, std::
   if (pos < size) payload.push_back({data + pos, size - pos});
   return IncomingMessage::Make(std::move(header), std::move(list), std::move(payload), std::move(keepalive),
                                static_cast<int64_t>(size));
+}
+
+bool WaitReadable(int fd, double secs) {
+  pollfd p{fd, POLLIN, 0};
+  int r;
+  do {
+    r = poll(&p, 1, static_cast<int>(secs * 1000));
+  } while (r < 0 && errno == EINTR);
+  return r > 0;
 }
 
 }  // namespace psflow::rpc::shm

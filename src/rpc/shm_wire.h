@@ -88,6 +88,9 @@ void WriteMessage(const PreparedMessage& message, char* dst);
 // the defect for truncated or inconsistent bytes.
 absl::StatusOr<IncomingMessage> ReadMessage(const char* data, size_t size, std::shared_ptr<const void> keepalive);
 
+// Waits up to `secs` for the socket to be readable (a packet, or the peer's close); false on timeout.
+bool WaitReadable(int fd, double secs);
+
 }  // namespace psflow::rpc::shm
 
 #endif  // PSFLOW_RPC_SHM_WIRE_H_
