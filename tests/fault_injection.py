@@ -122,7 +122,7 @@ def run_once(psflow, data_dir, mode, victim, during_startup, kill_after, transpo
     if os.path.exists(f"{workdir}/summary.json"):
         summary = json.load(open(f"{workdir}/summary.json"))
     chief_log = c.text("worker:0")
-    restored = [int(s) for s in re.findall(r"restoring it at global step (\d+)", chief_log)]
+    restored = [int(s) for s in re.findall(r"restarted without its variables; restoring .*? at global step (\d+)", chief_log)]
     resumed = [int(s) for s in re.findall(r"initialized \d+ variables at global step (\d+)", chief_log)]
     result = {"mode": mode, "transport": transport, "victim": victim, "during_startup": during_startup,
               "kill_after_secs": round(kill_after, 2), "kill_at_step": kill_at_step, "exit_codes": codes,
@@ -163,17 +163,18 @@ def main():
     rng = random.Random(a.seed)
     modes = a.modes.split(",")
     # The undisturbed reference of each mode: sync runs are deterministic (one suffices); async
-    # runs vary with the interleaving of the workers, so take the median of three.
+    # runs vary with the interleaving of the workers (about 0.13 points standard deviation at
+    # 1500 steps), so take the mean of five.
     baseline = {}
     for mode in modes:
         runs = []
-        for _ in range(3 if mode == "async" else 1):
+        for _ in range(5 if mode == "async" else 1):
             ok, base = run_once(psflow, a.data_dir, mode, None, False, 0)
             print(json.dumps({"baseline": base}), flush=True)
             if not ok:
                 sys.exit(1)
             runs.append(base)
-        baseline[mode] = sorted(runs, key=lambda r: r["test_accuracy"])[len(runs) // 2]
+        baseline[mode] = sum(r["test_accuracy"] for r in runs) / len(runs)
     failures, hangs, off, injected, lost = 0, 0, 0, 0, []
     for i in range(a.runs):
         mode = modes[i % len(modes)]
@@ -187,7 +188,7 @@ def main():
         kill_at_step = None if during_startup else rng.randint(10, int(STEPS * 0.9))
         ok, r = run_once(psflow, a.data_dir, mode, victim, during_startup, kill_after, transport, kill_at_step)
         acc = r["test_accuracy"]
-        acc_ok = acc is not None and abs(acc - baseline[mode]["test_accuracy"]) <= a.accuracy_tolerance
+        acc_ok = acc is not None and abs(acc - baseline[mode]) <= a.accuracy_tolerance
         r["accuracy_within_tolerance"] = acc_ok
         injected += r["killed_at_step"] is not None  # the victim may have finished already
         if "steps_lost" in r:
@@ -198,7 +199,7 @@ def main():
         print(json.dumps(r), flush=True)
     print(json.dumps({"runs": a.runs, "faults_injected": injected, "failed_runs": failures, "hangs": hangs,
                       "accuracy_outside_tolerance": off, "accuracy_tolerance": a.accuracy_tolerance,
-                      "baseline_accuracy": {m: baseline[m]["test_accuracy"] for m in modes},
+                      "baseline_accuracy": {m: round(baseline[m], 4) for m in modes},
                       "max_steps_lost_per_fault": max(lost) if lost else 0, "faults_with_rollback": len(lost),
                       "checkpoint_interval": CKPT_EVERY}), flush=True)
     sys.exit(1 if failures or hangs else 0)

@@ -35,8 +35,8 @@ struct FanOut {
 // A ps task answering that it holds no variables (it restarted): the status IsPsRestarted knows.
 absl::Status RestartedError(const rpc::ClientChannel* channel, int task) {
   absl::Status s = absl::FailedPreconditionError(absl::StrCat(
-      channel->peer_name(), kRestartedText, ": it lost its variables; the chief re-initializes it from the last "
-      "checkpoint (PsClient::InitializePs)"));
+      channel->peer_name(), kRestartedText, ": it lost its variables, or the chief is restoring it; the chief restores "
+      "the job from the last checkpoint"));
   s.SetPayload(kRestartedPayload, absl::Cord(absl::StrCat(task)));
   return s;
 }

@@ -174,8 +174,9 @@ void PsServer::Impl::HandleInitialize(const rpc::IncomingMessage& request, rpc::
   model->fingerprint = init.model_fingerprint();
   model->holds_global_step = init.holds_global_step();
 
-  // A re-initialization (restarted chief) starts over: held calls of the old model are answered.
-  ResetSyncState(absl::AbortedError("the chief re-initialized the ps task; pull and retry"));
+  // A re-initialization (the chief restoring a checkpoint) starts over: held calls of the old model
+  // are answered "not initialized", which workers take as "wait for the chief, then pull".
+  ResetSyncState(absl::FailedPreconditionError(kNotInitializedMessage));
   {
     absl::MutexLock lock(&mu_);
     initialized_.store(false, std::memory_order_release);

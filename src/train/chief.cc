@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "psflow/nn/model.h"
 
 namespace psflow::train {
 namespace {
@@ -26,9 +27,12 @@ absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState() {
     if (!restored.ok()) return restored.status();
     if (restored->has_value()) return ToSnapshot(std::move(**restored), params_);
   }
-  // Fresh values: the model's initializers, with the optimizer's initial slots.
+  // Fresh values: the model's initializers, with the optimizer's initial slots. They come from a
+  // model built anew with the same seed, since params_ hold whatever the chief pulled last.
+  auto initial = nn::BuildModel({options_.model, options_.hidden_units, options_.seed});
+  if (!initial.ok()) return initial.status();
   TrainingState fresh{0, options_.model, optimizer_.name(), {}};
-  for (const Var& p : params_) {
+  for (const Var& p : (*initial)->parameters()) {
     optim::SlotState slots = optimizer_.NewState(p->value.size());
     VariableState v{p->value, {}, 0};
     for (const FloatBuffer& s : slots.slots) v.slots.emplace_back(p->value.shape(), std::vector<float>(s.begin(), s.end()));
@@ -90,12 +94,20 @@ absl::Status Chief::SaveCheckpoint() {
 absl::Status Chief::RestorePs(int task) {
   auto state = RestorableState();
   if (!state.ok()) return state.status();
-  log_(absl::StrCat("chief: ps task ", task, " restarted without its variables; restoring it at global step ",
-                    state->global_step,
-                    options_.checkpoint_dir.empty()
-                        ? " (no --checkpoint_dir: its variables start over from their initial values)"
-                        : ""));
-  return client_.InitializePs(task, *state, config_);
+  if (options_.checkpoint_dir.empty()) {
+    log_(absl::StrCat("chief: ps task ", task, " restarted without its variables; restoring it at global step ",
+                      state->global_step, " (no --checkpoint_dir: its variables start over from their initial "
+                      "values, the other ps tasks keep theirs)"));
+    return client_.InitializePs(task, *state, config_);
+  }
+  // Every ps task goes back to the checkpoint, as TF's Saver.restore does: restoring the restarted
+  // task alone would mix its values, optimizer slots and update counts at step S with the others'
+  // newer ones (and leave the global step where it was when another task holds it).
+  log_(absl::StrCat("chief: ps task ", task, " restarted without its variables; restoring every ps task at global step ",
+                    state->global_step, " from the newest checkpoint (the steps since are trained again)"));
+  if (auto s = client_.Initialize(*state, config_); !s.ok()) return s;
+  schedule_ = CheckpointSchedule(options_.save_checkpoint_steps, options_.save_checkpoint_secs, state->global_step);
+  return absl::OkStatus();
 }
 
 }  // namespace psflow::train

@@ -1,7 +1,7 @@
 // The chief's duties beyond training (worker 0): bring the ps tasks up — resume a job that is
 // already running, restore the newest checkpoint, or initialize fresh values — save checkpoints
-// of the whole training state on schedule and at the end, and restore a ps task that restarted
-// without its variables. Used by the chief's training thread only.
+// of the whole training state on schedule and at the end, and roll the job back to the newest
+// checkpoint when a ps task restarted without its variables. Used by the chief's training thread only.
 #ifndef PSFLOW_TRAIN_CHIEF_H_
 #define PSFLOW_TRAIN_CHIEF_H_
 
@@ -27,7 +27,8 @@ class Chief {
   // Saves a checkpoint when the schedule says so (no-op without --checkpoint_dir).
   absl::Status MaybeCheckpoint(int64_t global_step);
   absl::Status SaveCheckpoint();
-  // Restores ps task `task` (restarted, empty) from the newest checkpoint, or fresh values.
+  // Ps task `task` restarted empty: rolls every ps task back to the newest checkpoint (a consistent
+  // model, global step included), or, without --checkpoint_dir, gives that task fresh values.
   absl::Status RestorePs(int task);
 
  private:

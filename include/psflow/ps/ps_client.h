@@ -17,7 +17,9 @@
 // every ps task that got it). Past that bound: Unavailable naming the task and its address. A ps
 // task that answers but lost its variables (restarted) fails the call with FailedPrecondition
 // "ps task 1 (127.0.0.1:2223) is not initialized (restarted?)" (IsPsRestarted, RestartedPsTask);
-// the chief then restores it from the last checkpoint with InitializePs.
+// the chief then rolls every ps task back to the last checkpoint with Initialize (or, without
+// checkpoints, gives that task fresh values with InitializePs). Calls held by a task that is being
+// re-initialized fail the same way, so workers wait for the chief and pull again.
 #ifndef PSFLOW_PS_PS_CLIENT_H_
 #define PSFLOW_PS_PS_CLIENT_H_
 

@@ -1,0 +1,208 @@
+// The chief's restore of a ps task that restarted empty, against real ps servers over gRPC on
+// loopback: with checkpoints every ps task goes back to the newest one (values, optimizer slots,
+// global step); before the first checkpoint the job starts over from the initializers' values (not
+// from what the chief pulled since); without --checkpoint_dir only that task's variables start over;
+// and a sync push held by a ps task that is being restored is answered so that its worker waits
+// for the chief and pulls again.
+#include "train/chief.h"
+
+#include <filesystem>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "ps/ps_test_util.h"
+#include "psflow/nn/model.h"
+#include "train/cluster_setup.h"
+
+namespace psflow::train {
+namespace {
+
+using ps::testing::TestCluster;
+
+struct ChiefFixture {
+  TrainOptions options;
+  std::unique_ptr<TestCluster> cluster;
+  std::unique_ptr<nn::Model> model;
+  dist::PlacementPlan plan;
+  ps::TrainingConfig config;
+  std::unique_ptr<optim::Optimizer> optimizer;
+  std::unique_ptr<ps::PsClient> client;
+  std::vector<std::string> log;
+  LogSink sink = [this](const std::string& line) { log.push_back(line); };
+  std::unique_ptr<Chief> chief;
+
+  // 2 ps tasks, every variable split across both (fixed:2), Adam; `checkpoint_dir` may be empty.
+  void Start(const std::string& checkpoint_dir, bool sync = false) {
+    options.model = "mlp";
+    options.hidden_units = 8;
+    options.seed = 7;
+    options.optimizer = "adam";
+    options.learning_rate = 0.05f;
+    options.lr_decay_steps = 0;
+    options.lr_decay_rate = 1;
+    options.train_steps = 1000;
+    options.partitioner = "fixed:2";
+    options.checkpoint_dir = checkpoint_dir;
+    options.sync_replicas = sync;
+    options.sync_timeout_secs = 60;
+    cluster = TestCluster::Start(2, 2);
+    ASSERT_NE(cluster, nullptr);
+    auto built = nn::BuildModel({options.model, options.hidden_units, options.seed});
+    ASSERT_TRUE(built.ok()) << built.status();
+    model = *std::move(built);
+    auto planned = PlanFor(*model, options, 2);
+    ASSERT_TRUE(planned.ok()) << planned.status();
+    plan = *planned;
+    auto cfg = TrainingConfigFor(options, 2);
+    ASSERT_TRUE(cfg.ok()) << cfg.status();
+    config = *cfg;
+    auto opt = optim::MakeOptimizer(config.optimizer);
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    optimizer = *std::move(opt);
+    client = cluster->Client(plan, 0);
+    ASSERT_NE(client, nullptr);
+    PSFLOW_ASSERT_OK(client->Connect());
+    chief = std::make_unique<Chief>(options, *client, model->parameters(), config, *optimizer, sink);
+    PSFLOW_ASSERT_OK(chief->InitializeCluster());
+  }
+
+  std::vector<std::pair<std::string, Tensor*>> PullTargets() {
+    std::vector<std::pair<std::string, Tensor*>> out;
+    for (const Var& p : model->parameters()) out.emplace_back(p->name, &p->value);
+    return out;
+  }
+
+  // One Adam step with a gradient that differs per step and per element.
+  void Step(int64_t tag) {
+    std::vector<Tensor> grads;
+    for (const Var& p : model->parameters()) {
+      Tensor g(p->value.shape());
+      for (int64_t i = 0; i < g.size(); ++i) g[i] = 0.01f * static_cast<float>((i % 7) - 3 + tag);
+      grads.push_back(std::move(g));
+    }
+    std::vector<ps::Gradient> pushed;
+    for (size_t i = 0; i < grads.size(); ++i) pushed.push_back({model->parameters()[i]->name, &grads[i], nullptr});
+    auto result = client->PushAndPull(pushed, tag, PullTargets());
+    ASSERT_TRUE(result.ok()) << result.status();
+  }
+
+  std::vector<Tensor> Values() {
+    std::vector<Tensor> values;
+    for (const Var& p : model->parameters()) values.push_back(p->value);
+    return values;
+  }
+};
+
+void ExpectSameValues(const std::vector<Tensor>& a, const std::vector<Tensor>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t v = 0; v < a.size(); ++v) {
+    ASSERT_EQ(a[v].shape(), b[v].shape());
+    for (int64_t i = 0; i < a[v].size(); ++i) ASSERT_EQ(a[v][i], b[v][i]) << what << ": variable " << v << " element " << i;
+  }
+}
+
+std::string FreshDir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+TEST(ChiefRestoreTest, EveryPsTaskGoesBackToTheNewestCheckpoint) {
+  ChiefFixture f;
+  ASSERT_NO_FATAL_FAILURE(f.Start(FreshDir("chief_restore_ckpt")));
+  for (int64_t step = 0; step < 3; ++step) ASSERT_NO_FATAL_FAILURE(f.Step(step));
+  PSFLOW_ASSERT_OK(f.chief->SaveCheckpoint());
+  auto saved = f.client->PullState();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  const std::vector<Tensor> at_checkpoint = f.Values();
+  for (int64_t step = 3; step < 6; ++step) ASSERT_NO_FATAL_FAILURE(f.Step(step));
+
+  PSFLOW_ASSERT_OK(f.chief->RestorePs(1));
+  auto step = f.client->Pull(f.PullTargets());
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 3);
+  ExpectSameValues(f.Values(), at_checkpoint, "values after the restore");  // ps 0's halves too
+  auto restored = f.client->PullState();
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  ASSERT_EQ(restored->variables.size(), saved->variables.size());
+  for (size_t v = 0; v < saved->variables.size(); ++v) {
+    EXPECT_EQ(restored->variables[v].updates, saved->variables[v].updates) << saved->variables[v].name;
+    ExpectSameValues(restored->variables[v].slots, saved->variables[v].slots, "slots of " + saved->variables[v].name);
+  }
+  EXPECT_NE(f.log.back().find("restoring every ps task at global step 3"), std::string::npos) << f.log.back();
+  // Training goes on from there.
+  ASSERT_NO_FATAL_FAILURE(f.Step(3));
+}
+
+TEST(ChiefRestoreTest, BeforeTheFirstCheckpointTheJobStartsOverFromTheInitializers) {
+  ChiefFixture f;
+  ASSERT_NO_FATAL_FAILURE(f.Start(FreshDir("chief_restore_nockpt")));
+  const std::vector<Tensor> initial = f.Values();
+  for (int64_t step = 0; step < 4; ++step) ASSERT_NO_FATAL_FAILURE(f.Step(step));
+  // The chief's own parameters now hold what it pulled, not the initial values.
+  ASSERT_NE(f.Values()[0][0], initial[0][0]);
+
+  PSFLOW_ASSERT_OK(f.chief->RestorePs(0));
+  auto step = f.client->Pull(f.PullTargets());
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 0);
+  ExpectSameValues(f.Values(), initial, "values after a restore with no checkpoint yet");
+}
+
+TEST(ChiefRestoreTest, WithoutACheckpointDirOnlyTheRestartedTaskStartsOver) {
+  ChiefFixture f;
+  ASSERT_NO_FATAL_FAILURE(f.Start(""));
+  const std::vector<Tensor> initial = f.Values();
+  for (int64_t step = 0; step < 4; ++step) ASSERT_NO_FATAL_FAILURE(f.Step(step));
+  const std::vector<Tensor> trained = f.Values();
+
+  PSFLOW_ASSERT_OK(f.chief->RestorePs(1));
+  ASSERT_TRUE(f.client->Pull(f.PullTargets()).ok());
+  for (const dist::ShardSpec* shard : f.plan.ShardsOn(1)) {
+    // ps 1's shards are back at their initial values; every other element kept its training.
+    size_t v = 0;
+    while (f.model->parameters()[v]->name != shard->variable) ++v;
+    const Tensor& now = f.model->parameters()[v]->value;
+    const int64_t row = now.size() / now.shape()[0];
+    for (int64_t i = shard->offset * row; i < (shard->offset + shard->shape[0]) * row; ++i) {
+      ASSERT_EQ(now[i], initial[v][i]) << shard->name << " element " << i;
+    }
+  }
+  size_t kept = 0;
+  for (const dist::ShardSpec* shard : f.plan.ShardsOn(0)) {
+    size_t v = 0;
+    while (f.model->parameters()[v]->name != shard->variable) ++v;
+    const int64_t row = trained[v].size() / trained[v].shape()[0];
+    for (int64_t i = shard->offset * row; i < (shard->offset + shard->shape[0]) * row; ++i) {
+      ASSERT_EQ(f.model->parameters()[v]->value[i], trained[v][i]) << shard->name << " element " << i;
+      ++kept;
+    }
+  }
+  EXPECT_GT(kept, 0u);
+}
+
+TEST(ChiefRestoreTest, ASyncPushHeldDuringTheRestoreIsToldToWaitForTheChief) {
+  ChiefFixture f;
+  ASSERT_NO_FATAL_FAILURE(f.Start(FreshDir("chief_restore_sync"), /*sync=*/true));
+  auto worker = f.cluster->Client(f.plan, 1);
+  ASSERT_NE(worker, nullptr);
+  PSFLOW_ASSERT_OK(worker->Connect());
+  PSFLOW_ASSERT_OK(worker->WaitForInitialization(10));
+  std::vector<Tensor> grads;
+  std::vector<ps::Gradient> pushed;
+  for (const Var& p : f.model->parameters()) grads.emplace_back(p->value.shape());
+  for (size_t i = 0; i < grads.size(); ++i) pushed.push_back({f.model->parameters()[i]->name, &grads[i], nullptr});
+  // Worker 1's push waits for the chief's (R = 2); the chief restores instead.
+  absl::StatusOr<ps::PushResult> held;
+  std::thread pusher([&] { held = worker->Push(pushed, 0); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  PSFLOW_ASSERT_OK(f.chief->RestorePs(0));
+  pusher.join();
+  ASSERT_FALSE(held.ok());
+  EXPECT_TRUE(ps::IsPsRestarted(held.status())) << held.status();
+  // What the worker then does: wait for the chief, pull, and push again.
+  PSFLOW_ASSERT_OK(worker->WaitForInitialization(10));
+}
+
+}  // namespace
+}  // namespace psflow::train
