@@ -151,14 +151,20 @@ absl::StatusOr<RunSummary> Train(const ConnectedWorker& w) {
   if (!telemetry.ok()) return telemetry.status();
   ProgressLog progress(log, "", options.train_steps, options.batch_size);
 
+  // The variables as they stand (after a restore too): a ps task still being restored means
+  // waiting for the chief again. OutOfRange: training finished elsewhere.
+  auto pull_current = [&]() -> absl::StatusOr<int64_t> {
+    for (;;) {
+      auto step = client.Pull(pull_into);
+      if (step.ok() || !ps::IsPsRestarted(step.status())) return step;
+      if (auto s = recover(step.status()); !s.ok()) return s;
+    }
+  };
   int64_t global_step = 0;
-  bool finished = false;
-  for (bool pulled = false; !pulled;) {
-    auto step = client.Pull(pull_into);
-    if (absl::IsOutOfRange(step.status())) finished = pulled = true;
-    else if (step.ok()) global_step = *step, pulled = true;
-    else if (auto s = recover(step.status()); !s.ok()) return s;
-  }
+  auto first = pull_current();
+  const bool finished = absl::IsOutOfRange(first.status());
+  if (!first.ok() && !finished) return first.status();
+  if (first.ok()) global_step = *first;
   const int64_t start_step = global_step;
   int64_t stale = 0;
   for (int64_t local_step = 0; !finished && global_step < options.train_steps; ++local_step) {
@@ -175,7 +181,8 @@ absl::StatusOr<RunSummary> Train(const ConnectedWorker& w) {
     if (absl::IsOutOfRange(pushed.status())) break;  // training finished elsewhere
     if (!pushed.ok()) {
       if (auto s = recover(pushed.status()); !s.ok()) return s;
-      auto step = client.Pull(pull_into);  // continue from the restored state
+      auto step = pull_current();  // continue from the restored state
+      if (absl::IsOutOfRange(step.status())) break;
       if (!step.ok()) return step.status();
       global_step = *step;
       continue;
