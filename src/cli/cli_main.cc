@@ -58,15 +58,13 @@ int RunTrain(train::TrainOptions options) {
     }
     return 0;
   }
-  // The role comes from --job_name or, for Kubeflow-style launches, from $TF_CONFIG's task.
-  std::string job = options.job_name;
-  if (job.empty()) {
-    auto resolved = dist::ResolveCluster(options.ps_hosts, options.worker_hosts, options.job_name, options.task_index,
-                                         std::getenv("TF_CONFIG") ? std::getenv("TF_CONFIG") : "");
-    if (!resolved.ok()) return Fail(resolved.status(), 2);
-    job = resolved->second.job;
-  }
-  if (job == "ps") {
+  // The role comes from --job_name or, for Kubeflow-style launches, from $TF_CONFIG's task. A
+  // cluster that the flags or TF_CONFIG describe wrongly is a usage error (2), whichever gave it.
+  auto resolved = dist::ResolveCluster(options.ps_hosts, options.worker_hosts, options.job_name, options.task_index,
+                                       std::getenv("TF_CONFIG") ? std::getenv("TF_CONFIG") : "");
+  if (!resolved.ok()) return Fail(resolved.status(), 2);
+  if (auto s = resolved->first.Validate(resolved->second); !s.ok()) return Fail(s, 2);
+  if (resolved->second.job == "ps") {
     if (auto s = train::RunParameterServer(options, LogLine); !s.ok()) return Fail(s);
     return 0;
   }
