@@ -41,17 +41,21 @@ absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState() {
   return ToSnapshot(std::move(fresh), params_);
 }
 
-absl::Status Chief::InitializeCluster() {
-  // A ps task that dies while it is being initialized is waited for (bounded), then initialized again.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.init_timeout_secs);
+absl::Status Chief::RetryWhileUnavailable(const std::function<absl::Status()>& attempt, double timeout_secs) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_secs);
   absl::Status s;
   do {
-    s = TryInitializeCluster();
+    s = attempt();
     if (s.ok() || !absl::IsUnavailable(s)) return s;
     log_(absl::StrCat("chief: ", s.message(), "; retrying"));
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   } while (std::chrono::steady_clock::now() < deadline);
   return s;
+}
+
+absl::Status Chief::InitializeCluster() {
+  // A ps task that dies while it is being initialized is waited for (bounded), then initialized again.
+  return RetryWhileUnavailable([this] { return TryInitializeCluster(); }, options_.init_timeout_secs);
 }
 
 absl::Status Chief::TryInitializeCluster() {
@@ -105,7 +109,11 @@ absl::Status Chief::RestorePs(int task) {
   // newer ones (and leave the global step where it was when another task holds it).
   log_(absl::StrCat("chief: ps task ", task, " restarted without its variables; restoring every ps task at global step ",
                     state->global_step, " from the newest checkpoint (the steps since are trained again)"));
-  if (auto s = client_.Initialize(*state, config_); !s.ok()) return s;
+  // Another ps task down meanwhile is waited for as long as a worker waits for an unreachable ps.
+  if (auto s = RetryWhileUnavailable([&] { return client_.Initialize(*state, config_); }, options_.ps_timeout_secs);
+      !s.ok()) {
+    return s;
+  }
   schedule_ = CheckpointSchedule(options_.save_checkpoint_steps, options_.save_checkpoint_secs, state->global_step);
   return absl::OkStatus();
 }

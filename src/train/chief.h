@@ -5,6 +5,7 @@
 #ifndef PSFLOW_TRAIN_CHIEF_H_
 #define PSFLOW_TRAIN_CHIEF_H_
 
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -33,6 +34,8 @@ class Chief {
 
  private:
   absl::Status TryInitializeCluster();
+  // Repeats `attempt` while it fails Unavailable (a ps task down), every 0.5 s for up to `timeout_secs`.
+  absl::Status RetryWhileUnavailable(const std::function<absl::Status()>& attempt, double timeout_secs);
   // The newest checkpoint as a snapshot for the ps tasks, or fresh initial values at step 0.
   absl::StatusOr<ps::ModelSnapshot> RestorableState();
 

@@ -2,7 +2,7 @@
 // loopback: with checkpoints every ps task goes back to the newest one (values, optimizer slots,
 // global step); before the first checkpoint the job starts over from the initializers' values (not
 // from what the chief pulled since); without --checkpoint_dir only that task's variables start over;
-// and a sync push held by a ps task that is being restored is answered so that its worker waits
+// another ps task down during the restore is waited for; and a sync push held by a ps task that is being restored is answered so that its worker waits
 // for the chief and pulls again.
 #include "train/chief.h"
 
@@ -32,6 +32,7 @@ struct ChiefFixture {
   std::unique_ptr<Chief> chief;
 
   // 2 ps tasks, every variable split across both (fixed:2), Adam; `checkpoint_dir` may be empty.
+  // Options set before Start are kept unless Start sets them.
   void Start(const std::string& checkpoint_dir, bool sync = false) {
     options.model = "mlp";
     options.hidden_units = 8;
@@ -132,6 +133,40 @@ TEST(ChiefRestoreTest, EveryPsTaskGoesBackToTheNewestCheckpoint) {
   EXPECT_NE(f.log.back().find("restoring every ps task at global step 3"), std::string::npos) << f.log.back();
   // Training goes on from there.
   ASSERT_NO_FATAL_FAILURE(f.Step(3));
+}
+
+TEST(ChiefRestoreTest, ARestoreWaitsForAnotherPsTaskThatIsDownUntilItIsBack) {
+  ChiefFixture f;
+  f.options.ps_timeout_secs = 30;
+  ASSERT_NO_FATAL_FAILURE(f.Start(FreshDir("chief_restore_down")));
+  ASSERT_NO_FATAL_FAILURE(f.Step(0));
+  PSFLOW_ASSERT_OK(f.chief->SaveCheckpoint());
+  const std::vector<Tensor> at_checkpoint = f.Values();
+  ASSERT_NO_FATAL_FAILURE(f.Step(1));
+  // ps 0 restarted (the restore's cause) while ps 1 is down; ps 1 comes back 1.5 s later.
+  const std::string address = f.cluster->cluster.ps()[1];
+  f.cluster->servers[1]->Stop();
+  f.cluster->servers[1].reset();
+  std::thread restart([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ps::PsServer::Options o;
+    o.listen_address = address;
+    o.task_index = 1;
+    o.log = [](const std::string&) {};
+    auto server = ps::PsServer::Start(o);
+    EXPECT_TRUE(server.ok()) << server.status();
+    if (server.ok()) f.cluster->servers[1] = *std::move(server);
+  });
+  const absl::Status restored = f.chief->RestorePs(0);
+  restart.join();
+  PSFLOW_ASSERT_OK(restored);
+  bool retried = false;
+  for (const std::string& line : f.log) retried |= line.find("; retrying") != std::string::npos;
+  EXPECT_TRUE(retried) << "the restore never found ps 1 down";
+  auto step = f.client->Pull(f.PullTargets());
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 1);
+  ExpectSameValues(f.Values(), at_checkpoint, "values after a restore that waited for ps 1");
 }
 
 TEST(ChiefRestoreTest, BeforeTheFirstCheckpointTheJobStartsOverFromTheInitializers) {
