@@ -2,8 +2,8 @@
 // loopback: with checkpoints every ps task goes back to the newest one (values, optimizer slots,
 // global step); before the first checkpoint the job starts over from the initializers' values (not
 // from what the chief pulled since); without --checkpoint_dir only that task's variables start over;
-// another ps task down during the restore is waited for; and a sync push held by a ps task that is being restored is answered so that its worker waits
-// for the chief and pulls again.
+// another ps task down during the restore is waited for; and a sync push held by a ps task that
+// is being restored is answered so that its worker waits for the chief and pulls again.
 #include "train/chief.h"
 
 #include <filesystem>
