@@ -21,11 +21,15 @@ ps::ModelSnapshot ToSnapshot(TrainingState state, const std::vector<Var>& params
 
 }  // namespace
 
-absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState() {
+absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState(bool* from_checkpoint) {
+  if (from_checkpoint != nullptr) *from_checkpoint = false;
   if (!options_.checkpoint_dir.empty()) {
     auto restored = LoadTrainingState(options_.checkpoint_dir, options_.model, params_, optimizer_, log_);
     if (!restored.ok()) return restored.status();
-    if (restored->has_value()) return ToSnapshot(std::move(**restored), params_);
+    if (restored->has_value()) {
+      if (from_checkpoint != nullptr) *from_checkpoint = true;
+      return ToSnapshot(std::move(**restored), params_);
+    }
   }
   // Fresh values: the model's initializers, with the optimizer's initial slots. They come from a
   // model built anew with the same seed, since params_ hold whatever the chief pulled last.
@@ -96,7 +100,8 @@ absl::Status Chief::SaveCheckpoint() {
 }
 
 absl::Status Chief::RestorePs(int task) {
-  auto state = RestorableState();
+  bool from_checkpoint = false;
+  auto state = RestorableState(&from_checkpoint);
   if (!state.ok()) return state.status();
   if (options_.checkpoint_dir.empty()) {
     log_(absl::StrCat("chief: ps task ", task, " restarted without its variables; restoring it at global step ",
@@ -108,7 +113,9 @@ absl::Status Chief::RestorePs(int task) {
   // task alone would mix its values, optimizer slots and update counts at step S with the others'
   // newer ones (and leave the global step where it was when another task holds it).
   log_(absl::StrCat("chief: ps task ", task, " restarted without its variables; restoring every ps task at global step ",
-                    state->global_step, " from the newest checkpoint (the steps since are trained again)"));
+                    state->global_step,
+                    from_checkpoint ? " from the newest checkpoint (the steps since are trained again)"
+                                    : " from the initial values (no checkpoint saved yet: the job starts over)"));
   // Another ps task down meanwhile is waited for as long as a worker waits for an unreachable ps.
   if (auto s = RetryWhileUnavailable([&] { return client_.Initialize(*state, config_); }, options_.ps_timeout_secs);
       !s.ok()) {

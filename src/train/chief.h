@@ -36,8 +36,9 @@ class Chief {
   absl::Status TryInitializeCluster();
   // Repeats `attempt` while it fails Unavailable (a ps task down), every 0.5 s for up to `timeout_secs`.
   absl::Status RetryWhileUnavailable(const std::function<absl::Status()>& attempt, double timeout_secs);
-  // The newest checkpoint as a snapshot for the ps tasks, or fresh initial values at step 0.
-  absl::StatusOr<ps::ModelSnapshot> RestorableState();
+  // The newest checkpoint as a snapshot for the ps tasks, or fresh initial values at step 0;
+  // `from_checkpoint` (optional) says which.
+  absl::StatusOr<ps::ModelSnapshot> RestorableState(bool* from_checkpoint = nullptr);
 
   const TrainOptions& options_;
   ps::PsClient& client_;

@@ -182,6 +182,7 @@ TEST(ChiefRestoreTest, BeforeTheFirstCheckpointTheJobStartsOverFromTheInitialize
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_EQ(*step, 0);
   ExpectSameValues(f.Values(), initial, "values after a restore with no checkpoint yet");
+  EXPECT_NE(f.log.back().find("from the initial values (no checkpoint saved yet"), std::string::npos) << f.log.back();
 }
 
 TEST(ChiefRestoreTest, WithoutACheckpointDirOnlyTheRestartedTaskStartsOver) {
