@@ -116,7 +116,12 @@ void ThreadPool::WorkerLoop() {
   }
 }
 
-int DefaultThreads() { return std::max(1u, std::thread::hardware_concurrency()); }
+// Computed once: hardware_concurrency() reads /sys/devices/system/cpu/online on every call (three
+// syscalls), and IntraOpThreads() asks on every ParallelFor of a task that never set a count (a ps).
+int DefaultThreads() {
+  static const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return threads;
+}
 
 absl::Mutex g_mu(absl::kConstInit);
 int g_threads ABSL_GUARDED_BY(g_mu) = 0;  // 0: not set yet, use DefaultThreads()
