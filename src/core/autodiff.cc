@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "core/threading_internal.h"
-#include "psflow/core/check.h"
+#include "core/check.h"
 
 namespace psflow {
 

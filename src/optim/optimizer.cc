@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "psflow/core/check.h"
+#include "core/check.h"
 
 namespace psflow::optim {
 

@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "psflow/core/check.h"
+#include "core/check.h"
 #include "psflow/core/threading.h"
 
 namespace psflow::ps {
