@@ -1,6 +1,6 @@
-// psflow/train/options.h — everything `psflow train` is told on its command line (DESIGN.md §2),
-// and the resolution of model defaults and validation of values, shared by `train`, `local` and
-// `eval`. A plain value type.
+// psflow/train/options.h — everything `psflow train` is told on its command line
+// (docs/design.md#command-line-and-summary), and the resolution of model defaults and validation
+// of values, shared by `train`, `local` and `eval`. A plain value type.
 #ifndef PSFLOW_TRAIN_OPTIONS_H_
 #define PSFLOW_TRAIN_OPTIONS_H_
 

@@ -1,5 +1,5 @@
-// psflow/train/summary.h — the final summary of a run (DESIGN.md §2): printed at the end and
-// written as JSON by --metrics_json. A plain value type.
+// psflow/train/summary.h — the final summary of a run (docs/design.md#command-line-and-summary):
+// printed at the end and written as JSON by --metrics_json. A plain value type.
 #ifndef PSFLOW_TRAIN_SUMMARY_H_
 #define PSFLOW_TRAIN_SUMMARY_H_
 
