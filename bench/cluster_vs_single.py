@@ -4,7 +4,7 @@ batch 100, Adam 0.01 — once in a single process, once on a local cluster of 1 
 workers (separate processes), once per transport (shared memory, the default of `psflow local`,
 and gRPC over loopback). Prints one JSON line with the wall times (whole commands, start-up and
 evaluation included), the ratios to the single process and the test accuracies.
-Target (DESIGN.md §7): cluster wall <= 8 s on 2 cores, test accuracy >= 97%.
+Target (docs/design.md#targets): cluster wall <= 8 s on 2 cores, test accuracy >= 97%.
 
   bench/cluster_vs_single.py [--build build] [--steps 10000] [--mode async|sync] [--transports shm,grpc]
 """

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Throughput versus number of workers: `psflow local --ps=1 --workers=W` for W = 1..4 on one
 model for a fixed number of global steps, and one JSON line per run with the chief's
-examples_per_sec (global steps x per-worker batch / training seconds, see DESIGN.md §2).
+examples_per_sec (global steps x per-worker batch / training seconds, see docs/design.md#command-line-and-summary).
 
 Every task of `psflow local` runs on this machine, so the curve shows how far the cores go: past
 the number of cores, extra workers only share them. The load average before each run is recorded

@@ -3,9 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <regex>
-#include <system_error>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -40,17 +38,16 @@ std::string SlotTensorName(const std::string& variable, const std::string& slot)
   return absl::StrCat(variable, "/slot/", slot);
 }
 
-std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir) {
+std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir, io::Env* env) {
   std::vector<std::pair<int64_t, std::string>> found;
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return found;
+  auto names = env->GetChildren(dir);
+  if (!names.ok()) return found;
   static const std::regex kName(R"(model\.ckpt-(\d+)\.safetensors)");
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+  for (const std::string& name : *names) {
     std::smatch m;
-    const std::string name = entry.path().filename().string();
     int64_t step;
     if (std::regex_match(name, m, kName) && absl::SimpleAtoi(m[1].str(), &step)) {
-      found.emplace_back(step, entry.path().string());
+      found.emplace_back(step, absl::StrCat(dir, "/", name));
     }
   }
   std::sort(found.rbegin(), found.rend());
@@ -59,23 +56,33 @@ std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& 
 
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t global_step,
                                            const std::vector<std::pair<std::string, const Tensor*>>& tensors,
-                                           std::map<std::string, std::string> metadata, int keep) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot create checkpoint directory ", dir, ": ", ec.message()));
+                                           std::map<std::string, std::string> metadata, int keep, io::Env* env) {
+  const std::string path = absl::StrCat(dir, "/model.ckpt-", global_step, ".safetensors");
+  auto failed = [&](const absl::Status& cause) {
+    return absl::Status(cause.code(), absl::StrCat("cannot save checkpoint ", path, ": ", cause.message(),
+                                                   "; the previous checkpoints are kept"));
+  };
+  if (absl::Status s = env->CreateDir(dir); !s.ok()) return failed(s);
   std::map<std::string, const Tensor*> by_name(tensors.begin(), tensors.end());
   metadata[kChecksumKey] = absl::StrCat(ChecksumOf(by_name));
   metadata[kStepKey] = absl::StrCat(global_step);
-  const std::string path = absl::StrCat(dir, "/model.ckpt-", global_step, ".safetensors");
-  if (auto s = WriteSafetensors(path, tensors, metadata); !s.ok()) return s;
-  auto all = ListCheckpoints(dir);
-  for (size_t i = std::max(keep, 1); i < all.size(); ++i) std::filesystem::remove(all[i].second, ec);
+  if (absl::Status s = WriteSafetensors(path, tensors, metadata, env); !s.ok()) return failed(s);
+  auto all = ListCheckpoints(dir, env);
+  for (size_t i = std::max(keep, 1); i < all.size(); ++i) (void)env->RemoveFile(all[i].second);
+  // Temporary files of saves that crashed before their rename: never read, removed once a save succeeded.
+  static const std::regex kTemporary(R"(model\.ckpt-\d+\.safetensors\.tmp)");
+  if (auto names = env->GetChildren(dir); names.ok()) {
+    for (const std::string& name : *names) {
+      if (std::regex_match(name, kTemporary)) (void)env->RemoveFile(absl::StrCat(dir, "/", name));
+    }
+  }
   return path;
 }
 
-absl::StatusOr<std::optional<Checkpoint>> LoadLatestCheckpoint(const std::string& dir, std::vector<std::string>* skipped) {
-  for (const auto& [step, path] : ListCheckpoints(dir)) {
-    auto file = ReadSafetensors(path);
+absl::StatusOr<std::optional<Checkpoint>> LoadLatestCheckpoint(const std::string& dir, std::vector<std::string>* skipped,
+                                                               io::Env* env) {
+  for (const auto& [step, path] : ListCheckpoints(dir, env)) {
+    auto file = ReadSafetensors(path, env);
     std::string problem;
     if (!file.ok()) {
       problem = std::string(file.status().message());

@@ -1,38 +1,16 @@
 #include "psflow/ckpt/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
 namespace psflow::ckpt {
-namespace {
-
-absl::Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return absl::UnavailableError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::Status WriteSafetensors(const std::string& path, const std::vector<std::pair<std::string, const Tensor*>>& tensors,
-                              const std::map<std::string, std::string>& metadata) {
+                              const std::map<std::string, std::string>& metadata, io::Env* env) {
   nlohmann::json header = nlohmann::json::object();
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
@@ -46,32 +24,11 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<std::pa
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
 
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
-  absl::Status status = WriteAll(fd, len, 8, tmp);
-  if (status.ok()) status = WriteAll(fd, text.data(), text.size(), tmp);
+  std::vector<std::string_view> pieces = {std::string_view(reinterpret_cast<const char*>(len), 8), text};
   for (const auto& [name, t] : tensors) {
-    if (status.ok()) status = WriteAll(fd, t->data(), t->bytes(), tmp);
+    pieces.emplace_back(reinterpret_cast<const char*>(t->data()), t->bytes());
   }
-  if (status.ok() && ::fsync(fd) != 0) status = absl::UnavailableError(absl::StrCat("fsync ", tmp, ": ", std::strerror(errno)));
-  ::close(fd);
-  if (!status.ok()) {
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno)));
-  }
-  // The rename is durable only once the directory entry is on disk.
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return absl::OkStatus();
+  return io::WriteFileAtomically(env, path, pieces);
 }
 
 absl::StatusOr<TensorFile> ParseSafetensors(std::string_view bytes, const std::string& name) {
@@ -136,12 +93,10 @@ absl::StatusOr<TensorFile> ParseSafetensors(std::string_view bytes, const std::s
   return file;
 }
 
-absl::StatusOr<TensorFile> ReadSafetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return ParseSafetensors(buffer.str(), path);
+absl::StatusOr<TensorFile> ReadSafetensors(const std::string& path, io::Env* env) {
+  auto bytes = env->ReadFileToString(path);
+  if (!bytes.ok()) return bytes.status();
+  return ParseSafetensors(*bytes, path);
 }
 
 }  // namespace psflow::ckpt

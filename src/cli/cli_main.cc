@@ -1,4 +1,4 @@
-// psflow — one binary, subcommands (DESIGN.md §2):
+// psflow — one binary, subcommands (docs/design.md#command-line-and-summary):
 //   psflow train  [flags]                    one task of a cluster, or single-process training
 //   psflow local  --ps=N --workers=M [flags] a whole cluster as processes on 127.0.0.1
 //   psflow bench transport [--ps_hosts=h:p]  push/pull throughput beside raw TCP

@@ -1,5 +1,5 @@
-// The flags of `psflow train` (DESIGN.md §2), registered on a CLI11 app; shared by `train` and
-// `local`, which forwards them to every task it starts.
+// The flags of `psflow train` (docs/design.md#command-line-and-summary), registered on a CLI11
+// app; shared by `train` and `local`, which forwards them to every task it starts.
 #ifndef PSFLOW_CLI_TRAIN_FLAGS_H_
 #define PSFLOW_CLI_TRAIN_FLAGS_H_
 

@@ -1,4 +1,5 @@
-// psflow/dist/partition.cc — partitioners and placement (TF 1.x semantics, DESIGN.md §4).
+// psflow/dist/partition.cc — partitioners and placement (TF 1.x semantics,
+// docs/design.md#partitioners-and-placement).
 #include "psflow/dist/partition.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Update rules of DESIGN.md §4, written as TensorFlow's ApplyGradientDescent / ApplyMomentum /
+// Update rules of docs/design.md#optimizers, written as TensorFlow's ApplyGradientDescent / ApplyMomentum /
 // ApplyAdagrad / ApplyAdam / ApplyRMSProp kernels compute them. Each inner loop is a plain loop
 // over __restrict float pointers so that the compiler vectorizes it (the parameter server runs
 // them on slices of up to millions of floats); hyper-parameters are hoisted into locals first.

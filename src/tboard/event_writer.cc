@@ -1,12 +1,6 @@
 #include "psflow/tboard/event_writer.h"
 
-#include <fcntl.h>
 #include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -27,38 +21,24 @@ std::string Hostname() {
   return name;
 }
 
-std::string ErrnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
-
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<EventWriter>> EventWriter::Create(const std::string& logdir) {
-  std::error_code ec;
-  std::filesystem::create_directories(logdir, ec);
-  if (ec) {
-    return absl::Status(absl::ErrnoToStatusCode(ec.value()),
-                        absl::StrCat("cannot create the event directory ", logdir, ": ", ec.message(),
-                                     "; pick a writable --logdir"));
+absl::StatusOr<std::unique_ptr<EventWriter>> EventWriter::Create(const std::string& logdir, io::Env* env) {
+  if (absl::Status s = env->CreateDir(logdir); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("cannot create the event directory ", logdir, ": ", s.message(),
+                                               "; pick a writable --logdir"));
   }
   const double wall_time = WallTimeNow();
-  const std::string base = std::filesystem::path(logdir) /
-                           absl::StrCat("events.out.tfevents.", static_cast<int64_t>(wall_time), ".", Hostname());
+  const std::string base = absl::StrCat(logdir, "/events.out.tfevents.", static_cast<int64_t>(wall_time), ".", Hostname());
   std::string path = base;
-  int fd = -1;
+  absl::StatusOr<std::unique_ptr<io::WritableFile>> file;
   for (int suffix = 1; suffix <= 1000; ++suffix) {
-    fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd >= 0 || errno != EEXIST) break;
+    file = env->NewWritableFile(path, io::Env::CreateMode::kExclusive);
+    if (file.ok() || !absl::IsAlreadyExists(file.status())) break;
     path = absl::StrCat(base, ".", suffix);
   }
-  if (fd < 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot create the event file ", path));
-  }
-  std::FILE* file = fdopen(fd, "wb");
-  if (file == nullptr) {
-    const int err = errno;
-    close(fd);
-    return absl::InternalError(absl::StrCat("cannot open a stream on the event file ", path, ": ", ErrnoText(err)));
-  }
-  std::unique_ptr<EventWriter> writer(new EventWriter(path, file));
+  if (!file.ok()) return file.status();
+  std::unique_ptr<EventWriter> writer(new EventWriter(path, std::move(file).value()));
 
   Event event;
   event.set_wall_time(wall_time);
@@ -107,20 +87,14 @@ absl::Status EventWriter::AddSessionStart(int64_t step) {
 
 absl::Status EventWriter::WriteRecord(const std::string& payload) {
   if (file_ == nullptr) return absl::FailedPreconditionError(absl::StrCat("event file ", path_, " is already closed"));
-  const std::string record = EncodeRecord(payload);
-  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size() || std::fflush(file_) != 0) {
-    return absl::DataLossError(absl::StrCat("cannot write to the event file ", path_, ": ", ErrnoText(errno)));
-  }
-  return absl::OkStatus();
+  if (absl::Status s = file_->Append(EncodeRecord(payload)); !s.ok()) return s;
+  return file_->Flush();
 }
 
 absl::Status EventWriter::Flush() {
   absl::MutexLock lock(&mu_);
   if (file_ == nullptr) return absl::FailedPreconditionError(absl::StrCat("event file ", path_, " is already closed"));
-  if (std::fflush(file_) != 0 || fsync(fileno(file_)) != 0) {
-    return absl::DataLossError(absl::StrCat("cannot flush the event file ", path_, ": ", ErrnoText(errno)));
-  }
-  return absl::OkStatus();
+  return file_->Sync();
 }
 
 absl::Status EventWriter::Close() {
@@ -130,15 +104,10 @@ absl::Status EventWriter::Close() {
 
 absl::Status EventWriter::CloseLocked() {
   if (file_ == nullptr) return absl::OkStatus();
-  const bool flushed = std::fflush(file_) == 0 && fsync(fileno(file_)) == 0;
-  const int flush_errno = errno;
-  const bool closed = std::fclose(file_) == 0;
-  file_ = nullptr;
-  if (!flushed || !closed) {
-    return absl::DataLossError(
-        absl::StrCat("cannot flush and close the event file ", path_, ": ", ErrnoText(flushed ? errno : flush_errno)));
-  }
-  return absl::OkStatus();
+  absl::Status status = file_->Sync();
+  if (absl::Status closed = file_->Close(); status.ok()) status = closed;
+  file_.reset();
+  return status;
 }
 
 }  // namespace psflow::tboard

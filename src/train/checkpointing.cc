@@ -7,7 +7,7 @@
 namespace psflow::train {
 
 absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const TrainingState& state,
-                                              const std::vector<std::string>& slot_names, int keep) {
+                                              const std::vector<std::string>& slot_names, int keep, io::Env* env) {
   std::vector<std::pair<std::string, const Tensor*>> tensors;
   std::vector<std::string> names;  // keeps slot names alive while `tensors` points at them
   std::map<std::string, std::string> metadata = {{"model", state.model}, {"optimizer", state.optimizer}};
@@ -18,14 +18,15 @@ absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const Trai
     }
     metadata["updates/" + name] = absl::StrCat(v.updates);
   }
-  return ckpt::SaveCheckpoint(dir, state.global_step, tensors, metadata, keep);
+  return ckpt::SaveCheckpoint(dir, state.global_step, tensors, metadata, keep, env);
 }
 
 absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string& dir, const std::string& model,
                                                               const std::vector<Var>& params,
-                                                              const optim::Optimizer& optimizer, const LogSink& log) {
+                                                              const optim::Optimizer& optimizer, const LogSink& log,
+                                                              io::Env* env) {
   std::vector<std::string> skipped;
-  auto latest = ckpt::LoadLatestCheckpoint(dir, &skipped);
+  auto latest = ckpt::LoadLatestCheckpoint(dir, &skipped, env);
   if (!latest.ok()) return latest.status();
   for (const std::string& s : skipped) log(s);
   if (!latest->has_value()) return std::optional<TrainingState>();

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "psflow/core/autodiff.h"
+#include "psflow/io/env.h"
 #include "psflow/optim/optimizer.h"
 #include "psflow/train/train.h"
 
@@ -30,15 +31,18 @@ struct TrainingState {
   std::map<std::string, VariableState> variables;
 };
 
+// Files go through `env` (borrowed). A failed save leaves the earlier checkpoints untouched.
 absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const TrainingState& state,
-                                              const std::vector<std::string>& slot_names, int keep = 5);
+                                              const std::vector<std::string>& slot_names, int keep = 5,
+                                              io::Env* env = io::Env::Default());
 
 // The newest valid checkpoint of `dir` as a TrainingState for `params` (names and shapes must
 // match: a mismatch is an error naming the variable), or nullopt when there is none. Skipped
 // corrupt checkpoints are logged.
 absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string& dir, const std::string& model,
                                                               const std::vector<Var>& params,
-                                                              const optim::Optimizer& optimizer, const LogSink& log);
+                                                              const optim::Optimizer& optimizer, const LogSink& log,
+                                                              io::Env* env = io::Env::Default());
 
 // Decides when the chief saves: every `steps` global steps and/or every `secs` seconds.
 class CheckpointSchedule {

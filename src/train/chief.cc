@@ -24,7 +24,7 @@ ps::ModelSnapshot ToSnapshot(TrainingState state, const std::vector<Var>& params
 absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState(bool* from_checkpoint) {
   if (from_checkpoint != nullptr) *from_checkpoint = false;
   if (!options_.checkpoint_dir.empty()) {
-    auto restored = LoadTrainingState(options_.checkpoint_dir, options_.model, params_, optimizer_, log_);
+    auto restored = LoadTrainingState(options_.checkpoint_dir, options_.model, params_, optimizer_, log_, options_.env);
     if (!restored.ok()) return restored.status();
     if (restored->has_value()) {
       if (from_checkpoint != nullptr) *from_checkpoint = true;
@@ -92,7 +92,7 @@ absl::Status Chief::SaveCheckpoint() {
   for (ps::VariableSnapshot& v : snapshot->variables) {
     state.variables.emplace(v.name, VariableState{std::move(v.value), std::move(v.slots), v.updates});
   }
-  auto path = SaveTrainingState(options_.checkpoint_dir, state, optimizer_.slot_names());
+  auto path = SaveTrainingState(options_.checkpoint_dir, state, optimizer_.slot_names(), 5, options_.env);
   if (!path.ok()) return path.status();
   schedule_.Saved(state.global_step);
   log_("saved checkpoint " + *path);

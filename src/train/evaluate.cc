@@ -23,7 +23,7 @@ EvalResult Evaluate(nn::Model& model, const data::Dataset& dataset) {
 
 absl::StatusOr<data::MnistData> LoadTrainingData(const TrainOptions& options) {
   if (options.model == "vgg19") {
-    // vgg19 measures throughput and ps traffic on synthetic 32x32x3 images (DESIGN.md §3).
+    // vgg19 measures throughput and ps traffic on synthetic 32x32x3 images (docs/design.md#seed-models).
     data::MnistData d;
     d.train = data::SyntheticImages(5000, 32, 32, 3, 10, options.seed);
     d.validation = data::SyntheticImages(500, 32, 32, 3, 10, options.seed + 1);

@@ -1,8 +1,5 @@
 #include "psflow/train/summary.h"
 
-#include <cstdio>
-#include <fstream>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
@@ -44,16 +41,10 @@ std::string FormatSummary(const RunSummary& s) {
   return out + "summary_json: " + SummaryToJson(s) + "\n";
 }
 
-absl::Status WriteSummaryJson(const RunSummary& summary, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << SummaryToJson(summary) << "\n";
-    out.flush();
-    if (!out) return absl::UnavailableError(absl::StrCat("cannot write --metrics_json=", path, ": write to ", tmp, " failed"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot write --metrics_json=", path, ": rename failed"));
+absl::Status WriteSummaryJson(const RunSummary& summary, const std::string& path, io::Env* env) {
+  const std::string json = SummaryToJson(summary) + "\n";
+  if (absl::Status s = io::WriteFileAtomically(env, path, {json}); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("cannot write --metrics_json=", path, ": ", s.message()));
   }
   return absl::OkStatus();
 }

@@ -18,7 +18,7 @@ absl::StatusOr<std::unique_ptr<Telemetry>> Telemetry::Create(const TrainOptions&
   }
   if (write_events && !options.logdir.empty()) {
     const std::string dir = events_subdir.empty() ? options.logdir : options.logdir + "/" + events_subdir;
-    auto writer = tboard::EventWriter::Create(dir);
+    auto writer = tboard::EventWriter::Create(dir, options.env);
     if (!writer.ok()) return writer.status();
     t->events_ = std::move(writer).value();
   }

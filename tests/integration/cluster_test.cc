@@ -38,7 +38,7 @@ TEST(ClusterTest, AsyncMlpOnePsTwoWorkers) {
 }
 
 TEST(ClusterTest, SyncTwoWorkersEqualsOneProcessWithTwiceTheBatch) {
-  // DESIGN.md §4: sync with N workers of batch B sees exactly the examples of one process with
+  // docs/design.md#sync-mode: sync with N workers of batch B sees exactly the examples of one process with
   // batch N*B, and applies the mean gradient: the parameters must agree.
   const std::string sync_dir = TempDir("sync_eq_dist"), single_dir = TempDir("sync_eq_single");
   auto dist = RunProcess(Psflow({"local", "--ps=2", "--workers=2", "--sync_replicas", "--model=mlp",
@@ -135,7 +135,7 @@ TEST(ClusterTest, MismatchedClusterIsRefusedByName) {
   EXPECT_NE(r.output.find("cluster"), std::string::npos) << r.output;
 }
 
-// DESIGN.md §5 / issue 4: a ps task that does not come back ends the job everywhere, bounded, with
+// docs/design.md#failure-model / issue 4: a ps task that does not come back ends the job everywhere, bounded, with
 // every task naming it — no process waits for ever.
 TEST(ClusterTest, APsThatNeverComesBackEndsEveryTaskNamingIt) {
   const std::vector<int> ports = FreePorts(4);

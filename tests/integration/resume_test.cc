@@ -54,7 +54,7 @@ TEST(ResumeTest, SingleProcessResumeIsBitIdenticalToAnUninterruptedRun) {
 
 TEST(ResumeTest, SyncClusterResumedOnAnotherPsCountAndPartitionerMatchesOneProcess) {
   // 2 ps with fixed:2 for 30 steps, then 1 ps unpartitioned for 30 more: sync with 2 workers of
-  // batch 50 must still equal one process with batch 100 (DESIGN.md §4), so the restore moved every
+  // batch 50 must still equal one process with batch 100 (docs/design.md#data-order), so the restore moved every
   // variable and slot whole across the different layout.
   const std::string dir = TempDir("resume_sync"), single = TempDir("resume_sync_single");
   const std::vector<std::string> common = {"local", "--workers=2", "--sync_replicas", "--model=mlp", "--batch_size=50",

@@ -3,6 +3,9 @@
 // optimizer slots as "VARIABLE/slot/SLOT", and metadata (global step, model, optimizer, a CRC32
 // of the data section). Saving is atomic (safetensors.h) and keeps the newest `keep` files;
 // restoring takes the newest checkpoint that passes its checksum, naming any it had to skip.
+// A save that fails (full disk, failing fsync or close, crash before the rename) leaves the
+// checkpoints already there untouched and usable, and says in one line which file and why.
+// Files are reached through an io::Env (the POSIX one unless a test passes another; borrowed).
 // Stateless functions; two writers on one directory are not supported (only the chief saves).
 #ifndef PSFLOW_CKPT_CHECKPOINT_H_
 #define PSFLOW_CKPT_CHECKPOINT_H_
@@ -27,18 +30,24 @@ struct Checkpoint {
 // Name under which slot `slot` of `variable` is stored.
 std::string SlotTensorName(const std::string& variable, const std::string& slot);
 
-// Writes DIR/model.ckpt-STEP.safetensors (creating DIR), then deletes all but the newest `keep`.
+// Writes DIR/model.ckpt-STEP.safetensors (creating DIR), then deletes all but the newest `keep`
+// and any temporary file a crashed save left (a failed deletion is ignored: more files are kept).
+// Returns the path written. On failure: "cannot save checkpoint PATH: <cause>; the previous
+// checkpoints are kept", and nothing is deleted.
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t global_step,
                                            const std::vector<std::pair<std::string, const Tensor*>>& tensors,
-                                           std::map<std::string, std::string> metadata, int keep = 5);
+                                           std::map<std::string, std::string> metadata, int keep = 5,
+                                           io::Env* env = io::Env::Default());
 
 // The newest checkpoint in `dir` that reads back and passes its checksum; nullopt when the
 // directory has none (or does not exist). `skipped` receives one message per file refused.
 absl::StatusOr<std::optional<Checkpoint>> LoadLatestCheckpoint(const std::string& dir,
-                                                               std::vector<std::string>* skipped = nullptr);
+                                                               std::vector<std::string>* skipped = nullptr,
+                                                               io::Env* env = io::Env::Default());
 
-// Checkpoint files in `dir`, newest first.
-std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir);
+// Checkpoint files in `dir`, newest first (none when `dir` cannot be listed).
+std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir,
+                                                             io::Env* env = io::Env::Default());
 
 }  // namespace psflow::ckpt
 

@@ -1,5 +1,6 @@
 // psflow/dist/partition.h — partitioners (how a variable is split into shards along one axis) and
-// placement (which ps task holds each shard), with TensorFlow 1.x semantics (DESIGN.md §4):
+// placement (which ps task holds each shard), with TensorFlow 1.x semantics
+// (docs/design.md#partitioners-and-placement):
 // fixed_size_partitioner, min_max_variable_partitioner, variable_axis_size_partitioner,
 // replica_device_setter's round robin and GreedyLoadBalancingStrategy by bytes.
 //
@@ -43,7 +44,8 @@ struct PartitionerSpec {
 // Numbers must be >= 1; anything else is an error naming the flag value and the accepted forms.
 absl::StatusOr<PartitionerSpec> ParsePartitioner(std::string_view flag);
 
-// Number of shards of a variable of this shape (TF semantics, DESIGN.md §4), always in 1..dim:
+// Number of shards of a variable of this shape (TF semantics,
+// docs/design.md#partitioners-and-placement), always in 1..dim:
 //   none: 1;  fixed:N: min(N, dim);
 //   min_max: max(1, min(dim, max_partitions, ceil(total_bytes / min_slice_bytes)));
 //   axis_size: ceil(dim / max(1, floor(max_shard_bytes / (total_bytes / dim)))).

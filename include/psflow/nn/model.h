@@ -1,5 +1,5 @@
 // psflow/nn/model.h — a classifier: a network of layers plus its input shape and class count,
-// with the seed models of DESIGN.md §3 (softmax, mlp, cnn, vgg19) and their default training
+// with the seed models of docs/design.md#seed-models (softmax, mlp, cnn, vgg19) and their default training
 // hyper-parameters. A Model owns its layers and parameters; it is used by one thread at a time
 // (replicas build one Model each, from the same seed, so they start identical).
 #ifndef PSFLOW_NN_MODEL_H_
@@ -47,7 +47,7 @@ struct ModelConfig {
   uint64_t seed = 0;         // parameter initialization
 };
 
-// The seed's own training hyper-parameters for a model (DESIGN.md §3).
+// The seed's own training hyper-parameters for a model (docs/design.md#seed-models).
 struct ModelDefaults {
   std::string optimizer;
   float learning_rate;

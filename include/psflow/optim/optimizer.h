@@ -1,4 +1,4 @@
-// psflow/optim/optimizer.h — update rules and learning-rate schedules (DESIGN.md §4), written so
+// psflow/optim/optimizer.h — update rules and learning-rate schedules (docs/design.md#optimizers), written so
 // that single-process training and the parameter server run the very same code: an Optimizer is
 // a stateless, thread-safe rule; the state it needs (slots such as Adam's m and v, and the count
 // of updates applied) lives beside each variable or shard in a SlotState owned by the caller, and

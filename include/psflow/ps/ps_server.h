@@ -1,7 +1,7 @@
 // psflow/ps/ps_server.h — one parameter-server task: holds the shards of the variables placed on
 // it (plan.ShardsOn(task)), applies the workers' gradients with the shared optimizer code
 // (optim::Optimizer), keeps the global step when it is plan.global_step_ps, and aggregates
-// gradients in sync mode (SyncReplicasOptimizer semantics, DESIGN.md §4-5).
+// gradients in sync mode (SyncReplicasOptimizer semantics, docs/design.md#sync-mode).
 //
 // Async: each push is applied on arrival under its shard's mutex (different shards update
 // concurrently); the global step advances by one per push; the learning rate decays with the

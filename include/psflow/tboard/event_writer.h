@@ -7,12 +7,13 @@
 // Ownership: the writer owns its open file; it is flushed and closed by Close() or on destruction.
 // Every Add* hands its record to the OS before returning, so a killed process loses nothing
 // already added and a running TensorBoard sees it at once; Flush() also fsyncs it to disk.
+// The file is reached through an io::Env (borrowed; the POSIX one unless a test passes another),
+// and every failure (a full disk) is a one-line status naming the file and the cause.
 // Thread-safe: all methods may be called from any thread (one mutex).
 #ifndef PSFLOW_TBOARD_EVENT_WRITER_H_
 #define PSFLOW_TBOARD_EVENT_WRITER_H_
 
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "psflow/io/env.h"
 
 namespace psflow::tboard {
 
@@ -30,7 +32,8 @@ class EventWriter {
   // Creates `logdir` (and its parents) if missing and opens a new event file in it. When a file of
   // that name already exists (two writers in one second), ".1", ".2", ... is appended: TensorBoard
   // reads every file whose name holds "tfevents". Errors name the directory or file and the cause.
-  static absl::StatusOr<std::unique_ptr<EventWriter>> Create(const std::string& logdir);
+  static absl::StatusOr<std::unique_ptr<EventWriter>> Create(const std::string& logdir,
+                                                             io::Env* env = io::Env::Default());
 
   ~EventWriter();
   EventWriter(const EventWriter&) = delete;
@@ -54,14 +57,14 @@ class EventWriter {
   const std::string& path() const { return path_; }
 
  private:
-  EventWriter(std::string path, std::FILE* file) : path_(std::move(path)), file_(file) {}
+  EventWriter(std::string path, std::unique_ptr<io::WritableFile> file) : path_(std::move(path)), file_(std::move(file)) {}
   // Appends one framed record and hands it to the OS.
   absl::Status WriteRecord(const std::string& payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
   absl::Mutex mu_;
-  std::FILE* file_ ABSL_GUARDED_BY(mu_);  // owned; null once closed
+  std::unique_ptr<io::WritableFile> file_ ABSL_GUARDED_BY(mu_);  // null once closed
 };
 
 }  // namespace psflow::tboard

@@ -1,6 +1,6 @@
-// psflow/train/options.h — everything `psflow train` is told on its command line (DESIGN.md §2),
-// and the resolution of model defaults and validation of values, shared by `train`, `local` and
-// `eval`. A plain value type.
+// psflow/train/options.h — everything `psflow train` is told on its command line
+// (docs/design.md#command-line-and-summary), and the resolution of model defaults and validation
+// of values, shared by `train`, `local` and `eval`. A plain value type.
 #ifndef PSFLOW_TRAIN_OPTIONS_H_
 #define PSFLOW_TRAIN_OPTIONS_H_
 
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "psflow/io/env.h"
 #include "psflow/optim/optimizer.h"
 
 namespace psflow::train {
@@ -52,6 +53,9 @@ struct TrainOptions {
   int64_t save_summaries_steps = 100;
   std::string metrics_json;
   int metrics_port = 0;
+  // The file system checkpoints, event files and --metrics_json are written through (borrowed,
+  // never null; not a flag): tests hand in a fault-injecting one.
+  io::Env* env = io::Env::Default();
 
   // Runtime.
   uint64_t seed = 0;

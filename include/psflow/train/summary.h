@@ -1,5 +1,5 @@
-// psflow/train/summary.h — the final summary of a run (DESIGN.md §2): printed at the end and
-// written as JSON by --metrics_json. A plain value type.
+// psflow/train/summary.h — the final summary of a run (docs/design.md#command-line-and-summary):
+// printed at the end and written as JSON by --metrics_json. A plain value type.
 #ifndef PSFLOW_TRAIN_SUMMARY_H_
 #define PSFLOW_TRAIN_SUMMARY_H_
 
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "psflow/io/env.h"
 
 namespace psflow::train {
 
@@ -31,8 +32,9 @@ struct RunSummary {
 std::string SummaryToJson(const RunSummary& summary);
 // Human-readable block ("final: model=mlp mode=async ... test_accuracy=0.9791") plus the JSON.
 std::string FormatSummary(const RunSummary& summary);
-// Writes the JSON atomically (temporary file + rename), naming the path on failure.
-absl::Status WriteSummaryJson(const RunSummary& summary, const std::string& path);
+// Writes the JSON atomically through `env` (io::WriteFileAtomically: the previous file stays
+// whole on failure); one line naming the path and the cause on failure.
+absl::Status WriteSummaryJson(const RunSummary& summary, const std::string& path, io::Env* env = io::Env::Default());
 
 }  // namespace psflow::train
 
