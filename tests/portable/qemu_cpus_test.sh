@@ -27,12 +27,12 @@ for cpu in Haswell Nehalem; do
     echo "FAIL: psflow train under qemu-x86_64 -cpu $cpu exited $rc (132 = SIGILL: an instruction this CPU lacks)"
     tail -5 "$out"
     status=1
-  elif ! grep -q "test accuracy" "$out"; then
+  elif ! grep -q "test_accuracy=" "$out"; then
     echo "FAIL: psflow train under -cpu $cpu exited 0 but printed no test accuracy:"
     tail -5 "$out"
     status=1
   else
-    echo "ok: -cpu $cpu: $(grep -m1 'test accuracy' "$out")"
+    echo "ok: -cpu $cpu: $(grep -o "test_accuracy=[0-9.]*" "$out" | head -1)"
   fi
   rm -f "$out"
 done
