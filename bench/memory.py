@@ -52,16 +52,30 @@ def free_ports(n):
     return ports
 
 
+def mem_available():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+# The machine is shared: a run that would push it into the OOM killer is stopped first.
+MIN_AVAILABLE = 1 << 30
+
+
 def wait_all(procs, timeout):
     """Waits for every process; returns {name: (exit status, peak RSS bytes)}."""
     deadline = time.time() + timeout
     left = dict(procs)
     done = {}
     while left:
-        if time.time() > deadline:
+        low = mem_available() < MIN_AVAILABLE
+        if time.time() > deadline or low:
             for p in left.values():
                 p.kill()
-            raise SystemExit(f"memory.py: tasks {sorted(left)} still running after {timeout} s; killed")
+            why = "less than 1 GB of memory left on the machine" if low else f"still running after {timeout} s"
+            raise SystemExit(f"memory.py: tasks {sorted(left)} killed: {why}")
         for name, p in list(left.items()):
             pid, status, usage = os.wait4(p.pid, os.WNOHANG)
             if pid:
