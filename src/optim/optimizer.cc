@@ -9,12 +9,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-<<<<<<< HEAD
-#include "core/check.h"
-=======
 #include "core/simd_dispatch.h"
-#include "psflow/core/check.h"
->>>>>>> memory
+#include "core/check.h"
 
 namespace psflow::optim {
 

@@ -8,12 +8,8 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-<<<<<<< HEAD
-#include "core/check.h"
-=======
 #include "core/simd_dispatch.h"
-#include "psflow/core/check.h"
->>>>>>> memory
+#include "core/check.h"
 #include "psflow/core/threading.h"
 
 namespace psflow::ps {

@@ -24,7 +24,7 @@ ps::ModelSnapshot ToSnapshot(TrainingState state, const std::vector<Var>& params
 
 absl::StatusOr<std::optional<ps::ModelSnapshot>> Chief::CheckpointState() {
   if (options_.checkpoint_dir.empty()) return std::nullopt;
-  auto restored = LoadTrainingState(options_.checkpoint_dir, options_.model, params_, optimizer_, log_);
+  auto restored = LoadTrainingState(options_.checkpoint_dir, options_.model, params_, optimizer_, log_, options_.env);
   if (!restored.ok()) return restored.status();
   if (!restored->has_value()) return std::nullopt;
   return ToSnapshot(std::move(**restored), params_);
@@ -32,21 +32,11 @@ absl::StatusOr<std::optional<ps::ModelSnapshot>> Chief::CheckpointState() {
 
 absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState(bool* from_checkpoint) {
   if (from_checkpoint != nullptr) *from_checkpoint = false;
-<<<<<<< HEAD
-  if (!options_.checkpoint_dir.empty()) {
-    auto restored = LoadTrainingState(options_.checkpoint_dir, options_.model, params_, optimizer_, log_, options_.env);
-    if (!restored.ok()) return restored.status();
-    if (restored->has_value()) {
-      if (from_checkpoint != nullptr) *from_checkpoint = true;
-      return ToSnapshot(std::move(**restored), params_);
-    }
-=======
   auto checkpoint = CheckpointState();
   if (!checkpoint.ok()) return checkpoint.status();
   if (checkpoint->has_value()) {
     if (from_checkpoint != nullptr) *from_checkpoint = true;
     return std::move(**checkpoint);
->>>>>>> memory
   }
   // Fresh values: the model's initializers, with the optimizer's initial slots. They come from a
   // model built anew with the same seed, since params_ hold whatever the chief pulled last.
