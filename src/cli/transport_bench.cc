@@ -21,7 +21,7 @@
 #include "psflow/dist/cluster.h"
 #include "psflow/dist/partition.h"
 #include "psflow/ps/ps_client.h"
-#include "rpc/transport_bench_internal.h"
+#include "cli/transport_bench_internal.h"
 
 extern char** environ;
 
