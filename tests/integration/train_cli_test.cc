@@ -3,7 +3,10 @@
 // 2 for a usage error, 1 for a missing or broken file), --help with defaults and --version.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "test_util.h"
 
@@ -111,6 +114,20 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"NegativeSummarySteps", {"--save_summaries_steps=-1"}, "--save_summaries_steps=-1 must be positive", 2},
         BadInput{"MetricsPortOutOfRange", {"--metrics_port=70000"}, "--metrics_port=70000 must be a port in 1..65535", 2}),
     [](const auto& info) { return info.param.name; });
+
+// The missing-data error names a script, and the README names that script too (it named only
+// run_mnist.sh and test.sh, which run setup.sh first).
+TEST(TrainCliTest, TheDataDirErrorNamesAScriptTheReadmeNames) {
+  auto r = RunProcess(Psflow({"train", "--data_dir=/nonexistent/mnist"}), 60);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const size_t at = r.output.find("scripts/");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string script = r.output.substr(at, r.output.find(' ', at) - at);
+  std::ifstream readme(std::string(std::getenv("PSFLOW_SOURCE_DIR")) + "/README.md");
+  ASSERT_TRUE(readme.good());
+  const std::string text((std::istreambuf_iterator<char>(readme)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("`" + script + "`"), std::string::npos) << script << " is not named in README.md";
+}
 
 // The same rule in `eval`, which reads the model flags too.
 TEST(TrainCliTest, EvalRejectsABadValueAsAUsageError) {
