@@ -7,7 +7,7 @@ must exit 0. HTML comments right above a block adjust it:
   <!-- docs-test: args: FLAGS -->    FLAGS appended to each `build/psflow train|local` command, to
                                      keep long trainings short (a flag given twice takes the last)
   <!-- docs-test: expect: REGEX -->  the block's output must match REGEX (Python re, multiline)
-An async `psflow local` run is shortened to no fewer than about 3000 steps: a worker that starts
+A `psflow local` run is shortened to no fewer than about 3000 steps: a worker that starts
 after a very short job has ended waits for the ps that is gone (--ps_timeout_secs) and fails.
 The scripts run in a fresh directory holding `build` (-> the build under test), `data` and
 `scripts` (-> the source tree's), with every `/tmp/` path moved into that directory, so they run
