@@ -23,8 +23,11 @@ done
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  # apt's "debconf: delaying package configuration, since apt-utils is not installed" is harmless
+  # (packages are configured right after unpacking): filtered out, other messages kept.
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+    > /dev/null 2> >(grep -v "^debconf: delaying package configuration" >&2)
 fi
 
 MNIST_DIR=data/mnist
@@ -40,8 +43,35 @@ if ((need_mnist)); then
   for f in "${MNIST_FILES[@]}"; do cp "$tmp/package/data/$f" "$MNIST_DIR/$f.tmp" && mv "$MNIST_DIR/$f.tmp" "$MNIST_DIR/$f"; done
 fi
 
+# Configure and build with their output in log files, showing progress and, on failure, the errors.
+# (The configure log's "Could NOT find c-ares (missing: c-ares_DIR)" is gRPC's CMake package trying
+# c-ares's CMake config, which Debian does not ship, before finding it the other way: harmless.)
+mkdir -p "$BUILD_DIR"
 if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  echo "setup: configuring $BUILD_DIR (log: $BUILD_DIR/configure.log)"
+  if ! cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > "$BUILD_DIR/configure.log" 2>&1; then
+    tail -n 30 "$BUILD_DIR/configure.log" >&2
+    echo "setup: cmake could not configure the build (see $BUILD_DIR/configure.log)" >&2
+    exit 1
+  fi
 fi
-cmake --build "$BUILD_DIR" -j"$(nproc)" 2>&1 | grep -E "error|warning: unused|Error" || true
-cmake --build "$BUILD_DIR" -j"$(nproc)" >/dev/null  # fails loudly (set -e) if the build is broken
+
+# Prints cmake's "[ NN%]" as one live line on a terminal, else a line per 10%.
+show_progress() {
+  awk -v tty="$([[ -t 1 ]] && echo 1 || echo 0)" '
+    match($0, /^\[ *[0-9]+%\]/) {
+      p = substr($0, 2, RLENGTH - 3) + 0
+      if (p != last && (tty || p >= last + 10 || p == 100)) {
+        last = p
+        printf(tty ? "\rsetup: building %3d%%" : "setup: building %3d%%\n", p)
+        fflush()
+      }
+    }
+    END { if (tty && last != "") printf("\n") }'
+}
+echo "setup: building $BUILD_DIR with $(nproc) jobs (log: $BUILD_DIR/build.log; the first build takes minutes)"
+if ! cmake --build "$BUILD_DIR" -j"$(nproc)" 2>&1 | tee "$BUILD_DIR/build.log" | show_progress; then
+  grep -E -A3 "error|Error" "$BUILD_DIR/build.log" | head -n 60 >&2
+  echo "setup: the build failed (see $BUILD_DIR/build.log)" >&2
+  exit 1
+fi

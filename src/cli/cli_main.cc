@@ -2,7 +2,9 @@
 //   psflow train  [flags]                    one task of a cluster, or single-process training
 //   psflow local  --ps=N --workers=M [flags] a whole cluster as processes on 127.0.0.1
 //   psflow bench transport [--ps_hosts=h:p]  push/pull throughput beside raw TCP
-// Errors are one line on stderr and a non-zero exit: 2 for bad flags, 1 for everything else.
+//   psflow --version                         the version
+// Errors are one line on stderr and a non-zero exit: 2 for bad flags or values (a usage error,
+// naming the subcommand whose --help lists the flags), 1 for everything else (docs/bad-input.md).
 #include <unistd.h>
 
 #include <cstdio>
@@ -18,7 +20,7 @@
 #include "cli/train_flags.h"
 #include "psflow/cli/main.h"
 #include "psflow/dist/cluster.h"
-#include "rpc/transport_bench.h"
+#include "cli/transport_bench.h"
 #include "rpc/tuning.h"
 #include "psflow/train/train.h"
 
@@ -79,7 +81,8 @@ int RunTrain(train::TrainOptions options) {
   return 0;
 }
 
-int RunEval(const train::TrainOptions& options) {
+int RunEval(train::TrainOptions options) {
+  if (auto s = train::ResolveTrainOptions(&options); !s.ok()) return Fail(s, 2);
   auto result = train::EvaluateCheckpoint(options, LogLine);
   if (!result.ok()) return Fail(result.status());
   std::cout << absl::StrFormat(
@@ -108,6 +111,18 @@ std::vector<std::string> ForwardedFlags(int argc, char** argv) {
   return out;
 }
 
+// "psflow train" (the subcommands being parsed when a parse error struck), for "see ... --help".
+std::string CommandPath(const CLI::App& app) {
+  std::string path = "psflow";
+  const CLI::App* at = &app;
+  while (true) {
+    std::vector<const CLI::App*> chosen = at->get_subcommands([](const CLI::App* sub) { return sub->parsed(); });
+    if (chosen.empty()) return path;
+    at = chosen.front();
+    path += " " + at->get_name();
+  }
+}
+
 std::string SelfPath(const char* argv0) {
   char buf[4096];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -126,6 +141,8 @@ int psflow::cli::Main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"psflow: distributed training on parameter servers"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "psflow " PSFLOW_VERSION);
+  app.option_defaults()->always_capture_default();  // every --help line shows its default
 
   train::TrainOptions train_options;
   CLI::App* train_cmd = app.add_subcommand("train", "run one task of a cluster, or train in one process");
@@ -152,7 +169,8 @@ int psflow::cli::Main(int argc, char** argv) {
   CLI::App* transport_cmd = bench_cmd->add_subcommand("transport", "push/pull throughput against a ps, beside raw TCP");
   transport_cmd->add_option("--ps_hosts", bench_ps, "a running ps task (default: start one on loopback)");
   std::string bench_transport = "grpc";
-  transport_cmd->add_option("--transport", bench_transport, "grpc | shm (shared memory, same host only)");
+  transport_cmd->add_option("--transport", bench_transport, "grpc | shm (shared memory, same host only)")
+      ->check(CLI::IsMember({"grpc", "shm"}));
 
   try {
     app.parse(argc, argv);
@@ -160,8 +178,10 @@ int psflow::cli::Main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "psflow: error: " << e.what() << " (see psflow --help)" << std::endl;
+    std::cerr << "psflow: error: " << e.what() << " (see " << cli::CommandPath(app) << " --help)" << std::endl;
     return 2;
   }
 

@@ -1,8 +1,35 @@
+// The flags of `psflow train` (cli/train_flags.h). Every flag's --help line shows its default:
+// CLI11 prints the value the option holds before parsing, and the flags whose default is the
+// model's list each seed model's value.
 #include "cli/train_flags.h"
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "psflow/nn/model.h"
+
 namespace psflow::cli {
+namespace {
+
+// "(default: the model's: softmax X, mlp Y, cnn Z, vgg19 W)" for one field of nn::ModelDefaults.
+template <typename Field>
+std::string ModelDefaults(Field field) {
+  std::string out = " (default: the model's:";
+  const char* sep = " ";
+  for (const char* model : {"softmax", "mlp", "cnn", "vgg19"}) {
+    auto d = nn::DefaultsFor(model);
+    if (!d.ok()) continue;
+    absl::StrAppend(&out, sep, model, " ", (*d).*field);
+    sep = ", ";
+  }
+  return out + ")";
+}
+
+}  // namespace
 
 void AddTrainFlags(CLI::App* app, train::TrainOptions* o) {
+  // A flag given twice takes the last value (scripts append overrides: run_mnist.sh --train_steps=500).
+  app->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app->add_option("--job_name", o->job_name, "this task's role: ps or worker (empty: train in one process)");
   app->add_option("--task_index", o->task_index, "index of this task in its job; worker 0 is the chief");
   app->add_option("--ps_hosts", o->ps_hosts, "comma-separated host:port of the ps tasks");
@@ -10,28 +37,28 @@ void AddTrainFlags(CLI::App* app, train::TrainOptions* o) {
   app->add_option("--model", o->model, "softmax | mlp | cnn | vgg19");
   app->add_option("--hidden_units", o->hidden_units, "hidden units of the mlp");
   app->add_option("--data_dir", o->data_dir, "directory of the MNIST IDX files");
-  app->add_option("--train_steps", o->train_steps, "stop when the global step reaches this (default: the model's)");
-  app->add_option("--batch_size", o->batch_size, "examples per step per worker (default: the model's)");
-  app->add_option("--optimizer", o->optimizer, "sgd | momentum | adagrad | adam | rmsprop (default: the model's)");
-  app->add_option("--learning_rate", o->learning_rate, "initial learning rate (default: the model's)");
-  app->add_option("--lr_decay_steps", o->lr_decay_steps, "exponential decay period in steps (0: constant)");
-  app->add_option("--lr_decay_rate", o->lr_decay_rate, "decay factor per period");
+  app->add_option("--train_steps", o->train_steps, "stop when the global step reaches this" + ModelDefaults(&nn::ModelDefaults::train_steps));
+  app->add_option("--batch_size", o->batch_size, "examples per step per worker" + ModelDefaults(&nn::ModelDefaults::batch_size));
+  app->add_option("--optimizer", o->optimizer, "sgd | momentum | adagrad | adam | rmsprop" + ModelDefaults(&nn::ModelDefaults::optimizer));
+  app->add_option("--learning_rate", o->learning_rate, "initial learning rate" + ModelDefaults(&nn::ModelDefaults::learning_rate));
+  app->add_option("--lr_decay_steps", o->lr_decay_steps, "exponential decay period in steps, 0: constant" + ModelDefaults(&nn::ModelDefaults::lr_decay_steps));
+  app->add_option("--lr_decay_rate", o->lr_decay_rate, "decay factor per period" + ModelDefaults(&nn::ModelDefaults::lr_decay_rate));
   app->add_flag("--lr_staircase", o->lr_staircase, "decay in discrete steps");
   app->add_flag("--sync_replicas", o->sync_replicas, "synchronous training (SyncReplicasOptimizer)");
-  app->add_option("--replicas_to_aggregate", o->replicas_to_aggregate, "gradients averaged per sync step (default: workers)");
-  app->add_option("--total_num_replicas", o->total_num_replicas, "workers taking part in sync training (default: all)");
+  app->add_option("--replicas_to_aggregate", o->replicas_to_aggregate, "gradients averaged per sync step (0: the number of workers)");
+  app->add_option("--total_num_replicas", o->total_num_replicas, "workers taking part in sync training (0: all)");
   app->add_option("--sync_timeout_secs", o->sync_timeout_secs, "a sync step waits this long for missing workers");
   app->add_option("--partitioner", o->partitioner, "none | fixed:N | min_max:P[:MIN_SLICE_BYTES] | axis_size:MAX_SHARD_BYTES");
   app->add_option("--placement", o->placement, "round_robin | greedy");
   app->add_flag("--log_device_placement", o->log_device_placement, "print where each variable lives");
   app->add_option("--local_replicas", o->local_replicas, "model replicas in this worker, one per CPU device");
   app->add_option("--checkpoint_dir", o->checkpoint_dir, "where the chief saves checkpoints");
-  app->add_option("--save_checkpoint_steps", o->save_checkpoint_steps, "checkpoint every N steps");
-  app->add_option("--save_checkpoint_secs", o->save_checkpoint_secs, "checkpoint every N seconds");
-  app->add_option("--logdir", o->logdir, "TensorBoard event files");
+  app->add_option("--save_checkpoint_steps", o->save_checkpoint_steps, "checkpoint every N steps (0: not by steps)");
+  app->add_option("--save_checkpoint_secs", o->save_checkpoint_secs, "checkpoint every N seconds (0: not by time)");
+  app->add_option("--logdir", o->logdir, "directory for TensorBoard event files (read them with psflow_events_dump)");
   app->add_option("--save_summaries_steps", o->save_summaries_steps, "TensorBoard summary cadence");
   app->add_option("--metrics_json", o->metrics_json, "write the final summary as JSON to this file");
-  app->add_option("--metrics_port", o->metrics_port, "serve Prometheus /metrics on this port");
+  app->add_option("--metrics_port", o->metrics_port, "serve Prometheus /metrics on this port (0: none)");
   app->add_option("--seed", o->seed, "seed of initialization, data order and dropout");
   app->add_option("--intra_op_threads", o->intra_op_threads, "compute threads per task");
   app->add_option("--log_every", o->log_every, "log a progress line every N local steps");

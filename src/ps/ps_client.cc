@@ -2,6 +2,7 @@
 #include "psflow/ps/ps_client.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <iostream>
 #include <optional>
@@ -320,7 +321,10 @@ class PsClient::Impl {
         [&](int i, const rpc::IncomingMessage& r) {
           wire::PullResponse header;
           if (absl::Status p = Parse(r, &header, channel(tasks[i])->peer_name()); !p.ok()) return p;
-          if (tasks[i] == gs_ps()) step = header.step();
+          if (tasks[i] == gs_ps()) {
+            step = header.step();
+            NoteGlobalStep(step);
+          }
           answers[tasks[i]] = r;
           return absl::OkStatus();
         },
@@ -455,7 +459,10 @@ class PsClient::Impl {
           const int k = tasks[i];
           wire::PullResponse header;
           if (absl::Status s = Parse(r, &header, channel(k)->peer_name()); !s.ok()) return s;
-          if (k == gs_ps()) step->store(header.step());
+          if (k == gs_ps()) {
+            step->store(header.step());
+            NoteGlobalStep(header.step());
+          }
           return AssembleAnswer(k, r, *targets);
         },
         [step, done = std::move(done)](std::vector<absl::Status>& statuses) {
@@ -621,6 +628,7 @@ class PsClient::Impl {
           if (tasks[i] == gs_ps()) {
             result->global_step = response.step();
             result->stale = response.stale();
+            NoteGlobalStep(response.step());
           }
           if (targets != nullptr) return AssembleAnswer(tasks[i], r, *targets);
           return absl::OkStatus();
@@ -644,6 +652,7 @@ class PsClient::Impl {
     wire::ShutdownRequest shutdown;
     shutdown.set_worker_index(options_.worker_index);
     shutdown.set_client_id(client_id_);
+    shutdown.set_global_step(last_global_step_.load());
     return CallEveryPs(rpc::Method::kShutdown, shutdown, options_.rpc_timeout_secs);
   }
 
@@ -651,6 +660,7 @@ class PsClient::Impl {
     wire::ShutdownRequest shutdown;
     shutdown.set_worker_index(options_.worker_index);
     shutdown.set_client_id(client_id_);
+    shutdown.set_global_step(last_global_step_.load());
     shutdown.set_abort_reason(reason);
     (void)CallEveryPs(rpc::Method::kShutdown, shutdown, timeout_secs);
   }
@@ -679,6 +689,13 @@ class PsClient::Impl {
     absl::MutexLock lock(&mu_);
     return config_;
   }
+  // The newest global step a pull or push answer carried; Shutdown tells every ps task the final
+  // one (a ps that does not hold the global step knows it from nowhere else).
+  void NoteGlobalStep(int64_t step) {
+    int64_t seen = last_global_step_.load();
+    while (step > seen && !last_global_step_.compare_exchange_weak(seen, step)) {
+    }
+  }
 
   const Options options_;
   const uint64_t client_id_;
@@ -687,6 +704,7 @@ class PsClient::Impl {
   absl::flat_hash_map<std::string, VariableRoute> routes_;
   mutable absl::Mutex mu_;
   TrainingConfig config_ ABSL_GUARDED_BY(mu_);  // learned from Initialize / WaitForInitialization
+  std::atomic<int64_t> last_global_step_{0};     // see NoteGlobalStep
 };
 
 // ---------------------------------------------------------------------------------------------

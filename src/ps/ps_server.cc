@@ -324,11 +324,16 @@ void PsServer::Impl::HandleShutdown(const rpc::IncomingMessage& request, rpc::Re
   wire::ShutdownRequest shutdown;
   if (absl::Status s = request.ParseHeader(&shutdown); !s.ok()) return responder.Respond(s);
   std::vector<rpc::Responder> init_waiters;
+  // An async ps that does not hold the global step counts nothing itself: it takes the final step
+  // from the chief's message, so its logs and final stats say the real one.
+  const std::shared_ptr<const Model> m = model();
+  const bool counts_steps = m != nullptr && (m->config.sync || m->holds_global_step);
   {
     absl::MutexLock lock(&mu_);
     if (!shutdown_) {
       shutdown_ = true;
       shutdown_time_ = absl::Now();
+      if (!counts_steps && shutdown.global_step() > step_.load()) step_.store(shutdown.global_step());
       finished_step_.store(step_.load());
       if (!shutdown.abort_reason().empty()) {
         abort_reason_ = shutdown.abort_reason();

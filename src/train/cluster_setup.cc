@@ -64,7 +64,7 @@ absl::StatusOr<ps::TrainingConfig> TrainingConfigFor(const TrainOptions& options
   config.total_num_replicas = options.total_num_replicas > 0 ? options.total_num_replicas : num_workers;
   config.replicas_to_aggregate =
       options.replicas_to_aggregate > 0 ? options.replicas_to_aggregate : config.total_num_replicas;
-  config.train_steps = options.train_steps;
+  config.train_steps = *options.train_steps;
   config.sync_timeout_secs = options.sync_timeout_secs;
   if (config.sync && config.replicas_to_aggregate > config.total_num_replicas) {
     return absl::InvalidArgumentError(absl::StrCat("--replicas_to_aggregate=", config.replicas_to_aggregate,

@@ -90,29 +90,29 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
   CheckpointSchedule schedule(options.save_checkpoint_steps, options.save_checkpoint_secs, start_step);
 
   const data::Dataset& train = data->train;
-  data::BatchSampler sampler(train.num_examples, options.batch_size, 0, 1, options.seed);
+  data::BatchSampler sampler(train.num_examples, *options.batch_size, 0, 1, options.seed);
   std::vector<int64_t> indices;
-  std::vector<float> images(options.batch_size * train.example_size);
-  std::vector<int32_t> labels(options.batch_size);
+  std::vector<float> images(*options.batch_size * train.example_size);
+  std::vector<int32_t> labels(*options.batch_size);
   log(absl::StrCat("training ", options.model, " in one process: ", (*replicas)->model().NumParameters(),
-                   " parameters, ", options.train_steps, " steps of batch ", options.batch_size, ", ",
-                   options.optimizer, " lr ", options.learning_rate));
+                   " parameters, ", *options.train_steps, " steps of batch ", *options.batch_size, ", ",
+                   options.optimizer, " lr ", *options.learning_rate));
 
   auto telemetry = Telemetry::Create(options, /*write_events=*/true, "", log);
   if (!telemetry.ok()) return telemetry.status();
-  ProgressLog progress(log, "", options.train_steps, options.batch_size);
-  for (int64_t step = start_step; step < options.train_steps; ++step) {
+  ProgressLog progress(log, "", *options.train_steps, *options.batch_size);
+  for (int64_t step = start_step; step < *options.train_steps; ++step) {
     sampler.BatchAt(step, &indices);
     data::Gather(train, indices, images.data(), labels.data());
-    StepStats stats = (*replicas)->ComputeGradients(images.data(), labels.data(), options.batch_size,
+    StepStats stats = (*replicas)->ComputeGradients(images.data(), labels.data(), *options.batch_size,
                                                     Rng::Mix(options.seed, step));
     // A diverged step is never applied: the model and the checkpoints on disk stay finite.
-    if (!std::isfinite(stats.loss)) return DivergedError(step, stats.loss, options.learning_rate);
+    if (!std::isfinite(stats.loss)) return DivergedError(step, stats.loss, *options.learning_rate);
     const float lr = optim::DecayedLearningRate(opt_config, step);
     ApplyGradients(**optimizer, params, states, lr);
     progress.Step(step + 1, stats.loss, stats.accuracy, options.log_every);
-    (*telemetry)->OnStep(step + 1, stats.loss, stats.accuracy, lr, options.batch_size);
-    if (!options.checkpoint_dir.empty() && schedule.Due(step + 1) && step + 1 < options.train_steps) {
+    (*telemetry)->OnStep(step + 1, stats.loss, stats.accuracy, lr, *options.batch_size);
+    if (!options.checkpoint_dir.empty() && schedule.Due(step + 1) && step + 1 < *options.train_steps) {
       // As on the chief: a periodic save that fails (a full disk) is logged and training goes on;
       // the earlier checkpoints stay, and the final save below reports a lasting failure.
       if (auto s = save(step + 1); !s.ok()) log(absl::StrCat("checkpoint failed: ", s.message()));
@@ -124,9 +124,9 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
   RunSummary summary;
   summary.model = options.model;
   summary.mode = "single";
-  summary.global_step = options.train_steps;
+  summary.global_step = *options.train_steps;
   summary.train_seconds = train_seconds;
-  summary.examples_per_sec = (options.train_steps - start_step) * options.batch_size / std::max(train_seconds, 1e-9);
+  summary.examples_per_sec = (*options.train_steps - start_step) * *options.batch_size / std::max(train_seconds, 1e-9);
   EvalResult validation = Evaluate((*replicas)->model(), data->validation);
   EvalResult test = Evaluate((*replicas)->model(), data->test);
   summary.validation_accuracy = validation.accuracy;
@@ -135,7 +135,7 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
   summary.test_cross_entropy = test.cross_entropy;
   (*telemetry)->OnFinal(summary.global_step, validation.accuracy, test.accuracy);
   if (!options.checkpoint_dir.empty()) {
-    if (auto s = save(options.train_steps); !s.ok()) return s;
+    if (auto s = save(*options.train_steps); !s.ok()) return s;
   }
   return summary;
 }

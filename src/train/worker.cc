@@ -142,14 +142,14 @@ absl::StatusOr<RunSummary> Train(const ConnectedWorker& w) {
   };
 
   const data::Dataset& train = data.train;
-  data::BatchSampler sampler(train.num_examples, options.batch_size, index, cluster.num_workers(), options.seed);
+  data::BatchSampler sampler(train.num_examples, *options.batch_size, index, cluster.num_workers(), options.seed);
   std::vector<int64_t> indices;
-  std::vector<float> images(options.batch_size * train.example_size);
-  std::vector<int32_t> labels(options.batch_size);
-  const int64_t examples_per_global_step = options.batch_size * (config.sync ? config.replicas_to_aggregate : 1);
+  std::vector<float> images(*options.batch_size * train.example_size);
+  std::vector<int32_t> labels(*options.batch_size);
+  const int64_t examples_per_global_step = *options.batch_size * (config.sync ? config.replicas_to_aggregate : 1);
   auto telemetry = Telemetry::Create(options, /*write_events=*/is_chief, "", log);
   if (!telemetry.ok()) return telemetry.status();
-  ProgressLog progress(log, "", options.train_steps, options.batch_size);
+  ProgressLog progress(log, "", *options.train_steps, *options.batch_size);
 
   // The variables as they stand (after a restore too): a ps task still being restored means
   // waiting for the chief again. OutOfRange: training finished elsewhere.
@@ -167,15 +167,15 @@ absl::StatusOr<RunSummary> Train(const ConnectedWorker& w) {
   if (first.ok()) global_step = *first;
   const int64_t start_step = global_step;
   int64_t stale = 0;
-  for (int64_t local_step = 0; !finished && global_step < options.train_steps; ++local_step) {
+  for (int64_t local_step = 0; !finished && global_step < *options.train_steps; ++local_step) {
     // Sync: worker i takes slice i of global batch `global_step` (the data order contract).
     // Async: each worker walks its own slices of consecutive global batches.
     sampler.BatchAt(config.sync ? global_step : local_step, &indices);
     data::Gather(train, indices, images.data(), labels.data());
-    StepStats stats = replicas.ComputeGradients(images.data(), labels.data(), options.batch_size,
+    StepStats stats = replicas.ComputeGradients(images.data(), labels.data(), *options.batch_size,
                                                 Rng::Mix(options.seed, (uint64_t(index) << 40) + local_step));
     // A diverged step is not pushed (the ps would refuse its NaN gradients anyway).
-    if (!std::isfinite(stats.loss)) return DivergedError(global_step, stats.loss, options.learning_rate);
+    if (!std::isfinite(stats.loss)) return DivergedError(global_step, stats.loss, *options.learning_rate);
     // One call per ps: the gradients go in, the variables as they stand after the update come back.
     auto pushed = client.PushAndPull(GradientsOf(params), global_step, pull_into);
     if (absl::IsOutOfRange(pushed.status())) break;  // training finished elsewhere

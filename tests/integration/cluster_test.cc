@@ -96,6 +96,12 @@ TEST(ClusterTest, CnnOnTwoPsWithFixedPartitioner) {
                       300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("fc1/weights/part_1"), std::string::npos) << r.output;
+  // Both ps tasks log the real final step, also the one that does not hold the global step
+  // (it said "step 0" before the chief's Shutdown carried the step).
+  for (const char* line : {"ps task 0: training finished at step 6 ", "ps task 1: training finished at step 6 ",
+                           "ps task 0 done at global step 6:", "ps task 1 done at global step 6:"}) {
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << " missing from:\n" << r.output;
+  }
   nlohmann::json m = ReadJson(dir + "/m.json");
   ASSERT_EQ(m["ps_traffic"].size(), 2u);
   const int64_t p0 = m["ps_traffic"][0]["num_params"], p1 = m["ps_traffic"][1]["num_params"];

@@ -5,6 +5,7 @@
 #define PSFLOW_TRAIN_OPTIONS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -24,13 +25,15 @@ struct TrainOptions {
   int hidden_units = 100;
   std::string data_dir = "data/mnist";
 
-  // Training; negative / empty means "the seed model's default" (nn::DefaultsFor).
-  int64_t train_steps = -1;
-  int batch_size = -1;
+  // Training; unset / empty means "the seed model's default" (nn::DefaultsFor), which
+  // ResolveTrainOptions fills in: after it, every optional here holds a value. A value that was
+  // given is validated as given (a negative one is an error, never "the default").
+  std::optional<int64_t> train_steps;
+  std::optional<int> batch_size;
   std::string optimizer;
-  float learning_rate = -1;
-  int64_t lr_decay_steps = -1;
-  float lr_decay_rate = -1;
+  std::optional<float> learning_rate;
+  std::optional<int64_t> lr_decay_steps;
+  std::optional<float> lr_decay_rate;
   bool lr_staircase = false;
 
   // Synchronous replicas; 0 means "the number of workers".
@@ -73,11 +76,12 @@ struct TrainOptions {
   bool insecure = false;
 };
 
-// Fills the defaults of the chosen model and validates every value, returning InvalidArgument
-// naming the flag and the fix (e.g. "--batch_size=0 must be positive").
+// Fills the defaults of the chosen model and validates every value. The one rule for a bad value:
+// InvalidArgument naming the flag, the value and the fix ("--batch_size=0 must be a positive
+// integer"), which the CLI prints as one line and exits 2 (docs/bad-input.md).
 absl::Status ResolveTrainOptions(TrainOptions* options);
 
-// The optimizer configuration the options describe (after ResolveTrainOptions).
+// The optimizer configuration the options describe (after ResolveTrainOptions, which set them).
 optim::OptimizerConfig OptimizerConfigFrom(const TrainOptions& options);
 
 }  // namespace psflow::train

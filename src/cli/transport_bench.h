@@ -5,6 +5,8 @@
 //    "push_latency_ms":..., "pull_latency_ms":..., "tcp_latency_ms":...}
 // The benchmark initializes the ps with its own variable (one per size): point it only at a ps task
 // started for benchmarking. Not thread-safe with respect to other users of that ps.
+// It drives the ps through its client, so it is built above the ps, not in the transport library:
+// src/cli/transport_bench.cc, library psflow_bench_transport (this header is to move with it).
 #ifndef PSFLOW_RPC_TRANSPORT_BENCH_H_
 #define PSFLOW_RPC_TRANSPORT_BENCH_H_
 

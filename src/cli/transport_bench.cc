@@ -1,5 +1,5 @@
 // The transport benchmark (psflow/rpc/transport_bench.h).
-#include "rpc/transport_bench.h"
+#include "cli/transport_bench.h"
 
 #include "rpc/transport.h"
 
@@ -23,7 +23,7 @@
 #include "psflow/dist/cluster.h"
 #include "psflow/dist/partition.h"
 #include "psflow/ps/ps_client.h"
-#include "rpc/transport_bench_internal.h"
+#include "cli/transport_bench_internal.h"
 
 extern char** environ;
 

@@ -1,31 +1,47 @@
 // psflow_transport_bench: forks a ps task on a free loopback port and runs the transport benchmark
 // against it (the same measurement as `psflow bench transport`, without the CLI).
-// Usage: psflow_transport_bench [--transport=grpc|shm] [SIZE_BYTES...]   (default 4 KiB, 1 MiB, 16 MiB)
+// Usage: psflow_transport_bench [--transport=grpc|shm] [--seconds=S] [SIZE_BYTES...]
+//        (default sizes 4 KiB, 1 MiB, 16 MiB; arguments parsed by CLI11, --help lists them)
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdlib>
-#include <cstring>
-#include <string>
-#include <string_view>
 #include <iostream>
+#include <string>
+#include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "psflow/dist/cluster.h"
 #include "psflow/ps/ps_server.h"
-#include "rpc/transport_bench.h"
+#include "cli/transport_bench.h"
 #include "rpc/tuning.h"
-#include "rpc/transport_bench_internal.h"
+#include "cli/transport_bench_internal.h"
 
 int main(int argc, char** argv) {
   using namespace psflow;
-  rpc::TuneAllocatorForLargeMessages();
-  std::string transport = "grpc";
-  int first_size = 1;
-  if (argc > 1 && std::string_view(argv[1]).starts_with("--transport=")) {
-    transport = std::string(argv[1]).substr(std::strlen("--transport="));
-    first_size = 2;
+  rpc::TransportBenchOptions options;
+  options.shutdown_ps = true;
+  CLI::App app{"psflow_transport_bench: push/pull throughput and latency against a ps task it starts on loopback"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--transport", options.transport, "the client's and the ps's transport")
+      ->check(CLI::IsMember({"grpc", "shm"}));
+  app.add_option("--seconds", options.seconds_per_measurement, "repeat each measurement about this long")
+      ->check(CLI::PositiveNumber);
+  std::vector<int64_t> sizes;
+  app.add_option("sizes", sizes, "tensor sizes in bytes (default: 4096 1048576 16777216)")
+      ->check(CLI::Range(int64_t{4}, int64_t{1} << 31));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "psflow_transport_bench: error: " << e.what() << " (see psflow_transport_bench --help)" << std::endl;
+    return 2;
   }
+  if (!sizes.empty()) options.sizes = sizes;
+  const std::string transport = options.transport;
+  rpc::TuneAllocatorForLargeMessages();
   const int ps_port = rpc::FreeLoopbackPort();
   const int worker_port = rpc::FreeLoopbackPort();
   const std::string address = absl::StrCat("127.0.0.1:", ps_port);
@@ -49,13 +65,6 @@ int main(int argc, char** argv) {
     }
     absl::Status s = (*server)->Wait();
     _exit(s.ok() ? 0 : 1);
-  }
-  rpc::TransportBenchOptions options;
-  options.shutdown_ps = true;
-  options.transport = transport;
-  if (argc > first_size) {
-    options.sizes.clear();
-    for (int i = first_size; i < argc; ++i) options.sizes.push_back(std::atoll(argv[i]));
   }
   absl::Status status = rpc::RunTransportBench(address, std::cout, options);
   if (!status.ok()) {
