@@ -10,6 +10,9 @@ and fails with ENOSPC like a full volume would. Checks, with the real `psflow` b
   2. TensorBoard events and --metrics_json on a full disk: events are disabled with one log line,
      training finishes and prints its summary, the JSON fails in one line (exit 1), no temporary
      file is left.
+  3. checkpoints of a cluster (`psflow local`, 1 ps + 2 workers) on a disk that fills up: the
+     chief's failed periodic saves are reported once per interval, the final failure ends the job
+     (the ps task exits 1 with the chief's line), the checkpoint that fitted loads.
 
 Skipped (exit 77) where user namespaces or tmpfs mounts are not allowed.
 Usage: full_disk_test.py --build BUILD_DIR --data_dir DATA_DIR
@@ -17,6 +20,7 @@ Usage: full_disk_test.py --build BUILD_DIR --data_dir DATA_DIR
 import argparse
 import filecmp
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -120,6 +124,42 @@ exit 0""")
                     f"{full_dir}/metrics.json.tmp: No space left on device"],
           "the JSON failure is one line naming the file and the cause")
     check(read("m.ls").split() == [".", "..", "filler", "logs"], "no temporary JSON file is left")
+
+    # 3. The same on a cluster (1 ps + 2 workers, sync, so the chief sees every global step): each
+    # periodic save that does not fit is reported once (tried again at the next interval, not at
+    # every step); the final save failing ends the job with that line; the checkpoint that fitted
+    # loads.
+    code, output = in_full_namespace(256 * 1024, f"""
+{shlex.quote(psflow)} local --ps=1 --workers=2 --sync_replicas --model=mlp --hidden_units=16 --batch_size=50 --seed=5 \
+    --log_every=1000 --data_dir={shlex.quote(data_dir)} --train_steps=300 --save_checkpoint_steps=100 \
+    --checkpoint_dir="$D/ckpt" >{out}/c.out 2>&1
+echo "exit=$?" >{out}/c.code
+ls -a "$D/ckpt" >{out}/c.ls
+{shlex.quote(psflow)} eval --model=mlp --hidden_units=16 --data_dir={shlex.quote(data_dir)} \
+    --checkpoint_dir="$D/ckpt" >{out}/c.eval 2>&1
+exit 0""")
+    c_out = read("c.out").splitlines()
+    failed = [l for l in c_out if "checkpoint failed:" in l]
+    saved = [l for l in c_out if "saved checkpoint" in l]
+    print("cluster:", saved, failed)
+    check(read("c.code").strip() == "exit=1", "the cluster run exits 1")
+    failed_steps = [int(re.search(r"model\.ckpt-(\d+)\.safetensors:", l).group(1)) for l in failed]
+    check(len(saved) == 1 and "model.ckpt-100.safetensors" in saved[0], "the chief saved step 100")
+    check(failed_steps == [200, 300] and
+          all(l.startswith("[worker0] checkpoint failed: cannot save checkpoint ") and
+              l.endswith(".tmp: No space left on device; the previous checkpoints are kept") for l in failed),
+          f"the chief reported each failed periodic save once, at steps {failed_steps} (expected [200, 300]), "
+          "and went on")
+    final = (f"psflow: error: cannot save checkpoint {ckpt}/model.ckpt-300.safetensors: cannot write "
+             f"{ckpt}/model.ckpt-300.safetensors.tmp: No space left on device; the previous checkpoints are kept")
+    # The chief prints the line and aborts the ps task, which exits with it; `psflow local` stops the
+    # other tasks as soon as the first of them exits, so one of the two copies may be cut short.
+    check(f"[worker0] {final}" in c_out or f"[ps0] {final}" in c_out,
+          "the final failure ends the job with that line")
+    check(read("c.ls").split() == [".", "..", "model.ckpt-100.safetensors"],
+          "the full disk holds the step-100 checkpoint and no temporary file")
+    check(f"eval: {ckpt}/model.ckpt-100.safetensors global_step=100" in read("c.eval"),
+          "psflow eval loads it: " + read("c.eval").strip())
 
 print(f"full_disk_test: {len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

@@ -81,7 +81,11 @@ absl::Status Chief::TryInitializeCluster() {
 
 absl::Status Chief::MaybeCheckpoint(int64_t global_step) {
   if (options_.checkpoint_dir.empty() || !schedule_.Due(global_step)) return absl::OkStatus();
-  return SaveCheckpoint();
+  absl::Status saved = SaveCheckpoint();
+  // A failed save (a full disk) is tried again at the next interval, not at every step: each try
+  // pulls the whole model from the ps tasks.
+  if (!saved.ok()) schedule_.Saved(global_step);
+  return saved;
 }
 
 absl::Status Chief::SaveCheckpoint() {
