@@ -58,6 +58,9 @@ absl::Status Chief::RetryWhileUnavailable(const std::function<absl::Status()>& a
 }
 
 absl::Status Chief::InitializeCluster() {
+  if (!options_.checkpoint_dir.empty()) {
+    if (auto s = PrepareCheckpointDir(options_.checkpoint_dir, options_.env); !s.ok()) return s;
+  }
   // A ps task that dies while it is being initialized is waited for (bounded), then initialized again.
   return RetryWhileUnavailable([this] { return TryInitializeCluster(); }, options_.init_timeout_secs);
 }
