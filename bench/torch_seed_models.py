@@ -23,9 +23,20 @@ def read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
-def build(model):
+def build(model, hidden_units=100):
     if model == "mlp":
-        return nn.Sequential(nn.Linear(784, 100), nn.ReLU(), nn.Linear(100, 10))
+        return nn.Sequential(nn.Linear(784, hidden_units), nn.ReLU(), nn.Linear(hidden_units, 10))
+    if model == "vgg19":
+        # psflow's vgg19 (src/nn/model.cc): 32x32x3 inputs, 16 3x3 convs in five blocks each
+        # ending in a 2x2 max-pool, then dense 512 -> 4096 -> 4096 -> 10.
+        layers, channels = [], 3
+        for width, convs in ((64, 2), (128, 2), (256, 4), (512, 4), (512, 4)):
+            for _ in range(convs):
+                layers += [nn.Conv2d(channels, width, 3, padding=1), nn.ReLU()]
+                channels = width
+            layers.append(nn.MaxPool2d(2))
+        return nn.Sequential(*layers, nn.Flatten(), nn.Linear(512, 4096), nn.ReLU(),
+                             nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
     if model == "cnn":
         # NCHW here (PyTorch's native layout); psflow is NHWC like TensorFlow.
         return nn.Sequential(

@@ -4,6 +4,11 @@ count, run side by side in one invocation; prints one JSON line per (model, thre
 examples/s and their ratio (psflow / PyTorch; > 1 means psflow is faster).
 
   bench/train_vs_pytorch.py [--build build] [--models mlp,cnn] [--threads 1,2] [--mlp_steps 2000] [--cnn_steps 60]
+
+--builds build,build-native (with --repeats N) compares several builds in one invocation, e.g. the
+portable default against -DPSFLOW_NATIVE=ON: each repeat runs every build and PyTorch back to back,
+and one JSON line per (model, threads, build) gives the ratio of each repeat, so the spread of
+the repeats (the machine's noise) stands beside the difference between the builds.
 """
 import argparse
 import json
@@ -45,7 +50,11 @@ def main():
     p.add_argument("--threads", default="1,2")
     p.add_argument("--mlp_steps", type=int, default=2000)
     p.add_argument("--cnn_steps", type=int, default=60)
+    p.add_argument("--builds", help="comma-separated build dirs to compare side by side (overrides --build)")
+    p.add_argument("--repeats", type=int, default=1)
     a = p.parse_args()
+    if a.builds:
+        return compare_builds(a)
     for model in a.models.split(","):
         steps = a.mlp_steps if model == "mlp" else a.cnn_steps
         for threads in map(int, a.threads.split(",")):
@@ -56,6 +65,26 @@ def main():
                               "pytorch_examples_per_sec": round(theirs["examples_per_sec"], 1),
                               "ratio": round(ours["examples_per_sec"] / theirs["examples_per_sec"], 3)}))
             sys.stdout.flush()
+
+
+def compare_builds(a):
+    builds = a.builds.split(",")
+    print(json.dumps({"load_average": os.getloadavg(), "cores": os.cpu_count()}))
+    for model in a.models.split(","):
+        steps = a.mlp_steps if model == "mlp" else a.cnn_steps
+        for threads in map(int, a.threads.split(",")):
+            ratios = {b: [] for b in builds}
+            for _ in range(a.repeats):
+                for build in builds:  # each build next to its own PyTorch run: same load
+                    ours = run_psflow(build, model, steps, threads, a.data_dir)
+                    theirs = run_pytorch(model, steps, threads, a.data_dir)
+                    ratios[build].append(round(ours["examples_per_sec"] / theirs["examples_per_sec"], 3))
+            for build in builds:
+                r = sorted(ratios[build])
+                print(json.dumps({"model": model, "threads": threads, "steps": steps, "build": build,
+                                  "ratios": ratios[build], "median_ratio": r[len(r) // 2],
+                                  "load_average_after": round(os.getloadavg()[0], 2)}))
+                sys.stdout.flush()
 
 
 if __name__ == "__main__":

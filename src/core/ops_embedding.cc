@@ -4,7 +4,7 @@
 #include <numeric>
 #include <vector>
 
-#include "psflow/core/check.h"
+#include "core/check.h"
 #include "psflow/core/ops.h"
 
 namespace psflow::ops {

@@ -6,7 +6,7 @@
 
 #include "core/ops_internal.h"
 #include "core/threading_internal.h"
-#include "psflow/core/check.h"
+#include "core/check.h"
 #include "psflow/core/ops.h"
 #include "psflow/core/threading.h"
 

@@ -8,7 +8,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "psflow/core/check.h"
+#include "core/check.h"
 
 namespace psflow {
 namespace internal {

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "data/uniform.h"
-#include "psflow/core/check.h"
+#include "core/check.h"
 
 namespace psflow::data {
 

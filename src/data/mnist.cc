@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "data/uniform.h"
-#include "psflow/core/check.h"
+#include "core/check.h"
 #include "psflow/data/idx.h"
 
 namespace psflow::data {

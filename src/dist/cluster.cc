@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
-#include "psflow/core/check.h"
+#include "core/check.h"
 
 namespace psflow::dist {
 namespace {

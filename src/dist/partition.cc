@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "psflow/core/check.h"
+#include "core/check.h"
 #include "psflow/dist/cluster.h"
 
 namespace psflow::dist {

@@ -3,7 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "psflow/core/check.h"
+#include "core/check.h"
 #include "psflow/metrics/metrics_server.h"
 
 namespace psflow::metrics {

@@ -1,6 +1,6 @@
 #include "psflow/nn/layers.h"
 
-#include "psflow/core/check.h"
+#include "core/check.h"
 #include "psflow/core/init.h"
 
 namespace psflow::nn {

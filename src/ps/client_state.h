@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "psflow/dist/partition.h"
 #include "psflow/ps/ps_types.h"
-#include "psflow/rpc/transport.h"
+#include "rpc/transport.h"
 
 namespace psflow::ps {
 

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "ps/delayed_runner.h"
-#include "psflow/rpc/transport.h"
+#include "rpc/transport.h"
 
 namespace psflow::ps {
 

@@ -22,8 +22,8 @@
 #include "ps/fan_out.h"
 #include "ps/routing.h"
 #include "ps/wire_config.h"
-#include "psflow/core/check.h"
-#include "psflow/rpc/transport.h"
+#include "core/check.h"
+#include "rpc/transport.h"
 
 namespace psflow::ps {
 namespace {

@@ -8,6 +8,7 @@
 #include "proto/psflow.pb.h"
 #include "ps/ps_test_util.h"
 #include "psflow/optim/optimizer.h"
+#include "rpc/transport.h"
 
 namespace psflow::ps {
 namespace {

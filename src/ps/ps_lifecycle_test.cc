@@ -19,7 +19,7 @@ using ::testing::HasSubstr;
 const std::vector<dist::VariableSpec> kVars = {{"w", {3, 2}}};
 
 TEST(LifecycleTest, SecretIsRequiredAndChecked) {
-  SecurityOptions server_security;
+  rpc::TransportOptions server_security;
   server_security.secret = "right-secret";
   auto cluster = TestCluster::Start(1, 1, server_security);
   const dist::PlacementPlan plan = Plan(kVars, 1);
@@ -29,7 +29,7 @@ TEST(LifecycleTest, SecretIsRequiredAndChecked) {
   EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("no cluster secret"));
 
-  SecurityOptions wrong;
+  rpc::TransportOptions wrong;
   wrong.secret = "wrong-secret";
   s = cluster->Client(plan, 0, wrong)->Connect();
   EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;

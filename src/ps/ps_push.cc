@@ -5,7 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "ps/ps_server_impl.h"
 #include "ps/wire_config.h"
-#include "psflow/core/check.h"
+#include "core/check.h"
 
 namespace psflow::ps {
 

@@ -22,7 +22,7 @@
 #include "proto/psflow.pb.h"
 #include "ps/shard.h"
 #include "psflow/ps/ps_server.h"
-#include "psflow/rpc/transport.h"
+#include "rpc/transport.h"
 
 namespace psflow::ps {
 

@@ -45,7 +45,7 @@ struct TestCluster {
   // Starts `num_ps` servers. `server_cluster`, when given, is what the servers believe the cluster
   // is (to test the mismatch check); by default they accept any cluster. `tweak` may change the
   // rest of the servers' options.
-  static std::unique_ptr<TestCluster> Start(int num_ps, int num_workers, SecurityOptions security = {},
+  static std::unique_ptr<TestCluster> Start(int num_ps, int num_workers, rpc::TransportOptions security = {},
                                             double shutdown_grace_secs = 10,
                                             const dist::ClusterSpec& server_cluster = {},
                                             const std::function<void(PsServer::Options*)>& tweak = nullptr) {
@@ -79,7 +79,7 @@ struct TestCluster {
   }
 
   std::unique_ptr<PsClient> Client(const dist::PlacementPlan& plan, int worker_index,
-                                   SecurityOptions security = {}) const {
+                                   rpc::TransportOptions security = {}) const {
     PsClient::Options o;
     o.cluster = cluster;
     o.plan = plan;

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "psflow/core/check.h"
+#include "core/check.h"
 #include "psflow/core/threading.h"
 
 namespace psflow::ps {

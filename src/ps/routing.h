@@ -12,7 +12,7 @@
 #include "psflow/core/autodiff.h"
 #include "psflow/core/tensor.h"
 #include "psflow/dist/partition.h"
-#include "psflow/rpc/transport.h"
+#include "rpc/transport.h"
 
 namespace psflow::ps {
 

@@ -8,7 +8,8 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "psflow/core/check.h"
+#include "core/simd_dispatch.h"
+#include "core/check.h"
 #include "psflow/core/threading.h"
 
 namespace psflow::ps {
@@ -202,8 +203,7 @@ void Shard::Accumulate(const ShardGradient& gradient) {
     ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) {
       gradient.message->ForEachRunInRange(gradient.index, begin, end - begin,
                                           [accum](const float* run, int64_t first, int64_t n) {
-                                            float* out = accum + first;
-                                            for (int64_t j = 0; j < n; ++j) out[j] += run[j];
+                                            simd::AddInto(accum + first, run, n);  // dispatched
                                             return true;
                                           });
     });
@@ -234,7 +234,7 @@ void Shard::ApplyAccumulated(int count, const optim::Optimizer& optimizer, float
     float* accum = accum_.data();
     ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) {
       FlushDenormalsOnThisThread();
-      for (int64_t j = begin; j < end; ++j) accum[j] *= scale;
+      simd::Scale(accum + begin, end - begin, scale);  // dispatched
       optimizer.Apply(w, accum + begin, state_, begin, end - begin, lr, t);
       std::fill(accum + begin, accum + end, 0.0f);
     });

@@ -18,7 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "psflow/core/tensor.h"
 #include "psflow/optim/optimizer.h"
-#include "psflow/rpc/transport.h"
+#include "rpc/transport.h"
 
 namespace psflow::ps {
 

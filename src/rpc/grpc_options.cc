@@ -1,7 +1,7 @@
 // gRPC tuning, credentials, status conversion and allocator tuning.
 #include "rpc/grpc_options.h"
 
-#include "psflow/rpc/tuning.h"
+#include "rpc/tuning.h"
 
 #include <malloc.h>
 
@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "psflow/core/check.h"
+#include "core/check.h"
 
 namespace psflow::rpc {
 namespace {
@@ -191,7 +191,7 @@ std::string DescribeBindFailure(const std::string& grpc_log) {
                       ")");
 }
 
-ClientTls ClientTlsOf(const SecurityOptions& security) {
+ClientTls ClientTlsOf(const TransportOptions& security) {
   ClientTls tls;
   tls.enabled = !security.tls_ca.empty() || !security.tls_cert.empty();
   tls.has_certificate = !security.tls_cert.empty() && !security.tls_key.empty();
@@ -234,7 +234,7 @@ std::string DescribeConnectFailure(const std::string& grpc_text, ClientTls tls) 
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
-    const SecurityOptions& security) {
+    const TransportOptions& security) {
   if (security.tls_ca.empty() && security.tls_cert.empty()) {
     return grpc::InsecureChannelCredentials();
   }
@@ -257,7 +257,7 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const SecurityOptions& security) {
+    const TransportOptions& security) {
   if (security.tls_cert.empty() && security.tls_key.empty()) {
     return grpc::InsecureServerCredentials();
   }

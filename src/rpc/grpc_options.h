@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "psflow/rpc/transport.h"
+#include "rpc/transport.h"
 
 namespace psflow::rpc {
 
@@ -68,7 +68,7 @@ struct ClientTls {
   bool enabled = false;          // it speaks TLS (--tls_ca or --tls_cert given)
   bool has_certificate = false;  // it can prove itself to servers that require it (cert and key)
 };
-ClientTls ClientTlsOf(const SecurityOptions& security);
+ClientTls ClientTlsOf(const TransportOptions& security);
 
 // gRPC's text of a failed connection ("failed to connect to all addresses; last error: UNKNOWN:
 // ipv4:...: Ssl handshake failed: ... certificate verify failed", "... Socket closed", "...
@@ -77,9 +77,9 @@ ClientTls ClientTlsOf(const SecurityOptions& security);
 std::string DescribeConnectFailure(const std::string& grpc_text, ClientTls tls);
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
-    const SecurityOptions& security);
+    const TransportOptions& security);
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const SecurityOptions& security);
+    const TransportOptions& security);
 
 // grpc::Status <-> absl::Status (the canonical codes are the same numbers).
 absl::Status FromGrpcStatus(const grpc::Status& status);

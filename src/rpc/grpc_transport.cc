@@ -34,7 +34,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "psflow/core/check.h"
+#include "core/check.h"
 #include "rpc/grpc_options.h"
 #include "rpc/tensor_coding.h"
 
@@ -507,7 +507,7 @@ class GrpcServer final : public Server {
 
 absl::StatusOr<std::unique_ptr<ClientChannel>> MakeGrpcChannel(const std::string& address,
                                                                const std::string& peer_name,
-                                                               const SecurityOptions& security) {
+                                                               const TransportOptions& security) {
   InstallGrpcLogFilter();
   if (absl::Status s = CheckMaxMessageBytes(security.max_message_bytes); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = MakeChannelCredentials(security);
@@ -518,7 +518,7 @@ absl::StatusOr<std::unique_ptr<ClientChannel>> MakeGrpcChannel(const std::string
 }
 
 absl::StatusOr<std::unique_ptr<Server>> StartGrpcServer(const std::string& address,
-                                                        const SecurityOptions& security,
+                                                        const TransportOptions& security,
                                                         Handler* handler) {
   InstallGrpcLogFilter();
   if (absl::Status s = CheckMaxMessageBytes(security.max_message_bytes); !s.ok()) return s;

@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rpc/test_handler.h"
-#include "psflow/rpc/transport.h"
+#include "rpc/transport.h"
 #include "rpc/test_certs.h"
 
 namespace psflow::rpc {
@@ -111,7 +111,7 @@ OutgoingMessage PushOf(const std::vector<float>& data, const std::string& dtype 
 
 TEST(GrpcTransportTest, OversizedMessagesAreRefusedNamingTheLimitAndTheServerKeepsServing) {
   TestHandler handler;
-  SecurityOptions limited;
+  TransportOptions limited;
   limited.max_message_bytes = 1 << 20;
   auto server = StartGrpcServer("127.0.0.1:0", limited, &handler);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -140,7 +140,7 @@ TEST(GrpcTransportTest, OversizedMessagesAreRefusedNamingTheLimitAndTheServerKee
   }
 
   // A client's own limit refuses before sending: the same message, the client's limit.
-  SecurityOptions client_limit;
+  TransportOptions client_limit;
   client_limit.max_message_bytes = 1 << 20;
   auto limited_channel = MakeGrpcChannel(address, peer, client_limit);
   ASSERT_TRUE(limited_channel.ok());
@@ -154,7 +154,7 @@ TEST(GrpcTransportTest, OversizedMessagesAreRefusedNamingTheLimitAndTheServerKee
 
   // Limits gRPC cannot represent are refused up front.
   for (int64_t bad : {int64_t{0}, int64_t{-1}, int64_t{2048} << 20}) {
-    SecurityOptions s;
+    TransportOptions s;
     s.max_message_bytes = bad;
     auto no_server = StartGrpcServer("127.0.0.1:0", s, &handler);
     ASSERT_FALSE(no_server.ok());
@@ -186,14 +186,14 @@ std::string WriteTemp(const std::string& name, const char* text) {
 
 TEST(GrpcTransportTest, SecretIsChecked) {
   TestHandler handler;
-  SecurityOptions secured;
+  TransportOptions secured;
   secured.secret = "s3cret";
   auto server = StartGrpcServer("127.0.0.1:0", secured, &handler);
   ASSERT_TRUE(server.ok());
   const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
-  SecurityOptions wrong;
+  TransportOptions wrong;
   wrong.secret = "guess";
-  for (const SecurityOptions& s : {SecurityOptions{}, wrong}) {
+  for (const TransportOptions& s : {TransportOptions{}, wrong}) {
     auto channel = MakeGrpcChannel(address, "ps task 0", s);
     auto r = (*channel)->CallBlocking(Method::kStats, OutgoingMessage::Of(wire::Empty()), Options());
     EXPECT_TRUE(absl::IsUnauthenticated(r.status())) << r.status();
@@ -204,7 +204,7 @@ TEST(GrpcTransportTest, SecretIsChecked) {
 }
 
 TEST(GrpcTransportTest, MutualTlsWithTheClusterCertificate) {
-  SecurityOptions tls;
+  TransportOptions tls;
   tls.tls_cert = WriteTemp("task.pem", testing::kTestTaskCertPem);
   tls.tls_key = WriteTemp("task.key", testing::kTestTaskKeyPem);
   tls.tls_ca = WriteTemp("ca.pem", testing::kTestCaPem);
@@ -223,12 +223,12 @@ TEST(GrpcTransportTest, MutualTlsWithTheClusterCertificate) {
   // certificate (the server requires one) all fail, saying which TLS flag to fix: at once, and
   // after waiting for the connection (the way workers connect), when the transport asks the
   // connection why it fails.
-  SecurityOptions other_ca = tls;
+  TransportOptions other_ca = tls;
   other_ca.tls_ca = WriteTemp("other_ca.pem", testing::kOtherCaPem);
-  SecurityOptions no_client_cert;
+  TransportOptions no_client_cert;
   no_client_cert.tls_ca = tls.tls_ca;
-  const std::vector<std::pair<SecurityOptions, std::string>> mismatches = {
-      {SecurityOptions{}, "it uses TLS and this task must be started with the same --tls_cert/--tls_key/--tls_ca"},
+  const std::vector<std::pair<TransportOptions, std::string>> mismatches = {
+      {TransportOptions{}, "it uses TLS and this task must be started with the same --tls_cert/--tls_key/--tls_ca"},
       {other_ca, "certificate verify failed (the task's certificate is not signed by the CA in this task's --tls_ca"},
       {no_client_cert, "if it requires client certificates (it has --tls_ca), give this task --tls_cert and --tls_key"}};
   for (const auto& [s, hint] : mismatches) {
@@ -267,7 +267,7 @@ TEST(GrpcTransportTest, MutualTlsWithTheClusterCertificate) {
   EXPECT_THAT(std::string(gone.status().message()),
               HasSubstr("Connection refused (nothing listens there: is the task running, and is the address right?)"));
 
-  SecurityOptions missing = tls;
+  TransportOptions missing = tls;
   missing.tls_key = "/nonexistent/task.key";
   auto refused = StartGrpcServer("127.0.0.1:0", missing, &handler);
   EXPECT_FALSE(refused.ok());

@@ -6,8 +6,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "psflow/core/check.h"
-#include "psflow/rpc/transport.h"
+#include "core/check.h"
+#include "rpc/transport.h"
 #include "rpc/tensor_coding.h"
 
 namespace psflow::rpc {

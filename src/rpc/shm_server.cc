@@ -261,7 +261,7 @@ void ServerCall::Arrive() {
 
 class ShmServer::Impl {
  public:
-  Impl(const SecurityOptions& security, Handler* handler)
+  Impl(const TransportOptions& security, Handler* handler)
       : config_{handler, security.secret, security.max_message_bytes, std::make_shared<Counters>()} {}
 
   ~Impl() { Shutdown(1.0); }
@@ -368,7 +368,7 @@ class ShmServer::Impl {
 ShmServer::ShmServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ShmServer::~ShmServer() = default;
 
-absl::StatusOr<std::unique_ptr<ShmServer>> ShmServer::Start(int port, const SecurityOptions& security,
+absl::StatusOr<std::unique_ptr<ShmServer>> ShmServer::Start(int port, const TransportOptions& security,
                                                             Handler* handler) {
   auto impl = std::make_unique<Impl>(security, handler);
   if (absl::Status s = impl->Listen(port); !s.ok()) return s;

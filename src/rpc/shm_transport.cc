@@ -63,7 +63,7 @@ class ShmConnection : public std::enable_shared_from_this<ShmConnection> {
   enum class Outcome { kStarted, kNoSlot, kDead };
 
   static absl::StatusOr<std::shared_ptr<ShmConnection>> Connect(int port, const std::string& peer_name,
-                                                                const SecurityOptions& security) {
+                                                                const TransportOptions& security) {
     const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
     auto connection = std::shared_ptr<ShmConnection>(new ShmConnection(fd, peer_name, security.max_message_bytes));
@@ -328,7 +328,7 @@ class ShmConnection : public std::enable_shared_from_this<ShmConnection> {
   absl::Notification reader_done_;
 };
 
-ShmChannel::ShmChannel(int port, std::string peer_name, SecurityOptions security,
+ShmChannel::ShmChannel(int port, std::string peer_name, TransportOptions security,
                        std::unique_ptr<ClientChannel> fallback)
     : port_(port), peer_name_(std::move(peer_name)), security_(std::move(security)), fallback_(std::move(fallback)) {}
 
@@ -425,7 +425,7 @@ class CombinedServer final : public Server {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ClientChannel>> MakeChannel(const std::string& address, const std::string& peer_name,
-                                                           const SecurityOptions& security) {
+                                                           const TransportOptions& security) {
   if (absl::Status s = CheckTransport(security.transport); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<ClientChannel>> grpc = MakeGrpcChannel(address, peer_name, security);
   if (!grpc.ok() || security.transport != "shm" || !IsLoopbackAddress(address)) return grpc;
@@ -434,7 +434,7 @@ absl::StatusOr<std::unique_ptr<ClientChannel>> MakeChannel(const std::string& ad
   return std::unique_ptr<ClientChannel>(new ShmChannel(port, peer_name, security, *std::move(grpc)));
 }
 
-absl::StatusOr<std::unique_ptr<Server>> StartServer(const std::string& address, const SecurityOptions& security,
+absl::StatusOr<std::unique_ptr<Server>> StartServer(const std::string& address, const TransportOptions& security,
                                                     Handler* handler) {
   if (absl::Status s = CheckTransport(security.transport); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<Server>> grpc = StartGrpcServer(address, security, handler);

@@ -31,7 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "psflow/rpc/transport.h"
+#include "rpc/transport.h"
 
 namespace psflow::rpc {
 
@@ -49,7 +49,7 @@ class ShmConnection;
 class ShmChannel final : public ClientChannel {
  public:
   // `fallback` carries what shm does not (see above). `port` is the ps's port.
-  ShmChannel(int port, std::string peer_name, SecurityOptions security, std::unique_ptr<ClientChannel> fallback);
+  ShmChannel(int port, std::string peer_name, TransportOptions security, std::unique_ptr<ClientChannel> fallback);
   ~ShmChannel() override;
 
   void Call(Method method, OutgoingMessage request, const CallOptions& options,
@@ -67,7 +67,7 @@ class ShmChannel final : public ClientChannel {
 
   const int port_;
   const std::string peer_name_;
-  const SecurityOptions security_;
+  const TransportOptions security_;
   const std::unique_ptr<ClientChannel> fallback_;
   std::atomic<int64_t> shm_calls_{0};
   std::atomic<int64_t> fallback_calls_{0};
@@ -80,7 +80,7 @@ class ShmChannel final : public ClientChannel {
 // The server side: accepts shm connections for a ps whose gRPC server listens on `port`.
 class ShmServer {
  public:
-  static absl::StatusOr<std::unique_ptr<ShmServer>> Start(int port, const SecurityOptions& security,
+  static absl::StatusOr<std::unique_ptr<ShmServer>> Start(int port, const TransportOptions& security,
                                                           Handler* handler);
   ~ShmServer();
   // Stops accepting; after `grace_secs` (or when no call is pending) closes every connection,

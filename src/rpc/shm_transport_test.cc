@@ -17,8 +17,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rpc/test_handler.h"
-#include "psflow/core/check.h"
-#include "psflow/rpc/transport.h"
+#include "core/check.h"
+#include "rpc/transport.h"
 #include "rpc/shm_transport.h"
 
 namespace psflow::rpc {
@@ -32,8 +32,8 @@ class TestHandler final : public testing::DoublingHandler {
   TestHandler() : DoublingHandler(Method::kPull) {}
 };
 
-SecurityOptions Shm(std::string secret = "") {
-  SecurityOptions s;
+TransportOptions Shm(std::string secret = "") {
+  TransportOptions s;
   s.transport = "shm";
   s.secret = std::move(secret);
   return s;
@@ -63,7 +63,7 @@ struct Fixture {
   std::unique_ptr<ClientChannel> channel;
   ShmChannel* shm = nullptr;
 
-  explicit Fixture(SecurityOptions server_security = Shm(), SecurityOptions client_security = Shm()) {
+  explicit Fixture(TransportOptions server_security = Shm(), TransportOptions client_security = Shm()) {
     auto s = StartServer("127.0.0.1:0", server_security, &handler);
     CHECK(s.ok()) << s.status();
     server = *std::move(s);
@@ -241,7 +241,7 @@ TEST(ShmTransportTest, ConcurrentCallsAndMoreThanTheSlots) {
 }
 
 TEST(ShmTransportTest, FactoriesPickTheTransport) {
-  SecurityOptions bad;
+  TransportOptions bad;
   bad.transport = "tcp";
   auto refused = MakeChannel("127.0.0.1:1", "ps", bad);
   EXPECT_TRUE(absl::IsInvalidArgument(refused.status()));
@@ -257,7 +257,7 @@ TEST(ShmTransportTest, FactoriesPickTheTransport) {
   EXPECT_FALSE(IsLoopbackAddress("192.168.0.1:1"));
 
   // A shm client of a gRPC-only ps: everything over gRPC.
-  Fixture f(SecurityOptions{}, Shm());
+  Fixture f(TransportOptions{}, Shm());
   std::vector<float> x = {1, 2};
   ASSERT_TRUE(f.channel->CallBlocking(Method::kPush, TensorMessage(x, "x"), Options()).ok());
   EXPECT_EQ(f.shm->shm_calls(), 0);

@@ -19,7 +19,7 @@
 #include <grpcpp/support/byte_buffer.h>
 
 #include "absl/status/statusor.h"
-#include "psflow/rpc/transport.h"
+#include "rpc/transport.h"
 
 namespace psflow::rpc {
 

@@ -10,7 +10,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "psflow/rpc/transport.h"
+#include "rpc/transport.h"
 
 namespace psflow::rpc::testing {
 

@@ -1,5 +1,7 @@
 // The transport benchmark (psflow/rpc/transport_bench.h).
-#include "psflow/rpc/transport_bench.h"
+#include "rpc/transport_bench.h"
+
+#include "rpc/transport.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -191,7 +193,7 @@ absl::Status RunTransportBench(const std::string& ps_address, std::ostream& out,
 
   // Learn the ps's cluster so the client passes its cluster check.
   absl::StatusOr<std::unique_ptr<ClientChannel>> probe_channel =
-      MakeGrpcChannel(ps_address, absl::StrCat("ps ", ps_address), SecurityOptions{});
+      MakeGrpcChannel(ps_address, absl::StrCat("ps ", ps_address), TransportOptions{});
   if (!probe_channel.ok()) return probe_channel.status();
   wire::HelloRequest probe;
   probe.set_probe(true);

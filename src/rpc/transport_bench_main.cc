@@ -13,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "psflow/dist/cluster.h"
 #include "psflow/ps/ps_server.h"
-#include "psflow/rpc/transport_bench.h"
-#include "psflow/rpc/tuning.h"
+#include "rpc/transport_bench.h"
+#include "rpc/tuning.h"
 #include "rpc/transport_bench_internal.h"
 
 int main(int argc, char** argv) {

@@ -23,8 +23,8 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "psflow/core/check.h"
-#include "psflow/tboard/event_reader.h"
+#include "core/check.h"
+#include "tboard/event_reader.h"
 #include "psflow/tboard/event_writer.h"
 
 namespace psflow::tboard {

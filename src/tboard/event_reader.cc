@@ -1,4 +1,4 @@
-#include "psflow/tboard/event_reader.h"
+#include "tboard/event_reader.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -8,7 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "io/fault_injection_env.h"
-#include "psflow/tboard/event_reader.h"
+#include "tboard/event_reader.h"
 #include "psflow/tboard/event_writer.h"
 
 namespace psflow::tboard {

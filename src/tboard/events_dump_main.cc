@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "psflow/tboard/event_reader.h"
+#include "tboard/event_reader.h"
 
 namespace {
 

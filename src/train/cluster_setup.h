@@ -18,7 +18,7 @@ namespace psflow::train {
 struct TaskSetup {
   dist::ClusterSpec cluster;
   dist::TaskSpec task;
-  ps::SecurityOptions security;
+  rpc::TransportOptions security;
 };
 
 // Resolves the cluster from the flags or $TF_CONFIG, validates this task's role, reads the

@@ -1,4 +1,4 @@
-#include "psflow/train/device.h"
+#include "train/device.h"
 
 #include <condition_variable>
 #include <mutex>

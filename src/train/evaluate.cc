@@ -1,15 +1,48 @@
+// Evaluation: accuracy and cross-entropy of a model on a data set, in batches whose activations
+// stay within a memory budget; and the training data of a run (MNIST, or vgg19's synthetic images).
 #include <algorithm>
+#include <unordered_set>
+#include <vector>
 
 #include "psflow/core/ops.h"
 #include "psflow/train/train.h"
 
 namespace psflow::train {
+namespace {
+
+// Activation bytes one evaluation batch may keep alive. The forward graph holds every layer's
+// output until the logits are read, so a fixed 500-image batch cost vgg19 ~600 MB and a
+// --hidden_units=320000 mlp 640 MB: more than the model itself (issue 12.2).
+constexpr int64_t kEvalActivationBytes = 48 << 20;
+// Batches larger than this do not make BLAS faster.
+constexpr int64_t kMaxEvalBatch = 500;
+
+// Floats that the forward pass of one example keeps alive: every node reachable from the
+// logits except the parameters.
+int64_t ActivationFloatsPerExample(nn::Model& model, const data::Dataset& dataset, nn::ForwardContext& ctx) {
+  Var logits = model.Logits(dataset.images.data(), 1, ctx);
+  std::unordered_set<const Node*> seen;
+  for (const Var& p : model.parameters()) seen.insert(p.get());
+  std::vector<const Node*> pending{logits.get()};
+  int64_t floats = 0;
+  while (!pending.empty()) {
+    const Node* node = pending.back();
+    pending.pop_back();
+    if (node == nullptr || !seen.insert(node).second) continue;
+    floats += node->value.size();
+    for (const Var& input : node->inputs) pending.push_back(input.get());
+  }
+  return std::max<int64_t>(floats, 1);
+}
+
+}  // namespace
 
 EvalResult Evaluate(nn::Model& model, const data::Dataset& dataset) {
-  // Batches bound memory (cnn activations of 1000 images are ~100 MB) without slowing BLAS.
-  constexpr int64_t kBatch = 500;
-  double correct = 0, xent_sum = 0;
   nn::ForwardContext ctx{.training = false, .rng = nullptr};
+  if (dataset.num_examples <= 0) return {0, 0};
+  const int64_t kBatch = std::clamp<int64_t>(
+      kEvalActivationBytes / (4 * ActivationFloatsPerExample(model, dataset, ctx)), 1, kMaxEvalBatch);
+  double correct = 0, xent_sum = 0;
   for (int64_t begin = 0; begin < dataset.num_examples; begin += kBatch) {
     const int64_t n = std::min(kBatch, dataset.num_examples - begin);
     Var logits = model.Logits(dataset.images.data() + begin * dataset.example_size, n, ctx);

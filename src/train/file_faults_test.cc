@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "io/fault_injection_env.h"
 #include "psflow/ckpt/checkpoint.h"
-#include "psflow/tboard/event_reader.h"
+#include "tboard/event_reader.h"
 #include "psflow/train/train.h"
 
 namespace psflow::train {

@@ -7,7 +7,7 @@
 #include "psflow/core/threading.h"
 #include "psflow/data/batcher.h"
 #include "psflow/optim/optimizer.h"
-#include "psflow/train/replicas.h"
+#include "train/local_replicas.h"
 #include "psflow/train/train.h"
 #include "train/checkpointing.h"
 #include "train/progress.h"
@@ -48,7 +48,7 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
   SetIntraOpThreads(options.intra_op_threads);
   auto data = LoadTrainingData(options);
   if (!data.ok()) return data.status();
-  auto replicas = ReplicaSet::Create({options.model, options.hidden_units, options.seed}, options.local_replicas);
+  auto replicas = LocalReplicas::Create({options.model, options.hidden_units, options.seed}, options.local_replicas);
   if (!replicas.ok()) return replicas.status();
   const optim::OptimizerConfig opt_config = OptimizerConfigFrom(options);
   auto optimizer = optim::MakeOptimizer(opt_config);

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "psflow/core/threading.h"
 #include "psflow/data/batcher.h"
-#include "psflow/train/replicas.h"
+#include "train/local_replicas.h"
 #include "psflow/train/train.h"
 #include "train/chief.h"
 #include "train/cluster_setup.h"
@@ -55,7 +55,7 @@ struct ConnectedWorker {
   const ps::TrainingConfig& config;
   optim::Optimizer& optimizer;
   const data::MnistData& data;
-  ReplicaSet& replicas;
+  LocalReplicas& replicas;
   ps::PsClient& client;
 };
 
@@ -72,7 +72,7 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
 
   auto data = LoadTrainingData(options);
   if (!data.ok()) return data.status();
-  auto replicas = ReplicaSet::Create({options.model, options.hidden_units, options.seed}, options.local_replicas);
+  auto replicas = LocalReplicas::Create({options.model, options.hidden_units, options.seed}, options.local_replicas);
   if (!replicas.ok()) return replicas.status();
   auto plan = PlanFor((*replicas)->model(), options, cluster.num_ps());
   if (!plan.ok()) return plan.status();
@@ -117,7 +117,7 @@ absl::StatusOr<RunSummary> Train(const ConnectedWorker& w) {
   const ps::TrainingConfig& config = w.config;
   ps::PsClient& client = w.client;
   const data::MnistData& data = w.data;
-  ReplicaSet& replicas = w.replicas;
+  LocalReplicas& replicas = w.replicas;
   const int index = w.index;
   const bool is_chief = index == 0;
 

@@ -22,16 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "psflow/core/row_sparse.h"
 #include "psflow/core/tensor.h"
 
 namespace psflow {
-
-// A gradient touching only some rows (along axis 0) of a variable: rows[i] is the row index in
-// the variable, values row i its gradient. Row indices are unique and ascending.
-struct RowSparse {
-  std::vector<int64_t> rows;
-  Tensor values;  // [rows.size(), <remaining dims of the variable>]
-};
 
 struct Node;
 using Var = std::shared_ptr<Node>;

@@ -32,7 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "psflow/core/autodiff.h"
+#include "psflow/core/row_sparse.h"
 #include "psflow/core/tensor.h"
 #include "psflow/dist/cluster.h"
 #include "psflow/dist/partition.h"
@@ -64,7 +64,7 @@ class PsClient {
     dist::ClusterSpec cluster;
     dist::PlacementPlan plan;
     int worker_index = 0;
-    SecurityOptions security;
+    rpc::TransportOptions security;
     double rpc_timeout_secs = 30;      // per data/control call (sync pushes get sync_timeout_secs more)
     double connect_timeout_secs = 120;
     // How long a data call keeps retrying an unreachable ps task before failing.

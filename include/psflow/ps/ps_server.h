@@ -37,7 +37,7 @@ class PsServer {
     // The cluster this task belongs to; workers with a different one are refused on Connect. An
     // empty cluster accepts any worker (tests and benchmarks that listen on port 0).
     dist::ClusterSpec cluster;
-    SecurityOptions security;
+    rpc::TransportOptions security;
     double shutdown_grace_secs = 10;
     // Bounds on waiting for the workers (0: wait for ever): for the chief's initialization (at
     // start-up, and after a restart), and for any call at all once initialized.

@@ -1,5 +1,5 @@
 // psflow/ps/ps_types.h — plain values shared by the parameter server (ps_server.h) and the
-// workers' client (ps_client.h): security settings, the training configuration the chief sends to
+// workers' client (ps_client.h): the training configuration the chief sends to
 // every ps task, per-task statistics, and the model's full state for checkpoints. Plain structs;
 // no synchronization.
 #ifndef PSFLOW_PS_PS_TYPES_H_
@@ -11,13 +11,9 @@
 
 #include "psflow/core/tensor.h"
 #include "psflow/optim/optimizer.h"
-#include "psflow/rpc/transport.h"
+#include "psflow/rpc/transport_options.h"
 
 namespace psflow::ps {
-
-// { secret, tls_cert, tls_key, tls_ca }: a shared secret sent as "psflow-token" on every
-// call (refused without it when the ps has one); TLS when certificate files are given.
-using SecurityOptions = rpc::SecurityOptions;
 
 // Sent by the chief when it initializes the ps tasks.
 struct TrainingConfig {

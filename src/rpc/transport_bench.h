@@ -21,7 +21,7 @@ struct TransportBenchOptions {
   std::vector<int64_t> sizes = {4 << 10, 1 << 20, 16 << 20};  // bytes per tensor
   double seconds_per_measurement = 0.5;  // repeats each measurement about this long (min 10 calls)
   bool shutdown_ps = false;              // end the ps task afterwards (it was started for the bench)
-  std::string transport = "grpc";        // the client's SecurityOptions::transport ("shm": shared memory)
+  std::string transport = "grpc";        // the client's TransportOptions::transport ("shm": shared memory)
 };
 
 // Benchmarks the ps task at `ps_address` ("host:port", running). The raw TCP baseline runs between

@@ -25,7 +25,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/psflow.pb.h"
-#include "psflow/rpc/tuning.h"
+#include "psflow/rpc/transport_options.h"
+#include "rpc/tuning.h"
 
 namespace psflow::rpc {
 
@@ -47,24 +48,6 @@ inline constexpr int kNumMethods = 10;
 const std::string& MethodPath(Method method);
 // "Push"
 const std::string& MethodName(Method method);
-
-// Largest message a task sends or receives unless told otherwise (--max_message_mb's default).
-inline constexpr int64_t kDefaultMaxMessageBytes = int64_t{1024} << 20;
-// gRPC counts message sizes in an int.
-inline constexpr int64_t kMaxMessageBytesLimit = int64_t{2047} << 20;
-
-// What a task accepts from its peers (named for its main job, authentication).
-struct SecurityOptions {
-  std::string secret;  // shared cluster secret; empty = no token required
-  std::string tls_cert, tls_key, tls_ca;  // PEM file paths; TLS when cert and key (server) or ca (client) are set
-  // Messages larger than this are refused in both directions (RESOURCE_EXHAUSTED naming the limit
-  // and --max_message_mb): a bound on what a peer can make this task allocate. 1..2047 MiB.
-  int64_t max_message_bytes = kDefaultMaxMessageBytes;
-  // "grpc", or "shm": a ps also serves, and clients of a loopback ps also use, the shared-memory
-  // data plane (src/rpc/shm_transport.h), with gRPC as the fallback (--transport). Used by
-  // MakeChannel / StartServer only.
-  std::string transport = "grpc";
-};
 
 // The only element type on the wire (TensorMeta.dtype); received tensors of another are refused.
 inline constexpr char kWireDtype[] = "float32";
@@ -227,20 +210,20 @@ bool OnTransportThread();
 // "ps task 1 (127.0.0.1:2223)". Errors reading TLS files are returned here.
 absl::StatusOr<std::unique_ptr<ClientChannel>> MakeGrpcChannel(const std::string& address,
                                                                const std::string& peer_name,
-                                                               const SecurityOptions& security);
+                                                               const TransportOptions& security);
 
 // gRPC server listening on `address` (port 0 = any free port) answering with `handler`
 // (borrowed). Error naming the address when it cannot listen.
 absl::StatusOr<std::unique_ptr<Server>> StartGrpcServer(const std::string& address,
-                                                        const SecurityOptions& security,
+                                                        const TransportOptions& security,
                                                         Handler* handler);
 
 // The transport `security.transport` asks for: MakeGrpcChannel / StartGrpcServer for "grpc"; for
 // "shm", a channel to a loopback address that carries calls over shared memory when the ps serves
 // it (else over gRPC), and a gRPC server that also serves shared memory. InvalidArgument naming --transport for another value.
 absl::StatusOr<std::unique_ptr<ClientChannel>> MakeChannel(const std::string& address, const std::string& peer_name,
-                                                           const SecurityOptions& security);
-absl::StatusOr<std::unique_ptr<Server>> StartServer(const std::string& address, const SecurityOptions& security,
+                                                           const TransportOptions& security);
+absl::StatusOr<std::unique_ptr<Server>> StartServer(const std::string& address, const TransportOptions& security,
                                                     Handler* handler);
 
 }  // namespace psflow::rpc

@@ -1,18 +1,18 @@
-#include "psflow/train/replicas.h"
+#include "train/local_replicas.h"
 
 #include <algorithm>
 #include <cstring>
 #include <map>
 
-#include "psflow/core/check.h"
+#include "core/check.h"
 #include "psflow/core/random.h"
 
 namespace psflow::train {
 
-absl::StatusOr<std::unique_ptr<ReplicaSet>> ReplicaSet::Create(const nn::ModelConfig& config, int num_replicas) {
+absl::StatusOr<std::unique_ptr<LocalReplicas>> LocalReplicas::Create(const nn::ModelConfig& config, int num_replicas) {
   auto devices = MakeDevices("cpu", num_replicas);
   if (!devices.ok()) return devices.status();
-  std::unique_ptr<ReplicaSet> set(new ReplicaSet());
+  std::unique_ptr<LocalReplicas> set(new LocalReplicas());
   set->devices_ = std::move(devices).value();
   for (int i = 0; i < num_replicas; ++i) {
     auto model = nn::BuildModel(config);
@@ -22,7 +22,7 @@ absl::StatusOr<std::unique_ptr<ReplicaSet>> ReplicaSet::Create(const nn::ModelCo
   return set;
 }
 
-void ReplicaSet::SyncReplicaParameters() {
+void LocalReplicas::SyncReplicaParameters() {
   const auto& master = replicas_[0]->parameters();
   for (size_t r = 1; r < replicas_.size(); ++r) {
     const auto& params = replicas_[r]->parameters();
@@ -61,7 +61,7 @@ void AddSparse(const RowSparse& src, float weight, int64_t row_size, std::map<in
 
 }  // namespace
 
-StepStats ReplicaSet::ComputeGradients(const float* images, const int32_t* labels, int64_t batch,
+StepStats LocalReplicas::ComputeGradients(const float* images, const int32_t* labels, int64_t batch,
                                        uint64_t step_seed) {
   const int k = std::min<int>(size(), static_cast<int>(batch));
   if (k <= 1) {

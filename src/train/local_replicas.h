@@ -1,4 +1,4 @@
-// psflow/train/replicas.h — K replicas of one model on K devices computing one step's gradient
+// train/local_replicas.h — K replicas of one model on K devices computing one step's gradient
 // together: each takes a contiguous slice of the batch, and their gradients are averaged
 // (weighted by slice size, so the result equals one replica on the whole batch). With K = 1 this
 // is plain forward/backward. Owns the replicas and devices; used by one training thread.
@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "psflow/nn/model.h"
-#include "psflow/train/device.h"
+#include "train/device.h"
 
 namespace psflow::train {
 
@@ -21,10 +21,10 @@ struct StepStats {
   double accuracy = 0;  // on the batch
 };
 
-class ReplicaSet {
+class LocalReplicas {
  public:
   // Builds `num_replicas` identical models (same seed) on as many CPU devices.
-  static absl::StatusOr<std::unique_ptr<ReplicaSet>> Create(const nn::ModelConfig& config, int num_replicas);
+  static absl::StatusOr<std::unique_ptr<LocalReplicas>> Create(const nn::ModelConfig& config, int num_replicas);
 
   // The parameters of replica 0: the master copy that is pulled into, pushed from, updated.
   const std::vector<Var>& parameters() const { return replicas_[0]->parameters(); }
@@ -36,7 +36,7 @@ class ReplicaSet {
   StepStats ComputeGradients(const float* images, const int32_t* labels, int64_t batch, uint64_t step_seed);
 
  private:
-  ReplicaSet() = default;
+  LocalReplicas() = default;
   void SyncReplicaParameters();  // copies replica 0's values into the others
 
   std::vector<std::unique_ptr<nn::Model>> replicas_;

@@ -1,0 +1,39 @@
+// Run-time CPU dispatch for psflow's own element-wise kernels (issue 12.3).
+//
+// The default build targets the baseline x86-64 ISA (SSE2) so that one binary runs on every
+// host of a cluster. The few loops that psflow itself runs over millions of floats (optimizer
+// updates on the ps, gradient accumulation) are compiled three times with GCC's target_clones
+// (AVX-512F, AVX2, baseline); the loader's ifunc resolver picks the widest one the CPU has,
+// once, at start-up. Matmul and convolution are OpenBLAS / oneDNN, which dispatch themselves.
+//
+// The clones deliberately do not enable FMA: element-wise add/mul/div/sqrt are exact per
+// element whatever the vector width, so every clone computes bit-identical results and a
+// cluster of mixed CPUs stays deterministic (docs/design.md#determinism).
+//
+// With -DPSFLOW_NATIVE=ON (or any build whose baseline already has AVX-512F) the macro is
+// empty: the compiler vectorizes for the build machine directly.
+//
+// Thread safety: the kernels are pure functions of their arguments.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__x86_64__) && !defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+#define PSFLOW_DISPATCH __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define PSFLOW_DISPATCH
+#endif
+
+namespace psflow::simd {
+
+// dst[i] += src[i] for i in [0, n). dst and src must not overlap.
+void AddInto(float* __restrict dst, const float* __restrict src, int64_t n);
+
+// x[i] *= scale for i in [0, n).
+void Scale(float* x, int64_t n, float scale);
+
+// The name of the clone the loader picked for AddInto ("avx512f", "avx2" or "default"), from
+// __builtin_cpu_supports; for logs and the qemu test.
+const char* DispatchLevel();
+
+}  // namespace psflow::simd
