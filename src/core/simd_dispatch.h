@@ -8,7 +8,7 @@
 //
 // The clones deliberately do not enable FMA: element-wise add/mul/div/sqrt are exact per
 // element whatever the vector width, so every clone computes bit-identical results and a
-// cluster of mixed CPUs stays deterministic (runs with the same --seed give the same result: docs/design.md#semantics-reference).
+// cluster of mixed CPUs stays deterministic (docs/design.md#determinism).
 //
 // With -DPSFLOW_NATIVE=ON (or any build whose baseline already has AVX-512F) the macro is
 // empty: the compiler vectorizes for the build machine directly.

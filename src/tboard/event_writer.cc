@@ -25,8 +25,7 @@ std::string Hostname() {
 
 absl::StatusOr<std::unique_ptr<EventWriter>> EventWriter::Create(const std::string& logdir, io::Env* env) {
   if (absl::Status s = env->CreateDir(logdir); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("cannot create the event directory ", logdir, ": ", s.message(),
-                                               "; pick a writable --logdir"));
+    return absl::Status(s.code(), absl::StrCat(s.message(), "; pick a writable --logdir"));
   }
   const double wall_time = WallTimeNow();
   const std::string base = absl::StrCat(logdir, "/events.out.tfevents.", static_cast<int64_t>(wall_time), ".", Hostname());

@@ -6,6 +6,13 @@
 
 namespace psflow::train {
 
+absl::Status PrepareCheckpointDir(const std::string& dir, io::Env* env) {
+  if (absl::Status s = env->CreateDir(dir); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(s.message(), "; pick a writable --checkpoint_dir"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const TrainingState& state,
                                               const std::vector<std::string>& slot_names, int keep, io::Env* env) {
   std::vector<std::pair<std::string, const Tensor*>> tensors;

@@ -31,6 +31,11 @@ struct TrainingState {
   std::map<std::string, VariableState> variables;
 };
 
+// Creates `dir` (--checkpoint_dir) up front, so that one that cannot be created fails before
+// training rather than at the first save: "cannot create the directory DIR: <cause>; pick a
+// writable --checkpoint_dir".
+absl::Status PrepareCheckpointDir(const std::string& dir, io::Env* env = io::Env::Default());
+
 // Files go through `env` (borrowed). A failed save leaves the earlier checkpoints untouched.
 absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const TrainingState& state,
                                               const std::vector<std::string>& slot_names, int keep = 5,

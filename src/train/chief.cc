@@ -65,6 +65,9 @@ absl::Status Chief::RetryWhileUnavailable(const std::function<absl::Status()>& a
 }
 
 absl::Status Chief::InitializeCluster() {
+  if (!options_.checkpoint_dir.empty()) {
+    if (auto s = PrepareCheckpointDir(options_.checkpoint_dir, options_.env); !s.ok()) return s;
+  }
   // A ps task that dies while it is being initialized is waited for (bounded), then initialized again.
   return RetryWhileUnavailable([this] { return TryInitializeCluster(); }, options_.init_timeout_secs);
 }
@@ -99,7 +102,11 @@ absl::Status Chief::TryInitializeCluster() {
 
 absl::Status Chief::MaybeCheckpoint(int64_t global_step) {
   if (options_.checkpoint_dir.empty() || !schedule_.Due(global_step)) return absl::OkStatus();
-  return SaveCheckpoint();
+  absl::Status saved = SaveCheckpoint();
+  // A failed save (a full disk) is tried again at the next interval, not at every step: each try
+  // pulls the whole model from the ps tasks.
+  if (!saved.ok()) schedule_.Saved(global_step);
+  return saved;
 }
 
 absl::Status Chief::SaveCheckpoint() {

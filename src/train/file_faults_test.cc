@@ -2,8 +2,8 @@
 // MNIST (issue 11.4): TensorBoard events on a full disk are disabled with one log line and the
 // training finishes; checkpoints on a disk that fills up are reported in one line each while the
 // training goes on, the last good checkpoint stays loadable with exactly the values a clean run
-// saved at that step; and --metrics_json on a full disk fails in one line, leaving the previous
-// file whole.
+// saved at that step; a --checkpoint_dir that cannot be created fails before training; and
+// --metrics_json on a full disk fails in one line, leaving the previous file whole.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -125,6 +125,18 @@ TEST_F(TrainFileFaultsTest, CheckpointsOnADiskThatFillsUpKeepTheLastGoodOne) {
   }
   EXPECT_FALSE(std::filesystem::exists(options.checkpoint_dir + "/model.ckpt-40.safetensors.tmp"));
   EXPECT_FALSE(std::filesystem::exists(options.checkpoint_dir + "/model.ckpt-60.safetensors.tmp"));
+}
+
+TEST_F(TrainFileFaultsTest, ACheckpointDirThatCannotBeCreatedFailsBeforeTraining) {
+  FaultInjectionEnv env;
+  env.Inject({.op = FileOp::kCreateDir, .nth = 1, .error = EACCES, .path_part = "/ckpt"});
+  TrainOptions options = Options("denied");
+  options.env = &env;
+  auto summary = TrainSingleProcess(options, sink_);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_EQ(summary.status().message(), "cannot create the directory " + options.checkpoint_dir +
+                                            ": Permission denied; pick a writable --checkpoint_dir");
+  EXPECT_TRUE(Matching("step ").empty() && Matching("training ").empty()) << "nothing was trained";
 }
 
 TEST_F(TrainFileFaultsTest, MetricsJsonOnAFullDiskFailsInOneLineAndKeepsThePreviousFile) {

@@ -59,6 +59,7 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
   for (const Var& p : params) states.push_back((*optimizer)->NewState(p->value.size()));
   int64_t start_step = 0;
   if (!options.checkpoint_dir.empty()) {
+    if (auto s = PrepareCheckpointDir(options.checkpoint_dir, options.env); !s.ok()) return s;
     auto restored = LoadTrainingState(options.checkpoint_dir, options.model, params, **optimizer, log, options.env);
     if (!restored.ok()) return restored.status();
     if (restored->has_value()) {
