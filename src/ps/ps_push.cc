@@ -193,8 +193,16 @@ void PsServer::Impl::SyncTimerLoop() {
         continue;
       }
       const absl::Time deadline = first_arrival_ + absl::Seconds(m->config.sync_timeout_secs);
-      if (absl::Now() < deadline) {
+      const absl::Time now = absl::Now();
+      if (now < deadline) {
         sync_cv_.WaitWithDeadline(&sync_mu_, deadline);
+        continue;
+      }
+      // Woken far past the deadline: this task was frozen (SIGSTOP, a VM pause), and the pushes
+      // that reached it meanwhile wait unread in its sockets. The time it did not run does not
+      // count: timing the step out now would drop workers that pushed in time (docs/failures.md).
+      if (now - deadline > absl::Seconds(1)) {
+        first_arrival_ += now - deadline;
         continue;
       }
       // The quorum did not form in time: apply what arrived and stop waiting for the missing.
