@@ -145,7 +145,13 @@ std::vector<Exit> RunJob(int64_t steps, bool sync, const std::string& transport,
               << "\n";
   }
   std::vector<Exit> exits = WaitAll(job.All(), 240, start);
-  if (stall) PrintSilenceLines(exits[2].result.output);
+  if (stall) {
+    PrintSilenceLines(exits[2].result.output);
+    std::istringstream ps0(exits[0].result.output);
+    for (std::string line; std::getline(ps0, line);) {
+      if (line.find("frozen?") != std::string::npos) std::cout << "  ps0: " << line << "\n";
+    }
+  }
   return exits;
 }
 
