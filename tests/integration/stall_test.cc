@@ -129,16 +129,33 @@ void PrintSilenceLines(const std::string& output) {
   }
 }
 
-// Runs 2 ps + 2 workers; with `stall`, freezes ps task 0 for StallSecs once the chief is past
-// step 30. Returns the exits (ps0, ps1, chief, worker1) after the job's start.
-std::vector<Exit> RunJob(int64_t steps, bool sync, const std::string& transport, const std::string& dir, bool stall) {
+enum class Stall {
+  kNone,
+  kPs,  // ps task 0 frozen for StallSecs once the chief is past step 30
+  // Sync: worker 1 frozen first, so ps task 0 holds the chief's push alone (its step's timer
+  // running); then ps task 0 frozen, worker 1 resumed (its push waits unread in ps task 0's
+  // socket) and, past the step's timeout, ps task 0 resumed: it must not drop worker 1.
+  kPsWithHalfAQuorum,
+};
+
+// Runs 2 ps + 2 workers, stalled as asked. Returns the exits (ps0, ps1, chief, worker1) after the
+// job's start.
+std::vector<Exit> RunJob(int64_t steps, bool sync, const std::string& transport, const std::string& dir, Stall how) {
+  const bool stall = how != Stall::kNone;
   Job job(2, 2, CommonFlags(steps, sync, transport),
           {"--checkpoint_dir=" + dir, "--metrics_json=" + dir + "/m.json"});
   const auto start = Clock::now();
   if (stall) {
     EXPECT_TRUE(WaitForStep(*job.workers[0], 30, 120)) << job.workers[0]->OutputSoFar();
     const int64_t at = LatestStep(*job.workers[0]);
-    EXPECT_EQ(kill(job.ps[0]->pid(), SIGSTOP), 0);
+    if (how == Stall::kPsWithHalfAQuorum) {
+      EXPECT_EQ(kill(job.workers[1]->pid(), SIGSTOP), 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the chief's push is held
+      EXPECT_EQ(kill(job.ps[0]->pid(), SIGSTOP), 0);
+      EXPECT_EQ(kill(job.workers[1]->pid(), SIGCONT), 0);
+    } else {
+      EXPECT_EQ(kill(job.ps[0]->pid(), SIGSTOP), 0);
+    }
     std::this_thread::sleep_for(std::chrono::duration<double>(StallSecs(sync)));
     EXPECT_EQ(kill(job.ps[0]->pid(), SIGCONT), 0);
     std::cout << "froze ps task 0 for " << StallSecs(sync) << " s at the chief's step " << at << " of " << steps
@@ -168,7 +185,7 @@ void ExpectOnlyTimeLost(const std::vector<Exit>& exits, const std::string& dir, 
 
 void ExpectAsyncStallCostsOnlyTime(const std::string& transport) {
   const std::string dir = TempDir("stall_async_" + transport);
-  const std::vector<Exit> exits = RunJob(600, false, transport, dir, /*stall=*/true);
+  const std::vector<Exit> exits = RunJob(600, false, transport, dir, Stall::kPs);
   std::cout << "exit status@seconds (ps0 ps1 chief worker1): " << Figures(exits) << "\n";
   ExpectOnlyTimeLost(exits, dir, 600);
 }
@@ -177,17 +194,23 @@ TEST(StallTest, PsFrozenPastTheRpcDeadlineCostsOnlyTimeAsyncGrpc) { ExpectAsyncS
 TEST(StallTest, PsFrozenPastTheRpcDeadlineCostsOnlyTimeAsyncShm) { ExpectAsyncStallCostsOnlyTime("shm"); }
 
 TEST(StallTest, PsFrozenInSyncModeEndsWithTheUndisturbedParameters) {
-  const std::string calm_dir = TempDir("sync_calm"), stall_dir = TempDir("sync_stalled");
-  const std::vector<Exit> calm = RunJob(300, true, "grpc", calm_dir, /*stall=*/false);
-  const std::vector<Exit> stalled = RunJob(300, true, "grpc", stall_dir, /*stall=*/true);
-  std::cout << "exit status@seconds (ps0 ps1 chief worker1), undisturbed: " << Figures(calm)
-            << "; stalled: " << Figures(stalled) << "\n";
+  const std::string calm_dir = TempDir("sync_calm");
+  const std::vector<Exit> calm = RunJob(300, true, "grpc", calm_dir, Stall::kNone);
+  std::cout << "exit status@seconds (ps0 ps1 chief worker1), undisturbed: " << Figures(calm) << "\n";
   for (const Exit& e : calm) ASSERT_EQ(e.result.exit_code, 0) << e.result.output;
-  ExpectOnlyTimeLost(stalled, stall_dir, 300);
-  // The same gradients averaged in the same steps: equal up to the order of float additions.
-  const double diff = MaxRelativeDifference(ReadFinalVariables(stall_dir), ReadFinalVariables(calm_dir));
-  std::cout << "max relative difference of the final parameters: " << diff << "\n";
-  EXPECT_LT(diff, 1e-5);
+  for (Stall how : {Stall::kPs, Stall::kPsWithHalfAQuorum}) {
+    const std::string stall_dir = TempDir(absl::StrCat("sync_stalled_", static_cast<int>(how)));
+    const std::vector<Exit> stalled = RunJob(300, true, "grpc", stall_dir, how);
+    std::cout << "stalled: " << Figures(stalled) << "\n";
+    ExpectOnlyTimeLost(stalled, stall_dir, 300);
+    if (how == Stall::kPsWithHalfAQuorum) {
+      EXPECT_NE(stalled[0].result.output.find("(frozen?)"), std::string::npos) << stalled[0].result.output;
+    }
+    // The same gradients averaged in the same steps: equal up to the order of float additions.
+    const double diff = MaxRelativeDifference(ReadFinalVariables(stall_dir), ReadFinalVariables(calm_dir));
+    std::cout << "max relative difference of the final parameters: " << diff << "\n";
+    EXPECT_LT(diff, 1e-5);
+  }
 }
 
 TEST(StallTest, PsSilentPastThePsTimeoutEndsEveryTaskNamingIt) {
