@@ -203,9 +203,8 @@ TEST(StallTest, PsFrozenInSyncModeEndsWithTheUndisturbedParameters) {
     const std::vector<Exit> stalled = RunJob(300, true, "grpc", stall_dir, how);
     std::cout << "stalled: " << Figures(stalled) << "\n";
     ExpectOnlyTimeLost(stalled, stall_dir, 300);
-    if (how == Stall::kPsWithHalfAQuorum) {
-      EXPECT_NE(stalled[0].result.output.find("(frozen?)"), std::string::npos) << stalled[0].result.output;
-    }
+    // (With kPsWithHalfAQuorum ps task 0 usually logs that its step's timer woke late — "frozen?" —
+    // and waits again; whether a push is held there at the freeze depends on the step's phase.)
     // The same gradients averaged in the same steps: equal up to the order of float additions.
     const double diff = MaxRelativeDifference(ReadFinalVariables(stall_dir), ReadFinalVariables(calm_dir));
     std::cout << "max relative difference of the final parameters: " << diff << "\n";
