@@ -43,6 +43,19 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
   }
   wire::PushRequest header;
   if (absl::Status s = request.ParseHeader(&header); !s.ok()) return responder.Respond(s);
+  // A retried push (its answer was lost) is answered with the first answer, never applied twice.
+  std::optional<rpc::Responder> admitted =
+      dedup_.Admit(header.client_id(), header.seq(), std::move(responder), [m, &header](const std::string& first) {
+        std::vector<std::shared_ptr<Shard>> pulls;
+        for (const std::string& name : header.pull_shards()) {
+          if (auto it = m->by_name.find(name); it != m->by_name.end()) pulls.push_back(it->second);
+        }
+        rpc::OutgoingMessage answer = PushAnswer(pulls, 0, false);
+        answer.header = first;
+        return answer;
+      });
+  if (!admitted.has_value()) return;
+  responder = *std::move(admitted);
   if (Finished(*m)) return responder.Respond(FinishedError());
 
   // Validate (and copy off the wire) everything before applying anything: a refused push changes
@@ -180,8 +193,19 @@ void PsServer::Impl::SyncTimerLoop() {
         continue;
       }
       const absl::Time deadline = first_arrival_ + absl::Seconds(m->config.sync_timeout_secs);
-      if (absl::Now() < deadline) {
+      const absl::Time now = absl::Now();
+      if (now < deadline) {
         sync_cv_.WaitWithDeadline(&sync_mu_, deadline);
+        continue;
+      }
+      // Woken far past the deadline: this task was frozen (SIGSTOP, a VM pause), and the pushes
+      // that reached it meanwhile wait unread in its sockets. Timing the step out now would drop
+      // workers that pushed in time: the step waits its timeout again (docs/failures.md).
+      if (now - deadline > absl::Seconds(1)) {
+        Log(absl::StrCat("sync step ", step_.load(), ": this task did not run for ",
+                         absl::ToInt64Seconds(now - deadline), " s or more (frozen?); the step waits ",
+                         m->config.sync_timeout_secs, " s again for its quorum"));
+        first_arrival_ = now;
         continue;
       }
       // The quorum did not form in time: apply what arrived and stop waiting for the missing.
