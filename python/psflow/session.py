@@ -125,6 +125,7 @@ class WorkerSession:
                 else:
                     self._grads.append(None)
                 self._values.append(value)
+        self._grad_ptrs = [g.data_ptr() if g is not None else None for g in self._grads]
         self._opened = True
         self._session.open()
         return self
@@ -177,7 +178,7 @@ class WorkerSession:
                     g = g.coalesce()
                     sparse.append((i, g.indices()[0].numpy(), g.values().numpy()))
                     p.grad = None
-                elif g.data_ptr() == self._grads[i].data_ptr():
+                elif g.data_ptr() == self._grad_ptrs[i]:
                     ready = True
                 else:  # autograd made a new tensor (e.g. after zero_grad(set_to_none=True))
                     self._grads[i].copy_(g)
