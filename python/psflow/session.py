@@ -22,6 +22,8 @@ Parameters:
 Buffers (BatchNorm running statistics and the like) are not ps variables: each worker keeps its
 own, and psflow's checkpoints do not hold them (save them with torch.save if you need them).
 """
+import sys
+
 from . import _psflow
 
 _SPARSE_MODULES = ("Embedding", "EmbeddingBag")
@@ -127,6 +129,7 @@ class WorkerSession:
                 self._values.append(value)
         self._grad_ptrs = [g.data_ptr() if g is not None else None for g in self._grads]
         self._opened = True
+        sys.stdout.flush()  # the script's own lines before the session's (C++ stdout)
         self._session.open()
         return self
 
@@ -135,6 +138,7 @@ class WorkerSession:
         the summary, writes --metrics_json and ends the job. Others: leave. Returns the summary."""
         if not self._opened:
             raise _psflow.FailedPreconditionError("close() before the worker session is open")
+        sys.stdout.flush()
         self.summary = self._session.close(self._evaluate)
         return self.summary
 

@@ -170,6 +170,10 @@ class ClusterSpecAndFlagsTest(unittest.TestCase):
             self.assertAlmostEqual(f.learning_rate, 0.5)
             self.assertTrue(f.sync_replicas)
             self.assertEqual(f.unparsed, ["--my_flag=1", "--other", "x"])
+            del os.environ["PSFLOW_FLAGS"]
+            # as_argv() gives the same flags back through psflow train's parser.
+            self.assertEqual(psflow.parse_flags(f.as_argv()).as_dict(), f.as_dict())
+            self.assertEqual(f.as_dict()["batch_size"], 30)
             os.environ["PSFLOW_FLAGS"] = "--train_steps=5"
             with self.assertRaises(psflow.InvalidArgumentError) as e:
                 psflow.parse_flags([])
