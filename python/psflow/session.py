@@ -151,7 +151,11 @@ class WorkerSession:
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
-            self.close()
+            try:
+                self.close()
+            except BaseException as e:  # a close that failed before the end aborts the job
+                self._session.abort(f"{type(e).__name__}: {e}", isinstance(e, _psflow.AbortedError))
+                raise
             return False
         if self._opened:
             aborted = isinstance(exc, _psflow.AbortedError)

@@ -230,6 +230,12 @@ class SessionMisuseTest(unittest.TestCase):
             psflow.WorkerSession(model, self.flags())
         self.assertIn("parameter 'weight' is not contiguous", str(e.exception))
 
+    def test_a_parameter_off_the_cpu_is_refused_naming_it(self):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2, device="meta"))
+        with self.assertRaises(psflow.InvalidArgumentError) as e:
+            psflow.WorkerSession(model, self.flags())
+        self.assertIn("parameter '1.weight' is on meta", str(e.exception))
+
     def test_step_before_open_is_refused(self):
         sess = psflow.WorkerSession(torch.nn.Linear(4, 3), self.flags())
         with self.assertRaises(psflow.FailedPreconditionError) as e:
@@ -424,6 +430,30 @@ class OptimizerOnThePsTest(unittest.TestCase):
                     with self.assertRaises(psflow.FailedPreconditionError):
                         sess.step(1.0)
                 self.assertEqual(sess.summary["global_step"], 3)
+                self.assertEqual(ps.wait(timeout=TIMEOUT), 0, read(os.path.join(d, "ps.log")))
+            finally:
+                if ps.poll() is None:
+                    ps.kill()
+
+    def test_a_parameter_that_does_not_require_grad_keeps_the_chiefs_value(self):
+        flags_list = cluster_flags(1, 1)
+        with tempfile.TemporaryDirectory() as d:
+            ps = start([BINARY, "train", "--job_name=ps", "--task_index=0", *flags_list], os.path.join(d, "ps.log"))
+            try:
+                flags = psflow.parse_flags(["--job_name=worker", "--task_index=0", *flags_list, "--optimizer=sgd",
+                                            "--learning_rate=0.1", "--train_steps=2"])
+                torch.manual_seed(6)
+                model = torch.nn.Linear(3, 2)
+                model.bias.requires_grad_(False)
+                bias, weight = model.bias.detach().clone(), model.weight.detach().clone()
+                with psflow.WorkerSession(model, flags) as sess:
+                    self.assertIsNone(model.bias.grad)
+                    while not sess.should_stop():
+                        model(torch.ones(1, 3)).sum().backward()
+                        sess.step(1.0)
+                torch.testing.assert_close(model.bias.detach(), bias, rtol=0, atol=0)
+                # SGD with the gradient of sum(W x) for x = ones: W -= lr * 1 per step.
+                torch.testing.assert_close(model.weight.detach(), weight - 0.2)
                 self.assertEqual(ps.wait(timeout=TIMEOUT), 0, read(os.path.join(d, "ps.log")))
             finally:
                 if ps.poll() is None:
