@@ -128,6 +128,7 @@ class WorkerSession:
                     self._grads.append(None)
                 self._values.append(value)
         self._grad_ptrs = [g.data_ptr() if g is not None else None for g in self._grads]
+        self._value_ptrs = [v.data_ptr() for v in self._values]
         self._opened = True
         sys.stdout.flush()  # the script's own lines before the session's (C++ stdout)
         self._session.open()
@@ -179,6 +180,11 @@ class WorkerSession:
         dense_ready = []
         sparse = []
         for i, (name, p) in enumerate(self._params):
+            if p.data_ptr() != self._value_ptrs[i]:
+                raise _psflow.FailedPreconditionError(
+                    f"parameter '{name}' no longer lives in the session's memory (its .data was replaced, "
+                    "e.g. by module.to() or module.float() after the session opened); copy values in place "
+                    "instead (p.data.copy_(...), load_state_dict)")
             g = p.grad
             ready = False
             if g is not None and self._trainable[i]:

@@ -459,6 +459,27 @@ class OptimizerOnThePsTest(unittest.TestCase):
                 if ps.poll() is None:
                     ps.kill()
 
+    def test_replacing_a_parameters_memory_is_refused_and_the_chief_aborts_the_job(self):
+        flags_list = cluster_flags(1, 1)
+        with tempfile.TemporaryDirectory() as d:
+            ps = start([BINARY, "train", "--job_name=ps", "--task_index=0", *flags_list], os.path.join(d, "ps.log"))
+            try:
+                flags = psflow.parse_flags(["--job_name=worker", "--task_index=0", *flags_list, "--train_steps=5"])
+                model = torch.nn.Linear(3, 2)
+                with self.assertRaises(psflow.FailedPreconditionError) as e:
+                    with psflow.WorkerSession(model, flags) as sess:
+                        model(torch.ones(1, 3)).sum().backward()
+                        sess.step(1.0)
+                        model.weight.data = model.weight.data.clone()  # no longer psflow's memory
+                        model(torch.ones(1, 3)).sum().backward()
+                        sess.step(1.0)
+                self.assertIn("parameter 'weight' no longer lives in the session's memory", str(e.exception))
+                self.assertNotEqual(ps.wait(timeout=TIMEOUT), 0)
+                self.assertIn("FailedPreconditionError: parameter 'weight'", read(os.path.join(d, "ps.log")))
+            finally:
+                if ps.poll() is None:
+                    ps.kill()
+
 
 if __name__ == "__main__":
     unittest.main()
