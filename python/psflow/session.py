@@ -148,7 +148,12 @@ class WorkerSession:
         self._session.abort(str(reason), False)
 
     def __enter__(self):
-        return self.open()
+        try:
+            return self.open()
+        except BaseException as e:  # __exit__ is not called for a failed __enter__
+            if self._opened:
+                self._session.abort(f"{type(e).__name__}: {e}", isinstance(e, _psflow.AbortedError))
+            raise
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
