@@ -271,8 +271,9 @@ class TrainingTest(unittest.TestCase):
     def test_two_pytorch_workers_async_on_a_python_server(self):
         flags = cluster_flags(1, 2)
         ckpt = self.path("ckpt")
+        logdir = self.path("tb")
         common = ["--train_steps=400", "--log_every=50", f"--checkpoint_dir={ckpt}",
-                  f"--metrics_json={self.path('summary.json')}"]
+                  f"--metrics_json={self.path('summary.json')}", f"--logdir={logdir}", "--save_summaries_steps=100"]
         ps = start([PYTHON, "-c", SERVER_SCRIPT, "--job_name=ps", "--task_index=0", *flags], self.path("ps.log"))
         workers = [start(worker_cmd(flags, 1, *common, f"--dump={self.path('w1.pt')}"), self.path("w1.log"))]
         wait_for_line(self.path("w1.log"), "waiting for the chief", workers[0], self.logs)  # so both train
@@ -312,6 +313,13 @@ class TrainingTest(unittest.TestCase):
             # ...and they moved from the initialization.
             self.assertFalse(np.array_equal(dict(initial.named_parameters())[name].detach().numpy(),
                                             tensors[name]), name)
+        # The chief's TensorBoard curves (the C++ session's telemetry).
+        events = glob.glob(os.path.join(logdir, "events.out.tfevents.*"))
+        self.assertEqual(len(events), 1, os.listdir(logdir))
+        with open(events[0], "rb") as f:
+            blob = f.read()
+        self.assertIn(b"loss", blob)
+        self.assertIn(b"accuracy/test", blob)
         other = json.loads(read(self.path("w1.pt.json")))
         self.assertFalse(other["is_chief"])
         local_steps = int(re.search(r"worker 1: done after (\d+) local steps", read(self.path("w1.log"))).group(1))
