@@ -21,6 +21,17 @@ ps::ModelSnapshot ToSnapshot(TrainingState state, const std::vector<dist::Variab
 
 }  // namespace
 
+Chief::Chief(const TrainOptions& options, std::string model_name, ps::PsClient& client,
+             std::vector<dist::VariableSpec> variables, InitialValues initial, const ps::TrainingConfig& config,
+             const optim::Optimizer& optimizer, const LogSink& log)
+    : options_(options), model_name_(std::move(model_name)), client_(client), variables_(std::move(variables)),
+      initial_(std::move(initial)), config_(config), optimizer_(optimizer), log_(log),
+      schedule_(options.save_checkpoint_steps, options.save_checkpoint_secs, 0) {
+  if (!initial_.rebuild) {
+    for (const Tensor* t : initial_.at_start) initial_copy_.push_back(*t);
+  }
+}
+
 absl::StatusOr<std::optional<ps::ModelSnapshot>> Chief::CheckpointState() {
   if (options_.checkpoint_dir.empty()) return std::nullopt;
   auto restored = LoadTrainingState(options_.checkpoint_dir, model_name_, variables_, optimizer_, log_);
@@ -37,11 +48,22 @@ absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState(bool* from_checkpoint) 
     if (from_checkpoint != nullptr) *from_checkpoint = true;
     return std::move(**checkpoint);
   }
-  // Fresh values: the initial values the Chief was given (not what the chief pulled since), with
-  // the optimizer's initial slots.
+  // Fresh values: the job's initial values (not what the chief pulled since), with the
+  // optimizer's initial slots.
+  std::vector<Tensor> rebuilt;
+  if (initial_.rebuild) {
+    auto values = initial_.rebuild();
+    if (!values.ok()) return values.status();
+    rebuilt = *std::move(values);
+  }
+  const std::vector<Tensor>& values = initial_.rebuild ? rebuilt : initial_copy_;
+  if (values.size() != variables_.size()) {
+    return absl::InternalError(absl::StrCat("the chief has ", values.size(), " initial values for ",
+                                            variables_.size(), " variables"));
+  }
   TrainingState fresh{0, model_name_, optimizer_.name(), {}};
   for (size_t i = 0; i < variables_.size(); ++i) {
-    const Tensor& value = initial_values_[i];
+    const Tensor& value = values[i];
     optim::SlotState slots = optimizer_.NewState(value.size());
     VariableState v{value, {}, 0};
     for (const FloatBuffer& s : slots.slots) v.slots.emplace_back(value.shape(), std::vector<float>(s.begin(), s.end()));
@@ -83,11 +105,11 @@ absl::Status Chief::TryInitializeCluster() {
   if (checkpoint->has_value()) {
     if (auto s = client_.Initialize(**checkpoint, config_); !s.ok()) return s;
   } else {
-    // A fresh job: the initial values alone; each ps makes the optimizer's initial slots itself
-    // (no materialized slots sent: they would cost the chief and every ps a copy of the whole
-    // optimizer state at start-up).
+    // A fresh job: the chief's buffers still hold the initial values (nothing was pulled yet);
+    // they go alone, and each ps makes the optimizer's initial slots itself (materialized slots
+    // would cost the chief and every ps a copy of the whole optimizer state at start-up).
     std::vector<std::pair<std::string, const Tensor*>> initial;
-    for (size_t i = 0; i < variables_.size(); ++i) initial.emplace_back(variables_[i].name, &initial_values_[i]);
+    for (size_t i = 0; i < variables_.size(); ++i) initial.emplace_back(variables_[i].name, initial_.at_start[i]);
     if (auto s = client_.Initialize(initial, config_); !s.ok()) return s;
   }
   log_(absl::StrCat("chief: initialized ", variables_.size(), " variables at global step ", step));

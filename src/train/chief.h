@@ -21,15 +21,19 @@ namespace psflow::train {
 
 class Chief {
  public:
-  // `variables` in the plan's order, with their `initial_values` (the job's step-0 state, kept by
-  // the Chief: a ps restart before the first checkpoint goes back to them). `model_name` is the
-  // checkpoints' "model" metadata. The rest is borrowed and outlives the Chief.
+  // The job's step-0 values. `at_start` points at the chief's own buffers, which hold them until
+  // its first pull (a fresh initialization sends them). `rebuild`, when given, makes them again for
+  // a ps restart before the first checkpoint; without it the Chief keeps a copy made here.
+  struct InitialValues {
+    std::vector<const Tensor*> at_start;
+    std::function<absl::StatusOr<std::vector<Tensor>>()> rebuild;
+  };
+
+  // `variables` in the plan's order, `initial` in the same order. `model_name` is the checkpoints'
+  // "model" metadata. The rest is borrowed and outlives the Chief.
   Chief(const TrainOptions& options, std::string model_name, ps::PsClient& client,
-        std::vector<dist::VariableSpec> variables, std::vector<Tensor> initial_values,
-        const ps::TrainingConfig& config, const optim::Optimizer& optimizer, const LogSink& log)
-      : options_(options), model_name_(std::move(model_name)), client_(client), variables_(std::move(variables)),
-        initial_values_(std::move(initial_values)), config_(config), optimizer_(optimizer), log_(log),
-        schedule_(options.save_checkpoint_steps, options.save_checkpoint_secs, 0) {}
+        std::vector<dist::VariableSpec> variables, InitialValues initial, const ps::TrainingConfig& config,
+        const optim::Optimizer& optimizer, const LogSink& log);
 
   absl::Status InitializeCluster();
   // Saves a checkpoint when the schedule says so (no-op without --checkpoint_dir).
@@ -53,7 +57,8 @@ class Chief {
   const std::string model_name_;
   ps::PsClient& client_;
   const std::vector<dist::VariableSpec> variables_;
-  const std::vector<Tensor> initial_values_;
+  InitialValues initial_;
+  std::vector<Tensor> initial_copy_;  // when initial_.rebuild is not given
   ps::TrainingConfig config_;
   const optim::Optimizer& optimizer_;
   const LogSink& log_;

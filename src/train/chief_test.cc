@@ -63,8 +63,18 @@ struct ChiefFixture {
     client = cluster->Client(plan, 0);
     ASSERT_NE(client, nullptr);
     PSFLOW_ASSERT_OK(client->Connect());
-    chief = std::make_unique<Chief>(options, options.model, *client, VariableSpecsOf(model->parameters()), Values(),
-                                    config, *optimizer, sink);
+    // The initial values are rebuilt from the seed, as `psflow train`'s worker does.
+    Chief::InitialValues initial;
+    for (const Var& p : model->parameters()) initial.at_start.push_back(&p->value);
+    initial.rebuild = [this]() -> absl::StatusOr<std::vector<Tensor>> {
+      auto fresh = nn::BuildModel({options.model, options.hidden_units, options.seed});
+      if (!fresh.ok()) return fresh.status();
+      std::vector<Tensor> values;
+      for (const Var& p : (*fresh)->parameters()) values.push_back(p->value);
+      return values;
+    };
+    chief = std::make_unique<Chief>(options, options.model, *client, VariableSpecsOf(model->parameters()),
+                                    std::move(initial), config, *optimizer, sink);
     PSFLOW_ASSERT_OK(chief->InitializeCluster());
   }
 

@@ -93,8 +93,9 @@ class WorkerSession::Impl {
     if (auto s = client_->Connect(); !s.ok()) return s;
     if (is_chief()) {
       // The chief's values at Open are the job's initial values.
-      std::vector<Tensor> initial;
-      for (const SessionParameter& p : params_) initial.push_back(*p.value);
+      Chief::InitialValues initial;
+      for (const SessionParameter& p : params_) initial.at_start.push_back(p.value);
+      initial.rebuild = options_.rebuild_initial_values;
       chief_ = std::make_unique<Chief>(o, options_.model_name, *client_, variables_, std::move(initial), config_,
                                        *optimizer_, options_.log);
     }

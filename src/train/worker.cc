@@ -7,6 +7,7 @@
 #include "psflow/core/random.h"
 #include "psflow/core/threading.h"
 #include "psflow/data/batcher.h"
+#include "psflow/nn/model.h"
 #include "psflow/train/replicas.h"
 #include "psflow/train/session.h"
 #include "psflow/train/train.h"
@@ -22,7 +23,19 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   // The master copy of the parameters is pulled into and pushed from in place.
   std::vector<SessionParameter> params;
   for (const Var& p : (*replicas)->parameters()) params.push_back({p->name, &p->value, &p->grad, &p->sparse_grad});
-  WorkerSession::Options session_options{options, options.model, log, /*report_summary=*/true};
+  WorkerSession::Options session_options;
+  session_options.train = options;
+  session_options.model_name = options.model;
+  session_options.log = log;
+  // A ps restart before the first checkpoint goes back to the initial values: the chief rebuilds
+  // them from the seed rather than keeping a copy of the whole model.
+  session_options.rebuild_initial_values = [&options]() -> absl::StatusOr<std::vector<Tensor>> {
+    auto fresh = nn::BuildModel({options.model, options.hidden_units, options.seed});
+    if (!fresh.ok()) return fresh.status();
+    std::vector<Tensor> values;
+    for (const Var& p : (*fresh)->parameters()) values.push_back(std::move(p->value));
+    return values;
+  };
   auto session_or = WorkerSession::Create(session_options, std::move(params));
   if (!session_or.ok()) return session_or.status();
   WorkerSession& session = **session_or;

@@ -7,10 +7,11 @@
 // names and shapes (partitioners and placement flags apply). Then:
 //   Open()   resolves the cluster (flags or $TF_CONFIG), connects to every ps task, prints the
 //            placement listing (chief, or --log_device_placement), and either initializes the ps
-//            tasks (chief: from the values its buffers hold at Open — copied once, so the caller's
-//            initialization is honoured and a ps restart before the first checkpoint goes back to
-//            them — or from the newest checkpoint of --checkpoint_dir; a restarted chief resumes the
-//            running job) or waits for the chief (others; released the moment it is done). Finally
+//            tasks (chief: from the values its buffers hold at Open — the caller's initialization
+//            is honoured, and they are copied once so that a ps restart before the first checkpoint
+//            goes back to them (see Options::rebuild_initial_values) — or from the newest
+//            checkpoint of --checkpoint_dir; a restarted chief resumes the running job) or waits
+//            for the chief (others; released the moment it is done). Finally
 //            pulls the current values into the value buffers.
 //   ShouldStop()  true once the global step reached --train_steps or training ended elsewhere.
 //   Step(loss, accuracy)  pushes the gradients and pulls the new values into the value buffers in
@@ -88,6 +89,11 @@ class WorkerSession {
     // The chief prints the final summary (FormatSummary) through `log` and writes --metrics_json
     // at Close.
     bool report_summary = true;
+    // The chief's initial values (the values its buffers hold at Open) are needed again when a ps
+    // task restarts before the first checkpoint. By default the chief keeps a copy made at Open;
+    // when this is given (e.g. rebuilding a model from its seed), it is called instead and no copy
+    // is kept. Returns the values in the parameters' order.
+    std::function<absl::StatusOr<std::vector<Tensor>>()> rebuild_initial_values;
   };
 
   // Checks the options and the parameters (non-null values, distinct non-empty names, gradient
