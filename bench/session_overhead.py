@@ -5,7 +5,11 @@ for the seed mlp (784-100-10, 79,510 parameters) over shared memory and over gRP
 
 One C++ ps task (`psflow train --job_name=ps`) and one PyTorch worker in this process; each step
 runs a real forward/backward on an MNIST-sized random batch of 100 (not timed), then times
-sess.step() alone. Prints one JSON line per transport: mean/median/p90 microseconds per step.
+sess.step() alone. Prints one JSON line per transport: mean/p10/median/p90 microseconds per step
+and the machine's load average (the figures are only as quiet as the machine: on a shared 2-core
+box, p10 is the closest to psflow's own cost), and the CPU time per step of the stepping thread
+(worker_cpu_us: binding + client, including the wire copies) and of the ps task (ps_cpu_us:
+decode, Adam on 79,510 floats, encode), which contention does not inflate as much.
 
     /usr/bin/python3 bench/session_overhead.py --build build [--steps 3000] [--transports shm,grpc]
 """
@@ -29,6 +33,13 @@ def free_ports(n):
     return ports
 
 
+def ps_cpu_seconds(pid):
+    """User + system CPU time of a process so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run(build, transport, steps, warmup):
     import torch
     import torch.nn.functional as F
@@ -47,13 +58,20 @@ def run(build, transport, steps, warmup):
         x = torch.rand(100, 784)
         y = torch.randint(0, 10, (100,))
         times = []
+        cpu = 0.0
+        ps_cpu_start = None
         with psflow.WorkerSession(model, flags) as sess:
             while not sess.should_stop():
                 loss = F.cross_entropy(model(x), y)
                 loss.backward()
-                start = time.perf_counter()
+                if len(times) == warmup:
+                    ps_cpu_start = ps_cpu_seconds(ps.pid)
+                start, start_cpu = time.perf_counter(), time.thread_time()
                 sess.step(loss)
                 times.append(time.perf_counter() - start)
+                if len(times) > warmup:
+                    cpu += time.thread_time() - start_cpu
+            ps_cpu = ps_cpu_seconds(ps.pid) - ps_cpu_start
         code = ps.wait(timeout=60)
         assert code == 0, f"ps exited {code}"
     finally:
@@ -63,7 +81,9 @@ def run(build, transport, steps, warmup):
     us = [v * 1e6 for v in t]
     return {"transport": transport, "model": "mlp", "params": sum(p.numel() for p in model.parameters()),
             "steps": len(us), "mean_us": round(statistics.fmean(us), 1), "median_us": round(statistics.median(us), 1),
-            "p90_us": round(us[int(0.9 * len(us))], 1), "torch_threads": torch.get_num_threads()}
+            "p10_us": round(us[int(0.1 * len(us))], 1), "p90_us": round(us[int(0.9 * len(us))], 1),
+            "worker_cpu_us": round(cpu / len(us) * 1e6, 1), "ps_cpu_us": round(ps_cpu / len(us) * 1e6, 1),
+            "torch_threads": torch.get_num_threads(), "load_avg_1min": os.getloadavg()[0]}
 
 
 def main():
