@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "psflow/core/autodiff.h"
+#include "psflow/dist/partition.h"
 #include "psflow/io/env.h"
 #include "psflow/optim/optimizer.h"
 #include "psflow/train/train.h"
@@ -41,11 +42,11 @@ absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const Trai
                                               const std::vector<std::string>& slot_names, int keep = 5,
                                               io::Env* env = io::Env::Default());
 
-// The newest valid checkpoint of `dir` as a TrainingState for `params` (names and shapes must
+// The newest valid checkpoint of `dir` as a TrainingState for `variables` (names and shapes must
 // match: a mismatch is an error naming the variable), or nullopt when there is none. Skipped
 // corrupt checkpoints are logged.
 absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string& dir, const std::string& model,
-                                                              const std::vector<Var>& params,
+                                                              const std::vector<dist::VariableSpec>& variables,
                                                               const optim::Optimizer& optimizer, const LogSink& log,
                                                               io::Env* env = io::Env::Default());
 

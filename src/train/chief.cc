@@ -5,29 +5,39 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "psflow/nn/model.h"
 
 namespace psflow::train {
 namespace {
 
-ps::ModelSnapshot ToSnapshot(TrainingState state, const std::vector<Var>& params) {
+ps::ModelSnapshot ToSnapshot(TrainingState state, const std::vector<dist::VariableSpec>& variables) {
   ps::ModelSnapshot snapshot;
   snapshot.global_step = state.global_step;
-  for (const Var& p : params) {  // the plan's order
-    VariableState& v = state.variables.at(p->name);
-    snapshot.variables.push_back({p->name, std::move(v.value), std::move(v.slots), v.updates});
+  for (const dist::VariableSpec& p : variables) {  // the plan's order
+    VariableState& v = state.variables.at(p.name);
+    snapshot.variables.push_back({p.name, std::move(v.value), std::move(v.slots), v.updates});
   }
   return snapshot;
 }
 
 }  // namespace
 
+Chief::Chief(const TrainOptions& options, std::string model_name, ps::PsClient& client,
+             std::vector<dist::VariableSpec> variables, InitialValues initial, const ps::TrainingConfig& config,
+             const optim::Optimizer& optimizer, const LogSink& log)
+    : options_(options), model_name_(std::move(model_name)), client_(client), variables_(std::move(variables)),
+      initial_(std::move(initial)), config_(config), optimizer_(optimizer), log_(log),
+      schedule_(options.save_checkpoint_steps, options.save_checkpoint_secs, 0) {
+  if (!initial_.rebuild) {
+    for (const Tensor* t : initial_.at_start) initial_copy_.push_back(*t);
+  }
+}
+
 absl::StatusOr<std::optional<ps::ModelSnapshot>> Chief::CheckpointState() {
   if (options_.checkpoint_dir.empty()) return std::nullopt;
-  auto restored = LoadTrainingState(options_.checkpoint_dir, options_.model, params_, optimizer_, log_, options_.env);
+  auto restored = LoadTrainingState(options_.checkpoint_dir, model_name_, variables_, optimizer_, log_, options_.env);
   if (!restored.ok()) return restored.status();
   if (!restored->has_value()) return std::nullopt;
-  return ToSnapshot(std::move(**restored), params_);
+  return ToSnapshot(std::move(**restored), variables_);
 }
 
 absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState(bool* from_checkpoint) {
@@ -38,18 +48,28 @@ absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState(bool* from_checkpoint) 
     if (from_checkpoint != nullptr) *from_checkpoint = true;
     return std::move(**checkpoint);
   }
-  // Fresh values: the model's initializers, with the optimizer's initial slots. They come from a
-  // model built anew with the same seed, since params_ hold whatever the chief pulled last.
-  auto initial = nn::BuildModel({options_.model, options_.hidden_units, options_.seed});
-  if (!initial.ok()) return initial.status();
-  TrainingState fresh{0, options_.model, optimizer_.name(), {}};
-  for (const Var& p : (*initial)->parameters()) {
-    optim::SlotState slots = optimizer_.NewState(p->value.size());
-    VariableState v{p->value, {}, 0};
-    for (const FloatBuffer& s : slots.slots) v.slots.emplace_back(p->value.shape(), std::vector<float>(s.begin(), s.end()));
-    fresh.variables.emplace(p->name, std::move(v));
+  // Fresh values: the job's initial values (not what the chief pulled since), with the
+  // optimizer's initial slots.
+  std::vector<Tensor> rebuilt;
+  if (initial_.rebuild) {
+    auto values = initial_.rebuild();
+    if (!values.ok()) return values.status();
+    rebuilt = *std::move(values);
   }
-  return ToSnapshot(std::move(fresh), params_);
+  const std::vector<Tensor>& values = initial_.rebuild ? rebuilt : initial_copy_;
+  if (values.size() != variables_.size()) {
+    return absl::InternalError(absl::StrCat("the chief has ", values.size(), " initial values for ",
+                                            variables_.size(), " variables"));
+  }
+  TrainingState fresh{0, model_name_, optimizer_.name(), {}};
+  for (size_t i = 0; i < variables_.size(); ++i) {
+    const Tensor& value = values[i];
+    optim::SlotState slots = optimizer_.NewState(value.size());
+    VariableState v{value, {}, 0};
+    for (const FloatBuffer& s : slots.slots) v.slots.emplace_back(value.shape(), std::vector<float>(s.begin(), s.end()));
+    fresh.variables.emplace(variables_[i].name, std::move(v));
+  }
+  return ToSnapshot(std::move(fresh), variables_);
 }
 
 absl::Status Chief::RetryWhileUnavailable(const std::function<absl::Status()>& attempt, double timeout_secs) {
@@ -88,15 +108,14 @@ absl::Status Chief::TryInitializeCluster() {
   if (checkpoint->has_value()) {
     if (auto s = client_.Initialize(**checkpoint, config_); !s.ok()) return s;
   } else {
-    // A fresh job: params_ still hold the initial values (nothing was pulled yet) and each ps
-    // makes the optimizer's initial slots itself. Building a second model and sending
-    // materialized slots here cost the chief and every ps a copy of the whole optimizer state
-    // at start-up, their peak RSS (issue 12.2: vgg19 + Adam, ps 951 MB for 468 MB of state).
+    // A fresh job: the chief's buffers still hold the initial values (nothing was pulled yet);
+    // they go alone, and each ps makes the optimizer's initial slots itself (materialized slots
+    // would cost the chief and every ps a copy of the whole optimizer state at start-up).
     std::vector<std::pair<std::string, const Tensor*>> initial;
-    for (const Var& p : params_) initial.emplace_back(p->name, &p->value);
+    for (size_t i = 0; i < variables_.size(); ++i) initial.emplace_back(variables_[i].name, initial_.at_start[i]);
     if (auto s = client_.Initialize(initial, config_); !s.ok()) return s;
   }
-  log_(absl::StrCat("chief: initialized ", params_.size(), " variables at global step ", step));
+  log_(absl::StrCat("chief: initialized ", variables_.size(), " variables at global step ", step));
   return absl::OkStatus();
 }
 
@@ -113,7 +132,7 @@ absl::Status Chief::SaveCheckpoint() {
   if (options_.checkpoint_dir.empty()) return absl::OkStatus();
   auto snapshot = client_.PullState();
   if (!snapshot.ok()) return snapshot.status();
-  TrainingState state{snapshot->global_step, options_.model, optimizer_.name(), {}};
+  TrainingState state{snapshot->global_step, model_name_, optimizer_.name(), {}};
   for (ps::VariableSnapshot& v : snapshot->variables) {
     state.variables.emplace(v.name, VariableState{std::move(v.value), std::move(v.slots), v.updates});
   }

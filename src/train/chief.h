@@ -7,9 +7,11 @@
 
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "psflow/dist/partition.h"
 #include "psflow/optim/optimizer.h"
 #include "psflow/ps/ps_client.h"
 #include "psflow/train/train.h"
@@ -19,11 +21,19 @@ namespace psflow::train {
 
 class Chief {
  public:
-  // All borrowed; they outlive the Chief.
-  Chief(const TrainOptions& options, ps::PsClient& client, const std::vector<Var>& params,
-        const ps::TrainingConfig& config, const optim::Optimizer& optimizer, const LogSink& log)
-      : options_(options), client_(client), params_(params), config_(config), optimizer_(optimizer), log_(log),
-        schedule_(options.save_checkpoint_steps, options.save_checkpoint_secs, 0) {}
+  // The job's step-0 values. `at_start` points at the chief's own buffers, which hold them until
+  // its first pull (a fresh initialization sends them). `rebuild`, when given, makes them again for
+  // a ps restart before the first checkpoint; without it the Chief keeps a copy made here.
+  struct InitialValues {
+    std::vector<const Tensor*> at_start;
+    std::function<absl::StatusOr<std::vector<Tensor>>()> rebuild;
+  };
+
+  // `variables` in the plan's order, `initial` in the same order. `model_name` is the checkpoints'
+  // "model" metadata. The rest is borrowed and outlives the Chief.
+  Chief(const TrainOptions& options, std::string model_name, ps::PsClient& client,
+        std::vector<dist::VariableSpec> variables, InitialValues initial, const ps::TrainingConfig& config,
+        const optim::Optimizer& optimizer, const LogSink& log);
 
   absl::Status InitializeCluster();
   // Saves a checkpoint when the schedule says so (no-op without --checkpoint_dir).
@@ -44,8 +54,11 @@ class Chief {
   absl::StatusOr<std::optional<ps::ModelSnapshot>> CheckpointState();
 
   const TrainOptions& options_;
+  const std::string model_name_;
   ps::PsClient& client_;
-  const std::vector<Var>& params_;
+  const std::vector<dist::VariableSpec> variables_;
+  InitialValues initial_;
+  std::vector<Tensor> initial_copy_;  // when initial_.rebuild is not given
   ps::TrainingConfig config_;
   const optim::Optimizer& optimizer_;
   const LogSink& log_;

@@ -1,7 +1,8 @@
 // The chief's restore of a ps task that restarted empty, against real ps servers over gRPC on
 // loopback: with checkpoints every ps task goes back to the newest one (values, optimizer slots,
 // global step); before the first checkpoint the job starts over from the initializers' values (not
-// from what the chief pulled since); without --checkpoint_dir only that task's variables start over;
+// from what the chief pulled since) — for a caller's own initialization too (the values its buffers
+// held, copied by the Chief); without --checkpoint_dir only that task's variables start over;
 // another ps task down during the restore is waited for; and a sync push held by a ps task that
 // is being restored is answered so that its worker waits for the chief and pulls again.
 #include "train/chief.h"
@@ -30,6 +31,9 @@ struct ChiefFixture {
   std::vector<std::string> log;
   LogSink sink = [this](const std::string& line) { log.push_back(line); };
   std::unique_ptr<Chief> chief;
+  // A caller-owned model (the Python binding's case): its values differ from the seed's, and the
+  // Chief keeps the copy made at construction rather than rebuilding the model.
+  bool own_initialization = false;
 
   // 2 ps tasks, every variable split across both (fixed:2), Adam; `checkpoint_dir` may be empty.
   // Options set before Start are kept unless Start sets them.
@@ -63,7 +67,21 @@ struct ChiefFixture {
     client = cluster->Client(plan, 0);
     ASSERT_NE(client, nullptr);
     PSFLOW_ASSERT_OK(client->Connect());
-    chief = std::make_unique<Chief>(options, *client, model->parameters(), config, *optimizer, sink);
+    Chief::InitialValues initial;
+    for (const Var& p : model->parameters()) {
+      if (own_initialization) p->value[0] += 0.5f;
+      initial.at_start.push_back(&p->value);
+    }
+    // Otherwise the initial values are rebuilt from the seed, as `psflow train`'s worker does.
+    if (!own_initialization) initial.rebuild = [this]() -> absl::StatusOr<std::vector<Tensor>> {
+      auto fresh = nn::BuildModel({options.model, options.hidden_units, options.seed});
+      if (!fresh.ok()) return fresh.status();
+      std::vector<Tensor> values;
+      for (const Var& p : (*fresh)->parameters()) values.push_back(p->value);
+      return values;
+    };
+    chief = std::make_unique<Chief>(options, options.model, *client, VariableSpecsOf(model->parameters()),
+                                    std::move(initial), config, *optimizer, sink);
     PSFLOW_ASSERT_OK(chief->InitializeCluster());
   }
 
@@ -183,6 +201,24 @@ TEST(ChiefRestoreTest, BeforeTheFirstCheckpointTheJobStartsOverFromTheInitialize
   EXPECT_EQ(*step, 0);
   ExpectSameValues(f.Values(), initial, "values after a restore with no checkpoint yet");
   EXPECT_NE(f.log.back().find("from the initial values (no checkpoint saved yet"), std::string::npos) << f.log.back();
+}
+
+TEST(ChiefRestoreTest, ACallersOwnInitializationIsWhatTheJobStartsAndStartsOverFrom) {
+  ChiefFixture f;
+  f.own_initialization = true;
+  ASSERT_NO_FATAL_FAILURE(f.Start(FreshDir("chief_restore_own_init")));
+  const std::vector<Tensor> initial = f.Values();
+  auto pulled = f.client->Pull(f.PullTargets());
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  ExpectSameValues(f.Values(), initial, "values the chief initialized the ps tasks with");
+  for (int64_t step = 0; step < 4; ++step) ASSERT_NO_FATAL_FAILURE(f.Step(step));
+  ASSERT_NE(f.Values()[0][0], initial[0][0]);
+
+  PSFLOW_ASSERT_OK(f.chief->RestorePs(1));
+  auto step = f.client->Pull(f.PullTargets());
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 0);
+  ExpectSameValues(f.Values(), initial, "values after a restore with no checkpoint yet");
 }
 
 TEST(ChiefRestoreTest, WithoutACheckpointDirOnlyTheRestartedTaskStartsOver) {

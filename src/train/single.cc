@@ -10,6 +10,7 @@
 #include "train/local_replicas.h"
 #include "psflow/train/train.h"
 #include "train/checkpointing.h"
+#include "train/cluster_setup.h"
 #include "train/progress.h"
 #include "train/telemetry.h"
 
@@ -60,7 +61,8 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
   int64_t start_step = 0;
   if (!options.checkpoint_dir.empty()) {
     if (auto s = PrepareCheckpointDir(options.checkpoint_dir, options.env); !s.ok()) return s;
-    auto restored = LoadTrainingState(options.checkpoint_dir, options.model, params, **optimizer, log, options.env);
+    auto restored = LoadTrainingState(options.checkpoint_dir, options.model, VariableSpecsOf(params), **optimizer, log,
+                                      options.env);
     if (!restored.ok()) return restored.status();
     if (restored->has_value()) {
       start_step = (*restored)->global_step;
