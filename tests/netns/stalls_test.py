@@ -192,6 +192,14 @@ class StallTests(unittest.TestCase):
         self.assertTrue(job.wait_for_step(200), job.logs_tail())
         self.net.link_down(job.host("ps:0"))
         down = time.time()
+        # Down for 1.5 bounds, then back: the workers give up after --ps_timeout_secs, and the
+        # chief's abort (retried within the same bound) must reach the ps once the link returns —
+        # a ps told nothing would wait --worker_timeout_secs (600 s), and be killed as hung here.
+        while time.time() < down + 1.5 * ps_timeout:
+            time.sleep(0.1)
+            job.poll()
+        self.net.link_up(job.host("ps:0"))
+        up = time.time()
         codes = job.wait_all(HANG)
         exit_after = {t: round(job.exited[t] - down, 1) for t in job.exited}
         why = f"exit statuses {codes}\n{job.logs_tail()}"
@@ -200,7 +208,7 @@ class StallTests(unittest.TestCase):
             self.assertNotEqual(c, 0, f"{t} exited 0 though the job failed\n{why}")
         for t in ("worker:0", "worker:1"):
             self.assertRegex(job.text(t), r"ps task 0 \(10\.231\.0\.\d+:\d+\)", f"{t} does not name the silent ps\n{why}")
-        self.report(stalled="ps:0 link, never restored", ps_timeout_secs=ps_timeout, rpc_timeout_secs=RPC_TIMEOUT,
+        self.report(stalled="ps:0 link", stall_secs=round(up - down, 1), ps_timeout_secs=ps_timeout, rpc_timeout_secs=RPC_TIMEOUT,
                     exit_statuses=codes, secs_from_link_down_to_exit=exit_after,
                     secs_to_last_exit=max(exit_after.values()))
 
