@@ -37,8 +37,8 @@ STEPS = 1200
 MIN_ACCURACY = 0.94  # mlp, 1200 global steps of 100: undisturbed runs reach 0.96-0.97
 
 
-def mlp_flags(workdir, sync, extra=()):
-    flags = ["--model=mlp", f"--train_steps={STEPS}", "--batch_size=100", f"--data_dir={ARGS.data_dir}",
+def mlp_flags(workdir, sync, extra=(), steps=STEPS):
+    flags = ["--model=mlp", f"--train_steps={steps}", "--batch_size=100", f"--data_dir={ARGS.data_dir}",
              "--log_every=10", f"--rpc_timeout_secs={RPC_TIMEOUT}", f"--ps_timeout_secs={PS_TIMEOUT}",
              "--init_timeout_secs=60", "--seed=7", f"--checkpoint_dir={workdir}/ckpt"]
     if sync:
@@ -82,11 +82,11 @@ class StallTests(unittest.TestCase):
     def report(self, **figures):
         print(json.dumps({"test": self._testMethodName, **figures}), flush=True)
 
-    def assert_finished(self, job, codes, min_accuracy=MIN_ACCURACY):
+    def assert_finished(self, job, codes, steps=STEPS, min_accuracy=MIN_ACCURACY):
         why = f"exit statuses {codes}\n{job.logs_tail()}"
         self.assertEqual(codes, {t: 0 for t in job.tasks}, why)
         summary = job.summary()
-        self.assertEqual(summary["global_step"], STEPS, why)
+        self.assertEqual(summary["global_step"], steps, why)
         self.assertGreaterEqual(summary["test_accuracy"], min_accuracy, why)
         return summary
 
@@ -154,8 +154,10 @@ class StallTests(unittest.TestCase):
     # --- a worker cut off in sync mode: out of the quorum after --sync_timeout_secs, then back ---
 
     def test_worker_cut_off_sync(self):
-        sync_timeout = 3
-        job = self.job(1, 2, mlp_flags(self.workdir, True, [f"--sync_timeout_secs={sync_timeout}"]))
+        # Worker 0 trains on alone while worker 1 is cut off: enough steps that the job is still
+        # running when worker 1's link returns.
+        sync_timeout, steps = 3, 3 * STEPS
+        job = self.job(1, 2, mlp_flags(self.workdir, True, [f"--sync_timeout_secs={sync_timeout}"], steps=steps))
         job.start_all()
         self.assertTrue(job.wait_for_step(200), job.logs_tail())
         cut_at_step = job.latest_step()
@@ -165,7 +167,7 @@ class StallTests(unittest.TestCase):
         w1_log_at_return = len(job.text("worker:1"))
         self.net.link_up(job.host("worker:1"))
         codes = job.wait_all(HANG)
-        summary = self.assert_finished(job, codes)
+        summary = self.assert_finished(job, codes, steps=steps)
         ps_log, w1_log = job.text("ps:0"), job.text("worker:1")
         # Dropped from the quorum while cut off (the ps says so, naming worker 1) ...
         dropped = re.findall(r"missing worker\(s\) 1\b", ps_log[:ps_log_at_return])
@@ -210,7 +212,8 @@ class StallTests(unittest.TestCase):
             self.assertRegex(job.text(t), r"ps task 0 \(10\.231\.0\.\d+:\d+\)", f"{t} does not name the silent ps\n{why}")
         self.report(stalled="ps:0 link", stall_secs=round(up - down, 1), ps_timeout_secs=ps_timeout, rpc_timeout_secs=RPC_TIMEOUT,
                     exit_statuses=codes, secs_from_link_down_to_exit=exit_after,
-                    secs_to_last_exit=max(exit_after.values()))
+                    secs_to_last_exit=max(exit_after.values()),
+                    secs_from_first_to_last_exit=round(max(exit_after.values()) - min(exit_after.values()), 1))
 
 
 class AuthTests(unittest.TestCase):
