@@ -204,16 +204,17 @@ class StallTests(unittest.TestCase):
         up = time.time()
         codes = job.wait_all(HANG)
         exit_after = {t: round(job.exited[t] - down, 1) for t in job.exited}
+        self.report(stalled="ps:0 link", stall_secs=round(up - down, 1), ps_timeout_secs=ps_timeout,
+                    rpc_timeout_secs=RPC_TIMEOUT, exit_statuses=codes, secs_from_link_down_to_exit=exit_after,
+                    secs_to_last_exit=max(exit_after.values()) if exit_after else None,
+                    secs_from_first_to_last_exit=round(max(exit_after.values()) - min(exit_after.values()), 1)
+                    if exit_after else None)
         why = f"exit statuses {codes}\n{job.logs_tail()}"
         self.assertNotIn(None, codes.values(), "hung tasks (killed after %d s)\n%s" % (HANG, why))
         for t, c in codes.items():
             self.assertNotEqual(c, 0, f"{t} exited 0 though the job failed\n{why}")
         for t in ("worker:0", "worker:1"):
             self.assertRegex(job.text(t), r"ps task 0 \(10\.231\.0\.\d+:\d+\)", f"{t} does not name the silent ps\n{why}")
-        self.report(stalled="ps:0 link", stall_secs=round(up - down, 1), ps_timeout_secs=ps_timeout, rpc_timeout_secs=RPC_TIMEOUT,
-                    exit_statuses=codes, secs_from_link_down_to_exit=exit_after,
-                    secs_to_last_exit=max(exit_after.values()),
-                    secs_from_first_to_last_exit=round(max(exit_after.values()) - min(exit_after.values()), 1))
 
 
 class AuthTests(unittest.TestCase):
