@@ -16,28 +16,42 @@ esac
 command -v gnuplot > /dev/null || { echo "gnuplot is missing: apt-get install gnuplot-nox" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-titles=$(/usr/bin/python3 - "$src" "$tmp" <<'PY'
-import json, os, sys
+n=$(/usr/bin/python3 - "$src" "$tmp" <<'PY'
+import json, os, statistics, sys
 src, tmp = sys.argv[1], sys.argv[2]
 rows = [json.loads(l) for l in open(src) if l.strip()]
-titles = {}
-for model in ("cnn", "vgg19"):
-    runs = [r for r in rows if r.get("model") == model and r.get("kind") != "compute_limit"]
-    limits = [r for r in rows if r.get("model") == model and r.get("kind") == "compute_limit"]
-    with open(os.path.join(tmp, f"seed002_{model}.dat"), "w") as out:
-        for r in runs:
-            out.write(f"\"{r['partitioner']}\\n{r['placement']}\" {r['global_steps_per_sec']} "
-                      f"{r['link_limit_steps_per_sec'] or 0} {r['max_over_mean_traffic']}\n")
-    with open(os.path.join(tmp, f"seed002_{model}.limit"), "w") as out:
-        out.write(f"{limits[-1]['global_steps_per_sec'] if limits else 0}\n")
-    if runs:
-        titles[model] = f"{model}: 2 ps + {runs[0]['workers']} workers, ps links {runs[0]['link_rate']}"
-    else:
-        titles[model] = f"{model}: not measured"
-print(titles["cnn"]); print(titles["vgg19"])
+runs = [r for r in rows if r.get("kind") != "compute_limit"]
+limits = {r["model"]: r["global_steps_per_sec"] for r in rows if r.get("kind") == "compute_limit"}
+panels = []
+for r in runs:  # one panel per (model, link rate); unshaped runs join their model's first panel
+    if r["link_rate"] != "unshaped" and (r["model"], r["link_rate"]) not in panels:
+        panels.append((r["model"], r["link_rate"]))
+for i, (model, rate) in enumerate(panels, 1):
+    first = [p for p in panels if p[0] == model][0] == (model, rate)
+    mine = [r for r in runs if r["model"] == model and (r["link_rate"] == rate or first and r["link_rate"] == "unshaped")]
+    configs = []
+    for r in mine:
+        if (r["partitioner"], r["placement"], r["link_rate"]) not in configs:
+            configs.append((r["partitioner"], r["placement"], r["link_rate"]))
+    with open(os.path.join(tmp, f"panel_{i}.dat"), "w") as out:
+        for c in configs:
+            rs = [r for r in mine if (r["partitioner"], r["placement"], r["link_rate"]) == c]
+            label = f"{c[0]}\\n{c[1]}" + ("\\nunshaped" if c[2] == "unshaped" else "")
+            out.write(f"\"{label}\" {statistics.median(r['global_steps_per_sec'] for r in rs):.3f} "
+                      f"{statistics.mean(r['link_limit_steps_per_sec'] or 0 for r in rs):.2f} "
+                      f"{statistics.mean(r['max_over_mean_traffic'] for r in rs):.2f}\n")
+    with open(os.path.join(tmp, f"panel_{i}.limit"), "w") as out:
+        out.write(f"{limits.get(model, 0)}\n")
+    with open(os.path.join(tmp, f"panel_{i}.title"), "w") as out:
+        out.write(f"{model}: 2 ps + {mine[0]['workers']} workers, ps links {rate}\n")
+print(len(panels))
 PY
 )
-title_cnn=$(sed -n 1p <<< "$titles"); title_vgg=$(sed -n 2p <<< "$titles")
 mkdir -p "$OUT_DIR"
-gnuplot -e "set terminal $terminal; set output '$OUT_DIR/seed002_hosts.$FORMAT'; dir='$tmp'; title_cnn='$title_cnn'; title_vgg='$title_vgg'" bench/plot_seed002_hosts.gp
+width=$((420 * n + 100)); [ "$width" -lt 760 ] && width=760
+case "$FORMAT" in
+  svg) terminal="svg size $width,460 dynamic font 'sans,12' background rgb 'white'" ;;
+  png) terminal="pngcairo size $width,460 font 'sans,10'" ;;
+esac
+gnuplot -e "set terminal $terminal; set output '$OUT_DIR/seed002_hosts.$FORMAT'; dir='$tmp'; n=$n" bench/plot_seed002_hosts.gp
 echo "wrote $OUT_DIR/seed002_hosts.$FORMAT"

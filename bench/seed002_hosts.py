@@ -11,10 +11,13 @@ tc tbf, async training of cnn (and vgg19 with fewer workers and steps), without 
   that implies (rate / busiest direction's bytes per step) and the load average before and after.
 
 A line with "kind": "compute_limit" gives the same model trained in one process (no network, all
-cores): an upper bound for the cluster's global steps/s on this machine when compute binds.
+cores, 2 intra-op threads): a reference for what compute allows here, though not a strict bound
+(7 worker processes use 2 cores better than one process's threads). The stricter reference is the
+same cluster unshaped: a configuration "fixed:2/greedy/unshaped" runs without tbf.
 
   bench/seed002_hosts.py [--build build] [--models cnn,vgg19] [--steps 300] [--vgg_steps 6]
-                         [--vgg_workers 2] [--rate 1gbit] [--out bench/plots/seed002_hosts.jsonl]
+                         [--vgg_workers 2] [--rate 1gbit] [--repeats 1] [--configs none/round_robin,...]
+                         [--out bench/plots/seed002_hosts.jsonl]
 
 Needs root (network namespaces); prints why and exits 77 otherwise. The machine's other load
 matters: record it (loadavg fields) and compare runs made side by side.
@@ -111,7 +114,9 @@ def main():
     p.add_argument("--vgg_steps", type=int, default=6)
     p.add_argument("--vgg_workers", type=int, default=2)
     p.add_argument("--rate", default="1gbit", help="tc tbf rate of each ps link, both ways ('' = unshaped)")
-    p.add_argument("--configs", default=",".join(f"{x}/{y}" for x, y in CONFIGS), help="partitioner/placement,...")
+    p.add_argument("--configs", default=",".join(f"{x}/{y}" for x, y in CONFIGS),
+                   help="partitioner/placement[/rate],... (rate overrides --rate; 'unshaped': no tbf)")
+    p.add_argument("--repeats", type=int, default=1, help="runs of each configuration, interleaved")
     p.add_argument("--timeout", type=float, default=900, help="a run not over after this long is killed")
     p.add_argument("--out", default="", help="also append the JSON lines to this file")
     a = p.parse_args()
@@ -121,7 +126,8 @@ def main():
     if reason:
         print(f"SKIPPED: simulated hosts unavailable: {reason}")
         sys.exit(hosts.SKIP)
-    configs = [tuple(c.split("/")) for c in a.configs.split(",")]
+    # partitioner/placement[/rate]: a third field overrides --rate ("unshaped": no tbf at all).
+    configs = [(c.split("/") + [a.rate])[:3] for c in a.configs.split(",")]
 
     def emit(row):
         if row is None:
@@ -134,8 +140,14 @@ def main():
 
     for model in a.models.split(","):
         workers, steps = (a.vgg_workers, a.vgg_steps) if model == "vgg19" else (a.workers, a.steps)
-        for partitioner, placement in configs:
-            emit(run_job(a, model, workers, steps, partitioner, placement, a.rate))
+        # Repeats go round the configurations, so that the machine's changing load hits them alike.
+        for repeat in range(a.repeats):
+            for partitioner, placement, rate in configs:
+                rate = "" if rate == "unshaped" else rate
+                row = run_job(a, model, workers, steps, partitioner, placement, rate)
+                if row is not None:
+                    row["repeat"] = repeat
+                emit(row)
         emit(compute_limit(a, model, steps))
 
 
