@@ -37,9 +37,10 @@ void AddTrainFlags(CLI::App* app, train::TrainOptions* o) {
   app->add_option("--log_every", o->log_every, "log a progress line every N local steps");
   app->add_option("--init_timeout_secs", o->init_timeout_secs,
                   "how long a worker waits for the chief, and a ps task to be initialized by it");
-  app->add_option("--rpc_timeout_secs", o->rpc_timeout_secs, "deadline of each RPC");
+  app->add_option("--rpc_timeout_secs", o->rpc_timeout_secs,
+                  "deadline of each RPC attempt, plus 1 s per MiB it moves (docs/failures.md)");
   app->add_option("--ps_timeout_secs", o->ps_timeout_secs,
-                  "how long a worker waits for an unreachable ps task before exiting non-zero naming it");
+                  "how long calls to a silent ps task are retried before the task exits non-zero naming it");
   app->add_option("--worker_timeout_secs", o->worker_timeout_secs,
                   "a ps task that hears from no worker for this long exits non-zero");
   app->add_option("--max_message_mb", o->max_message_mb, "largest RPC message a task accepts, in MiB");

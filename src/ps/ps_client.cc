@@ -125,17 +125,21 @@ class PsClient::Impl {
     return o;
   }
 
-  // Runs the same request on every ps and waits.
+  // Runs the same request on every ps and waits; with `retry`, retrying silent tasks for up to
+  // `budget_secs` (negative: --ps_timeout_secs).
   absl::Status CallEveryPs(rpc::Method method, const google::protobuf::MessageLite& header, double timeout,
-                           std::function<absl::Status(int, const rpc::IncomingMessage&)> on_response = nullptr) {
+                           std::function<absl::Status(int, const rpc::IncomingMessage&)> on_response = nullptr,
+                           bool retry = true, double budget_secs = -1) {
     std::vector<rpc::OutgoingMessage> requests(channels_.size(), rpc::OutgoingMessage::Of(header));
-    return CallAndWait(AllChannels(), method, std::move(requests), Control(timeout), std::move(on_response));
+    return CallAndWait(AllChannels(), method, std::move(requests), Control(timeout), std::move(on_response),
+                       retry ? retrier_.get() : nullptr, {}, budget_secs);
   }
 
   static absl::Status CallAndWait(const std::vector<rpc::ClientChannel*>& channels, rpc::Method method,
                                   std::vector<rpc::OutgoingMessage> requests, const rpc::CallOptions& options,
                                   std::function<absl::Status(int, const rpc::IncomingMessage&)> on_response,
-                                  Retrier* retrier = nullptr) {
+                                  Retrier* retrier = nullptr, std::vector<int64_t> answer_bytes = {},
+                                  double budget_secs = -1) {
     CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
     absl::Notification done;
     absl::Status result;
@@ -144,7 +148,7 @@ class PsClient::Impl {
               result = Combine(statuses);
               done.Notify();
             },
-            retrier);
+            retrier, std::move(answer_bytes), budget_secs);
     done.WaitForNotification();
     return result;
   }
@@ -260,6 +264,7 @@ class PsClient::Impl {
     const wire::TrainingConfig config_wire = ToWire(config);
     const std::string signature = options_.plan.ModelSignature();
     const uint64_t fingerprint = options_.plan.ModelFingerprint();
+    const uint64_t seq = next_seq_.fetch_add(1);  // one id for this Initialize and its retries
     std::vector<rpc::ClientChannel*> channels;
     std::vector<rpc::OutgoingMessage> requests;
     for (int k : tasks) {
@@ -270,6 +275,8 @@ class PsClient::Impl {
       init.set_model_fingerprint(fingerprint);
       init.set_holds_global_step(k == gs_ps());
       init.set_with_slots(with_slots);
+      init.set_client_id(client_id_);
+      init.set_seq(seq);
       rpc::OutgoingMessage message;
       for (const dist::ShardSpec* shard : options_.plan.ShardsOn(k)) {
         const InitSource& source = given.at(shard->variable);
@@ -288,24 +295,31 @@ class PsClient::Impl {
       requests.push_back(std::move(message));
     }
     absl::Status s = CallAndWait(channels, rpc::Method::kInitialize, std::move(requests),
-                                 Control(options_.rpc_timeout_secs), nullptr);
+                                 Control(options_.rpc_timeout_secs), nullptr, retrier_.get());
     if (!s.ok()) return s;
     SetConfig(config);
     std::vector<rpc::OutgoingMessage> marks(channels.size(), rpc::OutgoingMessage::Of(wire::MarkInitializedRequest()));
     return CallAndWait(channels, rpc::Method::kMarkInitialized, std::move(marks), Control(options_.rpc_timeout_secs),
-                       nullptr);
+                       nullptr, retrier_.get());
   }
 
   absl::StatusOr<ModelSnapshot> PullState() {
     std::vector<rpc::ClientChannel*> channels;
     std::vector<int> tasks;
     std::vector<rpc::OutgoingMessage> requests;
+    std::vector<int64_t> answer_bytes;  // values and slots: sizes the deadlines
+    const int64_t per_value = 1 + SlotCount();
     for (int k = 0; k < num_ps(); ++k) {
       const std::vector<const dist::ShardSpec*> shards = options_.plan.ShardsOn(k);
       if (shards.empty() && k != gs_ps()) continue;
       wire::PullRequest pull;
       pull.set_with_slots(true);
-      for (const dist::ShardSpec* shard : shards) pull.add_shards(shard->name);
+      int64_t bytes = 0;
+      for (const dist::ShardSpec* shard : shards) {
+        pull.add_shards(shard->name);
+        bytes += NumElements(shard->shape) * per_value * static_cast<int64_t>(sizeof(float));
+      }
+      answer_bytes.push_back(bytes);
       channels.push_back(channel(k));
       tasks.push_back(k);
       requests.push_back(rpc::OutgoingMessage::Of(pull));
@@ -324,7 +338,7 @@ class PsClient::Impl {
           answers[tasks[i]] = r;
           return absl::OkStatus();
         },
-        retrier_.get());
+        retrier_.get(), std::move(answer_bytes));
     if (!s.ok()) return s;
     std::vector<std::string> peers;
     for (const auto& c : channels_) peers.push_back(c->peer_name());
@@ -333,10 +347,12 @@ class PsClient::Impl {
 
   absl::Status WaitForInitialization(double timeout_secs) {
     std::vector<wire::WaitInitializedResponse> responses(channels_.size());
+    // A long poll: not retried here (the caller polls in slices until its own bound).
     absl::Status s = CallEveryPs(rpc::Method::kWaitInitialized, wire::WaitInitializedRequest(), timeout_secs,
                                  [&](int k, const rpc::IncomingMessage& r) {
                                    return Parse(r, &responses[k], channel(k)->peer_name());
-                                 });
+                                 },
+                                 /*retry=*/false);
     if (absl::IsDeadlineExceeded(s)) {
       // Name the first ps task that is still uninitialized.
       std::string where = channel(0)->peer_name();
@@ -438,10 +454,12 @@ class PsClient::Impl {
     std::vector<rpc::ClientChannel*> channels;
     std::vector<int> tasks;
     std::vector<rpc::OutgoingMessage> requests;
+    std::vector<int64_t> answer_bytes;
     for (int k = 0; k < num_ps(); ++k) {
       if ((*targets)[k].empty() && k != gs_ps()) continue;  // the global step's ps always answers
       wire::PullRequest pull;
       for (const Target& t : (*targets)[k]) pull.add_shards(t.shard->name);
+      answer_bytes.push_back(TargetBytes((*targets)[k]));
       channels.push_back(channel(k));
       tasks.push_back(k);
       requests.push_back(rpc::OutgoingMessage::Of(pull));
@@ -463,7 +481,7 @@ class PsClient::Impl {
           if (!s.ok()) return done(s);
           done(step->load());
         },
-        retrier_.get());
+        retrier_.get(), std::move(answer_bytes));
   }
 
   absl::StatusOr<Tensor> PullRows(const std::string& variable, const std::vector<int64_t>& rows) {
@@ -596,6 +614,10 @@ class PsClient::Impl {
     wire::PushRequest header;
     header.set_worker_index(options_.worker_index);
     header.set_step_tag(step_tag);
+    // One id for this push on every ps task and for its retries: each ps applies it once.
+    header.set_client_id(client_id_);
+    header.set_seq(next_seq_.fetch_add(1));
+    std::vector<int64_t> answer_bytes;
     for (int k = 0; k < num_ps(); ++k) {
       // Sync: every ps counts every worker's push each step, even an empty one. Async: the
       // global step's ps counts every push.
@@ -607,6 +629,7 @@ class PsClient::Impl {
       }
       rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(request);
       message.tensors = std::move(per_ps[k]);
+      answer_bytes.push_back(pulls_here ? TargetBytes((*targets)[k]) : 0);
       channels.push_back(channel(k));
       tasks.push_back(k);
       requests.push_back(std::move(message));
@@ -630,14 +653,17 @@ class PsClient::Impl {
           if (!s.ok()) return done(s);
           done(*result);
         },
-        retrier_.get());
+        retrier_.get(), std::move(answer_bytes));
   }
 
-  absl::Status Goodbye() {
+  absl::Status Goodbye(const std::string& failure) {
     wire::GoodbyeRequest bye;
     bye.set_worker_index(options_.worker_index);
     bye.set_client_id(client_id_);
-    return CallEveryPs(rpc::Method::kGoodbye, bye, options_.rpc_timeout_secs);
+    bye.set_failure(failure);
+    // Leaving is retried for one deadline at most: a worker that is done should not linger.
+    return CallEveryPs(rpc::Method::kGoodbye, bye, options_.rpc_timeout_secs, nullptr, /*retry=*/true,
+                       std::min(options_.rpc_timeout_secs, options_.ps_unavailable_timeout_secs));
   }
 
   absl::Status Shutdown() {
@@ -652,7 +678,11 @@ class PsClient::Impl {
     shutdown.set_worker_index(options_.worker_index);
     shutdown.set_client_id(client_id_);
     shutdown.set_abort_reason(reason);
-    (void)CallEveryPs(rpc::Method::kShutdown, shutdown, timeout_secs);
+    if (timeout_secs < 0) timeout_secs = options_.ps_unavailable_timeout_secs;
+    // Retried for up to the same bound as every call, so a ps that is silent for a while still
+    // learns that the job is over.
+    (void)CallEveryPs(rpc::Method::kShutdown, shutdown, std::min(options_.rpc_timeout_secs, timeout_secs), nullptr,
+                      /*retry=*/true, timeout_secs);
   }
 
   absl::StatusOr<std::vector<PsTaskStats>> Stats() {
@@ -671,6 +701,18 @@ class PsClient::Impl {
   }
 
  private:
+  // Bytes of the shards a pull (or push-and-pull) asks one ps task for.
+  static int64_t TargetBytes(const std::vector<Target>& targets) {
+    int64_t bytes = 0;
+    for (const Target& t : targets) bytes += NumElements(t.shard->shape) * static_cast<int64_t>(sizeof(float));
+    return bytes;
+  }
+  // Optimizer slots per variable (sizes a checkpoint's pull); 2 (Adam's) when not known yet.
+  int64_t SlotCount() const {
+    absl::StatusOr<std::unique_ptr<optim::Optimizer>> optimizer = optim::MakeOptimizer(GetConfig().optimizer);
+    return optimizer.ok() ? static_cast<int64_t>((*optimizer)->slot_names().size()) : 2;
+  }
+
   void SetConfig(const TrainingConfig& config) {
     absl::MutexLock lock(&mu_);
     config_ = config;
@@ -682,6 +724,7 @@ class PsClient::Impl {
 
   const Options options_;
   const uint64_t client_id_;
+  std::atomic<uint64_t> next_seq_{1};  // pushes' and Initializes' ids, with client_id_
   std::vector<std::unique_ptr<rpc::ClientChannel>> channels_;
   std::unique_ptr<Retrier> retrier_;  // after channels_: destroyed first (its timers call them)
   absl::flat_hash_map<std::string, VariableRoute> routes_;
@@ -776,7 +819,7 @@ void PsClient::PushAndPullAsync(const std::vector<Gradient>& grads, int64_t step
   impl_->PushAsync(grads, step_tag, &out, std::move(done));
 }
 
-absl::Status PsClient::Goodbye() { return impl_->Goodbye(); }
+absl::Status PsClient::Goodbye(const std::string& failure) { return impl_->Goodbye(failure); }
 absl::Status PsClient::Shutdown() { return impl_->Shutdown(); }
 void PsClient::Abort(const std::string& reason, double timeout_secs) { impl_->Abort(reason, timeout_secs); }
 absl::StatusOr<std::vector<PsTaskStats>> PsClient::Stats() { return impl_->Stats(); }

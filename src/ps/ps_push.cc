@@ -43,6 +43,19 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
   }
   wire::PushRequest header;
   if (absl::Status s = request.ParseHeader(&header); !s.ok()) return responder.Respond(s);
+  // A retried push (its answer was lost) is answered with the first answer, never applied twice.
+  std::optional<rpc::Responder> admitted =
+      dedup_.Admit(header.client_id(), header.seq(), std::move(responder), [m, &header](const std::string& first) {
+        std::vector<std::shared_ptr<Shard>> pulls;
+        for (const std::string& name : header.pull_shards()) {
+          if (auto it = m->by_name.find(name); it != m->by_name.end()) pulls.push_back(it->second);
+        }
+        rpc::OutgoingMessage answer = PushAnswer(pulls, 0, false);
+        answer.header = first;
+        return answer;
+      });
+  if (!admitted.has_value()) return;
+  responder = *std::move(admitted);
   if (Finished(*m)) return responder.Respond(FinishedError());
 
   // Validate (and copy off the wire) everything before applying anything: a refused push changes

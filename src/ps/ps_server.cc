@@ -173,6 +173,16 @@ void PsServer::Impl::HandleInitialize(const rpc::IncomingMessage& request, rpc::
   model->signature = init.model_signature();
   model->fingerprint = init.model_fingerprint();
   model->holds_global_step = init.holds_global_step();
+  {
+    // A retried Initialize whose first attempt was applied: not applied again (it would wipe out
+    // what was trained since, were it late).
+    absl::MutexLock lock(&mu_);
+    if (init.client_id() != 0 && init.client_id() == last_init_client_ && init.seq() == last_init_seq_) {
+      return responder.Respond(rpc::OutgoingMessage::Of(wire::Empty()));
+    }
+    last_init_client_ = init.client_id();
+    last_init_seq_ = init.seq();
+  }
 
   // A re-initialization (the chief restoring a checkpoint) starts over: held calls of the old model
   // are answered "not initialized", which workers take as "wait for the chief, then pull".
@@ -308,7 +318,12 @@ void PsServer::Impl::HandleGoodbye(const rpc::IncomingMessage& request, rpc::Res
   {
     absl::MutexLock lock(&mu_);
     connected_.erase(bye.client_id());
+    if (!bye.failure().empty()) {
+      worker_failure_ = absl::StrCat("worker ", bye.worker_index(), " gave up: ", bye.failure());
+      Log(absl::StrCat(worker_failure_, " (", connected_.size(), " client(s) still connected)"));
+    }
   }
+  dedup_.Forget(bye.client_id());
   std::vector<Waiter> released;
   if (std::shared_ptr<const Model> m = model(); m != nullptr && m->config.sync) {
     // A departed worker no longer counts towards the quorum, so the others need not time out.
@@ -387,6 +402,14 @@ void PsServer::Impl::HandleStats(rpc::Responder responder) {
 
 absl::Status PsServer::Impl::GiveUpReason() const {
   const absl::Time now = absl::Now();
+  {
+    // Every worker left, one of them because it gave up: nobody is coming back to finish the job.
+    absl::MutexLock lock(&mu_);
+    if (!worker_failure_.empty() && connected_.empty()) {
+      return absl::AbortedError(absl::StrCat("ps task ", options_.task_index, ": every worker left; ",
+                                             worker_failure_));
+    }
+  }
   if (!initialized()) {
     // At start-up, and after Initialize began again (a restarted chief, or a restore): the chief's job.
     const absl::Time since = absl::FromUnixNanos(uninitialized_since_nanos_.load(std::memory_order_relaxed));

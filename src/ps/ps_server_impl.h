@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/psflow.pb.h"
+#include "ps/push_dedup.h"
 #include "ps/shard.h"
 #include "psflow/ps/ps_server.h"
 #include "psflow/rpc/transport.h"
@@ -133,6 +134,13 @@ class PsServer::Impl final : public rpc::Handler {
   // absl::GetCurrentTimeNanos() of the start or latest re-initialization, and of the latest call.
   std::atomic<int64_t> uninitialized_since_nanos_{absl::GetCurrentTimeNanos()};
   std::atomic<int64_t> last_call_nanos_{absl::GetCurrentTimeNanos()};
+  // Retried pushes are applied once (ps/push_dedup.h); so are retried Initializes (the last one
+  // applied, by client id and number).
+  PushDedup dedup_;
+  uint64_t last_init_client_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_init_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  // The last worker that gave up on the job (Goodbye with a failure), and why.
+  std::string worker_failure_ ABSL_GUARDED_BY(mu_);
 
   // Sync mode: the current step's quorum.
   mutable absl::Mutex sync_mu_ ABSL_ACQUIRED_AFTER(mu_);

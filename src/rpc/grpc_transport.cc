@@ -249,8 +249,13 @@ class GrpcChannel final : public ClientChannel {
       return *std::move(too_large);
     }
     if (code == absl::StatusCode::kDeadlineExceeded) {
-      const std::string waited = absl::StrCat(peer, ": ", MethodName(method), " got no answer within ", timeout_secs, " s");
-      if (connect_error.empty()) return absl::DeadlineExceededError(absl::StrCat(waited, " (", s.error_message(), ")"));
+      // The deadline is --rpc_timeout_secs plus the call's bytes at 1 MiB/s (src/ps/call_deadline.h).
+      const std::string waited = absl::StrCat(peer, ": ", MethodName(method), " got no answer within ",
+                                              absl::SixDigits(timeout_secs), " s");
+      if (connect_error.empty()) {
+        return absl::DeadlineExceededError(
+            absl::StrCat(waited, " (", s.error_message(), "; deadline: --rpc_timeout_secs + its size)"));
+      }
       return absl::DeadlineExceededError(
           absl::StrCat(waited, ": connecting fails: ", DescribeConnectFailure(connect_error, tls)));
     }

@@ -310,7 +310,8 @@ class ShmConnection : public std::enable_shared_from_this<ShmConnection> {
     }
     for (Expired& e : expired) {
       e.done(absl::DeadlineExceededError(absl::StrCat(peer_name_, ": ", MethodName(e.method), " got no answer within ",
-                                                      e.timeout_secs, " s (shared memory)")));
+                                                      absl::SixDigits(e.timeout_secs),
+                                                      " s (--rpc_timeout_secs + its size; shared memory)")));
     }
   }
 

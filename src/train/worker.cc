@@ -102,8 +102,11 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   if (!result.ok() && index == 0 && !absl::IsAborted(result.status())) {
     client.Abort(std::string(result.status().message()));
   }
-  // Told the job was aborted: leave, so the ps tasks need not wait for us.
-  if (!result.ok() && index != 0 && absl::IsAborted(result.status())) (void)client.Goodbye();
+  // Told the job was aborted: leave, so the ps tasks need not wait for us. Giving up (a ps task
+  // silent past --ps_timeout_secs, ...): say why, so no ps task waits --worker_timeout_secs for us.
+  if (!result.ok() && index != 0) {
+    (void)client.Goodbye(absl::IsAborted(result.status()) ? "" : std::string(result.status().message()));
+  }
   return result;
 }
 

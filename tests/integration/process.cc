@@ -75,6 +75,13 @@ ProcessResult Process::Wait(double timeout_secs) {
   return result;
 }
 
+std::string Process::OutputSoFar() const {
+  std::ifstream in(output_path_);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 ProcessResult RunProcess(const std::vector<std::string>& args, double timeout_secs, const std::vector<std::string>& env) {
   Process p(args, env);
   return p.Wait(timeout_secs);

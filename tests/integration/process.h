@@ -22,6 +22,8 @@ class Process {
   // Waits up to `timeout_secs`; kills the child (SIGKILL) when the time is up.
   ProcessResult Wait(double timeout_secs);
   int pid() const { return pid_; }
+  // What the child printed so far (stdout and stderr), while it runs.
+  std::string OutputSoFar() const;
 
  private:
   int pid_ = -1;

@@ -10,11 +10,15 @@
 // calls. Blocking calls from inside a `done` are a programmer error (CHECKed: they would deadlock).
 // Errors name the ps task and its address.
 //
-// Failures: a data call (Pull, PullRows, Push, PushAndPull, PullState) to a ps task that is
-// unreachable (Unavailable, e.g. killed) is retried with exponential back-off (50 ms doubling to
-// 2 s) for up to ps_unavailable_timeout_secs, logging once per outage; only the calls to the
-// unreachable task are repeated (the answers of the others are kept, so a push is applied once on
-// every ps task that got it). Past that bound: Unavailable naming the task and its address. A ps
+// Failures: every call has a deadline sized to the bytes it moves (rpc_timeout_secs + 1 s per MiB,
+// src/ps/call_deadline.h). A data or control call (Pull, PullRows, Push, PushAndPull, PullState,
+// Initialize, IsInitialized, Stats, Shutdown, Abort) to a ps task that is silent — it missed the
+// deadline (frozen, link down) or is unreachable (killed) — is retried with exponential back-off
+// (50 ms doubling to 2 s) for up to ps_unavailable_timeout_secs (--ps_timeout_secs) from the call's
+// start, logging when the silence starts and every 10 s; only the calls to the silent task are
+// repeated (the answers of the others are kept). Retries are safe: a push carries this client's id
+// and a sequence number, and each ps applies it at most once (src/ps/push_dedup.h). Past that
+// bound: DeadlineExceeded or Unavailable naming the task, the call and the flags. A ps
 // task that answers but lost its variables (restarted) fails the call with FailedPrecondition
 // "ps task 1 (127.0.0.1:2223) is not initialized (restarted?)" (IsPsRestarted, RestartedPsTask);
 // the chief then rolls every ps task back to the last checkpoint with Initialize (or, without
@@ -65,9 +69,12 @@ class PsClient {
     dist::PlacementPlan plan;
     int worker_index = 0;
     SecurityOptions security;
-    double rpc_timeout_secs = 30;      // per data/control call (sync pushes get sync_timeout_secs more)
+    // Base deadline of one attempt of a call, plus 1 s per MiB it moves (sync pushes get
+    // sync_timeout_secs more).
+    double rpc_timeout_secs = 30;
     double connect_timeout_secs = 120;
-    // How long a data call keeps retrying an unreachable ps task before failing.
+    // How long a call keeps retrying a silent ps task before failing (--ps_timeout_secs); at least
+    // one full attempt.
     double ps_unavailable_timeout_secs = 120;
     // Where the client reports waiting for an unreachable ps task. Default: stderr.
     std::function<void(const std::string&)> log;
@@ -138,12 +145,15 @@ class PsClient {
   // are read at slightly different moments when pushes are running.
   absl::StatusOr<ModelSnapshot> PullState();
 
-  absl::Status Goodbye();   // this worker stops
+  // This worker stops; with a `failure`, it gives up on the job and says why (a ps task whose
+  // workers all left, one of them failing, exits non-zero at once instead of waiting
+  // --worker_timeout_secs). Retried for min(rpc_timeout_secs, ps_unavailable_timeout_secs) at most.
+  absl::Status Goodbye(const std::string& failure = "");
   absl::Status Shutdown();  // chief: training finished; every ps task's Wait() returns
   // Chief: the job failed for `reason`; every reachable ps task answers further calls with
-  // Aborted(reason) and its Wait() returns that error (the task exits non-zero). Best effort,
-  // bounded by `timeout_secs`; unreachable tasks give up on their own (worker_timeout_secs).
-  void Abort(const std::string& reason, double timeout_secs = 5);
+  // Aborted(reason) and its Wait() returns that error (the task exits non-zero). Best effort:
+  // silent tasks are retried for up to `timeout_secs` (negative: ps_unavailable_timeout_secs).
+  void Abort(const std::string& reason, double timeout_secs = -1);
   absl::StatusOr<std::vector<PsTaskStats>> Stats();
 
   class Impl;

@@ -1,0 +1,192 @@
+// Stalls on loopback with real processes (docs/failures.md): a ps task frozen with SIGSTOP past
+// --rpc_timeout_secs but within --ps_timeout_secs, then resumed, costs only time — async (gRPC
+// and shared memory) and sync, every task exits 0 at the target global step, and the sync run's
+// final parameters equal an undisturbed run's (no push counted twice). A ps task silent past
+// --ps_timeout_secs ends the job: every task exits non-zero, naming the silent task.
+// Each test prints its figures (stall, exits, times) for the record; none is a pass/fail bound
+// on time beyond the processes' generous time limits.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <memory>
+#include <regex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "test_util.h"
+
+namespace psflow::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A cluster started by hand, one process per task.
+struct Job {
+  std::vector<std::unique_ptr<Process>> ps, workers;
+  std::vector<std::string> ps_addresses;
+
+  Job(int num_ps, int num_workers, const std::vector<std::string>& flags, const std::vector<std::string>& chief_flags) {
+    const std::vector<int> ports = FreePorts(num_ps + num_workers);
+    std::vector<std::string> workers_addresses;
+    for (int k = 0; k < num_ps; ++k) ps_addresses.push_back(absl::StrCat("127.0.0.1:", ports[k]));
+    for (int w = 0; w < num_workers; ++w) workers_addresses.push_back(absl::StrCat("127.0.0.1:", ports[num_ps + w]));
+    auto task = [&](const std::string& job, int index) {
+      std::vector<std::string> args = {"train", "--job_name=" + job, absl::StrCat("--task_index=", index),
+                                       "--ps_hosts=" + absl::StrJoin(ps_addresses, ","),
+                                       "--worker_hosts=" + absl::StrJoin(workers_addresses, ",")};
+      args.insert(args.end(), flags.begin(), flags.end());
+      if (job == "worker" && index == 0) args.insert(args.end(), chief_flags.begin(), chief_flags.end());
+      return Psflow(args);
+    };
+    for (int k = 0; k < num_ps; ++k) ps.push_back(std::make_unique<Process>(task("ps", k)));
+    for (int w = 0; w < num_workers; ++w) workers.push_back(std::make_unique<Process>(task("worker", w)));
+  }
+
+  std::vector<Process*> All() {
+    std::vector<Process*> all;
+    for (auto& p : ps) all.push_back(p.get());
+    for (auto& w : workers) all.push_back(w.get());
+    return all;
+  }
+};
+
+// The highest "step N/M" progress line `p` printed so far.
+int64_t LatestStep(const Process& p) {
+  static const std::regex kStep("step (\\d+)/\\d+");
+  const std::string out = p.OutputSoFar();
+  int64_t latest = -1;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), kStep); it != std::sregex_iterator(); ++it) {
+    latest = std::max<int64_t>(latest, std::stoll((*it)[1]));
+  }
+  return latest;
+}
+
+// Waits (bounded) until `p` logged a step of at least `step`.
+bool WaitForStep(const Process& p, int64_t step, double timeout_secs) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_secs);
+  while (Clock::now() < deadline) {
+    if (LatestStep(p) >= step) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+struct Exit {
+  ProcessResult result;
+  double secs = 0;  // after `since`
+};
+
+// Waits for every process at once, noting when each exited.
+std::vector<Exit> WaitAll(const std::vector<Process*>& processes, double timeout_secs, Clock::time_point since) {
+  std::vector<Exit> exits(processes.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < processes.size(); ++i) {
+    threads.emplace_back([&, i] {
+      exits[i].result = processes[i]->Wait(timeout_secs);
+      exits[i].secs = std::chrono::duration<double>(Clock::now() - since).count();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return exits;
+}
+
+std::string Figures(const std::vector<Exit>& exits) {
+  std::vector<std::string> parts;
+  for (const Exit& e : exits) parts.push_back(absl::StrCat(e.result.exit_code, "@", static_cast<int>(e.secs * 10) / 10.0, "s"));
+  return absl::StrJoin(parts, " ");
+}
+
+std::vector<std::string> CommonFlags(int64_t steps, bool sync, const std::string& transport) {
+  std::vector<std::string> flags = {"--model=mlp", "--partitioner=fixed:2", absl::StrCat("--train_steps=", steps),
+                                    "--batch_size=50", "--seed=3", "--log_every=10", "--data_dir=" + MnistDir(),
+                                    "--rpc_timeout_secs=2", "--ps_timeout_secs=30", "--transport=" + transport};
+  if (sync) flags.push_back("--sync_replicas");
+  return flags;
+}
+
+constexpr double kStallSecs = 6;
+
+// Runs 2 ps + 2 workers; with `stall`, freezes ps task 0 for kStallSecs once the chief is past
+// step 30. Returns the exits (ps0, ps1, chief, worker1) after the job's start.
+std::vector<Exit> RunJob(int64_t steps, bool sync, const std::string& transport, const std::string& dir, bool stall) {
+  Job job(2, 2, CommonFlags(steps, sync, transport),
+          {"--checkpoint_dir=" + dir, "--metrics_json=" + dir + "/m.json"});
+  const auto start = Clock::now();
+  if (stall) {
+    EXPECT_TRUE(WaitForStep(*job.workers[0], 30, 120)) << job.workers[0]->OutputSoFar();
+    const int64_t at = LatestStep(*job.workers[0]);
+    EXPECT_EQ(kill(job.ps[0]->pid(), SIGSTOP), 0);
+    std::this_thread::sleep_for(std::chrono::duration<double>(kStallSecs));
+    EXPECT_EQ(kill(job.ps[0]->pid(), SIGCONT), 0);
+    std::cout << "froze ps task 0 for " << kStallSecs << " s at the chief's step " << at << " of " << steps << "\n";
+  }
+  return WaitAll(job.All(), 240, start);
+}
+
+// Every task exited 0 at the target step; the chief saw the silence, named it, and saw it end.
+void ExpectOnlyTimeLost(const std::vector<Exit>& exits, const std::string& dir, int64_t steps) {
+  for (const Exit& e : exits) EXPECT_EQ(e.result.exit_code, 0) << e.result.output;
+  const std::string& chief = exits[2].result.output;
+  EXPECT_NE(chief.find("waiting for ps task 0 (127.0.0.1:"), std::string::npos) << chief;
+  EXPECT_NE(chief.find("answered again after"), std::string::npos) << chief;
+  nlohmann::json m = ReadJson(dir + "/m.json");
+  EXPECT_EQ(m["global_step"], steps);  // no step lost, none counted twice
+  EXPECT_GT(m["test_accuracy"].get<double>(), 0.85);
+}
+
+void ExpectAsyncStallCostsOnlyTime(const std::string& transport) {
+  const std::string dir = TempDir("stall_async_" + transport);
+  const std::vector<Exit> exits = RunJob(600, false, transport, dir, /*stall=*/true);
+  std::cout << "exit status@seconds (ps0 ps1 chief worker1): " << Figures(exits) << "\n";
+  ExpectOnlyTimeLost(exits, dir, 600);
+}
+
+TEST(StallTest, PsFrozenPastTheRpcDeadlineCostsOnlyTimeAsyncGrpc) { ExpectAsyncStallCostsOnlyTime("grpc"); }
+TEST(StallTest, PsFrozenPastTheRpcDeadlineCostsOnlyTimeAsyncShm) { ExpectAsyncStallCostsOnlyTime("shm"); }
+
+TEST(StallTest, PsFrozenInSyncModeEndsWithTheUndisturbedParameters) {
+  const std::string calm_dir = TempDir("sync_calm"), stall_dir = TempDir("sync_stalled");
+  const std::vector<Exit> calm = RunJob(300, true, "grpc", calm_dir, /*stall=*/false);
+  const std::vector<Exit> stalled = RunJob(300, true, "grpc", stall_dir, /*stall=*/true);
+  std::cout << "exit status@seconds (ps0 ps1 chief worker1), undisturbed: " << Figures(calm)
+            << "; stalled: " << Figures(stalled) << "\n";
+  for (const Exit& e : calm) ASSERT_EQ(e.result.exit_code, 0) << e.result.output;
+  ExpectOnlyTimeLost(stalled, stall_dir, 300);
+  // The same gradients averaged in the same steps: equal up to the order of float additions.
+  const double diff = MaxRelativeDifference(ReadFinalVariables(stall_dir), ReadFinalVariables(calm_dir));
+  std::cout << "max relative difference of the final parameters: " << diff << "\n";
+  EXPECT_LT(diff, 1e-5);
+}
+
+TEST(StallTest, PsSilentPastThePsTimeoutEndsEveryTaskNamingIt) {
+  const std::string dir = TempDir("stall_past_bound");
+  std::vector<std::string> flags = CommonFlags(100000000, false, "grpc");
+  flags.push_back("--rpc_timeout_secs=1");
+  flags.push_back("--ps_timeout_secs=5");
+  Job job(2, 2, flags, {});
+  ASSERT_TRUE(WaitForStep(*job.workers[0], 30, 120)) << job.workers[0]->OutputSoFar();
+  ASSERT_EQ(kill(job.ps[0]->pid(), SIGSTOP), 0);
+  const auto stopped = Clock::now();
+  // The others give up on it and exit; it is resumed while the chief still retries its abort.
+  std::vector<Exit> others;
+  std::thread waiter([&] { others = WaitAll({job.ps[1].get(), job.workers[0].get(), job.workers[1].get()}, 120, stopped); });
+  std::this_thread::sleep_for(std::chrono::seconds(7));
+  ASSERT_EQ(kill(job.ps[0]->pid(), SIGCONT), 0);
+  std::vector<Exit> frozen = WaitAll({job.ps[0].get()}, 120, stopped);
+  waiter.join();
+  std::cout << "exit status@seconds after SIGSTOP (ps1 chief worker1): " << Figures(others)
+            << "; ps0 (resumed at 7 s): " << Figures(frozen) << "\n";
+  const std::string silent = "ps task 0 (" + job.ps_addresses[0] + ")";
+  for (const Exit* e : std::vector<const Exit*>{&others[0], &others[1], &others[2], &frozen[0]}) {
+    EXPECT_FALSE(e->result.timed_out) << e->result.output;
+    EXPECT_NE(e->result.exit_code, 0) << e->result.output;
+    EXPECT_LT(e->result.exit_code, 128) << e->result.output;  // an orderly exit, not a crash
+    EXPECT_NE(e->result.output.find(silent), std::string::npos) << e->result.output;
+  }
+  EXPECT_NE(others[1].result.output.find("--ps_timeout_secs"), std::string::npos) << others[1].result.output;
+}
+
+}  // namespace
+}  // namespace psflow::testing
