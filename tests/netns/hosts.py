@@ -21,7 +21,7 @@ mid-run) — the stall a peer cannot tell from a frozen task. `side="host"` down
 Shaping is `tc qdisc ... tbf` (rate, burst, latency) on the egress of both ends; `netem` (delay,
 loss) is not available on these machines.
 
-Cleanup: close() is idempotent and also registered with atexit; processes started by popen() get
+Cleanup: close() is idempotent and also registered with atexit (SIGTERM exits through it); processes started by popen() get
 PR_SET_PDEATHSIG=SIGKILL, so they die with the test even when it is killed; namespaces left by a
 test that was killed -9 are removed by the next Network() (their pid no longer runs).
 
@@ -38,6 +38,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 
 SKIP = 77  # exit status of a test that cannot run here (CTest SKIP_RETURN_CODE)
 SUBNET = "10.231.0"  # private; exists only inside the namespaces a Network makes
@@ -110,6 +111,13 @@ def unavailable():
     return reason or None
 
 
+def _exit_on_sigterm():
+    """SIGTERM (kill, a CI runner's timeout) exits through atexit, so close() still runs."""
+    import threading
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
 def _die_with_parent():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -134,6 +142,7 @@ class Network:
         self.procs = []
         self.closed = False
         atexit.register(self.close)
+        _exit_on_sigterm()
         _ip("netns", "add", self.bridge_ns)
         self._namespaces = [self.bridge_ns]
         _ip("-n", self.bridge_ns, "link", "set", "lo", "up")
