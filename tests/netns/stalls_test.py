@@ -56,6 +56,13 @@ def restored_steps(job):
     return lost
 
 
+def longest_silence(job):
+    """The longest silence a worker reported ("answered again after S s of silence"), or None."""
+    found = [float(m) for t in job.tasks if t.startswith("worker")
+             for m in re.findall(r"answered again after ([\d.]+) s of silence", job.text(t))]
+    return round(max(found), 1) if found else None
+
+
 class StallTests(unittest.TestCase):
     def setUp(self):
         self.workdir = tempfile.mkdtemp(prefix=f"psflow_netns_{self._testMethodName}_")
@@ -79,7 +86,9 @@ class StallTests(unittest.TestCase):
     def job(self, num_ps, num_workers, flags, **kw):
         return cluster.Job(self.net, self.psflow, self.workdir, num_ps, num_workers, flags, **kw)
 
-    def report(self, **figures):
+    def report(self, job=None, **figures):
+        if job is not None:
+            figures["longest_silence_secs"] = longest_silence(job)
         print(json.dumps({"test": self._testMethodName, **figures}), flush=True)
 
     def assert_finished(self, job, codes, steps=STEPS, min_accuracy=MIN_ACCURACY):
@@ -102,7 +111,7 @@ class StallTests(unittest.TestCase):
         self.net.link_up(job.host("ps:0"))
         codes = job.wait_all(HANG)
         summary = self.assert_finished(job, codes)
-        self.report(mode="sync" if sync else "async", stall_secs=STALL, stalled="ps:0 link", down_at_step=down_at_step,
+        self.report(job, mode="sync" if sync else "async", stall_secs=STALL, stalled="ps:0 link", down_at_step=down_at_step,
                     exit_statuses=codes, global_step=summary["global_step"], steps_lost=restored_steps(job),
                     test_accuracy=summary["test_accuracy"], stale_gradients_dropped=summary["stale_gradients_dropped"])
 
@@ -130,7 +139,7 @@ class StallTests(unittest.TestCase):
         codes = job.wait_all(HANG)
         summary = self.assert_finished(job, codes)
         if freeze:
-            self.report(mode="sync" if sync else "async", stall_secs=STALL, stalled="ps:0 SIGSTOP",
+            self.report(job, mode="sync" if sync else "async", stall_secs=STALL, stalled="ps:0 SIGSTOP",
                         frozen_at_step=frozen_at_step, exit_statuses=codes, global_step=summary["global_step"],
                         steps_lost=restored_steps(job), test_accuracy=summary["test_accuracy"],
                         stale_gradients_dropped=summary["stale_gradients_dropped"])
@@ -176,7 +185,7 @@ class StallTests(unittest.TestCase):
         # the ps stops leaving it out (its last sync steps had every worker).
         self.assertRegex(w1_log[w1_log_at_return:], r"step \d+/", f"worker 1 did not train after its link returned\n{job.logs_tail()}")
         later_drops = re.findall(r"missing worker\(s\) 1\b", ps_log[ps_log_at_return:])
-        self.report(mode="sync", stall_secs=STALL, stalled="worker:1 link", cut_at_step=cut_at_step,
+        self.report(job, mode="sync", stall_secs=STALL, stalled="worker:1 link", cut_at_step=cut_at_step,
                     sync_timeout_secs=sync_timeout, quorum_timeouts_while_cut=len(dropped),
                     quorum_timeouts_after_return=len(later_drops), exit_statuses=codes,
                     global_step=summary["global_step"], steps_lost=restored_steps(job),
@@ -204,7 +213,7 @@ class StallTests(unittest.TestCase):
         up = time.time()
         codes = job.wait_all(HANG)
         exit_after = {t: round(job.exited[t] - down, 1) for t in job.exited}
-        self.report(stalled="ps:0 link", stall_secs=round(up - down, 1), ps_timeout_secs=ps_timeout,
+        self.report(job, stalled="ps:0 link", stall_secs=round(up - down, 1), ps_timeout_secs=ps_timeout,
                     rpc_timeout_secs=RPC_TIMEOUT, exit_statuses=codes, secs_from_link_down_to_exit=exit_after,
                     secs_to_last_exit=max(exit_after.values()) if exit_after else None,
                     secs_from_first_to_last_exit=round(max(exit_after.values()) - min(exit_after.values()), 1)
