@@ -178,6 +178,13 @@ class Network:
         if direction in ("in", "both"):
             _tc("-n", self.bridge_ns, "qdisc", "replace", "dev", host.bridge_if, *args)
 
+    def unshape(self, host, direction="both"):
+        """Removes the tbf of shape() (the link runs at veth speed again)."""
+        if direction in ("out", "both"):
+            _tc("-n", host.ns, "qdisc", "del", "dev", "eth0", "root")
+        if direction in ("in", "both"):
+            _tc("-n", self.bridge_ns, "qdisc", "del", "dev", host.bridge_if, "root")
+
     def link_down(self, host, side="bridge"):
         if side == "bridge":
             _ip("-n", self.bridge_ns, "link", "set", host.bridge_if, "down")
