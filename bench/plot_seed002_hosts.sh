@@ -21,7 +21,12 @@ import json, os, statistics, sys
 src, tmp = sys.argv[1], sys.argv[2]
 rows = [json.loads(l) for l in open(src) if l.strip()]
 runs = [r for r in rows if r.get("kind") != "compute_limit"]
-limits = {r["model"]: r["global_steps_per_sec"] for r in rows if r.get("kind") == "compute_limit"}
+limits, last = {}, None  # a compute limit belongs to the runs just before it (same load)
+for r in rows:
+    if r.get("kind") == "compute_limit":
+        limits[last if last and last[0] == r["model"] else (r["model"], None)] = r["global_steps_per_sec"]
+    elif r["link_rate"] != "unshaped":
+        last = (r["model"], r["link_rate"])
 panels = []
 for r in runs:  # one panel per (model, link rate); unshaped runs join their model's first panel
     if r["link_rate"] != "unshaped" and (r["model"], r["link_rate"]) not in panels:
@@ -41,7 +46,7 @@ for i, (model, rate) in enumerate(panels, 1):
                       f"{statistics.mean(r['link_limit_steps_per_sec'] or 0 for r in rs):.2f} "
                       f"{statistics.mean(r['max_over_mean_traffic'] for r in rs):.2f}\n")
     with open(os.path.join(tmp, f"panel_{i}.limit"), "w") as out:
-        out.write(f"{limits.get(model, 0)}\n")
+        out.write(f"{limits.get((model, rate), limits.get((model, None), 0))}\n")
     with open(os.path.join(tmp, f"panel_{i}.title"), "w") as out:
         out.write(f"{model}: 2 ps + {mine[0]['workers']} workers, ps links {rate}\n")
 print(len(panels))
