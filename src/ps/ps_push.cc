@@ -193,8 +193,19 @@ void PsServer::Impl::SyncTimerLoop() {
         continue;
       }
       const absl::Time deadline = first_arrival_ + absl::Seconds(m->config.sync_timeout_secs);
-      if (absl::Now() < deadline) {
+      const absl::Time now = absl::Now();
+      if (now < deadline) {
         sync_cv_.WaitWithDeadline(&sync_mu_, deadline);
+        continue;
+      }
+      // Woken far past the deadline: this task was frozen (SIGSTOP, a VM pause), and the pushes
+      // that reached it meanwhile wait unread in its sockets. Timing the step out now would drop
+      // workers that pushed in time: the step waits its timeout again (docs/failures.md).
+      if (now - deadline > absl::Seconds(1)) {
+        Log(absl::StrCat("sync step ", step_.load(), ": this task did not run for ",
+                         absl::ToInt64Seconds(now - deadline), " s or more (frozen?); the step waits ",
+                         m->config.sync_timeout_secs, " s again for its quorum"));
+        first_arrival_ = now;
         continue;
       }
       // The quorum did not form in time: apply what arrived and stop waiting for the missing.

@@ -94,9 +94,9 @@ std::optional<rpc::Responder> PushDedup::Admit(uint64_t client_id, uint64_t seq,
   std::string header;
   absl::Status status;
   std::vector<ClientPushes> forgotten;  // destroyed after unlocking (held duplicates answer then)
+  State& s = *state_;
   {
-    absl::MutexLock lock(&state_->mu);
-    State& s = *state_;
+    absl::MutexLock lock(&s.mu);
     auto [client, inserted] = s.clients.try_emplace(client_id);
     client->second.last_seen = ++s.clock;
     if (inserted && s.clients.size() > kMaxClients) {

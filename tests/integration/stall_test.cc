@@ -11,6 +11,7 @@
 #include <chrono>
 #include <memory>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -68,6 +69,7 @@ bool WaitForStep(const Process& p, int64_t step, double timeout_secs) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_secs);
   while (Clock::now() < deadline) {
     if (LatestStep(p) >= step) return true;
+    if (p.OutputSoFar().find("psflow: error") != std::string::npos) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
@@ -98,31 +100,76 @@ std::string Figures(const std::vector<Exit>& exits) {
   return absl::StrJoin(parts, " ");
 }
 
-std::vector<std::string> CommonFlags(int64_t steps, bool sync, const std::string& transport) {
+// Sync pushes may be held for their quorum: their deadline is --rpc_timeout_secs plus
+// --sync_timeout_secs, kept short here (4 s) so that the stall outlasts it and pushes are retried.
+std::vector<std::string> CommonFlags(int64_t steps, bool sync, const std::string& transport, int rpc_timeout = 2,
+                                     int ps_timeout = 30) {
   std::vector<std::string> flags = {"--model=mlp", "--partitioner=fixed:2", absl::StrCat("--train_steps=", steps),
                                     "--batch_size=50", "--seed=3", "--log_every=10", "--data_dir=" + MnistDir(),
-                                    "--rpc_timeout_secs=2", "--ps_timeout_secs=30", "--transport=" + transport};
-  if (sync) flags.push_back("--sync_replicas");
+                                    absl::StrCat("--rpc_timeout_secs=", rpc_timeout),
+                                    absl::StrCat("--ps_timeout_secs=", ps_timeout), "--transport=" + transport};
+  if (sync) {
+    flags.push_back("--sync_replicas");
+    flags.push_back("--sync_timeout_secs=4");
+  }
   return flags;
 }
 
-constexpr double kStallSecs = 6;
+// Longer than --rpc_timeout_secs (2), and than a sync push's deadline (2 + 4 s + its bytes).
+double StallSecs(bool sync) { return sync ? 8 : 6; }
 
-// Runs 2 ps + 2 workers; with `stall`, freezes ps task 0 for kStallSecs once the chief is past
-// step 30. Returns the exits (ps0, ps1, chief, worker1) after the job's start.
-std::vector<Exit> RunJob(int64_t steps, bool sync, const std::string& transport, const std::string& dir, bool stall) {
+// The chief's lines about the silent task (figures for the record).
+void PrintSilenceLines(const std::string& output) {
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("waiting for ps") != std::string::npos || line.find("answered again") != std::string::npos ||
+        line.find("gave up") != std::string::npos) {
+      std::cout << "  chief: " << line.substr(0, 300) << "\n";
+    }
+  }
+}
+
+enum class Stall {
+  kNone,
+  kPs,  // ps task 0 frozen for StallSecs once the chief is past step 30
+  // Sync: worker 1 frozen first, so ps task 0 holds the chief's push alone (its step's timer
+  // running); then ps task 0 frozen, worker 1 resumed (its push waits unread in ps task 0's
+  // socket) and, past the step's timeout, ps task 0 resumed: it must not drop worker 1.
+  kPsWithHalfAQuorum,
+};
+
+// Runs 2 ps + 2 workers, stalled as asked. Returns the exits (ps0, ps1, chief, worker1) after the
+// job's start.
+std::vector<Exit> RunJob(int64_t steps, bool sync, const std::string& transport, const std::string& dir, Stall how) {
+  const bool stall = how != Stall::kNone;
   Job job(2, 2, CommonFlags(steps, sync, transport),
           {"--checkpoint_dir=" + dir, "--metrics_json=" + dir + "/m.json"});
   const auto start = Clock::now();
   if (stall) {
     EXPECT_TRUE(WaitForStep(*job.workers[0], 30, 120)) << job.workers[0]->OutputSoFar();
     const int64_t at = LatestStep(*job.workers[0]);
-    EXPECT_EQ(kill(job.ps[0]->pid(), SIGSTOP), 0);
-    std::this_thread::sleep_for(std::chrono::duration<double>(kStallSecs));
+    if (how == Stall::kPsWithHalfAQuorum) {
+      EXPECT_EQ(kill(job.workers[1]->pid(), SIGSTOP), 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the chief's push is held
+      EXPECT_EQ(kill(job.ps[0]->pid(), SIGSTOP), 0);
+      EXPECT_EQ(kill(job.workers[1]->pid(), SIGCONT), 0);
+    } else {
+      EXPECT_EQ(kill(job.ps[0]->pid(), SIGSTOP), 0);
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(StallSecs(sync)));
     EXPECT_EQ(kill(job.ps[0]->pid(), SIGCONT), 0);
-    std::cout << "froze ps task 0 for " << kStallSecs << " s at the chief's step " << at << " of " << steps << "\n";
+    std::cout << "froze ps task 0 for " << StallSecs(sync) << " s at the chief's step " << at << " of " << steps
+              << "\n";
   }
-  return WaitAll(job.All(), 240, start);
+  std::vector<Exit> exits = WaitAll(job.All(), 240, start);
+  if (stall) {
+    PrintSilenceLines(exits[2].result.output);
+    std::istringstream ps0(exits[0].result.output);
+    for (std::string line; std::getline(ps0, line);) {
+      if (line.find("frozen?") != std::string::npos) std::cout << "  ps0: " << line << "\n";
+    }
+  }
+  return exits;
 }
 
 // Every task exited 0 at the target step; the chief saw the silence, named it, and saw it end.
@@ -138,7 +185,7 @@ void ExpectOnlyTimeLost(const std::vector<Exit>& exits, const std::string& dir, 
 
 void ExpectAsyncStallCostsOnlyTime(const std::string& transport) {
   const std::string dir = TempDir("stall_async_" + transport);
-  const std::vector<Exit> exits = RunJob(600, false, transport, dir, /*stall=*/true);
+  const std::vector<Exit> exits = RunJob(600, false, transport, dir, Stall::kPs);
   std::cout << "exit status@seconds (ps0 ps1 chief worker1): " << Figures(exits) << "\n";
   ExpectOnlyTimeLost(exits, dir, 600);
 }
@@ -147,25 +194,27 @@ TEST(StallTest, PsFrozenPastTheRpcDeadlineCostsOnlyTimeAsyncGrpc) { ExpectAsyncS
 TEST(StallTest, PsFrozenPastTheRpcDeadlineCostsOnlyTimeAsyncShm) { ExpectAsyncStallCostsOnlyTime("shm"); }
 
 TEST(StallTest, PsFrozenInSyncModeEndsWithTheUndisturbedParameters) {
-  const std::string calm_dir = TempDir("sync_calm"), stall_dir = TempDir("sync_stalled");
-  const std::vector<Exit> calm = RunJob(300, true, "grpc", calm_dir, /*stall=*/false);
-  const std::vector<Exit> stalled = RunJob(300, true, "grpc", stall_dir, /*stall=*/true);
-  std::cout << "exit status@seconds (ps0 ps1 chief worker1), undisturbed: " << Figures(calm)
-            << "; stalled: " << Figures(stalled) << "\n";
+  const std::string calm_dir = TempDir("sync_calm");
+  const std::vector<Exit> calm = RunJob(300, true, "grpc", calm_dir, Stall::kNone);
+  std::cout << "exit status@seconds (ps0 ps1 chief worker1), undisturbed: " << Figures(calm) << "\n";
   for (const Exit& e : calm) ASSERT_EQ(e.result.exit_code, 0) << e.result.output;
-  ExpectOnlyTimeLost(stalled, stall_dir, 300);
-  // The same gradients averaged in the same steps: equal up to the order of float additions.
-  const double diff = MaxRelativeDifference(ReadFinalVariables(stall_dir), ReadFinalVariables(calm_dir));
-  std::cout << "max relative difference of the final parameters: " << diff << "\n";
-  EXPECT_LT(diff, 1e-5);
+  for (Stall how : {Stall::kPs, Stall::kPsWithHalfAQuorum}) {
+    const std::string stall_dir = TempDir(absl::StrCat("sync_stalled_", static_cast<int>(how)));
+    const std::vector<Exit> stalled = RunJob(300, true, "grpc", stall_dir, how);
+    std::cout << "stalled: " << Figures(stalled) << "\n";
+    ExpectOnlyTimeLost(stalled, stall_dir, 300);
+    // (With kPsWithHalfAQuorum ps task 0 usually logs that its step's timer woke late — "frozen?" —
+    // and waits again; whether a push is held there at the freeze depends on the step's phase.)
+    // The same gradients averaged in the same steps: equal up to the order of float additions.
+    const double diff = MaxRelativeDifference(ReadFinalVariables(stall_dir), ReadFinalVariables(calm_dir));
+    std::cout << "max relative difference of the final parameters: " << diff << "\n";
+    EXPECT_LT(diff, 1e-5);
+  }
 }
 
 TEST(StallTest, PsSilentPastThePsTimeoutEndsEveryTaskNamingIt) {
   const std::string dir = TempDir("stall_past_bound");
-  std::vector<std::string> flags = CommonFlags(100000000, false, "grpc");
-  flags.push_back("--rpc_timeout_secs=1");
-  flags.push_back("--ps_timeout_secs=5");
-  Job job(2, 2, flags, {});
+  Job job(2, 2, CommonFlags(100000000, false, "grpc", /*rpc_timeout=*/1, /*ps_timeout=*/5), {});
   ASSERT_TRUE(WaitForStep(*job.workers[0], 30, 120)) << job.workers[0]->OutputSoFar();
   ASSERT_EQ(kill(job.ps[0]->pid(), SIGSTOP), 0);
   const auto stopped = Clock::now();
@@ -178,6 +227,11 @@ TEST(StallTest, PsSilentPastThePsTimeoutEndsEveryTaskNamingIt) {
   waiter.join();
   std::cout << "exit status@seconds after SIGSTOP (ps1 chief worker1): " << Figures(others)
             << "; ps0 (resumed at 7 s): " << Figures(frozen) << "\n";
+  for (const Exit* e : std::vector<const Exit*>{&others[0], &others[1], &others[2], &frozen[0]}) {
+    const std::string& out = e->result.output;
+    const size_t error = out.find("psflow: error");
+    std::cout << "  " << (error == std::string::npos ? out.substr(0, 200) : out.substr(error, 300)) << "\n";
+  }
   const std::string silent = "ps task 0 (" + job.ps_addresses[0] + ")";
   for (const Exit* e : std::vector<const Exit*>{&others[0], &others[1], &others[2], &frozen[0]}) {
     EXPECT_FALSE(e->result.timed_out) << e->result.output;
@@ -186,6 +240,21 @@ TEST(StallTest, PsSilentPastThePsTimeoutEndsEveryTaskNamingIt) {
     EXPECT_NE(e->result.output.find(silent), std::string::npos) << e->result.output;
   }
   EXPECT_NE(others[1].result.output.find("--ps_timeout_secs"), std::string::npos) << others[1].result.output;
+}
+
+// Issue 12.1: a call's deadline follows its bytes. A 63 MB model (mlp, 15.7M parameters) is
+// initialized, pulled and pushed with --rpc_timeout_secs=0.05, under which a fixed deadline
+// failed the chief's Initialize ("Initialize got no answer within 0.05 s").
+TEST(StallTest, BigModelInitializesWithATinyRpcTimeout) {
+  Job job(1, 1, {"--model=mlp", "--hidden_units=20000", "--train_steps=1000", "--batch_size=10", "--log_every=1",
+                 "--data_dir=" + MnistDir(), "--rpc_timeout_secs=0.05", "--ps_timeout_secs=60"},
+          {});
+  // Initialized, then a first step: a 63 MB push-and-pull each way.
+  const bool stepped = WaitForStep(*job.workers[0], 1, 240);
+  const std::string out = job.workers[0]->OutputSoFar();
+  EXPECT_TRUE(stepped) << out << job.ps[0]->OutputSoFar();
+  EXPECT_NE(out.find("chief: initialized"), std::string::npos) << out;
+  EXPECT_EQ(out.find("gave up"), std::string::npos) << out;
 }
 
 }  // namespace

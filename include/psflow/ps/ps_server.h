@@ -13,8 +13,9 @@
 // Thread-safe. The server is owned by its creator; Wait() returns once the chief's Shutdown came
 // and every connected worker said Goodbye (or shutdown_grace_secs passed), so the task exits 0.
 // It returns an error instead — so the task exits non-zero, never hangs — when the chief aborted
-// the job, when the chief did not initialize this task within init_timeout_secs, or when no worker
-// called for idle_timeout_secs.
+// the job, when every worker left and one of them gave up on the job (Goodbye with a failure), when
+// the chief did not initialize this task within init_timeout_secs, or when no worker called for
+// idle_timeout_secs. Pushes carry ids: a retried push is applied once (src/ps/push_dedup.h).
 #ifndef PSFLOW_PS_PS_SERVER_H_
 #define PSFLOW_PS_PS_SERVER_H_
 
@@ -55,7 +56,7 @@ class PsServer {
   // Blocks until training finished: the chief's Shutdown, then every worker that connected said
   // Goodbye (or shutdown_grace_secs passed). Stops serving before returning. Also returns after Stop().
   // Errors (each naming what was waited for): Aborted (the chief aborted the job, with its
-  // reason), DeadlineExceeded (not initialized within init_timeout_secs; no call within
+  // reason; or every worker left, one of them giving up, with its reason), DeadlineExceeded (not initialized within init_timeout_secs; no call within
   // idle_timeout_secs).
   absl::Status Wait();
   // Answers every held call with Unavailable and stops serving (tests). Idempotent.
