@@ -143,11 +143,16 @@ class Network:
         self.closed = False
         atexit.register(self.close)
         _exit_on_sigterm()
-        _ip("netns", "add", self.bridge_ns)
-        self._namespaces = [self.bridge_ns]
-        _ip("-n", self.bridge_ns, "link", "set", "lo", "up")
-        _ip("-n", self.bridge_ns, "link", "add", "br0", "type", "bridge")
-        _ip("-n", self.bridge_ns, "link", "set", "br0", "up")
+        self._namespaces = []
+        try:
+            _ip("netns", "add", self.bridge_ns)
+            self._namespaces.append(self.bridge_ns)
+            _ip("-n", self.bridge_ns, "link", "set", "lo", "up")
+            _ip("-n", self.bridge_ns, "link", "add", "br0", "type", "bridge")
+            _ip("-n", self.bridge_ns, "link", "set", "br0", "up")
+        except Exception:
+            self.close()
+            raise
 
     def add_host(self, name):
         index = len(self.hosts) + 1
