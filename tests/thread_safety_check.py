@@ -84,8 +84,8 @@ def main():
             warnings += n
             if rc != 0 or n:
                 failed.append(path)
-                print(f"--- {os.path.relpath(path, args.source_dir)}: exit {rc}, {n} thread-safety warning(s)")
-                print(err.strip())
+                print(f"--- {os.path.relpath(path, args.source_dir)}: exit {rc}, {n} thread-safety warning(s)", flush=True)
+                print(err.strip(), flush=True)
     print(f"{len(entries)} translation units under src/ checked with {os.path.basename(clang)} "
           f"-Wthread-safety in {time.monotonic() - start:.0f} s: {warnings} thread-safety warning(s), "
           f"{len(failed)} unit(s) failing")

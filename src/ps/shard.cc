@@ -181,12 +181,13 @@ void Shard::Apply(ShardGradient& gradient, const optim::Optimizer& optimizer, fl
   // element-wise, so ranges are independent) to save a copy of the gradient.
   // Disjoint ranges may be updated by several threads (optim::Optimizer::Apply allows it).
   const int64_t t = state_.updates + 1;
-  optim::SlotState& state = state_;  // for the workers below, which run while this thread holds mu_
-  ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) {
+  // The blocks run on pool threads while this thread holds mu_ (ParallelFor returns when all ran).
+  ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     FlushDenormalsOnThisThread();  // the floating-point mode the training ops run the optimizer in
     gradient.message->ForEachRunInRange(gradient.index, begin, end - begin,
-                                        [&](const float* run, int64_t first, int64_t n) {
-                                          optimizer.Apply(w, run, state, first, n, lr, t);
+                                        [&](const float* run, int64_t first, int64_t n)
+                                            ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                          optimizer.Apply(w, run, state_, first, n, lr, t);
                                           return true;
                                         });
   });
@@ -233,11 +234,11 @@ void Shard::ApplyAccumulated(int count, const optim::Optimizer& optimizer, float
     // Optimizer::ApplyDense on the mean, over disjoint ranges in parallel.
     const int64_t t = state_.updates + 1;
     float* accum = accum_.data();
-    optim::SlotState& state = state_;  // for the workers below, which run while this thread holds mu_
-    ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) {
+    // The blocks run on pool threads while this thread holds mu_ (ParallelFor returns when all ran).
+    ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       FlushDenormalsOnThisThread();
       for (int64_t j = begin; j < end; ++j) accum[j] *= scale;
-      optimizer.Apply(w, accum + begin, state, begin, end - begin, lr, t);
+      optimizer.Apply(w, accum + begin, state_, begin, end - begin, lr, t);
       std::fill(accum + begin, accum + end, 0.0f);
     });
     ++state_.updates;
