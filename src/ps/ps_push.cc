@@ -2,7 +2,9 @@
 // mode applies it on arrival; sync mode (SyncReplicasOptimizer) gives it to the sync accumulator
 // (ps/sync_accumulator.h), which holds the push's call open (its Responder) until the step's
 // quorum is complete and its mean applied — no thread blocks per waiting worker. Every answer
-// leaves through PushAnswer (the exit).
+// leaves through PushAnswer (the exit). Push deduplication (ps/push_dedup.h: client id + sequence
+// number) plugs in at the entry, right after the header is parsed: it wraps the Responder, so
+// both modes and the accumulator answer through it unchanged.
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ps/ps_server_impl.h"
