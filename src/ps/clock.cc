@@ -115,6 +115,11 @@ void ManualClock::Advance(absl::Duration d) {
   }
 }
 
+void ManualClock::Jump(absl::Duration d) {
+  absl::MutexLock lock(&mu_);
+  now_ += d;
+}
+
 int ManualClock::pending() const {
   absl::MutexLock lock(&mu_);
   return queue_.size();

@@ -93,6 +93,9 @@ class ManualClock final : public Clock {
   // Moves time forward by `d`, running every callback due by then (in due order; time reads as
   // each one's due time while it runs).
   void Advance(absl::Duration d);
+  // Moves time forward by `d` without running anything, as for a process that was frozen
+  // (SIGSTOP, a paused VM): the callbacks that fell due run late, at the next Advance.
+  void Jump(absl::Duration d);
   // Callbacks not yet run.
   int pending() const;
 

@@ -399,16 +399,22 @@ absl::Status PsServer::Impl::GiveUpReason() const {
 
 absl::Status PsServer::Impl::Wait() {
   absl::Status result;
+  // Woken every second to check the bounds on waiting for the workers (between lock scopes:
+  // GiveUpReason may take mu_ itself).
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(this, &Impl::ShutdownOrStopped), absl::Seconds(1))) break;
+    }
+    absl::Status give_up = GiveUpReason();
+    absl::MutexLock lock(&mu_);
+    if (!give_up.ok() && !shutdown_ && !stopped_) {
+      result = give_up;  // the caller reports it (the task's process exits with it)
+      break;
+    }
+  }
   {
     absl::MutexLock lock(&mu_);
-    // Woken every second to check the bounds on waiting for the workers.
-    while (!mu_.AwaitWithTimeout(absl::Condition(this, &Impl::ShutdownOrStopped), absl::Seconds(1))) {
-      absl::Status give_up = GiveUpReason();  // reads atomics only: fine under mu_
-      if (!give_up.ok() && !shutdown_ && !stopped_) {
-        result = give_up;  // the caller reports it (the task's process exits with it)
-        break;
-      }
-    }
     const bool aborted = result.ok() && aborted_.load();
     if (aborted) result = absl::AbortedError(abort_reason_);
     // After the chief's Shutdown (or abort), the workers still calling are told, until they leave.

@@ -95,8 +95,8 @@ class PsServer::Impl final : public rpc::Handler {
   std::vector<int> ExpectedWorkers(const Model& model) const;
   void Log(const std::string& message) const;
 
-  // Why Wait() should give up now (a bound passed), or OK. Reads atomics only (called under mu_).
-  absl::Status GiveUpReason() const;
+  // Why Wait() should give up now (a bound passed), or OK.
+  absl::Status GiveUpReason() const ABSL_LOCKS_EXCLUDED(mu_);
 
   bool DoneWaiting() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || connected_.empty(); }
   bool ShutdownOrStopped() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || shutdown_; }

@@ -92,10 +92,7 @@ void SyncAccumulator::Push(uint64_t epoch, int worker, int64_t step_tag, absl::F
         stale_dropped_.fetch_add(1, std::memory_order_relaxed);
       } else {
         // Tags newer than the step join the current step, as TF's ConditionalAccumulator does.
-        if (arrived_ == 0) {
-          const uint64_t id = step_id_;
-          timer_ = clock_->Schedule(clock_->Now() + config_.timeout, [this, id] { OnTimeout(id); });
-        }
+        if (arrived_ == 0) ArmTimeoutLocked(clock_->Now() + config_.timeout);
         ++arrived_;
         ++in_flight_;
         arrived_workers_.insert(worker);
@@ -128,6 +125,12 @@ std::vector<SyncAccumulator::Waiter> SyncAccumulator::MaybeFinishStepLocked() {
   return ForgetStepLocked();
 }
 
+void SyncAccumulator::ArmTimeoutLocked(absl::Time deadline) {
+  const uint64_t id = step_id_;
+  deadline_ = deadline;
+  timer_ = clock_->Schedule(deadline, [this, id] { OnTimeout(id); });
+}
+
 void SyncAccumulator::OnTimeout(uint64_t step_id) {
   std::vector<Waiter> released;
   Outcome applied;
@@ -136,20 +139,30 @@ void SyncAccumulator::OnTimeout(uint64_t step_id) {
     absl::MutexLock lock(&mu_);
     if (step_id != step_id_ || arrived_ == 0 || timed_out_) return;  // that step ended meanwhile
     timer_ = 0;
-    // The quorum did not form in time: apply what arrived and stop waiting for the missing.
-    timed_out_ = true;
-    quorum_closed_ = true;
-    std::vector<int> missing;
-    for (int w : config_.expected_workers) {
-      if (!arrived_workers_.contains(w) && !departed_.contains(w)) missing.push_back(w);
+    const absl::Time now = clock_->Now();
+    if (now - deadline_ > kFrozenSlack) {
+      // Woken far past the deadline: this task was frozen, and pushes may wait unread in its
+      // sockets. Timing the step out now would drop workers that pushed in time.
+      line = absl::StrCat("sync step ", step_->load(), ": this task did not run for ",
+                          absl::ToInt64Seconds(now - deadline_), " s or more (frozen?); the step waits ",
+                          absl::ToDoubleSeconds(config_.timeout), " s again for its quorum");
+      ArmTimeoutLocked(now + config_.timeout);
+    } else {
+      // The quorum did not form in time: apply what arrived and stop waiting for the missing.
+      timed_out_ = true;
+      quorum_closed_ = true;
+      std::vector<int> missing;
+      for (int w : config_.expected_workers) {
+        if (!arrived_workers_.contains(w) && !departed_.contains(w)) missing.push_back(w);
+      }
+      dropped_.insert(missing.begin(), missing.end());
+      line = absl::StrCat("sync step ", step_->load(), ": applying ", arrived_, " gradient(s) after waiting ",
+                          absl::ToDoubleSeconds(config_.timeout), " s for ", config_.replicas_to_aggregate,
+                          "; missing worker(s) ", missing.empty() ? "none" : absl::StrJoin(missing, ", "),
+                          " (left out of the quorum until they push again)");
+      released = MaybeFinishStepLocked();  // nothing while a push still accumulates: it finishes the step
+      applied.step = step_->load(std::memory_order_acquire);
     }
-    dropped_.insert(missing.begin(), missing.end());
-    line = absl::StrCat("sync step ", step_->load(), ": applying ", arrived_, " gradient(s) after waiting ",
-                        absl::ToDoubleSeconds(config_.timeout), " s for ", config_.replicas_to_aggregate,
-                        "; missing worker(s) ", missing.empty() ? "none" : absl::StrJoin(missing, ", "),
-                        " (left out of the quorum until they push again)");
-    released = MaybeFinishStepLocked();  // nothing while a push still accumulates: it finishes the step
-    applied.step = step_->load(std::memory_order_acquire);
   }
   if (log_) log_(line);
   Answer(std::move(released), applied);

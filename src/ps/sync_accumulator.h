@@ -12,6 +12,9 @@
 //     workers and drops them from the quorum (backups absorb them first, then R shrinks, never
 //     below 1); a dropped worker is back in the quorum when it pushes again. A worker that said
 //     Goodbye is left out the same way (no timeout needed), and is back after a Hello (Rejoin).
+//   - A timeout that fires more than kFrozenSlack late means this task did not run (SIGSTOP, a
+//     paused VM) and the pushes that reached it meanwhile wait unread in its sockets: the step
+//     waits `timeout` again instead of dropping workers that pushed in time (docs/failures.md).
 //   - Reconfigure (the chief's Initialize, also a restore) and Release (shutdown, stop) answer the
 //     held pushes with the given status (kNotInitializedMessage for a re-initialization, which
 //     workers take as "wait for the chief, then pull") and forget the step. A push admitted under
@@ -95,6 +98,8 @@ class SyncAccumulator {
   // Hello: a worker that comes back counts again.
   void Rejoin(int worker);
 
+  static constexpr absl::Duration kFrozenSlack = absl::Seconds(1);
+
   int64_t stale_dropped() const { return stale_dropped_.load(std::memory_order_relaxed); }
   // The quorum the current step needs (R, less the missing workers beyond the backups).
   int Quorum() const;
@@ -112,6 +117,8 @@ class SyncAccumulator {
   std::vector<Waiter> MaybeFinishStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets the current step; returns its waiters.
   std::vector<Waiter> ForgetStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Schedules the current step's timeout.
+  void ArmTimeoutLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The clock's callback for the step that began as `step_id`.
   void OnTimeout(uint64_t step_id);
   static void Answer(std::vector<Waiter> waiters, const absl::StatusOr<Outcome>& outcome);
@@ -130,6 +137,7 @@ class SyncAccumulator {
   bool quorum_closed_ ABSL_GUARDED_BY(mu_) = false;  // reached, or timed out
   bool timed_out_ ABSL_GUARDED_BY(mu_) = false;
   Clock::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;  // the current step's timeout, or 0
+  absl::Time deadline_ ABSL_GUARDED_BY(mu_);        // when it is due
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   std::set<int> arrived_workers_ ABSL_GUARDED_BY(mu_);
   std::set<int> dropped_ ABSL_GUARDED_BY(mu_);   // missed a timed-out step; back when they push

@@ -215,6 +215,25 @@ TEST_F(SyncAccumulatorTest, TimeoutWhileAPushAccumulatesLetsThatPushFinishTheSte
   EXPECT_THAT(log_.at(0), HasSubstr("missing worker(s) 2"));
 }
 
+TEST_F(SyncAccumulatorTest, TimeoutFiringLateAfterAFreezeWaitsAgainInsteadOfDroppingWorkers) {
+  Configure(2, 2, absl::Seconds(30));
+  Push(0, 0, {2, 2, 2, 2});
+  clock_->Jump(absl::Seconds(40));  // this task did not run (SIGSTOP): worker 1's push may be unread
+  clock_->Advance(absl::ZeroDuration());  // the overdue timeout runs now, 10 s late
+  EXPECT_FALSE(Answered(0));
+  EXPECT_EQ(acc_->Quorum(), 2);
+  ASSERT_EQ(log_.size(), 1u);
+  EXPECT_THAT(log_[0], HasSubstr("did not run for 10 s or more (frozen?); the step waits 30 s again"));
+  Push(1, 0, {0, 0, 0, 0});  // the push that waited in the socket completes the step
+  EXPECT_EQ(Ok(0).step, 1);
+  EXPECT_EQ(applied_counts_, std::vector<int>{2});
+  // Had it not come, the next (punctual) timeout would have applied what arrived.
+  Push(0, 1, {0, 0, 0, 0});
+  clock_->Advance(absl::Seconds(30));
+  EXPECT_EQ(Ok(0).step, 2);
+  EXPECT_THAT(log_.back(), HasSubstr("missing worker(s) 1"));
+}
+
 TEST_F(SyncAccumulatorTest, ReinitializationReleasesHeldPushesAsNotInitialized) {
   Configure(2, 2);
   const uint64_t old_epoch = epoch_;
