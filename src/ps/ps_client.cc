@@ -701,9 +701,7 @@ class PsClient::Impl {
                                  [&](int k, const rpc::IncomingMessage& r) {
                                    wire::StatsResponse w;
                                    if (absl::Status p = Parse(r, &w, channel(k)->peer_name()); !p.ok()) return p;
-                                   stats[k] = {w.task(), w.bytes_in(), w.bytes_out(), w.num_params(), w.global_step(),
-                                               w.stale_gradients_dropped(), w.pushes_refused(),
-                                               w.calls_unauthenticated()};
+                                   stats[k] = FromWire(w);
                                    return absl::OkStatus();
                                  });
     if (!s.ok()) return s;

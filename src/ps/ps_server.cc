@@ -21,7 +21,6 @@ absl::Status PsServer::Impl::Start() {
                         absl::StrCat("ps task ", options_.task_index, ": ", server.status().message()));
   }
   server_ = *std::move(server);
-  timer_ = std::thread([this] { SyncTimerLoop(); });
   return absl::OkStatus();
 }
 
@@ -98,9 +97,7 @@ void PsServer::Impl::HandleHello(const rpc::IncomingMessage& request, rpc::Respo
     connected_[hello.client_id()] = hello.worker_index();
   }
   if (!hello.probe()) {
-    // A worker that comes back rejoins the sync quorum.
-    absl::MutexLock lock(&sync_mu_);
-    departed_.erase(hello.worker_index());
+    sync_.Rejoin(hello.worker_index());  // a worker that comes back rejoins the sync quorum
   }
   wire::HelloResponse response;
   response.set_ps_task(options_.task_index);
@@ -186,7 +183,7 @@ void PsServer::Impl::HandleInitialize(const rpc::IncomingMessage& request, rpc::
 
   // A re-initialization (the chief restoring a checkpoint) starts over: held calls of the old model
   // are answered "not initialized", which workers take as "wait for the chief, then pull".
-  ResetSyncState(absl::FailedPreconditionError(kNotInitializedMessage));
+  model->sync_epoch = sync_.Reconfigure(SyncConfig(model), absl::FailedPreconditionError(kNotInitializedMessage));
   {
     absl::MutexLock lock(&mu_);
     initialized_.store(false, std::memory_order_release);
@@ -324,14 +321,10 @@ void PsServer::Impl::HandleGoodbye(const rpc::IncomingMessage& request, rpc::Res
     }
   }
   dedup_.Forget(bye.client_id());
-  std::vector<Waiter> released;
   if (std::shared_ptr<const Model> m = model(); m != nullptr && m->config.sync) {
     // A departed worker no longer counts towards the quorum, so the others need not time out.
-    absl::MutexLock lock(&sync_mu_);
-    departed_.insert(bye.worker_index());
-    released = MaybeFinishStepLocked(*m);
+    sync_.Depart(bye.worker_index());
   }
-  AnswerStep(std::move(released), step_.load());
   responder.Respond(rpc::OutgoingMessage::Of(wire::Empty()));
 }
 
@@ -364,7 +357,7 @@ void PsServer::Impl::HandleShutdown(const rpc::IncomingMessage& request, rpc::Re
     connected_.erase(shutdown.client_id());
     init_waiters.swap(init_waiters_);
   }
-  ResetSyncState(FinishedError());
+  sync_.Release(FinishedError());
   for (rpc::Responder& waiter : init_waiters) {
     waiter.Respond(absl::FailedPreconditionError("training finished before the variables were initialized"));
   }
@@ -382,7 +375,7 @@ PsTaskStats PsServer::Impl::Stats() const {
   }
   if (std::shared_ptr<const Model> m = model()) stats.num_params = m->num_params;
   stats.global_step = step_.load();
-  stats.stale_gradients_dropped = stale_dropped_.load();
+  stats.stale_gradients_dropped = sync_.stale_dropped();
   stats.pushes_refused = pushes_refused_.load();
   {
     absl::MutexLock lock(&mu_);
@@ -392,17 +385,12 @@ PsTaskStats PsServer::Impl::Stats() const {
 }
 
 void PsServer::Impl::HandleStats(rpc::Responder responder) {
-  const PsTaskStats s = Stats();
-  wire::StatsResponse response;
-  response.set_task(s.task);
-  response.set_bytes_in(s.bytes_in);
-  response.set_bytes_out(s.bytes_out);
-  response.set_num_params(s.num_params);
-  response.set_global_step(s.global_step);
-  response.set_stale_gradients_dropped(s.stale_gradients_dropped);
-  response.set_pushes_refused(s.pushes_refused);
-  response.set_calls_unauthenticated(s.calls_unauthenticated);
-  responder.Respond(rpc::OutgoingMessage::Of(response));
+  const PsTaskStats stats = Stats();
+  {
+    absl::MutexLock lock(&mu_);
+    reported_ = stats;
+  }
+  responder.Respond(rpc::OutgoingMessage::Of(ToWire(stats)));
 }
 
 absl::Status PsServer::Impl::GiveUpReason() const {
@@ -439,18 +427,22 @@ absl::Status PsServer::Impl::GiveUpReason() const {
 
 absl::Status PsServer::Impl::Wait() {
   absl::Status result;
+  // Woken every second to check the bounds on waiting for the workers (between lock scopes:
+  // GiveUpReason may take mu_ itself).
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(this, &Impl::ShutdownOrStopped), absl::Seconds(1))) break;
+    }
+    absl::Status give_up = GiveUpReason();
+    absl::MutexLock lock(&mu_);
+    if (!give_up.ok() && !shutdown_ && !stopped_) {
+      result = give_up;  // the caller reports it (the task's process exits with it)
+      break;
+    }
+  }
   {
     absl::MutexLock lock(&mu_);
-    // Woken every second to check the bounds on waiting for the workers.
-    while (!mu_.AwaitWithTimeout(absl::Condition(this, &Impl::ShutdownOrStopped), absl::Seconds(1))) {
-      mu_.Unlock();
-      absl::Status give_up = GiveUpReason();
-      mu_.Lock();
-      if (!give_up.ok() && !shutdown_ && !stopped_) {
-        result = give_up;  // the caller reports it (the task's process exits with it)
-        break;
-      }
-    }
     const bool aborted = result.ok() && aborted_.load();
     if (aborted) result = absl::AbortedError(abort_reason_);
     // After the chief's Shutdown (or abort), the workers still calling are told, until they leave.
@@ -474,13 +466,7 @@ void PsServer::Impl::Stop() {
     init_waiters.swap(init_waiters_);
   }
   for (rpc::Responder& waiter : init_waiters) waiter.Respond(absl::UnavailableError("ps task is stopping"));
-  ResetSyncState(absl::UnavailableError("ps task is stopping"));
-  {
-    absl::MutexLock lock(&sync_mu_);
-    timer_stop_ = true;
-    sync_cv_.SignalAll();
-  }
-  if (timer_.joinable()) timer_.join();
+  sync_.Release(absl::UnavailableError("ps task is stopping"));
   // Calls that slipped in meanwhile are cancelled by the server's shutdown grace.
   if (server_) server_->Shutdown(0.5);
 }
@@ -499,6 +485,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(Options options) {
 absl::Status PsServer::Wait() { return impl_->Wait(); }
 void PsServer::Stop() { impl_->Stop(); }
 PsTaskStats PsServer::Stats() const { return impl_->Stats(); }
+std::optional<PsTaskStats> PsServer::ReportedStats() const { return impl_->ReportedStats(); }
 int PsServer::port() const { return impl_->port(); }
 
 }  // namespace psflow::ps

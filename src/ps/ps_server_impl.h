@@ -1,19 +1,18 @@
 // ps/ps_server_impl.h — the parameter server's state and RPC handlers (behind PsServer).
 //
 // Locks, never nested except where noted: mu_ guards the lifecycle (initialization, connected
-// workers, shutdown) and the held WaitInitialized calls; sync_mu_ guards the sync step's
-// bookkeeping (it may take a shard's mutex while applying a step); each Shard has its own mutex
-// for its values. The model (shards, optimizer, config) is an immutable snapshot swapped
-// atomically by Initialize, so the push and pull paths take no global lock in async mode.
+// workers, shutdown) and the held WaitInitialized calls; the sync step's quorum, drops, timeout
+// and held pushes are ps/sync_accumulator.h's (its own mutex, which may take a shard's mutex
+// while applying a step); each Shard has its own mutex for its values. The model (shards,
+// optimizer, config) is an immutable snapshot swapped atomically by Initialize, so the push and
+// pull paths take no global lock in async mode.
 #ifndef PSFLOW_PS_PS_SERVER_IMPL_H_
 #define PSFLOW_PS_PS_SERVER_IMPL_H_
 
 #include <atomic>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -22,6 +21,7 @@
 #include "proto/psflow.pb.h"
 #include "ps/push_dedup.h"
 #include "ps/shard.h"
+#include "ps/sync_accumulator.h"
 #include "psflow/ps/ps_server.h"
 #include "rpc/transport.h"
 
@@ -36,6 +36,10 @@ class PsServer::Impl final : public rpc::Handler {
   absl::Status Wait();
   void Stop();
   PsTaskStats Stats() const;
+  std::optional<PsTaskStats> ReportedStats() const {
+    absl::MutexLock lock(&mu_);
+    return reported_;
+  }
   int port() const { return server_ ? server_->port() : 0; }
 
   void Handle(rpc::Method method, rpc::IncomingMessage request, rpc::Responder responder) override;
@@ -53,13 +57,7 @@ class PsServer::Impl final : public rpc::Handler {
     uint64_t fingerprint = 0;
     bool holds_global_step = false;
     int64_t num_params = 0;
-  };
-
-  // A push waiting for its sync step, and the shards to answer it with (push-and-pull).
-  struct Waiter {
-    int worker;
-    rpc::Responder responder;
-    std::vector<std::shared_ptr<Shard>> pulls;
+    uint64_t sync_epoch = 0;  // sync mode: the accumulator's epoch of this model (its Push)
   };
 
   // Control RPCs (ps_server.cc).
@@ -74,27 +72,20 @@ class PsServer::Impl final : public rpc::Handler {
   void HandleStats(rpc::Responder responder);
   wire::WaitInitializedResponse InitializedResponse(const Model& model) const;
 
-  // Data RPCs (ps_push.cc).
+  // Data RPCs (ps_push.cc). HandlePush is the push path's entry: it parses and validates, then
+  // hands the push to one of the two modes (not to be confused with PsClient::PushAsync, a
+  // non-blocking *call*): async mode applies it at once, sync mode gives it to sync_.
   void HandlePush(const rpc::IncomingMessage& request, rpc::Responder responder);
-  void PushAsync(const Model& model, std::vector<ShardGradient>& gradients, const wire::PushRequest& header,
-                 std::vector<std::shared_ptr<Shard>> pulls, rpc::Responder responder);
-  void PushSync(const Model& model, const std::vector<ShardGradient>& gradients,
-                const wire::PushRequest& header, std::vector<std::shared_ptr<Shard>> pulls,
-                rpc::Responder responder);
+  void PushInAsyncMode(const Model& model, std::vector<ShardGradient>& gradients, const wire::PushRequest& header,
+                       std::vector<std::shared_ptr<Shard>> pulls, rpc::Responder responder);
+  void PushInSyncMode(const Model& model, const std::vector<ShardGradient>& gradients,
+                      const wire::PushRequest& header, std::vector<std::shared_ptr<Shard>> pulls,
+                      rpc::Responder responder);
   // The answer to a push: its step, and the values of the shards it asked to pull.
   static rpc::OutgoingMessage PushAnswer(const std::vector<std::shared_ptr<Shard>>& pulls, int64_t step,
                                          bool stale);
-  // Applies the step if its quorum is complete (or timed out) and no push is still accumulating;
-  // returns the pushes to answer (after unlocking).
-  std::vector<Waiter> MaybeFinishStepLocked(const Model& model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
-  int QuorumLocked(const Model& model) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
-  void SyncTimerLoop();
-  // Forgets the current sync step, answering its waiters with `status`.
-  void ResetSyncState(const absl::Status& status);
-  // Answers released pushes with the step they completed (and their pulled values)...
-  static void AnswerStep(std::vector<Waiter> waiters, int64_t step);
-  // ...or with an error.
-  static void AnswerError(std::vector<Waiter> waiters, const absl::Status& status);
+  // The sync accumulator's configuration for `model` (ps_push.cc).
+  SyncAccumulator::Config SyncConfig(std::shared_ptr<const Model> model) const;
 
   std::shared_ptr<const Model> model() const { return model_.load(std::memory_order_acquire); }
   bool initialized() const { return initialized_.load(std::memory_order_acquire); }
@@ -106,7 +97,7 @@ class PsServer::Impl final : public rpc::Handler {
   void Log(const std::string& message) const;
 
   // Why Wait() should give up now (a bound passed), or OK.
-  absl::Status GiveUpReason() const;
+  absl::Status GiveUpReason() const ABSL_LOCKS_EXCLUDED(mu_);
 
   bool DoneWaiting() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || connected_.empty(); }
   bool ShutdownOrStopped() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || shutdown_; }
@@ -118,7 +109,6 @@ class PsServer::Impl final : public rpc::Handler {
   std::atomic<bool> initialized_{false};
   std::atomic<bool> shutdown_flag_{false};
   std::atomic<int64_t> step_{0};  // async: the global step (on its ps); sync: this task's step
-  std::atomic<int64_t> stale_dropped_{0};
   std::atomic<int64_t> pushes_refused_{0};
 
   mutable absl::Mutex mu_;
@@ -130,6 +120,7 @@ class PsServer::Impl final : public rpc::Handler {
   absl::Time shutdown_time_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> finished_step_{0};
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);  // set by a Shutdown that aborts the job
+  std::optional<PsTaskStats> reported_ ABSL_GUARDED_BY(mu_);  // the latest Stats answer
   std::atomic<bool> aborted_{false};
   // absl::GetCurrentTimeNanos() of the start or latest re-initialization, and of the latest call.
   std::atomic<int64_t> uninitialized_since_nanos_{absl::GetCurrentTimeNanos()};
@@ -142,20 +133,8 @@ class PsServer::Impl final : public rpc::Handler {
   // The last worker that gave up on the job (Goodbye with a failure), and why.
   std::string worker_failure_ ABSL_GUARDED_BY(mu_);
 
-  // Sync mode: the current step's quorum.
-  mutable absl::Mutex sync_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  absl::CondVar sync_cv_;
-  int arrived_ ABSL_GUARDED_BY(sync_mu_) = 0;     // pushes counted for the current step
-  int in_flight_ ABSL_GUARDED_BY(sync_mu_) = 0;   // counted pushes still accumulating
-  bool quorum_closed_ ABSL_GUARDED_BY(sync_mu_) = false;  // reached, or timed out
-  bool timed_out_ ABSL_GUARDED_BY(sync_mu_) = false;
-  absl::Time first_arrival_ ABSL_GUARDED_BY(sync_mu_);
-  std::vector<Waiter> step_waiters_ ABSL_GUARDED_BY(sync_mu_);
-  std::set<int> arrived_workers_ ABSL_GUARDED_BY(sync_mu_);
-  std::set<int> dropped_ ABSL_GUARDED_BY(sync_mu_);   // missed a timed-out step; back when they push
-  std::set<int> departed_ ABSL_GUARDED_BY(sync_mu_);  // said Goodbye
-  bool timer_stop_ ABSL_GUARDED_BY(sync_mu_) = false;
-  std::thread timer_;
+  // Sync mode: the current step's quorum, drops, timeout and held pushes. Advances step_.
+  SyncAccumulator sync_{&step_, [this](const std::string& line) { Log(line); }, std::make_unique<SystemClock>()};
 };
 
 }  // namespace psflow::ps

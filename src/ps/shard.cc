@@ -182,10 +182,12 @@ void Shard::Apply(ShardGradient& gradient, const optim::Optimizer& optimizer, fl
   // element-wise, so ranges are independent) to save a copy of the gradient.
   // Disjoint ranges may be updated by several threads (optim::Optimizer::Apply allows it).
   const int64_t t = state_.updates + 1;
-  ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) {
+  // The blocks run on pool threads while this thread holds mu_ (ParallelFor returns when all ran).
+  ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     FlushDenormalsOnThisThread();  // the floating-point mode the training ops run the optimizer in
     gradient.message->ForEachRunInRange(gradient.index, begin, end - begin,
-                                        [&](const float* run, int64_t first, int64_t n) {
+                                        [&](const float* run, int64_t first, int64_t n)
+                                            ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
                                           optimizer.Apply(w, run, state_, first, n, lr, t);
                                           return true;
                                         });
@@ -232,7 +234,8 @@ void Shard::ApplyAccumulated(int count, const optim::Optimizer& optimizer, float
     // Optimizer::ApplyDense on the mean, over disjoint ranges in parallel.
     const int64_t t = state_.updates + 1;
     float* accum = accum_.data();
-    ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) {
+    // The blocks run on pool threads while this thread holds mu_ (ParallelFor returns when all ran).
+    ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       FlushDenormalsOnThisThread();
       simd::Scale(accum + begin, end - begin, scale);  // dispatched
       optimizer.Apply(w, accum + begin, state_, begin, end - begin, lr, t);

@@ -1,6 +1,7 @@
 // ps/shard.h — one shard held by a ps task: its values, its optimizer state, and (sync mode) the
-// accumulator of the current step's gradients. Each shard has its own mutex, so different shards
-// update concurrently and there is no global lock on the push path.
+// sum of the current step's gradients (which pushes count, and when the mean is applied, is
+// ps/sync_accumulator.h's). Each shard has its own mutex, so different shards update
+// concurrently and there is no global lock on the push path.
 //
 // Values are held in a shared buffer so a pull can send them without a copy: a pull takes a
 // snapshot (a reference to the current buffer) and gRPC reads it while the call is in flight; an

@@ -52,4 +52,32 @@ TrainingConfig FromWire(const wire::TrainingConfig& w) {
   return c;
 }
 
+wire::StatsResponse ToWire(const PsTaskStats& s) {
+  wire::StatsResponse w;
+  w.set_task(s.task);
+  w.set_bytes_in(s.bytes_in);
+  w.set_bytes_out(s.bytes_out);
+  w.set_num_params(s.num_params);
+  w.set_global_step(s.global_step);
+  w.set_stale_gradients_dropped(s.stale_gradients_dropped);
+  w.set_pushes_refused(s.pushes_refused);
+  w.set_calls_unauthenticated(s.calls_unauthenticated);
+  w.set_connected_workers(s.connected_workers);
+  return w;
+}
+
+PsTaskStats FromWire(const wire::StatsResponse& w) {
+  PsTaskStats s;
+  s.task = w.task();
+  s.bytes_in = w.bytes_in();
+  s.bytes_out = w.bytes_out();
+  s.num_params = w.num_params();
+  s.global_step = w.global_step();
+  s.stale_gradients_dropped = w.stale_gradients_dropped();
+  s.pushes_refused = w.pushes_refused();
+  s.calls_unauthenticated = w.calls_unauthenticated();
+  s.connected_workers = w.connected_workers();
+  return s;
+}
+
 }  // namespace psflow::ps

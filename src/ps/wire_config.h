@@ -1,4 +1,7 @@
-// ps/wire_config.h — TrainingConfig to and from its wire form (proto/psflow.proto).
+// ps/wire_config.h — the plain structs of psflow/ps/ps_types.h to and from their wire forms
+// (proto/psflow.proto): TrainingConfig (Initialize, WaitInitialized) and PsTaskStats (Stats).
+// Every field crosses; wire_config_test.cc sets each to a distinct value and fails on a field
+// that is forgotten on either side, or added to a struct or a message and not here.
 #ifndef PSFLOW_PS_WIRE_CONFIG_H_
 #define PSFLOW_PS_WIRE_CONFIG_H_
 
@@ -14,6 +17,9 @@ inline constexpr char kNotInitializedMessage[] =
 
 wire::TrainingConfig ToWire(const TrainingConfig& config);
 TrainingConfig FromWire(const wire::TrainingConfig& config);
+
+wire::StatsResponse ToWire(const PsTaskStats& stats);
+PsTaskStats FromWire(const wire::StatsResponse& stats);
 
 }  // namespace psflow::ps
 

@@ -247,8 +247,8 @@ absl::StatusOr<IncomingMessage> ClientChannel::CallBlocking(Method method, Outgo
                                                             const CallOptions& options) {
   struct Waiter {
     absl::Mutex mu;
-    bool done = false;
-    absl::StatusOr<IncomingMessage> result;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    absl::StatusOr<IncomingMessage> result ABSL_GUARDED_BY(mu);
   };
   CHECK(!OnTransportThread()) << "a blocking call from a completion callback would deadlock; use Call";
   auto waiter = std::make_shared<Waiter>();

@@ -1,61 +1,64 @@
+// CPU devices for local replicas (psflow/train/device.h): one executor thread per device.
 #include "train/device.h"
 
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace psflow::train {
 namespace {
 
 // A CPU device: one executor thread that runs the closures it is given, one at a time.
+// Thread-safe; mu_ guards the hand-over between Run/Wait and the executor thread.
 class CpuDevice final : public Device {
  public:
   explicit CpuDevice(int index) : name_(absl::StrCat("/cpu:", index)), thread_([this] { Loop(); }) {}
   ~CpuDevice() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
     thread_.join();
   }
   const std::string& name() const override { return name_; }
   void Run(std::function<void()> fn) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      pending_ = std::move(fn);
-      busy_ = true;
-    }
-    cv_.notify_all();
+    absl::MutexLock lock(&mu_);
+    pending_ = std::move(fn);
+    busy_ = true;
   }
   void Wait() override {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return !busy_; });
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &CpuDevice::Idle));
   }
 
  private:
+  bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !busy_; }
+  bool StopOrWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || pending_ != nullptr; }
+
+  // Waits for the next closure; nullptr once stopped.
+  std::function<void()> Next() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &CpuDevice::StopOrWork));
+    if (stop_) return nullptr;
+    std::function<void()> fn = std::move(pending_);
+    pending_ = nullptr;
+    return fn;
+  }
+
   void Loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      cv_.wait(lock, [this] { return stop_ || pending_; });
-      if (stop_) return;
-      auto fn = std::move(pending_);
-      pending_ = nullptr;
-      lock.unlock();
-      fn();
-      lock.lock();
+    while (std::function<void()> fn = Next()) {
+      fn();  // outside the lock
+      absl::MutexLock lock(&mu_);
       busy_ = false;
-      cv_.notify_all();
     }
   }
 
-  std::string name_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::function<void()> pending_;
-  bool busy_ = false, stop_ = false;
+  const std::string name_;
+  absl::Mutex mu_;
+  std::function<void()> pending_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: started after the state above exists
 };
 

@@ -1,17 +1,28 @@
 // A parameter-server task: serve the variables placed on it until the chief reports the end of
 // training, then return so the process exits 0 (TF's server.join() never returned).
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "psflow/ps/ps_server.h"
 #include "psflow/train/ps_task.h"
 #include "psflow/train/train.h"
 #include "train/cluster_setup.h"
 #include "train/telemetry.h"
 
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
 namespace psflow::train {
+namespace {
+
+// The traffic as the chief's table shows it (its final Stats call), and what came after: that
+// call's answer, the Shutdown and any Goodbye (ps_server.h, ReportedStats).
+std::string TrafficText(const ps::PsTaskStats& now, const std::optional<ps::PsTaskStats>& reported) {
+  if (!reported.has_value()) return absl::StrCat(now.bytes_in, " bytes in, ", now.bytes_out, " bytes out");
+  return absl::StrCat(reported->bytes_in, " bytes in, ", reported->bytes_out, " bytes out as in the chief's table (+",
+                      now.bytes_in - reported->bytes_in, " in, +", now.bytes_out - reported->bytes_out,
+                      " out after it: its Stats answer, Shutdown, Goodbyes)");
+}
+
+}  // namespace
 
 absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log) {
   return RunParameterServer(options, log, nullptr);
@@ -34,33 +45,26 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log,
   if (!telemetry.ok()) return telemetry.status();
 
   // Sample the traffic counters once a second for TensorBoard and /metrics until training ends
-  // (and, embedded, look for a stop request every 0.1 s).
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  bool stopped = false;
+  // (and, embedded in Python, look for a stop request every 0.1 s).
+  absl::Notification done;
+  bool stopped = false;  // written by the sampler only; read after it is joined
   std::thread sampler([&] {
-    std::unique_lock<std::mutex> lock(mu);
-    const auto period = control != nullptr ? std::chrono::milliseconds(100) : std::chrono::milliseconds(1000);
-    auto next_sample = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    while (!cv.wait_for(lock, period, [&] { return done; })) {
+    const absl::Duration period = control != nullptr ? absl::Milliseconds(100) : absl::Seconds(1);
+    absl::Time next_sample = absl::Now() + absl::Seconds(1);
+    while (!done.WaitForNotificationWithTimeout(period)) {
       if (control != nullptr && control->stop.load() && !stopped) {
         stopped = true;
         (*server)->Stop();
       }
-      if (std::chrono::steady_clock::now() < next_sample) continue;
-      next_sample += std::chrono::seconds(1);
+      if (absl::Now() < next_sample) continue;
+      next_sample += absl::Seconds(1);
       const ps::PsTaskStats s = (*server)->Stats();
       (*telemetry)->OnPsStats(s.task, s.global_step, s.bytes_in, s.bytes_out, s.stale_gradients_dropped,
                               s.pushes_refused, s.connected_workers);
     }
   });
   absl::Status status = (*server)->Wait();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    done = true;
-  }
-  cv.notify_all();
+  done.Notify();
   sampler.join();
   if (stopped) return absl::CancelledError(absl::StrCat("ps task ", setup->task.index, " interrupted"));
   const ps::PsTaskStats stats = (*server)->Stats();
@@ -68,7 +72,7 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log,
                           stats.stale_gradients_dropped, stats.pushes_refused, stats.connected_workers);
   if (status.ok()) {
     log(absl::StrCat("ps task ", setup->task.index, " done at global step ", stats.global_step, ": ",
-                     stats.num_params, " params, ", stats.bytes_in, " bytes in, ", stats.bytes_out, " bytes out"));
+                     stats.num_params, " params, ", TrafficText(stats, (*server)->ReportedStats())));
   }
   return status;
 }

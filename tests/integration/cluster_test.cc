@@ -35,6 +35,13 @@ TEST(ClusterTest, AsyncMlpOnePsTwoWorkers) {
   // Every step pulls and pushes the whole model: at least 4 bytes per parameter each way.
   EXPECT_GT(m["ps_traffic"][0]["bytes_in"].get<int64_t>(), int64_t(1000) * 79510 * 4);
   EXPECT_GT(m["ps_traffic"][0]["bytes_out"].get<int64_t>(), int64_t(1000) * 79510 * 4);
+  // The ps's own final line shows the chief's table's numbers, and what came after apart
+  // (regression: issue 11.6, they differed by the Stats answer and the Shutdown).
+  EXPECT_NE(r.output.find(absl::StrCat(m["ps_traffic"][0]["bytes_in"].get<int64_t>(), " bytes in, ",
+                                       m["ps_traffic"][0]["bytes_out"].get<int64_t>(),
+                                       " bytes out as in the chief's table")),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(ClusterTest, SyncTwoWorkersEqualsOneProcessWithTwiceTheBatch) {

@@ -21,6 +21,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -61,7 +62,13 @@ class PsServer {
   absl::Status Wait();
   // Answers every held call with Unavailable and stops serving (tests). Idempotent.
   void Stop();
+  // The counters now. bytes_in and bytes_out include each call's request once it arrived and its
+  // answer once it was sent, so a Stats call's own answer is not in the stats it carries.
   PsTaskStats Stats() const;
+  // What this task last answered a Stats call with (the chief's traffic table; its final Stats
+  // call comes before its Shutdown), or nullopt. Stats() minus these is exactly that answer, the
+  // Shutdown and any call after it.
+  std::optional<PsTaskStats> ReportedStats() const;
   int port() const;  // the bound port
 
   class Impl;
