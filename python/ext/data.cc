@@ -1,4 +1,4 @@
-// psflow.BatchSampler (the data order of DESIGN.md §4: worker i's slice of each global batch, the
+// psflow.BatchSampler (the data order of docs/design.md#data-order: worker i's slice of each global batch, the
 // sampler `psflow train` uses) and psflow.load_mnist (psflow's IDX reader and split).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>

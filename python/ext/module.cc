@@ -1,4 +1,4 @@
-// psflow._psflow: the C++ extension under the `psflow` Python package (DESIGN.md §8). Thin: every
+// psflow._psflow: the C++ extension under the `psflow` Python package (docs/design.md#the-worker-session-and-the-python-package). Thin: every
 // behaviour is psflow's C++ (cluster parsing, flags, the ps task, the worker session, the data
 // order, the MNIST reader); this file only translates types and errors. Calls that wait release the
 // GIL. See python/psflow/__init__.py for the Python-facing API.

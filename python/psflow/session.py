@@ -209,7 +209,7 @@ class WorkerSession:
         self._session.step(loss, accuracy, dense_ready, sparse)
 
     def batch_indices(self, num_examples, batch_size=None):
-        """This worker's slice of the current global batch (DESIGN.md §4's data order: sync mode
+        """This worker's slice of the current global batch (docs/design.md#data-order: sync mode
         slices global batch `global_step`, async mode walks its own batches by local step), as
         psflow train's workers take it: numpy int64 indices into the training examples."""
         if batch_size is None:

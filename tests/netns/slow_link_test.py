@@ -30,7 +30,7 @@ import hosts  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ARGS = argparse.Namespace(build=os.path.join(ROOT, "build"), data_dir=os.path.join(ROOT, "data/mnist"))
 STEPS = 2
-VGG19_PARAMS = 38_947_914  # 16 conv + 3 dense layers on 32x32x3 (DESIGN.md §3), weights and biases
+VGG19_PARAMS = 38_947_914  # 16 conv + 3 dense layers on 32x32x3 (docs/design.md#seed-models), weights and biases
 HANG = 1200                # a run not over after this long is hung (killed, reported None)
 
 

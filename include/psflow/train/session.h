@@ -1,5 +1,5 @@
 // psflow/train/session.h — a worker session: the one implementation of a psflow worker's and
-// chief's machinery (DESIGN.md §8), driven step by step by whoever computes the gradients —
+// chief's machinery (docs/design.md#the-worker-session-and-the-python-package), driven step by step by whoever computes the gradients —
 // `psflow train`'s C++ worker (train/worker.cc) and the Python binding (python/psflow) alike.
 //
 // It is handed named parameter buffers (name, value memory, dense gradient memory and/or a
@@ -121,7 +121,7 @@ class WorkerSession {
   int64_t global_step() const;
   // Step() calls so far (including ones spent on recovery).
   int64_t local_step() const;
-  // The global batch this worker's next batch is sliced from (DESIGN.md §4's data order): the
+  // The global batch this worker's next batch is sliced from (docs/design.md#data-order): the
   // global step in sync mode, the local step in async mode.
   int64_t data_step() const;
   // Examples per global step: batch_size, times replicas_to_aggregate in sync mode.
