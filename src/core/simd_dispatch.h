@@ -34,8 +34,4 @@ void AddInto(float* __restrict dst, const float* __restrict src, int64_t n);
 // x[i] *= scale for i in [0, n).
 void Scale(float* x, int64_t n, float scale);
 
-// The name of the clone the loader picked for AddInto ("avx512f", "avx2" or "default"), from
-// __builtin_cpu_supports; for logs and the qemu test.
-const char* DispatchLevel();
-
 }  // namespace psflow::simd
