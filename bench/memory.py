@@ -88,6 +88,7 @@ def wait_all(procs, timeout):
 
 def run_psflow(build, name, steps, logdir):
     model, hidden, optimizer, batch, num_ps, num_workers, partitioner = CONFIGS[name]
+    params = num_params(model, hidden)
     ports = free_ports(num_ps + num_workers)
     ps_hosts = ",".join(f"127.0.0.1:{p}" for p in ports[:num_ps])
     worker_hosts = ",".join(f"127.0.0.1:{p}" for p in ports[num_ps:])
@@ -100,6 +101,10 @@ def run_psflow(build, name, steps, logdir):
         common.append(f"--hidden_units={hidden}")
     if partitioner:
         common.append(f"--partitioner={partitioner}")
+    if params > 100_000_000:
+        # The chief evaluates 15000 images on a 1 GB model for many minutes on a busy machine;
+        # the ps tasks must not give up on it meanwhile (default 600 s).
+        common.append("--worker_timeout_secs=3600")
     procs = {}
     start = time.time()
     for job, count in (("ps", num_ps), ("worker", num_workers)):
@@ -112,7 +117,11 @@ def run_psflow(build, name, steps, logdir):
     wall = time.time() - start
     failed = {k: v[0] for k, v in done.items() if v[0] != 0}
     if failed:
-        raise SystemExit(f"memory.py: {name}: tasks exited non-zero {failed}; logs in {logdir}")
+        kept = tempfile.mkdtemp(prefix=f"memory_{name}_")
+        for f in os.listdir(logdir):
+            os.replace(os.path.join(logdir, f), os.path.join(kept, f))
+        peaks = {k: round(v[1] / MB) for k, v in done.items()}
+        raise SystemExit(f"memory.py: {name}: tasks exited non-zero {failed} (peak MB {peaks}); logs in {kept}")
     summary = json.load(open(metrics))
     return {k: v[1] for k, v in done.items()}, wall, summary
 

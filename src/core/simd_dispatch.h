@@ -6,9 +6,11 @@
 // (AVX-512F, AVX2, baseline); the loader's ifunc resolver picks the widest one the CPU has,
 // once, at start-up. Matmul and convolution are OpenBLAS / oneDNN, which dispatch themselves.
 //
-// The clones deliberately do not enable FMA: element-wise add/mul/div/sqrt are exact per
-// element whatever the vector width, so every clone computes bit-identical results and a
-// cluster of mixed CPUs stays deterministic (docs/design.md#determinism).
+// The clones compute bit-identical results: element-wise add/mul/div/sqrt round the same way
+// whatever the vector width, and files using PSFLOW_DISPATCH on a*b+c must be compiled with
+// -ffp-contract=off (src/optim does) or the AVX-512 clone would fuse it into an FMA. So ps
+// tasks on different CPUs apply the same updates. (OpenBLAS and oneDNN pick CPU-specific
+// kernels whose sums may differ in the last bits between CPU families; docs/design.md#determinism.)
 //
 // With -DPSFLOW_NATIVE=ON (or any build whose baseline already has AVX-512F) the macro is
 // empty: the compiler vectorizes for the build machine directly.
@@ -31,9 +33,5 @@ void AddInto(float* __restrict dst, const float* __restrict src, int64_t n);
 
 // x[i] *= scale for i in [0, n).
 void Scale(float* x, int64_t n, float scale);
-
-// The name of the clone the loader picked for AddInto ("avx512f", "avx2" or "default"), from
-// __builtin_cpu_supports; for logs and the qemu test.
-const char* DispatchLevel();
 
 }  // namespace psflow::simd

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -67,6 +69,21 @@ TEST_F(ThreadingTest, NestedAndConcurrentCallsComplete) {
   }
   for (std::thread& t : callers) t.join();
   EXPECT_EQ(total.load(), 4 * 200 * 64);
+}
+
+// Denormals are flushed to zero (as TensorFlow's kernels do) in every build, the portable
+// SSE2-baseline one included: results must not depend on the CPU or on -march.
+TEST_F(ThreadingTest, FlushDenormalsMakesDenormalResultsAndInputsZero) {
+  std::thread([] {
+    FlushDenormalsOnThisThread();
+    volatile float tiny = 1e-30f;
+    volatile float scale = 1e-10f;
+    EXPECT_EQ(tiny * scale, 0.0f);  // 1e-40 is a denormal: flushed (FTZ)
+    volatile float denormal_bits = 0;
+    const uint32_t bits = 0x00000100;  // a denormal input
+    std::memcpy(const_cast<float*>(&denormal_bits), &bits, sizeof(bits));
+    EXPECT_EQ(denormal_bits * 1.0f, 0.0f);  // read as zero (DAZ)
+  }).join();
 }
 
 }  // namespace

@@ -276,5 +276,41 @@ TEST(ChiefRestoreTest, ASyncPushHeldDuringTheRestoreIsToldToWaitForTheChief) {
   PSFLOW_ASSERT_OK(worker->WaitForInitialization(10));
 }
 
+// Memory (issue 12.2): a fresh job's chief sends the initial values only, no optimizer slots
+// (each ps makes them itself: Adam's m and v start at zero), so neither the chief nor a ps holds
+// a second copy of the optimizer state at start-up. The values are the model's initializers.
+TEST(ChiefInitTest, AFreshJobSendsTheValuesAloneAndThePsTasksMakeTheSlots) {
+  ChiefFixture f;
+  ASSERT_NO_FATAL_FAILURE(f.Start(""));
+  int64_t param_bytes = 0;
+  for (const Var& p : f.model->parameters()) param_bytes += 4 * p->value.size();
+  auto stats = f.client->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  int64_t bytes_in = 0;
+  for (const ps::PsTaskStats& s : *stats) bytes_in += s.bytes_in;
+  EXPECT_GE(bytes_in, param_bytes);
+  // Values and Adam's two slots would be 3x; headers and the small calls are far below 1x.
+  EXPECT_LT(bytes_in, 2 * param_bytes) << "the chief sent more than the values";
+  auto state = f.client->PullState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->global_step, 0);
+  auto fresh = nn::BuildModel({f.options.model, f.options.hidden_units, f.options.seed});
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  ASSERT_EQ(state->variables.size(), (*fresh)->parameters().size());
+  for (const ps::VariableSnapshot& v : state->variables) {
+    EXPECT_EQ(v.updates, 0) << v.name;
+    ASSERT_EQ(v.slots.size(), 2u) << v.name;
+    for (const Tensor& slot : v.slots) {
+      for (int64_t i = 0; i < slot.size(); ++i) ASSERT_EQ(slot[i], 0.0f) << v.name << " slot element " << i;
+    }
+    const Var* initial = nullptr;
+    for (const Var& p : (*fresh)->parameters()) {
+      if (p->name == v.name) initial = &p;
+    }
+    ASSERT_NE(initial, nullptr) << v.name;
+    ExpectSameValues({v.value}, {(*initial)->value}, "initial value of " + v.name);
+  }
+}
+
 }  // namespace
 }  // namespace psflow::train

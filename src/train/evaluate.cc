@@ -10,10 +10,11 @@
 namespace psflow::train {
 namespace {
 
-// Activation bytes one evaluation batch may keep alive. The forward graph holds every layer's
-// output until the logits are read, so a fixed 500-image batch cost vgg19 ~600 MB and a
-// --hidden_units=320000 mlp 640 MB: more than the model itself (issue 12.2).
-constexpr int64_t kEvalActivationBytes = 48 << 20;
+// Activation bytes one evaluation batch may keep alive: a quarter of the model's size, at least
+// 48 MB. The forward graph holds every layer's output until the logits are read, so a fixed
+// 500-image batch cost vgg19 ~600 MB, 4x its parameters (issue 12.2); much smaller batches would
+// re-read a wide model's weights from memory once per batch.
+constexpr int64_t kMinEvalActivationBytes = 48 << 20;
 // Batches larger than this do not make BLAS faster.
 constexpr int64_t kMaxEvalBatch = 500;
 
@@ -40,8 +41,11 @@ int64_t ActivationFloatsPerExample(nn::Model& model, const data::Dataset& datase
 EvalResult Evaluate(nn::Model& model, const data::Dataset& dataset) {
   nn::ForwardContext ctx{.training = false, .rng = nullptr};
   if (dataset.num_examples <= 0) return {0, 0};
-  const int64_t kBatch = std::clamp<int64_t>(
-      kEvalActivationBytes / (4 * ActivationFloatsPerExample(model, dataset, ctx)), 1, kMaxEvalBatch);
+  int64_t param_bytes = 0;
+  for (const Var& p : model.parameters()) param_bytes += 4 * p->value.size();
+  const int64_t budget = std::max(kMinEvalActivationBytes, param_bytes / 4);
+  const int64_t kBatch =
+      std::clamp<int64_t>(budget / (4 * ActivationFloatsPerExample(model, dataset, ctx)), 1, kMaxEvalBatch);
   double correct = 0, xent_sum = 0;
   for (int64_t begin = 0; begin < dataset.num_examples; begin += kBatch) {
     const int64_t n = std::min(kBatch, dataset.num_examples - begin);
