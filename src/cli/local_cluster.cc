@@ -313,6 +313,10 @@ int RunLocalCluster(const LocalClusterOptions& options) {
           stopping = true;
           stop_started = std::chrono::steady_clock::now();
           stop_all(SIGTERM);
+          // The failed task's last lines (its error) come before the launcher's verdict.
+          while (!c.eof && std::chrono::steady_clock::now() - c.reaped_at < std::chrono::seconds(1)) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          }
           std::lock_guard<std::mutex> lock(g_out_mu);
           std::cout << "psflow local: " << c.name << " " << Describe(status) << "; stopping the other tasks"
                     << std::endl;
