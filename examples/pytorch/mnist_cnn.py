@@ -58,6 +58,9 @@ def evaluate_fn(model, mnist):
 
 def main(argv):
     flags = psflow.parse_flags(argv, defaults=DEFAULTS)
+    if flags.unparsed:  # this script has no flags of its own
+        print(f"psflow: error: unknown flag {flags.unparsed[0]} (see psflow train --help)", file=sys.stderr)
+        sys.exit(2)
     if flags.job_name == "ps":
         psflow.Server(psflow.ClusterSpec.from_flags(flags), job_name="ps", task_index=flags.task_index,
                       flags=flags).join()
