@@ -15,6 +15,7 @@ import torch.nn as nn
 
 import psflow
 
+MODEL_NAME = "cnn"  # the summary's "model" and the checkpoints' metadata
 DEFAULTS = {"batch_size": 128, "optimizer": "rmsprop", "learning_rate": 1e-3, "lr_decay_steps": 1000,
             "lr_decay_rate": 0.5, "train_steps": 2000}
 
@@ -72,7 +73,7 @@ def main(argv):
     labels = torch.from_numpy(mnist["train_labels"])
     model = Cnn()
     loss_fn = nn.CrossEntropyLoss()
-    with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, mnist)) as session:
+    with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, mnist), model_name=MODEL_NAME) as session:
         while not session.should_stop():
             batch = torch.from_numpy(session.batch_indices(len(images), flags.batch_size))
             x, y = images[batch], labels[batch]

@@ -19,6 +19,7 @@ import psflow
 
 # This script's defaults for psflow's flags: the seed mlp's. Flags given to `psflow local` before
 # `--`, and this script's own command line, override them.
+MODEL_NAME = "mlp"  # the summary's "model" and the checkpoints' metadata
 DEFAULTS = {"batch_size": 100, "optimizer": "adam", "learning_rate": 0.01, "train_steps": 10000}
 
 
@@ -68,7 +69,7 @@ def main(argv):
     labels = torch.from_numpy(mnist["train_labels"])
     model = Mlp(flags.hidden_units)
     loss_fn = nn.CrossEntropyLoss()
-    with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, mnist)) as session:
+    with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, mnist), model_name=MODEL_NAME) as session:
         while not session.should_stop():
             batch = torch.from_numpy(session.batch_indices(len(images), flags.batch_size))
             x, y = images[batch], labels[batch]

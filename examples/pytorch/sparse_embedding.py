@@ -16,6 +16,7 @@ import torch.nn as nn
 
 import psflow
 
+MODEL_NAME = "sparse_embedding"  # the summary's "model" and the checkpoints' metadata
 DEFAULTS = {"batch_size": 100, "optimizer": "adagrad", "learning_rate": 1.0, "train_steps": 3000}
 LEVELS = 3  # brightness levels of a lit pixel: (0.25, 0.5], (0.5, 0.75], (0.75, 1]
 
@@ -76,7 +77,7 @@ def main(argv):
     labels = torch.from_numpy(mnist["train_labels"])
     model = BagOfPixels()
     loss_fn = nn.CrossEntropyLoss()
-    with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, mnist)) as session:
+    with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, mnist), model_name=MODEL_NAME) as session:
         while not session.should_stop():
             batch = torch.from_numpy(session.batch_indices(len(ids), flags.batch_size))
             x, y = ids[batch], labels[batch]
