@@ -69,7 +69,8 @@ def main(argv):
     labels = torch.from_numpy(mnist["train_labels"])
     model = Mlp(flags.hidden_units)
     loss_fn = nn.CrossEntropyLoss()
-    with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, mnist), model_name=MODEL_NAME) as session:
+    with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, mnist),
+                              model_name=MODEL_NAME) as session:
         while not session.should_stop():
             batch = torch.from_numpy(session.batch_indices(len(images), flags.batch_size))
             x, y = images[batch], labels[batch]
