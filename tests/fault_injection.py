@@ -33,7 +33,6 @@ RUN_TIMEOUT = 120  # far above a disturbed run (~10 s); reaching it is a hang
 TASKS = ["ps:0", "ps:1", "worker:0", "worker:1"]
 PYTORCH_VICTIMS = ["worker:1", "worker:0", "ps:0"]  # in turn, for the PyTorch runs
 PYTHON = "/usr/bin/python3"
-PYTHON_PATH = ""  # --python_path: this build's psflow package, for the PyTorch workers
 
 
 def free_ports(n):
@@ -73,9 +72,7 @@ class Cluster:
         program, env = [self.psflow, "train"], None
         if self.pytorch and job == "worker":
             program = [PYTHON, os.path.join(ROOT, "examples/pytorch/mnist_mlp.py")]
-            env = dict(os.environ, PYTHONUNBUFFERED="1")
-            if PYTHON_PATH:
-                env["PYTHONPATH"] = PYTHON_PATH
+            env = dict(os.environ, PYTHONUNBUFFERED="1")  # psflow from the install or $PYTHONPATH
         self.procs[task] = subprocess.Popen(
             program + [f"--job_name={job}", f"--task_index={index}", f"--ps_hosts={self.ps_hosts}",
                        f"--worker_hosts={self.worker_hosts}"] + self.common + extra, stdout=log,
@@ -176,10 +173,7 @@ def main():
     p.add_argument("--pytorch_runs", type=int, default=0, help="runs (of --runs) with PyTorch workers, last")
     p.add_argument("--pytorch_accuracy_tolerance", type=float, default=0.01,
                    help="largest test-accuracy difference of a PyTorch run from the C++ baseline of its mode")
-    p.add_argument("--python_path", default="", help="directory of this build's psflow package")
     a = p.parse_args()
-    global PYTHON_PATH
-    PYTHON_PATH = a.python_path
     psflow = os.path.join(a.build, "psflow")
     rng = random.Random(a.seed)
     modes = a.modes.split(",")

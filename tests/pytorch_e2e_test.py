@@ -32,10 +32,8 @@ TIMEOUT = 240  # bound of every run here; reaching it is a hang
 
 
 def env():
-    e = dict(os.environ)
-    if ARGS.python_path:  # the psflow package of this build, before any installed one
-        e["PYTHONPATH"] = ARGS.python_path + (":" + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
-    return e
+    # The psflow package: the installed one, or this build's when $PYTHONPATH names it (as CTest does).
+    return dict(os.environ)
 
 
 def launch(launcher_flags, script, script_args=(), timeout=TIMEOUT):
@@ -216,6 +214,5 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--data_dir", default=os.path.join(ROOT, "data/mnist"))
-    p.add_argument("--python_path", default="", help="directory of this build's psflow package")
     ARGS, rest = p.parse_known_args()
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
