@@ -141,6 +141,13 @@ class LauncherTest(unittest.TestCase):
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
         self.assertIn("nothing after `--`", r.stderr)
 
+    def test_a_command_without_dashdash_is_one_line_naming_it(self):
+        r = run(["local", "--ps=1", "--workers=1", "python3", "train.py"])
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("train.py", r.stderr)
+        self.assertIn("after `--`", r.stderr)
+
     def test_worker_command_gets_tf_config_and_psflow_flags(self):
         # Each worker prints its environment; then worker 0 fails (once worker 1 has printed): the
         # launcher stops the others and exits with the worker's status.

@@ -185,6 +185,17 @@ int psflow::cli::Main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    const std::vector<std::string> extras = local_cmd->remaining();
+    if (local_cmd->parsed() && std::any_of(extras.begin(), extras.end(), [](const std::string& a) {
+          return !a.starts_with("-");  // `psflow local ... python3 train.py`: the `--` is missing
+        })) {
+      std::cerr << "psflow: error: " << e.what() << "; put the command the workers run after `--` "
+                << "(psflow local --ps=1 --workers=2 -- python3 train.py)" << std::endl;
+      return 2;
+    }
+    std::cerr << "psflow: error: " << e.what() << " (see psflow --help)" << std::endl;
+    return 2;
   } catch (const CLI::ParseError& e) {
     std::cerr << "psflow: error: " << e.what() << " (see psflow --help)" << std::endl;
     return 2;
