@@ -71,14 +71,9 @@ int RunTrain(train::TrainOptions options) {
     if (auto s = train::RunParameterServer(options, LogLine); !s.ok()) return Fail(s);
     return 0;
   }
+  // The chief's worker session prints the final summary and writes --metrics_json itself.
   auto summary = train::RunWorker(options, LogLine);
   if (!summary.ok()) return Fail(summary.status());
-  if (summary->test_accuracy > 0 || !summary->ps_traffic.empty()) {  // the chief's summary
-    std::cout << train::FormatSummary(*summary) << std::flush;
-    if (!options.metrics_json.empty()) {
-      if (auto s = train::WriteSummaryJson(*summary, options.metrics_json); !s.ok()) return Fail(s);
-    }
-  }
   return 0;
 }
 

@@ -22,7 +22,7 @@ absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const Trai
 }
 
 absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string& dir, const std::string& model,
-                                                              const std::vector<Var>& params,
+                                                              const std::vector<dist::VariableSpec>& variables,
                                                               const optim::Optimizer& optimizer, const LogSink& log) {
   std::vector<std::string> skipped;
   auto latest = ckpt::LoadLatestCheckpoint(dir, &skipped);
@@ -46,29 +46,29 @@ absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string
     log(absl::StrCat(checkpoint.path, ": optimizer '", meta["optimizer"], "' differs from --optimizer=",
                      optimizer.name(), "; restoring variables only, fresh optimizer state"));
   }
-  for (const Var& p : params) {
-    auto it = tensors.find(p->name);
+  for (const dist::VariableSpec& p : variables) {
+    auto it = tensors.find(p.name);
     if (it == tensors.end()) {
-      return absl::FailedPreconditionError(absl::StrCat(checkpoint.path, " lacks variable ", p->name));
+      return absl::FailedPreconditionError(absl::StrCat(checkpoint.path, " lacks variable ", p.name));
     }
-    if (it->second.shape() != p->value.shape()) {
-      return absl::FailedPreconditionError(absl::StrCat(checkpoint.path, ": variable ", p->name, " has shape ",
+    if (it->second.shape() != p.shape) {
+      return absl::FailedPreconditionError(absl::StrCat(checkpoint.path, ": variable ", p.name, " has shape ",
                                                         ShapeToString(it->second.shape()), ", the model needs ",
-                                                        ShapeToString(p->value.shape())));
+                                                        ShapeToString(p.shape)));
     }
     VariableState v;
     v.value = std::move(it->second);
     optim::SlotState fresh = optimizer.NewState(v.value.size());
     for (size_t s = 0; s < optimizer.slot_names().size(); ++s) {
-      auto slot = same_optimizer ? tensors.find(ckpt::SlotTensorName(p->name, optimizer.slot_names()[s])) : tensors.end();
+      auto slot = same_optimizer ? tensors.find(ckpt::SlotTensorName(p.name, optimizer.slot_names()[s])) : tensors.end();
       if (slot != tensors.end() && slot->second.size() == v.value.size()) {
         v.slots.push_back(std::move(slot->second).Reshaped(v.value.shape()));
       } else {
         v.slots.emplace_back(v.value.shape(), std::vector<float>(fresh.slots[s].begin(), fresh.slots[s].end()));
       }
     }
-    if (same_optimizer) absl::SimpleAtoi(meta["updates/" + p->name], &v.updates);
-    state.variables.emplace(p->name, std::move(v));
+    if (same_optimizer) absl::SimpleAtoi(meta["updates/" + p.name], &v.updates);
+    state.variables.emplace(p.name, std::move(v));
   }
   log(absl::StrCat("restored ", checkpoint.path, " at global step ", state.global_step));
   return std::optional<TrainingState>(std::move(state));

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "psflow/core/autodiff.h"
+#include "psflow/dist/partition.h"
 #include "psflow/optim/optimizer.h"
 #include "psflow/train/train.h"
 
@@ -33,11 +34,11 @@ struct TrainingState {
 absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const TrainingState& state,
                                               const std::vector<std::string>& slot_names, int keep = 5);
 
-// The newest valid checkpoint of `dir` as a TrainingState for `params` (names and shapes must
+// The newest valid checkpoint of `dir` as a TrainingState for `variables` (names and shapes must
 // match: a mismatch is an error naming the variable), or nullopt when there is none. Skipped
 // corrupt checkpoints are logged.
 absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string& dir, const std::string& model,
-                                                              const std::vector<Var>& params,
+                                                              const std::vector<dist::VariableSpec>& variables,
                                                               const optim::Optimizer& optimizer, const LogSink& log);
 
 // Decides when the chief saves: every `steps` global steps and/or every `secs` seconds.

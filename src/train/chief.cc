@@ -4,17 +4,16 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "psflow/nn/model.h"
 
 namespace psflow::train {
 namespace {
 
-ps::ModelSnapshot ToSnapshot(TrainingState state, const std::vector<Var>& params) {
+ps::ModelSnapshot ToSnapshot(TrainingState state, const std::vector<dist::VariableSpec>& variables) {
   ps::ModelSnapshot snapshot;
   snapshot.global_step = state.global_step;
-  for (const Var& p : params) {  // the plan's order
-    VariableState& v = state.variables.at(p->name);
-    snapshot.variables.push_back({p->name, std::move(v.value), std::move(v.slots), v.updates});
+  for (const dist::VariableSpec& p : variables) {  // the plan's order
+    VariableState& v = state.variables.at(p.name);
+    snapshot.variables.push_back({p.name, std::move(v.value), std::move(v.slots), v.updates});
   }
   return snapshot;
 }
@@ -24,25 +23,24 @@ ps::ModelSnapshot ToSnapshot(TrainingState state, const std::vector<Var>& params
 absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState(bool* from_checkpoint) {
   if (from_checkpoint != nullptr) *from_checkpoint = false;
   if (!options_.checkpoint_dir.empty()) {
-    auto restored = LoadTrainingState(options_.checkpoint_dir, options_.model, params_, optimizer_, log_);
+    auto restored = LoadTrainingState(options_.checkpoint_dir, model_name_, variables_, optimizer_, log_);
     if (!restored.ok()) return restored.status();
     if (restored->has_value()) {
       if (from_checkpoint != nullptr) *from_checkpoint = true;
-      return ToSnapshot(std::move(**restored), params_);
+      return ToSnapshot(std::move(**restored), variables_);
     }
   }
-  // Fresh values: the model's initializers, with the optimizer's initial slots. They come from a
-  // model built anew with the same seed, since params_ hold whatever the chief pulled last.
-  auto initial = nn::BuildModel({options_.model, options_.hidden_units, options_.seed});
-  if (!initial.ok()) return initial.status();
-  TrainingState fresh{0, options_.model, optimizer_.name(), {}};
-  for (const Var& p : (*initial)->parameters()) {
-    optim::SlotState slots = optimizer_.NewState(p->value.size());
-    VariableState v{p->value, {}, 0};
-    for (const FloatBuffer& s : slots.slots) v.slots.emplace_back(p->value.shape(), std::vector<float>(s.begin(), s.end()));
-    fresh.variables.emplace(p->name, std::move(v));
+  // Fresh values: the initial values the Chief was given (not what the chief pulled since), with
+  // the optimizer's initial slots.
+  TrainingState fresh{0, model_name_, optimizer_.name(), {}};
+  for (size_t i = 0; i < variables_.size(); ++i) {
+    const Tensor& value = initial_values_[i];
+    optim::SlotState slots = optimizer_.NewState(value.size());
+    VariableState v{value, {}, 0};
+    for (const FloatBuffer& s : slots.slots) v.slots.emplace_back(value.shape(), std::vector<float>(s.begin(), s.end()));
+    fresh.variables.emplace(variables_[i].name, std::move(v));
   }
-  return ToSnapshot(std::move(fresh), params_);
+  return ToSnapshot(std::move(fresh), variables_);
 }
 
 absl::Status Chief::RetryWhileUnavailable(const std::function<absl::Status()>& attempt, double timeout_secs) {
@@ -75,7 +73,7 @@ absl::Status Chief::TryInitializeCluster() {
   config_.initial_global_step = state->global_step;
   schedule_ = CheckpointSchedule(options_.save_checkpoint_steps, options_.save_checkpoint_secs, state->global_step);
   if (auto s = client_.Initialize(*state, config_); !s.ok()) return s;
-  log_(absl::StrCat("chief: initialized ", params_.size(), " variables at global step ", state->global_step));
+  log_(absl::StrCat("chief: initialized ", variables_.size(), " variables at global step ", state->global_step));
   return absl::OkStatus();
 }
 
@@ -88,7 +86,7 @@ absl::Status Chief::SaveCheckpoint() {
   if (options_.checkpoint_dir.empty()) return absl::OkStatus();
   auto snapshot = client_.PullState();
   if (!snapshot.ok()) return snapshot.status();
-  TrainingState state{snapshot->global_step, options_.model, optimizer_.name(), {}};
+  TrainingState state{snapshot->global_step, model_name_, optimizer_.name(), {}};
   for (ps::VariableSnapshot& v : snapshot->variables) {
     state.variables.emplace(v.name, VariableState{std::move(v.value), std::move(v.slots), v.updates});
   }

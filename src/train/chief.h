@@ -6,9 +6,11 @@
 #define PSFLOW_TRAIN_CHIEF_H_
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "psflow/dist/partition.h"
 #include "psflow/optim/optimizer.h"
 #include "psflow/ps/ps_client.h"
 #include "psflow/train/train.h"
@@ -18,10 +20,14 @@ namespace psflow::train {
 
 class Chief {
  public:
-  // All borrowed; they outlive the Chief.
-  Chief(const TrainOptions& options, ps::PsClient& client, const std::vector<Var>& params,
+  // `variables` in the plan's order, with their `initial_values` (the job's step-0 state, kept by
+  // the Chief: a ps restart before the first checkpoint goes back to them). `model_name` is the
+  // checkpoints' "model" metadata. The rest is borrowed and outlives the Chief.
+  Chief(const TrainOptions& options, std::string model_name, ps::PsClient& client,
+        std::vector<dist::VariableSpec> variables, std::vector<Tensor> initial_values,
         const ps::TrainingConfig& config, const optim::Optimizer& optimizer, const LogSink& log)
-      : options_(options), client_(client), params_(params), config_(config), optimizer_(optimizer), log_(log),
+      : options_(options), model_name_(std::move(model_name)), client_(client), variables_(std::move(variables)),
+        initial_values_(std::move(initial_values)), config_(config), optimizer_(optimizer), log_(log),
         schedule_(options.save_checkpoint_steps, options.save_checkpoint_secs, 0) {}
 
   absl::Status InitializeCluster();
@@ -41,8 +47,10 @@ class Chief {
   absl::StatusOr<ps::ModelSnapshot> RestorableState(bool* from_checkpoint = nullptr);
 
   const TrainOptions& options_;
+  const std::string model_name_;
   ps::PsClient& client_;
-  const std::vector<Var>& params_;
+  const std::vector<dist::VariableSpec> variables_;
+  const std::vector<Tensor> initial_values_;
   ps::TrainingConfig config_;
   const optim::Optimizer& optimizer_;
   const LogSink& log_;

@@ -63,7 +63,8 @@ struct ChiefFixture {
     client = cluster->Client(plan, 0);
     ASSERT_NE(client, nullptr);
     PSFLOW_ASSERT_OK(client->Connect());
-    chief = std::make_unique<Chief>(options, *client, model->parameters(), config, *optimizer, sink);
+    chief = std::make_unique<Chief>(options, options.model, *client, VariableSpecsOf(model->parameters()), Values(),
+                                    config, *optimizer, sink);
     PSFLOW_ASSERT_OK(chief->InitializeCluster());
   }
 

@@ -10,10 +10,10 @@
 
 namespace psflow::train {
 
-absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options) {
+absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options, const std::string* tf_config_override) {
   const char* tf_config = std::getenv("TF_CONFIG");
-  auto resolved = dist::ResolveCluster(options.ps_hosts, options.worker_hosts, options.job_name,
-                                       options.task_index, tf_config ? tf_config : "");
+  auto resolved = dist::ResolveCluster(options.ps_hosts, options.worker_hosts, options.job_name, options.task_index,
+                                       tf_config_override ? *tf_config_override : (tf_config ? tf_config : ""));
   if (!resolved.ok()) return resolved.status();
   TaskSetup setup{resolved->first, resolved->second, {}};
   if (auto status = setup.cluster.Validate(setup.task); !status.ok()) return status;
@@ -47,13 +47,22 @@ absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options) {
   return setup;
 }
 
+std::vector<dist::VariableSpec> VariableSpecsOf(const std::vector<Var>& params) {
+  std::vector<dist::VariableSpec> variables;
+  for (const Var& p : params) variables.push_back({p->name, p->value.shape()});
+  return variables;
+}
+
 absl::StatusOr<dist::PlacementPlan> PlanFor(const nn::Model& model, const TrainOptions& options, int num_ps) {
+  return PlanFor(VariableSpecsOf(model.parameters()), options, num_ps);
+}
+
+absl::StatusOr<dist::PlacementPlan> PlanFor(const std::vector<dist::VariableSpec>& variables,
+                                            const TrainOptions& options, int num_ps) {
   auto partitioner = dist::ParsePartitioner(options.partitioner);
   if (!partitioner.ok()) return partitioner.status();
   auto placement = dist::ParsePlacement(options.placement);
   if (!placement.ok()) return placement.status();
-  std::vector<dist::VariableSpec> variables;
-  for (const Var& p : model.parameters()) variables.push_back({p->name, p->value.shape()});
   return dist::PlanPlacement(variables, *partitioner, *placement, num_ps);
 }
 

@@ -4,6 +4,7 @@
 #ifndef PSFLOW_TRAIN_CLUSTER_SETUP_H_
 #define PSFLOW_TRAIN_CLUSTER_SETUP_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,10 +24,16 @@ struct TaskSetup {
 
 // Resolves the cluster from the flags or $TF_CONFIG, validates this task's role, reads the
 // secret file, and refuses a non-loopback listen address without a secret unless --insecure.
-absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options);
+// `tf_config`, when given, is used instead of $TF_CONFIG ("" = none: the flags alone).
+absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options, const std::string* tf_config = nullptr);
 
-// The placement of `model`'s variables under the options' partitioner and placement strategy.
+// The placement of `model`'s variables (or of `variables`, in that order) under the options'
+// partitioner and placement strategy.
 absl::StatusOr<dist::PlacementPlan> PlanFor(const nn::Model& model, const TrainOptions& options, int num_ps);
+absl::StatusOr<dist::PlacementPlan> PlanFor(const std::vector<dist::VariableSpec>& variables,
+                                            const TrainOptions& options, int num_ps);
+// Names and shapes of parameters.
+std::vector<dist::VariableSpec> VariableSpecsOf(const std::vector<Var>& params);
 
 // Sync-mode quorum: R and T resolved against the number of workers, validated (1 <= R <= T).
 absl::StatusOr<ps::TrainingConfig> TrainingConfigFor(const TrainOptions& options, int num_workers);

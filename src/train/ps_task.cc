@@ -2,6 +2,7 @@
 // training, then return so the process exits 0 (TF's server.join() never returned).
 #include "absl/strings/str_cat.h"
 #include "psflow/ps/ps_server.h"
+#include "psflow/train/ps_task.h"
 #include "psflow/train/train.h"
 #include "train/cluster_setup.h"
 #include "train/telemetry.h"
@@ -13,7 +14,11 @@
 namespace psflow::train {
 
 absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log) {
-  auto setup = SetUpTask(options);
+  return RunParameterServer(options, log, nullptr);
+}
+
+absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log, PsTaskControl* control) {
+  auto setup = SetUpTask(options, control != nullptr ? control->tf_config : nullptr);
   if (!setup.ok()) return setup.status();
   ps::PsServer::Options server_options;
   server_options.listen_address = setup->cluster.address(setup->task);
@@ -28,13 +33,23 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log)
   auto telemetry = Telemetry::Create(options, /*write_events=*/true, absl::StrCat("ps_", setup->task.index), log);
   if (!telemetry.ok()) return telemetry.status();
 
-  // Sample the traffic counters once a second for TensorBoard and /metrics until training ends.
+  // Sample the traffic counters once a second for TensorBoard and /metrics until training ends
+  // (and, embedded, look for a stop request every 0.1 s).
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
+  bool stopped = false;
   std::thread sampler([&] {
     std::unique_lock<std::mutex> lock(mu);
-    while (!cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; })) {
+    const auto period = control != nullptr ? std::chrono::milliseconds(100) : std::chrono::milliseconds(1000);
+    auto next_sample = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (!cv.wait_for(lock, period, [&] { return done; })) {
+      if (control != nullptr && control->stop.load() && !stopped) {
+        stopped = true;
+        (*server)->Stop();
+      }
+      if (std::chrono::steady_clock::now() < next_sample) continue;
+      next_sample += std::chrono::seconds(1);
       const ps::PsTaskStats s = (*server)->Stats();
       (*telemetry)->OnPsStats(s.task, s.global_step, s.bytes_in, s.bytes_out, s.stale_gradients_dropped,
                               s.pushes_refused, s.connected_workers);
@@ -47,6 +62,7 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log)
   }
   cv.notify_all();
   sampler.join();
+  if (stopped) return absl::CancelledError(absl::StrCat("ps task ", setup->task.index, " interrupted"));
   const ps::PsTaskStats stats = (*server)->Stats();
   (*telemetry)->OnPsStats(stats.task, stats.global_step, stats.bytes_in, stats.bytes_out,
                           stats.stale_gradients_dropped, stats.pushes_refused, stats.connected_workers);

@@ -10,6 +10,7 @@
 #include "psflow/train/replicas.h"
 #include "psflow/train/train.h"
 #include "train/checkpointing.h"
+#include "train/cluster_setup.h"
 #include "train/progress.h"
 #include "train/telemetry.h"
 
@@ -59,7 +60,7 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
   for (const Var& p : params) states.push_back((*optimizer)->NewState(p->value.size()));
   int64_t start_step = 0;
   if (!options.checkpoint_dir.empty()) {
-    auto restored = LoadTrainingState(options.checkpoint_dir, options.model, params, **optimizer, log);
+    auto restored = LoadTrainingState(options.checkpoint_dir, options.model, VariableSpecsOf(params), **optimizer, log);
     if (!restored.ok()) return restored.status();
     if (restored->has_value()) {
       start_step = (*restored)->global_step;

@@ -1,0 +1,135 @@
+// psflow/train/session.h — a worker session: the one implementation of a psflow worker's and
+// chief's machinery (DESIGN.md §8), driven step by step by whoever computes the gradients —
+// `psflow train`'s C++ worker (train/worker.cc) and the Python binding (python/psflow) alike.
+//
+// It is handed named parameter buffers (name, value memory, dense gradient memory and/or a
+// row-sparse gradient), which become the ps variables: the placement plan is made from their
+// names and shapes (partitioners and placement flags apply). Then:
+//   Open()   resolves the cluster (flags or $TF_CONFIG), connects to every ps task, prints the
+//            placement listing (chief, or --log_device_placement), and either initializes the ps
+//            tasks (chief: from the values its buffers hold at Open — copied once, so the caller's
+//            initialization is honoured and a ps restart before the first checkpoint goes back to
+//            them — or from the newest checkpoint of --checkpoint_dir; a restarted chief resumes the
+//            running job) or waits for the chief (others; released the moment it is done). Finally
+//            pulls the current values into the value buffers.
+//   ShouldStop()  true once the global step reached --train_steps or training ended elsewhere.
+//   Step(loss, accuracy)  pushes the gradients and pulls the new values into the value buffers in
+//            one call per ps (PushAndPull), tagged with the global step the gradients were computed
+//            at (sync mode drops stale ones and counts them); recovers from a ps task that
+//            restarted empty (the chief restores it, the others wait for the chief and pull again);
+//            logs the progress line every --log_every steps, feeds --logdir / --metrics_port, and
+//            the chief checkpoints on schedule. A non-finite loss is refused (the step is not pushed).
+//   Close(evaluate)  chief: pulls the final values, saves the final checkpoint, calls `evaluate`
+//            (the caller's accuracy on its validation/test data, with the final values in its
+//            buffers), asks every ps for its traffic (ps_traffic), prints the final summary and its
+//            `summary_json:` line, writes --metrics_json, and shuts the ps tasks down (they exit 0).
+//            Others: log and say Goodbye.
+//   Abort(reason)  after a failure: the chief aborts the job (every ps task exits non-zero with the
+//            reason); a worker told the job was aborted says Goodbye. Destroying an open session
+//            without Close() aborts it the same way.
+//
+// Memory: the session pulls straight into the caller's value Tensors and pushes straight from its
+// gradient Tensors (psflow Tensors own their memory; the Python binding therefore allocates the
+// Tensors and points each torch parameter's .data and .grad at them, so that no copy is made per
+// step beyond the wire decode). The buffers are borrowed: they must outlive the session, and the
+// caller must not touch them while a call runs. A parameter whose gradient Tensor is empty and
+// whose sparse gradient is unset (or not given) is not pushed that step.
+//
+// Thread safety: none; one thread drives a session. Errors are absl::Status with one line naming
+// what is wrong.
+#ifndef PSFLOW_TRAIN_SESSION_H_
+#define PSFLOW_TRAIN_SESSION_H_
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "psflow/core/autodiff.h"
+#include "psflow/core/tensor.h"
+#include "psflow/train/options.h"
+#include "psflow/train/summary.h"
+
+namespace psflow::train {
+
+// One ps variable. All pointers are borrowed and must stay valid while the session lives.
+struct SessionParameter {
+  std::string name;                                   // the ps variable's name (checkpoints use it)
+  Tensor* value = nullptr;                            // required; its shape is the variable's shape
+  const Tensor* grad = nullptr;                       // dense gradient, pushed when non-empty
+  const std::optional<RowSparse>* sparse_grad = nullptr;  // row-sparse gradient, pushed when set
+  // When given, the dense gradient is pushed only while *dense_grad_ready is true (the caller's
+  // "this parameter got a gradient this step").
+  const bool* dense_grad_ready = nullptr;
+};
+
+// What the caller's evaluation at Close() found (NaN: not measured).
+struct SessionEval {
+  double validation_accuracy = std::numeric_limits<double>::quiet_NaN();
+  double validation_cross_entropy = std::numeric_limits<double>::quiet_NaN();
+  double test_accuracy = std::numeric_limits<double>::quiet_NaN();
+  double test_cross_entropy = std::numeric_limits<double>::quiet_NaN();
+};
+
+class WorkerSession {
+ public:
+  struct Options {
+    TrainOptions train;  // as after ResolveTrainOptions (Create resolves them again; idempotent)
+    // The model's name in the summary and in the checkpoints' metadata (default: train.model).
+    std::string model_name;
+    // Where log lines go (default: stdout).
+    std::function<void(const std::string&)> log;
+    // The chief prints the final summary (FormatSummary) through `log` and writes --metrics_json
+    // at Close.
+    bool report_summary = true;
+  };
+
+  // Checks the options and the parameters (non-null values, distinct non-empty names, gradient
+  // shapes equal to the values'); InvalidArgument naming the parameter. Nothing is contacted yet.
+  static absl::StatusOr<std::unique_ptr<WorkerSession>> Create(Options options, std::vector<SessionParameter> params);
+  ~WorkerSession();
+  WorkerSession(const WorkerSession&) = delete;
+  WorkerSession& operator=(const WorkerSession&) = delete;
+
+  absl::Status Open();
+  bool ShouldStop() const;
+  // FailedPrecondition before Open(), after Close(), or after ShouldStop() became true.
+  absl::Status Step(double loss, double accuracy = std::numeric_limits<double>::quiet_NaN());
+  // `evaluate` is called by the chief only (may be null: accuracies stay 0). Non-chief summaries
+  // carry no evaluation and no ps_traffic.
+  absl::StatusOr<RunSummary> Close(const std::function<absl::StatusOr<SessionEval>()>& evaluate = nullptr);
+  void Abort(const absl::Status& reason);
+
+  bool is_open() const;
+  bool is_chief() const;
+  int worker_index() const;
+  int num_workers() const;
+  int num_ps() const;
+  bool sync() const;
+  int64_t global_step() const;
+  // Step() calls so far (including ones spent on recovery).
+  int64_t local_step() const;
+  // The global batch this worker's next batch is sliced from (DESIGN.md §4's data order): the
+  // global step in sync mode, the local step in async mode.
+  int64_t data_step() const;
+  // Examples per global step: batch_size, times replicas_to_aggregate in sync mode.
+  int64_t examples_per_global_step() const;
+  const TrainOptions& options() const;
+  // The placement listing ("variable placement:" table) of the parameters.
+  std::string PlacementListing() const;
+
+  class Impl;
+
+ private:
+  explicit WorkerSession(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace psflow::train
+
+#endif  // PSFLOW_TRAIN_SESSION_H_

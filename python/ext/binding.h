@@ -1,0 +1,54 @@
+// Shared helpers of the psflow Python extension (python/ext/*.cc): absl::Status -> Python
+// exception (the psflow.Error family, one class per status code, carrying the status's one-line
+// message), and the registration functions of each part of the module.
+#ifndef PSFLOW_PYTHON_EXT_BINDING_H_
+#define PSFLOW_PYTHON_EXT_BINDING_H_
+
+#include <pybind11/pybind11.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "psflow/train/options.h"
+
+namespace psflow::python {
+
+// Thrown by the binding for a failed status; translated to the psflow exception of its code.
+class StatusError : public std::runtime_error {
+ public:
+  explicit StatusError(absl::Status status)
+      : std::runtime_error(std::string(status.message())), status_(std::move(status)) {}
+  const absl::Status& status() const { return status_; }
+
+ private:
+  absl::Status status_;
+};
+
+inline void ThrowIfError(const absl::Status& status) {
+  if (!status.ok()) throw StatusError(status);
+}
+template <typename T>
+T ValueOrThrow(absl::StatusOr<T> value) {
+  if (!value.ok()) throw StatusError(value.status());
+  return *std::move(value);
+}
+
+// psflow.Flags: every `psflow train` flag, and the arguments psflow did not know.
+struct Flags {
+  train::TrainOptions options;
+  std::vector<std::string> unparsed;
+};
+
+void RegisterErrors(pybind11::module_& m);
+void RegisterCluster(pybind11::module_& m);
+void RegisterFlags(pybind11::module_& m);
+void RegisterServer(pybind11::module_& m);
+void RegisterData(pybind11::module_& m);
+void RegisterSession(pybind11::module_& m);
+
+}  // namespace psflow::python
+
+#endif  // PSFLOW_PYTHON_EXT_BINDING_H_

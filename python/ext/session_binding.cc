@@ -1,0 +1,214 @@
+// psflow._Session: the C++ WorkerSession (psflow/train/session.h) over parameter memory owned
+// here. Each parameter's value and dense gradient are psflow Tensors handed to Python as numpy
+// views (the Python side points torch's .data and .grad at them), so the session pulls into and
+// pushes from the very memory PyTorch computes with: no copy per step beyond the wire decode.
+// The memory lives as long as the session or any view of it (the views hold a reference).
+// Every call that waits releases the GIL.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "binding.h"
+#include "psflow/train/session.h"
+#include "psflow/train/summary.h"
+
+namespace py = pybind11;
+
+namespace psflow::python {
+
+namespace {
+
+struct ParamMemory {
+  std::string name;
+  Tensor value, grad;
+  std::optional<RowSparse> sparse;
+  bool dense_ready = false;
+};
+
+// Shared by the session and by every numpy view of the memory.
+struct Memory {
+  std::vector<std::unique_ptr<ParamMemory>> params;
+};
+
+class PySession {
+ public:
+  PySession(const train::TrainOptions& options, const std::vector<std::string>& names,
+            const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& trainable,
+            const std::string& model_name)
+      : memory_(std::make_shared<Memory>()) {
+    if (names.size() != shapes.size() || names.size() != trainable.size()) {
+      throw StatusError(absl::InvalidArgumentError("_Session: names, shapes and trainable differ in length"));
+    }
+    std::vector<train::SessionParameter> params;
+    for (size_t i = 0; i < names.size(); ++i) {
+      auto p = std::make_unique<ParamMemory>();
+      p->name = names[i];
+      for (int64_t d : shapes[i]) {
+        if (d < 0) throw StatusError(absl::InvalidArgumentError(absl::StrCat("parameter '", names[i], "' has a negative dimension")));
+      }
+      p->value = Tensor(Shape(shapes[i]));
+      if (trainable[i]) p->grad = Tensor(Shape(shapes[i]));
+      train::SessionParameter sp{p->name, &p->value, trainable[i] ? &p->grad : nullptr,
+                                 trainable[i] ? &p->sparse : nullptr, &p->dense_ready};
+      params.push_back(sp);
+      memory_->params.push_back(std::move(p));
+    }
+    train::WorkerSession::Options session_options;
+    session_options.train = options;
+    session_options.model_name = model_name;
+    session_options.log = [](const std::string& line) { std::cout << line << std::endl; };
+    py::gil_scoped_release release;
+    session_ = ValueOrThrow(train::WorkerSession::Create(std::move(session_options), std::move(params)));
+  }
+
+  py::array_t<float> View(size_t i, bool grad) {
+    ParamMemory& p = Param(i);
+    Tensor& t = grad ? p.grad : p.value;
+    if (grad && t.empty() && !p.value.empty()) {
+      throw StatusError(absl::FailedPreconditionError(absl::StrCat("parameter '", p.name, "' has no gradient memory")));
+    }
+    py::capsule owner(new std::shared_ptr<Memory>(memory_),
+                      [](void* m) { delete static_cast<std::shared_ptr<Memory>*>(m); });
+    std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+    if (p.value.size() == 0) shape = std::vector<py::ssize_t>(p.value.shape().begin(), p.value.shape().end());
+    return py::array_t<float>(shape, t.data(), owner);
+  }
+
+  void Open() {
+    py::gil_scoped_release release;
+    ThrowIfError(session_->Open());
+  }
+
+  // `dense_ready[i]`: parameter i's dense gradient memory holds this step's gradient. `sparse`:
+  // (i, rows int64 [n], values float32 [n, ...]) row-sparse gradients (coalesced by the caller).
+  // Afterwards the pushed dense gradients are zeroed and the sparse ones dropped.
+  void Step(double loss, double accuracy, const std::vector<bool>& dense_ready,
+            const std::vector<std::tuple<size_t, py::array_t<int64_t, py::array::c_style | py::array::forcecast>,
+                                         py::array_t<float, py::array::c_style | py::array::forcecast>>>& sparse) {
+    if (dense_ready.size() != memory_->params.size()) {
+      throw StatusError(absl::InvalidArgumentError("_Session.step: dense_ready has the wrong length"));
+    }
+    for (size_t i = 0; i < dense_ready.size(); ++i) memory_->params[i]->dense_ready = dense_ready[i];
+    for (const auto& [i, rows, values] : sparse) {
+      ParamMemory& p = Param(i);
+      if (p.grad.empty() && p.value.size() > 0) {
+        throw StatusError(absl::InvalidArgumentError(absl::StrCat("parameter '", p.name, "' is not trainable")));
+      }
+      const Shape& shape = p.value.shape();
+      if (shape.empty() || values.ndim() < 1 || rows.ndim() != 1 || values.shape(0) != rows.shape(0) ||
+          values.size() != rows.shape(0) * (p.value.size() / std::max<int64_t>(shape[0], 1))) {
+        throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+            "the row-sparse gradient of '", p.name, "' does not match its shape ", ShapeToString(shape))));
+      }
+      RowSparse g;
+      g.rows.assign(rows.data(), rows.data() + rows.size());
+      Shape values_shape = shape;
+      values_shape[0] = rows.shape(0);
+      g.values = Tensor::Uninitialized(values_shape);
+      std::copy_n(values.data(), values.size(), g.values.data());
+      p.sparse = std::move(g);
+    }
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = session_->Step(loss, accuracy);
+      for (auto& p : memory_->params) {
+        if (p->dense_ready) p->grad.SetZero();
+        p->dense_ready = false;
+        p->sparse.reset();
+      }
+    }
+    ThrowIfError(status);
+  }
+
+  py::object Close(const std::optional<py::function>& evaluate) {
+    std::shared_ptr<py::error_already_set> raised;
+    std::function<absl::StatusOr<train::SessionEval>()> eval;
+    if (evaluate.has_value() && !evaluate->is_none()) {
+      eval = [&]() -> absl::StatusOr<train::SessionEval> {
+        py::gil_scoped_acquire acquire;
+        try {
+          py::dict d = (*evaluate)();
+          train::SessionEval e;
+          auto get = [&](const char* key, double* out) {
+            if (d.contains(key)) *out = d[key].cast<double>();
+          };
+          get("validation_accuracy", &e.validation_accuracy);
+          get("validation_cross_entropy", &e.validation_cross_entropy);
+          get("test_accuracy", &e.test_accuracy);
+          get("test_cross_entropy", &e.test_cross_entropy);
+          return e;
+        } catch (py::error_already_set& e) {
+          raised = std::make_shared<py::error_already_set>(std::move(e));
+          return absl::CancelledError("evaluate() raised");
+        } catch (const py::cast_error& e) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "evaluate() must return a dict of floats (validation_accuracy, validation_cross_entropy, "
+              "test_accuracy, test_cross_entropy): ", e.what()));
+        }
+      };
+    }
+    absl::StatusOr<train::RunSummary> summary;
+    {
+      py::gil_scoped_release release;
+      summary = session_->Close(eval);
+    }
+    if (raised) throw *raised;
+    const train::RunSummary s = ValueOrThrow(std::move(summary));
+    return py::module_::import("json").attr("loads")(train::SummaryToJson(s));
+  }
+
+  // `aborted`: the failure was the job being aborted elsewhere (psflow.AbortedError).
+  void Abort(const std::string& reason, bool aborted) {
+    py::gil_scoped_release release;
+    session_->Abort(aborted ? absl::AbortedError(reason) : absl::CancelledError(reason));
+  }
+
+  train::WorkerSession& session() { return *session_; }
+
+ private:
+  ParamMemory& Param(size_t i) {
+    if (i >= memory_->params.size()) throw py::index_error("parameter index out of range");
+    return *memory_->params[i];
+  }
+
+  std::shared_ptr<Memory> memory_;
+  std::unique_ptr<train::WorkerSession> session_;
+};
+
+}  // namespace
+
+void RegisterSession(py::module_& m) {
+  py::class_<PySession>(m, "_Session", "The C++ worker session over memory it owns (use psflow.WorkerSession).")
+      .def(py::init([](const Flags& flags, const std::vector<std::string>& names,
+                       const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& trainable,
+                       const std::string& model_name) {
+             return std::make_unique<PySession>(flags.options, names, shapes, trainable, model_name);
+           }),
+           py::arg("flags"), py::arg("names"), py::arg("shapes"), py::arg("trainable"), py::arg("model_name"))
+      .def("value", [](PySession& s, size_t i) { return s.View(i, false); }, py::arg("index"))
+      .def("grad", [](PySession& s, size_t i) { return s.View(i, true); }, py::arg("index"))
+      .def("open", &PySession::Open)
+      .def("should_stop", [](PySession& s) { return s.session().ShouldStop(); })
+      .def("step", &PySession::Step, py::arg("loss"), py::arg("accuracy"), py::arg("dense_ready"), py::arg("sparse"))
+      .def("close", &PySession::Close, py::arg("evaluate") = py::none())
+      .def("abort", &PySession::Abort, py::arg("reason"), py::arg("aborted") = false)
+      .def_property_readonly("is_open", [](PySession& s) { return s.session().is_open(); })
+      .def_property_readonly("is_chief", [](PySession& s) { return s.session().is_chief(); })
+      .def_property_readonly("worker_index", [](PySession& s) { return s.session().worker_index(); })
+      .def_property_readonly("num_workers", [](PySession& s) { return s.session().num_workers(); })
+      .def_property_readonly("num_ps", [](PySession& s) { return s.session().num_ps(); })
+      .def_property_readonly("sync", [](PySession& s) { return s.session().sync(); })
+      .def_property_readonly("global_step", [](PySession& s) { return s.session().global_step(); })
+      .def_property_readonly("local_step", [](PySession& s) { return s.session().local_step(); })
+      .def_property_readonly("data_step", [](PySession& s) { return s.session().data_step(); })
+      .def_property_readonly("placement", [](PySession& s) { return s.session().PlacementListing(); });
+}
+
+}  // namespace psflow::python

@@ -1,0 +1,50 @@
+"""psflow: parameter-server training for PyTorch models, on psflow's C++ runtime.
+
+    import psflow
+    flags = psflow.parse_flags(defaults={"batch_size": 100})        # psflow train's flags
+    cluster = psflow.ClusterSpec.from_flags(flags)                   # or a dict, or TF_CONFIG
+    if flags.job_name == "ps":
+        psflow.Server(cluster, job_name="ps", task_index=flags.task_index, flags=flags).join()
+    else:
+        with psflow.WorkerSession(model, flags) as sess:             # chief initializes / restores
+            while not sess.should_stop():
+                idx = sess.batch_indices(num_examples, flags.batch_size)
+                loss = loss_fn(model(x[idx]), y[idx]); loss.backward()
+                sess.step(loss)                                      # push grads, pull values
+
+Every behaviour (cluster parsing, flags, placement, sync, checkpoints, recovery, telemetry,
+summary) is psflow's C++; this package is a thin binding (docs/pytorch.md).
+"""
+from ._psflow import (  # noqa: F401  (the C++ extension)
+    __version__,
+    Error,
+    CancelledError,
+    UnknownError,
+    InvalidArgumentError,
+    DeadlineExceededError,
+    NotFoundError,
+    AlreadyExistsError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    FailedPreconditionError,
+    AbortedError,
+    OutOfRangeError,
+    UnimplementedError,
+    InternalError,
+    UnavailableError,
+    DataLossError,
+    UnauthenticatedError,
+    ClusterSpec,
+    Flags,
+    parse_flags,
+    BatchSampler,
+    load_mnist,
+)
+from .server import Server  # noqa: F401
+from .session import WorkerSession  # noqa: F401
+
+__all__ = [
+    "__version__", "Error", "InvalidArgumentError", "NotFoundError", "FailedPreconditionError",
+    "UnavailableError", "DeadlineExceededError", "AbortedError", "OutOfRangeError", "CancelledError",
+    "ClusterSpec", "Flags", "parse_flags", "Server", "WorkerSession", "BatchSampler", "load_mnist",
+]

@@ -1,0 +1,344 @@
+// WorkerSession (psflow/train/session.h): the worker's and chief's machinery, step by step. The
+// chief's duties beyond training (initialize / restore / checkpoint) live in train/chief.*; this
+// file holds the session's state machine: open, step with recovery, close, abort.
+#include "psflow/train/session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <thread>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "psflow/ps/ps_client.h"
+#include "psflow/train/train.h"
+#include "train/chief.h"
+#include "train/cluster_setup.h"
+#include "train/option_value.h"
+#include "train/progress.h"
+#include "train/telemetry.h"
+
+namespace psflow::train {
+namespace {
+
+// Waits for the chief to initialize every ps, in short slices so that a ps killed and restarted
+// meanwhile (its held call broken) is asked again, until `timeout_secs` in all.
+absl::Status WaitForChief(ps::PsClient& client, double timeout_secs) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_secs);
+  absl::Status s;
+  do {
+    const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    s = client.WaitForInitialization(std::clamp(left, 0.1, 5.0));
+    if (s.ok() || !(absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s))) return s;
+    if (absl::IsUnavailable(s)) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  } while (std::chrono::steady_clock::now() < deadline);
+  return absl::DeadlineExceededError(absl::StrCat("gave up after ", timeout_secs, " s: ", s.message()));
+}
+
+}  // namespace
+
+class WorkerSession::Impl {
+ public:
+  Impl(Options options, std::vector<SessionParameter> params)
+      : options_(std::move(options)), params_(std::move(params)) {
+    if (options_.model_name.empty()) options_.model_name = options_.train.model;
+    if (!options_.log) options_.log = [](const std::string& line) { std::cout << line << std::endl; };
+    for (const SessionParameter& p : params_) {
+      variables_.push_back({p.name, p.value->shape()});
+      pull_into_.emplace_back(p.name, p.value);
+    }
+  }
+
+  // Everything that needs no other task: the cluster, this task's role, the plan, the config.
+  absl::Status Prepare() {
+    auto setup = SetUpTask(options_.train);
+    if (!setup.ok()) return setup.status();
+    if (setup->task.job != "worker") {
+      return absl::InvalidArgumentError(absl::StrCat("a worker session needs a worker task, but this task is ",
+                                                     setup->task.job, " ", setup->task.index,
+                                                     " (run ps tasks with psflow.Server or psflow train)"));
+    }
+    cluster_ = setup->cluster;
+    index_ = setup->task.index;
+    auto plan = PlanFor(variables_, options_.train, cluster_.num_ps());
+    if (!plan.ok()) return plan.status();
+    plan_ = *std::move(plan);
+    auto config = TrainingConfigFor(options_.train, cluster_.num_workers());
+    if (!config.ok()) return config.status();
+    config_ = *config;
+    auto optimizer = optim::MakeOptimizer(config_.optimizer);
+    if (!optimizer.ok()) return optimizer.status();
+    optimizer_ = *std::move(optimizer);
+
+    ps::PsClient::Options client_options;
+    client_options.cluster = cluster_;
+    client_options.plan = plan_;
+    client_options.worker_index = index_;
+    client_options.security = setup->security;
+    client_options.rpc_timeout_secs = options_.train.rpc_timeout_secs;
+    client_options.connect_timeout_secs = options_.train.ps_timeout_secs;
+    client_options.ps_unavailable_timeout_secs = options_.train.ps_timeout_secs;
+    client_options.log = options_.log;
+    auto client = ps::PsClient::Create(client_options);
+    if (!client.ok()) return client.status();
+    client_ = *std::move(client);
+    return absl::OkStatus();
+  }
+
+  absl::Status Open() {
+    if (opened_) return absl::FailedPreconditionError("the worker session is already open");
+    const TrainOptions& o = options_.train;
+    opened_ = true;  // from here on, a failure aborts the job (chief)
+    if (auto s = client_->Connect(); !s.ok()) return s;
+    if (is_chief()) {
+      // The chief's values at Open are the job's initial values.
+      std::vector<Tensor> initial;
+      for (const SessionParameter& p : params_) initial.push_back(*p.value);
+      chief_ = std::make_unique<Chief>(o, options_.model_name, *client_, variables_, std::move(initial), config_,
+                                       *optimizer_, options_.log);
+    }
+    if (is_chief() || o.log_device_placement) log("variable placement:\n" + plan_.Format());
+    if (is_chief()) {
+      if (auto s = chief_->InitializeCluster(); !s.ok()) return s;
+    } else {
+      log("waiting for the chief (worker 0) to initialize the variables");
+      if (auto s = WaitForChief(*client_, o.init_timeout_secs); !s.ok()) return s;
+    }
+    auto telemetry = Telemetry::Create(o, /*write_events=*/is_chief(), "", options_.log);
+    if (!telemetry.ok()) return telemetry.status();
+    telemetry_ = *std::move(telemetry);
+    progress_ = std::make_unique<ProgressLog>(options_.log, "", OptionValue(o.train_steps), OptionValue(o.batch_size));
+
+    auto first = PullCurrent();
+    finished_ = absl::IsOutOfRange(first.status());
+    if (!first.ok() && !finished_) return first.status();
+    if (first.ok()) global_step_ = *first;
+    start_step_ = global_step_;
+    return absl::OkStatus();
+  }
+
+  bool ShouldStop() const { return finished_ || closed_ || global_step_ >= OptionValue(options_.train.train_steps); }
+
+  absl::Status Step(double loss, double accuracy) {
+    if (!opened_) return absl::FailedPreconditionError("step before the worker session is open: call Open() first");
+    if (closed_) return absl::FailedPreconditionError("step after the worker session was closed");
+    if (ShouldStop()) {
+      return absl::FailedPreconditionError(absl::StrCat("step after training finished at global step ", global_step_,
+                                                        ": stop when should_stop() is true"));
+    }
+    // A diverged step is not pushed (the ps would refuse its NaN gradients anyway).
+    if (!std::isfinite(loss)) return DivergedError(global_step_, loss, OptionValue(options_.train.learning_rate));
+    ++local_step_;
+    // One call per ps: the gradients go in, the variables as they stand after the update come back.
+    auto pushed = client_->PushAndPull(Gradients(), global_step_, pull_into_);
+    if (absl::IsOutOfRange(pushed.status())) {  // training finished elsewhere
+      finished_ = true;
+      return absl::OkStatus();
+    }
+    if (!pushed.ok()) {
+      if (auto s = Recover(pushed.status()); !s.ok()) return s;
+      auto step = PullCurrent();  // continue from the restored state
+      if (absl::IsOutOfRange(step.status())) {
+        finished_ = true;
+        return absl::OkStatus();
+      }
+      if (!step.ok()) return step.status();
+      global_step_ = *step;
+      return absl::OkStatus();
+    }
+    stale_ += pushed->stale;
+    global_step_ = pushed->global_step;
+    progress_->Step(global_step_, loss, accuracy, options_.train.log_every);
+    telemetry_->OnStep(global_step_, loss, accuracy, optim::DecayedLearningRate(config_.optimizer, global_step_),
+                       examples_per_global_step());
+    if (is_chief()) {
+      if (auto s = chief_->MaybeCheckpoint(global_step_); !s.ok()) log(absl::StrCat("checkpoint failed: ", s.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<RunSummary> Close(const std::function<absl::StatusOr<SessionEval>()>& evaluate) {
+    if (!opened_) return absl::FailedPreconditionError("close before the worker session is open: call Open() first");
+    if (closed_) return absl::FailedPreconditionError("the worker session is already closed");
+    closed_ = true;
+    const double train_seconds = progress_->ElapsedSeconds();
+    RunSummary summary;
+    summary.model = options_.model_name;
+    summary.mode = config_.sync ? "sync" : "async";
+    summary.workers = cluster_.num_workers();
+    summary.ps = cluster_.num_ps();
+    summary.stale_gradients_dropped = stale_;
+    summary.global_step = global_step_;
+    if (!is_chief()) {
+      log(absl::StrCat("worker ", index_, ": done after ", progress_->local_steps(), " local steps"));
+      (void)client_->Goodbye();
+      return summary;
+    }
+
+    // The chief checkpoints and evaluates the final parameters, then ends the job.
+    auto step = client_->Pull(pull_into_);
+    if (!step.ok()) return step.status();
+    if (auto s = chief_->SaveCheckpoint(); !s.ok()) return s;
+    summary.global_step = *step;
+    summary.train_seconds = train_seconds;
+    summary.examples_per_sec =
+        (*step - start_step_) * examples_per_global_step() / std::max(train_seconds, 1e-9);
+    if (evaluate) {
+      auto eval = evaluate();
+      if (!eval.ok()) return eval.status();
+      auto value = [](double v) { return std::isnan(v) ? 0.0 : v; };
+      summary.validation_accuracy = value(eval->validation_accuracy);
+      summary.validation_cross_entropy = value(eval->validation_cross_entropy);
+      summary.test_accuracy = value(eval->test_accuracy);
+      summary.test_cross_entropy = value(eval->test_cross_entropy);
+    }
+    telemetry_->OnFinal(summary.global_step, summary.validation_accuracy, summary.test_accuracy);
+    if (auto stats = client_->Stats(); stats.ok()) {
+      for (const ps::PsTaskStats& s : *stats) {
+        summary.ps_traffic.push_back({s.task, s.bytes_in, s.bytes_out, s.num_params});
+        // Every ps drops the same stale push; count it once, where the global step lives.
+        if (s.task == plan_.global_step_ps) summary.stale_gradients_dropped = s.stale_gradients_dropped;
+      }
+    }
+    if (auto s = client_->Shutdown(); !s.ok()) return s;
+    if (options_.report_summary) {
+      std::string text = FormatSummary(summary);
+      if (!text.empty() && text.back() == '\n') text.pop_back();
+      log(text);
+      if (!options_.train.metrics_json.empty()) {
+        if (auto s = WriteSummaryJson(summary, options_.train.metrics_json); !s.ok()) return s;
+      }
+    }
+    return summary;
+  }
+
+  void Abort(const absl::Status& reason) {
+    if (!opened_ || aborted_) return;
+    aborted_ = true;
+    closed_ = true;
+    // The chief giving up ends the job: the ps tasks exit non-zero with its reason rather than
+    // waiting for a chief that will not come back. (Aborted means a ps told us the job is over.)
+    if (is_chief() && !absl::IsAborted(reason)) client_->Abort(std::string(reason.message()));
+    // Told the job was aborted: leave, so the ps tasks need not wait for us.
+    if (!is_chief() && absl::IsAborted(reason)) (void)client_->Goodbye();
+  }
+
+  bool opened() const { return opened_; }
+  bool closed() const { return closed_; }
+  bool is_chief() const { return index_ == 0; }
+  int index() const { return index_; }
+  const dist::ClusterSpec& cluster() const { return cluster_; }
+  const ps::TrainingConfig& config() const { return config_; }
+  const Options& options() const { return options_; }
+  const dist::PlacementPlan& plan() const { return plan_; }
+  int64_t global_step() const { return global_step_; }
+  int64_t local_step() const { return local_step_; }
+  int64_t examples_per_global_step() const {
+    return int64_t{OptionValue(options_.train.batch_size)} * (config_.sync ? config_.replicas_to_aggregate : 1);
+  }
+
+ private:
+  void log(const std::string& line) const { options_.log(line); }
+
+  std::vector<ps::Gradient> Gradients() const {
+    std::vector<ps::Gradient> grads;
+    for (const SessionParameter& p : params_) {
+      ps::Gradient g{p.name};
+      const bool ready = p.dense_grad_ready == nullptr || *p.dense_grad_ready;
+      if (p.grad != nullptr && !p.grad->empty() && ready) g.dense = p.grad;
+      if (p.sparse_grad != nullptr && p.sparse_grad->has_value()) g.sparse = &**p.sparse_grad;
+      if (g.dense || g.sparse) grads.push_back(g);
+    }
+    return grads;
+  }
+
+  // A ps task that restarted empty: the chief restores it, the others wait until it has.
+  absl::Status Recover(const absl::Status& status) {
+    if (!ps::IsPsRestarted(status)) return status;
+    if (is_chief()) return chief_->RestorePs(ps::RestartedPsTask(status));
+    log(absl::StrCat(status.message(), "; waiting for the chief to restore it"));
+    return WaitForChief(*client_, options_.train.init_timeout_secs);
+  }
+
+  // The variables as they stand (after a restore too): a ps task still being restored means
+  // waiting for the chief again. OutOfRange: training finished elsewhere.
+  absl::StatusOr<int64_t> PullCurrent() {
+    for (;;) {
+      auto step = client_->Pull(pull_into_);
+      if (step.ok() || !ps::IsPsRestarted(step.status())) return step;
+      if (auto s = Recover(step.status()); !s.ok()) return s;
+    }
+  }
+
+  Options options_;
+  std::vector<SessionParameter> params_;
+  std::vector<dist::VariableSpec> variables_;
+  std::vector<std::pair<std::string, Tensor*>> pull_into_;
+  dist::ClusterSpec cluster_;
+  int index_ = 0;
+  dist::PlacementPlan plan_;
+  ps::TrainingConfig config_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<ps::PsClient> client_;
+  std::unique_ptr<Chief> chief_;
+  std::unique_ptr<Telemetry> telemetry_;
+  std::unique_ptr<ProgressLog> progress_;
+  bool opened_ = false, closed_ = false, aborted_ = false, finished_ = false;
+  int64_t global_step_ = 0, start_step_ = 0, local_step_ = 0, stale_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Create(Options options,
+                                                                     std::vector<SessionParameter> params) {
+  if (auto s = ResolveTrainOptions(&options.train); !s.ok()) return s;
+  if (params.empty()) return absl::InvalidArgumentError("a worker session needs at least one parameter");
+  absl::flat_hash_set<std::string> names;
+  for (const SessionParameter& p : params) {
+    if (p.name.empty()) return absl::InvalidArgumentError("a parameter has an empty name; give every parameter a name");
+    if (!names.insert(p.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", p.name, "' is given twice; names must be unique"));
+    }
+    if (p.value == nullptr) return absl::InvalidArgumentError(absl::StrCat("parameter '", p.name, "' has no value"));
+    if (p.grad != nullptr && !p.grad->empty() && p.grad->shape() != p.value->shape()) {
+      return absl::InvalidArgumentError(absl::StrCat("the gradient of parameter '", p.name, "' has shape ",
+                                                     ShapeToString(p.grad->shape()), " but the parameter is ",
+                                                     ShapeToString(p.value->shape())));
+    }
+  }
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(params));
+  if (auto s = impl->Prepare(); !s.ok()) return s;
+  return std::unique_ptr<WorkerSession>(new WorkerSession(std::move(impl)));
+}
+
+WorkerSession::WorkerSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+WorkerSession::~WorkerSession() {
+  if (impl_->opened() && !impl_->closed()) {
+    impl_->Abort(absl::CancelledError(absl::StrCat("worker ", impl_->index(),
+                                                   " ended its session without closing it (the job is aborted)")));
+  }
+}
+
+absl::Status WorkerSession::Open() { return impl_->Open(); }
+bool WorkerSession::ShouldStop() const { return impl_->ShouldStop(); }
+absl::Status WorkerSession::Step(double loss, double accuracy) { return impl_->Step(loss, accuracy); }
+absl::StatusOr<RunSummary> WorkerSession::Close(const std::function<absl::StatusOr<SessionEval>()>& evaluate) {
+  return impl_->Close(evaluate);
+}
+void WorkerSession::Abort(const absl::Status& reason) { impl_->Abort(reason); }
+bool WorkerSession::is_open() const { return impl_->opened() && !impl_->closed(); }
+bool WorkerSession::is_chief() const { return impl_->is_chief(); }
+int WorkerSession::worker_index() const { return impl_->index(); }
+int WorkerSession::num_workers() const { return impl_->cluster().num_workers(); }
+int WorkerSession::num_ps() const { return impl_->cluster().num_ps(); }
+bool WorkerSession::sync() const { return impl_->config().sync; }
+int64_t WorkerSession::global_step() const { return impl_->global_step(); }
+int64_t WorkerSession::local_step() const { return impl_->local_step(); }
+int64_t WorkerSession::data_step() const { return sync() ? impl_->global_step() : impl_->local_step(); }
+int64_t WorkerSession::examples_per_global_step() const { return impl_->examples_per_global_step(); }
+const TrainOptions& WorkerSession::options() const { return impl_->options().train; }
+std::string WorkerSession::PlacementListing() const { return impl_->plan().Format(); }
+
+}  // namespace psflow::train
