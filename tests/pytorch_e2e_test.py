@@ -196,7 +196,7 @@ import mnist_mlp
 flags = psflow.parse_flags(sys.argv[1:], defaults=mnist_mlp.DEFAULTS)
 raising = int(flags.unparsed[0].split("=")[1])
 mnist = psflow.load_mnist(flags.data_dir)
-images, labels = torch.from_numpy(mnist["train_images"]), torch.from_numpy(mnist["train_labels"])
+images, labels = torch.from_numpy(mnist["train"]["images"]), torch.from_numpy(mnist["train"]["labels"])
 model = mnist_mlp.Mlp()
 with psflow.WorkerSession(model, flags) as session:
     while not session.should_stop():

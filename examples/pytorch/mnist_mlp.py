@@ -44,8 +44,8 @@ def evaluate_fn(model, mnist):
         results = {}
         with torch.no_grad():
             for split in ("validation", "test"):
-                x = torch.from_numpy(mnist[f"{split}_images"])
-                y = torch.from_numpy(mnist[f"{split}_labels"])
+                x = torch.from_numpy(mnist[split]["images"])
+                y = torch.from_numpy(mnist[split]["labels"])
                 logits = model(x)
                 results[f"{split}_accuracy"] = float((logits.argmax(1) == y).float().mean())
                 results[f"{split}_cross_entropy"] = float(nn.functional.cross_entropy(logits, y))
@@ -65,8 +65,8 @@ def main(argv):
     torch.set_num_threads(flags.intra_op_threads)
     torch.manual_seed(flags.seed)
     mnist = psflow.load_mnist(flags.data_dir)
-    images = torch.from_numpy(mnist["train_images"])
-    labels = torch.from_numpy(mnist["train_labels"])
+    images = torch.from_numpy(mnist["train"]["images"])
+    labels = torch.from_numpy(mnist["train"]["labels"])
     model = Mlp(flags.hidden_units)
     loss_fn = nn.CrossEntropyLoss()
     with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, mnist),
