@@ -12,7 +12,7 @@
   non-zero naming the task, nothing hangs;
 - wrong flags: one line, non-zero, directly and through the launcher;
 - the seeds' way by hand (the script as its own ps task); the cnn (sync, 2 ps, fixed:2); the
-  sparse embedding.
+  sparse embedding; the training script of docs/pytorch.md as written.
 """
 import argparse
 import json
@@ -186,6 +186,19 @@ class PyTorchOnPsflowTest(unittest.TestCase):
         # receives far less than a dense push of it per step.
         dense_bytes = 400 * (1 + 784 * 3) * 64 * 4
         self.assertLess(sum(t["bytes_in"] for t in m["ps_traffic"]), dense_bytes)
+
+    def test_the_script_of_docs_pytorch_md_runs_as_written(self):
+        with open(os.path.join(ROOT, "docs/pytorch.md")) as f:
+            doc = f.read()
+        script = os.path.join(self.dir, "doc_script.py")
+        with open(script, "w") as f:
+            f.write(re.search(r"```python\n(.*?)```", doc, re.S).group(1))
+        r = launch(["--ps=1", "--workers=2", "--train_steps=200", "--log_every=100",
+                    f"--metrics_json={self.dir}/m.json"], script)
+        self.assertEqual(r.returncode, 0, r.stdout[-5000:])
+        m = self.summary("m.json")
+        self.assertGreaterEqual(m["global_step"], 200)
+        self.assertGreater(m["test_accuracy"], 0.8)
 
 
 # A training script that raises mid-run on one worker (--raise_on_worker=I, at its local step 30).
