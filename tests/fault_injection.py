@@ -205,6 +205,7 @@ def main():
         if pytorch:  # a PyTorch worker, the PyTorch chief, a ps: each while training runs
             victim = PYTORCH_VICTIMS[(i - (a.runs - a.pytorch_runs)) % len(PYTORCH_VICTIMS)]
             during_startup, kill_after = False, 0.0
+            kill_at_step = kill_at_step or STEPS // 3
         ok, r = run_once(psflow, a.data_dir, mode, victim, during_startup, kill_after, transport, kill_at_step,
                          pytorch)
         acc = r["test_accuracy"]
