@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "CLI/CLI.hpp"
