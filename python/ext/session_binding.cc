@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -34,6 +35,21 @@ struct ParamMemory {
 // Shared by the session and by every numpy view of the memory.
 struct Memory {
   std::vector<std::unique_ptr<ParamMemory>> params;
+};
+
+// Refuses a second thread entering the session while a call runs (the GIL is released inside).
+class BusyGuard {
+ public:
+  explicit BusyGuard(std::atomic<bool>& busy) : busy_(busy) {
+    if (busy_.exchange(true)) {
+      throw StatusError(absl::FailedPreconditionError(
+          "another thread is inside a call of this worker session; drive a session from one thread"));
+    }
+  }
+  ~BusyGuard() { busy_ = false; }
+
+ private:
+  std::atomic<bool>& busy_;
 };
 
 class PySession {
@@ -81,6 +97,7 @@ class PySession {
   }
 
   void Open() {
+    BusyGuard guard(busy_);
     py::gil_scoped_release release;
     ThrowIfError(session_->Open());
   }
@@ -91,6 +108,7 @@ class PySession {
   void Step(double loss, double accuracy, const std::vector<bool>& dense_ready,
             const std::vector<std::tuple<size_t, py::array_t<int64_t, py::array::c_style | py::array::forcecast>,
                                          py::array_t<float, py::array::c_style | py::array::forcecast>>>& sparse) {
+    BusyGuard guard(busy_);
     if (dense_ready.size() != memory_->params.size()) {
       throw StatusError(absl::InvalidArgumentError("_Session.step: dense_ready has the wrong length"));
     }
@@ -128,6 +146,7 @@ class PySession {
   }
 
   py::object Close(const std::optional<py::function>& evaluate) {
+    BusyGuard guard(busy_);
     std::shared_ptr<py::error_already_set> raised;
     std::function<absl::StatusOr<train::SessionEval>()> eval;
     if (evaluate.has_value() && !evaluate->is_none()) {
@@ -180,6 +199,7 @@ class PySession {
 
   std::shared_ptr<Memory> memory_;
   std::unique_ptr<train::WorkerSession> session_;
+  std::atomic<bool> busy_{false};
 };
 
 }  // namespace

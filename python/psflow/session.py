@@ -22,6 +22,8 @@ Parameters:
 Buffers (BatchNorm running statistics and the like) are not ps variables: each worker keeps its
 own, and psflow's checkpoints do not hold them (save them with torch.save if you need them).
 """
+import sys
+
 from . import _psflow
 
 _SPARSE_MODULES = ("Embedding", "EmbeddingBag")
@@ -125,7 +127,10 @@ class WorkerSession:
                 else:
                     self._grads.append(None)
                 self._values.append(value)
+        self._grad_ptrs = [g.data_ptr() if g is not None else None for g in self._grads]
+        self._value_ptrs = [v.data_ptr() for v in self._values]
         self._opened = True
+        sys.stdout.flush()  # the script's own lines before the session's (C++ stdout)
         self._session.open()
         return self
 
@@ -134,6 +139,7 @@ class WorkerSession:
         the summary, writes --metrics_json and ends the job. Others: leave. Returns the summary."""
         if not self._opened:
             raise _psflow.FailedPreconditionError("close() before the worker session is open")
+        sys.stdout.flush()
         self.summary = self._session.close(self._evaluate)
         return self.summary
 
@@ -142,11 +148,20 @@ class WorkerSession:
         self._session.abort(str(reason), False)
 
     def __enter__(self):
-        return self.open()
+        try:
+            return self.open()
+        except BaseException as e:  # __exit__ is not called for a failed __enter__
+            if self._opened:
+                self._session.abort(f"{type(e).__name__}: {e}", isinstance(e, _psflow.AbortedError))
+            raise
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
-            self.close()
+            try:
+                self.close()
+            except BaseException as e:  # a close that failed before the end aborts the job
+                self._session.abort(f"{type(e).__name__}: {e}", isinstance(e, _psflow.AbortedError))
+                raise
             return False
         if self._opened:
             aborted = isinstance(exc, _psflow.AbortedError)
@@ -170,6 +185,11 @@ class WorkerSession:
         dense_ready = []
         sparse = []
         for i, (name, p) in enumerate(self._params):
+            if p.data_ptr() != self._value_ptrs[i]:
+                raise _psflow.FailedPreconditionError(
+                    f"parameter '{name}' no longer lives in the session's memory (its .data was replaced, "
+                    "e.g. by module.to() or module.float() after the session opened); copy values in place "
+                    "instead (p.data.copy_(...), load_state_dict)")
             g = p.grad
             ready = False
             if g is not None and self._trainable[i]:
@@ -177,7 +197,7 @@ class WorkerSession:
                     g = g.coalesce()
                     sparse.append((i, g.indices()[0].numpy(), g.values().numpy()))
                     p.grad = None
-                elif g.data_ptr() == self._grads[i].data_ptr():
+                elif g.data_ptr() == self._grad_ptrs[i]:
                     ready = True
                 else:  # autograd made a new tensor (e.g. after zero_grad(set_to_none=True))
                     self._grads[i].copy_(g)

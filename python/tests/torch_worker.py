@@ -1,7 +1,7 @@
 """A PyTorch worker for the binding tests: a small MLP (784-32-10, or a variant) trained on MNIST
 through psflow.WorkerSession. Run as a worker task of a cluster (the seeds' flags, or TF_CONFIG).
 
-Own flags: --variant=mlp|wide|renamed|float64|embedding, --dump=FILE (after close, the final
+Own flags: --variant=mlp|wide|renamed|float64|embedding|raise (the chief raises at step 20), --dump=FILE (after close, the final
 parameters as a torch.save'd dict, and the summary as FILE.json).
 """
 import argparse
@@ -83,6 +83,8 @@ def main():
             loss.backward()
             acc = (logits.argmax(1) == train_y[idx]).float().mean().item()
             sess.step(loss, acc)
+            if args.variant == "raise" and sess.is_chief and sess.local_step == 20:
+                raise RuntimeError("boom at local step 20")
     if args.dump:
         torch.save({n: p.detach().clone() for n, p in model.named_parameters()}, args.dump)
         with open(args.dump + ".json", "w") as f:

@@ -1,6 +1,7 @@
 #include "train/chief.h"
 
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -20,15 +21,21 @@ ps::ModelSnapshot ToSnapshot(TrainingState state, const std::vector<dist::Variab
 
 }  // namespace
 
+absl::StatusOr<std::optional<ps::ModelSnapshot>> Chief::CheckpointState() {
+  if (options_.checkpoint_dir.empty()) return std::nullopt;
+  auto restored = LoadTrainingState(options_.checkpoint_dir, model_name_, variables_, optimizer_, log_);
+  if (!restored.ok()) return restored.status();
+  if (!restored->has_value()) return std::nullopt;
+  return ToSnapshot(std::move(**restored), variables_);
+}
+
 absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState(bool* from_checkpoint) {
   if (from_checkpoint != nullptr) *from_checkpoint = false;
-  if (!options_.checkpoint_dir.empty()) {
-    auto restored = LoadTrainingState(options_.checkpoint_dir, model_name_, variables_, optimizer_, log_);
-    if (!restored.ok()) return restored.status();
-    if (restored->has_value()) {
-      if (from_checkpoint != nullptr) *from_checkpoint = true;
-      return ToSnapshot(std::move(**restored), variables_);
-    }
+  auto checkpoint = CheckpointState();
+  if (!checkpoint.ok()) return checkpoint.status();
+  if (checkpoint->has_value()) {
+    if (from_checkpoint != nullptr) *from_checkpoint = true;
+    return std::move(**checkpoint);
   }
   // Fresh values: the initial values the Chief was given (not what the chief pulled since), with
   // the optimizer's initial slots.
@@ -68,12 +75,22 @@ absl::Status Chief::TryInitializeCluster() {
     log_("chief: the ps tasks are already initialized (chief restart); resuming the running job");
     return absl::OkStatus();
   }
-  auto state = RestorableState();
-  if (!state.ok()) return state.status();
-  config_.initial_global_step = state->global_step;
-  schedule_ = CheckpointSchedule(options_.save_checkpoint_steps, options_.save_checkpoint_secs, state->global_step);
-  if (auto s = client_.Initialize(*state, config_); !s.ok()) return s;
-  log_(absl::StrCat("chief: initialized ", variables_.size(), " variables at global step ", state->global_step));
+  auto checkpoint = CheckpointState();
+  if (!checkpoint.ok()) return checkpoint.status();
+  const int64_t step = checkpoint->has_value() ? (*checkpoint)->global_step : 0;
+  config_.initial_global_step = step;
+  schedule_ = CheckpointSchedule(options_.save_checkpoint_steps, options_.save_checkpoint_secs, step);
+  if (checkpoint->has_value()) {
+    if (auto s = client_.Initialize(**checkpoint, config_); !s.ok()) return s;
+  } else {
+    // A fresh job: the initial values alone; each ps makes the optimizer's initial slots itself
+    // (no materialized slots sent: they would cost the chief and every ps a copy of the whole
+    // optimizer state at start-up).
+    std::vector<std::pair<std::string, const Tensor*>> initial;
+    for (size_t i = 0; i < variables_.size(); ++i) initial.emplace_back(variables_[i].name, &initial_values_[i]);
+    if (auto s = client_.Initialize(initial, config_); !s.ok()) return s;
+  }
+  log_(absl::StrCat("chief: initialized ", variables_.size(), " variables at global step ", step));
   return absl::OkStatus();
 }
 

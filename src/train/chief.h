@@ -6,6 +6,7 @@
 #define PSFLOW_TRAIN_CHIEF_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,8 @@ class Chief {
   // The newest checkpoint as a snapshot for the ps tasks, or fresh initial values at step 0;
   // `from_checkpoint` (optional) says which.
   absl::StatusOr<ps::ModelSnapshot> RestorableState(bool* from_checkpoint = nullptr);
+  // The newest checkpoint as a snapshot, or nullopt when there is none (or no --checkpoint_dir).
+  absl::StatusOr<std::optional<ps::ModelSnapshot>> CheckpointState();
 
   const TrainOptions& options_;
   const std::string model_name_;

@@ -173,6 +173,7 @@ class WorkerSession::Impl {
     if (!is_chief()) {
       log(absl::StrCat("worker ", index_, ": done after ", progress_->local_steps(), " local steps"));
       (void)client_->Goodbye();
+      ended_ = true;
       return summary;
     }
 
@@ -202,6 +203,7 @@ class WorkerSession::Impl {
       }
     }
     if (auto s = client_->Shutdown(); !s.ok()) return s;
+    ended_ = true;  // the job is over: nothing left to abort
     if (options_.report_summary) {
       std::string text = FormatSummary(summary);
       if (!text.empty() && text.back() == '\n') text.pop_back();
@@ -214,8 +216,8 @@ class WorkerSession::Impl {
   }
 
   void Abort(const absl::Status& reason) {
-    if (!opened_ || aborted_) return;
-    aborted_ = true;
+    if (!opened_ || ended_) return;
+    ended_ = true;
     closed_ = true;
     // The chief giving up ends the job: the ps tasks exit non-zero with its reason rather than
     // waiting for a chief that will not come back. (Aborted means a ps told us the job is over.)
@@ -225,6 +227,7 @@ class WorkerSession::Impl {
   }
 
   bool opened() const { return opened_; }
+  bool ended() const { return ended_; }
   bool closed() const { return closed_; }
   bool is_chief() const { return index_ == 0; }
   int index() const { return index_; }
@@ -284,7 +287,9 @@ class WorkerSession::Impl {
   std::unique_ptr<Chief> chief_;
   std::unique_ptr<Telemetry> telemetry_;
   std::unique_ptr<ProgressLog> progress_;
-  bool opened_ = false, closed_ = false, aborted_ = false, finished_ = false;
+  // closed_: Close or Abort was called; ended_: this task's part of the job is over (Shutdown or
+  // Goodbye sent, or aborted), so there is nothing left to abort.
+  bool opened_ = false, closed_ = false, ended_ = false, finished_ = false;
   int64_t global_step_ = 0, start_step_ = 0, local_step_ = 0, stale_ = 0;
 };
 
@@ -315,7 +320,7 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Create(Options opt
 WorkerSession::WorkerSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 WorkerSession::~WorkerSession() {
-  if (impl_->opened() && !impl_->closed()) {
+  if (impl_->opened() && !impl_->ended()) {
     impl_->Abort(absl::CancelledError(absl::StrCat("worker ", impl_->index(),
                                                    " ended its session without closing it (the job is aborted)")));
   }

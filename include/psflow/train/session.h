@@ -25,8 +25,9 @@
 //            `summary_json:` line, writes --metrics_json, and shuts the ps tasks down (they exit 0).
 //            Others: log and say Goodbye.
 //   Abort(reason)  after a failure: the chief aborts the job (every ps task exits non-zero with the
-//            reason); a worker told the job was aborted says Goodbye. Destroying an open session
-//            without Close() aborts it the same way.
+//            reason); a worker told the job was aborted says Goodbye. No-op once Close() ended the
+//            job (Shutdown or Goodbye sent). Destroying an open session whose job has not ended
+//            (no Close(), or a Close() that failed before the end) aborts it the same way.
 //
 // Memory: the session pulls straight into the caller's value Tensors and pushes straight from its
 // gradient Tensors (psflow Tensors own their memory; the Python binding therefore allocates the

@@ -1,0 +1,85 @@
+#!/usr/bin/python3
+"""psflow's own time per step inside a PyTorch worker: what `sess.step()` costs (the binding, the
+push of the gradients and the pull of the new values in one call per ps, and the ps applying Adam),
+for the seed mlp (784-100-10, 79,510 parameters) over shared memory and over gRPC.
+
+One C++ ps task (`psflow train --job_name=ps`) and one PyTorch worker in this process; each step
+runs a real forward/backward on an MNIST-sized random batch of 100 (not timed), then times
+sess.step() alone. Prints one JSON line per transport: mean/median/p90 microseconds per step.
+
+    /usr/bin/python3 bench/session_overhead.py --build build [--steps 3000] [--transports shm,grpc]
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def run(build, transport, steps, warmup):
+    import torch
+    import torch.nn.functional as F
+
+    import psflow
+
+    ps_port, worker_port = free_ports(2)
+    hosts = [f"--ps_hosts=127.0.0.1:{ps_port}", f"--worker_hosts=127.0.0.1:{worker_port}"]
+    ps = subprocess.Popen([os.path.join(build, "psflow"), "train", "--job_name=ps", "--task_index=0", *hosts,
+                           f"--transport={transport}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        flags = psflow.parse_flags(["--job_name=worker", "--task_index=0", *hosts, f"--transport={transport}",
+                                    f"--train_steps={steps + warmup}", "--log_every=1000000"])
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(784, 100), torch.nn.ReLU(), torch.nn.Linear(100, 10))
+        x = torch.rand(100, 784)
+        y = torch.randint(0, 10, (100,))
+        times = []
+        with psflow.WorkerSession(model, flags) as sess:
+            while not sess.should_stop():
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                start = time.perf_counter()
+                sess.step(loss)
+                times.append(time.perf_counter() - start)
+        code = ps.wait(timeout=60)
+        assert code == 0, f"ps exited {code}"
+    finally:
+        if ps.poll() is None:
+            ps.kill()
+    t = sorted(times[warmup:])
+    us = [v * 1e6 for v in t]
+    return {"transport": transport, "model": "mlp", "params": sum(p.numel() for p in model.parameters()),
+            "steps": len(us), "mean_us": round(statistics.fmean(us), 1), "median_us": round(statistics.median(us), 1),
+            "p90_us": round(us[int(0.9 * len(us))], 1), "torch_threads": torch.get_num_threads()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--transports", default="shm,grpc")
+    args = parser.parse_args()
+    sys.path.insert(0, os.path.join(os.path.abspath(args.build), "python"))
+    import torch
+
+    torch.set_num_threads(1)
+    for transport in args.transports.split(","):
+        print(json.dumps(run(os.path.abspath(args.build), transport, args.steps, args.warmup)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

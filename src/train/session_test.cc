@@ -1,0 +1,89 @@
+// The worker session (psflow/train/session.h) over buffers its caller owns, against a real ps
+// server over gRPC on loopback: misuse is refused (step before open, after the end), the chief
+// initializes the ps from the values its buffers hold at Open, each step pulls straight into the
+// value buffers (SGD's update checked by hand), a row-sparse gradient updates only its rows, and
+// Close ends the job (the ps task's Wait returns OK).
+#include "psflow/train/session.h"
+
+#include "gtest/gtest.h"
+#include "ps/ps_test_util.h"
+
+namespace psflow::train {
+namespace {
+
+using ps::testing::TestCluster;
+
+TEST(WorkerSessionTest, DrivesOneWorkerOverCallerOwnedBuffers) {
+  auto cluster = TestCluster::Start(1, 1);
+  ASSERT_NE(cluster, nullptr);
+  WorkerSession::Options options;
+  options.train.job_name = "worker";
+  options.train.ps_hosts = cluster->cluster.ps()[0];
+  options.train.worker_hosts = cluster->cluster.workers()[0];
+  options.train.optimizer = "sgd";
+  options.train.learning_rate = 0.5f;
+  options.train.lr_decay_steps = 0;
+  options.train.train_steps = 3;
+  options.model_name = "external";
+  std::vector<std::string> log;
+  options.log = [&log](const std::string& line) { log.push_back(line); };
+
+  Tensor w(Shape{2, 3}, std::vector<float>{1, 2, 3, 4, 5, 6});
+  Tensor w_grad(Shape{2, 3}, 1.0f);
+  Tensor e(Shape{4, 2}, 10.0f);
+  std::optional<RowSparse> e_grad;
+  auto session_or = WorkerSession::Create(options, {{"w", &w, &w_grad, nullptr}, {"e", &e, nullptr, &e_grad}});
+  ASSERT_TRUE(session_or.ok()) << session_or.status();
+  WorkerSession& session = **session_or;
+  EXPECT_TRUE(absl::IsFailedPrecondition(session.Step(1.0)));
+
+  // What the chief's buffers hold at Open is what the job starts from.
+  w[0] = -1;
+  PSFLOW_ASSERT_OK(session.Open());
+  EXPECT_TRUE(session.is_chief());
+  EXPECT_EQ(session.global_step(), 0);
+  EXPECT_EQ(w[0], -1);
+  for (int step = 1; step <= 3; ++step) {
+    ASSERT_FALSE(session.ShouldStop());
+    e_grad = RowSparse{{1, 3}, Tensor(Shape{2, 2}, 2.0f)};
+    PSFLOW_ASSERT_OK(session.Step(0.5, 1.0));
+    EXPECT_EQ(session.global_step(), step);
+    EXPECT_FLOAT_EQ(w[0], -1 - 0.5f * step);
+    EXPECT_FLOAT_EQ(w[5], 6 - 0.5f * step);
+    EXPECT_FLOAT_EQ(e[0], 10);                 // row 0 untouched
+    EXPECT_FLOAT_EQ(e[2], 10 - 1.0f * step);   // row 1
+    EXPECT_FLOAT_EQ(e[4], 10);                 // row 2 untouched
+    EXPECT_FLOAT_EQ(e[7], 10 - 1.0f * step);   // row 3
+  }
+  EXPECT_TRUE(session.ShouldStop());
+  EXPECT_TRUE(absl::IsFailedPrecondition(session.Step(1.0)));
+  auto summary = session.Close([] { return SessionEval{0.5, 1.5, 0.25, 2.5}; });
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->global_step, 3);
+  EXPECT_EQ(summary->model, "external");
+  EXPECT_EQ(summary->test_accuracy, 0.25);
+  ASSERT_EQ(summary->ps_traffic.size(), 1u);
+  EXPECT_EQ(summary->ps_traffic[0].num_params, 14);
+  PSFLOW_EXPECT_OK(cluster->servers[0]->Wait());
+  EXPECT_NE(log.back().find("summary_json: "), std::string::npos) << log.back();
+}
+
+TEST(WorkerSessionTest, RefusesBadParameters) {
+  WorkerSession::Options options;
+  options.train.job_name = "worker";
+  options.train.ps_hosts = "127.0.0.1:1";
+  options.train.worker_hosts = "127.0.0.1:2";
+  Tensor a(Shape{2}), wrong_grad(Shape{3});
+  auto twice = WorkerSession::Create(options, {{"a", &a}, {"a", &a}});
+  EXPECT_TRUE(absl::IsInvalidArgument(twice.status()));
+  EXPECT_NE(twice.status().message().find("'a' is given twice"), std::string::npos) << twice.status();
+  auto shape = WorkerSession::Create(options, {{"a", &a, &wrong_grad}});
+  EXPECT_NE(shape.status().message().find("gradient of parameter 'a' has shape [3]"), std::string::npos)
+      << shape.status();
+  options.train.job_name = "ps";
+  auto ps = WorkerSession::Create(options, {{"a", &a}});
+  EXPECT_NE(ps.status().message().find("needs a worker task"), std::string::npos) << ps.status();
+}
+
+}  // namespace
+}  // namespace psflow::train
