@@ -4,8 +4,11 @@ check the job still finishes — every process exits 0, the global step reaches 
 accuracy stays within --accuracy_tolerance of an undisturbed run of the same mode, and a ps fault
 costs at most the checkpoint interval. Real processes (2 ps, 2 workers) on loopback, real MNIST;
 async and sync runs alternate, and so do the transports (gRPC, and shared memory in pairs of runs).
+The last --pytorch_runs runs use PyTorch workers (examples/pytorch/mnist_mlp.py, started the seeds'
+way) on the C++ ps tasks, killing a PyTorch worker, the PyTorch chief and a ps task in turn; their
+accuracy is checked against the C++ baseline of their mode within --pytorch_accuracy_tolerance.
 
-  tests/fault_injection.py --build build [--runs 20] [--seed 1]
+  tests/fault_injection.py --build build [--runs 20] [--pytorch_runs 3] [--seed 1]
 
 Prints one JSON line per run and a final summary line (runs, faults, hangs, steps lost per fault);
 exits 1 if any run failed or hung. A run that fails keeps its logs and names their directory.
@@ -28,6 +31,8 @@ STEPS = 1500
 CKPT_EVERY = 100
 RUN_TIMEOUT = 120  # far above a disturbed run (~10 s); reaching it is a hang
 TASKS = ["ps:0", "ps:1", "worker:0", "worker:1"]
+PYTORCH_VICTIMS = ["worker:1", "worker:0", "ps:0"]  # in turn, for the PyTorch runs
+PYTHON = "/usr/bin/python3"
 
 
 def free_ports(n):
@@ -41,7 +46,7 @@ def free_ports(n):
 
 
 class Cluster:
-    def __init__(self, psflow, data_dir, workdir, mode, transport="grpc"):
+    def __init__(self, psflow, data_dir, workdir, mode, transport="grpc", pytorch=False):
         ports = free_ports(4)
         self.ps_hosts = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}"
         self.worker_hosts = f"127.0.0.1:{ports[2]},127.0.0.1:{ports[3]}"
@@ -57,15 +62,21 @@ class Cluster:
             self.common.append("--sync_replicas")
         self.common.append(f"--transport={transport}")
         self.procs, self.logs, self.starts = {}, {}, {}
+        self.pytorch = pytorch
 
     def start(self, task):
         job, index = task.split(":")
         log = open(f"{self.workdir}/{job}{index}.{self.starts.get(task, 0)}.log", "w")
         self.starts[task] = self.starts.get(task, 0) + 1
         extra = [f"--metrics_json={self.workdir}/summary.json"] if task == "worker:0" else []
+        program, env = [self.psflow, "train"], None
+        if self.pytorch and job == "worker":
+            program = [PYTHON, os.path.join(ROOT, "examples/pytorch/mnist_mlp.py")]
+            env = dict(os.environ, PYTHONUNBUFFERED="1")  # psflow from the install or $PYTHONPATH
         self.procs[task] = subprocess.Popen(
-            [self.psflow, "train", f"--job_name={job}", f"--task_index={index}", f"--ps_hosts={self.ps_hosts}",
-             f"--worker_hosts={self.worker_hosts}"] + self.common + extra, stdout=log, stderr=subprocess.STDOUT)
+            program + [f"--job_name={job}", f"--task_index={index}", f"--ps_hosts={self.ps_hosts}",
+                       f"--worker_hosts={self.worker_hosts}"] + self.common + extra, stdout=log,
+            stderr=subprocess.STDOUT, env=env)
         self.logs.setdefault(task, []).append(log.name)
 
     def kill(self, task):
@@ -94,9 +105,10 @@ def latest_step(cluster):
     return max(steps) if steps else 0
 
 
-def run_once(psflow, data_dir, mode, victim, during_startup, kill_after, transport="grpc", kill_at_step=None):
+def run_once(psflow, data_dir, mode, victim, during_startup, kill_after, transport="grpc", kill_at_step=None,
+             pytorch=False):
     workdir = tempfile.mkdtemp(prefix="psflow_fault_")
-    c = Cluster(psflow, data_dir, workdir, mode, transport)
+    c = Cluster(psflow, data_dir, workdir, mode, transport, pytorch)
     for task in TASKS:
         c.start(task)
     start = time.time()
@@ -124,7 +136,7 @@ def run_once(psflow, data_dir, mode, victim, during_startup, kill_after, transpo
     chief_log = c.text("worker:0")
     restored = [int(s) for s in re.findall(r"restarted without its variables; restoring .*? at global step (\d+)", chief_log)]
     resumed = [int(s) for s in re.findall(r"initialized \d+ variables at global step (\d+)", chief_log)]
-    result = {"mode": mode, "transport": transport, "victim": victim, "during_startup": during_startup,
+    result = {"workers": "pytorch" if pytorch else "cpp", "mode": mode, "transport": transport, "victim": victim, "during_startup": during_startup,
               "kill_after_secs": round(kill_after, 2), "kill_at_step": kill_at_step, "exit_codes": codes,
               "hung": any(v is None for v in codes.values()),
               "global_step": summary.get("global_step"), "test_accuracy": summary.get("test_accuracy"),
@@ -158,6 +170,9 @@ def main():
     p.add_argument("--transports", default="grpc,shm", help="transports, alternating every len(modes) runs")
     p.add_argument("--accuracy_tolerance", type=float, default=0.005,
                    help="largest test-accuracy difference from the undisturbed run that passes")
+    p.add_argument("--pytorch_runs", type=int, default=0, help="runs (of --runs) with PyTorch workers, last")
+    p.add_argument("--pytorch_accuracy_tolerance", type=float, default=0.01,
+                   help="largest test-accuracy difference of a PyTorch run from the C++ baseline of its mode")
     a = p.parse_args()
     psflow = os.path.join(a.build, "psflow")
     rng = random.Random(a.seed)
@@ -186,9 +201,16 @@ def main():
         during_startup = rng.random() < 0.2
         kill_after = rng.uniform(0.0, 1.0) if during_startup else 0.0
         kill_at_step = None if during_startup else rng.randint(10, int(STEPS * 0.9))
-        ok, r = run_once(psflow, a.data_dir, mode, victim, during_startup, kill_after, transport, kill_at_step)
+        pytorch = i >= a.runs - a.pytorch_runs
+        if pytorch:  # a PyTorch worker, the PyTorch chief, a ps: each while training runs
+            victim = PYTORCH_VICTIMS[(i - (a.runs - a.pytorch_runs)) % len(PYTORCH_VICTIMS)]
+            during_startup, kill_after = False, 0.0
+            kill_at_step = kill_at_step or STEPS // 3
+        ok, r = run_once(psflow, a.data_dir, mode, victim, during_startup, kill_after, transport, kill_at_step,
+                         pytorch)
         acc = r["test_accuracy"]
-        acc_ok = acc is not None and abs(acc - baseline[mode]) <= a.accuracy_tolerance
+        tolerance = a.pytorch_accuracy_tolerance if pytorch else a.accuracy_tolerance
+        acc_ok = acc is not None and abs(acc - baseline[mode]) <= tolerance
         r["accuracy_within_tolerance"] = acc_ok
         injected += r["killed_at_step"] is not None  # the victim may have finished already
         if "steps_lost" in r:

@@ -1,15 +1,18 @@
 // psflow — one binary, subcommands (docs/design.md#command-line-and-summary):
 //   psflow train  [flags]                    one task of a cluster, or single-process training
 //   psflow local  --ps=N --workers=M [flags] a whole cluster as processes on 127.0.0.1
+//   psflow local  ... [flags] -- CMD ARGS... the same with CMD (e.g. a PyTorch script) as the workers
 //   psflow bench transport [--ps_hosts=h:p]  push/pull throughput beside raw TCP
 //   psflow --version                         the version
 // Errors are one line on stderr and a non-zero exit: 2 for bad flags or values (a usage error,
 // naming the subcommand whose --help lists the flags), 1 for everything else (docs/bad-input.md).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -89,6 +92,19 @@ int RunEval(train::TrainOptions options) {
   return 0;
 }
 
+// `psflow local [flags] -- CMD ARGS...`: the command after the first `--` (removed from argv by
+// shortening *argc), or empty.
+std::vector<std::string> SplitWorkerCommand(int* argc, char** argv) {
+  if (*argc < 2 || std::string_view(argv[1]) != "local") return {};
+  for (int i = 2; i < *argc; ++i) {
+    if (std::string_view(argv[i]) != "--") continue;
+    std::vector<std::string> command(argv + i + 1, argv + *argc);
+    *argc = i;
+    return command;
+  }
+  return {};
+}
+
 // The arguments after `local` minus the launcher's own --ps/--workers, forwarded to every task.
 std::vector<std::string> ForwardedFlags(int argc, char** argv) {
   std::vector<std::string> out;
@@ -134,6 +150,8 @@ int psflow::cli::Main(int argc, char** argv) {
   // Debian's abseil enables deadlock detection, a process-wide lock taken on every mutex
   // operation (5x the cost of the lock itself on the ps hot path).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  const bool has_worker_command = std::find(argv, argv + argc, std::string_view("--")) != argv + argc;
+  const std::vector<std::string> worker_command = cli::SplitWorkerCommand(&argc, argv);
   CLI::App app{"psflow: distributed training on parameter servers"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "psflow " PSFLOW_VERSION);
@@ -145,10 +163,17 @@ int psflow::cli::Main(int argc, char** argv) {
 
   train::TrainOptions local_options;
   cli::LocalClusterOptions local;
-  CLI::App* local_cmd = app.add_subcommand("local", "run a whole cluster as processes on 127.0.0.1");
+  CLI::App* local_cmd = app.add_subcommand(
+      "local", "run a whole cluster as processes on 127.0.0.1; after `--`, a command to run as each worker "
+               "(e.g. -- python3 train.py) with TF_CONFIG and PSFLOW_FLAGS set");
   local_cmd->add_option("--ps", local.num_ps, "number of ps tasks")->check(CLI::Range(1, 64));
   local_cmd->add_option("--workers", local.num_workers, "number of worker tasks")->check(CLI::Range(1, 64));
   cli::AddTrainFlags(local_cmd, &local_options);
+  // The launcher chooses each task's role and the cluster: these stay parsed (to refuse them
+  // with a clear message) but out of `psflow local --help`.
+  for (const char* name : {"--job_name", "--task_index", "--ps_hosts", "--worker_hosts"}) {
+    local_cmd->get_option(name)->group("");
+  }
 
   train::TrainOptions eval_options;
   CLI::App* eval_cmd = app.add_subcommand("eval", "test accuracy and cross-entropy of the newest checkpoint");
@@ -175,6 +200,17 @@ int psflow::cli::Main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    const std::vector<std::string> extras = local_cmd->remaining();
+    if (local_cmd->parsed() && std::any_of(extras.begin(), extras.end(), [](const std::string& a) {
+          return !a.starts_with("-");  // `psflow local ... python3 train.py`: the `--` is missing
+        })) {
+      std::cerr << "psflow: error: " << e.what() << "; put the command the workers run after `--` "
+                << "(psflow local --ps=1 --workers=2 -- python3 train.py)" << std::endl;
+      return 2;
+    }
+    std::cerr << "psflow: error: " << e.what() << " (see " << cli::CommandPath(app) << " --help)" << std::endl;
+    return 2;
   } catch (const CLI::ParseError& e) {
     std::cerr << "psflow: error: " << e.what() << " (see " << cli::CommandPath(app) << " --help)" << std::endl;
     return 2;
@@ -182,7 +218,8 @@ int psflow::cli::Main(int argc, char** argv) {
 
   if (train_cmd->parsed()) return cli::RunTrain(train_options);
   if (local_cmd->parsed()) {
-    if (!local_options.job_name.empty() || !local_options.ps_hosts.empty() || !local_options.worker_hosts.empty()) {
+    if (!local_options.job_name.empty() || local_cmd->count("--task_index") > 0 || !local_options.ps_hosts.empty() ||
+        !local_options.worker_hosts.empty()) {
       std::cerr << "psflow: error: psflow local chooses --job_name, --task_index, --ps_hosts and --worker_hosts "
                    "itself; drop them (use psflow train to run one task)" << std::endl;
       return 2;
@@ -194,6 +231,12 @@ int psflow::cli::Main(int argc, char** argv) {
     // Every task of psflow local shares this host: tensors go through shared memory unless asked otherwise.
     if (local_cmd->count("--transport") == 0) local.train_flags.push_back("--transport=shm");
     local.metrics_port = local_options.metrics_port;
+    if (has_worker_command && worker_command.empty()) {
+      std::cerr << "psflow: error: psflow local: nothing after `--`; give the command each worker runs, e.g. "
+                   "psflow local --ps=1 --workers=2 -- python3 train.py" << std::endl;
+      return 2;
+    }
+    local.worker_command = worker_command;
     return cli::RunLocalCluster(local);
   }
   if (eval_cmd->parsed()) return cli::RunEval(eval_options);

@@ -1,8 +1,10 @@
 #include "cli/local_cluster.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,8 +26,14 @@
 namespace psflow::cli {
 namespace {
 
+// The signal (SIGINT or SIGTERM) that interrupted the launcher, and how many arrived: a second
+// Ctrl-C kills the tasks at once instead of waiting for them to stop.
 std::atomic<int> g_interrupted{0};
-void OnSignal(int sig) { g_interrupted = sig; }
+std::atomic<int> g_interrupt_count{0};
+void OnSignal(int sig) {
+  g_interrupted = sig;
+  ++g_interrupt_count;
+}
 
 // Ports the kernel reports free on 127.0.0.1. All sockets stay open until every port is chosen,
 // so the ports are distinct; a task that then fails to bind says so and the run stops.
@@ -55,8 +63,10 @@ struct Child {
   pid_t pid = -1;
   int out_fd = -1;
   std::thread reader;
+  std::atomic<bool> eof{false};  // set by the reader when the task's output ended
   bool done = false;
   int status = 0;
+  std::chrono::steady_clock::time_point reaped_at;
 };
 
 std::string Describe(int status) {
@@ -93,7 +103,7 @@ void EmitLine(const std::string& prefix, std::string_view line) {
   }
 }
 
-void PumpLines(int fd, const std::string& prefix) {
+void PumpLines(int fd, const std::string& prefix, std::atomic<bool>* eof) {
   std::string pending;
   char buf[4096];
   ssize_t n;
@@ -110,6 +120,7 @@ void PumpLines(int fd, const std::string& prefix) {
   }
   if (!pending.empty()) EmitLine(prefix, pending);
   close(fd);
+  *eof = true;
 }
 
 // The seeds' balance chart in text: per ps task, parameters held, bytes in and out, share.
@@ -127,29 +138,81 @@ void PrintTrafficTable(const std::string& summary_json) {
   }
 }
 
-pid_t Spawn(const std::string& binary, const std::vector<std::string>& args, int* out_fd) {
+// A child to start: its argv (argv[0] looked up in PATH) and its whole environment, both built
+// before fork so that the child only calls async-signal-safe functions until exec.
+struct Command {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  // "K=V"
+};
+
+// The launcher's environment with `set` ("K=V") replacing any entry of the same name.
+std::vector<std::string> EnvironmentWith(const std::vector<std::string>& set) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view kv(*e);
+    bool replaced = false;
+    for (const std::string& s : set) {
+      if (kv.substr(0, kv.find('=') + 1) == std::string_view(s).substr(0, s.find('=') + 1)) replaced = true;
+    }
+    if (!replaced) env.emplace_back(kv);
+  }
+  env.insert(env.end(), set.begin(), set.end());
+  return env;
+}
+
+// Starts `command` with stdout and stderr on a new pipe (returned in *out_fd) and stdin on
+// /dev/null, in its own process group (so a terminal's Ctrl-C reaches only the launcher, which
+// then stops every task in order), and killed by the kernel if the launcher dies.
+pid_t Spawn(const Command& command, int* out_fd) {
+  std::vector<char*> argv, envp;
+  for (const std::string& a : command.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const std::string& e : command.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const std::string exec_error = "psflow local: cannot start " + command.argv[0] + ": ";
   int pipe_fds[2];
-  if (pipe(pipe_fds) != 0) return -1;
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
+  const pid_t launcher = getpid();
   pid_t pid = fork();
   if (pid == 0) {
+    // The death signal follows the launcher's thread that forked: the main thread, which waits
+    // for every child. A launcher that died before prctl took effect is caught by getppid().
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher) _exit(1);
+    setpgid(0, 0);
     dup2(pipe_fds[1], STDOUT_FILENO);
     dup2(pipe_fds[1], STDERR_FILENO);
-    close(pipe_fds[0]);
-    close(pipe_fds[1]);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(binary.c_str()));
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(binary.c_str(), argv.data());
-    perror(("psflow local: cannot start " + binary).c_str());
+    int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+    execvpe(argv[0], argv.data(), envp.data());
+    const char* reason = strerror(errno);
+    [[maybe_unused]] ssize_t w = write(STDERR_FILENO, exec_error.data(), exec_error.size());
+    w = write(STDERR_FILENO, reason, strlen(reason));
+    w = write(STDERR_FILENO, "\n", 1);
     _exit(127);
   }
   close(pipe_fds[1]);
+  if (pid < 0) {
+    close(pipe_fds[0]);
+    return -1;
+  }
+  setpgid(pid, pid);  // also here, so that killpg() works before the child got to it
   *out_fd = pipe_fds[0];
   return pid;
 }
 
+// Signals a task's whole process group (the task and anything it started that stayed in it).
+void Signal(const Child& c, int sig) {
+  if (kill(-c.pid, sig) != 0) kill(c.pid, sig);
+}
+
 }  // namespace
+
+std::string WorkerTfConfig(const std::vector<std::string>& ps, const std::vector<std::string>& workers, int index) {
+  nlohmann::json config = {{"cluster", {{"ps", ps}, {"worker", workers}}},
+                           {"task", {{"type", "worker"}, {"index", index}}}};
+  return config.dump();
+}
 
 int RunLocalCluster(const LocalClusterOptions& options) {
   const std::vector<int> ports = FreePorts(options.num_ps + options.num_workers);
@@ -157,35 +220,83 @@ int RunLocalCluster(const LocalClusterOptions& options) {
   for (int i = 0; i < options.num_ps; ++i) ps.push_back(absl::StrCat("127.0.0.1:", ports[i]));
   for (int i = 0; i < options.num_workers; ++i) workers.push_back(absl::StrCat("127.0.0.1:", ports[options.num_ps + i]));
   const std::string ps_hosts = absl::StrJoin(ps, ","), worker_hosts = absl::StrJoin(workers, ",");
-  std::cout << "psflow local: ps " << ps_hosts << "; workers " << worker_hosts << std::endl;
+  std::cout << "psflow local: ps " << ps_hosts << "; workers " << worker_hosts;
+  if (!options.worker_command.empty()) std::cout << " running: " << absl::StrJoin(options.worker_command, " ");
+  std::cout << std::endl;
 
-  signal(SIGINT, OnSignal);
-  signal(SIGTERM, OnSignal);
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  const bool python_unbuffered_set = std::getenv("PYTHONUNBUFFERED") != nullptr;
   std::vector<Child> children(options.num_ps + options.num_workers);
   for (size_t i = 0; i < children.size(); ++i) {
     const bool is_ps = static_cast<int>(i) < options.num_ps;
     const int index = is_ps ? i : i - options.num_ps;
     Child& c = children[i];
     c.name = absl::StrCat(is_ps ? "ps" : "worker", index);
-    std::vector<std::string> args = {"train", absl::StrCat("--job_name=", is_ps ? "ps" : "worker"),
-                                     absl::StrCat("--task_index=", index), "--ps_hosts=" + ps_hosts,
-                                     "--worker_hosts=" + worker_hosts};
-    args.insert(args.end(), options.train_flags.begin(), options.train_flags.end());
-    if (options.metrics_port > 0) args.push_back(absl::StrCat("--metrics_port=", options.metrics_port + i));
-    c.pid = Spawn(options.binary, args, &c.out_fd);
+    Command command;
+    if (is_ps || options.worker_command.empty()) {
+      command.argv = {options.binary, "train", absl::StrCat("--job_name=", is_ps ? "ps" : "worker"),
+                      absl::StrCat("--task_index=", index), "--ps_hosts=" + ps_hosts, "--worker_hosts=" + worker_hosts};
+      command.argv.insert(command.argv.end(), options.train_flags.begin(), options.train_flags.end());
+      if (options.metrics_port > 0) command.argv.push_back(absl::StrCat("--metrics_port=", options.metrics_port + i));
+      command.env = EnvironmentWith({});
+    } else {
+      // The worker's own program: its cluster and role through TF_CONFIG, the train flags
+      // through PSFLOW_FLAGS, and Python's output unbuffered so that the merged log interleaves
+      // as it happens.
+      command.argv = options.worker_command;
+      nlohmann::json flags = options.train_flags;
+      if (options.metrics_port > 0) flags.push_back(absl::StrCat("--metrics_port=", options.metrics_port + i));
+      std::vector<std::string> env = {"TF_CONFIG=" + WorkerTfConfig(ps, workers, index), "PSFLOW_FLAGS=" + flags.dump()};
+      if (!python_unbuffered_set) env.push_back("PYTHONUNBUFFERED=1");
+      command.env = EnvironmentWith(env);
+    }
+    c.pid = Spawn(command, &c.out_fd);
     if (c.pid < 0) {
       std::cerr << "psflow local: cannot start " << c.name << ": " << strerror(errno) << std::endl;
+      for (Child& started : children) {
+        if (started.pid > 0) Signal(started, SIGKILL);
+      }
+      for (Child& started : children) {
+        if (started.pid > 0) waitpid(started.pid, nullptr, 0);
+        if (started.reader.joinable()) started.reader.join();
+      }
       return 1;
     }
-    c.reader = std::thread(PumpLines, c.out_fd, "[" + c.name + "] ");
+    c.reader = std::thread(PumpLines, c.out_fd, "[" + c.name + "] ", &c.eof);
   }
 
   // Wait for every task; on the first failure (or our own interruption) stop the rest.
   int worst = 0;
+  int interrupted_by = 0;  // the signal that stopped the run, when the user interrupted it
   size_t remaining = children.size();
-  bool stopping = false;
+  bool stopping = false, killed = false;
   auto stop_started = std::chrono::steady_clock::now();
+  auto stop_all = [&](int sig) {
+    for (Child& c : children) {
+      if (!c.done) Signal(c, sig);
+    }
+  };
   while (remaining > 0) {
+    // An interruption is seen before any task's status, so that the tasks we then stop are not
+    // reported as failures.
+    if (!stopping && g_interrupted != 0) {
+      stopping = true;
+      interrupted_by = g_interrupted;
+      stop_started = std::chrono::steady_clock::now();
+      stop_all(SIGTERM);
+      std::lock_guard<std::mutex> lock(g_out_mu);
+      std::cout << "\npsflow local: interrupted (" << (interrupted_by == SIGINT ? "Ctrl-C" : strsignal(interrupted_by))
+                << "); stopping every task" << std::endl;
+    }
+    if (stopping && !killed &&
+        (g_interrupt_count > 1 || std::chrono::steady_clock::now() - stop_started > std::chrono::seconds(5))) {
+      killed = true;
+      stop_all(SIGKILL);
+    }
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
@@ -193,13 +304,19 @@ int RunLocalCluster(const LocalClusterOptions& options) {
         if (c.pid != pid) continue;
         c.done = true;
         c.status = status;
+        c.reaped_at = std::chrono::steady_clock::now();
         --remaining;
         // Tasks we stopped ourselves do not hide the status of the one that failed first.
-        if (!stopping) worst = std::max(worst, ExitCode(status));
-        if (ExitCode(status) != 0 && !stopping) {
+        if (stopping) continue;
+        worst = std::max(worst, ExitCode(status));
+        if (ExitCode(status) != 0) {
           stopping = true;
           stop_started = std::chrono::steady_clock::now();
-          for (Child& other : children) if (!other.done) kill(other.pid, SIGTERM);
+          stop_all(SIGTERM);
+          // The failed task's last lines (its error) come before the launcher's verdict.
+          while (!c.eof && std::chrono::steady_clock::now() - c.reaped_at < std::chrono::seconds(1)) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          }
           std::lock_guard<std::mutex> lock(g_out_mu);
           std::cout << "psflow local: " << c.name << " " << Describe(status) << "; stopping the other tasks"
                     << std::endl;
@@ -207,20 +324,23 @@ int RunLocalCluster(const LocalClusterOptions& options) {
       }
       continue;
     }
-    // A failing task starts the stop where it is reaped (above); here only our own interruption.
-    if (!stopping && g_interrupted) {
-      stopping = true;
-      stop_started = std::chrono::steady_clock::now();
-      for (Child& c : children) if (!c.done) kill(c.pid, SIGTERM);
-    }
-    if (stopping && std::chrono::steady_clock::now() - stop_started > std::chrono::seconds(5)) {
-      for (Child& c : children) if (!c.done) kill(c.pid, SIGKILL);
-    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  for (Child& c : children) c.reader.join();
+  // A task's output ends when the last process holding its pipe exits: anything it started and
+  // left behind in its process group is stopped after 2 s.
+  for (Child& c : children) {
+    while (!c.eof && std::chrono::steady_clock::now() - c.reaped_at < std::chrono::seconds(2)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!c.eof) kill(-c.pid, SIGKILL);
+    c.reader.join();
+  }
+  if (interrupted_by != 0) {
+    std::cout << "psflow local: interrupted by the user (" << strsignal(interrupted_by)
+              << "); every task stopped; exit status " << 128 + interrupted_by << std::endl;
+    return 128 + interrupted_by;
+  }
   if (worst == 0 && !g_summary_json.empty()) PrintTrafficTable(g_summary_json);
-  if (g_interrupted && worst == 0) worst = 128 + g_interrupted;
   std::cout << "psflow local: " << (worst == 0 ? "all tasks exited 0" : absl::StrCat("worst exit status ", worst))
             << std::endl;
   return worst;

@@ -1,7 +1,17 @@
-// `psflow local`: starts N ps and M worker tasks of this same binary as child processes on
-// 127.0.0.1 with free ports, merges their output line by line with a task prefix ("[ps0] ",
-// "[worker1] "), and waits. If a task fails (non-zero exit or a signal) it says which and how and
-// stops the others. Returns the worst exit status (a signal counts as 128 + its number).
+// `psflow local`: starts N ps and M worker tasks as child processes on 127.0.0.1 with free ports,
+// merges their output line by line with a task prefix ("[ps0] ", "[worker1] "), and waits. If a
+// task fails (non-zero exit or a signal) it says which and how and stops the others; Ctrl-C (or
+// SIGTERM) stops every task and says the run was interrupted. Returns the worst exit status (a
+// signal counts as 128 + its number).
+//
+// The ps tasks are always this binary's `psflow train --job_name=ps`. The workers are either the
+// same (`psflow local [flags]`) or, after `--`, any command (`psflow local [flags] -- python3
+// train.py`), started with TF_CONFIG naming its task and PSFLOW_FLAGS (a JSON array of the train
+// flags) that the psflow Python package applies as defaults.
+//
+// Every child runs in its own process group with PR_SET_PDEATHSIG=SIGKILL, so none outlives the
+// launcher, even when the launcher is killed with SIGKILL. RunLocalCluster is called once per
+// process, from the main thread (the death signal follows the thread that forked).
 #ifndef PSFLOW_CLI_LOCAL_CLUSTER_H_
 #define PSFLOW_CLI_LOCAL_CLUSTER_H_
 
@@ -14,11 +24,17 @@ struct LocalClusterOptions {
   int num_ps = 1;
   int num_workers = 2;
   std::string binary;                    // path of the psflow binary to start
-  std::vector<std::string> train_flags;  // forwarded to every task's `psflow train`
+  std::vector<std::string> train_flags;  // forwarded to every task's `psflow train` (and PSFLOW_FLAGS)
   int metrics_port = 0;                  // > 0: task k (ps first, then workers) serves on metrics_port + k
+  // Non-empty: the workers run this command (argv[0] looked up in PATH) instead of `psflow train`.
+  std::vector<std::string> worker_command;
 };
 
 int RunLocalCluster(const LocalClusterOptions& options);
+
+// The TF_CONFIG of worker `index` of a cluster: {"cluster": {"ps": [...], "worker": [...]},
+// "task": {"type": "worker", "index": index}}.
+std::string WorkerTfConfig(const std::vector<std::string>& ps, const std::vector<std::string>& workers, int index);
 
 }  // namespace psflow::cli
 
