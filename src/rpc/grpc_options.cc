@@ -25,6 +25,10 @@ namespace {
 
 constexpr int kWindowBytes = 64 << 20;
 constexpr int kMaxFrameBytes = (16 << 20) - 1;  // HTTP/2's largest frame size
+// Keepalive pings: every 10 s, a connection unacknowledged 10 s later is dead. Long enough that a
+// ping queued behind a large message on a slow link (vgg19 over 40 Mbit/s) is answered in time.
+constexpr int kKeepaliveTimeMs = 10000;
+constexpr int kKeepaliveTimeoutMs = 10000;
 
 template <typename Setter>
 void ApplyTuning(int64_t max_message_bytes, Setter&& set) {
@@ -81,6 +85,15 @@ grpc::ChannelArguments TunedChannelArguments(const std::string& connection_tag, 
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // A connection whose peer stopped acknowledging (a link that went down, a frozen ps) is found
+  // dead by an HTTP/2 ping within kKeepalive{Time,Timeout}Ms and replaced by a fresh one at the
+  // next retry. Without it, a call retried over the old connection waits for TCP's retransmission
+  // back-off (tens of seconds after a long outage), so a link that came back stayed silent past
+  // --ps_timeout_secs and the chief's abort could miss a ps (docs/failures.md).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   return args;
 }
 
@@ -91,6 +104,11 @@ void TuneServerBuilder(grpc::ServerBuilder* builder, int64_t max_message_bytes) 
   ApplyTuning(max_message_bytes, [builder](const char* key, int value) { builder->AddChannelArgument(key, value); });
   // gRPC sets SO_REUSEPORT by default, which would let a second ps silently share a busy port.
   builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Accept the clients' keepalive pings (by default a server answers pings more often than every
+  // 5 minutes on an idle connection with GOAWAY "too_many_pings").
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, kKeepaliveTimeMs / 2);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
 }
 
 absl::Status CheckMaxMessageBytes(int64_t max_message_bytes) {
