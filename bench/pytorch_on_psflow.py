@@ -22,7 +22,7 @@ steps, async) with PyTorch workers (examples/pytorch/mnist_cnn.py) beside the C+
   /usr/bin/python3 bench/pytorch_on_psflow.py [--build build] [--steps 10000] [--only ddp,rpc_ps,...] [--cnn]
 
 Prints a table and one JSON line per job, then one JSON line with the ratios and accuracies.
-Targets (DESIGN.md §7): psflow_async <= 0.5x ddp and <= 0.5x rpc_ps, accuracy >= 97%;
+Targets (docs/design.md#targets): psflow_async <= 0.5x ddp and <= 0.5x rpc_ps, accuracy >= 97%;
 psflow_sync <= 0.6x ddp.
 
 The same script is its own worker for the PyTorch baselines (--role single|ddp|rpc).

@@ -78,9 +78,12 @@ struct TestCluster {
     return c;
   }
 
+  // `log` (optional) receives the client's lines (waiting for a silent task, ...); default stderr.
   std::unique_ptr<PsClient> Client(const dist::PlacementPlan& plan, int worker_index,
-                                   rpc::TransportOptions security = {}) const {
+                                   rpc::TransportOptions security = {},
+                                   std::function<void(const std::string&)> log = nullptr) const {
     PsClient::Options o;
+    if (log) o.log = std::move(log);
     o.cluster = cluster;
     o.plan = plan;
     o.worker_index = worker_index;

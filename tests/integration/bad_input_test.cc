@@ -215,7 +215,8 @@ TEST(BadInputTest, TlsWorkerAgainstAPlainTextPsSaysTheOtherSideHasNoTls) {
 }
 
 TEST(BadInputTest, MessageOverMaxMessageMbEndsTheJobNamingTheLimitAndTheFlag) {
-  // The cnn's initial values and Adam slots (37.5 MiB) do not fit the ps's 1 MiB limit.
+  // The cnn's initial values (12.5 MiB; a fresh job sends no optimizer slots, each ps makes them)
+  // do not fit the ps's 1 MiB limit.
   const std::vector<int> ports = FreePorts(2);
   const std::vector<std::string> cluster = {"--ps_hosts=" + Address(ports[0]), "--worker_hosts=" + Address(ports[1]),
                                             "--model=cnn", "--train_steps=5", "--batch_size=8",
@@ -228,7 +229,7 @@ TEST(BadInputTest, MessageOverMaxMessageMbEndsTheJobNamingTheLimitAndTheFlag) {
   ProcessResult c = RunProcess(Psflow(chief_args), 120);
   ProcessResult p = ps.Wait(60);
   const std::string expected = absl::StrCat("ps task 0 (", Address(ports[0]),
-                                            "): Initialize refused: a message of 37.5 MiB is over the 1 MiB limit");
+                                            "): Initialize refused: a message of 12.5 MiB is over the 1 MiB limit");
   EXPECT_EQ(c.exit_code, 1) << c.output;
   EXPECT_NE(LastLine(c.output).find(expected), std::string::npos) << c.output;
   EXPECT_NE(LastLine(c.output).find("start every task with a larger --max_message_mb"), std::string::npos) << c.output;
