@@ -14,13 +14,14 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
 
 namespace psflow::cli {
@@ -83,15 +84,16 @@ int ExitCode(int status) {
   return 1;
 }
 
-std::mutex g_out_mu;
-std::string g_summary_json;  // the chief's "summary_json: {...}" line, for the closing table
+// Serializes the tasks' reader threads' writes to stdout, and guards the summary line they find.
+absl::Mutex g_out_mu;
+std::string g_summary_json ABSL_GUARDED_BY(g_out_mu);  // the chief's "summary_json: {...}" line, for the closing table
 
 // Writes one task's line. On a terminal, progress lines ("step N/M ...") of the chief replace
 // each other as one live line, and other workers' progress lines are left out (the chief's
 // global step covers them); elsewhere every line is printed whole.
 void EmitLine(const std::string& prefix, std::string_view line) {
   static const bool tty = isatty(STDOUT_FILENO);
-  std::lock_guard<std::mutex> lock(g_out_mu);
+  absl::MutexLock lock(&g_out_mu);
   if (line.starts_with("summary_json: ")) g_summary_json = std::string(line.substr(14));
   const bool progress = line.starts_with("step ");
   if (!tty) {
@@ -288,7 +290,7 @@ int RunLocalCluster(const LocalClusterOptions& options) {
       interrupted_by = g_interrupted;
       stop_started = std::chrono::steady_clock::now();
       stop_all(SIGTERM);
-      std::lock_guard<std::mutex> lock(g_out_mu);
+      absl::MutexLock lock(&g_out_mu);
       std::cout << "\npsflow local: interrupted (" << (interrupted_by == SIGINT ? "Ctrl-C" : strsignal(interrupted_by))
                 << "); stopping every task" << std::endl;
     }
@@ -317,7 +319,7 @@ int RunLocalCluster(const LocalClusterOptions& options) {
           while (!c.eof && std::chrono::steady_clock::now() - c.reaped_at < std::chrono::seconds(1)) {
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
           }
-          std::lock_guard<std::mutex> lock(g_out_mu);
+          absl::MutexLock lock(&g_out_mu);
           std::cout << "psflow local: " << c.name << " " << Describe(status) << "; stopping the other tasks"
                     << std::endl;
         }
@@ -340,7 +342,12 @@ int RunLocalCluster(const LocalClusterOptions& options) {
               << "); every task stopped; exit status " << 128 + interrupted_by << std::endl;
     return 128 + interrupted_by;
   }
-  if (worst == 0 && !g_summary_json.empty()) PrintTrafficTable(g_summary_json);
+  std::string summary_json;
+  {
+    absl::MutexLock lock(&g_out_mu);
+    summary_json = g_summary_json;
+  }
+  if (worst == 0 && !summary_json.empty()) PrintTrafficTable(summary_json);
   std::cout << "psflow local: " << (worst == 0 ? "all tasks exited 0" : absl::StrCat("worst exit status ", worst))
             << std::endl;
   return worst;
