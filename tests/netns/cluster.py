@@ -14,11 +14,14 @@ every task; `auth="insecure"` passes --insecure; `auth="none"` passes neither (a
 Every task listens on port 2222 of its own address: namespaces do not share ports.
 Logs: WORKDIR/<job><index>.log (appended across restarts). Not thread-safe.
 """
+import argparse
 import json
 import os
 import re
 import subprocess
+import sys
 import time
+import unittest
 
 PORT = 2222
 
@@ -154,3 +157,20 @@ def evaluate(psflow, ckpt_dir, model, data_dir):
     """`psflow eval` of a checkpoint directory: its stdout."""
     return subprocess.run([psflow, "eval", f"--checkpoint_dir={ckpt_dir}", f"--model={model}",
                            f"--data_dir={data_dir}"], capture_output=True, text=True, timeout=120).stdout
+
+
+def run_tests(doc, args):
+    """A netns test script's entry point: --build and --data_dir (absolute paths written into
+    `args`), then its unittest cases in the caller's __main__; exits hosts.SKIP with one line
+    where simulated hosts cannot be made."""
+    import hosts  # noqa: E402 (beside this file, as for the test scripts)
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--build", default=args.build)
+    p.add_argument("--data_dir", default=args.data_dir)
+    parsed, rest = p.parse_known_args()
+    args.build, args.data_dir = os.path.abspath(parsed.build), os.path.abspath(parsed.data_dir)
+    reason = hosts.unavailable()
+    if reason:
+        print(f"SKIPPED: simulated hosts unavailable: {reason}", flush=True)
+        sys.exit(hosts.SKIP)
+    unittest.main(module="__main__", argv=[sys.argv[0]] + rest, verbosity=2)

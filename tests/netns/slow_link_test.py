@@ -85,18 +85,5 @@ class SlowLinkTests(unittest.TestCase):
         self.vgg19_over("1gbit")
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--build", default=ARGS.build)
-    p.add_argument("--data_dir", default=ARGS.data_dir)
-    args, rest = p.parse_known_args()
-    ARGS.build, ARGS.data_dir = os.path.abspath(args.build), os.path.abspath(args.data_dir)
-    reason = hosts.unavailable()
-    if reason:
-        print(f"SKIPPED: simulated hosts unavailable: {reason}", flush=True)
-        sys.exit(hosts.SKIP)
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
-
-
 if __name__ == "__main__":
-    main()
+    cluster.run_tests(__doc__, ARGS)
