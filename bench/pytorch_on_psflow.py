@@ -9,7 +9,9 @@ process's exit: Python and torch start-up, data loading and the final test evalu
   ddp            torch DistributedDataParallel, gloo, 2 processes on 127.0.0.1
   rpc_ps         a torch.distributed.rpc parameter server (1 ps + 2 trainers) applying each
                  gradient on arrival, written as the PyTorch tutorials do it
-  single         one PyTorch process
+  single         one PyTorch process, torch.optim.Adam: 10000 updates of batch 100, the same
+                 1,000,000 examples as the async runs without their stale gradients (the
+                 accuracy reference for them)
   cpp_async      psflow's own C++ workers on the same job (psflow local --model=mlp), for reference
 A global step is one update of the parameters, as in psflow: async runs and the rpc ps make
 10000 updates in all (about 5000 batches per worker); sync psflow and DDP make 10000 updates of
@@ -20,7 +22,11 @@ With --cnn it also times seed 002's cnn (2 ps, --partitioner=fixed:2, 2 workers,
 steps, async) with PyTorch workers (examples/pytorch/mnist_cnn.py) beside the C++ workers.
 
   /usr/bin/python3 bench/pytorch_on_psflow.py [--build build] [--steps 10000] [--only ddp,rpc_ps,...] [--cnn]
+      [--seed 1] [--runs 1]
 
+--seed seeds every job (initial values and data order); --runs N runs each mlp job N times, with
+seeds seed..seed+N-1, and reports the mean wall time and the mean, min and max test accuracy (the
+last iterate's accuracy differs by a few tenths of a percent from one seed to the next).
 Prints a table and one JSON line per job, then one JSON line with the ratios and accuracies.
 Targets (docs/design.md#targets): psflow_async <= 0.5x ddp and <= 0.5x rpc_ps, accuracy >= 97%;
 psflow_sync <= 0.6x ddp.
@@ -145,9 +151,9 @@ class ParameterServer:
     """Holds the model and its optimizer; applies each trainer's gradients as they arrive and
     answers with the new parameters (the pattern of PyTorch's parameter-server tutorials)."""
 
-    def __init__(self, steps):
+    def __init__(self, steps, seed):
         import torch
-        torch.manual_seed(0)
+        torch.manual_seed(seed)
         self.model = mlp()
         self.opt = torch.optim.Adam(self.model.parameters(), lr=0.01)
         self.lock = threading.Lock()
@@ -202,7 +208,7 @@ def role_rpc(a):
     name = "ps" if a.rank == 0 else f"trainer{a.rank}"
     rpc.init_rpc(name, rank=a.rank, world_size=3, rpc_backend_options=options)
     if a.rank == 0:
-        ps_rref = rpc.RRef(ParameterServer(a.steps))
+        ps_rref = rpc.RRef(ParameterServer(a.steps, a.seed))
         futures = [rpc.rpc_async(f"trainer{r}", run_trainer, args=(ps_rref, a.data_dir, r, a.seed, a.steps)) for r in (1, 2)]
         local_steps = [f.wait() for f in futures]
         ps = ps_rref.local_value()
@@ -257,7 +263,8 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--data_dir", default=os.path.join(ROOT, "data/mnist"))
     p.add_argument("--steps", type=int, default=10000)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help="seed of every job's initial values and data order")
+    p.add_argument("--runs", type=int, default=1, help="runs of each mlp job, with seeds seed, seed+1, ...")
     p.add_argument("--only", default=",".join(JOBS), help="comma-separated jobs to run: " + ",".join(JOBS))
     p.add_argument("--cnn", action="store_true", help="also time seed 002's cnn, PyTorch workers beside C++ workers")
     p.add_argument("--cnn_steps", type=int, default=2000)
@@ -273,11 +280,11 @@ def main():
     psflow = os.path.join(a.build, "psflow")
     example = os.path.join(ROOT, "examples/pytorch/mnist_mlp.py")
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", TP_SOCKET_IFNAME="lo")
-    base = [me, f"--data_dir={a.data_dir}", f"--seed={a.seed}"]
-    common = [f"--train_steps={a.steps}", "--intra_op_threads=1", f"--data_dir={a.data_dir}",
-              f"--log_every={a.steps}"]
 
-    def job(name):
+    def job(name, seed):
+        base = [me, f"--data_dir={a.data_dir}", f"--seed={seed}"]
+        common = [f"--train_steps={a.steps}", "--intra_op_threads=1", f"--data_dir={a.data_dir}",
+                  f"--log_every={a.steps}", f"--seed={seed}"]
         if name == "psflow_async":
             return run_psflow([psflow, "local", "--ps=1"] + ["--workers=2"] + common + ["--", py, example])
         if name == "psflow_sync":
@@ -297,20 +304,34 @@ def main():
         raise SystemExit(f"bench: unknown job {name}; the jobs are {','.join(JOBS)}")
 
     results = {}
-    print(f"{'job':<14} {'wall s':>8} {'updates':>8} {'test acc':>9}", flush=True)
+    w = 14 if a.runs == 1 else 19  # the job column: "psflow_async mean" with --runs
+    print(f"{'job':<{w}} {'wall s':>8} {'updates':>8} {'test acc':>9}", flush=True)
     for name in ([] if a.cnn_only else a.only.split(",")):
-        try:
-            wall, out = job(name)
-        except (SystemExit, subprocess.TimeoutExpired) as e:  # one job failing does not lose the others
-            print(f"{name:<14} failed: {str(e)[:300]}", flush=True)
+        walls, accs = [], []
+        for seed in range(a.seed, a.seed + a.runs):
+            label = name if a.runs == 1 else f"{name}/{seed}"
+            try:
+                wall, out = job(name, seed)
+            except (SystemExit, subprocess.TimeoutExpired) as e:  # one job failing does not lose the others
+                print(f"{label:<{w}} failed: {str(e)[:300]}", flush=True)
+                continue
+            info = out if isinstance(out, dict) else next(l for l in out if "test_accuracy" in l)
+            walls.append(wall)
+            accs.append(info["test_accuracy"])
+            print(f"{label:<{w}} {wall:>8.2f} {info['updates']:>8} {info['test_accuracy']:>9.4f}", flush=True)
+        if not accs:
             continue
-        info = out if isinstance(out, dict) else next(l for l in out if "test_accuracy" in l)
-        results[name] = {"job": name, "wall_secs": round(wall, 2), "test_accuracy": round(info["test_accuracy"], 4),
-                         "updates": info["updates"]}
-        print(f"{name:<14} {wall:>8.2f} {info['updates']:>8} {info['test_accuracy']:>9.4f}", flush=True)
+        results[name] = {"job": name, "wall_secs": round(sum(walls) / len(walls), 2),
+                         "test_accuracy": round(sum(accs) / len(accs), 4), "updates": info["updates"]}
+        if a.runs > 1:
+            results[name].update(runs=len(accs), test_accuracy_min=round(min(accs), 4),
+                                 test_accuracy_max=round(max(accs), 4))
+            print(f"{name + ' mean':<{w}} {results[name]['wall_secs']:>8.2f} {info['updates']:>8} "
+                  f"{results[name]['test_accuracy']:>9.4f}  (min {min(accs):.4f}, max {max(accs):.4f}, "
+                  f"{len(accs)} runs)", flush=True)
     if a.cnn or a.cnn_only:
         cnn_common = ["--ps=2", "--workers=2", "--partitioner=fixed:2", f"--train_steps={a.cnn_steps}",
-                      f"--data_dir={a.data_dir}", f"--log_every={a.cnn_steps}"]
+                      f"--data_dir={a.data_dir}", f"--log_every={a.cnn_steps}", f"--seed={a.seed}"]
         cnn_example = os.path.join(ROOT, "examples/pytorch/mnist_cnn.py")
         for name, cmd in (("cnn_pytorch", [psflow, "local"] + cnn_common + ["--", py, cnn_example]),
                           ("cnn_cpp", [psflow, "local"] + cnn_common + ["--model=cnn"])):
