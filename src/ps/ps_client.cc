@@ -22,6 +22,7 @@
 #include "ps/client_state.h"
 #include "ps/fan_out.h"
 #include "ps/routing.h"
+#include "ps/wait_heartbeat.h"
 #include "ps/wire_config.h"
 #include "core/check.h"
 #include "rpc/transport.h"
@@ -643,9 +644,20 @@ class PsClient::Impl {
     }
     rpc::CallOptions o = Control(options_.rpc_timeout_secs + (config.sync ? config.sync_timeout_secs : 0));
     auto result = std::make_shared<PushResult>();
+    // Sync: the tasks that answered hear that this worker is alive while others keep it waiting.
+    std::shared_ptr<WaitHeartbeat> heartbeat;
+    if (config.sync && channels.size() > 1) {
+      wire::HelloRequest hello;
+      hello.set_worker_index(options_.worker_index);
+      hello.set_client_id(client_id_);
+      hello.set_heartbeat(true);
+      heartbeat = WaitHeartbeat::Start(channels, std::move(hello), std::clamp(config.sync_timeout_secs / 4, 0.05, 10.0),
+                                       options_.rpc_timeout_secs, retrier_.get());
+    }
     CallAll(
         channels, rpc::Method::kPush, std::move(requests), o,
-        [this, tasks, result, targets](int i, const rpc::IncomingMessage& r) -> absl::Status {
+        [this, tasks, result, targets, heartbeat](int i, const rpc::IncomingMessage& r) -> absl::Status {
+          if (heartbeat != nullptr) heartbeat->Answered(i);
           wire::PushResponse response;
           if (absl::Status s = Parse(r, &response, channel(tasks[i])->peer_name()); !s.ok()) return s;
           if (tasks[i] == gs_ps()) {
@@ -656,7 +668,8 @@ class PsClient::Impl {
           if (targets != nullptr) return AssembleAnswer(tasks[i], r, *targets);
           return absl::OkStatus();
         },
-        [result, done = std::move(done)](std::vector<absl::Status>& statuses) {
+        [result, heartbeat, done = std::move(done)](std::vector<absl::Status>& statuses) {
+          if (heartbeat != nullptr) heartbeat->Stop();
           absl::Status s = Combine(statuses);
           if (!s.ok()) return done(s);
           done(*result);

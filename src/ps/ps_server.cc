@@ -76,6 +76,10 @@ std::vector<int> PsServer::Impl::ExpectedWorkers(const Model& model) const {
 void PsServer::Impl::HandleHello(const rpc::IncomingMessage& request, rpc::Responder responder) {
   wire::HelloRequest hello;
   if (absl::Status s = request.ParseHeader(&hello); !s.ok()) return responder.Respond(s);
+  if (hello.heartbeat()) {  // the worker's cluster was checked by its first Hello
+    sync_.Heard(hello.worker_index());
+    return responder.Respond(rpc::OutgoingMessage::Of(wire::HelloResponse()));
+  }
   if (!hello.probe() && !options_.cluster.empty() &&
       hello.cluster_fingerprint() != options_.cluster.Fingerprint()) {
     return responder.Respond(absl::FailedPreconditionError(absl::StrCat(

@@ -26,6 +26,7 @@ uint64_t SyncAccumulator::Reconfigure(Config config, const absl::Status& status)
     absl::MutexLock lock(&mu_);
     waiters = ForgetStepLocked();
     dropped_.clear();
+    heard_.clear();
     config_ = std::move(config);
     epoch = ++epoch_;
     epoch_status_ = status;
@@ -53,6 +54,7 @@ std::vector<SyncAccumulator::Waiter> SyncAccumulator::ForgetStepLocked() {
   arrived_ = 0;
   quorum_closed_ = false;
   timed_out_ = false;
+  waited_for_alive_ = false;
   arrived_workers_.clear();
   // in_flight_ pushes finish accumulating (into the old model's shards, after a re-initialization)
   // and then find nothing to apply.
@@ -140,6 +142,8 @@ void SyncAccumulator::OnTimeout(uint64_t step_id) {
     if (step_id != step_id_ || arrived_ == 0 || timed_out_) return;  // that step ended meanwhile
     timer_ = 0;
     const absl::Time now = clock_->Now();
+    absl::Time alive_until;
+    const std::vector<int> alive = AliveMissingLocked(now, &alive_until);
     if (now - deadline_ > kFrozenSlack) {
       // Woken far past the deadline: this task was frozen, and pushes may wait unread in its
       // sockets. Timing the step out now would drop workers that pushed in time.
@@ -147,6 +151,17 @@ void SyncAccumulator::OnTimeout(uint64_t step_id) {
                           absl::ToInt64Seconds(now - deadline_), " s or more (frozen?); the step waits ",
                           absl::ToDoubleSeconds(config_.timeout), " s again for its quorum");
       ArmTimeoutLocked(now + config_.timeout);
+    } else if (!alive.empty()) {
+      // Alive but held up elsewhere (a stalled ps task): dropping them here, and not on the
+      // stalled task, would make the ps tasks apply different gradients for this step.
+      if (!waited_for_alive_) {
+        line = absl::StrCat("sync step ", step_->load(), ": worker(s) ", absl::StrJoin(alive, ", "),
+                            " did not push within ",
+                            absl::ToDoubleSeconds(config_.timeout),
+                            " s but are alive (waiting on another ps task); the step waits for them");
+      }
+      waited_for_alive_ = true;
+      ArmTimeoutLocked(alive_until);
     } else {
       // The quorum did not form in time: apply what arrived and stop waiting for the missing.
       timed_out_ = true;
@@ -164,8 +179,26 @@ void SyncAccumulator::OnTimeout(uint64_t step_id) {
       applied.step = step_->load(std::memory_order_acquire);
     }
   }
-  if (log_) log_(line);
+  if (log_ && !line.empty()) log_(line);
   Answer(std::move(released), applied);
+}
+
+std::vector<int> SyncAccumulator::AliveMissingLocked(absl::Time now, absl::Time* until) const {
+  std::vector<int> alive;
+  *until = absl::InfinitePast();
+  for (int w : config_.expected_workers) {
+    if (arrived_workers_.contains(w) || departed_.contains(w) || dropped_.contains(w)) continue;
+    auto heard = heard_.find(w);
+    if (heard == heard_.end() || now - heard->second >= config_.timeout) continue;
+    alive.push_back(w);
+    *until = std::max(*until, heard->second + config_.timeout);  // silent for the timeout by then
+  }
+  return alive;
+}
+
+void SyncAccumulator::Heard(int worker) {
+  absl::MutexLock lock(&mu_);
+  heard_[worker] = clock_->Now();
 }
 
 void SyncAccumulator::Depart(int worker) {

@@ -12,6 +12,10 @@
 //     workers and drops them from the quorum (backups absorb them first, then R shrinks, never
 //     below 1); a dropped worker is back in the quorum when it pushes again. A worker that said
 //     Goodbye is left out the same way (no timeout needed), and is back after a Hello (Rejoin).
+//   - A missing worker that was heard from within `timeout` (Heard: its heartbeat while it waits
+//     on another ps task, whose answer it needs before it can push here) is alive, not lost: the
+//     step waits for it instead of dropping it. Only a worker silent for the whole timeout is
+//     dropped, so every ps task counts the same workers in each step when one of them stalls.
 //   - A timeout that fires more than kFrozenSlack late means this task did not run (SIGSTOP, a
 //     paused VM) and the pushes that reached it meanwhile wait unread in its sockets: the step
 //     waits `timeout` again instead of dropping workers that pushed in time (docs/failures.md).
@@ -39,6 +43,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -97,6 +102,8 @@ class SyncAccumulator {
   void Depart(int worker);
   // Hello: a worker that comes back counts again.
   void Rejoin(int worker);
+  // A heartbeat: `worker` is alive (waiting on another ps task), so a timeout does not drop it.
+  void Heard(int worker);
 
   static constexpr absl::Duration kFrozenSlack = absl::Seconds(1);
 
@@ -117,6 +124,9 @@ class SyncAccumulator {
   std::vector<Waiter> MaybeFinishStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets the current step; returns its waiters.
   std::vector<Waiter> ForgetStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The missing workers of the current step heard from within the timeout; `until`: when the
+  // last of them will have been silent for the timeout.
+  std::vector<int> AliveMissingLocked(absl::Time now, absl::Time* until) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Schedules the current step's timeout.
   void ArmTimeoutLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The clock's callback for the step that began as `step_id`.
@@ -136,12 +146,14 @@ class SyncAccumulator {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;          // counted pushes still accumulating
   bool quorum_closed_ ABSL_GUARDED_BY(mu_) = false;  // reached, or timed out
   bool timed_out_ ABSL_GUARDED_BY(mu_) = false;
+  bool waited_for_alive_ ABSL_GUARDED_BY(mu_) = false;  // this step logged that it waits for them
   Clock::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;  // the current step's timeout, or 0
   absl::Time deadline_ ABSL_GUARDED_BY(mu_);        // when it is due
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   std::set<int> arrived_workers_ ABSL_GUARDED_BY(mu_);
   std::set<int> dropped_ ABSL_GUARDED_BY(mu_);   // missed a timed-out step; back when they push
   std::set<int> departed_ ABSL_GUARDED_BY(mu_);  // said Goodbye; back after a Hello or a push
+  std::map<int, absl::Time> heard_ ABSL_GUARDED_BY(mu_);  // each worker's last heartbeat
 
   // Last: destroyed first, so no timeout callback runs once the rest is being torn down.
   std::unique_ptr<Clock> clock_;

@@ -234,6 +234,58 @@ TEST_F(SyncAccumulatorTest, TimeoutFiringLateAfterAFreezeWaitsAgainInsteadOfDrop
   EXPECT_THAT(log_.back(), HasSubstr("missing worker(s) 1"));
 }
 
+// A worker held up by another ps task (it waits for that task's answer before it can push here)
+// sends heartbeats: the step waits for it instead of dropping it, so both ps tasks count the same
+// gradients. Once it falls silent for the whole timeout it is dropped as before.
+TEST_F(SyncAccumulatorTest, HeartbeatingWorkerIsWaitedForUntilSilentForTheTimeout) {
+  Configure(2, 2, absl::Seconds(4));
+  Push(0, 0, {2, 2, 2, 2});
+  for (int beat = 0; beat < 5; ++beat) {  // 5 s of heartbeats, one a second
+    clock_->Advance(absl::Seconds(1));
+    acc_->Heard(1);
+  }
+  EXPECT_FALSE(Answered(0));
+  EXPECT_EQ(acc_->Quorum(), 2);
+  ASSERT_EQ(log_.size(), 1u);  // logged once, not per re-armed timeout
+  EXPECT_THAT(log_[0], HasSubstr("sync step 0: worker(s) 1 did not push within 4 s but are alive"));
+  Push(1, 0, {0, 0, 0, 0});  // its push arrives: the step has both gradients
+  EXPECT_EQ(Ok(0).step, 1);
+  EXPECT_EQ(applied_counts_, std::vector<int>{2});
+  EXPECT_EQ(Values(), (std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f}));
+
+  // Heartbeats stop: 4 s after the last one the step applies what arrived and drops worker 1.
+  Push(0, 1, {0, 0, 0, 0});
+  clock_->Advance(absl::Seconds(3));
+  acc_->Heard(1);
+  clock_->Advance(absl::Seconds(1));  // the step's own timeout: worker 1 was heard 1 s ago
+  EXPECT_FALSE(Answered(0));
+  clock_->Advance(absl::Seconds(2.9));
+  EXPECT_FALSE(Answered(0));
+  clock_->Advance(absl::Seconds(0.1));  // silent for 4 s
+  EXPECT_EQ(Ok(0).step, 2);
+  EXPECT_EQ(acc_->Quorum(), 1);
+  EXPECT_THAT(log_.back(), HasSubstr("missing worker(s) 1"));
+  // A dropped worker's heartbeats do not hold later steps (only a push brings it back).
+  acc_->Heard(1);
+  Push(0, 2, {0, 0, 0, 0});
+  EXPECT_EQ(Ok(0).step, 3);
+}
+
+TEST_F(SyncAccumulatorTest, HeartbeatsDoNotHoldAStepForAnotherSilentWorkerBeyondTheTimeout) {
+  Configure(3, 3, absl::Seconds(4));
+  Push(0, 0, {3, 3, 3, 3});
+  clock_->Advance(absl::Seconds(1));
+  acc_->Heard(1);  // worker 1 alive once; worker 2 never heard
+  clock_->Advance(absl::Seconds(3));
+  EXPECT_FALSE(Answered(0));  // worker 1 was heard within the timeout: wait
+  clock_->Advance(absl::Seconds(0.9));
+  EXPECT_FALSE(Answered(0));
+  clock_->Advance(absl::Seconds(0.1));  // 4 s after its heartbeat: both are dropped
+  EXPECT_EQ(Ok(0).step, 1);
+  EXPECT_THAT(log_.back(), HasSubstr("missing worker(s) 1, 2"));
+  EXPECT_EQ(acc_->Quorum(), 1);
+}
+
 TEST_F(SyncAccumulatorTest, ReinitializationReleasesHeldPushesAsNotInitialized) {
   Configure(2, 2);
   const uint64_t old_epoch = epoch_;
