@@ -81,9 +81,12 @@ class PyTorchOnPsflowTest(unittest.TestCase):
         self.assertLess(b["validation_cross_entropy"], 1.0)
 
     def test_async_mlp_two_workers_reaches_97_percent(self):
-        # The seeds' job, plus a learning-rate decay: with Adam at a constant 0.01 the last
-        # iterate's test accuracy wanders around 97% (96.8 to 97.5% for C++ and PyTorch workers
-        # alike, bench/pytorch_on_psflow.py); halving the rate every 2000 steps settles it.
+        # The seeds' job, plus a learning-rate decay. With Adam at a constant 0.01 the seed job's
+        # last iterate lands on both sides of 97%: over seeds 1-10, PyTorch workers on psflow
+        # 96.99-97.18% (mean 97.07), C++ workers 96.92-97.23% (97.07), and plain PyTorch with the
+        # same one-update staleness and no psflow 96.78-97.36% (97.11) — the job's spread, not
+        # psflow's (docs/pytorch.md). Halving the rate every 2000 steps settles it, so this
+        # check on one run does not fail by chance.
         r = launch(["--ps=1", "--workers=2", "--train_steps=10000", "--log_every=1000", "--lr_decay_steps=2000",
                     "--lr_decay_rate=0.5", f"--metrics_json={self.dir}/m.json"], "mnist_mlp.py", timeout=600)
         self.assertEqual(r.returncode, 0, r.stdout[-5000:])
