@@ -21,6 +21,7 @@
 #include "proto/psflow.pb.h"
 #include "ps/client_state.h"
 #include "ps/fan_out.h"
+#include "ps/push_parts.h"
 #include "ps/routing.h"
 #include "ps/wait_heartbeat.h"
 #include "ps/wire_config.h"
@@ -616,65 +617,100 @@ class PsClient::Impl {
       }
     }
     const TrainingConfig config = GetConfig();
-    std::vector<rpc::ClientChannel*> channels;
+    // Async pushes bigger than a part go as parts, one round of calls after another
+    // (ps/push_parts.h); a sync push, or one that fits, is one round: a call per ps task.
     std::vector<int> tasks;
-    std::vector<rpc::OutgoingMessage> requests;
-    wire::PushRequest header;
-    header.set_worker_index(options_.worker_index);
-    header.set_step_tag(step_tag);
-    // One id for this push on every ps task and for its retries: each ps applies it once.
-    header.set_client_id(client_id_);
-    header.set_seq(next_seq_.fetch_add(1));
-    std::vector<int64_t> answer_bytes;
+    std::vector<std::vector<std::vector<rpc::OutgoingTensor>>> parts;  // [task][part]
+    size_t num_rounds = 1;
     for (int k = 0; k < num_ps(); ++k) {
       // Sync: every ps counts every worker's push each step, even an empty one. Async: the
       // global step's ps counts every push.
       const bool pulls_here = targets != nullptr && !(*targets)[k].empty();
       if (per_ps[k].empty() && !pulls_here && !config.sync && k != gs_ps()) continue;
-      wire::PushRequest request = header;
-      if (pulls_here) {
-        for (const Target& t : (*targets)[k]) request.add_pull_shards(t.shard->name);
-      }
-      rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(request);
-      message.tensors = std::move(per_ps[k]);
-      answer_bytes.push_back(pulls_here ? TargetBytes((*targets)[k]) : 0);
-      channels.push_back(channel(k));
       tasks.push_back(k);
-      requests.push_back(std::move(message));
+      if (config.sync || options_.max_push_part_bytes <= 0) {
+        parts.emplace_back().push_back(std::move(per_ps[k]));
+      } else {
+        parts.push_back(SplitIntoParts(std::move(per_ps[k]), options_.max_push_part_bytes));
+      }
+      num_rounds = std::max(num_rounds, parts.back().size());
     }
-    rpc::CallOptions o = Control(options_.rpc_timeout_secs + (config.sync ? config.sync_timeout_secs : 0));
-    auto result = std::make_shared<PushResult>();
+    wire::PushRequest header;
+    header.set_worker_index(options_.worker_index);
+    header.set_step_tag(step_tag);
+    // One id per round on every ps task and for its retries: each ps applies each part once.
+    header.set_client_id(client_id_);
+    const uint64_t first_seq = next_seq_.fetch_add(num_rounds);
+    auto rounds = std::make_shared<std::vector<PushRound>>(num_rounds);
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      const int k = tasks[i];
+      const bool pulls_here = targets != nullptr && !(*targets)[k].empty();
+      for (size_t p = 0; p < parts[i].size(); ++p) {
+        const bool last = p + 1 == parts[i].size();
+        wire::PushRequest request = header;
+        request.set_seq(first_seq + p);
+        request.set_more_parts(!last);
+        if (last && pulls_here) {
+          for (const Target& t : (*targets)[k]) request.add_pull_shards(t.shard->name);
+        }
+        rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(request);
+        message.tensors = std::move(parts[i][p]);
+        PushRound& round = (*rounds)[p];
+        round.answer_bytes.push_back(last && pulls_here ? TargetBytes((*targets)[k]) : 0);
+        round.channels.push_back(channel(k));
+        round.tasks.push_back(k);
+        round.last.push_back(last);
+        round.requests.push_back(std::move(message));
+      }
+    }
     // Sync: the tasks that answered hear that this worker is alive while others keep it waiting.
     std::shared_ptr<WaitHeartbeat> heartbeat;
-    if (config.sync && channels.size() > 1) {
+    if (config.sync && tasks.size() > 1) {
       wire::HelloRequest hello;
       hello.set_worker_index(options_.worker_index);
       hello.set_client_id(client_id_);
       hello.set_heartbeat(true);
-      heartbeat = WaitHeartbeat::Start(channels, std::move(hello), std::clamp(config.sync_timeout_secs / 4, 0.05, 10.0),
-                                       options_.rpc_timeout_secs, retrier_.get());
+      heartbeat = WaitHeartbeat::Start((*rounds)[0].channels, std::move(hello),
+                                       std::clamp(config.sync_timeout_secs / 4, 0.05, 10.0), options_.rpc_timeout_secs,
+                                       retrier_.get());
     }
+    SendPushRound(std::move(rounds), 0, options_.rpc_timeout_secs + (config.sync ? config.sync_timeout_secs : 0),
+                  std::move(targets), std::move(heartbeat), std::make_shared<PushResult>(), std::move(done));
+  }
+
+  // Sends round r of a push (a call to each ps task with a part left) and, once all answered,
+  // the next round; `done` gets the outcome after the last round or the first failed one.
+  void SendPushRound(std::shared_ptr<std::vector<PushRound>> rounds, size_t r, double timeout_secs,
+                     std::shared_ptr<Targets> targets, std::shared_ptr<WaitHeartbeat> heartbeat,
+                     std::shared_ptr<PushResult> result, std::function<void(absl::StatusOr<PushResult>)> done) {
+    PushRound& round = (*rounds)[r];
     CallAll(
-        channels, rpc::Method::kPush, std::move(requests), o,
-        [this, tasks, result, targets, heartbeat](int i, const rpc::IncomingMessage& r) -> absl::Status {
+        round.channels, rpc::Method::kPush, std::move(round.requests), Control(timeout_secs),
+        [this, rounds, r, result, targets, heartbeat](int i, const rpc::IncomingMessage& m) -> absl::Status {
           if (heartbeat != nullptr) heartbeat->Answered(i);
+          const PushRound& round = (*rounds)[r];
+          const int task = round.tasks[i];
           wire::PushResponse response;
-          if (absl::Status s = Parse(r, &response, channel(tasks[i])->peer_name()); !s.ok()) return s;
-          if (tasks[i] == gs_ps()) {
+          if (absl::Status s = Parse(m, &response, channel(task)->peer_name()); !s.ok()) return s;
+          if (!round.last[i]) return absl::OkStatus();  // a part: the step and the pull come with the last
+          if (task == gs_ps()) {
             result->global_step = response.step();
             result->stale = response.stale();
             NoteGlobalStep(response.step());
           }
-          if (targets != nullptr) return AssembleAnswer(tasks[i], r, *targets);
+          if (targets != nullptr) return AssembleAnswer(task, m, *targets);
           return absl::OkStatus();
         },
-        [result, heartbeat, done = std::move(done)](std::vector<absl::Status>& statuses) {
-          if (heartbeat != nullptr) heartbeat->Stop();
+        [this, rounds, r, timeout_secs, targets, heartbeat, result, done](std::vector<absl::Status>& statuses) {
           absl::Status s = Combine(statuses);
+          if (s.ok() && r + 1 < rounds->size()) {
+            return SendPushRound(rounds, r + 1, timeout_secs, targets, heartbeat, result, done);
+          }
+          if (heartbeat != nullptr) heartbeat->Stop();
           if (!s.ok()) return done(s);
           done(*result);
         },
-        retrier_.get(), std::move(answer_bytes));
+        retrier_.get(), std::move(round.answer_bytes));
   }
 
   absl::Status Goodbye(const std::string& failure) {

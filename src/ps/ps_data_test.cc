@@ -2,6 +2,7 @@
 // optimizer applied locally, row-sparse routing, and refused pushes.
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -150,6 +151,109 @@ TEST(AsyncPushTest, AdamMatchesTheOptimizerAppliedLocallyWithDecayByStepTag) {
   ASSERT_TRUE(step.ok());
   EXPECT_EQ(*step, 3);
   ExpectEqualTensors(got, expected);
+}
+
+// A push bigger than a part goes as parts (ps/push_parts.h): shards cut into element runs across
+// calls, a sparse gradient beside them. Against the optimizer applied locally, one whole update
+// per shard and push (one Adam t), and the global step advancing once per push.
+TEST(AsyncPushTest, PushInPartsIsOneUpdatePerShardAndOneGlobalStep) {
+  const dist::PlacementPlan plan = Plan({{"w", {7, 5}}, {"emb", {6, 2}}}, 2, 2);
+  auto cluster = TestCluster::Start(2, 1);
+  // Parts of 3 floats: every dense shard (15-20 floats) is cut into runs over several calls.
+  auto client = cluster->Client(plan, 0, {}, nullptr, /*max_push_part_bytes=*/12);
+  PSFLOW_ASSERT_OK(client->Connect());
+  TrainingConfig config;
+  config.optimizer.name = "adam";
+  config.optimizer.learning_rate = 0.01f;
+  const Tensor w = Filled({7, 5}, 0.2f, 0.05f), emb = Filled({6, 2}, -0.5f, 0.1f);
+  PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}, {"emb", &emb}}, config));
+
+  auto optimizer = optim::MakeOptimizer(config.optimizer);
+  ASSERT_TRUE(optimizer.ok());
+  Tensor expected_w = w, expected_emb = emb;
+  std::map<std::string, optim::SlotState> states;
+  for (const dist::ShardSpec& s : plan.shards) states[s.name] = (*optimizer)->NewState(NumElements(s.shape));
+  Tensor got_w({7, 5}), got_emb({6, 2});
+  for (int k = 0; k < 3; ++k) {
+    const Tensor g = Filled({7, 5}, 0.1f * (k + 1), -0.03f);
+    RowSparse sparse;
+    sparse.rows = {1, 4, 1};
+    sparse.values = Filled({3, 2}, 1.0f + k, 0.5f);
+    auto pushed = client->PushAndPull({{"w", &g, nullptr}, {"emb", nullptr, &sparse}}, k,
+                                      {{"w", &got_w}, {"emb", &got_emb}});
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+    EXPECT_EQ(pushed->global_step, k + 1);
+    for (const dist::ShardSpec& s : plan.shards) {
+      if (s.variable == "w") {
+        const int64_t begin = s.offset * 5, n = NumElements(s.shape);
+        (*optimizer)->ApplyDense(expected_w.data() + begin, g.data() + begin, n, states[s.name], 0.01f);
+      } else {  // emb rows 1 (x2, summed) and 4, in the shard holding each
+        std::vector<int64_t> rows;
+        std::vector<float> values;
+        for (int64_t r : {int64_t{1}, int64_t{4}}) {
+          if (r < s.offset || r >= s.offset + s.shape[0]) continue;
+          rows.push_back(r - s.offset);
+          for (int j = 0; j < 2; ++j) {
+            values.push_back(r == 1 ? sparse.values[0 * 2 + j] + sparse.values[2 * 2 + j] : sparse.values[1 * 2 + j]);
+          }
+        }
+        if (rows.empty()) continue;
+        (*optimizer)->ApplySparse(expected_emb.data() + s.offset * 2, rows, values.data(), 2, states[s.name], 0.01f);
+      }
+    }
+    ExpectEqualTensors(got_w, expected_w);
+    ExpectEqualTensors(got_emb, expected_emb);
+  }
+  auto stats = cluster->servers[0]->Stats();
+  EXPECT_EQ(stats.pushes_refused, 0);
+}
+
+TEST(AsyncPushTest, ServerRefusesSlicesThatDoNotFitOrComeInSyncMode) {
+  const dist::PlacementPlan plan = Plan({{"w", {3, 2}}}, 1);
+  auto cluster = TestCluster::Start(1, 1);
+  auto client = cluster->Client(plan, 0);
+  PSFLOW_ASSERT_OK(client->Connect());
+  const Tensor w = Filled({3, 2}, 1.0f, 1.0f);
+  PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}}, Sgd(1.0f)));
+  auto channel = rpc::MakeGrpcChannel(cluster->cluster.ps()[0], "ps task 0", {});
+  ASSERT_TRUE(channel.ok());
+  const std::vector<float> data(6, 1.0f);
+  auto push = [&](int64_t offset, int64_t n, uint64_t client_id) {
+    wire::PushRequest header;
+    header.set_client_id(client_id);
+    header.set_seq(static_cast<uint64_t>(offset * 10 + n));
+    header.set_more_parts(true);
+    rpc::OutgoingMessage m = rpc::OutgoingMessage::Of(header);
+    rpc::OutgoingTensor t;
+    t.meta.set_name("w");
+    t.meta.add_shape(n);
+    t.meta.set_slice(true);
+    t.meta.set_slice_offset(offset);
+    t.data = data.data();
+    t.num_floats = n;
+    m.tensors.push_back(t);
+    rpc::CallOptions o;
+    o.timeout_secs = 10;
+    return (*channel)->CallBlocking(rpc::Method::kPush, std::move(m), o).status();
+  };
+  EXPECT_TRUE(absl::IsInvalidArgument(push(4, 3, 7)));   // past the shard's 6 elements
+  EXPECT_TRUE(absl::IsInvalidArgument(push(-1, 2, 7)));  // before it
+  EXPECT_TRUE(absl::IsInvalidArgument(push(0, 2, 0)));   // a part without a client id
+  EXPECT_TRUE(push(0, 2, 7).ok());
+  Tensor got({3, 2});
+  auto step = client->Pull({{"w", &got}});
+  ASSERT_TRUE(step.ok());
+  EXPECT_EQ(*step, 0);  // a part that is not the last leaves the global step alone
+  EXPECT_EQ(got[0], 0.0f);
+  EXPECT_EQ(got[2], 3.0f);
+
+  // Sync mode counts whole pushes: a part is refused.
+  TrainingConfig sync = Sgd(1.0f);
+  sync.sync = true;
+  PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}}, sync));
+  const absl::Status refused = push(0, 2, 8);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("only async pushes"));
 }
 
 TEST(AsyncPushTest, RowSparsePushUpdatesOnlyTouchedRowsAndSumsDuplicates) {

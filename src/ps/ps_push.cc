@@ -68,7 +68,15 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
       valid = absl::InvalidArgumentError(absl::StrCat("two gradients for shard '", name, "' in one push"));
     } else {
       valid = it->second->DecodeGradient(request, i, &gradients[i]);
+      gradients[i].client_id = header.client_id();
+      if (valid.ok() && gradients[i].slice && (m->config.sync || header.client_id() == 0)) {
+        valid = absl::InvalidArgumentError(absl::StrCat(
+            "slice of shard '", name, "': only async pushes from clients with an id come in parts"));
+      }
     }
+  }
+  if (valid.ok() && header.more_parts() && m->config.sync) {
+    valid = absl::InvalidArgumentError("a push in parts in sync mode (a sync step counts whole pushes)");
   }
   std::vector<std::shared_ptr<Shard>> pulls;
   for (const std::string& name : header.pull_shards()) {
@@ -96,7 +104,7 @@ void PsServer::Impl::PushInAsyncMode(const Model& m, std::vector<ShardGradient>&
                                      const wire::PushRequest& header,
                                      std::vector<std::shared_ptr<Shard>> pulls, rpc::Responder responder) {
   int64_t step = step_.load(std::memory_order_acquire);
-  if (m.holds_global_step) {
+  if (m.holds_global_step && !header.more_parts()) {  // a push in parts steps with its last part
     // Claim this push's step first, so concurrent pushes never carry the step past train_steps.
     do {
       if (m.config.train_steps > 0 && step >= m.config.train_steps) return responder.Respond(FinishedError());
@@ -105,7 +113,8 @@ void PsServer::Impl::PushInAsyncMode(const Model& m, std::vector<ShardGradient>&
   }
   const float lr = optim::DecayedLearningRate(m.config.optimizer, header.step_tag());
   for (ShardGradient& g : gradients) g.shard->Apply(g, *m.optimizer, lr);
-  responder.Respond(PushAnswer(pulls, m.holds_global_step ? step : step_.load(), /*stale=*/false));
+  responder.Respond(
+      PushAnswer(pulls, m.holds_global_step && !header.more_parts() ? step : step_.load(), /*stale=*/false));
 }
 
 SyncAccumulator::Config PsServer::Impl::SyncConfig(std::shared_ptr<const Model> model) const {

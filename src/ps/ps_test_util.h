@@ -81,8 +81,10 @@ struct TestCluster {
   // `log` (optional) receives the client's lines (waiting for a silent task, ...); default stderr.
   std::unique_ptr<PsClient> Client(const dist::PlacementPlan& plan, int worker_index,
                                    rpc::TransportOptions security = {},
-                                   std::function<void(const std::string&)> log = nullptr) const {
+                                   std::function<void(const std::string&)> log = nullptr,
+                                   int64_t max_push_part_bytes = -1) const {
     PsClient::Options o;
+    if (max_push_part_bytes >= 0) o.max_push_part_bytes = max_push_part_bytes;
     if (log) o.log = std::move(log);
     o.cluster = cluster;
     o.plan = plan;

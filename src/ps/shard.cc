@@ -54,7 +54,17 @@ Shard::Shard(std::string name, Shape shape, FloatBuffer initial, optim::SlotStat
 
 absl::Status Shard::DecodeGradient(const rpc::IncomingMessage& message, int i, ShardGradient* out) {
   const wire::TensorMeta& meta = message.meta(i);
-  if (!meta.sparse()) {
+  if (meta.slice()) {
+    const int64_t n = meta.shape_size() == 1 ? meta.shape(0) : -1;
+    if (meta.sparse() || n < 1 || meta.slice_offset() < 0 || meta.slice_offset() > size_ - n) {
+      return absl::InvalidArgumentError(absl::StrCat("slice of '", name_, "' at element ", meta.slice_offset(),
+                                                     " with shape ", ShapeOf(meta), " does not fit the shard's ",
+                                                     size_, " elements"));
+    }
+    out->slice = true;
+    out->offset = meta.slice_offset();
+    out->count = n;
+  } else if (!meta.sparse()) {
     const Shape got(meta.shape().begin(), meta.shape().end());
     if (got != shape_) {
       return absl::InvalidArgumentError(absl::StrCat("gradient for '", name_, "' has shape ",
@@ -178,6 +188,7 @@ void Shard::Apply(ShardGradient& gradient, const optim::Optimizer& optimizer, fl
   }
   absl::MutexLock lock(&mu_);
   float* w = MutableValuesLocked();
+  if (gradient.slice) return ApplySliceLocked(gradient, optimizer, lr, w);
   // Optimizer::ApplyDense, fed straight from the received bytes run by run (the update is
   // element-wise, so ranges are independent) to save a copy of the gradient.
   // Disjoint ranges may be updated by several threads (optim::Optimizer::Apply allows it).
@@ -193,6 +204,27 @@ void Shard::Apply(ShardGradient& gradient, const optim::Optimizer& optimizer, fl
                                         });
   });
   ++state_.updates;
+}
+
+void Shard::ApplySliceLocked(const ShardGradient& gradient, const optim::Optimizer& optimizer, float lr, float* w) {
+  // The client's first slice of this shard claims the update (t); its later slices reuse it, so
+  // the shard steps once per push however it was cut. (A checkpoint taken between two slices
+  // sees part of the update, as with any async push of several shards.)
+  auto it = slice_update_.find(gradient.client_id);
+  if (gradient.offset == 0 || it == slice_update_.end()) {
+    it = slice_update_.insert_or_assign(gradient.client_id, ++state_.updates).first;
+  }
+  const int64_t t = it->second;
+  if (gradient.offset + gradient.count == size_) slice_update_.erase(it);
+  ParallelFor(gradient.count, kParallelMinFloats, [&](int64_t begin, int64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    FlushDenormalsOnThisThread();
+    gradient.message->ForEachRunInRange(gradient.index, begin, end - begin,
+                                        [&](const float* run, int64_t first, int64_t n)
+                                            ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                          optimizer.Apply(w, run, state_, gradient.offset + first, n, lr, t);
+                                          return true;
+                                        });
+  });
 }
 
 void Shard::Accumulate(const ShardGradient& gradient) {

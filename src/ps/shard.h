@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "psflow/core/tensor.h"
@@ -34,6 +35,12 @@ struct ShardGradient {
   bool sparse = false;
   std::vector<int64_t> rows;  // sparse: shard-local rows of axis 0
   FloatBuffer values;         // sparse: rows.size() x row_size()
+  // A slice (part of an async push in parts): elements [offset, offset + count) of the shard,
+  // from client `client_id` (its parts of one shard share one optimizer update).
+  bool slice = false;
+  int64_t offset = 0;
+  int64_t count = 0;
+  uint64_t client_id = 0;
 };
 
 class Shard {
@@ -60,6 +67,8 @@ class Shard {
   FloatBuffer GatherRows(const std::vector<int64_t>& rows) const;
 
   // Async: applies a decoded gradient with one optimizer update (sparse duplicates summed first).
+  // The slices of one shard from one client, sent in order from offset 0 to the end, make one
+  // update together: the first claims its t, the rest reuse it.
   void Apply(ShardGradient& gradient, const optim::Optimizer& optimizer, float lr);
 
   // Sync: adds a decoded gradient into this step's accumulator.
@@ -69,6 +78,9 @@ class Shard {
   void ApplyAccumulated(int count, const optim::Optimizer& optimizer, float lr);
 
  private:
+  // Apply() of a slice, under mu_ with `w` the mutable values.
+  void ApplySliceLocked(const ShardGradient& gradient, const optim::Optimizer& optimizer, float lr, float* w)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The value buffer, copied first if a pull still references it.
   float* MutableValuesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sums duplicate rows (TF's optimizers deduplicate sparse gradients the same way).
@@ -89,6 +101,8 @@ class Shard {
   bool accum_dense_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<bool> row_touched_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> touched_rows_ ABSL_GUARDED_BY(mu_);
+  // The update count (Adam's t) each client's slices in progress use, until its last slice.
+  absl::flat_hash_map<uint64_t, int64_t> slice_update_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace psflow::ps
