@@ -267,9 +267,11 @@ class PsClient::Impl {
     const wire::TrainingConfig config_wire = ToWire(config);
     const std::string signature = options_.plan.ModelSignature();
     const uint64_t fingerprint = options_.plan.ModelFingerprint();
-    const uint64_t seq = next_seq_.fetch_add(1);  // one id for this Initialize and its retries
+    // Each ps task's tensors: its shards' values (and, restoring, each shard's slots after it).
     std::vector<rpc::ClientChannel*> channels;
-    std::vector<rpc::OutgoingMessage> requests;
+    std::vector<wire::InitializeRequest> headers;
+    std::vector<std::vector<std::vector<rpc::OutgoingTensor>>> parts;  // [task][part]
+    size_t num_rounds = 1;
     for (int k : tasks) {
       wire::InitializeRequest init;
       init.set_worker_index(options_.worker_index);
@@ -279,8 +281,7 @@ class PsClient::Impl {
       init.set_holds_global_step(k == gs_ps());
       init.set_with_slots(with_slots);
       init.set_client_id(client_id_);
-      init.set_seq(seq);
-      rpc::OutgoingMessage message;
+      std::vector<rpc::OutgoingTensor> tensors;
       for (const dist::ShardSpec* shard : options_.plan.ShardsOn(k)) {
         const InitSource& source = given.at(shard->variable);
         wire::ShardInfo* info = init.add_shards();
@@ -288,17 +289,44 @@ class PsClient::Impl {
         info->set_variable(shard->variable);
         for (int64_t d : shard->shape) info->add_shape(d);
         info->set_updates(source.updates);
-        message.tensors.push_back(ShardOf(*source.value, *shard));
+        tensors.push_back(ShardOf(*source.value, *shard));
         if (with_slots) {
-          for (const Tensor& slot : *source.slots) message.tensors.push_back(ShardOf(slot, *shard));
+          for (const Tensor& slot : *source.slots) {
+            tensors.push_back(ShardOf(slot, *shard));
+            tensors.back().meta.set_slot(static_cast<int>(&slot - source.slots->data()) + 1);
+          }
         }
       }
-      message.header = init.SerializeAsString();
       channels.push_back(channel(k));
-      requests.push_back(std::move(message));
+      headers.push_back(std::move(init));
+      // A big model goes in parts (ps/push_parts.h, src/ps/ps_initialize.cc).
+      parts.push_back(options_.max_part_bytes > 0 ? SplitIntoParts(std::move(tensors), options_.max_part_bytes)
+                                                  : std::vector<std::vector<rpc::OutgoingTensor>>{std::move(tensors)});
+      num_rounds = std::max(num_rounds, parts.back().size());
     }
-    absl::Status s = CallAndWait(channels, rpc::Method::kInitialize, std::move(requests),
-                                 Control(options_.rpc_timeout_secs), nullptr, retrier_.get());
+    // One id per part for it and its retries; the parts of one Initialize share its first.
+    const uint64_t first_seq = next_seq_.fetch_add(num_rounds);
+    absl::Status s;
+    for (size_t p = 0; p < num_rounds && s.ok(); ++p) {
+      std::vector<rpc::ClientChannel*> round_channels;
+      std::vector<rpc::OutgoingMessage> requests;
+      for (size_t i = 0; i < channels.size(); ++i) {
+        if (p >= parts[i].size()) continue;
+        wire::InitializeRequest init = headers[i];
+        init.set_seq(first_seq + p);
+        if (parts[i].size() > 1) {
+          init.set_first_seq(first_seq);
+          init.set_more_parts(p + 1 < parts[i].size());
+        }
+        rpc::OutgoingMessage message;
+        message.header = init.SerializeAsString();
+        message.tensors = std::move(parts[i][p]);
+        round_channels.push_back(channels[i]);
+        requests.push_back(std::move(message));
+      }
+      s = CallAndWait(round_channels, rpc::Method::kInitialize, std::move(requests), Control(options_.rpc_timeout_secs),
+                      nullptr, retrier_.get());
+    }
     if (!s.ok()) return s;
     SetConfig(config);
     std::vector<rpc::OutgoingMessage> marks(channels.size(), rpc::OutgoingMessage::Of(wire::MarkInitializedRequest()));
@@ -628,10 +656,10 @@ class PsClient::Impl {
       const bool pulls_here = targets != nullptr && !(*targets)[k].empty();
       if (per_ps[k].empty() && !pulls_here && !config.sync && k != gs_ps()) continue;
       tasks.push_back(k);
-      if (config.sync || options_.max_push_part_bytes <= 0) {
+      if (config.sync || options_.max_part_bytes <= 0) {
         parts.emplace_back().push_back(std::move(per_ps[k]));
       } else {
-        parts.push_back(SplitIntoParts(std::move(per_ps[k]), options_.max_push_part_bytes));
+        parts.push_back(SplitIntoParts(std::move(per_ps[k]), options_.max_part_bytes));
       }
       num_rounds = std::max(num_rounds, parts.back().size());
     }

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "proto/psflow.pb.h"
 #include "ps/ps_test_util.h"
+#include "ps/wire_config.h"
 #include "psflow/optim/optimizer.h"
 #include "rpc/transport.h"
 
@@ -160,7 +161,7 @@ TEST(AsyncPushTest, PushInPartsIsOneUpdatePerShardAndOneGlobalStep) {
   const dist::PlacementPlan plan = Plan({{"w", {7, 5}}, {"emb", {6, 2}}}, 2, 2);
   auto cluster = TestCluster::Start(2, 1);
   // Parts of 3 floats: every dense shard (15-20 floats) is cut into runs over several calls.
-  auto client = cluster->Client(plan, 0, {}, nullptr, /*max_push_part_bytes=*/12);
+  auto client = cluster->Client(plan, 0, {}, nullptr, /*max_part_bytes=*/12);
   PSFLOW_ASSERT_OK(client->Connect());
   TrainingConfig config;
   config.optimizer.name = "adam";
@@ -206,6 +207,102 @@ TEST(AsyncPushTest, PushInPartsIsOneUpdatePerShardAndOneGlobalStep) {
   }
   auto stats = cluster->servers[0]->Stats();
   EXPECT_EQ(stats.pushes_refused, 0);
+}
+
+// The chief's Initialize in parts (src/ps/ps_initialize.cc): a fresh model and a restore with
+// Adam's slots and update counts, cut into runs of 3 floats over many calls, arrive exactly as a
+// whole Initialize would deliver them (the state pulled back equals what was sent).
+TEST(InitializeTest, InPartsInstallsExactlyTheValuesSlotsAndUpdateCounts) {
+  const dist::PlacementPlan plan = Plan({{"w", {7, 5}}, {"b", {5}}, {"scale", {}}}, 2, 2);
+  TrainingConfig config;
+  config.optimizer.name = "adam";
+  config.optimizer.learning_rate = 0.01f;
+  const Tensor w = Filled({7, 5}, 0.5f, 0.25f), b = Filled({5}, -1.0f, 0.5f), scale = Tensor::Scalar(3.0f);
+
+  auto first = TestCluster::Start(2, 1);
+  auto client = first->Client(plan, 0, {}, nullptr, /*max_part_bytes=*/12);
+  PSFLOW_ASSERT_OK(client->Connect());
+  PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}, {"b", &b}, {"scale", &scale}}, config));
+  Tensor w2({7, 5}), b2({5}), scale2 = Tensor::Scalar(0);
+  ASSERT_TRUE(client->Pull({{"w", &w2}, {"b", &b2}, {"scale", &scale2}}).ok());
+  ExpectEqualTensors(w2, w);
+  ExpectEqualTensors(b2, b);
+  ExpectEqualTensors(scale2, scale);
+  for (int k = 0; k < 2; ++k) {  // some Adam state worth restoring
+    const Tensor g = Filled({7, 5}, 0.3f * (k + 1), 0.01f), gb = Filled({5}, -0.2f, 0.1f);
+    ASSERT_TRUE(client->Push({{"w", &g, nullptr}, {"b", &gb, nullptr}}, k).ok());
+  }
+  auto state = client->PullState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_EQ(state->global_step, 2);
+
+  // Restored in parts onto a fresh cluster: the same state comes back.
+  auto second = TestCluster::Start(2, 1);
+  auto restorer = second->Client(plan, 0, {}, nullptr, /*max_part_bytes=*/12);
+  PSFLOW_ASSERT_OK(restorer->Connect());
+  PSFLOW_ASSERT_OK(restorer->Initialize(*state, config));
+  auto back = restorer->PullState();
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->global_step, 2);
+  ASSERT_EQ(back->variables.size(), state->variables.size());
+  for (size_t v = 0; v < state->variables.size(); ++v) {
+    const VariableSnapshot &want = state->variables[v], &got = back->variables[v];
+    EXPECT_EQ(got.name, want.name);
+    EXPECT_EQ(got.updates, want.updates) << want.name;
+    ExpectEqualTensors(got.value, want.value);
+    ASSERT_EQ(got.slots.size(), 2u);
+    for (int j = 0; j < 2; ++j) ExpectEqualTensors(got.slots[j], want.slots[j]);
+  }
+  EXPECT_GT(state->variables[0].updates, 0);
+}
+
+TEST(InitializeTest, PartsWithAGapOrNoLastPartInstallNothing) {
+  const dist::PlacementPlan plan = Plan({{"w", {3, 2}}}, 1);
+  auto cluster = TestCluster::Start(1, 1);
+  auto channel = rpc::MakeGrpcChannel(cluster->cluster.ps()[0], "ps task 0", {});
+  ASSERT_TRUE(channel.ok());
+  const std::vector<float> data(6, 2.0f);
+  auto part = [&](uint64_t seq, int64_t offset, int64_t n, bool more) {
+    wire::InitializeRequest init;
+    *init.mutable_config() = ToWire(Sgd(1.0f));
+    wire::ShardInfo* info = init.add_shards();
+    info->set_name("w");
+    info->set_variable("w");
+    info->add_shape(3);
+    info->add_shape(2);
+    init.set_client_id(5);
+    init.set_seq(seq);
+    init.set_first_seq(seq <= 12 ? 10 : 13);
+    init.set_more_parts(more);
+    rpc::OutgoingMessage m;
+    m.header = init.SerializeAsString();
+    rpc::OutgoingTensor t;
+    t.meta.set_name("w");
+    t.meta.add_shape(n);
+    t.meta.set_slice(true);
+    t.meta.set_slice_offset(offset);
+    t.data = data.data();
+    t.num_floats = n;
+    m.tensors.push_back(t);
+    rpc::CallOptions o;
+    o.timeout_secs = 10;
+    return (*channel)->CallBlocking(rpc::Method::kInitialize, std::move(m), o).status();
+  };
+  PSFLOW_EXPECT_OK(part(10, 0, 2, true));
+  PSFLOW_EXPECT_OK(part(10, 0, 2, true));  // a retried part writes the same again
+  const absl::Status gap = part(11, 4, 2, false);  // elements 2-3 never came
+  EXPECT_TRUE(absl::IsInvalidArgument(gap)) << gap;
+  EXPECT_THAT(std::string(gap.message()), HasSubstr("jumps to element 4 before 2 arrived"));
+  EXPECT_EQ(cluster->servers[0]->Stats().num_params, 0);  // no model installed
+  PSFLOW_EXPECT_OK(part(11, 2, 2, true));
+  const absl::Status short_ = part(12, 4, 1, false);  // the last part, one element short
+  EXPECT_TRUE(absl::IsInvalidArgument(short_)) << short_;
+  EXPECT_THAT(std::string(short_.message()), HasSubstr("has 5 of 6 elements"));
+  EXPECT_EQ(cluster->servers[0]->Stats().num_params, 0);
+  // All of it, in order: installed.
+  PSFLOW_EXPECT_OK(part(13, 0, 4, true));
+  PSFLOW_EXPECT_OK(part(14, 4, 2, false));
+  EXPECT_EQ(cluster->servers[0]->Stats().num_params, 6);
 }
 
 TEST(AsyncPushTest, ServerRefusesSlicesThatDoNotFitOrComeInSyncMode) {

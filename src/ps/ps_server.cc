@@ -1,5 +1,5 @@
-// PsServer: lifecycle, control RPCs (Hello, Initialize, WaitInitialized, Goodbye, Shutdown,
-// Stats) and pulls. Pushes and the sync quorum are in ps_push.cc.
+// PsServer: lifecycle, control RPCs (Hello, WaitInitialized, Goodbye, Shutdown,
+// Stats) and pulls. Initialize is in ps_initialize.cc, pushes and the sync quorum in ps_push.cc.
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -111,91 +111,6 @@ void PsServer::Impl::HandleHello(const rpc::IncomingMessage& request, rpc::Respo
   response.set_step(step_.load());
   response.set_cluster_text(options_.cluster.ToString());
   responder.Respond(rpc::OutgoingMessage::Of(response));
-}
-
-void PsServer::Impl::HandleInitialize(const rpc::IncomingMessage& request, rpc::Responder responder) {
-  wire::InitializeRequest init;
-  if (absl::Status s = request.ParseHeader(&init); !s.ok()) return responder.Respond(s);
-  auto model = std::make_shared<Model>();
-  model->config = FromWire(init.config());
-  model->config_wire = init.config();
-  absl::StatusOr<std::unique_ptr<optim::Optimizer>> optimizer = optim::MakeOptimizer(model->config.optimizer);
-  if (!optimizer.ok()) return responder.Respond(optimizer.status());
-  model->optimizer = *std::move(optimizer);
-  if (model->config.sync && (model->config.replicas_to_aggregate < 1 ||
-                             model->config.total_num_replicas < model->config.replicas_to_aggregate)) {
-    return responder.Respond(absl::InvalidArgumentError(
-        absl::StrCat("sync mode needs 1 <= replicas_to_aggregate (", model->config.replicas_to_aggregate,
-                     ") <= total_num_replicas (", model->config.total_num_replicas, ")")));
-  }
-  // With slots (a restore), each shard's value is followed by its optimizer slots.
-  const int per_shard = init.with_slots() ? 1 + static_cast<int>(model->optimizer->slot_names().size()) : 1;
-  if (request.num_tensors() != init.shards_size() * per_shard) {
-    return responder.Respond(absl::InvalidArgumentError(
-        absl::StrCat("Initialize lists ", init.shards_size(), " shards (", per_shard, " tensors each) but carries ",
-                     request.num_tensors(), " tensors")));
-  }
-  for (int i = 0; i < init.shards_size(); ++i) {
-    const wire::ShardInfo& info = init.shards(i);
-    const int first = i * per_shard;
-    const wire::TensorMeta& meta = request.meta(first);
-    const Shape shape(info.shape().begin(), info.shape().end());
-    const Shape got(meta.shape().begin(), meta.shape().end());
-    if (meta.name() != info.name() || meta.sparse() || got != shape) {
-      return responder.Respond(absl::InvalidArgumentError(absl::StrCat(
-          "Initialize: tensor ", i, " is '", meta.name(), "' ", ShapeToString(got), " but shard ", i,
-          " is '", info.name(), "' ", ShapeToString(shape))));
-    }
-    if (model->by_name.contains(info.name())) {
-      return responder.Respond(
-          absl::InvalidArgumentError(absl::StrCat("Initialize: shard '", info.name(), "' listed twice")));
-    }
-    FloatBuffer values(static_cast<size_t>(request.num_floats(first)));
-    request.CopyTo(first, values.data());
-    optim::SlotState state = model->optimizer->NewState(NumElements(shape));
-    if (init.with_slots()) {
-      for (int j = 1; j < per_shard; ++j) {
-        const wire::TensorMeta& slot = request.meta(first + j);
-        if (Shape(slot.shape().begin(), slot.shape().end()) != shape || slot.sparse()) {
-          return responder.Respond(absl::InvalidArgumentError(absl::StrCat(
-              "Initialize: slot '", model->optimizer->slot_names()[j - 1], "' of shard '", info.name(),
-              "' does not have the shard's shape ", ShapeToString(shape))));
-        }
-        request.CopyTo(first + j, state.slots[j - 1].data());
-      }
-      state.updates = info.updates();
-    }
-    auto shard = std::make_shared<Shard>(info.name(), shape, std::move(values), std::move(state));
-    model->by_name[info.name()] = shard;
-    model->shards.push_back(std::move(shard));
-    model->shard_infos.push_back(info);
-    model->num_params += NumElements(shape);
-  }
-  model->signature = init.model_signature();
-  model->fingerprint = init.model_fingerprint();
-  model->holds_global_step = init.holds_global_step();
-  {
-    // A retried Initialize whose first attempt was applied: not applied again (it would wipe out
-    // what was trained since, were it late).
-    absl::MutexLock lock(&mu_);
-    if (init.client_id() != 0 && init.client_id() == last_init_client_ && init.seq() == last_init_seq_) {
-      return responder.Respond(rpc::OutgoingMessage::Of(wire::Empty()));
-    }
-    last_init_client_ = init.client_id();
-    last_init_seq_ = init.seq();
-  }
-
-  // A re-initialization (the chief restoring a checkpoint) starts over: held calls of the old model
-  // are answered "not initialized", which workers take as "wait for the chief, then pull".
-  model->sync_epoch = sync_.Reconfigure(SyncConfig(model), absl::FailedPreconditionError(kNotInitializedMessage));
-  {
-    absl::MutexLock lock(&mu_);
-    initialized_.store(false, std::memory_order_release);
-    uninitialized_since_nanos_.store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed);
-    step_.store(model->config.initial_global_step);
-    model_.store(std::move(model), std::memory_order_release);
-  }
-  responder.Respond(rpc::OutgoingMessage::Of(wire::Empty()));
 }
 
 wire::WaitInitializedResponse PsServer::Impl::InitializedResponse(const Model& model) const {

@@ -60,9 +60,34 @@ class PsServer::Impl final : public rpc::Handler {
     uint64_t sync_epoch = 0;  // sync mode: the accumulator's epoch of this model (its Push)
   };
 
+  // A model bigger than the chief's part size, staged part by part (ps_initialize.cc).
+  struct StagedModel {
+    uint64_t client_id = 0, first_seq = 0;  // the Initialize it belongs to
+    bool with_slots = false;
+    std::shared_ptr<Model> model;  // config and optimizer; shards added at the last part
+    struct Buffers {
+      wire::ShardInfo info;
+      FloatBuffer values;
+      optim::SlotState state;
+      std::vector<int64_t> filled;  // elements received so far: values, then each slot (restores)
+    };
+    std::vector<Buffers> shards;
+    absl::flat_hash_map<std::string, size_t> index;  // shard name -> shards[i]
+  };
+
+  // Initialize (ps_initialize.cc): the model of a header; a shard added to it; a part of an
+  // Initialize in parts; installing a complete model (not again for a retry of the one installed
+  // last).
+  absl::StatusOr<std::shared_ptr<Model>> NewModel(const wire::InitializeRequest& init);
+  static void AddShard(Model& model, const wire::ShardInfo& info, FloatBuffer values, optim::SlotState state);
+  absl::Status InitializePart(const rpc::IncomingMessage& request, const wire::InitializeRequest& init)
+      ABSL_LOCKS_EXCLUDED(init_mu_, mu_);
+  absl::Status Install(std::shared_ptr<Model> model, uint64_t client_id, uint64_t seq, uint64_t first_seq)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void HandleInitialize(const rpc::IncomingMessage& request, rpc::Responder responder);
+
   // Control RPCs (ps_server.cc).
   void HandleHello(const rpc::IncomingMessage& request, rpc::Responder responder);
-  void HandleInitialize(const rpc::IncomingMessage& request, rpc::Responder responder);
   void HandleMarkInitialized(rpc::Responder responder);
   void HandleWaitInitialized(rpc::Responder responder);
   void HandlePull(const rpc::IncomingMessage& request, rpc::Responder responder);
@@ -130,6 +155,10 @@ class PsServer::Impl final : public rpc::Handler {
   PushDedup dedup_;
   uint64_t last_init_client_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_init_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_init_first_seq_ ABSL_GUARDED_BY(mu_) = 0;  // of the last Initialize in parts
+  // The Initialize in parts under way (lock order: init_mu_, then mu_).
+  absl::Mutex init_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::unique_ptr<StagedModel> staged_ ABSL_GUARDED_BY(init_mu_);
   // The last worker that gave up on the job (Goodbye with a failure), and why.
   std::string worker_failure_ ABSL_GUARDED_BY(mu_);
 

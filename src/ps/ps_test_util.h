@@ -82,9 +82,9 @@ struct TestCluster {
   std::unique_ptr<PsClient> Client(const dist::PlacementPlan& plan, int worker_index,
                                    rpc::TransportOptions security = {},
                                    std::function<void(const std::string&)> log = nullptr,
-                                   int64_t max_push_part_bytes = -1) const {
+                                   int64_t max_part_bytes = -1) const {
     PsClient::Options o;
-    if (max_push_part_bytes >= 0) o.max_push_part_bytes = max_push_part_bytes;
+    if (max_part_bytes >= 0) o.max_part_bytes = max_part_bytes;
     if (log) o.log = std::move(log);
     o.cluster = cluster;
     o.plan = plan;

@@ -33,10 +33,11 @@ std::vector<std::vector<rpc::OutgoingTensor>> SplitIntoParts(std::vector<rpc::Ou
       if (room <= 0) next_part();
       const int64_t n = std::min(room, t.num_floats - offset);
       rpc::OutgoingTensor piece;
-      piece.meta.set_name(t.meta.name());
+      piece.meta = t.meta;  // name (and an Initialize's slot)
+      piece.meta.clear_shape();
       piece.meta.add_shape(n);
       piece.meta.set_slice(true);
-      piece.meta.set_slice_offset(offset);
+      piece.meta.set_slice_offset(t.meta.slice_offset() + offset);
       piece.data = t.data + offset;
       piece.num_floats = n;
       piece.owner = t.owner;

@@ -1,11 +1,13 @@
-// ps/push_parts.h — cuts one ps task's share of an async push into parts of bounded size, so the
-// ps holds one part in flight instead of the whole push (a received message stays in memory until
-// it is applied: without parts a ps peaks at its state plus one whole push per concurrent worker).
+// ps/push_parts.h — cuts one ps task's share of an async push (or of the chief's Initialize) into
+// parts of bounded size, so the ps holds one part in flight instead of the whole message (a
+// received message stays in memory until it is applied or copied: without parts a ps peaks at its
+// state plus one whole push per concurrent worker, or twice its values at start-up).
 //
 // The parts go one call after another, each with its own seq (PushRequest.more_parts on all but
 // the last); dense tensors bigger than a part are cut into element runs (TensorMeta.slice), which
 // the ps applies as one optimizer update per shard (ps/shard.h). Sparse tensors are never cut.
-// Sync pushes are never sent in parts: a sync step counts whole pushes.
+// Sync pushes are never sent in parts: a sync step counts whole pushes. Initialize in parts:
+// src/ps/ps_initialize.cc.
 #ifndef PSFLOW_PS_PUSH_PARTS_H_
 #define PSFLOW_PS_PUSH_PARTS_H_
 

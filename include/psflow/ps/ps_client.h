@@ -76,10 +76,11 @@ class PsClient {
     // How long a call keeps retrying a silent ps task before failing (--ps_timeout_secs); at least
     // one full attempt.
     double ps_unavailable_timeout_secs = 120;
-    // An async push carrying more gradient bytes than this to one ps task goes to it as parts of
-    // at most this size, one call after another, so the ps holds one part in flight instead of
-    // the whole push (its peak memory stays near its state). 0: never in parts.
-    int64_t max_push_part_bytes = int64_t{16} << 20;
+    // An async push, or the chief's Initialize, carrying more tensor bytes than this to one ps
+    // task goes to it as parts of at most this size, one call after another, so the ps holds one
+    // part in flight instead of the whole message (its peak memory stays near its state). 0:
+    // never in parts.
+    int64_t max_part_bytes = int64_t{16} << 20;
     // Where the client reports waiting for an unreachable ps task. Default: stderr.
     std::function<void(const std::string&)> log;
   };
