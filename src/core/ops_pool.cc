@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/ops_internal.h"
+#include "core/simd_dispatch.h"
 #include "core/threading_internal.h"
 #include "core/check.h"
 #include "psflow/core/ops.h"
@@ -45,13 +46,8 @@ Var MaxPool(const Var& x, int kh, int kw, int stride_h, int stride_w, Padding pa
           for (int64_t iy = y0; iy < y1; ++iy) {
             for (int64_t ix = x0; ix < x1; ++ix) {
               const int32_t offset = static_cast<int32_t>((iy * in_w + ix) * channels);
-              const float* cell = image + offset;
-              for (int64_t c = 0; c < channels; ++c) {
-                if (cell[c] > best[c]) {  // strict: ties keep the first max in scan order
-                  best[c] = cell[c];
-                  arg[c] = offset + static_cast<int32_t>(c);
-                }
-              }
+              // Strict: ties keep the first max in scan order (vector-dispatched, simd_dispatch.h).
+              simd::MaxInto(best, arg, image + offset, offset, channels);
             }
           }
         }

@@ -11,4 +11,13 @@ PSFLOW_DISPATCH void Scale(float* x, int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) x[i] *= scale;
 }
 
+PSFLOW_DISPATCH void MaxInto(float* __restrict best, int32_t* __restrict arg, const float* __restrict cell,
+                             int32_t offset, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) {
+    const bool greater = cell[c] > best[c];
+    best[c] = greater ? cell[c] : best[c];
+    arg[c] = greater ? offset + static_cast<int32_t>(c) : arg[c];
+  }
+}
+
 }  // namespace psflow::simd

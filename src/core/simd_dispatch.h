@@ -2,7 +2,7 @@
 //
 // The default build targets the baseline x86-64 ISA (SSE2) so that one binary runs on every
 // host of a cluster. The few loops that psflow itself runs over millions of floats (optimizer
-// updates on the ps, gradient accumulation) are compiled three times with GCC's target_clones
+// updates on the ps, gradient accumulation, max-pooling) are compiled three times with GCC's target_clones
 // (AVX-512F, AVX2, baseline); the loader's ifunc resolver picks the widest one the CPU has,
 // once, at start-up. Matmul and convolution are OpenBLAS / oneDNN, which dispatch themselves.
 //
@@ -33,5 +33,10 @@ void AddInto(float* __restrict dst, const float* __restrict src, int64_t n);
 
 // x[i] *= scale for i in [0, n).
 void Scale(float* x, int64_t n, float scale);
+
+// MaxPool's inner loop over channels: where cell[c] > best[c] (strictly: ties keep the earlier
+// cell), best[c] = cell[c] and arg[c] = offset + c, for c in [0, n). Exact at any vector width.
+void MaxInto(float* __restrict best, int32_t* __restrict arg, const float* __restrict cell, int32_t offset,
+             int64_t n);
 
 }  // namespace psflow::simd
