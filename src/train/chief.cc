@@ -160,11 +160,9 @@ absl::Status Chief::RestorePs(int task) {
                     state->global_step,
                     from_checkpoint ? " from the newest checkpoint (the steps since are trained again)"
                                     : " from the initial values (no checkpoint saved yet: the job starts over)"));
-  // Another ps task down meanwhile is waited for as long as a worker waits for an unreachable ps.
-  if (auto s = RetryWhileUnavailable([&] { return client_.Initialize(*state, config_); }, options_.ps_timeout_secs);
-      !s.ok()) {
-    return s;
-  }
+  // Another ps task down meanwhile is waited for by the client's own retries, as long as a worker
+  // waits for an unreachable ps (--ps_timeout_secs; ps/fan_out.h), not twice that.
+  if (auto s = client_.Initialize(*state, config_); !s.ok()) return s;
   schedule_ = CheckpointSchedule(options_.save_checkpoint_steps, options_.save_checkpoint_secs, state->global_step);
   return absl::OkStatus();
 }
