@@ -26,6 +26,46 @@ void ExpectEqualTensors(const Tensor& a, const Tensor& b) {
   for (int64_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "element " << i;
 }
 
+// One ps task holding w [3, 2] = 1..6 (SGD, learning rate 1), a client that initialized it, and
+// a raw channel to the ps for messages the client would never send.
+struct OnePsWithW {
+  dist::PlacementPlan plan = Plan({{"w", {3, 2}}}, 1);
+  std::unique_ptr<TestCluster> cluster;
+  std::unique_ptr<PsClient> client;
+  Tensor w = Filled({3, 2}, 1.0f, 1.0f);
+  std::unique_ptr<rpc::ClientChannel> channel;
+
+  void Start() {
+    cluster = TestCluster::Start(1, 1);
+    ASSERT_NE(cluster, nullptr);
+    client = cluster->Client(plan, 0);
+    PSFLOW_ASSERT_OK(client->Connect());
+    PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}}, Sgd(1.0f)));
+    auto made = rpc::MakeGrpcChannel(cluster->cluster.ps()[0], "ps task 0", {});
+    ASSERT_TRUE(made.ok()) << made.status();
+    channel = *std::move(made);
+  }
+};
+
+// Sends `method` with `header` and one slice of shard "w" — elements [offset, offset + n) read
+// from `data` — straight over a channel, as a peer that bypasses PsClient would.
+absl::Status CallWithSliceOfW(rpc::ClientChannel& channel, rpc::Method method, std::string header,
+                              const std::vector<float>& data, int64_t offset, int64_t n) {
+  rpc::OutgoingMessage m;
+  m.header = std::move(header);
+  rpc::OutgoingTensor t;
+  t.meta.set_name("w");
+  t.meta.add_shape(n);
+  t.meta.set_slice(true);
+  t.meta.set_slice_offset(offset);
+  t.data = data.data();
+  t.num_floats = n;
+  m.tensors.push_back(t);
+  rpc::CallOptions o;
+  o.timeout_secs = 10;
+  return channel.CallBlocking(method, std::move(m), o).status();
+}
+
 struct RoundTripCase {
   int num_ps;
   int shards;
@@ -274,19 +314,7 @@ TEST(InitializeTest, PartsWithAGapOrNoLastPartInstallNothing) {
     init.set_seq(seq);
     init.set_first_seq(seq <= 12 ? 10 : 13);
     init.set_more_parts(more);
-    rpc::OutgoingMessage m;
-    m.header = init.SerializeAsString();
-    rpc::OutgoingTensor t;
-    t.meta.set_name("w");
-    t.meta.add_shape(n);
-    t.meta.set_slice(true);
-    t.meta.set_slice_offset(offset);
-    t.data = data.data();
-    t.num_floats = n;
-    m.tensors.push_back(t);
-    rpc::CallOptions o;
-    o.timeout_secs = 10;
-    return (*channel)->CallBlocking(rpc::Method::kInitialize, std::move(m), o).status();
+    return CallWithSliceOfW(**channel, rpc::Method::kInitialize, init.SerializeAsString(), data, offset, n);
   };
   PSFLOW_EXPECT_OK(part(10, 0, 2, true));
   PSFLOW_EXPECT_OK(part(10, 0, 2, true));  // a retried part writes the same again
@@ -306,32 +334,16 @@ TEST(InitializeTest, PartsWithAGapOrNoLastPartInstallNothing) {
 }
 
 TEST(AsyncPushTest, ServerRefusesSlicesThatDoNotFitOrComeInSyncMode) {
-  const dist::PlacementPlan plan = Plan({{"w", {3, 2}}}, 1);
-  auto cluster = TestCluster::Start(1, 1);
-  auto client = cluster->Client(plan, 0);
-  PSFLOW_ASSERT_OK(client->Connect());
-  const Tensor w = Filled({3, 2}, 1.0f, 1.0f);
-  PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}}, Sgd(1.0f)));
-  auto channel = rpc::MakeGrpcChannel(cluster->cluster.ps()[0], "ps task 0", {});
-  ASSERT_TRUE(channel.ok());
+  OnePsWithW ps;
+  ASSERT_NO_FATAL_FAILURE(ps.Start());
+  auto& [plan, cluster, client, w, channel] = ps;
   const std::vector<float> data(6, 1.0f);
   auto push = [&](int64_t offset, int64_t n, uint64_t client_id) {
     wire::PushRequest header;
     header.set_client_id(client_id);
     header.set_seq(static_cast<uint64_t>(offset * 10 + n));
     header.set_more_parts(true);
-    rpc::OutgoingMessage m = rpc::OutgoingMessage::Of(header);
-    rpc::OutgoingTensor t;
-    t.meta.set_name("w");
-    t.meta.add_shape(n);
-    t.meta.set_slice(true);
-    t.meta.set_slice_offset(offset);
-    t.data = data.data();
-    t.num_floats = n;
-    m.tensors.push_back(t);
-    rpc::CallOptions o;
-    o.timeout_secs = 10;
-    return (*channel)->CallBlocking(rpc::Method::kPush, std::move(m), o).status();
+    return CallWithSliceOfW(*channel, rpc::Method::kPush, header.SerializeAsString(), data, offset, n);
   };
   EXPECT_TRUE(absl::IsInvalidArgument(push(4, 3, 7)));   // past the shard's 6 elements
   EXPECT_TRUE(absl::IsInvalidArgument(push(-1, 2, 7)));  // before it
@@ -434,14 +446,9 @@ TEST(AsyncPushTest, LargeShardsUpdateExactlyAndRefuseANanAnywhere) {
 
 // Pushes the client would never send (it validates first), sent raw to the server.
 TEST(AsyncPushTest, ServerRefusesMalformedPushesFromAnyPeer) {
-  const dist::PlacementPlan plan = Plan({{"w", {3, 2}}}, 1);
-  auto cluster = TestCluster::Start(1, 1);
-  auto client = cluster->Client(plan, 0);
-  PSFLOW_ASSERT_OK(client->Connect());
-  const Tensor w = Filled({3, 2}, 1.0f, 1.0f);
-  PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}}, Sgd(1.0f)));
-  auto channel = rpc::MakeGrpcChannel(cluster->cluster.ps()[0], "ps task 0", {});
-  ASSERT_TRUE(channel.ok());
+  OnePsWithW ps;
+  ASSERT_NO_FATAL_FAILURE(ps.Start());
+  auto& [plan, cluster, client, w, channel] = ps;
   const std::vector<float> data(6, 1.0f);
   auto push = [&](const std::string& name, Shape shape, std::vector<int64_t> rows, bool sparse) {
     wire::PushRequest header;
@@ -457,7 +464,7 @@ TEST(AsyncPushTest, ServerRefusesMalformedPushesFromAnyPeer) {
     m.tensors.push_back(t);
     rpc::CallOptions o;
     o.timeout_secs = 10;
-    return (*channel)->CallBlocking(rpc::Method::kPush, std::move(m), o).status();
+    return channel->CallBlocking(rpc::Method::kPush, std::move(m), o).status();
   };
   EXPECT_TRUE(absl::IsInvalidArgument(push("nope", {3, 2}, {}, false)));        // unknown shard
   EXPECT_TRUE(absl::IsInvalidArgument(push("w", {2, 3}, {}, false)));           // wrong shape
