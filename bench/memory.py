@@ -15,7 +15,6 @@ parameters + optimizer slots on a ps) and the goals: worker <= PyTorch's peak, p
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,14 +41,8 @@ def num_params(model, hidden):
     return 784 * hidden + hidden + hidden * 10 + 10
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+from localhost import free_ports  # noqa: E402  (tests/lib/localhost.py)
 
 
 def mem_available():

@@ -16,21 +16,14 @@ decode, Adam on 79,510 floats, encode), which contention does not inflate as muc
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "lib"))
+from localhost import free_ports  # noqa: E402  (tests/lib/localhost.py)
 
 
 def ps_cpu_seconds(pid):

@@ -20,7 +20,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,14 +34,8 @@ PYTORCH_VICTIMS = ["worker:1", "worker:0", "ps:0"]  # in turn, for the PyTorch r
 PYTHON = "/usr/bin/python3"
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+from localhost import free_ports  # noqa: E402  (tests/lib/localhost.py)
 
 
 class Cluster:

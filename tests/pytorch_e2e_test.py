@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,14 +42,8 @@ def launch(launcher_flags, script, script_args=(), timeout=TIMEOUT):
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, env=env())
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+from localhost import free_ports  # noqa: E402  (tests/lib/localhost.py)
 
 
 class PyTorchOnPsflowTest(unittest.TestCase):

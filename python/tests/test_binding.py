@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -32,14 +31,8 @@ WORKER = os.path.join(HERE, "torch_worker.py")
 TIMEOUT = 120  # every process of a test must end within this (they end in seconds)
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests", "lib"))
+from localhost import free_ports  # noqa: E402  (tests/lib/localhost.py)
 
 
 def cluster_flags(num_ps, num_workers):
