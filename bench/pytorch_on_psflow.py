@@ -50,18 +50,10 @@ JOBS = ["psflow_async", "psflow_sync", "ddp", "ddp_half", "rpc_ps", "single", "c
 # --------------------------------------------------------------------------------------------
 # The baselines' worker side: plain PyTorch, as a PyTorch user writes it.
 
-def read_idx(path):
-    import numpy as np
-    with open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
 def load_mnist(data_dir):
     import numpy as np
     import torch
+    from torch_seed_models import read_idx  # bench/torch_seed_models.py, beside this script
     train_x = read_idx(os.path.join(data_dir, "train-images-idx3-ubyte"))[:55000].reshape(-1, 784)
     train_y = read_idx(os.path.join(data_dir, "train-labels-idx1-ubyte"))[:55000]
     test_x = read_idx(os.path.join(data_dir, "t10k-images-idx3-ubyte")).reshape(-1, 784)
