@@ -21,9 +21,11 @@ class DelayedRunner {
   DelayedRunner& operator=(const DelayedRunner&) = delete;
 
   // Runs `fn` on the runner's thread once `delay_secs` passed (started on first use).
-  void RunAfter(double delay_secs, std::function<void()> fn) {
-    clock_.Schedule(clock_.Now() + absl::Seconds(delay_secs), std::move(fn));
+  Clock::TimerId RunAfter(double delay_secs, std::function<void()> fn) {
+    return clock_.Schedule(clock_.Now() + absl::Seconds(delay_secs), std::move(fn));
   }
+  // Drops a callback that has not run yet (a no-op once it ran).
+  void Cancel(Clock::TimerId id) { clock_.Cancel(id); }
 
  private:
   SystemClock clock_;

@@ -30,7 +30,8 @@ class Retrier {
       : channels_(std::move(channels)), give_up_secs_(give_up_secs), log_(std::move(log)) {}
 
   double give_up_secs() const { return give_up_secs_; }
-  void RunAfter(double secs, std::function<void()> fn) { runner_.RunAfter(secs, std::move(fn)); }
+  Clock::TimerId RunAfter(double secs, std::function<void()> fn) { return runner_.RunAfter(secs, std::move(fn)); }
+  void Cancel(Clock::TimerId id) { runner_.Cancel(id); }
   int TaskOf(const rpc::ClientChannel* channel) const {
     return static_cast<int>(std::find(channels_.begin(), channels_.end(), channel) - channels_.begin());
   }

@@ -17,7 +17,8 @@ std::shared_ptr<WaitHeartbeat> WaitHeartbeat::Start(std::vector<rpc::ClientChann
                                                     double rpc_timeout_secs, Retrier* runner) {
   auto beat = std::make_shared<WaitHeartbeat>(std::move(channels), std::move(hello), every_secs, rpc_timeout_secs,
                                               runner);
-  runner->RunAfter(every_secs, [beat] { beat->Beat(); });
+  absl::MutexLock lock(&beat->mu_);
+  beat->next_beat_ = runner->RunAfter(every_secs, [beat] { beat->Beat(); });
   return beat;
 }
 
@@ -29,6 +30,7 @@ void WaitHeartbeat::Answered(int i) {
 void WaitHeartbeat::Stop() {
   absl::MutexLock lock(&mu_);
   stopped_ = true;
+  runner_->Cancel(next_beat_);
 }
 
 void WaitHeartbeat::Beat() {
@@ -47,7 +49,8 @@ void WaitHeartbeat::Beat() {
     channel->Call(rpc::Method::kHello, rpc::OutgoingMessage::Of(hello_), options,
                   [](absl::StatusOr<rpc::IncomingMessage>) {});
   }
-  runner_->RunAfter(every_secs_, [self = shared_from_this()] { self->Beat(); });
+  absl::MutexLock lock(&mu_);
+  if (!stopped_) next_beat_ = runner_->RunAfter(every_secs_, [self = shared_from_this()] { self->Beat(); });
 }
 
 }  // namespace psflow::ps

@@ -32,7 +32,8 @@ class WaitHeartbeat : public std::enable_shared_from_this<WaitHeartbeat> {
 
   // Call i of the fan-out got its answer: it gets heartbeats from now on.
   void Answered(int i);
-  // The fan-out ended: no more beats.
+  // The fan-out ended: no more beats (the pending one is cancelled, so a fast sync step leaves no
+  // timer behind).
   void Stop();
 
   WaitHeartbeat(std::vector<rpc::ClientChannel*> channels, wire::HelloRequest hello, double every_secs,
@@ -50,6 +51,7 @@ class WaitHeartbeat : public std::enable_shared_from_this<WaitHeartbeat> {
   absl::Mutex mu_;
   std::vector<bool> answered_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  Clock::TimerId next_beat_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace psflow::ps
