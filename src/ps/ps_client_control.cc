@@ -218,9 +218,9 @@ absl::Status PsClient::Impl::InitializeTasks(const std::vector<int>& tasks,
       info->set_updates(source.updates);
       tensors.push_back(ShardOf(*source.value, *shard));
       if (with_slots) {
-        for (const Tensor& slot : *source.slots) {
-          tensors.push_back(ShardOf(slot, *shard));
-          tensors.back().meta.set_slot(static_cast<int>(&slot - source.slots->data()) + 1);
+        for (size_t j = 0; j < source.slots->size(); ++j) {
+          tensors.push_back(ShardOf((*source.slots)[j], *shard));
+          tensors.back().meta.set_slot(static_cast<int>(j) + 1);  // 0 is the values
         }
       }
     }
