@@ -76,45 +76,86 @@ absl::Status PsClient::Impl::AssembleAnswer(int k, const rpc::IncomingMessage& r
   return absl::OkStatus();
 }
 
+absl::Status PsClient::Impl::AssembleSlices(int k, const rpc::IncomingMessage& r,
+                                            const std::vector<SliceTarget>& runs) const {
+  if (r.num_tensors() != static_cast<int>(runs.size())) {
+    return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": asked for ", runs.size(),
+                                            " runs of shards, received ", r.num_tensors()));
+  }
+  for (int j = 0; j < r.num_tensors(); ++j) {
+    const SliceTarget& run = runs[j];
+    absl::Status s = AssembleShardSlice(r, j, *run.shard, run.offset, run.count, run.dest);
+    if (!s.ok()) return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+void PsClient::Impl::AddPullRounds(const Targets& targets, const std::vector<int>& tasks, size_t first_round,
+                                   std::vector<CallRound>* rounds) const {
+  for (int k : tasks) {
+    std::vector<SliceTarget> whole;
+    for (const Target& t : targets[k]) whole.push_back({t.shard, t.dest, 0, NumElements(t.shard->shape)});
+    const std::vector<std::vector<SliceTarget>> parts = SplitPullIntoParts(whole, options_.max_part_bytes);
+    if (rounds->size() < first_round + parts.size()) rounds->resize(first_round + parts.size());
+    for (size_t p = 0; p < parts.size(); ++p) {
+      wire::PullRequest pull;
+      int64_t bytes = 0;
+      for (const SliceTarget& run : parts[p]) {
+        wire::ShardSlice* slice = pull.add_slices();
+        slice->set_shard(run.shard->name);
+        slice->set_offset(run.offset);
+        slice->set_count(run.count);
+        bytes += run.count * static_cast<int64_t>(sizeof(float));
+      }
+      CallRound& round = (*rounds)[first_round + p];
+      round.method = rpc::Method::kPull;
+      round.timeout_secs = options_.rpc_timeout_secs;
+      round.channels.push_back(channel(k));
+      round.tasks.push_back(k);
+      round.last.push_back(p + 1 == parts.size());
+      round.requests.push_back(rpc::OutgoingMessage::Of(pull));
+      round.answer_bytes.push_back(bytes);
+      round.whole_pull.push_back(false);
+      round.slices.push_back(parts[p]);
+    }
+  }
+}
+
 void PsClient::Impl::PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out,
                                std::function<void(absl::StatusOr<int64_t>)> done) {
   absl::StatusOr<std::shared_ptr<Targets>> targets_or = PullTargets("Pull", out);
   if (!targets_or.ok()) return done(targets_or.status());
   std::shared_ptr<Targets> targets = *std::move(targets_or);
-  std::vector<rpc::ClientChannel*> channels;
-  std::vector<int> tasks;
-  std::vector<rpc::OutgoingMessage> requests;
-  std::vector<int64_t> answer_bytes;
+  // A task's share that fits in a part is one call for its whole shards; a bigger one comes as
+  // parts (ps/push_parts.h), one round of calls after another.
+  auto rounds = std::make_shared<std::vector<CallRound>>(1);
+  std::vector<int> in_parts;
   for (int k = 0; k < num_ps(); ++k) {
     if ((*targets)[k].empty() && k != gs_ps()) continue;  // the global step's ps always answers
+    if (PullInParts((*targets)[k])) {
+      in_parts.push_back(k);
+      continue;
+    }
     wire::PullRequest pull;
     for (const Target& t : (*targets)[k]) pull.add_shards(t.shard->name);
-    answer_bytes.push_back(TargetBytes((*targets)[k]));
-    channels.push_back(channel(k));
-    tasks.push_back(k);
-    requests.push_back(rpc::OutgoingMessage::Of(pull));
+    CallRound& round = (*rounds)[0];
+    round.method = rpc::Method::kPull;
+    round.timeout_secs = options_.rpc_timeout_secs;
+    round.answer_bytes.push_back(TargetBytes((*targets)[k]));
+    round.channels.push_back(channel(k));
+    round.tasks.push_back(k);
+    round.last.push_back(true);
+    round.requests.push_back(rpc::OutgoingMessage::Of(pull));
+    round.whole_pull.push_back(true);
+    round.slices.emplace_back();
   }
-  auto step = std::make_shared<std::atomic<int64_t>>(0);
-  rpc::CallOptions o = Control(options_.rpc_timeout_secs);
-  o.pull_direction = true;
-  CallAll(
-      channels, rpc::Method::kPull, std::move(requests), o,
-      [this, targets, tasks, step](int i, const rpc::IncomingMessage& r) -> absl::Status {
-        const int k = tasks[i];
-        wire::PullResponse header;
-        if (absl::Status s = Parse(r, &header, channel(k)->peer_name()); !s.ok()) return s;
-        if (k == gs_ps()) {
-          step->store(header.step());
-          NoteGlobalStep(header.step());
-        }
-        return AssembleAnswer(k, r, *targets);
-      },
-      [step, done = std::move(done)](std::vector<absl::Status>& statuses) {
-        absl::Status s = Combine(statuses);
-        if (!s.ok()) return done(s);
-        done(step->load());
-      },
-      retrier_.get(), std::move(answer_bytes));
+  // Parts start with the first round when no task pulls whole shards.
+  AddPullRounds(*targets, in_parts, (*rounds)[0].channels.empty() ? 0 : 1, rounds.get());
+  SendRound(std::move(rounds), 0, std::move(targets), nullptr, std::make_shared<PushResult>(),
+            [done = std::move(done)](absl::StatusOr<PushResult> r) {
+              if (!r.ok()) return done(r.status());
+              done(r->global_step);
+            });
 }
 
 absl::StatusOr<Tensor> PsClient::Impl::PullRows(const std::string& variable, const std::vector<int64_t>& rows) {
@@ -241,14 +282,17 @@ void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_
   }
   const TrainingConfig config = GetConfig();
   // Async pushes bigger than a part go as parts, one round of calls after another
-  // (ps/push_parts.h); a sync push, or one that fits, is one round: a call per ps task.
+  // (ps/push_parts.h); a sync push, or one that fits, is one round: a call per ps task. A pull
+  // that fits rides on the task's last part; a bigger one follows as Pull calls in parts.
   std::vector<int> tasks;
+  std::vector<int> pulls_in_parts;
   std::vector<std::vector<std::vector<rpc::OutgoingTensor>>> parts;  // [task][part]
   size_t num_rounds = 1;
   for (int k = 0; k < num_ps(); ++k) {
     // Sync: every ps counts every worker's push each step, even an empty one. Async: the
     // global step's ps counts every push.
     const bool pulls_here = targets != nullptr && !(*targets)[k].empty();
+    if (pulls_here && PullInParts((*targets)[k])) pulls_in_parts.push_back(k);
     if (per_ps[k].empty() && !pulls_here && !config.sync && k != gs_ps()) continue;
     tasks.push_back(k);
     if (config.sync || options_.max_part_bytes <= 0) {
@@ -264,28 +308,33 @@ void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_
   // One id per round on every ps task and for its retries: each ps applies each part once.
   header.set_client_id(client_id_);
   const uint64_t first_seq = next_seq_.fetch_add(num_rounds);
-  auto rounds = std::make_shared<std::vector<PushRound>>(num_rounds);
+  auto rounds = std::make_shared<std::vector<CallRound>>(num_rounds);
   for (size_t i = 0; i < tasks.size(); ++i) {
     const int k = tasks[i];
-    const bool pulls_here = targets != nullptr && !(*targets)[k].empty();
+    const bool pull_with_push = targets != nullptr && !(*targets)[k].empty() && !PullInParts((*targets)[k]);
     for (size_t p = 0; p < parts[i].size(); ++p) {
       const bool last = p + 1 == parts[i].size();
       wire::PushRequest request = header;
       request.set_seq(first_seq + p);
       request.set_more_parts(!last);
-      if (last && pulls_here) {
+      if (last && pull_with_push) {
         for (const Target& t : (*targets)[k]) request.add_pull_shards(t.shard->name);
       }
       rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(request);
       message.tensors = std::move(parts[i][p]);
-      PushRound& round = (*rounds)[p];
-      round.answer_bytes.push_back(last && pulls_here ? TargetBytes((*targets)[k]) : 0);
+      CallRound& round = (*rounds)[p];
+      round.timeout_secs = options_.rpc_timeout_secs + (config.sync ? config.sync_timeout_secs : 0);
+      round.answer_bytes.push_back(last && pull_with_push ? TargetBytes((*targets)[k]) : 0);
       round.channels.push_back(channel(k));
       round.tasks.push_back(k);
       round.last.push_back(last);
       round.requests.push_back(std::move(message));
+      round.whole_pull.push_back(last && pull_with_push);
+      round.slices.emplace_back();
     }
   }
+  const size_t push_rounds = rounds->size();
+  if (!pulls_in_parts.empty()) AddPullRounds(*targets, pulls_in_parts, push_rounds, rounds.get());
   // Sync: the tasks that answered hear that this worker is alive while others keep it waiting.
   std::shared_ptr<WaitHeartbeat> heartbeat;
   if (config.sync && tasks.size() > 1) {
@@ -297,21 +346,39 @@ void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_
                                      std::clamp(config.sync_timeout_secs / 4, 0.05, 10.0), options_.rpc_timeout_secs,
                                      retrier_.get());
   }
-  SendPushRound(std::move(rounds), 0, options_.rpc_timeout_secs + (config.sync ? config.sync_timeout_secs : 0),
-                std::move(targets), std::move(heartbeat), std::make_shared<PushResult>(), std::move(done));
+  SendRound(std::move(rounds), 0, std::move(targets), std::move(heartbeat), std::make_shared<PushResult>(),
+            std::move(done));
 }
 
-void PsClient::Impl::SendPushRound(std::shared_ptr<std::vector<PushRound>> rounds, size_t r, double timeout_secs,
-                                   std::shared_ptr<Targets> targets, std::shared_ptr<WaitHeartbeat> heartbeat,
-                                   std::shared_ptr<PushResult> result,
-                                   std::function<void(absl::StatusOr<PushResult>)> done) {
-  PushRound& round = (*rounds)[r];
+void PsClient::Impl::SendRound(std::shared_ptr<std::vector<CallRound>> rounds, size_t r,
+                               std::shared_ptr<Targets> targets, std::shared_ptr<WaitHeartbeat> heartbeat,
+                               std::shared_ptr<PushResult> result,
+                               std::function<void(absl::StatusOr<PushResult>)> done) {
+  CallRound& round = (*rounds)[r];
+  // A push's answers (a sync worker heard from some ps tasks) are over once its rounds are.
+  if (heartbeat != nullptr && round.method != rpc::Method::kPush) {
+    heartbeat->Stop();
+    heartbeat = nullptr;
+  }
+  const bool pull_only = (*rounds)[0].method == rpc::Method::kPull;  // a Pull, not a push's pull
+  rpc::CallOptions options = Control(round.timeout_secs);
+  options.pull_direction = round.method == rpc::Method::kPull;
   CallAll(
-      round.channels, rpc::Method::kPush, std::move(round.requests), Control(timeout_secs),
-      [this, rounds, r, result, targets, heartbeat](int i, const rpc::IncomingMessage& m) -> absl::Status {
-        if (heartbeat != nullptr) heartbeat->Answered(i);
-        const PushRound& round = (*rounds)[r];
+      round.channels, round.method, std::move(round.requests), options,
+      [this, rounds, r, result, targets, heartbeat, pull_only](int i, const rpc::IncomingMessage& m) -> absl::Status {
+        const CallRound& round = (*rounds)[r];
         const int task = round.tasks[i];
+        if (round.method == rpc::Method::kPull) {
+          wire::PullResponse response;
+          if (absl::Status s = Parse(m, &response, channel(task)->peer_name()); !s.ok()) return s;
+          if (task == gs_ps() && pull_only) {
+            result->global_step = response.step();
+            NoteGlobalStep(response.step());
+          }
+          if (round.whole_pull[i]) return AssembleAnswer(task, m, *targets);
+          return AssembleSlices(task, m, round.slices[i]);
+        }
+        if (heartbeat != nullptr) heartbeat->Answered(i);
         wire::PushResponse response;
         if (absl::Status s = Parse(m, &response, channel(task)->peer_name()); !s.ok()) return s;
         if (!round.last[i]) return absl::OkStatus();  // a part: the step and the pull come with the last
@@ -320,14 +387,12 @@ void PsClient::Impl::SendPushRound(std::shared_ptr<std::vector<PushRound>> round
           result->stale = response.stale();
           NoteGlobalStep(response.step());
         }
-        if (targets != nullptr) return AssembleAnswer(task, m, *targets);
+        if (round.whole_pull[i]) return AssembleAnswer(task, m, *targets);
         return absl::OkStatus();
       },
-      [this, rounds, r, timeout_secs, targets, heartbeat, result, done](std::vector<absl::Status>& statuses) {
+      [this, rounds, r, targets, heartbeat, result, done](std::vector<absl::Status>& statuses) {
         absl::Status s = Combine(statuses);
-        if (s.ok() && r + 1 < rounds->size()) {
-          return SendPushRound(rounds, r + 1, timeout_secs, targets, heartbeat, result, done);
-        }
+        if (s.ok() && r + 1 < rounds->size()) return SendRound(rounds, r + 1, targets, heartbeat, result, done);
         if (heartbeat != nullptr) heartbeat->Stop();
         if (!s.ok()) return done(s);
         done(*result);

@@ -117,6 +117,16 @@ class PsClient::Impl {
   // Copies the shards of a Pull (or push-and-pull) answer from ps task k into their tensors.
   absl::Status AssembleAnswer(int k, const rpc::IncomingMessage& r, const Targets& targets) const;
 
+  // Copies the runs of a pull in parts (ps/push_parts.h) from ps task k's answer into their tensors.
+  absl::Status AssembleSlices(int k, const rpc::IncomingMessage& r, const std::vector<SliceTarget>& runs) const;
+  // Whether a pull of `targets` from one ps task goes in parts (it is bigger than a part).
+  bool PullInParts(const std::vector<Target>& targets) const {
+    return options_.max_part_bytes > 0 && TargetBytes(targets) > options_.max_part_bytes;
+  }
+  // Adds the parts of the pulls from `tasks` to `rounds`, the first in round `first_round`.
+  void AddPullRounds(const Targets& targets, const std::vector<int>& tasks, size_t first_round,
+                     std::vector<CallRound>* rounds) const;
+
   void PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out,
                  std::function<void(absl::StatusOr<int64_t>)> done);
 
@@ -126,12 +136,12 @@ class PsClient::Impl {
   void PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
                  const std::vector<std::pair<std::string, Tensor*>>* out,
                  std::function<void(absl::StatusOr<PushResult>)> done);
-  // Sends round r of a push (a call to each ps task with a part left; ps/push_parts.h) and,
-  // once all answered, the next round; `done` gets the outcome after the last round or the first
-  // failed one.
-  void SendPushRound(std::shared_ptr<std::vector<PushRound>> rounds, size_t r, double timeout_secs,
-                     std::shared_ptr<Targets> targets, std::shared_ptr<WaitHeartbeat> heartbeat,
-                     std::shared_ptr<PushResult> result, std::function<void(absl::StatusOr<PushResult>)> done);
+  // Sends round r of a push or pull (a call to each ps task with a part left; ps/push_parts.h)
+  // and, once all answered, the next round; `done` gets the outcome after the last round or the
+  // first failed one.
+  void SendRound(std::shared_ptr<std::vector<CallRound>> rounds, size_t r, std::shared_ptr<Targets> targets,
+                 std::shared_ptr<WaitHeartbeat> heartbeat, std::shared_ptr<PushResult> result,
+                 std::function<void(absl::StatusOr<PushResult>)> done);
 
   absl::Status Goodbye(const std::string& failure);
   absl::Status Shutdown();

@@ -93,6 +93,18 @@ TEST_P(RoundTripTest, PullAfterInitializeEqualsInitialValues) {
   ExpectEqualTensors(b2, b);
   ExpectEqualTensors(scale2, scale);
 
+  // The same pull in parts of 2 floats (ps/push_parts.h): every shard is cut into runs, which
+  // start and end inside rows of a shard split along an inner axis.
+  auto in_parts = cluster->Client(plan, 1, {}, nullptr, /*max_part_bytes=*/8);
+  PSFLOW_ASSERT_OK(in_parts->Connect());
+  Tensor w3({7, 5}, -9.0f), b3({5}, -9.0f), scale3 = Tensor::Scalar(-9.0f);
+  step = in_parts->Pull({{"w", &w3}, {"b", &b3}, {"scale", &scale3}});
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 0);
+  ExpectEqualTensors(w3, w);
+  ExpectEqualTensors(b3, b);
+  ExpectEqualTensors(scale3, scale);
+
   // Rows, from whichever shards hold them, in the order asked.
   auto rows = client->PullRows("w", {6, 0, 3, 3});
   ASSERT_TRUE(rows.ok()) << rows.status();
@@ -363,6 +375,57 @@ TEST(AsyncPushTest, ServerRefusesSlicesThatDoNotFitOrComeInSyncMode) {
   const absl::Status refused = push(0, 2, 8);
   EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
   EXPECT_THAT(std::string(refused.message()), HasSubstr("only async pushes"));
+}
+
+// A pull in parts asks for element runs (PullRequest.slices); the ps answers each with its values
+// (and, for a checkpoint, its slots) and refuses runs outside the shard or mixed with whole shards.
+TEST(PullTest, ServerAnswersRunsOfAShardAndRefusesRunsThatDoNotFit) {
+  OnePsWithW ps;
+  ASSERT_NO_FATAL_FAILURE(ps.Start());
+  auto& [plan, cluster, client, w, channel] = ps;
+  auto pull = [&](std::vector<std::pair<int64_t, int64_t>> runs, bool with_slots, bool whole_too = false) {
+    wire::PullRequest request;
+    request.set_with_slots(with_slots);
+    if (whole_too) request.add_shards("w");
+    for (auto [offset, count] : runs) {
+      wire::ShardSlice* slice = request.add_slices();
+      slice->set_shard("w");
+      slice->set_offset(offset);
+      slice->set_count(count);
+    }
+    rpc::CallOptions o;
+    o.timeout_secs = 10;
+    return channel->CallBlocking(rpc::Method::kPull, rpc::OutgoingMessage::Of(request), o);
+  };
+  auto answer = pull({{1, 2}, {4, 2}}, false);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  ASSERT_EQ(answer->num_tensors(), 2);
+  const int64_t offsets[] = {1, 4};
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(answer->meta(i).slice());
+    EXPECT_EQ(answer->meta(i).slice_offset(), offsets[i]);
+    std::vector<float> got(2);
+    answer->CopyTo(i, got.data());
+    EXPECT_EQ(got, (std::vector<float>{w[offsets[i]], w[offsets[i] + 1]}));
+  }
+  // A checkpoint's run: the values, then each slot's same run (SGD has none), and the update count.
+  const Tensor g = Filled({3, 2}, 0.5f, 0.0f);
+  ASSERT_TRUE(client->Push({{"w", &g, nullptr}}, 0).ok());
+  answer = pull({{0, 6}}, true);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  ASSERT_EQ(answer->num_tensors(), 1);
+  wire::PullResponse header;
+  PSFLOW_ASSERT_OK(answer->ParseHeader(&header));
+  EXPECT_EQ(header.updates_size(), 1);
+  EXPECT_EQ(header.updates(0), 1);
+  EXPECT_EQ(header.step(), 1);
+  std::vector<float> got(6);
+  answer->CopyTo(0, got.data());
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(got[i], w[i] - 0.5f) << i;
+
+  EXPECT_TRUE(absl::IsInvalidArgument(pull({{5, 2}}, false).status()));   // past the shard's 6 elements
+  EXPECT_TRUE(absl::IsInvalidArgument(pull({{-1, 1}}, false).status()));  // before it
+  EXPECT_TRUE(absl::IsInvalidArgument(pull({{0, 1}}, false, /*whole_too=*/true).status()));
 }
 
 TEST(AsyncPushTest, RowSparsePushUpdatesOnlyTouchedRowsAndSumsDuplicates) {

@@ -160,6 +160,7 @@ void PsServer::Impl::HandlePull(const rpc::IncomingMessage& request, rpc::Respon
   }
   wire::PullRequest pull;
   if (absl::Status s = request.ParseHeader(&pull); !s.ok()) return responder.Respond(s);
+  if (pull.slices_size() > 0) return HandlePullSlices(*m, pull, std::move(responder));
   wire::PullResponse header;
   header.set_step(step_.load(std::memory_order_acquire));
   rpc::OutgoingMessage response = rpc::OutgoingMessage::Of(header);
@@ -188,6 +189,50 @@ void PsServer::Impl::HandlePull(const rpc::IncomingMessage& request, rpc::Respon
     header.add_updates(state.updates);
   }
   if (pull.with_slots()) response.header = header.SerializeAsString();
+  responder.Respond(std::move(response));
+}
+
+void PsServer::Impl::HandlePullSlices(const Model& m, const wire::PullRequest& pull, rpc::Responder responder) {
+  if (pull.shards_size() > 0) {
+    return responder.Respond(absl::InvalidArgumentError("a pull asks for whole shards and slices at once"));
+  }
+  wire::PullResponse header;
+  header.set_step(step_.load(std::memory_order_acquire));
+  rpc::OutgoingMessage response;
+  auto add = [&response](const wire::ShardSlice& slice, FloatBuffer values, int slot) {
+    auto buffer = std::make_shared<const FloatBuffer>(std::move(values));
+    rpc::OutgoingTensor t;
+    t.meta.set_name(slice.shard());
+    t.meta.add_shape(slice.count());
+    t.meta.set_slice(true);
+    t.meta.set_slice_offset(slice.offset());
+    if (slot > 0) t.meta.set_slot(slot);
+    t.data = buffer->data();
+    t.num_floats = static_cast<int64_t>(buffer->size());
+    t.owner = std::move(buffer);
+    response.tensors.push_back(std::move(t));
+  };
+  for (const wire::ShardSlice& slice : pull.slices()) {
+    auto it = m.by_name.find(slice.shard());
+    if (it == m.by_name.end()) {
+      return responder.Respond(absl::NotFoundError(absl::StrCat("no shard '", slice.shard(), "' on this ps task")));
+    }
+    const Shard& shard = *it->second;
+    if (slice.offset() < 0 || slice.count() < 0 || slice.offset() > shard.size() - slice.count()) {
+      return responder.Respond(absl::InvalidArgumentError(
+          absl::StrCat("pull of elements ", slice.offset(), "..", slice.offset() + slice.count(), " of '",
+                       slice.shard(), "', which has ", shard.size())));
+    }
+    if (!pull.with_slots()) {
+      add(slice, shard.CopySlice(slice.offset(), slice.count()), 0);
+      continue;
+    }
+    optim::SlotState state;
+    add(slice, shard.CopySlice(slice.offset(), slice.count(), &state), 0);
+    for (size_t j = 0; j < state.slots.size(); ++j) add(slice, std::move(state.slots[j]), static_cast<int>(j) + 1);
+    header.add_updates(state.updates);
+  }
+  response.header = header.SerializeAsString();
   responder.Respond(std::move(response));
 }
 

@@ -91,6 +91,8 @@ class PsServer::Impl final : public rpc::Handler {
   void HandleMarkInitialized(rpc::Responder responder);
   void HandleWaitInitialized(rpc::Responder responder);
   void HandlePull(const rpc::IncomingMessage& request, rpc::Responder responder);
+  // A pull in parts (PullRequest.slices): copies of the runs asked for.
+  void HandlePullSlices(const Model& m, const wire::PullRequest& pull, rpc::Responder responder);
   void HandlePullRows(const rpc::IncomingMessage& request, rpc::Responder responder);
   void HandleGoodbye(const rpc::IncomingMessage& request, rpc::Responder responder);
   void HandleShutdown(const rpc::IncomingMessage& request, rpc::Responder responder);

@@ -32,11 +32,11 @@ struct SyncFixture {
   dist::PlacementPlan plan;
   Tensor w;
 
-  SyncFixture(int num_workers, const TrainingConfig& config, int num_ps = 2)
+  SyncFixture(int num_workers, const TrainingConfig& config, int num_ps = 2, int64_t max_part_bytes = -1)
       : plan(Plan({{"w", {4, 2}}}, num_ps, num_ps)), w(Filled({4, 2}, 1.0f, 0.5f)) {
     cluster = TestCluster::Start(num_ps, num_workers);
     for (int i = 0; i < num_workers; ++i) {
-      workers.push_back(cluster->Client(plan, i));
+      workers.push_back(cluster->Client(plan, i, {}, nullptr, max_part_bytes));
       EXPECT_TRUE(workers.back()->Connect().ok());
     }
     EXPECT_TRUE(workers[0]->Initialize({{"w", &w}}, config).ok());
@@ -75,8 +75,10 @@ TEST(SyncTest, TwoPushersGetTheMeanAppliedOnceAndAreReleasedTogether) {
   for (const auto& server : f.cluster->servers) EXPECT_EQ(server->Stats().global_step, 1);
 }
 
-TEST(SyncTest, PushAndPullReleasesBothWorkersWithTheStepsValues) {
-  SyncFixture f(2, SyncSgd(1.0f, 2, 2));
+// `max_part_bytes`: the workers' part size (the pull of each 4-float shard in parts of 2 floats,
+// after the whole push, when 8), or -1 for the default.
+void PushAndPullReleasesBothWorkersWithTheStepsValues(int64_t max_part_bytes) {
+  SyncFixture f(2, SyncSgd(1.0f, 2, 2), 2, max_part_bytes);
   const Tensor g0 = Filled({4, 2}, 1.0f, 1.0f), g1 = Filled({4, 2}, 3.0f, -1.0f);
   Tensor v0({4, 2}), v1({4, 2});
   absl::StatusOr<PushResult> r0;
@@ -97,6 +99,10 @@ TEST(SyncTest, PushAndPullReleasesBothWorkersWithTheStepsValues) {
   EXPECT_TRUE(stale->stale);
   for (int64_t i = 0; i < v2.size(); ++i) EXPECT_EQ(v2[i], v0[i]) << i;
 }
+
+TEST(SyncTest, PushAndPullReleasesBothWorkersWithTheStepsValues) { PushAndPullReleasesBothWorkersWithTheStepsValues(-1); }
+
+TEST(SyncTest, PushAndPullWithThePullInPartsGivesTheSameValues) { PushAndPullReleasesBothWorkersWithTheStepsValues(8); }
 
 TEST(SyncTest, StalePushIsDroppedCountedAndAnsweredAtOnce) {
   SyncFixture f(2, SyncSgd(1.0f, 1, 2));  // R = 1: every push completes a step

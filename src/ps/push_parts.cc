@@ -1,4 +1,4 @@
-// Async pushes cut into parts (ps/push_parts.h).
+// Pushes and pulls cut into parts (ps/push_parts.h).
 #include "ps/push_parts.h"
 
 #include <algorithm>
@@ -44,6 +44,31 @@ std::vector<std::vector<rpc::OutgoingTensor>> SplitIntoParts(std::vector<rpc::Ou
       parts.back().push_back(std::move(piece));
       room -= n;
       offset += n;
+    }
+  }
+  if (parts.back().empty()) parts.pop_back();
+  return parts;
+}
+
+std::vector<std::vector<SliceTarget>> SplitPullIntoParts(const std::vector<SliceTarget>& shards,
+                                                        int64_t max_part_bytes, int64_t floats_per_element) {
+  const int64_t max_elements =
+      std::max<int64_t>(1, max_part_bytes / static_cast<int64_t>(sizeof(float)) / std::max<int64_t>(floats_per_element, 1));
+  std::vector<std::vector<SliceTarget>> parts(1);
+  int64_t room = max_elements;  // elements left in the last part
+  for (const SliceTarget& whole : shards) {
+    for (int64_t offset = whole.offset; offset < whole.offset + whole.count || whole.count == 0;) {
+      if (room <= 0) {
+        parts.emplace_back();
+        room = max_elements;
+      }
+      SliceTarget run = whole;
+      run.offset = offset;
+      run.count = std::min(room, whole.offset + whole.count - offset);
+      parts.back().push_back(run);
+      room -= run.count;
+      offset += run.count;
+      if (whole.count == 0) break;  // an empty shard: one empty run
     }
   }
   if (parts.back().empty()) parts.pop_back();

@@ -1,23 +1,28 @@
-// ps/push_parts.h — cuts one ps task's share of an async push (or of the chief's Initialize) into
-// parts of bounded size, so the ps holds one part in flight instead of the whole message (a
-// received message stays in memory until it is applied or copied: without parts a ps peaks at its
-// state plus one whole push per concurrent worker, or twice its values at start-up).
+// ps/push_parts.h — cuts one ps task's share of an async push (or of the chief's Initialize, or
+// of a pull) into parts of bounded size, so the ps holds one part in flight instead of the whole
+// message (a received message stays in memory until it is applied or copied, and an answer until
+// it is sent: without parts a ps peaks at its state plus one whole push per concurrent worker,
+// twice its values at start-up, and a copy of a shard whenever an update meets a pull's answer
+// still being sent).
 //
 // The parts go one call after another, each with its own seq (PushRequest.more_parts on all but
 // the last); dense tensors bigger than a part are cut into element runs (TensorMeta.slice), which
 // the ps applies as one optimizer update per shard (ps/shard.h). Sparse tensors are never cut.
 // Sync pushes are never sent in parts: a sync step counts whole pushes. Initialize in parts:
-// src/ps/ps_initialize.cc.
+// src/ps/ps_initialize.cc. A pull (or a push-and-pull's pull) bigger than a part asks for element
+// runs (PullRequest.slices), a Pull call per part after the push's last part was answered; the
+// ps answers each run with a copy (ps/shard.h, Shard::CopySlice).
 #ifndef PSFLOW_PS_PUSH_PARTS_H_
 #define PSFLOW_PS_PUSH_PARTS_H_
 
 #include <cstdint>
 #include <vector>
 
+#include "psflow/core/tensor.h"
+#include "psflow/dist/partition.h"
 #include "rpc/transport.h"
 
 namespace psflow::ps {
-
 
 // Splits `tensors` (in order) into parts of at most `max_part_bytes` of tensor data each (a
 // sparse tensor bigger than that travels alone). One part, unchanged, when they fit. The pieces
@@ -25,14 +30,34 @@ namespace psflow::ps {
 std::vector<std::vector<rpc::OutgoingTensor>> SplitIntoParts(std::vector<rpc::OutgoingTensor> tensors,
                                                             int64_t max_part_bytes);
 
-// One round of a push: a call to each ps task that still has a part to send (the client sends
-// round r + 1 once every call of round r was answered).
-struct PushRound {
+// A shard's element run [offset, offset + count) (a pull in parts) and the variable it goes into.
+struct SliceTarget {
+  const dist::ShardSpec* shard = nullptr;
+  Tensor* dest = nullptr;
+  int64_t offset = 0;
+  int64_t count = 0;
+};
+
+// Cuts the pull of `shards` (in order, each a whole shard with its destination) into parts of at
+// most `max_part_bytes` of values (times `floats_per_element`: 1 + the optimizer's slots for a
+// checkpoint's pull): runs of the shards, in order, a shard cut where a part fills.
+std::vector<std::vector<SliceTarget>> SplitPullIntoParts(const std::vector<SliceTarget>& shards,
+                                                        int64_t max_part_bytes, int64_t floats_per_element = 1);
+
+// One round of a push or pull: a call to each ps task that still has a part to send or fetch
+// (the client sends round r + 1 once every call of round r was answered). A push's rounds (its
+// parts, the last one asking for the pull when it fits in a part) come first, then the pull's
+// parts, if it has any.
+struct CallRound {
+  rpc::Method method = rpc::Method::kPush;
+  double timeout_secs = 0;
   std::vector<rpc::ClientChannel*> channels;
   std::vector<int> tasks;      // the ps task of each call
-  std::vector<bool> last;      // the task's last part: it pulls, and counts toward the global step
+  std::vector<bool> last;      // push: the task's last part: it counts toward the global step
   std::vector<rpc::OutgoingMessage> requests;
-  std::vector<int64_t> answer_bytes;  // the expected answer's tensor bytes (the pulls), per call
+  std::vector<int64_t> answer_bytes;  // the expected answer's tensor bytes, per call
+  std::vector<bool> whole_pull;  // the answer carries whole shards (a Pull, or a push's pull that fits)
+  std::vector<std::vector<SliceTarget>> slices;  // pull in parts: where each answered run goes, per call
 };
 
 }  // namespace psflow::ps

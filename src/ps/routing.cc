@@ -77,6 +77,40 @@ absl::Status AssembleShard(const rpc::IncomingMessage& message, int i, const dis
   return absl::OkStatus();
 }
 
+absl::Status AssembleShardSlice(const rpc::IncomingMessage& message, int i, const dist::ShardSpec& shard,
+                                int64_t offset, int64_t count, Tensor* full) {
+  const wire::TensorMeta& meta = message.meta(i);
+  if (meta.name() != shard.name || !meta.slice() || meta.sparse() || meta.slice_offset() != offset ||
+      message.num_floats(i) != count || offset < 0 || offset + count > NumElements(shard.shape)) {
+    return absl::DataLossError(absl::StrCat("expected elements ", offset, "..", offset + count, " of shard '",
+                                            shard.name, "' but received ", message.num_floats(i), " of '",
+                                            meta.name(), "' from ", meta.slice_offset(),
+                                            " (does the ps hold a different model?)"));
+  }
+  if (full->rank() == 0) {
+    message.CopyTo(i, full->data());
+    return absl::OkStatus();
+  }
+  const int64_t inner = InnerSize(full->shape(), shard.axis);
+  float* start = full->data() + shard.offset * inner;
+  if (Contiguous(*full, shard)) {
+    ParallelFor(count, int64_t{1} << 18, [&](int64_t begin, int64_t end) {
+      message.CopyRange(i, begin, end - begin, start + offset + begin);
+    });
+    return absl::OkStatus();
+  }
+  // Split along an inner axis: the shard's rows (its extent along the axis times the inner dims)
+  // lie `stride` floats apart in the full tensor; the run may start and end inside a row.
+  const int64_t row = shard.shape[shard.axis] * inner;
+  const int64_t stride = full->dim(shard.axis) * inner;
+  for (int64_t e = offset; e < offset + count;) {
+    const int64_t n = std::min(row - e % row, offset + count - e);
+    message.CopyRange(i, e - offset, n, start + (e / row) * stride + e % row);
+    e += n;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateSparse(const RowSparse& sparse, const dist::VariableSpec& variable) {
   if (variable.shape.empty()) {
     return absl::InvalidArgumentError(

@@ -28,6 +28,11 @@ rpc::OutgoingTensor ShardOf(const Tensor& full, const dist::ShardSpec& shard);
 absl::Status AssembleShard(const rpc::IncomingMessage& message, int i, const dist::ShardSpec& shard,
                            Tensor* full);
 
+// Copies tensor i of `message` — elements [offset, offset + count) of the shard, one run of a
+// pull in parts — into their place in `full`. DataLoss when the message's tensor is not that run.
+absl::Status AssembleShardSlice(const rpc::IncomingMessage& message, int i, const dist::ShardSpec& shard,
+                                int64_t offset, int64_t count, Tensor* full);
+
 // Checks a row-sparse gradient against its variable: rows in range, values [rows, other dims].
 absl::Status ValidateSparse(const RowSparse& sparse, const dist::VariableSpec& variable);
 

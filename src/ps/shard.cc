@@ -143,6 +143,20 @@ FloatBuffer Shard::GatherRows(const std::vector<int64_t>& rows) const {
   return out;
 }
 
+FloatBuffer Shard::CopySlice(int64_t offset, int64_t count, optim::SlotState* state) const {
+  CHECK(offset >= 0 && count >= 0 && offset + count <= size_);
+  absl::MutexLock lock(&mu_);
+  FloatBuffer out(values_->begin() + offset, values_->begin() + offset + count);
+  if (state != nullptr) {
+    state->updates = state_.updates;
+    state->slots.clear();
+    for (const FloatBuffer& slot : state_.slots) {
+      state->slots.emplace_back(slot.begin() + offset, slot.begin() + offset + count);
+    }
+  }
+  return out;
+}
+
 float* Shard::MutableValuesLocked() {
   if (values_.use_count() > 1) {
     // A pull is still sending this version: write into a copy.
