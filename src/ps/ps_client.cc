@@ -63,52 +63,107 @@ absl::StatusOr<std::shared_ptr<PsClient::Impl::Targets>> PsClient::Impl::PullTar
   return targets;
 }
 
-absl::Status PsClient::Impl::AssembleAnswer(int k, const rpc::IncomingMessage& r, const Targets& targets) const {
-  const std::vector<Target>& wanted = targets[k];
-  if (r.num_tensors() != static_cast<int>(wanted.size())) {
-    return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": asked for ", wanted.size(),
-                                            " shards, received ", r.num_tensors()));
+namespace {
+
+// The tensors a pull answers per shard or run (1 + the slots for a checkpoint's pull), or -1 when
+// `got` tensors do not make `wanted` whole groups.
+int TensorsPerShard(int got, size_t wanted, bool with_slots) {
+  if (wanted == 0) return got == 0 ? 1 : -1;
+  if (got % static_cast<int>(wanted) != 0) return -1;
+  const int per = got / static_cast<int>(wanted);
+  return per == 1 || (with_slots && per >= 1) ? per : -1;
+}
+
+}  // namespace
+
+absl::Status PsClient::Impl::AssembleAnswer(int k, const rpc::IncomingMessage& r, const std::vector<Target>& wanted,
+                                            const wire::PullResponse* with_slots) const {
+  const int per = TensorsPerShard(r.num_tensors(), wanted.size(), with_slots != nullptr);
+  const bool slots_fit = with_slots == nullptr || wanted.empty() ||
+                         (static_cast<size_t>(per - 1) == wanted[0].slots->size() &&
+                          with_slots->updates_size() == static_cast<int>(wanted.size()));
+  if (per < 0 || !slots_fit) {
+    return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": asked for ", wanted.size(), " shards",
+                                            with_slots ? " with their optimizer slots" : "", ", received ",
+                                            r.num_tensors(), " tensors (does the ps run another optimizer?)"));
   }
-  for (int j = 0; j < r.num_tensors(); ++j) {
-    absl::Status s = AssembleShard(r, j, *wanted[j].shard, wanted[j].dest);
+  for (size_t j = 0; j < wanted.size(); ++j) {
+    const int first = static_cast<int>(j) * per;
+    absl::Status s = AssembleShard(r, first, *wanted[j].shard, wanted[j].dest);
+    for (int slot = 0; s.ok() && slot + 1 < per; ++slot) {
+      s = AssembleShard(r, first + 1 + slot, *wanted[j].shard, &(*wanted[j].slots)[slot]);
+    }
     if (!s.ok()) return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": ", s.message()));
+    if (with_slots != nullptr) *wanted[j].updates = with_slots->updates(static_cast<int>(j));
   }
   return absl::OkStatus();
 }
 
-absl::Status PsClient::Impl::AssembleSlices(int k, const rpc::IncomingMessage& r,
-                                            const std::vector<SliceTarget>& runs) const {
-  if (r.num_tensors() != static_cast<int>(runs.size())) {
-    return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": asked for ", runs.size(),
-                                            " runs of shards, received ", r.num_tensors()));
+absl::Status PsClient::Impl::AssembleSlices(int k, const rpc::IncomingMessage& r, const std::vector<SliceTarget>& runs,
+                                            const wire::PullResponse* with_slots) const {
+  const int per = TensorsPerShard(r.num_tensors(), runs.size(), with_slots != nullptr);
+  const bool slots_fit = with_slots == nullptr || runs.empty() ||
+                         (static_cast<size_t>(per - 1) == runs[0].target.slots->size() &&
+                          with_slots->updates_size() == static_cast<int>(runs.size()));
+  if (per < 0 || !slots_fit) {
+    return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": asked for ", runs.size(), " runs of shards",
+                                            with_slots ? " with their optimizer slots" : "", ", received ",
+                                            r.num_tensors(), " tensors (does the ps run another optimizer?)"));
   }
-  for (int j = 0; j < r.num_tensors(); ++j) {
+  for (size_t j = 0; j < runs.size(); ++j) {
     const SliceTarget& run = runs[j];
-    absl::Status s = AssembleShardSlice(r, j, *run.shard, run.offset, run.count, run.dest);
+    const int first = static_cast<int>(j) * per;
+    absl::Status s = AssembleShardSlice(r, first, *run.target.shard, run.offset, run.count, run.target.dest);
+    for (int slot = 0; s.ok() && slot + 1 < per; ++slot) {
+      s = AssembleShardSlice(r, first + 1 + slot, *run.target.shard, run.offset, run.count,
+                             &(*run.target.slots)[slot]);
+    }
     if (!s.ok()) return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": ", s.message()));
+    // A checkpoint's shard counts the updates its first run saw (its runs may see later ones).
+    if (with_slots != nullptr && run.offset == 0) *run.target.updates = with_slots->updates(static_cast<int>(j));
   }
   return absl::OkStatus();
+}
+
+void PsClient::Impl::AddWholePull(const std::vector<Target>& targets, int k, bool with_slots,
+                                  int64_t floats_per_element, size_t r, std::vector<CallRound>* rounds) const {
+  wire::PullRequest pull;
+  pull.set_with_slots(with_slots);
+  for (const Target& t : targets) pull.add_shards(t.shard->name);
+  if (rounds->size() <= r) rounds->resize(r + 1);
+  CallRound& round = (*rounds)[r];
+  round.method = rpc::Method::kPull;
+  round.with_slots = with_slots;
+  round.timeout_secs = options_.rpc_timeout_secs;
+  round.answer_bytes.push_back(TargetBytes(targets) * floats_per_element);
+  round.channels.push_back(channel(k));
+  round.tasks.push_back(k);
+  round.last.push_back(true);
+  round.requests.push_back(rpc::OutgoingMessage::Of(pull));
+  round.whole_pull.push_back(true);
+  round.slices.emplace_back();
 }
 
 void PsClient::Impl::AddPullRounds(const Targets& targets, const std::vector<int>& tasks, size_t first_round,
-                                   std::vector<CallRound>* rounds) const {
+                                   bool with_slots, int64_t floats_per_element, std::vector<CallRound>* rounds) const {
   for (int k : tasks) {
-    std::vector<SliceTarget> whole;
-    for (const Target& t : targets[k]) whole.push_back({t.shard, t.dest, 0, NumElements(t.shard->shape)});
-    const std::vector<std::vector<SliceTarget>> parts = SplitPullIntoParts(whole, options_.max_part_bytes);
+    std::vector<std::vector<SliceTarget>> parts =
+        SplitPullIntoParts(targets[k], options_.max_part_bytes, floats_per_element);
     if (rounds->size() < first_round + parts.size()) rounds->resize(first_round + parts.size());
     for (size_t p = 0; p < parts.size(); ++p) {
       wire::PullRequest pull;
+      pull.set_with_slots(with_slots);
       int64_t bytes = 0;
       for (const SliceTarget& run : parts[p]) {
         wire::ShardSlice* slice = pull.add_slices();
-        slice->set_shard(run.shard->name);
+        slice->set_shard(run.target.shard->name);
         slice->set_offset(run.offset);
         slice->set_count(run.count);
-        bytes += run.count * static_cast<int64_t>(sizeof(float));
+        bytes += run.count * floats_per_element * static_cast<int64_t>(sizeof(float));
       }
       CallRound& round = (*rounds)[first_round + p];
       round.method = rpc::Method::kPull;
+      round.with_slots = with_slots;
       round.timeout_secs = options_.rpc_timeout_secs;
       round.channels.push_back(channel(k));
       round.tasks.push_back(k);
@@ -116,7 +171,7 @@ void PsClient::Impl::AddPullRounds(const Targets& targets, const std::vector<int
       round.requests.push_back(rpc::OutgoingMessage::Of(pull));
       round.answer_bytes.push_back(bytes);
       round.whole_pull.push_back(false);
-      round.slices.push_back(parts[p]);
+      round.slices.push_back(std::move(parts[p]));
     }
   }
 }
@@ -126,36 +181,28 @@ void PsClient::Impl::PullAsync(const std::vector<std::pair<std::string, Tensor*>
   absl::StatusOr<std::shared_ptr<Targets>> targets_or = PullTargets("Pull", out);
   if (!targets_or.ok()) return done(targets_or.status());
   std::shared_ptr<Targets> targets = *std::move(targets_or);
+  SendPull(std::move(targets), /*with_slots=*/false, 1, [done = std::move(done)](absl::StatusOr<PushResult> r) {
+    if (!r.ok()) return done(r.status());
+    done(r->global_step);
+  });
+}
+
+void PsClient::Impl::SendPull(std::shared_ptr<Targets> targets, bool with_slots, int64_t floats_per_element,
+                              std::function<void(absl::StatusOr<PushResult>)> done) {
   // A task's share that fits in a part is one call for its whole shards; a bigger one comes as
   // parts (ps/push_parts.h), one round of calls after another.
-  auto rounds = std::make_shared<std::vector<CallRound>>(1);
+  auto rounds = std::make_shared<std::vector<CallRound>>();
   std::vector<int> in_parts;
   for (int k = 0; k < num_ps(); ++k) {
     if ((*targets)[k].empty() && k != gs_ps()) continue;  // the global step's ps always answers
-    if (PullInParts((*targets)[k])) {
+    if (PullInParts((*targets)[k], floats_per_element)) {
       in_parts.push_back(k);
-      continue;
+    } else {
+      AddWholePull((*targets)[k], k, with_slots, floats_per_element, 0, rounds.get());
     }
-    wire::PullRequest pull;
-    for (const Target& t : (*targets)[k]) pull.add_shards(t.shard->name);
-    CallRound& round = (*rounds)[0];
-    round.method = rpc::Method::kPull;
-    round.timeout_secs = options_.rpc_timeout_secs;
-    round.answer_bytes.push_back(TargetBytes((*targets)[k]));
-    round.channels.push_back(channel(k));
-    round.tasks.push_back(k);
-    round.last.push_back(true);
-    round.requests.push_back(rpc::OutgoingMessage::Of(pull));
-    round.whole_pull.push_back(true);
-    round.slices.emplace_back();
   }
-  // Parts start with the first round when no task pulls whole shards.
-  AddPullRounds(*targets, in_parts, (*rounds)[0].channels.empty() ? 0 : 1, rounds.get());
-  SendRound(std::move(rounds), 0, std::move(targets), nullptr, std::make_shared<PushResult>(),
-            [done = std::move(done)](absl::StatusOr<PushResult> r) {
-              if (!r.ok()) return done(r.status());
-              done(r->global_step);
-            });
+  AddPullRounds(*targets, in_parts, rounds->size(), with_slots, floats_per_element, rounds.get());
+  SendRound(std::move(rounds), 0, std::move(targets), nullptr, std::make_shared<PushResult>(), std::move(done));
 }
 
 absl::StatusOr<Tensor> PsClient::Impl::PullRows(const std::string& variable, const std::vector<int64_t>& rows) {
@@ -334,7 +381,7 @@ void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_
     }
   }
   const size_t push_rounds = rounds->size();
-  if (!pulls_in_parts.empty()) AddPullRounds(*targets, pulls_in_parts, push_rounds, rounds.get());
+  if (!pulls_in_parts.empty()) AddPullRounds(*targets, pulls_in_parts, push_rounds, false, 1, rounds.get());
   // Sync: the tasks that answered hear that this worker is alive while others keep it waiting.
   std::shared_ptr<WaitHeartbeat> heartbeat;
   if (config.sync && tasks.size() > 1) {
@@ -375,8 +422,9 @@ void PsClient::Impl::SendRound(std::shared_ptr<std::vector<CallRound>> rounds, s
             result->global_step = response.step();
             NoteGlobalStep(response.step());
           }
-          if (round.whole_pull[i]) return AssembleAnswer(task, m, *targets);
-          return AssembleSlices(task, m, round.slices[i]);
+          const wire::PullResponse* with_slots = round.with_slots ? &response : nullptr;
+          if (round.whole_pull[i]) return AssembleAnswer(task, m, (*targets)[task], with_slots);
+          return AssembleSlices(task, m, round.slices[i], with_slots);
         }
         if (heartbeat != nullptr) heartbeat->Answered(i);
         wire::PushResponse response;
@@ -387,7 +435,7 @@ void PsClient::Impl::SendRound(std::shared_ptr<std::vector<CallRound>> rounds, s
           result->stale = response.stale();
           NoteGlobalStep(response.step());
         }
-        if (round.whole_pull[i]) return AssembleAnswer(task, m, *targets);
+        if (round.whole_pull[i]) return AssembleAnswer(task, m, (*targets)[task], nullptr);
         return absl::OkStatus();
       },
       [this, rounds, r, targets, heartbeat, result, done](std::vector<absl::Status>& statuses) {

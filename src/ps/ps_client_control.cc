@@ -11,6 +11,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "core/check.h"
 #include "proto/psflow.pb.h"
 #include "ps/client_state.h"
 #include "ps/ps_client_impl.h"
@@ -262,48 +264,42 @@ absl::Status PsClient::Impl::InitializeTasks(const std::vector<int>& tasks,
 }
 
 absl::StatusOr<ModelSnapshot> PsClient::Impl::PullState() {
-  std::vector<rpc::ClientChannel*> channels;
-  std::vector<int> tasks;
-  std::vector<rpc::OutgoingMessage> requests;
-  std::vector<int64_t> answer_bytes;  // values and slots: sizes the deadlines
-  const int64_t per_value = 1 + SlotCount();
-  for (int k = 0; k < num_ps(); ++k) {
-    const std::vector<const dist::ShardSpec*> shards = options_.plan.ShardsOn(k);
-    if (shards.empty() && k != gs_ps()) continue;
-    wire::PullRequest pull;
-    pull.set_with_slots(true);
-    int64_t bytes = 0;
-    for (const dist::ShardSpec* shard : shards) {
-      pull.add_shards(shard->name);
-      bytes += NumElements(shard->shape) * per_value * static_cast<int64_t>(sizeof(float));
-    }
-    answer_bytes.push_back(bytes);
-    channels.push_back(channel(k));
-    tasks.push_back(k);
-    requests.push_back(rpc::OutgoingMessage::Of(pull));
+  CHECK(!rpc::OnTransportThread()) << "PullState from an async completion callback would deadlock";
+  // The snapshot's tensors are allocated first and each answer (or part of one) is copied into
+  // them as it arrives, so the state is held once, plus a part in flight.
+  const int64_t num_slots = SlotCount();
+  ModelSnapshot state;
+  absl::flat_hash_map<std::string, VariableSnapshot*> by_name;
+  state.variables.reserve(options_.plan.variables.size());
+  for (const dist::VariableSpec& v : options_.plan.variables) {
+    VariableSnapshot& snapshot = state.variables.emplace_back();
+    snapshot.name = v.name;
+    snapshot.value = Tensor(v.shape);
+    snapshot.slots.assign(static_cast<size_t>(num_slots), Tensor(v.shape));
+    by_name[v.name] = &snapshot;
   }
-  // Kept whole and assembled afterwards: the slot count is only known from the answers.
-  std::vector<std::optional<rpc::IncomingMessage>> answers(channels_.size());
-  int64_t step = 0;
-  rpc::CallOptions o = Control(options_.rpc_timeout_secs);
-  o.pull_direction = true;
-  absl::Status s = CallAndWait(
-      channels, rpc::Method::kPull, std::move(requests), o,
-      [&](int i, const rpc::IncomingMessage& r) {
-        wire::PullResponse header;
-        if (absl::Status p = Parse(r, &header, channel(tasks[i])->peer_name()); !p.ok()) return p;
-        if (tasks[i] == gs_ps()) {
-          step = header.step();
-          NoteGlobalStep(step);
-        }
-        answers[tasks[i]] = r;
-        return absl::OkStatus();
-      },
-      retrier_.get(), std::move(answer_bytes));
-  if (!s.ok()) return s;
-  std::vector<std::string> peers;
-  for (const auto& c : channels_) peers.push_back(c->peer_name());
-  return AssembleSnapshot(options_.plan, answers, peers, step);
+  std::vector<int64_t> shard_updates(options_.plan.shards.size(), 0);
+  auto targets = std::make_shared<Targets>(channels_.size());
+  for (size_t s = 0; s < options_.plan.shards.size(); ++s) {
+    const dist::ShardSpec& shard = options_.plan.shards[s];
+    VariableSnapshot* v = by_name.at(shard.variable);
+    (*targets)[shard.ps_task].push_back({&shard, &v->value, &v->slots, &shard_updates[s]});
+  }
+  absl::Notification done;
+  absl::StatusOr<PushResult> pulled;
+  SendPull(std::move(targets), /*with_slots=*/true, 1 + num_slots, [&](absl::StatusOr<PushResult> r) {
+    pulled = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  if (!pulled.ok()) return pulled.status();
+  state.global_step = pulled->global_step;
+  // A variable split into shards has each shard's count; they agree unless a push was under way.
+  for (size_t s = 0; s < options_.plan.shards.size(); ++s) {
+    VariableSnapshot* v = by_name.at(options_.plan.shards[s].variable);
+    v->updates = std::max(v->updates, shard_updates[s]);
+  }
+  return state;
 }
 
 absl::Status PsClient::Impl::WaitForInitialization(double timeout_secs) {

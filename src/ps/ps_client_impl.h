@@ -26,6 +26,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "proto/psflow.pb.h"
 #include "ps/fan_out.h"
 #include "ps/push_parts.h"
 #include "ps/wait_heartbeat.h"
@@ -105,30 +106,37 @@ class PsClient::Impl {
   absl::StatusOr<bool> IsInitialized();
 
   // Where each pulled shard goes, per ps task.
-  struct Target {
-    const dist::ShardSpec* shard;
-    Tensor* dest;
-  };
+  using Target = PullTarget;
   using Targets = std::vector<std::vector<Target>>;
 
   absl::StatusOr<std::shared_ptr<Targets>> PullTargets(const char* what,
                                                        const std::vector<std::pair<std::string, Tensor*>>& out) const;
 
-  // Copies the shards of a Pull (or push-and-pull) answer from ps task k into their tensors.
-  absl::Status AssembleAnswer(int k, const rpc::IncomingMessage& r, const Targets& targets) const;
-
-  // Copies the runs of a pull in parts (ps/push_parts.h) from ps task k's answer into their tensors.
-  absl::Status AssembleSlices(int k, const rpc::IncomingMessage& r, const std::vector<SliceTarget>& runs) const;
-  // Whether a pull of `targets` from one ps task goes in parts (it is bigger than a part).
-  bool PullInParts(const std::vector<Target>& targets) const {
-    return options_.max_part_bytes > 0 && TargetBytes(targets) > options_.max_part_bytes;
+  // Copies the shards of a Pull (or push-and-pull) answer from ps task k into their targets; with
+  // `with_slots` (the answer's header, a checkpoint's pull) also their slots and update counts.
+  absl::Status AssembleAnswer(int k, const rpc::IncomingMessage& r, const std::vector<Target>& wanted,
+                              const wire::PullResponse* with_slots) const;
+  // The same for the runs of a pull in parts (ps/push_parts.h).
+  absl::Status AssembleSlices(int k, const rpc::IncomingMessage& r, const std::vector<SliceTarget>& runs,
+                              const wire::PullResponse* with_slots) const;
+  // Whether a pull of `targets` from one ps task goes in parts (it is bigger than a part);
+  // `floats_per_element`: 1 + the optimizer's slots for a checkpoint's pull.
+  bool PullInParts(const std::vector<Target>& targets, int64_t floats_per_element = 1) const {
+    return options_.max_part_bytes > 0 && TargetBytes(targets) * floats_per_element > options_.max_part_bytes;
   }
+  // Adds a Pull of whole shards from ps task k to round `r` of `rounds`.
+  void AddWholePull(const std::vector<Target>& targets, int k, bool with_slots, int64_t floats_per_element,
+                    size_t r, std::vector<CallRound>* rounds) const;
   // Adds the parts of the pulls from `tasks` to `rounds`, the first in round `first_round`.
-  void AddPullRounds(const Targets& targets, const std::vector<int>& tasks, size_t first_round,
-                     std::vector<CallRound>* rounds) const;
+  void AddPullRounds(const Targets& targets, const std::vector<int>& tasks, size_t first_round, bool with_slots,
+                     int64_t floats_per_element, std::vector<CallRound>* rounds) const;
 
   void PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out,
                  std::function<void(absl::StatusOr<int64_t>)> done);
+  // A Pull (or a checkpoint's, `with_slots`) of `targets`, whole or in parts; `done` gets the
+  // global step its ps answered.
+  void SendPull(std::shared_ptr<Targets> targets, bool with_slots, int64_t floats_per_element,
+                std::function<void(absl::StatusOr<PushResult>)> done);
 
   absl::StatusOr<Tensor> PullRows(const std::string& variable, const std::vector<int64_t>& rows);
 

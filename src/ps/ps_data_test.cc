@@ -287,6 +287,20 @@ TEST(InitializeTest, InPartsInstallsExactlyTheValuesSlotsAndUpdateCounts) {
   auto state = client->PullState();
   ASSERT_TRUE(state.ok()) << state.status();
   ASSERT_EQ(state->global_step, 2);
+  // Pulled in parts (runs of values with their slots), it equals the state pulled whole.
+  auto whole_client = first->Client(plan, 0);
+  PSFLOW_ASSERT_OK(whole_client->Connect());
+  PSFLOW_ASSERT_OK(whole_client->WaitForInitialization(10));
+  auto whole = whole_client->PullState();
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->global_step, 2);
+  ASSERT_EQ(whole->variables.size(), state->variables.size());
+  for (size_t v = 0; v < state->variables.size(); ++v) {
+    EXPECT_EQ(whole->variables[v].updates, state->variables[v].updates) << state->variables[v].name;
+    ExpectEqualTensors(whole->variables[v].value, state->variables[v].value);
+    ASSERT_EQ(whole->variables[v].slots.size(), 2u);
+    for (int j = 0; j < 2; ++j) ExpectEqualTensors(whole->variables[v].slots[j], state->variables[v].slots[j]);
+  }
 
   // Restored in parts onto a fresh cluster: the same state comes back.
   auto second = TestCluster::Start(2, 1);

@@ -50,26 +50,25 @@ std::vector<std::vector<rpc::OutgoingTensor>> SplitIntoParts(std::vector<rpc::Ou
   return parts;
 }
 
-std::vector<std::vector<SliceTarget>> SplitPullIntoParts(const std::vector<SliceTarget>& shards,
+std::vector<std::vector<SliceTarget>> SplitPullIntoParts(const std::vector<PullTarget>& shards,
                                                         int64_t max_part_bytes, int64_t floats_per_element) {
-  const int64_t max_elements =
-      std::max<int64_t>(1, max_part_bytes / static_cast<int64_t>(sizeof(float)) / std::max<int64_t>(floats_per_element, 1));
+  const int64_t max_elements = std::max<int64_t>(
+      1, max_part_bytes / static_cast<int64_t>(sizeof(float)) / std::max<int64_t>(floats_per_element, 1));
   std::vector<std::vector<SliceTarget>> parts(1);
   int64_t room = max_elements;  // elements left in the last part
-  for (const SliceTarget& whole : shards) {
-    for (int64_t offset = whole.offset; offset < whole.offset + whole.count || whole.count == 0;) {
+  for (const PullTarget& shard : shards) {
+    const int64_t size = NumElements(shard.shard->shape);
+    int64_t offset = 0;
+    do {  // an empty shard is one empty run
       if (room <= 0) {
         parts.emplace_back();
         room = max_elements;
       }
-      SliceTarget run = whole;
-      run.offset = offset;
-      run.count = std::min(room, whole.offset + whole.count - offset);
-      parts.back().push_back(run);
-      room -= run.count;
-      offset += run.count;
-      if (whole.count == 0) break;  // an empty shard: one empty run
-    }
+      const int64_t n = std::min(room, size - offset);
+      parts.back().push_back({shard, offset, n});
+      room -= n;
+      offset += n;
+    } while (offset < size);
   }
   if (parts.back().empty()) parts.pop_back();
   return parts;

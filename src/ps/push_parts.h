@@ -30,18 +30,27 @@ namespace psflow::ps {
 std::vector<std::vector<rpc::OutgoingTensor>> SplitIntoParts(std::vector<rpc::OutgoingTensor> tensors,
                                                             int64_t max_part_bytes);
 
-// A shard's element run [offset, offset + count) (a pull in parts) and the variable it goes into.
-struct SliceTarget {
+// Where one pulled shard goes: its values into `dest` (the whole variable); for a checkpoint's
+// pull (PullRequest.with_slots) also its optimizer slots into `slots` (the variable's, allocated
+// by the caller) and its update count into `updates`.
+struct PullTarget {
   const dist::ShardSpec* shard = nullptr;
   Tensor* dest = nullptr;
+  std::vector<Tensor>* slots = nullptr;
+  int64_t* updates = nullptr;
+};
+
+// A run of a pulled shard's elements, [offset, offset + count) (a pull in parts).
+struct SliceTarget {
+  PullTarget target;
   int64_t offset = 0;
   int64_t count = 0;
 };
 
-// Cuts the pull of `shards` (in order, each a whole shard with its destination) into parts of at
-// most `max_part_bytes` of values (times `floats_per_element`: 1 + the optimizer's slots for a
-// checkpoint's pull): runs of the shards, in order, a shard cut where a part fills.
-std::vector<std::vector<SliceTarget>> SplitPullIntoParts(const std::vector<SliceTarget>& shards,
+// Cuts the pull of `shards` (in order) into parts of at most `max_part_bytes` of tensor data (a
+// checkpoint's pull moves 1 + the optimizer's slots floats per element: `floats_per_element`):
+// runs of the shards, in order, a shard cut where a part fills.
+std::vector<std::vector<SliceTarget>> SplitPullIntoParts(const std::vector<PullTarget>& shards,
                                                         int64_t max_part_bytes, int64_t floats_per_element = 1);
 
 // One round of a push or pull: a call to each ps task that still has a part to send or fetch
@@ -56,6 +65,7 @@ struct CallRound {
   std::vector<bool> last;      // push: the task's last part: it counts toward the global step
   std::vector<rpc::OutgoingMessage> requests;
   std::vector<int64_t> answer_bytes;  // the expected answer's tensor bytes, per call
+  bool with_slots = false;       // a checkpoint's pull: values, slots and update counts
   std::vector<bool> whole_pull;  // the answer carries whole shards (a Pull, or a push's pull that fits)
   std::vector<std::vector<SliceTarget>> slices;  // pull in parts: where each answered run goes, per call
 };
