@@ -78,25 +78,10 @@ int TensorsPerShard(int got, size_t wanted, bool with_slots) {
 
 absl::Status PsClient::Impl::AssembleAnswer(int k, const rpc::IncomingMessage& r, const std::vector<Target>& wanted,
                                             const wire::PullResponse* with_slots) const {
-  const int per = TensorsPerShard(r.num_tensors(), wanted.size(), with_slots != nullptr);
-  const bool slots_fit = with_slots == nullptr || wanted.empty() ||
-                         (static_cast<size_t>(per - 1) == wanted[0].slots->size() &&
-                          with_slots->updates_size() == static_cast<int>(wanted.size()));
-  if (per < 0 || !slots_fit) {
-    return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": asked for ", wanted.size(), " shards",
-                                            with_slots ? " with their optimizer slots" : "", ", received ",
-                                            r.num_tensors(), " tensors (does the ps run another optimizer?)"));
-  }
-  for (size_t j = 0; j < wanted.size(); ++j) {
-    const int first = static_cast<int>(j) * per;
-    absl::Status s = AssembleShard(r, first, *wanted[j].shard, wanted[j].dest);
-    for (int slot = 0; s.ok() && slot + 1 < per; ++slot) {
-      s = AssembleShard(r, first + 1 + slot, *wanted[j].shard, &(*wanted[j].slots)[slot]);
-    }
-    if (!s.ok()) return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": ", s.message()));
-    if (with_slots != nullptr) *wanted[j].updates = with_slots->updates(static_cast<int>(j));
-  }
-  return absl::OkStatus();
+  std::vector<SliceTarget> runs;
+  runs.reserve(wanted.size());
+  for (const Target& t : wanted) runs.push_back({t, 0, NumElements(t.shard->shape)});
+  return AssembleSlices(k, r, runs, with_slots);
 }
 
 absl::Status PsClient::Impl::AssembleSlices(int k, const rpc::IncomingMessage& r, const std::vector<SliceTarget>& runs,
@@ -106,17 +91,16 @@ absl::Status PsClient::Impl::AssembleSlices(int k, const rpc::IncomingMessage& r
                          (static_cast<size_t>(per - 1) == runs[0].target.slots->size() &&
                           with_slots->updates_size() == static_cast<int>(runs.size()));
   if (per < 0 || !slots_fit) {
-    return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": asked for ", runs.size(), " runs of shards",
+    return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": asked for ", runs.size(), " shards or runs",
                                             with_slots ? " with their optimizer slots" : "", ", received ",
                                             r.num_tensors(), " tensors (does the ps run another optimizer?)"));
   }
   for (size_t j = 0; j < runs.size(); ++j) {
     const SliceTarget& run = runs[j];
     const int first = static_cast<int>(j) * per;
-    absl::Status s = AssembleShardSlice(r, first, *run.target.shard, run.offset, run.count, run.target.dest);
+    absl::Status s = AssembleShard(r, first, *run.target.shard, run.offset, run.count, run.target.dest);
     for (int slot = 0; s.ok() && slot + 1 < per; ++slot) {
-      s = AssembleShardSlice(r, first + 1 + slot, *run.target.shard, run.offset, run.count,
-                             &(*run.target.slots)[slot]);
+      s = AssembleShard(r, first + 1 + slot, *run.target.shard, run.offset, run.count, &(*run.target.slots)[slot]);
     }
     if (!s.ok()) return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": ", s.message()));
     // A checkpoint's shard counts the updates its first run saw (its runs may see later ones).

@@ -51,14 +51,23 @@ rpc::OutgoingTensor ShardOf(const Tensor& full, const dist::ShardSpec& shard) {
   return t;
 }
 
-absl::Status AssembleShard(const rpc::IncomingMessage& message, int i, const dist::ShardSpec& shard,
-                           Tensor* full) {
+absl::Status AssembleShard(const rpc::IncomingMessage& message, int i, const dist::ShardSpec& shard, int64_t offset,
+                           int64_t count, Tensor* full) {
   const wire::TensorMeta& meta = message.meta(i);
+  const int64_t size = NumElements(shard.shape);
+  const bool whole = offset == 0 && count == size;
   const Shape got(meta.shape().begin(), meta.shape().end());
-  if (meta.name() != shard.name || meta.sparse() || got != shard.shape) {
-    return absl::DataLossError(absl::StrCat("expected shard '", shard.name, "' ", ShapeToString(shard.shape),
-                                            " but received '", meta.name(), "' ", ShapeToString(got),
-                                            " (does the ps hold a different model?)"));
+  // A whole shard comes with its shape; a run (a pull in parts) as a slice at its offset.
+  const bool fits = meta.name() == shard.name && !meta.sparse() && message.num_floats(i) == count &&
+                    (meta.slice() ? meta.slice_offset() == offset && offset >= 0 && offset + count <= size
+                                  : whole && got == shard.shape);
+  if (!fits) {
+    return absl::DataLossError(absl::StrCat(
+        "expected ", whole ? "" : absl::StrCat("elements ", offset, "..", offset + count, " of "), "shard '",
+        shard.name, "' ", ShapeToString(shard.shape), " but received '", meta.name(), "' ",
+        meta.slice() ? absl::StrCat("elements ", meta.slice_offset(), "..", meta.slice_offset() + message.num_floats(i))
+                     : ShapeToString(got),
+        " (does the ps hold a different model?)"));
   }
   if (full->rank() == 0) {
     message.CopyTo(i, full->data());
@@ -67,42 +76,20 @@ absl::Status AssembleShard(const rpc::IncomingMessage& message, int i, const dis
   const int64_t inner = InnerSize(full->shape(), shard.axis);
   float* start = full->data() + shard.offset * inner;
   if (Contiguous(*full, shard)) {
-    // Large shards are copied by several threads (the copy is the receiver's one pass over them).
-    ParallelFor(message.num_floats(i), int64_t{1} << 18, [&](int64_t begin, int64_t end) {
-      message.CopyRange(i, begin, end - begin, start + begin);
-    });
-  } else {
-    message.CopyStrided(i, start, shard.shape[shard.axis] * inner, full->dim(shard.axis) * inner);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status AssembleShardSlice(const rpc::IncomingMessage& message, int i, const dist::ShardSpec& shard,
-                                int64_t offset, int64_t count, Tensor* full) {
-  const wire::TensorMeta& meta = message.meta(i);
-  if (meta.name() != shard.name || !meta.slice() || meta.sparse() || meta.slice_offset() != offset ||
-      message.num_floats(i) != count || offset < 0 || offset + count > NumElements(shard.shape)) {
-    return absl::DataLossError(absl::StrCat("expected elements ", offset, "..", offset + count, " of shard '",
-                                            shard.name, "' but received ", message.num_floats(i), " of '",
-                                            meta.name(), "' from ", meta.slice_offset(),
-                                            " (does the ps hold a different model?)"));
-  }
-  if (full->rank() == 0) {
-    message.CopyTo(i, full->data());
-    return absl::OkStatus();
-  }
-  const int64_t inner = InnerSize(full->shape(), shard.axis);
-  float* start = full->data() + shard.offset * inner;
-  if (Contiguous(*full, shard)) {
+    // Large runs are copied by several threads (the copy is the receiver's one pass over them).
     ParallelFor(count, int64_t{1} << 18, [&](int64_t begin, int64_t end) {
       message.CopyRange(i, begin, end - begin, start + offset + begin);
     });
     return absl::OkStatus();
   }
-  // Split along an inner axis: the shard's rows (its extent along the axis times the inner dims)
-  // lie `stride` floats apart in the full tensor; the run may start and end inside a row.
-  const int64_t row = shard.shape[shard.axis] * inner;
+  const int64_t row = shard.shape[shard.axis] * inner;  // the shard's floats per outer index
   const int64_t stride = full->dim(shard.axis) * inner;
+  if (whole) {
+    message.CopyStrided(i, start, row, stride);
+    return absl::OkStatus();
+  }
+  // Split along an inner axis: the shard's rows lie `stride` floats apart in the full tensor, and
+  // a run may start and end inside a row.
   for (int64_t e = offset; e < offset + count;) {
     const int64_t n = std::min(row - e % row, offset + count - e);
     message.CopyRange(i, e - offset, n, start + (e / row) * stride + e % row);

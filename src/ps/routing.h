@@ -23,15 +23,11 @@ int64_t InnerSize(const Shape& shape, int axis);
 // Borrows full's memory when the part is contiguous; otherwise owns a sliced copy.
 rpc::OutgoingTensor ShardOf(const Tensor& full, const dist::ShardSpec& shard);
 
-// Copies tensor i of `message` (the shard's values) into its place in `full`. DataLoss when the
-// message's tensor is not that shard.
-absl::Status AssembleShard(const rpc::IncomingMessage& message, int i, const dist::ShardSpec& shard,
-                           Tensor* full);
-
-// Copies tensor i of `message` — elements [offset, offset + count) of the shard, one run of a
-// pull in parts — into their place in `full`. DataLoss when the message's tensor is not that run.
-absl::Status AssembleShardSlice(const rpc::IncomingMessage& message, int i, const dist::ShardSpec& shard,
-                                int64_t offset, int64_t count, Tensor* full);
+// Copies tensor i of `message` — the shard's elements [offset, offset + count): the whole shard
+// (with its shape), or one run of a pull in parts (TensorMeta.slice) — into their place in
+// `full`. DataLoss when the message's tensor is not that.
+absl::Status AssembleShard(const rpc::IncomingMessage& message, int i, const dist::ShardSpec& shard, int64_t offset,
+                           int64_t count, Tensor* full);
 
 // Checks a row-sparse gradient against its variable: rows in range, values [rows, other dims].
 absl::Status ValidateSparse(const RowSparse& sparse, const dist::VariableSpec& variable);

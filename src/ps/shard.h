@@ -6,7 +6,9 @@
 // Values are held in a shared buffer so a pull can send them without a copy: a pull takes a
 // snapshot (a reference to the current buffer) and gRPC reads it while the call is in flight; an
 // update that finds the buffer still referenced by a pull copies it first (copy-on-write), so
-// every pull sees one consistent version.
+// every pull sees one consistent version. That copy is bounded by a pull's part: a client pulls a
+// ps task's shards bigger than a part (ps/push_parts.h) as runs, each answered with a copy of the
+// run (CopySlice), so no pull holds a big shard's buffer.
 #ifndef PSFLOW_PS_SHARD_H_
 #define PSFLOW_PS_SHARD_H_
 

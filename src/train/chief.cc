@@ -98,7 +98,9 @@ absl::Status Chief::TryInitializeCluster() {
   if (*running) {
     // A restarted chief: the ps tasks kept the job's state; take up the duties where they are.
     log_("chief: the ps tasks are already initialized (chief restart); resuming the running job");
-    return absl::OkStatus();
+    // Learns the job's configuration from them (its optimizer sizes the checkpoints' pulls) and
+    // checks that this chief builds the same model; answered at once, the job being initialized.
+    return client_.WaitForInitialization(options_.init_timeout_secs);
   }
   auto checkpoint = CheckpointState();
   if (!checkpoint.ok()) return checkpoint.status();

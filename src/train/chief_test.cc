@@ -153,6 +153,37 @@ TEST(ChiefRestoreTest, EveryPsTaskGoesBackToTheNewestCheckpoint) {
   ASSERT_NO_FATAL_FAILURE(f.Step(3));
 }
 
+// A chief restarted while the ps tasks kept the job: it takes the job up without initializing it
+// again, and learns the job's optimizer from the ps tasks, so its checkpoints hold Adam's slots
+// as the first chief's did (a restarted chief once pulled them as SGD's none, and every
+// checkpoint it tried failed).
+TEST(ChiefRestartTest, ARestartedChiefTakesUpTheJobAndCheckpointsItsOptimizerState) {
+  ChiefFixture f;
+  ASSERT_NO_FATAL_FAILURE(f.Start(FreshDir("chief_restart_ckpt")));
+  for (int64_t step = 0; step < 3; ++step) ASSERT_NO_FATAL_FAILURE(f.Step(step));
+  auto before = f.client->PullState();
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  auto client = f.cluster->Client(f.plan, 0, {}, f.sink);
+  PSFLOW_ASSERT_OK(client->Connect());
+  Chief::InitialValues initial;
+  for (const Var& p : f.model->parameters()) initial.at_start.push_back(&p->value);
+  Chief restarted(f.options, f.options.model, *client, VariableSpecsOf(f.model->parameters()), std::move(initial),
+                  f.config, *f.optimizer, f.sink);
+  PSFLOW_ASSERT_OK(restarted.InitializeCluster());
+  EXPECT_NE(f.log.back().find("already initialized"), std::string::npos) << f.log.back();
+  PSFLOW_ASSERT_OK(restarted.SaveCheckpoint());
+  auto after = client->PullState();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->global_step, 3);
+  ASSERT_EQ(after->variables.size(), before->variables.size());
+  for (size_t v = 0; v < before->variables.size(); ++v) {
+    EXPECT_EQ(after->variables[v].updates, before->variables[v].updates) << before->variables[v].name;
+    ExpectSameValues({after->variables[v].value}, {before->variables[v].value}, "value of " + before->variables[v].name);
+    ExpectSameValues(after->variables[v].slots, before->variables[v].slots, "slots of " + before->variables[v].name);
+  }
+}
+
 TEST(ChiefRestoreTest, ARestoreWaitsForAnotherPsTaskThatIsDownUntilItIsBack) {
   ChiefFixture f;
   f.options.ps_timeout_secs = 30;
