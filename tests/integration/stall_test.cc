@@ -150,6 +150,9 @@ std::vector<Exit> RunJob(int64_t steps, bool sync, const std::string& transport,
   const auto start = Clock::now();
   if (stall) {
     EXPECT_TRUE(WaitForStep(*job.workers[0], 30, 120)) << job.workers[0]->OutputSoFar();
+    // Worker 1 too has joined (a worker still connecting when ps task 0 froze could find the job
+    // over, and its ps tasks gone, by the time it got through: a late start, not this test's stall).
+    EXPECT_TRUE(WaitForStep(*job.workers[1], 1, 120)) << job.workers[1]->OutputSoFar();
     const int64_t at = LatestStep(*job.workers[0]);
     if (how == Stall::kPsWithHalfAQuorum) {
       EXPECT_EQ(kill(job.workers[1]->pid(), SIGSTOP), 0);
