@@ -196,22 +196,8 @@ void PsServer::Impl::HandlePullSlices(const Model& m, const wire::PullRequest& p
   if (pull.shards_size() > 0) {
     return responder.Respond(absl::InvalidArgumentError("a pull asks for whole shards and slices at once"));
   }
-  wire::PullResponse header;
-  header.set_step(step_.load(std::memory_order_acquire));
-  rpc::OutgoingMessage response;
-  auto add = [&response](const wire::ShardSlice& slice, FloatBuffer values, int slot) {
-    auto buffer = std::make_shared<const FloatBuffer>(std::move(values));
-    rpc::OutgoingTensor t;
-    t.meta.set_name(slice.shard());
-    t.meta.add_shape(slice.count());
-    t.meta.set_slice(true);
-    t.meta.set_slice_offset(slice.offset());
-    if (slot > 0) t.meta.set_slot(slot);
-    t.data = buffer->data();
-    t.num_floats = static_cast<int64_t>(buffer->size());
-    t.owner = std::move(buffer);
-    response.tensors.push_back(std::move(t));
-  };
+  std::vector<const Shard*> shards;
+  int64_t floats = 0;
   for (const wire::ShardSlice& slice : pull.slices()) {
     auto it = m.by_name.find(slice.shard());
     if (it == m.by_name.end()) {
@@ -223,14 +209,34 @@ void PsServer::Impl::HandlePullSlices(const Model& m, const wire::PullRequest& p
           absl::StrCat("pull of elements ", slice.offset(), "..", slice.offset() + slice.count(), " of '",
                        slice.shard(), "', which has ", shard.size())));
     }
-    if (!pull.with_slots()) {
-      add(slice, shard.CopySlice(slice.offset(), slice.count()), 0);
-      continue;
+    shards.push_back(&shard);
+    floats += slice.count() * (1 + (pull.with_slots() ? shard.num_slots() : 0));
+  }
+  // One buffer for the whole answer: a part's size repeats from step to step, so the tensor
+  // allocator recycles it (src/core/tensor.cc) instead of caching a block per run size.
+  // (Left uninitialized: every float is copied over.)
+  auto buffer = std::make_shared<std::vector<float, UninitAlignedAllocator<float>>>(static_cast<size_t>(floats));
+  wire::PullResponse header;
+  header.set_step(step_.load(std::memory_order_acquire));
+  rpc::OutgoingMessage response;
+  float* out = buffer->data();
+  for (int i = 0; i < pull.slices_size(); ++i) {
+    const wire::ShardSlice& slice = pull.slices(i);
+    const int64_t updates = shards[i]->CopySlice(slice.offset(), slice.count(), pull.with_slots(), out);
+    const int tensors = 1 + (pull.with_slots() ? shards[i]->num_slots() : 0);
+    for (int slot = 0; slot < tensors; ++slot, out += slice.count()) {
+      rpc::OutgoingTensor t;
+      t.meta.set_name(slice.shard());
+      t.meta.add_shape(slice.count());
+      t.meta.set_slice(true);
+      t.meta.set_slice_offset(slice.offset());
+      if (slot > 0) t.meta.set_slot(slot);
+      t.data = out;
+      t.num_floats = slice.count();
+      t.owner = buffer;
+      response.tensors.push_back(std::move(t));
     }
-    optim::SlotState state;
-    add(slice, shard.CopySlice(slice.offset(), slice.count(), &state), 0);
-    for (size_t j = 0; j < state.slots.size(); ++j) add(slice, std::move(state.slots[j]), static_cast<int>(j) + 1);
-    header.add_updates(state.updates);
+    if (pull.with_slots()) header.add_updates(updates);
   }
   response.header = header.SerializeAsString();
   responder.Respond(std::move(response));

@@ -143,18 +143,20 @@ FloatBuffer Shard::GatherRows(const std::vector<int64_t>& rows) const {
   return out;
 }
 
-FloatBuffer Shard::CopySlice(int64_t offset, int64_t count, optim::SlotState* state) const {
+int64_t Shard::CopySlice(int64_t offset, int64_t count, bool with_slots, float* out) const {
   CHECK(offset >= 0 && count >= 0 && offset + count <= size_);
+  const size_t bytes = static_cast<size_t>(count) * sizeof(float);
   absl::MutexLock lock(&mu_);
-  FloatBuffer out(values_->begin() + offset, values_->begin() + offset + count);
-  if (state != nullptr) {
-    state->updates = state_.updates;
-    state->slots.clear();
-    for (const FloatBuffer& slot : state_.slots) {
-      state->slots.emplace_back(slot.begin() + offset, slot.begin() + offset + count);
-    }
+  std::memcpy(out, values_->data() + offset, bytes);
+  if (with_slots) {
+    for (const FloatBuffer& slot : state_.slots) std::memcpy(out += count, slot.data() + offset, bytes);
   }
-  return out;
+  return state_.updates;
+}
+
+int Shard::num_slots() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(state_.slots.size());
 }
 
 float* Shard::MutableValuesLocked() {

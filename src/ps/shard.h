@@ -67,11 +67,13 @@ class Shard {
   std::shared_ptr<const FloatBuffer> SnapshotWithState(optim::SlotState* state) const;
   // Copies of the given rows (validated by the caller), [rows.size(), row_size].
   FloatBuffer GatherRows(const std::vector<int64_t>& rows) const;
-  // A copy of elements [offset, offset + count) (validated by the caller: a pull in parts). With
-  // `state`, also copies of the same run of each optimizer slot and the update count, consistent
-  // with the values (a checkpoint in parts). Copied, not shared: a shared run would keep the whole
-  // buffer alive, and an update meanwhile would copy all of it.
-  FloatBuffer CopySlice(int64_t offset, int64_t count, optim::SlotState* state = nullptr) const;
+  // Copies elements [offset, offset + count) (validated by the caller: a pull in parts) to
+  // out[0, count) and, `with_slots`, the same run of each optimizer slot after them (out holds
+  // count x (1 + slots) floats), consistent with each other (a checkpoint in parts); returns the
+  // update count. Copied, not shared: a shared run would keep the whole buffer alive, and an
+  // update meanwhile would copy all of it.
+  int64_t CopySlice(int64_t offset, int64_t count, bool with_slots, float* out) const;
+  int num_slots() const;
 
   // Async: applies a decoded gradient with one optimizer update (sparse duplicates summed first).
   // The slices of one shard from one client, sent in order from offset 0 to the end, make one
