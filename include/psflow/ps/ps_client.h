@@ -76,10 +76,11 @@ class PsClient {
     // How long a call keeps retrying a silent ps task before failing (--ps_timeout_secs); at least
     // one full attempt.
     double ps_unavailable_timeout_secs = 120;
-    // An async push, or the chief's Initialize, carrying more tensor bytes than this to one ps
-    // task goes to it as parts of at most this size, one call after another, so the ps holds one
-    // part in flight instead of the whole message (its peak memory stays near its state). 0:
-    // never in parts.
+    // An async push, the chief's Initialize, or a pull (a push-and-pull's too, and a
+    // checkpoint's) moving more tensor bytes than this to or from one ps task goes as parts of at
+    // most this size, one call after another, so neither side holds more than a part of the
+    // message in flight (peak memory stays near the state); a pull's parts may see different
+    // versions of a big shard, as async training reads it anyway. 0: never in parts.
     int64_t max_part_bytes = int64_t{16} << 20;
     // Where the client reports waiting for an unreachable ps task. Default: stderr.
     std::function<void(const std::string&)> log;
