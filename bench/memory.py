@@ -7,6 +7,8 @@ steps in one process, holding a data set of the same size as psflow's.
 
   bench/memory.py [--build build] [--configs vgg19_sgd,vgg19_adam,mlp80k_adam] [--steps 3] [--json]
   bench/memory.py --configs mlp320k_adam      # the 1 GB model (250M parameters): minutes, ~10 GB
+  bench/memory.py --checkpoint                # the chief also writes a checkpoint (PyTorch: torch.save
+                                              # of the model's and the optimizer's state_dict)
 
 Prints a table: per task its peak RSS (MB), the state it must hold (parameters on a worker;
 parameters + optimizer slots on a ps) and the goals: worker <= PyTorch's peak, ps <= 1.25 x state
@@ -79,7 +81,7 @@ def wait_all(procs, timeout):
     return done
 
 
-def run_psflow(build, name, steps, logdir):
+def run_psflow(build, name, steps, logdir, checkpoint=False):
     model, hidden, optimizer, batch, num_ps, num_workers, partitioner = CONFIGS[name]
     params = num_params(model, hidden)
     ports = free_ports(num_ps + num_workers)
@@ -103,6 +105,8 @@ def run_psflow(build, name, steps, logdir):
     for job, count in (("ps", num_ps), ("worker", num_workers)):
         for i in range(count):
             extra = [f"--metrics_json={metrics}"] if (job, i) == ("worker", 0) else []
+            if checkpoint and (job, i) == ("worker", 0):
+                extra.append(f"--checkpoint_dir={os.path.join(logdir, 'ckpt')}")
             log = open(os.path.join(logdir, f"{name}_{job}{i}.log"), "w")
             procs[f"{job}{i}"] = subprocess.Popen(common + [f"--job_name={job}", f"--task_index={i}"] + extra,
                                                   stdout=log, stderr=subprocess.STDOUT)
@@ -119,9 +123,11 @@ def run_psflow(build, name, steps, logdir):
     return {k: v[1] for k, v in done.items()}, wall, summary
 
 
-def run_torch(name, steps):
+def run_torch(name, steps, checkpoint=False):
     model, hidden, optimizer, batch = CONFIGS[name][:4]
     cmd = ["/usr/bin/python3", os.path.abspath(__file__), "--torch_child", name, f"--steps={steps}"]
+    if checkpoint:
+        cmd.append("--checkpoint")
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     out = p.stdout.read()
     _, status, usage = os.wait4(p.pid, 0)
@@ -131,7 +137,7 @@ def run_torch(name, steps):
     return usage.ru_maxrss * 1024, json.loads(out.strip().splitlines()[-1])
 
 
-def torch_child(name, steps):
+def torch_child(name, steps, checkpoint=False):
     """The PyTorch peer: same network, batch and optimizer; a data set as large as psflow's."""
     import torch
     import torch.nn as nn
@@ -156,6 +162,9 @@ def torch_child(name, steps):
         loss = loss_fn(model(x_all[idx]), y_all[idx])
         loss.backward()
         opt.step()
+    if checkpoint:
+        with tempfile.TemporaryDirectory() as d:
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, os.path.join(d, "ckpt.pt"))
     print(json.dumps({"steps_per_sec": steps / (time.perf_counter() - start), "loss": float(loss)}))
 
 
@@ -166,23 +175,26 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--no_torch", action="store_true", help="skip the PyTorch peer")
     p.add_argument("--json", action="store_true", help="one JSON line per config instead of a table")
+    p.add_argument("--checkpoint", action="store_true",
+                   help="the chief writes a checkpoint at the end (PyTorch saves its model and optimizer)")
     p.add_argument("--torch_child", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.torch_child:
-        return torch_child(a.torch_child, a.steps)
+        return torch_child(a.torch_child, a.steps, a.checkpoint)
     for name in a.configs.split(","):
         if name not in CONFIGS:
             raise SystemExit(f"memory.py: unknown config '{name}'; choose from {','.join(CONFIGS)}")
     load = os.getloadavg()[0]
-    print(f"# load average {load:.2f} on {os.cpu_count()} cores; MB = 2^20 bytes; steps={a.steps}")
+    print(f"# load average {load:.2f} on {os.cpu_count()} cores; MB = 2^20 bytes; steps={a.steps}"
+          + ("; with a checkpoint at the end" if a.checkpoint else ""))
     if not a.json:
         print(f"{'config':<14} {'task':<8} {'peak MB':>8} {'state MB':>9} {'goal MB':>8}  ok")
     for name in a.configs.split(","):
         model, hidden, optimizer, batch, num_ps, num_workers, _ = CONFIGS[name]
         params = num_params(model, hidden)
         with tempfile.TemporaryDirectory() as logdir:
-            peaks, wall, summary = run_psflow(a.build, name, a.steps, logdir)
-        torch_peak, torch_run = (None, None) if a.no_torch else run_torch(name, a.steps)
+            peaks, wall, summary = run_psflow(a.build, name, a.steps, logdir, a.checkpoint)
+        torch_peak, torch_run = (None, None) if a.no_torch else run_torch(name, a.steps, a.checkpoint)
         ps_state = params * 4 * (1 + SLOTS[optimizer]) / num_ps
         rows = []
         for task, peak in sorted(peaks.items()):
