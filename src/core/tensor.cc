@@ -39,6 +39,14 @@ class BlockCache {
     cached_bytes_ += bytes;
     return true;
   }
+  void ReleaseAll() {
+    absl::MutexLock lock(&mu_);
+    for (auto& [bytes, blocks] : free_) {
+      for (void* p : blocks) ::operator delete(p, std::align_val_t(kAlignment));
+    }
+    free_.clear();
+    cached_bytes_ = 0;
+  }
 
  private:
   absl::Mutex mu_;
@@ -65,6 +73,8 @@ void FreeAlignedBlock(void* p, std::size_t bytes) {
   if (bytes >= kMinRecycledBytes && Cache().Give(p, bytes)) return;
   ::operator delete(p, std::align_val_t(kAlignment));
 }
+
+void ReleaseCachedBlocks() { Cache().ReleaseAll(); }
 
 }  // namespace internal
 

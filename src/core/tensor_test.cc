@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <fstream>
 #include <numeric>
 
 namespace psflow {
@@ -11,6 +14,33 @@ Tensor Iota(Shape shape) {
   Tensor t(std::move(shape));
   std::iota(t.span().begin(), t.span().end(), 0.0f);
   return t;
+}
+
+// Resident bytes of this process (/proc/self/statm).
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+// A freed big tensor's block is kept for the next tensor of its size (same block, still
+// resident); ReleaseCachedBlocks hands it back to the system.
+TEST(TensorAllocatorTest, BigBlocksAreRecycledUntilReleased) {
+  const int64_t floats = int64_t{64} << 20;  // 256 MiB
+  const float* first = nullptr;
+  {
+    Tensor t({floats}, 1.0f);
+    first = t.data();
+  }
+  const int64_t cached = ResidentBytes();
+  {
+    Tensor again({floats}, 2.0f);
+    EXPECT_EQ(again.data(), first) << "the freed block was not recycled";
+  }
+  EXPECT_GT(ResidentBytes(), int64_t{200} << 20) << "the cached block is no longer resident";
+  internal::ReleaseCachedBlocks();
+  EXPECT_LT(ResidentBytes(), cached - (int64_t{200} << 20)) << "the released block is still resident";
 }
 
 TEST(TensorTest, ConstructionShapesAndAlignment) {

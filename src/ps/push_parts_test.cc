@@ -3,6 +3,7 @@
 // shards left whole when they fit.
 #include "ps/push_parts.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace psflow::ps {
@@ -18,7 +19,7 @@ dist::ShardSpec ShardOf(const std::string& name, Shape shape) {
 // Cuts shards of `sizes` elements with parts of `max_floats` floats and checks the runs.
 void CheckPullParts(const std::vector<int64_t>& sizes, int64_t max_floats, int64_t per_element) {
   std::vector<dist::ShardSpec> shards;
-  for (size_t i = 0; i < sizes.size(); ++i) shards.push_back(ShardOf("s" + std::to_string(i), {sizes[i]}));
+  for (size_t i = 0; i < sizes.size(); ++i) shards.push_back(ShardOf(absl::StrCat("s", i), {sizes[i]}));
   std::vector<PullTarget> targets;
   for (const dist::ShardSpec& s : shards) targets.push_back({&s, nullptr});
   const auto parts = SplitPullIntoParts(targets, max_floats * 4, per_element);

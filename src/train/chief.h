@@ -44,6 +44,8 @@ class Chief {
   absl::Status RestorePs(int task);
 
  private:
+  // SaveCheckpoint's pull and write.
+  absl::Status PullAndWriteCheckpoint();
   absl::Status TryInitializeCluster();
   // Repeats `attempt` while it fails Unavailable (a ps task down), every 0.5 s for up to `timeout_secs`.
   absl::Status RetryWhileUnavailable(const std::function<absl::Status()>& attempt, double timeout_secs);

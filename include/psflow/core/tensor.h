@@ -31,6 +31,10 @@ namespace internal {
 // them in again each step, which costs more than 10% of a CNN step.
 void* AllocateAlignedBlock(std::size_t bytes);
 void FreeAlignedBlock(void* p, std::size_t bytes);
+// Hands every cached block back to the system: after a one-off burst of big tensors (a
+// checkpoint's snapshot) whose blocks would otherwise stay cached beside later allocations of
+// other sizes, raising the peak by up to the cache's bound.
+void ReleaseCachedBlocks();
 }  // namespace internal
 
 // Allocator handing out 64-byte aligned storage (cache lines, AVX-512 loads).
