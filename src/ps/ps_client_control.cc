@@ -275,7 +275,9 @@ absl::StatusOr<ModelSnapshot> PsClient::Impl::PullState() {
     VariableSnapshot& snapshot = state.variables.emplace_back();
     snapshot.name = v.name;
     snapshot.value = Tensor(v.shape);
-    snapshot.slots.assign(static_cast<size_t>(num_slots), Tensor(v.shape));
+    snapshot.slots.reserve(static_cast<size_t>(num_slots));
+    // Each its own tensor (assign() would copy a temporary one as big as the variable).
+    for (int64_t s = 0; s < num_slots; ++s) snapshot.slots.emplace_back(v.shape);
     by_name[v.name] = &snapshot;
   }
   std::vector<int64_t> shard_updates(options_.plan.shards.size(), 0);
