@@ -149,7 +149,11 @@ int64_t Shard::CopySlice(int64_t offset, int64_t count, bool with_slots, float* 
   absl::MutexLock lock(&mu_);
   std::memcpy(out, values_->data() + offset, bytes);
   if (with_slots) {
-    for (const FloatBuffer& slot : state_.slots) std::memcpy(out += count, slot.data() + offset, bytes);
+    float* dst = out + count;
+    for (const FloatBuffer& slot : state_.slots) {
+      std::memcpy(dst, slot.data() + offset, bytes);
+      dst += count;
+    }
   }
   return state_.updates;
 }
