@@ -11,7 +11,8 @@
 // Sync pushes are never sent in parts: a sync step counts whole pushes. Initialize in parts:
 // src/ps/ps_initialize.cc. A pull (or a push-and-pull's pull) bigger than a part asks for element
 // runs (PullRequest.slices), a Pull call per part after the push's last part was answered; the
-// ps answers each run with a copy (ps/shard.h, Shard::CopySlice).
+// ps answers each call from one buffer holding copies of its runs (ps/shard.h, Shard::CopySlice).
+// (The file keeps its first name: pushes were cut first.)
 #ifndef PSFLOW_PS_PUSH_PARTS_H_
 #define PSFLOW_PS_PUSH_PARTS_H_
 
