@@ -196,6 +196,8 @@ void PsServer::Impl::HandlePullSlices(const Model& m, const wire::PullRequest& p
   if (pull.shards_size() > 0) {
     return responder.Respond(absl::InvalidArgumentError("a pull asks for whole shards and slices at once"));
   }
+  // A checkpoint's run carries each optimizer slot's same run after the values.
+  const int tensors_per_run = 1 + (pull.with_slots() ? static_cast<int>(m.optimizer->slot_names().size()) : 0);
   std::vector<const Shard*> shards;
   int64_t floats = 0;
   for (const wire::ShardSlice& slice : pull.slices()) {
@@ -210,7 +212,7 @@ void PsServer::Impl::HandlePullSlices(const Model& m, const wire::PullRequest& p
                        slice.shard(), "', which has ", shard.size())));
     }
     shards.push_back(&shard);
-    floats += slice.count() * (1 + (pull.with_slots() ? shard.num_slots() : 0));
+    floats += slice.count() * tensors_per_run;
   }
   // One buffer for the whole answer: a part's size repeats from step to step, so the tensor
   // allocator recycles it (src/core/tensor.cc) instead of caching a block per run size.
@@ -223,8 +225,7 @@ void PsServer::Impl::HandlePullSlices(const Model& m, const wire::PullRequest& p
   for (int i = 0; i < pull.slices_size(); ++i) {
     const wire::ShardSlice& slice = pull.slices(i);
     const int64_t updates = shards[i]->CopySlice(slice.offset(), slice.count(), pull.with_slots(), out);
-    const int tensors = 1 + (pull.with_slots() ? shards[i]->num_slots() : 0);
-    for (int slot = 0; slot < tensors; ++slot, out += slice.count()) {
+    for (int slot = 0; slot < tensors_per_run; ++slot, out += slice.count()) {
       rpc::OutgoingTensor t;
       t.meta.set_name(slice.shard());
       t.meta.add_shape(slice.count());

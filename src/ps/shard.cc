@@ -158,11 +158,6 @@ int64_t Shard::CopySlice(int64_t offset, int64_t count, bool with_slots, float* 
   return state_.updates;
 }
 
-int Shard::num_slots() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int>(state_.slots.size());
-}
-
 float* Shard::MutableValuesLocked() {
   if (values_.use_count() > 1) {
     // A pull is still sending this version: write into a copy.

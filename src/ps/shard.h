@@ -73,7 +73,6 @@ class Shard {
   // update count. Copied, not shared: a shared run would keep the whole buffer alive, and an
   // update meanwhile would copy all of it.
   int64_t CopySlice(int64_t offset, int64_t count, bool with_slots, float* out) const;
-  int num_slots() const;
 
   // Async: applies a decoded gradient with one optimizer update (sparse duplicates summed first).
   // The slices of one shard from one client, sent in order from offset 0 to the end, make one
