@@ -58,7 +58,9 @@ absl::StatusOr<std::shared_ptr<PsClient::Impl::Targets>> PsClient::Impl::PullTar
           what, ": destination for '", name, "' has shape ", tensor ? ShapeToString(tensor->shape()) : "null",
           " but the variable is ", ShapeToString(it->second.spec.shape)));
     }
-    for (const dist::ShardSpec& shard : it->second.shards) (*targets)[shard.ps_task].push_back({&shard, tensor});
+    for (const dist::ShardSpec& shard : it->second.shards) {
+      (*targets)[shard.ps_task].push_back({{&shard, tensor}, 0, NumElements(shard.shape)});
+    }
   }
   return targets;
 }
@@ -76,15 +78,7 @@ int TensorsPerShard(int got, size_t wanted, bool with_slots) {
 
 }  // namespace
 
-absl::Status PsClient::Impl::AssembleAnswer(int k, const rpc::IncomingMessage& r, const std::vector<Target>& wanted,
-                                            const wire::PullResponse* with_slots) const {
-  std::vector<SliceTarget> runs;
-  runs.reserve(wanted.size());
-  for (const Target& t : wanted) runs.push_back({t, 0, NumElements(t.shard->shape)});
-  return AssembleSlices(k, r, runs, with_slots);
-}
-
-absl::Status PsClient::Impl::AssembleSlices(int k, const rpc::IncomingMessage& r, const std::vector<SliceTarget>& runs,
+absl::Status PsClient::Impl::AssembleAnswer(int k, const rpc::IncomingMessage& r, const std::vector<SliceTarget>& runs,
                                             const wire::PullResponse* with_slots) const {
   const int per = TensorsPerShard(r.num_tensors(), runs.size(), with_slots != nullptr);
   const bool slots_fit = with_slots == nullptr || runs.empty() ||
@@ -109,11 +103,11 @@ absl::Status PsClient::Impl::AssembleSlices(int k, const rpc::IncomingMessage& r
   return absl::OkStatus();
 }
 
-void PsClient::Impl::AddWholePull(const std::vector<Target>& targets, int k, bool with_slots,
+void PsClient::Impl::AddWholePull(const std::vector<SliceTarget>& targets, int k, bool with_slots,
                                   int64_t floats_per_element, size_t r, std::vector<CallRound>* rounds) const {
   wire::PullRequest pull;
   pull.set_with_slots(with_slots);
-  for (const Target& t : targets) pull.add_shards(t.shard->name);
+  for (const SliceTarget& t : targets) pull.add_shards(t.target.shard->name);
   if (rounds->size() <= r) rounds->resize(r + 1);
   CallRound& round = (*rounds)[r];
   round.method = rpc::Method::kPull;
@@ -349,7 +343,7 @@ void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_
       request.set_seq(first_seq + p);
       request.set_more_parts(!last);
       if (last && pull_with_push) {
-        for (const Target& t : (*targets)[k]) request.add_pull_shards(t.shard->name);
+        for (const SliceTarget& t : (*targets)[k]) request.add_pull_shards(t.target.shard->name);
       }
       rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(request);
       message.tensors = std::move(parts[i][p]);
@@ -407,8 +401,7 @@ void PsClient::Impl::SendRound(std::shared_ptr<std::vector<CallRound>> rounds, s
             NoteGlobalStep(response.step());
           }
           const wire::PullResponse* with_slots = round.with_slots ? &response : nullptr;
-          if (round.whole_pull[i]) return AssembleAnswer(task, m, (*targets)[task], with_slots);
-          return AssembleSlices(task, m, round.slices[i], with_slots);
+          return AssembleAnswer(task, m, round.whole_pull[i] ? (*targets)[task] : round.slices[i], with_slots);
         }
         if (heartbeat != nullptr) heartbeat->Answered(i);
         wire::PushResponse response;

@@ -285,7 +285,7 @@ absl::StatusOr<ModelSnapshot> PsClient::Impl::PullState() {
   for (size_t s = 0; s < options_.plan.shards.size(); ++s) {
     const dist::ShardSpec& shard = options_.plan.shards[s];
     VariableSnapshot* v = by_name.at(shard.variable);
-    (*targets)[shard.ps_task].push_back({&shard, &v->value, &v->slots, &shard_updates[s]});
+    (*targets)[shard.ps_task].push_back({{&shard, &v->value, &v->slots, &shard_updates[s]}, 0, NumElements(shard.shape)});
   }
   absl::Notification done;
   absl::StatusOr<PushResult> pulled;

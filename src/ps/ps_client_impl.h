@@ -105,27 +105,24 @@ class PsClient::Impl {
   absl::Status WaitForInitialization(double timeout_secs);
   absl::StatusOr<bool> IsInitialized();
 
-  // Where each pulled shard goes, per ps task.
-  using Target = PullTarget;
-  using Targets = std::vector<std::vector<Target>>;
+  // Where each pulled shard goes, per ps task: the whole shard, as a run [0, its size).
+  using Targets = std::vector<std::vector<SliceTarget>>;
 
   absl::StatusOr<std::shared_ptr<Targets>> PullTargets(const char* what,
                                                        const std::vector<std::pair<std::string, Tensor*>>& out) const;
 
-  // Copies the shards of a Pull (or push-and-pull) answer from ps task k into their targets; with
-  // `with_slots` (the answer's header, a checkpoint's pull) also their slots and update counts.
-  absl::Status AssembleAnswer(int k, const rpc::IncomingMessage& r, const std::vector<Target>& wanted,
-                              const wire::PullResponse* with_slots) const;
-  // The same for the runs of a pull in parts (ps/push_parts.h).
-  absl::Status AssembleSlices(int k, const rpc::IncomingMessage& r, const std::vector<SliceTarget>& runs,
+  // Copies the whole shards or runs (a pull in parts, ps/push_parts.h) of a Pull (or
+  // push-and-pull) answer from ps task k into their targets; with `with_slots` (the answer's
+  // header, a checkpoint's pull) also their slots and update counts.
+  absl::Status AssembleAnswer(int k, const rpc::IncomingMessage& r, const std::vector<SliceTarget>& runs,
                               const wire::PullResponse* with_slots) const;
   // Whether a pull of `targets` from one ps task goes in parts (it is bigger than a part);
   // `floats_per_element`: 1 + the optimizer's slots for a checkpoint's pull.
-  bool PullInParts(const std::vector<Target>& targets, int64_t floats_per_element = 1) const {
+  bool PullInParts(const std::vector<SliceTarget>& targets, int64_t floats_per_element = 1) const {
     return options_.max_part_bytes > 0 && TargetBytes(targets) * floats_per_element > options_.max_part_bytes;
   }
   // Adds a Pull of whole shards from ps task k to round `r` of `rounds`.
-  void AddWholePull(const std::vector<Target>& targets, int k, bool with_slots, int64_t floats_per_element,
+  void AddWholePull(const std::vector<SliceTarget>& targets, int k, bool with_slots, int64_t floats_per_element,
                     size_t r, std::vector<CallRound>* rounds) const;
   // Adds the parts of the pulls from `tasks` to `rounds`, the first in round `first_round`.
   void AddPullRounds(const Targets& targets, const std::vector<int>& tasks, size_t first_round, bool with_slots,
@@ -158,9 +155,9 @@ class PsClient::Impl {
 
  private:
   // Bytes of the shards a pull (or push-and-pull) asks one ps task for.
-  static int64_t TargetBytes(const std::vector<Target>& targets) {
+  static int64_t TargetBytes(const std::vector<SliceTarget>& targets) {
     int64_t bytes = 0;
-    for (const Target& t : targets) bytes += NumElements(t.shard->shape) * static_cast<int64_t>(sizeof(float));
+    for (const SliceTarget& t : targets) bytes += t.count * static_cast<int64_t>(sizeof(float));
     return bytes;
   }
   // Optimizer slots per variable (sizes a checkpoint's pull); 2 (Adam's) when not known yet.

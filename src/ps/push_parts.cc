@@ -50,25 +50,25 @@ std::vector<std::vector<rpc::OutgoingTensor>> SplitIntoParts(std::vector<rpc::Ou
   return parts;
 }
 
-std::vector<std::vector<SliceTarget>> SplitPullIntoParts(const std::vector<PullTarget>& shards,
+std::vector<std::vector<SliceTarget>> SplitPullIntoParts(const std::vector<SliceTarget>& runs,
                                                         int64_t max_part_bytes, int64_t floats_per_element) {
   const int64_t max_elements = std::max<int64_t>(
       1, max_part_bytes / static_cast<int64_t>(sizeof(float)) / std::max<int64_t>(floats_per_element, 1));
   std::vector<std::vector<SliceTarget>> parts(1);
   int64_t room = max_elements;  // elements left in the last part
-  for (const PullTarget& shard : shards) {
-    const int64_t size = NumElements(shard.shard->shape);
-    int64_t offset = 0;
-    do {  // an empty shard is one empty run
+  for (const SliceTarget& run : runs) {
+    const int64_t end = run.offset + run.count;
+    int64_t offset = run.offset;
+    do {  // an empty run stays one empty run
       if (room <= 0) {
         parts.emplace_back();
         room = max_elements;
       }
-      const int64_t n = std::min(room, size - offset);
-      parts.back().push_back({shard, offset, n});
+      const int64_t n = std::min(room, end - offset);
+      parts.back().push_back({run.target, offset, n});
       room -= n;
       offset += n;
-    } while (offset < size);
+    } while (offset < end);
   }
   if (parts.back().empty()) parts.pop_back();
   return parts;

@@ -41,17 +41,18 @@ struct PullTarget {
   int64_t* updates = nullptr;
 };
 
-// A run of a pulled shard's elements, [offset, offset + count) (a pull in parts).
+// A run of a pulled shard's elements, [offset, offset + count): the whole shard, or a part's
+// piece of it.
 struct SliceTarget {
   PullTarget target;
   int64_t offset = 0;
   int64_t count = 0;
 };
 
-// Cuts the pull of `shards` (in order) into parts of at most `max_part_bytes` of tensor data (a
-// checkpoint's pull moves 1 + the optimizer's slots floats per element: `floats_per_element`):
-// runs of the shards, in order, a shard cut where a part fills.
-std::vector<std::vector<SliceTarget>> SplitPullIntoParts(const std::vector<PullTarget>& shards,
+// Cuts the pull of `runs` (in order; whole shards) into parts of at most `max_part_bytes` of
+// tensor data (a checkpoint's pull moves 1 + the optimizer's slots floats per element:
+// `floats_per_element`): pieces of the runs, in order, a run cut where a part fills.
+std::vector<std::vector<SliceTarget>> SplitPullIntoParts(const std::vector<SliceTarget>& runs,
                                                         int64_t max_part_bytes, int64_t floats_per_element = 1);
 
 // One round of a push or pull: a call to each ps task that still has a part to send or fetch

@@ -20,8 +20,8 @@ dist::ShardSpec ShardOf(const std::string& name, Shape shape) {
 void CheckPullParts(const std::vector<int64_t>& sizes, int64_t max_floats, int64_t per_element) {
   std::vector<dist::ShardSpec> shards;
   for (size_t i = 0; i < sizes.size(); ++i) shards.push_back(ShardOf(absl::StrCat("s", i), {sizes[i]}));
-  std::vector<PullTarget> targets;
-  for (const dist::ShardSpec& s : shards) targets.push_back({&s, nullptr});
+  std::vector<SliceTarget> targets;
+  for (const dist::ShardSpec& s : shards) targets.push_back({{&s, nullptr}, 0, NumElements(s.shape)});
   const auto parts = SplitPullIntoParts(targets, max_floats * 4, per_element);
   size_t shard = 0;
   int64_t next = 0;  // the element of `shard` the next run must start at
@@ -61,7 +61,7 @@ TEST(PullPartsTest, EveryElementOnceInOrderAndNoPartOverTheBound) {
 
 TEST(PullPartsTest, ShardsThatFitStayWholeInOnePart) {
   const dist::ShardSpec a = ShardOf("a", {4, 2}), b = ShardOf("b", {3});
-  const auto parts = SplitPullIntoParts({{&a, nullptr}, {&b, nullptr}}, 11 * 4);
+  const auto parts = SplitPullIntoParts({{{&a, nullptr}, 0, 8}, {{&b, nullptr}, 0, 3}}, 11 * 4);
   ASSERT_EQ(parts.size(), 1u);
   ASSERT_EQ(parts[0].size(), 2u);
   EXPECT_EQ(parts[0][0].count, 8);
