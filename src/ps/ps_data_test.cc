@@ -15,6 +15,7 @@
 namespace psflow::ps {
 namespace {
 
+using testing::ExpectSameSnapshot;
 using testing::Filled;
 using testing::Plan;
 using testing::Sgd;
@@ -294,13 +295,7 @@ TEST(InitializeTest, InPartsInstallsExactlyTheValuesSlotsAndUpdateCounts) {
   auto whole = whole_client->PullState();
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_EQ(whole->global_step, 2);
-  ASSERT_EQ(whole->variables.size(), state->variables.size());
-  for (size_t v = 0; v < state->variables.size(); ++v) {
-    EXPECT_EQ(whole->variables[v].updates, state->variables[v].updates) << state->variables[v].name;
-    ExpectEqualTensors(whole->variables[v].value, state->variables[v].value);
-    ASSERT_EQ(whole->variables[v].slots.size(), 2u);
-    for (int j = 0; j < 2; ++j) ExpectEqualTensors(whole->variables[v].slots[j], state->variables[v].slots[j]);
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectSameSnapshot(*whole, *state, 2));
 
   // Restored in parts onto a fresh cluster: the same state comes back.
   auto second = TestCluster::Start(2, 1);
@@ -310,15 +305,7 @@ TEST(InitializeTest, InPartsInstallsExactlyTheValuesSlotsAndUpdateCounts) {
   auto back = restorer->PullState();
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->global_step, 2);
-  ASSERT_EQ(back->variables.size(), state->variables.size());
-  for (size_t v = 0; v < state->variables.size(); ++v) {
-    const VariableSnapshot &want = state->variables[v], &got = back->variables[v];
-    EXPECT_EQ(got.name, want.name);
-    EXPECT_EQ(got.updates, want.updates) << want.name;
-    ExpectEqualTensors(got.value, want.value);
-    ASSERT_EQ(got.slots.size(), 2u);
-    for (int j = 0; j < 2; ++j) ExpectEqualTensors(got.slots[j], want.slots[j]);
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectSameSnapshot(*back, *state, 2));
   EXPECT_GT(state->variables[0].updates, 0);
 }
 
