@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
 
-PACKAGES=(build-essential cmake pkg-config ca-certificates
+PACKAGES=(build-essential cmake pkg-config ca-certificates ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libopenblas-dev libdnnl-dev libeigen3-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   libcpp-httplib-dev libssl-dev openssl libgtest-dev libgmock-dev libbenchmark-dev
