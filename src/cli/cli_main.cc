@@ -241,7 +241,7 @@ int psflow::cli::Main(int argc, char** argv) {
   }
   if (eval_cmd->parsed()) return cli::RunEval(eval_options);
   if (transport_cmd->parsed()) {
-    auto status = rpc::RunTransportBenchCommand(cli::SelfPath(argv[0]), bench_ps, std::cout, bench_transport);
+    auto status = cli::RunTransportBenchCommand(cli::SelfPath(argv[0]), bench_ps, std::cout, bench_transport);
     if (!status.ok()) return cli::Fail(status);
     return 0;
   }
