@@ -264,29 +264,21 @@ absl::StatusOr<Tensor> PsClient::Impl::PullRows(const std::string& variable, con
   return out;
 }
 
-void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
-                               const std::vector<std::pair<std::string, Tensor*>>* out,
-                               std::function<void(absl::StatusOr<PushResult>)> done) {
-  std::shared_ptr<Targets> targets;
-  if (out != nullptr) {
-    absl::StatusOr<std::shared_ptr<Targets>> targets_or = PullTargets("PushAndPull", *out);
-    if (!targets_or.ok()) return done(targets_or.status());
-    targets = *std::move(targets_or);
-  }
-  std::vector<std::vector<rpc::OutgoingTensor>> per_ps(channels_.size());
+absl::StatusOr<PsClient::Impl::PerPs> PsClient::Impl::RouteGradients(const std::vector<Gradient>& grads) const {
+  PerPs per_ps(channels_.size());
   for (const Gradient& g : grads) {
     auto it = routes_.find(g.variable);
     if (it == routes_.end()) {
-      return done(absl::InvalidArgumentError(absl::StrCat("Push: '", g.variable, "' is not a variable of the plan")));
+      return absl::InvalidArgumentError(absl::StrCat("Push: '", g.variable, "' is not a variable of the plan"));
     }
     const VariableRoute& route = it->second;
     if (g.dense != nullptr && g.dense->shape() != route.spec.shape) {
-      return done(absl::InvalidArgumentError(absl::StrCat("Push: gradient for '", g.variable, "' has shape ",
-                                                          ShapeToString(g.dense->shape()), " but the variable is ",
-                                                          ShapeToString(route.spec.shape))));
+      return absl::InvalidArgumentError(absl::StrCat("Push: gradient for '", g.variable, "' has shape ",
+                                                     ShapeToString(g.dense->shape()), " but the variable is ",
+                                                     ShapeToString(route.spec.shape)));
     }
     if (g.sparse != nullptr) {
-      if (absl::Status s = ValidateSparse(*g.sparse, route.spec); !s.ok()) return done(s);
+      if (absl::Status s = ValidateSparse(*g.sparse, route.spec); !s.ok()) return s;
     }
     if (g.dense != nullptr && g.sparse != nullptr) {
       // Both kinds: one update with their sum (the optimizer must step once per variable).
@@ -307,11 +299,15 @@ void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_
   if (std::count_if(per_ps.begin(), per_ps.end(), [](const auto& t) { return !t.empty(); }) > 1) {
     for (const Gradient& g : grads) {
       if (absl::Status s = CheckFinite(g.variable, g.dense, g.sparse); !s.ok()) {
-        return done(absl::InvalidArgumentError(absl::StrCat("Push: ", s.message())));
+        return absl::InvalidArgumentError(absl::StrCat("Push: ", s.message()));
       }
     }
   }
-  const TrainingConfig config = GetConfig();
+  return per_ps;
+}
+
+std::vector<CallRound> PsClient::Impl::PushRounds(PerPs per_ps, int64_t step_tag, const Targets* targets,
+                                                 const TrainingConfig& config) {
   // Async pushes bigger than a part go as parts, one round of calls after another
   // (ps/client/call_parts.h); a sync push, or one that fits, is one round: a call per ps task. A pull
   // that fits rides on the task's last part; a bigger one follows as Pull calls in parts.
@@ -339,7 +335,7 @@ void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_
   // One id per round on every ps task and for its retries: each ps applies each part once.
   header.set_client_id(client_id_);
   const uint64_t first_seq = next_seq_.fetch_add(num_rounds);
-  auto rounds = std::make_shared<std::vector<CallRound>>(num_rounds);
+  std::vector<CallRound> rounds(num_rounds);
   for (size_t i = 0; i < tasks.size(); ++i) {
     const int k = tasks[i];
     const bool pull_with_push = targets != nullptr && !(*targets)[k].empty() && !PullInParts((*targets)[k]);
@@ -353,7 +349,7 @@ void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_
       }
       rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(request);
       message.tensors = std::move(parts[i][p]);
-      CallRound& round = (*rounds)[p];
+      CallRound& round = rounds[p];
       round.timeout_secs = options_.rpc_timeout_secs + (config.sync ? config.sync_timeout_secs : 0);
       round.calls.push_back({.task = k,
                              .channel = channel(k),
@@ -364,11 +360,26 @@ void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_
                              .slices = {}});
     }
   }
-  const size_t push_rounds = rounds->size();
-  if (!pulls_in_parts.empty()) AddPullRounds(*targets, pulls_in_parts, push_rounds, false, 1, rounds.get());
+  if (!pulls_in_parts.empty()) AddPullRounds(*targets, pulls_in_parts, num_rounds, false, 1, &rounds);
+  return rounds;
+}
+
+void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
+                               const std::vector<std::pair<std::string, Tensor*>>* out,
+                               std::function<void(absl::StatusOr<PushResult>)> done) {
+  std::shared_ptr<Targets> targets;
+  if (out != nullptr) {
+    absl::StatusOr<std::shared_ptr<Targets>> targets_or = PullTargets("PushAndPull", *out);
+    if (!targets_or.ok()) return done(targets_or.status());
+    targets = *std::move(targets_or);
+  }
+  absl::StatusOr<PerPs> per_ps = RouteGradients(grads);
+  if (!per_ps.ok()) return done(per_ps.status());
+  const TrainingConfig config = GetConfig();
+  auto rounds = std::make_shared<std::vector<CallRound>>(PushRounds(*std::move(per_ps), step_tag, targets.get(), config));
   // Sync: the tasks that answered hear that this worker is alive while others keep it waiting.
   std::shared_ptr<WaitHeartbeat> heartbeat;
-  if (config.sync && tasks.size() > 1) {
+  if (config.sync && (*rounds)[0].calls.size() > 1) {
     wire::HelloRequest hello;
     hello.set_worker_index(options_.worker_index);
     hello.set_client_id(client_id_);

@@ -144,6 +144,14 @@ class PsClient::Impl {
   // Sends round r of a push or pull (a call to each ps task with a part left; ps/client/call_parts.h)
   // and, once all answered, the next round; `done` gets the outcome after the last round or the
   // first failed one.
+  // A push's gradients cut into each ps task's tensors, validated (a push spanning several ps
+  // tasks is refused as a whole, before any applies its part).
+  using PerPs = std::vector<std::vector<rpc::OutgoingTensor>>;
+  absl::StatusOr<PerPs> RouteGradients(const std::vector<Gradient>& grads) const;
+  // The rounds of calls of a push (parts when async and big) and of the pull of `targets` (when
+  // given) that rides on it or follows it in parts.
+  std::vector<CallRound> PushRounds(PerPs per_ps, int64_t step_tag, const Targets* targets,
+                                    const TrainingConfig& config);
   void SendRound(std::shared_ptr<std::vector<CallRound>> rounds, size_t r, std::shared_ptr<Targets> targets,
                  std::shared_ptr<WaitHeartbeat> heartbeat, std::shared_ptr<PushResult> result,
                  std::function<void(absl::StatusOr<PushResult>)> done);
