@@ -86,7 +86,7 @@ std::vector<std::string> GivenFlagArgs(const CLI::App& app, const train::TrainOp
     const std::string name = absl::StrCat("--", flag.name);
     const CLI::Option* option = app.get_option_no_throw(name);
     if (Contains(except, flag.name) || option == nullptr || option->count() == 0) continue;
-    args.push_back(absl::StrCat(name, "=", train::FlagValueText(flag, options)));
+    args.push_back(train::FlagArg(flag, options));
   }
   return args;
 }

@@ -26,8 +26,8 @@ class FlagValueError : public CLI::ValidationError {
 // first, as `local` does for --transport), or each model's value for the flags the model defaults.
 void AddTrainFlags(CLI::App* app, train::TrainOptions* options, std::initializer_list<absl::string_view> only = {});
 
-// "--name=value" of every table flag given on `app`'s command line, with the value parsed into
-// `options`, except the flags named in `except` (without "--").
+// "--name=value" (or "--name" for a flag that is on) of every table flag given on `app`'s command
+// line, with the value parsed into `options`, except the flags named in `except` (without "--").
 std::vector<std::string> GivenFlagArgs(const CLI::App& app, const train::TrainOptions& options,
                                        std::initializer_list<absl::string_view> except = {});
 

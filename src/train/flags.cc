@@ -254,11 +254,17 @@ absl::Status SetFlagFromText(const Flag& flag, absl::string_view text, TrainOpti
       flag.field);
 }
 
+std::string FlagArg(const Flag& flag, const TrainOptions& options) {
+  if (auto* member = std::get_if<bool TrainOptions::*>(&flag.field); member != nullptr && options.**member) {
+    return absl::StrCat("--", flag.name);
+  }
+  return absl::StrCat("--", flag.name, "=", FlagValueText(flag, options));
+}
+
 std::vector<std::string> FlagArgs(const TrainOptions& options) {
   std::vector<std::string> args;
   for (const Flag& flag : kFlags) {
-    std::string value = FlagValueText(flag, options);
-    if (!value.empty()) args.push_back(absl::StrCat("--", flag.name, "=", value));
+    if (!FlagValueText(flag, options).empty()) args.push_back(FlagArg(flag, options));
   }
   return args;
 }

@@ -95,8 +95,10 @@ std::string FlagValueText(const Flag& flag, const TrainOptions& options);
 // (or "a number", "a non-negative integer", "true or false") when the text is not of its type.
 absl::Status SetFlagFromText(const Flag& flag, absl::string_view text, TrainOptions* options);
 
-// "--name=value" of every flag whose value is set and non-empty (what `psflow train` needs to
-// rebuild `options`).
+// The flag as one command-line argument: "--name=value", or "--name" for a flag that is on.
+std::string FlagArg(const Flag& flag, const TrainOptions& options);
+// FlagArg of every flag whose value is set and non-empty (what `psflow train` needs to rebuild
+// `options`).
 std::vector<std::string> FlagArgs(const TrainOptions& options);
 
 // InvalidArgument "--flag=value must be ..." for the first given value its row's rule refuses;
