@@ -177,10 +177,12 @@ void RegisterFlags(py::module_& m) {
       .def_readwrite("unparsed", &Flags::unparsed)
       .def("__repr__", [](const Flags& f) {
         // Flags whose default comes from the model are unset (None) until resolved.
-        auto text = [](const std::optional<auto>& v) { return v.has_value() ? absl::StrCat(*v) : std::string("None"); };
+        auto text = [&](const char* name) {
+          const std::string value = train::FlagValueText(*train::FindFlag(name), f.options);
+          return value.empty() ? std::string("None") : value;
+        };
         return absl::StrCat("Flags(job_name='", f.options.job_name, "', task_index=", f.options.task_index,
-                            ", train_steps=", text(f.options.train_steps), ", batch_size=", text(f.options.batch_size),
-                            ", ...)");
+                            ", train_steps=", text("train_steps"), ", batch_size=", text("batch_size"), ", ...)");
       });
   // One attribute per row of the flag table (train/flags.h), of the flag's own type (None for a
   // flag the model defaults, until parse_flags resolves it).

@@ -14,6 +14,25 @@
 #include "absl/strings/str_split.h"
 
 namespace psflow::train {
+namespace internal {
+
+// Every TrainOptions member is a flag but `env` (a borrowed io::Env*, set by programs and tests):
+// counted as the most brace-initializers TrainOptions{...} accepts (TrainOptions is an aggregate).
+// Outside the unnamed namespace: the conversion is declared, never defined, only used unevaluated.
+struct AnyMember {
+  template <typename T>
+  operator T&() const;
+};
+template <typename T, typename... Init>
+constexpr size_t MemberCount() {
+  if constexpr (requires { T{std::declval<Init>()..., AnyMember{}}; }) {
+    return MemberCount<T, Init..., AnyMember>();
+  } else {
+    return sizeof...(Init);
+  }
+}
+
+}  // namespace internal
 namespace {
 
 using O = TrainOptions;
@@ -92,21 +111,7 @@ constexpr Flag kFlags[] = {
 };
 // clang-format on
 
-// Every TrainOptions member is a flag but `env` (a borrowed io::Env*, set by programs and tests):
-// counted as the most brace-initializers TrainOptions{...} accepts (TrainOptions is an aggregate).
-struct AnyMember {
-  template <typename T>
-  operator T&() const;  // never defined: only used unevaluated
-};
-template <typename T, typename... Init>
-constexpr size_t MemberCount() {
-  if constexpr (requires { T{std::declval<Init>()..., AnyMember{}}; }) {
-    return MemberCount<T, Init..., AnyMember>();
-  } else {
-    return sizeof...(Init);
-  }
-}
-static_assert(MemberCount<TrainOptions>() == std::size(kFlags) + 1,
+static_assert(internal::MemberCount<TrainOptions>() == std::size(kFlags) + 1,
               "a TrainOptions member has no row in kFlags (train/flags.cc): every member but env is a flag");
 
 template <typename T>
