@@ -1,10 +1,12 @@
 #include "psflow/nn/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace psflow::nn {
 
@@ -99,13 +101,17 @@ std::map<std::string, Registered>& Registry() {
   return *registry;
 }
 
-std::string KnownModels() {
-  std::string names = "softmax, mlp, cnn, vgg19";
-  for (const auto& [name, r] : Registry()) names += ", " + name;
-  return names;
-}
+std::string KnownModels() { return absl::StrJoin(ModelNames(), ", "); }
 
 }  // namespace
+
+std::vector<std::string> ModelNames() {
+  std::vector<std::string> names = {"softmax", "mlp", "cnn", "vgg19"};
+  for (const auto& [name, r] : Registry()) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return names;
+}
 
 void RegisterModel(const std::string& name, ModelFactory factory, ModelDefaults defaults) {
   Registry()[name] = {std::move(factory), std::move(defaults)};

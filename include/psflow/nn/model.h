@@ -47,12 +47,13 @@ struct ModelConfig {
   uint64_t seed = 0;         // parameter initialization
 };
 
-// The seed's own training hyper-parameters for a model (docs/design.md#seed-models).
+// A model's own training hyper-parameters (docs/design.md#seed-models): the values of the flags
+// left out. A field a registered model leaves alone keeps the value here.
 struct ModelDefaults {
-  std::string optimizer;
-  float learning_rate;
-  int batch_size;
-  int64_t train_steps;
+  std::string optimizer = "sgd";
+  float learning_rate = 0.01f;
+  int batch_size = 100;
+  int64_t train_steps = 1000;
   int64_t lr_decay_steps = 0;
   float lr_decay_rate = 1.0f;
   bool synthetic_data = false;  // vgg19 trains on synthetic 32x32x3 images
@@ -69,6 +70,8 @@ void RegisterModel(const std::string& name, ModelFactory factory, ModelDefaults 
 // Builds a registered or seed model, or InvalidArgument "unknown model 'x'; choose one of softmax, mlp, cnn, vgg19".
 absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelConfig& config);
 absl::StatusOr<ModelDefaults> DefaultsFor(const std::string& model_name);
+// Every model BuildModel knows: the seed models, then the registered ones by name.
+std::vector<std::string> ModelNames();
 
 }  // namespace psflow::nn
 
