@@ -1,4 +1,4 @@
-// psflow/dist/table_routing.h — where an embedding table's row lives (docs/tables.md, DESIGN.md §10).
+// psflow/dist/table_routing.h — where an embedding table's row lives (docs/tables.md).
 // Client and ps both call these: the client to send each id to the ps task that owns it, the ps to
 // find the row inside its shard and to refuse ids that are not its own.
 //

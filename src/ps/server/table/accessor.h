@@ -1,4 +1,4 @@
-// ps/server/table/accessor.h — what a table row is and how it lives (DESIGN.md §10 "Life cycle of a
+// ps/server/table/accessor.h — what a table row is and how it lives (issue 18 §10 "Life cycle of a
 // dynamic row"; Paddle's accessor role): a row's initial value (create / select of an absent row),
 // whether a push's gradient is admitted, a row's update count for the rule, and which rows a
 // removal pass drops. The table stores rows and calls these; a new policy changes this file only.

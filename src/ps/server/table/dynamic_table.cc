@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "ps/server/table/shard_checks.h"
@@ -65,12 +66,19 @@ absl::Status DynamicTableShard::Gather(absl::Span<const int64_t> ids, absl::Span
   const int64_t dim = config_.dim;
   const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
   {
+    // Two passes: find every slot first (prefetching its record), then copy, so the records'
+    // cache misses overlap instead of following one another.
+    std::vector<int64_t> slots(ids.size());
     absl::ReaderMutexLock lock(&mu_);
     for (size_t i = 0; i < ids.size(); ++i) {
-      float* dst = out.data() + i * dim;
       const auto it = index_.find(ids[i]);
-      if (it != index_.end()) {
-        std::memcpy(dst, Record(it->second), row_bytes);
+      slots[i] = it == index_.end() ? -1 : it->second;
+      if (slots[i] >= 0) __builtin_prefetch(Record(slots[i]));
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      float* dst = out.data() + i * dim;
+      if (slots[i] >= 0) {
+        std::memcpy(dst, Record(slots[i]), row_bytes);
       } else {
         accessor_.InitialValue(ids[i], dst);
       }
@@ -89,18 +97,43 @@ absl::Status DynamicTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<
         "table '", config_.name, "': one push holds ", ids.size(), " ids but max_rows allows ", cap,
         " rows on this ps; raise max_rows above a batch's unique ids per ps"));
   }
-  if (auto s = CheckUnique(config_, ids); !s.ok()) return s;
   if (auto s = CheckFinite(config_, ids, grads); !s.ok()) return s;
   const float lr = rule_.LearningRate(global_step);
   const int64_t dim = config_.dim;
   absl::MutexLock lock(&mu_);
-  index_.reserve(index_.size() + ids.size());
+  // Pass 1: find the stored rows (prefetching them) and refuse an id listed twice: stored rows by
+  // their mark, absent ids by a set of those only (few, once a table is warm).
+  if (++epoch_ == 0) {  // wrapped: clear the marks once every 2^32 pushes
+    for (int64_t slot = 0; slot < next_slot_; ++slot) Meta(slot).mark = 0;
+    epoch_ = 1;
+  }
+  std::vector<int64_t> slots(ids.size());
+  absl::flat_hash_set<int64_t> absent;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const auto it = index_.find(ids[i]);
+    bool repeated;
+    if (it != index_.end()) {
+      slots[i] = it->second;
+      __builtin_prefetch(Record(slots[i]), 1);
+      uint32_t& mark = Meta(slots[i]).mark;
+      repeated = mark == epoch_;
+      mark = epoch_;
+    } else {
+      slots[i] = -1;
+      repeated = !absent.insert(ids[i]).second;
+    }
+    if (repeated) {
+      return absl::InvalidArgumentError(absl::StrCat("table '", config_.name, "': id ", ids[i],
+                                                     " listed twice in one push (sum its rows first)"));
+    }
+  }
+  // Pass 2: update stored rows; count, admit and create absent ones.
+  if (!absent.empty()) index_.reserve(index_.size() + absent.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t id = ids[i];
     const float* g = grads.data() + i * dim;
-    int64_t slot;
-    if (const auto it = index_.find(id); it != index_.end()) {
-      slot = it->second;
+    int64_t slot = slots[i];
+    if (slot >= 0) {
       RowMeta& meta = Meta(slot);
       ++meta.count;
       meta.last_step = global_step;
@@ -124,7 +157,7 @@ absl::Status DynamicTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<
       float* rec = Record(slot);
       accessor_.InitialValue(id, rec);
       rule_.InitSlots(rec + dim, dim);
-      Meta(slot) = RowMeta{id, global_step, count};
+      Meta(slot) = RowMeta{id, global_step, count, epoch_};
       index_.emplace(id, slot);
       ++admissions_;
     }
@@ -229,7 +262,7 @@ absl::Status DynamicTableShard::Load(const RowsPart& part) {
     for (size_t k = 0; k < part.slots.size(); ++k) {
       std::memcpy(rec + (1 + k) * dim, part.slots[k].data() + i * dim, dim * sizeof(float));
     }
-    Meta(slot) = RowMeta{id, part.last_step[i], part.count[i]};
+    Meta(slot) = RowMeta{id, part.last_step[i], part.count[i], 0};
   }
   return absl::OkStatus();
 }

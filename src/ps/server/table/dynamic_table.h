@@ -1,5 +1,5 @@
 // ps/server/table/dynamic_table.h — one ps task's share of a dynamic (hash-keyed) table
-// (DESIGN.md §10): the rows whose int64 id routes here (dist::RouteDynamicId), found through a hash
+// (issue 18 §10): the rows whose int64 id routes here (dist::RouteDynamicId), found through a hash
 // map id -> slot, stored as records [w | slots] in slabs of rows allocated a slab at a time (no
 // allocation per row; a removed row's slot is reused). A row is created by its first admitted
 // gradient; a gather of an absent id answers its initial value without storing it. Ids waiting for
@@ -41,6 +41,7 @@ class DynamicTableShard final : public TableShard {
     int64_t id;
     int64_t last_step;
     int64_t count;  // pushes that held the id, the admitting one and those before it included
+    uint32_t mark;  // the last push epoch that listed the row (duplicate detection)
   };
   struct Pending {
     int64_t count;
@@ -71,7 +72,8 @@ class DynamicTableShard final : public TableShard {
   std::vector<std::unique_ptr<float[]>> slabs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<RowMeta[]>> meta_slabs_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> free_slots_ ABSL_GUARDED_BY(mu_);
-  int64_t next_slot_ ABSL_GUARDED_BY(mu_) = 0;  // slots [0, next_slot_) have been handed out
+  int64_t next_slot_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t epoch_ ABSL_GUARDED_BY(mu_) = 0;  // per push, for RowMeta::mark  // slots [0, next_slot_) have been handed out
   absl::flat_hash_map<int64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
   int64_t admissions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,4 +1,4 @@
-// ps/server/table/fixed_table.h — one shard of a fixed-vocabulary table [N, dim] (DESIGN.md §10):
+// ps/server/table/fixed_table.h — one shard of a fixed-vocabulary table [N, dim] (issue 18 §10):
 // all of its rows, created at construction from their initial values (a function of (seed, id),
 // so the same on any number of shards), each stored as a record [w | slots] of (1 + slots)·dim
 // floats. Ids are global; the shard holds those that dist::RouteFixedId sends to it. A row's update
@@ -44,10 +44,17 @@ class FixedTableShard final : public TableShard {
   const int shard_;
   const int64_t num_rows_;
   const int64_t stride_;  // floats per record
+  const int64_t first_id_;  // div: the shard's ids are [first_id_, first_id_ + num_rows_)
   mutable absl::Mutex mu_;
-  // [num_rows_, stride_]; the pointer is set once, the floats are guarded.
-  const std::unique_ptr<float[]> records_ ABSL_PT_GUARDED_BY(mu_);
+  // [num_rows_, stride_]: owned by storage_, read and written through records_ (set once; the
+  // floats are guarded).
+  const std::unique_ptr<float[]> storage_;
+  float* const records_ ABSL_PT_GUARDED_BY(mu_);
   std::vector<int64_t> count_ ABSL_GUARDED_BY(mu_);  // per-row update count (adam only, else empty)
+  // Duplicate detection without a set: a row is listed twice in a push when its mark already holds
+  // the push's epoch (4 bytes a row).
+  std::vector<uint32_t> mark_ ABSL_GUARDED_BY(mu_);
+  uint32_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   mutable std::atomic<int64_t> rows_gathered_{0};
   std::atomic<int64_t> rows_pushed_{0};
 };

@@ -1,4 +1,4 @@
-// ps/server/table/table_config.h — what declares an embedding table on the ps (DESIGN.md §10,
+// ps/server/table/table_config.h — what declares an embedding table on the ps (docs/tables.md,
 // docs/tables.md): its kind (fixed [N, dim] routed by div/mod, or dynamic hash-keyed), its
 // initializer and seed (a row's initial value depends only on these and the id), the sparse update
 // rule's hyper-parameters, and a dynamic row's life cycle. Plain values; safe to copy and share.

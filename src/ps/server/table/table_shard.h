@@ -1,4 +1,4 @@
-// ps/server/table/table_shard.h — one ps task's part of an embedding table (DESIGN.md §10,
+// ps/server/table/table_shard.h — one ps task's part of an embedding table (docs/tables.md,
 // docs/tables.md; Paddle's table role): a fixed table's shard (dense rows of [rows, dim] and their
 // slots, routed by div/mod) or a dynamic table's share (rows whose id hashes to this ps), behind one
 // small interface: gather rows, apply gradient rows, removal passes, reading rows in id order for a
@@ -35,7 +35,7 @@ struct TableStats {
   int64_t rows_dropped = 0;   // gradient rows dropped before admission
 };
 
-// A run of rows in ascending id order, as a checkpoint stores them (DESIGN.md §10): ids, values
+// A run of rows in ascending id order, as a checkpoint stores them (issue 18 §10): ids, values
 // [n, dim], each slot [n, dim] (the rule's slot_names order), and per-row last update step and push
 // count.
 struct RowsPart {

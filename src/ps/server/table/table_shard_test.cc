@@ -85,6 +85,15 @@ TEST(TableShardTest, BadPushesApplyNothing) {
     ASSERT_TRUE(one[0]->Apply(ids, g, 1).ok());
     EXPECT_EQ(GatherOne(one, 3), (std::vector<float>{a[0] - 0.5f, a[1] + 0.5f}));
     EXPECT_EQ(GatherOne(one, 4), (std::vector<float>{b[0] - 2, b[1]}));
+    // Stored rows listed twice (and a new one between them): refused, nothing applied.
+    const int64_t stored_twice[] = {4, 8, 4};
+    const float g6[] = {1, 1, 1, 1, 1, 1};
+    s = one[0]->Apply(stored_twice, g6, 2);
+    EXPECT_TRUE(Mentions(s, "id 4 listed twice")) << s;
+    EXPECT_EQ(GatherOne(one, 4), (std::vector<float>{b[0] - 2, b[1]}));
+    // The next push of those rows is not taken for a repeat.
+    ASSERT_TRUE(one[0]->Apply(ids, g, 3).ok());
+    EXPECT_EQ(GatherOne(one, 4), (std::vector<float>{b[0] - 4, b[1]}));
   }
 }
 
