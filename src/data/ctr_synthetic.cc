@@ -23,7 +23,7 @@ constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
 constexpr uint64_t kMask63 = (uint64_t{1} << 63) - 1;
 constexpr int64_t kMaxVocab = int64_t{1} << 40;
 constexpr int kMaxTeacherDim = 256;
-constexpr int kMaxFields = 1 << 16;
+constexpr int kMaxFields = 4096;  // FillExample keeps one rank per field on the stack
 constexpr int64_t kCalibrationExamples = 1 << 16;
 constexpr double kTwoPow32 = 4294967296.0;
 
@@ -173,17 +173,16 @@ CtrGenerator::CtrGenerator(CtrConfig config) : config_(std::move(config)) {
   const double alpha = config_.zipf_alpha;
   samplers_.resize(num_fields);
   for (int f = 0; f < num_fields; ++f) {
-    ZipfSampler& z = samplers_[f];
+    std::vector<ZipfCell>& cells = samplers_[f];
     const int64_t vocab = config_.vocab_sizes[f];
     std::vector<double> mass;
     for (int64_t first = 1; first <= vocab;) {
-      int64_t width = first < 512 ? 1 : first / 256;
+      int64_t width = first < 128 ? 1 : first / 64;
       width = std::min({width, vocab - first + 1, int64_t{1} << 31});
       const int64_t last = first + width - 1;
-      z.first.push_back(first);
-      z.width.push_back(static_cast<uint32_t>(width));
       const double min_ratio = std::pow(static_cast<double>(last) / static_cast<double>(first), -alpha);
-      z.squeeze.push_back(static_cast<uint32_t>(std::min(std::floor(min_ratio * kTwoPow32), kTwoPow32 - 1)));
+      const auto squeeze = static_cast<uint32_t>(std::min(std::floor(min_ratio * kTwoPow32), kTwoPow32 - 1));
+      cells.push_back({first, static_cast<uint32_t>(width), squeeze, uint64_t{1} << 32, cells.size()});
       mass.push_back(CellMass(first, last, alpha));
       first = last + 1;
     }
@@ -196,15 +195,12 @@ CtrGenerator::CtrGenerator(CtrConfig config) : config_(std::move(config)) {
       scaled[i] = mass[i] / total * static_cast<double>(n);
       (scaled[i] < 1 ? small : large).push_back(static_cast<uint32_t>(i));
     }
-    z.keep.assign(n, uint64_t{1} << 32);
-    z.alias.resize(n);
-    for (size_t i = 0; i < n; ++i) z.alias[i] = static_cast<uint32_t>(i);
     while (!small.empty() && !large.empty()) {
       const uint32_t s = small.back(), l = large.back();
       small.pop_back();
       large.pop_back();
-      z.keep[s] = static_cast<uint64_t>(std::llround(scaled[s] * kTwoPow32));
-      z.alias[s] = l;
+      cells[s].keep = static_cast<uint64_t>(std::llround(scaled[s] * kTwoPow32));
+      cells[s].alias = l;
       scaled[l] = (scaled[l] + scaled[s]) - 1;
       (scaled[l] < 1 ? small : large).push_back(l);
     }
@@ -224,6 +220,15 @@ CtrGenerator::CtrGenerator(CtrConfig config) : config_(std::move(config)) {
     norm2 += static_cast<double>(dense_weights_[d]) * dense_weights_[d];
   }
   for (float& w : dense_weights_) w = norm2 > 0 ? static_cast<float>(w * config_.dense_std / std::sqrt(norm2)) : 0.0f;
+
+  // The head ranks' embeddings, the same values TeacherEmbedding computes.
+  const int k = config_.teacher_dim;
+  head_embeddings_.assign(static_cast<size_t>(num_fields) * kHeadRanks * k, 0.0f);
+  for (int f = 0; f < num_fields; ++f) {
+    for (int64_t r = 1; r <= std::min(kHeadRanks, config_.vocab_sizes[f]); ++r) {
+      TeacherEmbedding(f, IdOfRank(f, r), &head_embeddings_[(f * kHeadRanks + r - 1) * k]);
+    }
+  }
 
   // The bias: mean σ(b + z) = base_ctr over a calibration stream's logits z (bisection).
   bias_ = 0;
@@ -260,13 +265,20 @@ void CtrGenerator::TeacherEmbedding(int field, int64_t id, float* out) const {
   }
 }
 
-double CtrGenerator::TrueLogit(const int64_t* ids, const float* dense) const {
+const float* CtrGenerator::Embedding(int field, int64_t id, int64_t rank, float* scratch) const {
+  if (rank >= 1 && rank <= kHeadRanks) return &head_embeddings_[(field * kHeadRanks + rank - 1) * config_.teacher_dim];
+  TeacherEmbedding(field, id, scratch);
+  return scratch;
+}
+
+// b + w*·x + ½(‖Σ_f e_f‖² − Σ_f ‖e_f‖²), in double. `ranks` may be null (ids of unknown rank).
+double CtrGenerator::Logit(const int64_t* ids, const int64_t* ranks, const float* dense) const {
   const int k = config_.teacher_dim;
   double sum[kMaxTeacherDim] = {};
-  float e[kMaxTeacherDim];
+  float scratch[kMaxTeacherDim];
   double squares = 0;
   for (int f = 0; f < config_.num_fields; ++f) {
-    TeacherEmbedding(f, ids[f], e);
+    const float* e = Embedding(f, ids[f], ranks == nullptr ? 0 : ranks[f], scratch);
     for (int j = 0; j < k; ++j) {
       sum[j] += e[j];
       squares += static_cast<double>(e[j]) * e[j];
@@ -279,27 +291,32 @@ double CtrGenerator::TrueLogit(const int64_t* ids, const float* dense) const {
   return bias_ + linear + 0.5 * interactions;
 }
 
-int64_t CtrGenerator::SampleRank(const ZipfSampler& z, uint64_t& state) const {
-  const uint64_t cells = z.first.size();
+double CtrGenerator::TrueLogit(const int64_t* ids, const float* dense) const { return Logit(ids, nullptr, dense); }
+
+int64_t CtrGenerator::SampleRank(const std::vector<ZipfCell>& cells, uint64_t& state) const {
+  const uint64_t n = cells.size();
   // A cell: Lemire's unbiased multiply-shift on the high 32 bits, the alias coin on the low 32.
   uint64_t x, m;
   do {
     x = Next(state);
-    m = (x >> 32) * cells;
-  } while (static_cast<uint32_t>(m) < cells && static_cast<uint32_t>(m) < (uint32_t{0} - cells) % cells);
-  uint32_t cell = static_cast<uint32_t>(m >> 32);
-  if ((x & 0xffffffffULL) >= z.keep[cell]) cell = z.alias[cell];
-  const uint64_t width = z.width[cell];
-  const int64_t first = z.first[cell];
+    m = (x >> 32) * n;
+  } while (static_cast<uint32_t>(m) < n && static_cast<uint32_t>(m) < (uint32_t{0} - n) % n);
+  // Branch-free (the coin is unpredictable): index ^ ((index ^ alias) & (coin >= keep ? ~0 : 0)).
+  const uint64_t own = m >> 32;
+  const uint64_t take_alias = uint64_t{0} - static_cast<uint64_t>((x & 0xffffffffULL) >= cells[own].keep);
+  const ZipfCell* cell = &cells[own ^ ((own ^ cells[own].alias) & take_alias)];
+  const uint64_t width = cell->width;
+  const int64_t first = cell->first;
   if (width == 1) return first;
-  // A rank in the cell: uniform, accepted with probability (r / first)^-α.
+  // A rank in the cell: uniform, accepted with probability (r / first)^-α; else another rank of
+  // the same cell (not another cell: that would weigh cells by their acceptance rate).
   for (;;) {
     const uint64_t y = Next(state);
-    const uint64_t n = (y >> 32) * width;
-    if (static_cast<uint32_t>(n) < width && static_cast<uint32_t>(n) < (uint32_t{0} - width) % width) continue;
-    const int64_t rank = first + static_cast<int64_t>(n >> 32);
+    const uint64_t w = (y >> 32) * width;
+    if (static_cast<uint32_t>(w) < width && static_cast<uint32_t>(w) < (uint32_t{0} - width) % width) continue;
+    const int64_t rank = first + static_cast<int64_t>(w >> 32);
     const uint32_t u = static_cast<uint32_t>(y);
-    if (u < z.squeeze[cell]) return rank;
+    if (u < cell->squeeze) return rank;
     const double ratio = static_cast<double>(rank) / static_cast<double>(first);
     if ((u + 0.5) / kTwoPow32 < std::pow(ratio, -config_.zipf_alpha)) return rank;
   }
@@ -308,15 +325,17 @@ int64_t CtrGenerator::SampleRank(const ZipfSampler& z, uint64_t& state) const {
 double CtrGenerator::FillExample(uint64_t stream_key, int64_t index, int64_t* ids, float* dense, float* label,
                                  double* logit_out) const {
   uint64_t state = Combine(stream_key, static_cast<uint64_t>(index));
+  int64_t ranks[kMaxFields];
   for (int f = 0; f < config_.num_fields; ++f) {
-    ids[f] = static_cast<int64_t>(Bijection63(field_id_keys_[f] + static_cast<uint64_t>(SampleRank(samplers_[f], state))));
+    ranks[f] = SampleRank(samplers_[f], state);
+    ids[f] = static_cast<int64_t>(Bijection63(field_id_keys_[f] + static_cast<uint64_t>(ranks[f])));
   }
   const auto& normal = NormalTable();
   for (int d = 0; d < config_.num_dense; d += 4) {
     const uint64_t bits = Next(state);
     for (int m = 0; m < 4 && d + m < config_.num_dense; ++m) dense[d + m] = normal[(bits >> (16 * m)) & 0xffff];
   }
-  const double logit = TrueLogit(ids, dense);
+  const double logit = Logit(ids, ranks, dense);
   if (logit_out != nullptr) *logit_out = logit;
   const double p = 1 / (1 + std::exp(-logit));
   const double u = static_cast<double>(Next(state) >> 11) * 0x1p-53;

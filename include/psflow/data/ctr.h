@@ -101,23 +101,29 @@ class CtrGenerator {
   int num_dense() const { return config_.num_dense; }
 
  private:
-  // Field f's Zipf sampler: cells of consecutive ranks (single ranks up to 511, then widths of
-  // about rank/256) picked by an alias table on their exact mass, then a rank inside the cell
-  // by rejection against r^-α (the cell's pmf varies by less than 0.5 %, so nearly every draw is
-  // accepted by a precomputed squeeze without a pow).
-  struct ZipfSampler {
-    std::vector<int64_t> first;      // first rank of each cell
-    std::vector<uint32_t> width;     // ranks in each cell
-    std::vector<uint32_t> squeeze;   // 2^32 · (last/first)^-α: below it, accept without pow
-    std::vector<uint64_t> keep;      // alias table: keep the cell if 32 random bits < keep
-    std::vector<uint32_t> alias;     // ... else take this cell
+  // Field f's Zipf sampler is a table of cells of consecutive ranks (single ranks up to 127, then
+  // widths of about rank/64), one picked by an alias table on their exact masses, then a rank
+  // inside it by rejection against r^-α (which varies by under 1.8 % within a cell, so a
+  // precomputed squeeze accepts nearly every draw without a pow).
+  struct ZipfCell {
+    int64_t first;     // first rank
+    uint32_t width;    // ranks in the cell
+    uint32_t squeeze;  // floor(2^32 · (last/first)^-α): a uniform below it is accepted outright
+    uint64_t keep;     // alias table: keep this cell if 32 random bits < keep (<= 2^32) ...
+    uint64_t alias;    // ... else take cell `alias`
   };
+  static constexpr int64_t kHeadRanks = 128;  // E*_f of ranks 1..128 are tabulated: most draws
+
   struct Keys {
     uint64_t train, test, calibration, ids, teacher;
   };
 
   explicit CtrGenerator(CtrConfig config);
-  int64_t SampleRank(const ZipfSampler& z, uint64_t& state) const;
+  int64_t SampleRank(const std::vector<ZipfCell>& cells, uint64_t& state) const;
+  // E*_f[id], where id is the field's id of `rank` (0: not known): the tabulated row of a head
+  // rank, else computed into `scratch`.
+  const float* Embedding(int field, int64_t id, int64_t rank, float* scratch) const;
+  double Logit(const int64_t* ids, const int64_t* ranks, const float* dense) const;
   // Writes example `index` of the stream `stream_key` (and its logit unless null); returns σ(logit).
   double FillExample(uint64_t stream_key, int64_t index, int64_t* ids, float* dense, float* label,
                      double* logit_out = nullptr) const;
@@ -128,7 +134,8 @@ class CtrGenerator {
   CtrConfig config_;
   Keys keys_{};
   std::vector<uint64_t> field_id_keys_, field_teacher_keys_;
-  std::vector<ZipfSampler> samplers_;
+  std::vector<std::vector<ZipfCell>> samplers_;  // per field
+  std::vector<float> head_embeddings_;            // [F][kHeadRanks][k]
   std::vector<float> dense_weights_;
   float embedding_scale_ = 0;
   double bias_ = 0;
