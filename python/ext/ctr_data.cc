@@ -30,11 +30,11 @@ void CheckOutput(const py::array& array, const std::vector<py::ssize_t>& shape, 
                                         absl::StrJoin(shape, ", "), ")");
   if (!array.dtype().is(py::dtype::of<T>()) || array.ndim() != static_cast<py::ssize_t>(shape.size()) ||
       !std::equal(shape.begin(), shape.end(), array.shape())) {
-    throw StatusError(absl::InvalidArgumentError(
-        absl::StrCat("CtrGenerator: out ", name, " is a ", py::str(array.dtype()).cast<std::string>(), " array of shape ",
-                     py::str(py::tuple(py::cast(std::vector<py::ssize_t>(array.shape(), array.shape() + array.ndim()))))
-                         .cast<std::string>(),
-                     "; pass a ", want)));
+    throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+        "CtrGenerator: out ", name, " is a ", py::str(array.dtype()).cast<std::string>(), " array of shape ",
+        py::str(py::tuple(py::cast(std::vector<py::ssize_t>(array.shape(), array.shape() + array.ndim()))))
+            .cast<std::string>(),
+        "; pass a ", want)));
   }
   if (!(array.flags() & py::array::c_style) || !array.writeable()) {
     throw StatusError(absl::InvalidArgumentError(
@@ -56,8 +56,8 @@ auto WithScores(const py::array& scores, Fn fn) {
     auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(scores);
     return fn(absl::Span<const float>(a.data(), a.size()));
   }
-  throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-      "scores have dtype ", py::str(scores.dtype()).cast<std::string>(), "; pass float32 or float64")));
+  throw StatusError(absl::InvalidArgumentError(
+      absl::StrCat("scores have dtype ", py::str(scores.dtype()).cast<std::string>(), "; pass float32 or float64")));
 }
 
 py::array_t<float, py::array::c_style> Labels(const py::array& labels) {
@@ -69,8 +69,7 @@ py::array_t<float, py::array::c_style> Labels(const py::array& labels) {
 
 class PyCtrGenerator {
  public:
-  explicit PyCtrGenerator(data::CtrConfig config)
-      : gen_(ValueOrThrow(data::CtrGenerator::Create(std::move(config)))) {}
+  explicit PyCtrGenerator(data::CtrConfig config) : gen_(ValueOrThrow(data::CtrGenerator::Create(std::move(config)))) {}
 
   py::tuple Batch(int64_t step, int64_t batch_size, int64_t worker_index, std::optional<py::tuple> out,
                   bool probabilities) {
@@ -113,7 +112,8 @@ class PyCtrGenerator {
 
   py::dict TestSet(int64_t n) {
     if (n < 1) {
-      throw StatusError(absl::InvalidArgumentError(absl::StrCat("CtrGenerator.test_set: n is ", n, "; it must be >= 1")));
+      throw StatusError(
+          absl::InvalidArgumentError(absl::StrCat("CtrGenerator.test_set: n is ", n, "; it must be >= 1")));
     }
     const py::ssize_t f = gen_.num_fields(), d = gen_.num_dense();
     py::array_t<int64_t> ids({static_cast<py::ssize_t>(n), f});
@@ -156,7 +156,8 @@ class PyCtrGenerator {
   py::array_t<double> TrueLogits(const py::array& ids_in, const py::array& dense_in) {
     const py::ssize_t f = gen_.num_fields(), d = gen_.num_dense();
     if (!ids_in.dtype().is(py::dtype::of<int64_t>()) || ids_in.ndim() != 2 || ids_in.shape(1) != f) {
-      throw StatusError(absl::InvalidArgumentError(absl::StrCat("CtrGenerator.true_logits: ids must be int64 [n, ", f, "]")));
+      throw StatusError(
+          absl::InvalidArgumentError(absl::StrCat("CtrGenerator.true_logits: ids must be int64 [n, ", f, "]")));
     }
     const py::ssize_t n = ids_in.shape(0);
     if (dense_in.ndim() != 2 || dense_in.shape(0) != n || dense_in.shape(1) != d) {
@@ -166,7 +167,8 @@ class PyCtrGenerator {
     auto ids = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(ids_in);
     auto dense = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(dense_in);
     py::array_t<double> out(n);
-    for (py::ssize_t i = 0; i < n; ++i) out.mutable_data()[i] = gen_.TrueLogit(ids.data() + i * f, dense.data() + i * d);
+    for (py::ssize_t i = 0; i < n; ++i)
+      out.mutable_data()[i] = gen_.TrueLogit(ids.data() + i * f, dense.data() + i * d);
     return out;
   }
 
@@ -182,8 +184,9 @@ class PyCtrGenerator {
 
   int64_t IdOfRank(int field, int64_t rank) {
     if (field < 0 || field >= gen_.num_fields() || rank < 1 || rank > gen_.config().vocab_sizes[field]) {
-      throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-          "CtrGenerator.id_of_rank: field ", field, " rank ", rank, " is out of range (ranks run from 1 to the field's vocabulary size)")));
+      throw StatusError(absl::InvalidArgumentError(
+          absl::StrCat("CtrGenerator.id_of_rank: field ", field, " rank ", rank,
+                       " is out of range (ranks run from 1 to the field's vocabulary size)")));
     }
     return gen_.IdOfRank(field, rank);
   }
@@ -224,9 +227,9 @@ bayes_metrics(n) -> {"log_loss", "auc", "expected_log_loss", "click_rate"} of th
              config.base_ctr = base_ctr;
              return std::make_unique<PyCtrGenerator>(std::move(config));
            }),
-           py::arg("seed") = 0, py::arg("num_fields") = 26, py::arg("num_dense") = 13, py::arg("vocab_sizes") = py::none(),
-           py::arg("zipf_alpha") = 1.1, py::arg("teacher_dim") = 8, py::arg("interaction_std") = 1.0,
-           py::arg("dense_std") = 0.5, py::arg("base_ctr") = 0.25)
+           py::arg("seed") = 0, py::arg("num_fields") = 26, py::arg("num_dense") = 13,
+           py::arg("vocab_sizes") = py::none(), py::arg("zipf_alpha") = 1.1, py::arg("teacher_dim") = 8,
+           py::arg("interaction_std") = 1.0, py::arg("dense_std") = 0.5, py::arg("base_ctr") = 0.25)
       .def("batch", &PyCtrGenerator::Batch, py::arg("step"), py::arg("batch_size"), py::arg("worker_index") = 0,
            py::arg("out") = py::none(), py::arg("probabilities") = false)
       .def("test_set", &PyCtrGenerator::TestSet, py::arg("n"))
@@ -263,9 +266,8 @@ bayes_metrics(n) -> {"log_loss", "auc", "expected_log_loss", "click_rate"} of th
       "auc",
       [](const py::array& labels, const py::array& scores) {
         auto y = Labels(labels);
-        return WithScores(scores, [&](auto s) {
-          return ValueOrThrow(data::Auc(absl::Span<const float>(y.data(), y.size()), s));
-        });
+        return WithScores(
+            scores, [&](auto s) { return ValueOrThrow(data::Auc(absl::Span<const float>(y.data(), y.size()), s)); });
       },
       py::arg("labels"), py::arg("scores"),
       "Exact ROC AUC of scores against 0/1 labels (sorted once; tied scores share their average rank).");

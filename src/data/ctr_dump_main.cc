@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ids(batch * gen->num_fields());
   std::vector<float> dense(batch * gen->num_dense()), labels(batch);
   std::vector<double> probabilities(batch);
-  if (absl::Status s = gen->FillBatch(worker, step, batch, ids.data(), dense.data(), labels.data(), probabilities.data());
+  if (absl::Status s =
+          gen->FillBatch(worker, step, batch, ids.data(), dense.data(), labels.data(), probabilities.data());
       !s.ok()) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return 1;

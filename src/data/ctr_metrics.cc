@@ -18,8 +18,8 @@ constexpr double kClip = 1e-15;
 template <typename T>
 absl::Status CheckInputs(const char* what, absl::Span<const float> labels, absl::Span<const T> values) {
   if (labels.size() != values.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", labels.size(), " labels but ", values.size(),
-                                                   " scores; pass one score per label"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", labels.size(), " labels but ", values.size(), " scores; pass one score per label"));
   }
   if (labels.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": no examples; pass at least one"));
   for (size_t i = 0; i < labels.size(); ++i) {
@@ -41,8 +41,8 @@ absl::StatusOr<double> LogLossImpl(absl::Span<const float> labels, absl::Span<co
   for (size_t i = 0; i < labels.size(); ++i) {
     const double p = probabilities[i];
     if (!(p >= 0.0 && p <= 1.0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("log_loss: probability ", i, " is ", p, "; probabilities must be in [0, 1] (pass sigmoid(logit))"));
+      return absl::InvalidArgumentError(absl::StrCat("log_loss: probability ", i, " is ", p,
+                                                     "; probabilities must be in [0, 1] (pass sigmoid(logit))"));
     }
     const double clipped = std::clamp(p, kClip, 1.0 - kClip);
     sum -= labels[i] == 1.0f ? std::log(clipped) : std::log1p(-clipped);
@@ -71,8 +71,8 @@ absl::StatusOr<double> AucImpl(absl::Span<const float> labels, absl::Span<const 
   }
   const double negatives = static_cast<double>(n) - positives;
   if (positives == 0 || negatives == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("auc: all ", n, " labels are ", positives == 0 ? 0 : 1,
-                                                   "; AUC needs both classes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("auc: all ", n, " labels are ", positives == 0 ? 0 : 1, "; AUC needs both classes"));
   }
   return (positive_rank_sum - positives * (positives + 1) / 2) / (positives * negatives);
 }

@@ -52,7 +52,7 @@ inline uint64_t Bijection63(uint64_t x) {
 
 // Φ^-1(p): Acklam's rational approximation refined by one Halley step on erfc (|error| < 1e-15).
 double InverseNormalCdf(double p) {
-  static constexpr double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+  static constexpr double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,  -2.759285104469687e+02,
                                  1.383577518672690e+02,  -3.066479806614716e+01, 2.506628277459239e+00};
   static constexpr double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
                                  6.680131188771972e+01, -1.328068155288572e+01};
@@ -91,7 +91,7 @@ const std::array<float, 65536>& NormalTable() {
 }
 
 // Σ_{r=first}^{last} r^-α: summed for narrow cells, by Euler-Maclaurin for wide ones (which start
-// at rank >= 16384, where the next term is below 1e-14 of the sum).
+// at rank >= 4160, where the next term is below 1e-14 of the sum).
 double CellMass(int64_t first, int64_t last, double alpha) {
   if (last - first < 64) {
     double sum = 0;
@@ -100,7 +100,8 @@ double CellMass(int64_t first, int64_t last, double alpha) {
   }
   const double a = static_cast<double>(first), b = static_cast<double>(last);
   const double log_ratio = std::log1p((b - a) / a);
-  const double integral = alpha == 1.0 ? log_ratio : std::pow(a, 1 - alpha) * std::expm1((1 - alpha) * log_ratio) / (1 - alpha);
+  const double integral =
+      alpha == 1.0 ? log_ratio : std::pow(a, 1 - alpha) * std::expm1((1 - alpha) * log_ratio) / (1 - alpha);
   const double ends = 0.5 * (std::pow(a, -alpha) + std::pow(b, -alpha));
   const double derivative = alpha * (std::pow(a, -alpha - 1) - std::pow(b, -alpha - 1)) / 12;
   return integral + ends + derivative;
@@ -110,9 +111,9 @@ double CellMass(int64_t first, int64_t last, double alpha) {
 
 std::vector<int64_t> DefaultCtrVocabSizes(int num_fields) {
   // Criteo Kaggle (Display Advertising Challenge) C1..C26 cardinalities, capped at 10^6.
-  static constexpr int64_t kCriteo[26] = {1460,    583,  1000000, 1000000, 305,    24,  12517, 633,  3,
-                                          93145,   5683, 1000000, 3194,    27,     14992, 1000000, 10, 5652,
-                                          2173,    4,    1000000, 18,      15,     286181, 105,    142572};
+  static constexpr int64_t kCriteo[26] = {1460,  583,  1000000, 1000000, 305, 24,     12517,   633,   3,
+                                          93145, 5683, 1000000, 3194,    27,  14992,  1000000, 10,    5652,
+                                          2173,  4,    1000000, 18,      15,  286181, 105,     142572};
   std::vector<int64_t> sizes(std::max(num_fields, 0));
   for (size_t f = 0; f < sizes.size(); ++f) sizes[f] = kCriteo[f % 26];
   return sizes;
@@ -129,8 +130,8 @@ absl::StatusOr<CtrGenerator> CtrGenerator::Create(CtrConfig config) {
   }
   if (config.vocab_sizes.empty()) config.vocab_sizes = DefaultCtrVocabSizes(config.num_fields);
   if (config.vocab_sizes.size() != static_cast<size_t>(config.num_fields)) {
-    return absl::InvalidArgumentError(absl::StrCat("CTR data: ", config.vocab_sizes.size(),
-                                                   " vocabulary sizes for ", config.num_fields,
+    return absl::InvalidArgumentError(absl::StrCat("CTR data: ", config.vocab_sizes.size(), " vocabulary sizes for ",
+                                                   config.num_fields,
                                                    " fields; give one per field, or none for the defaults"));
   }
   for (size_t f = 0; f < config.vocab_sizes.size(); ++f) {
@@ -144,14 +145,13 @@ absl::StatusOr<CtrGenerator> CtrGenerator::Create(CtrConfig config) {
         absl::StrCat("CTR data: zipf_alpha is ", config.zipf_alpha, "; it must be in (0, 16]"));
   }
   if (config.teacher_dim < 1 || config.teacher_dim > kMaxTeacherDim) {
-    return absl::InvalidArgumentError(absl::StrCat("CTR data: teacher_dim is ", config.teacher_dim,
-                                                   "; it must be in [1, ", kMaxTeacherDim, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CTR data: teacher_dim is ", config.teacher_dim, "; it must be in [1, ", kMaxTeacherDim, "]"));
   }
   if (!(config.interaction_std >= 0 && config.interaction_std <= 100) ||
       !(config.dense_std >= 0 && config.dense_std <= 100)) {
     return absl::InvalidArgumentError(absl::StrCat("CTR data: interaction_std is ", config.interaction_std,
-                                                   " and dense_std ", config.dense_std,
-                                                   "; each must be in [0, 100]"));
+                                                   " and dense_std ", config.dense_std, "; each must be in [0, 100]"));
   }
   if (!(config.base_ctr > 0 && config.base_ctr < 1)) {
     return absl::InvalidArgumentError(
@@ -211,7 +211,8 @@ CtrGenerator::CtrGenerator(CtrConfig config) : config_(std::move(config)) {
   // w* a random direction of length dense_std, so Var(w*·x) = dense_std^2.
   const double pairs = 0.5 * num_fields * (num_fields - 1);
   embedding_scale_ =
-      pairs > 0 ? static_cast<float>(std::sqrt(config_.interaction_std / std::sqrt(pairs * config_.teacher_dim))) : 0.0f;
+      pairs > 0 ? static_cast<float>(std::sqrt(config_.interaction_std / std::sqrt(pairs * config_.teacher_dim)))
+                : 0.0f;
   const auto& normal = NormalTable();
   dense_weights_.resize(config_.num_dense);
   double norm2 = 0;

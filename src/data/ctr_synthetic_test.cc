@@ -138,7 +138,7 @@ double ChiSquareCritical(double df, double z = 4.0) {
 }
 
 TEST(CtrGeneratorTest, ZipfFrequenciesMatchThePmf) {
-  // Field 0: every rank its own bin (cells of width 1, then up to 11 ranks);
+  // Field 0: every rank its own bin (cells of one rank, then up to 46);
   // field 1: 2^20 ranks in bins of single ranks then doubling ranges (Euler-Maclaurin cells).
   const int64_t v0 = 3000, v1 = int64_t{1} << 20;
   const CtrGenerator gen = Make(Config([&](CtrConfig& c) {
