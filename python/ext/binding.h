@@ -45,6 +45,7 @@ void RegisterCluster(pybind11::module_& m);
 void RegisterFlags(pybind11::module_& m);
 void RegisterServer(pybind11::module_& m);
 void RegisterData(pybind11::module_& m);
+void RegisterCtrData(pybind11::module_& m);
 void RegisterSession(pybind11::module_& m);
 
 }  // namespace psflow::python
