@@ -1,7 +1,8 @@
-// psflow/nn/layers.h — layers a C++ user assembles into a model (the seed models in models.h are
-// built from exactly these). A Layer owns its parameters as named leaf Vars (autodiff.h); Forward
-// builds this step's graph on top of its input. Layers hold no per-step state, so one Layer may
-// be used by one thread at a time; replicas on several threads use separate Layer objects.
+// psflow/nn/layers.h — layers a C++ user assembles into a model (docs/custom-models.md); psflow's
+// built-in models (src/nn/model.cc) use the same ones. A Layer owns its parameters as named leaf
+// Vars (autodiff.h); Forward builds this step's graph on top of its input. Layers hold no per-step
+// state; one Layer is used by one thread at a time, and replicas on several threads use separate
+// Layer objects.
 #ifndef PSFLOW_NN_LAYERS_H_
 #define PSFLOW_NN_LAYERS_H_
 
@@ -26,7 +27,7 @@ class Layer {
   virtual ~Layer() = default;
   virtual Var Forward(const Var& x, ForwardContext& ctx) = 0;
   // Appends this layer's parameters in creation order (weights before biases).
-  virtual void CollectParameters(std::vector<Var>* out) const {}
+  virtual void CollectParameters(std::vector<Var>* /*out*/) const {}
 };
 
 // How a weight is initialized; the bias of Dense/Conv2D is a constant.
@@ -84,7 +85,7 @@ class Dropout : public Layer {
 
 class Flatten : public Layer {
  public:
-  Var Forward(const Var& x, ForwardContext& ctx) override { return ops::Flatten(x); }
+  Var Forward(const Var& x, ForwardContext& /*ctx*/) override { return ops::Flatten(x); }
 };
 
 // Lookup of rows of a [vocab, dim] table by integer ids held in x (as floats, one id per row);
