@@ -37,16 +37,20 @@ struct WeightInit {
   float bias = 0.0f;    // constant bias value
 };
 
-// y = x·W + b, optionally followed by ReLU. W [in, out] named NAME/weights, b [out] NAME/biases.
+// The activation a layer applies to its output: kNone, kRelu, kTanh, kSigmoid or kGelu
+// (psflow/core/ops.h says what each computes; kGelu is the tanh approximation).
+using Activation = ops::Activation;
+
+// y = activation(x·W + b), as one FusedMatMul. W [in, out] named NAME/weights, b [out] NAME/biases.
 class Dense : public Layer {
  public:
-  Dense(const std::string& name, int64_t in, int64_t out, WeightInit init, bool relu, Rng& rng);
+  Dense(const std::string& name, int64_t in, int64_t out, WeightInit init, Activation activation, Rng& rng);
   Var Forward(const Var& x, ForwardContext& ctx) override;
   void CollectParameters(std::vector<Var>* out) const override;
 
  private:
   Var weights_, biases_;
-  bool relu_;
+  Activation activation_;
 };
 
 // 2-D convolution (NHWC, filter HWIO) + bias, optionally ReLU.
