@@ -3,8 +3,11 @@
 //   dx = (1/σ) (dx̂ - mean(dx̂) - x̂ mean(dx̂ x̂)),  dx̂ = g · gain,
 //   dgain = Σ_rows g x̂,  dbias = Σ_rows g.
 // Rows are independent and split over the intra-op threads; the column sums go through fixed row
-// chunks (MaskAndSumColumns), so results do not depend on the thread count. Row statistics are
-// accumulated in double: a row of a few thousand floats keeps its mean exact to float precision.
+// chunks (MaskAndSumColumns), so results do not depend on the thread count. Rows are Eigen float
+// arrays (vectorized sums); the variance is taken of the centered row, so a row far from zero
+// keeps its precision.
+#include <Eigen/Core>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -16,6 +19,10 @@
 #include "psflow/core/threading.h"
 
 namespace psflow::ops {
+namespace {
+using Row = Eigen::Map<Eigen::ArrayXf>;
+using ConstRow = Eigen::Map<const Eigen::ArrayXf>;
+}  // namespace
 
 Var LayerNorm(const Var& x, const Var& gain, const Var& bias, float epsilon) {
   psflow::internal::PrepareThreadForKernels();
@@ -30,26 +37,18 @@ Var LayerNorm(const Var& x, const Var& gain, const Var& bias, float epsilon) {
   Tensor normalized = Tensor::Uninitialized(xv.shape());
   Tensor out = Tensor::Uninitialized(xv.shape());
   std::vector<float> inv_std(static_cast<size_t>(rows));
-  const float* gp = gain->value.data();
-  const float* bp = bias->value.data();
+  const ConstRow gain_row(gain->value.data(), d), bias_row(bias->value.data(), d);
   const int64_t min_rows = internal::kMinElementsPerBlock / std::max<int64_t>(d, 1) + 1;
   ParallelFor(rows, min_rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = xv.data() + r * d;
-      double sum = 0.0;
-      for (int64_t c = 0; c < d; ++c) sum += xr[c];
-      const double mean = sum / static_cast<double>(d);
-      double squares = 0.0;
-      for (int64_t c = 0; c < d; ++c) squares += (xr[c] - mean) * (xr[c] - mean);
-      const float rstd = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(d) + epsilon));
-      const float mean_f = static_cast<float>(mean);
+      const ConstRow xr(xv.data() + r * d, d);
+      const float mean = xr.mean();
+      Row nr(normalized.data() + r * d, d);
+      nr = xr - mean;  // centered first: the variance of a row far from 0 keeps its precision
+      const float rstd = 1.0f / std::sqrt(nr.square().mean() + epsilon);
       inv_std[static_cast<size_t>(r)] = rstd;
-      float* nr = normalized.data() + r * d;
-      float* yr = out.data() + r * d;
-      for (int64_t c = 0; c < d; ++c) {
-        nr[c] = (xr[c] - mean_f) * rstd;
-        yr[c] = nr[c] * gp[c] + bp[c];
-      }
+      nr *= rstd;
+      Row(out.data() + r * d, d) = nr * gain_row + bias_row;
     }
   });
   return MakeOpNode(
@@ -67,27 +66,22 @@ Var LayerNorm(const Var& x, const Var& gain, const Var& bias, float epsilon) {
         }
         if (ngain.requires_grad) {
           Tensor product = Tensor::Uninitialized(self.grad.shape());
-          for (int64_t i = 0; i < product.size(); ++i) product[i] = g[i] * xh[i];
+          const int64_t n = product.size();
+          Row(product.data(), n) = ConstRow(g, n) * ConstRow(xh, n);
           Tensor dg;
           internal::MaskAndSumColumns(product.data(), nullptr, rows, d, /*relu=*/false, &dg);
           ngain.AccumulateGrad(std::move(dg));
         }
         if (!nx.requires_grad) return;
-        const float* gp = ngain.value.data();
+        const ConstRow gain_row(ngain.value.data(), d);
         ParallelFor(rows, min_rows, [&](int64_t r0, int64_t r1) {
           for (int64_t r = r0; r < r1; ++r) {
-            float* gr = g + r * d;
-            const float* xr = xh + r * d;
-            double mean_dxh = 0.0, mean_dxh_xh = 0.0;
-            for (int64_t c = 0; c < d; ++c) {
-              const double dxh = static_cast<double>(gr[c]) * gp[c];
-              mean_dxh += dxh;
-              mean_dxh_xh += dxh * xr[c];
-            }
-            const float a = static_cast<float>(mean_dxh / static_cast<double>(d));
-            const float b = static_cast<float>(mean_dxh_xh / static_cast<double>(d));
-            const float rstd = inv_std[static_cast<size_t>(r)];
-            for (int64_t c = 0; c < d; ++c) gr[c] = rstd * (gr[c] * gp[c] - a - xr[c] * b);  // in place
+            Row gr(g + r * d, d);
+            const ConstRow xr(xh + r * d, d);
+            gr *= gain_row;  // dx̂, in place
+            const float a = gr.mean();
+            const float b = (gr * xr).mean();
+            gr = inv_std[static_cast<size_t>(r)] * (gr - a - xr * b);
           }
         });
         nx.AccumulateGrad(std::move(self.grad));
