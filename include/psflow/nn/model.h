@@ -1,5 +1,6 @@
-// psflow/nn/model.h — a classifier: a network of layers plus its input shape and class count,
-// with the seed models of docs/design.md#seed-models (softmax, mlp, cnn, vgg19) and their default training
+// psflow/nn/model.h — a classifier: a network of layers plus its input shape and class count, and
+// the registry of models by name (a user's own, RegisterModel, beside the built-in ones of
+// docs/design.md#seed-models, which live in src/nn/model.cc) with their default training
 // hyper-parameters. A Model owns its layers and parameters; it is used by one thread at a time
 // (replicas build one Model each, from the same seed, so they start identical).
 #ifndef PSFLOW_NN_MODEL_H_
