@@ -9,7 +9,7 @@ if(NOT help_exit EQUAL 0 OR NOT help MATCHES "vgg19 100, lenet_small 2000\\)")
   message(FATAL_ERROR "custom_model train --help does not show lenet_small's --train_steps default:\n${help}")
 endif()
 # Its own setting too, with its default, and refused with one line when bad or not the --model's.
-if(NOT help MATCHES "--conv1_filters TEXT \\[8\\][^\n]*filters of lenet_small's first convolution")
+if(NOT help MATCHES "Model settings:[^-]*--conv1_filters TEXT=8 +filters of lenet_small's first convolution")
   message(FATAL_ERROR "custom_model train --help does not list lenet_small's --conv1_filters setting:\n${help}")
 endif()
 execute_process(COMMAND "${BINARY}" train --model=lenet_small --conv1_filters=0 ERROR_VARIABLE err RESULT_VARIABLE code)

@@ -64,7 +64,7 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
     return session.Close([&]() -> absl::StatusOr<SessionEval> {
       EvalResult validation = Evaluate((*replicas)->model(), data->validation);
       EvalResult test = Evaluate((*replicas)->model(), data->test);
-      return SessionEval{validation.accuracy, validation.cross_entropy, test.accuracy, test.cross_entropy};
+      return SessionEval{validation.accuracy, validation.cross_entropy, test.accuracy, test.cross_entropy, {}};
     });
   };
   absl::StatusOr<RunSummary> result = train();

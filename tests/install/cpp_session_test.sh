@@ -15,7 +15,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/psflow_install_test.XXXXXX")
 # psflow's build tree for case 2 sits beside BUILD_DIR at the same depth, so that ccache
 # (base_dir) sees the same relative paths and reuses BUILD_DIR's objects instead of compiling again.
 subdir_psflow="${build}_subdir"
-trap 'rm -rf "$work"' EXIT
+rm -rf "$subdir_psflow"
+trap 'rm -rf "$work" "$subdir_psflow"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 now() { date +%s.%N; }
 
