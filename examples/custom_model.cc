@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "psflow/cli/main.h"
 #include "psflow/core/init.h"
 #include "psflow/nn/layers.h"
@@ -65,13 +66,16 @@ class Linear : public psflow::nn::Layer {
 // rng: every worker replica and the chief build the model this way, and the chief's copy is the
 // one that initializes the parameter servers. All randomness therefore comes from `rng`.
 std::unique_ptr<Model> BuildLenetSmall(const ModelConfig& config, Rng& rng) {
+  // The model's own setting --conv1_filters (declared in main, checked there): always in
+  // config.settings, given or at its default.
+  const int filters = std::stoi(config.settings.at("conv1_filters"));
   const WeightInit conv_init{WeightInit::kTruncatedNormal, /*stddev=*/0.1f, /*bias=*/0.1f};
   const WeightInit dense_init{WeightInit::kGlorotUniform};
   auto net = std::make_unique<Sequential>();
-  net->Emplace<Conv2D>("conv1", /*kernel=*/5, /*in_channels=*/1, /*out_channels=*/8, /*stride=*/1, Padding::kSame,
-                       conv_init, /*relu=*/true, rng)
+  net->Emplace<Conv2D>("conv1", /*kernel=*/5, /*in_channels=*/1, /*out_channels=*/filters, /*stride=*/1,
+                       Padding::kSame, conv_init, /*relu=*/true, rng)
       .Emplace<MaxPool>(/*window=*/2, /*stride=*/2, Padding::kSame)
-      .Emplace<Conv2D>("conv2", 5, 8, 16, 1, Padding::kSame, conv_init, true, rng)
+      .Emplace<Conv2D>("conv2", 5, filters, 16, 1, Padding::kSame, conv_init, true, rng)
       .Emplace<MaxPool>(2, 2, Padding::kSame)
       .Emplace<Flatten>()
       .Emplace<Dense>("fc1", 7 * 7 * 16, config.hidden_units, dense_init, psflow::nn::Activation::kRelu, rng)
@@ -91,6 +95,14 @@ int main(int argc, char** argv) {
   defaults.learning_rate = 0.002f;
   defaults.batch_size = 64;
   defaults.train_steps = 2000;
+  // A setting of the model's own: --conv1_filters=N on any subcommand with --model=lenet_small,
+  // listed by --help under "Model settings"; refused unless it is an integer in [1, 256].
+  defaults.settings.push_back({"conv1_filters", "8", "filters of lenet_small's first convolution",
+                               [](const std::string& v) {
+                                 int n = 0;
+                                 const bool ok = absl::SimpleAtoi(v, &n) && n >= 1 && n <= 256;
+                                 return ok ? absl::OkStatus() : absl::InvalidArgumentError("an integer in 1..256");
+                               }});
   psflow::nn::RegisterModel("lenet_small", BuildLenetSmall, defaults);
   return psflow::cli::Main(argc, argv);
 }

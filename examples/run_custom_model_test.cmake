@@ -8,8 +8,22 @@ execute_process(COMMAND "${BINARY}" train --help OUTPUT_VARIABLE help RESULT_VAR
 if(NOT help_exit EQUAL 0 OR NOT help MATCHES "vgg19 100, lenet_small 2000\\)")
   message(FATAL_ERROR "custom_model train --help does not show lenet_small's --train_steps default:\n${help}")
 endif()
+# Its own setting too, with its default, and refused with one line when bad or not the --model's.
+if(NOT help MATCHES "Model settings:[^-]*--conv1_filters TEXT=8 +filters of lenet_small's first convolution")
+  message(FATAL_ERROR "custom_model train --help does not list lenet_small's --conv1_filters setting:\n${help}")
+endif()
+execute_process(COMMAND "${BINARY}" train --model=lenet_small --conv1_filters=0 ERROR_VARIABLE err RESULT_VARIABLE code)
+if(NOT code EQUAL 2 OR NOT err MATCHES "--conv1_filters=0 must be an integer in 1..256")
+  message(FATAL_ERROR "--conv1_filters=0 gave exit ${code}: ${err}")
+endif()
+execute_process(COMMAND "${BINARY}" train --model=mlp --conv1_filters=4 ERROR_VARIABLE err RESULT_VARIABLE code)
+if(NOT code EQUAL 2 OR NOT err MATCHES "--conv1_filters=4 is a setting of model lenet_small, not of --model=mlp")
+  message(FATAL_ERROR "--conv1_filters with --model=mlp gave exit ${code}: ${err}")
+endif()
+# A run with the setting given: every task (the launcher passes it on) builds 4 filters (a worker
+# building other shapes than the chief's is refused).
 execute_process(
-  COMMAND "${BINARY}" local --ps=1 --workers=2 --model=lenet_small --train_steps=300 --log_every=100
+  COMMAND "${BINARY}" local --ps=1 --workers=2 --model=lenet_small --conv1_filters=4 --train_steps=300 --log_every=100
           --data_dir=${DATA_DIR}
   RESULT_VARIABLE exit_code
   OUTPUT_VARIABLE output
@@ -17,6 +31,9 @@ execute_process(
 message("${output}")
 if(NOT exit_code EQUAL 0)
   message(FATAL_ERROR "custom_model local exited with ${exit_code}")
+endif()
+if(NOT output MATCHES "conv1/weights +\\[5,5,1,4\\]" OR NOT output MATCHES "conv2/weights +\\[5,5,4,16\\]")
+  message(FATAL_ERROR "the placement listing does not show conv1 with --conv1_filters=4 filters")
 endif()
 if(NOT output MATCHES "final: model=lenet_small mode=async workers=2 ps=1 global_step=([0-9]+)")
   message(FATAL_ERROR "no summary line for lenet_small in the output")

@@ -51,6 +51,27 @@ std::string ModelDefaultsHelp(const train::Flag& flag) {
   return out + ")";
 }
 
+void AddModelSettings(CLI::App* app, train::TrainOptions* o) {
+  // Every registered model's settings (the --model is not known yet); ResolveTrainOptions refuses
+  // one that is not the chosen model's. Two models may share a setting's name.
+  std::vector<std::string> added;
+  for (const std::string& model : nn::ModelNames()) {
+    auto defaults = nn::DefaultsFor(model);
+    if (!defaults.ok()) continue;
+    for (const nn::ModelSetting& s : defaults->settings) {
+      const std::string name = absl::StrCat("--", s.name);
+      if (train::FindFlag(s.name) != nullptr || std::find(added.begin(), added.end(), name) != added.end()) continue;
+      added.push_back(name);
+      app->add_option_function<std::string>(
+             name, [o, setting = s.name](const std::string& text) { o->model_settings[setting] = text; },
+             absl::StrCat(s.help, " (a setting of --model=", model, ")"))
+          ->type_name("TEXT")
+          ->default_str(s.default_value)
+          ->group("Model settings");
+    }
+  }
+}
+
 }  // namespace
 
 void AddTrainFlags(CLI::App* app, train::TrainOptions* o, std::initializer_list<absl::string_view> only) {
@@ -77,6 +98,7 @@ void AddTrainFlags(CLI::App* app, train::TrainOptions* o, std::initializer_list<
       app->get_option(name)->type_size(0)->default_str("true");
     }
   }
+  AddModelSettings(app, o);
 }
 
 std::vector<std::string> GivenFlagArgs(const CLI::App& app, const train::TrainOptions& options,
@@ -88,6 +110,7 @@ std::vector<std::string> GivenFlagArgs(const CLI::App& app, const train::TrainOp
     if (Contains(except, flag.name) || option == nullptr || option->count() == 0) continue;
     args.push_back(train::FlagArg(flag, options));
   }
+  for (const auto& [name, value] : options.model_settings) args.push_back(absl::StrCat("--", name, "=", value));
   return args;
 }
 

@@ -24,10 +24,13 @@ class FlagValueError : public CLI::ValidationError {
 // Adds every flag of the table (or only those named in `only`, without "--") to `app`, bound to
 // *options. Each --help line shows the value *options holds now (a caller sets its own default
 // first, as `local` does for --transport), or each model's value for the flags the model defaults.
+// Always adds the registered models' own settings (nn::ModelSetting, into options->model_settings),
+// listed under "Model settings".
 void AddTrainFlags(CLI::App* app, train::TrainOptions* options, std::initializer_list<absl::string_view> only = {});
 
 // "--name=value" (or "--name" for a flag that is on) of every table flag given on `app`'s command
-// line, with the value parsed into `options`, except the flags named in `except` (without "--").
+// line, with the value parsed into `options`, except the flags named in `except` (without "--"),
+// then "--name=value" of every model setting in options.model_settings.
 std::vector<std::string> GivenFlagArgs(const CLI::App& app, const train::TrainOptions& options,
                                        std::initializer_list<absl::string_view> except = {});
 

@@ -146,6 +146,11 @@ absl::Status Chief::SaveCheckpoint() {
   return saved;
 }
 
+absl::Status Chief::SaveFinalCheckpoint(int64_t global_step) {
+  if (global_step == saved_step_) return absl::OkStatus();
+  return SaveCheckpoint();
+}
+
 absl::Status Chief::PullAndWriteCheckpoint() {
   auto snapshot = client_.PullState();
   if (!snapshot.ok()) return snapshot.status();
@@ -156,6 +161,7 @@ absl::Status Chief::PullAndWriteCheckpoint() {
   auto path = SaveTrainingState(options_.checkpoint_dir, state, optimizer_.slot_names(), 5, options_.env);
   if (!path.ok()) return path.status();
   schedule_.Saved(state.global_step);
+  saved_step_ = state.global_step;
   log_("saved checkpoint " + *path);
   return absl::OkStatus();
 }

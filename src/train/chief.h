@@ -39,6 +39,10 @@ class Chief {
   // Saves a checkpoint when the schedule says so (no-op without --checkpoint_dir).
   absl::Status MaybeCheckpoint(int64_t global_step);
   absl::Status SaveCheckpoint();
+  // The chief's last save at Close: SaveCheckpoint, unless the schedule has just saved the
+  // checkpoint of `global_step` (--train_steps a multiple of --save_checkpoint_steps), which would
+  // only be written and logged a second time.
+  absl::Status SaveFinalCheckpoint(int64_t global_step);
   // Ps task `task` restarted empty: rolls every ps task back to the newest checkpoint (a consistent
   // model, global step included), or, without --checkpoint_dir, gives that task fresh values.
   absl::Status RestorePs(int task);
@@ -65,6 +69,7 @@ class Chief {
   const optim::Optimizer& optimizer_;
   const LogSink& log_;
   CheckpointSchedule schedule_;
+  int64_t saved_step_ = -1;  // global step of the last checkpoint this chief wrote
 };
 
 }  // namespace psflow::train

@@ -23,7 +23,7 @@ absl::StatusOr<CheckpointEval> EvaluateCheckpoint(const TrainOptions& options, c
     return absl::InvalidArgumentError(absl::StrCat(checkpoint.path, " holds model '", model_name->second,
                                                    "', not --model=", options.model, "; pass --model=", model_name->second));
   }
-  auto model = nn::BuildModel({options.model, options.hidden_units, options.seed});
+  auto model = nn::BuildModel(ModelConfigFrom(options));
   if (!model.ok()) return model.status();
   for (const Var& p : (*model)->parameters()) {
     auto it = checkpoint.contents.tensors.find(p->name);

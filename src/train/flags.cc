@@ -111,8 +111,9 @@ constexpr Flag kFlags[] = {
 };
 // clang-format on
 
-static_assert(internal::MemberCount<TrainOptions>() == std::size(kFlags) + 1,
-              "a TrainOptions member has no row in kFlags (train/flags.cc): every member but env is a flag");
+static_assert(internal::MemberCount<TrainOptions>() == std::size(kFlags) + 2,
+              "a TrainOptions member has no row in kFlags (train/flags.cc): every member but env and "
+              "model_settings (the models' own flags) is a flag");
 
 template <typename T>
 struct Unoptional {
@@ -271,6 +272,7 @@ std::vector<std::string> FlagArgs(const TrainOptions& options) {
   for (const Flag& flag : kFlags) {
     if (!FlagValueText(flag, options).empty()) args.push_back(FlagArg(flag, options));
   }
+  for (const auto& [name, value] : options.model_settings) args.push_back(absl::StrCat("--", name, "=", value));
   return args;
 }
 

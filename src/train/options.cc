@@ -4,11 +4,52 @@
 // silently replaced or ignored.
 #include "psflow/train/options.h"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "psflow/nn/model.h"
 #include "train/flags.h"
 
 namespace psflow::train {
+namespace {
+
+// The given settings must be the --model's; its left-out ones take their defaults.
+absl::Status ResolveModelSettings(const nn::ModelDefaults& defaults, TrainOptions* o) {
+  for (const auto& [name, value] : o->model_settings) {
+    const bool known = std::any_of(defaults.settings.begin(), defaults.settings.end(),
+                                   [&](const nn::ModelSetting& s) { return s.name == name; });
+    if (known) continue;
+    std::vector<std::string> owners;
+    for (const std::string& model : nn::ModelNames()) {
+      auto d = nn::DefaultsFor(model);
+      if (d.ok() && std::any_of(d->settings.begin(), d->settings.end(),
+                                [&](const nn::ModelSetting& s) { return s.name == name; })) {
+        owners.push_back(model);
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, " is a setting of model ",
+                                                   absl::StrJoin(owners, " and "), ", not of --model=", o->model,
+                                                   "; leave it out or choose --model=", owners.empty() ? "" : owners[0]));
+  }
+  for (const nn::ModelSetting& s : defaults.settings) {
+    if (FindFlag(s.name) != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("model ", o->model, " declares a setting --", s.name,
+                                                     " but that is a psflow flag; rename the setting"));
+    }
+    auto [it, left_out] = o->model_settings.emplace(s.name, s.default_value);
+    if (!s.check) continue;
+    if (absl::Status c = s.check(it->second); !c.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--", s.name, "=", it->second, " must be ", c.message(),
+                                                     left_out ? " (the model's default)" : ""));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ResolveTrainOptions(TrainOptions* o) {
   auto defaults = nn::DefaultsFor(o->model);
@@ -17,6 +58,7 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
   // flags left out, then the rules between flags.
   if (absl::Status s = CheckFlagRules(*o, *defaults); !s.ok()) return s;
   FillModelDefaults(*defaults, o);
+  if (absl::Status s = ResolveModelSettings(*defaults, o); !s.ok()) return s;
   if (o->local_replicas > *o->batch_size) {
     return absl::InvalidArgumentError(absl::StrCat("--local_replicas=", o->local_replicas, " must be at most --batch_size=",
                                                    *o->batch_size, ": each replica needs at least one example"));
@@ -24,6 +66,15 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
   auto optimizer = optim::MakeOptimizer(OptimizerConfigFrom(*o));
   if (!optimizer.ok()) return optimizer.status();
   return absl::OkStatus();
+}
+
+nn::ModelConfig ModelConfigFrom(const TrainOptions& o) {
+  nn::ModelConfig config{o.model, o.hidden_units, o.seed, o.model_settings};
+  // Options never resolved (psflow eval's few flags) still give the model every setting.
+  if (auto defaults = nn::DefaultsFor(o.model); defaults.ok()) {
+    for (const nn::ModelSetting& s : defaults->settings) config.settings.emplace(s.name, s.default_value);
+  }
+  return config;
 }
 
 optim::OptimizerConfig OptimizerConfigFrom(const TrainOptions& o) {

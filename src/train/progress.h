@@ -5,6 +5,7 @@
 #define PSFLOW_TRAIN_PROGRESS_H_
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <algorithm>
 #include <string>
@@ -32,7 +33,11 @@ class ProgressLog {
   void Step(int64_t global_step, double loss, double accuracy, int64_t every) {
     ++local_steps_;
     loss_sum_ += loss;
-    acc_sum_ += accuracy;
+    // A step without an accuracy (NaN: a regression's) leaves it out of the line.
+    if (!std::isnan(accuracy)) {
+      acc_sum_ += accuracy;
+      ++acc_steps_;
+    }
     if (local_steps_ % every != 0) return;
     const auto now = Clock::now();
     const double window = std::chrono::duration<double>(now - last_time_).count();
@@ -40,10 +45,12 @@ class ProgressLog {
     if (first_step_ < 0) first_step_ = global_step - local_steps_;
     const double elapsed = ElapsedSeconds();
     const double per_step = global_step > first_step_ ? elapsed / (global_step - first_step_) : 0;
-    log_(absl::StrFormat("%sstep %d/%d loss %.4f accuracy %.4f examples/s %.0f elapsed %.1fs remaining %.1fs",
-                         prefix_, global_step, target_, loss_sum_ / every, acc_sum_ / every, examples_per_sec,
-                         elapsed, std::max<double>(0, per_step * (target_ - global_step))));
+    const std::string accuracy_text = acc_steps_ > 0 ? absl::StrFormat(" accuracy %.4f", acc_sum_ / acc_steps_) : "";
+    log_(absl::StrFormat("%sstep %d/%d loss %.4f%s examples/s %.0f elapsed %.1fs remaining %.1fs", prefix_,
+                         global_step, target_, loss_sum_ / every, accuracy_text, examples_per_sec, elapsed,
+                         std::max<double>(0, per_step * (target_ - global_step))));
     loss_sum_ = acc_sum_ = 0;
+    acc_steps_ = 0;
     last_time_ = now;
   }
   double ElapsedSeconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
@@ -58,6 +65,7 @@ class ProgressLog {
   int64_t local_steps_ = 0;
   int64_t first_step_ = -1;  // global step when this task started, for the remaining-time estimate
   double loss_sum_ = 0, acc_sum_ = 0;
+  int64_t acc_steps_ = 0;  // steps of the window that had an accuracy
 };
 
 }  // namespace psflow::train

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <iostream>
 #include <thread>
@@ -183,7 +184,7 @@ class WorkerSession::Impl {
     // The chief checkpoints and evaluates the final parameters, then ends the job.
     auto step = client_->Pull(pull_into_);
     if (!step.ok()) return step.status();
-    if (auto s = chief_->SaveCheckpoint(); !s.ok()) return s;
+    if (auto s = chief_->SaveFinalCheckpoint(*step); !s.ok()) return s;
     summary.global_step = *step;
     summary.train_seconds = train_seconds;
     summary.examples_per_sec =
@@ -196,6 +197,16 @@ class WorkerSession::Impl {
       summary.validation_cross_entropy = value(eval->validation_cross_entropy);
       summary.test_accuracy = value(eval->test_accuracy);
       summary.test_cross_entropy = value(eval->test_cross_entropy);
+      for (const auto& [name, metric] : eval->metrics) {
+        const bool named = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+        });
+        if (!named) {
+          return absl::InvalidArgumentError(absl::StrCat("evaluation metric name '", name,
+                                                         "' must be letters, digits and '_' (e.g. test_mse)"));
+        }
+      }
+      summary.metrics = eval->metrics;
     }
     telemetry_->OnFinal(summary.global_step, summary.validation_accuracy, summary.test_accuracy);
     if (auto stats = client_->Stats(); stats.ok()) {

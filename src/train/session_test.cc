@@ -2,8 +2,12 @@
 // server over gRPC on loopback: misuse is refused (step before open, after the end), the chief
 // initializes the ps from the values its buffers hold at Open, each step pulls straight into the
 // value buffers (SGD's update checked by hand), a row-sparse gradient updates only its rows, and
-// Close ends the job (the ps task's Wait returns OK).
+// Close ends the job (the ps task's Wait returns OK); the final checkpoint is saved once when the
+// schedule falls on the last step; the caller's own metrics reach the summary line and its JSON.
 #include "psflow/train/session.h"
+
+#include <algorithm>
+#include <filesystem>
 
 #include "gtest/gtest.h"
 #include "ps/tests/ps_test_util.h"
@@ -57,7 +61,7 @@ TEST(WorkerSessionTest, DrivesOneWorkerOverCallerOwnedBuffers) {
   }
   EXPECT_TRUE(session.ShouldStop());
   EXPECT_TRUE(absl::IsFailedPrecondition(session.Step(1.0)));
-  auto summary = session.Close([] { return SessionEval{0.5, 1.5, 0.25, 2.5}; });
+  auto summary = session.Close([] { return SessionEval{0.5, 1.5, 0.25, 2.5, {}}; });
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->global_step, 3);
   EXPECT_EQ(summary->model, "external");
@@ -66,6 +70,60 @@ TEST(WorkerSessionTest, DrivesOneWorkerOverCallerOwnedBuffers) {
   EXPECT_EQ(summary->ps_traffic[0].num_params, 14);
   PSFLOW_EXPECT_OK(cluster->servers[0]->Wait());
   EXPECT_NE(log.back().find("summary_json: "), std::string::npos) << log.back();
+}
+
+// --train_steps=4 with --save_checkpoint_steps=2: checkpoints at steps 2 and 4, each saved and
+// logged once (the final save at Close does not write step 4 again). A regression's metrics,
+// without accuracies, are printed as name=value and written under "metrics".
+TEST(WorkerSessionTest, SavesTheLastStepOnceAndReportsTheCallersMetrics) {
+  auto cluster = TestCluster::Start(1, 1);
+  ASSERT_NE(cluster, nullptr);
+  const std::string dir = ::testing::TempDir() + "/session_final_checkpoint";
+  std::filesystem::remove_all(dir);
+  WorkerSession::Options options;
+  options.train.job_name = "worker";
+  options.train.ps_hosts = cluster->cluster.ps()[0];
+  options.train.worker_hosts = cluster->cluster.workers()[0];
+  options.train.optimizer = "sgd";
+  options.train.train_steps = 4;
+  options.train.checkpoint_dir = dir;
+  options.train.save_checkpoint_steps = 2;
+  options.train.metrics_json = dir + "/metrics.json";
+  options.train.log_every = 1;
+  options.model_name = "regression";
+  std::vector<std::string> log;
+  options.log = [&log](const std::string& line) { log.push_back(line); };
+  Tensor w(Shape{3}, 1.0f), w_grad(Shape{3}, 0.5f);
+  auto session_or = WorkerSession::Create(options, {{"w", &w, &w_grad}});
+  ASSERT_TRUE(session_or.ok()) << session_or.status();
+  WorkerSession& session = **session_or;
+  PSFLOW_ASSERT_OK(session.Open());
+  while (!session.ShouldStop()) PSFLOW_ASSERT_OK(session.Step(0.25));
+  auto summary = session.Close([] {
+    SessionEval eval;
+    eval.metrics = {{"test_mse", 0.125}, {"test_mae", 0.5}};
+    return eval;
+  });
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  PSFLOW_EXPECT_OK(cluster->servers[0]->Wait());
+
+  std::vector<std::string> saved;
+  for (const std::string& line : log) {
+    if (line.rfind("saved checkpoint ", 0) == 0) saved.push_back(line);
+  }
+  ASSERT_EQ(saved.size(), 2u) << ::testing::PrintToString(log);
+  EXPECT_NE(saved[0].find("model.ckpt-2."), std::string::npos) << saved[0];
+  EXPECT_NE(saved[1].find("model.ckpt-4."), std::string::npos) << saved[1];
+
+  ASSERT_EQ(summary->metrics.size(), 2u);
+  const std::string text = FormatSummary(*summary);
+  EXPECT_NE(text.find("stale_gradients_dropped=0 test_mse=0.125 test_mae=0.5\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"metrics\":{\"test_mae\":0.5,\"test_mse\":0.125}"), std::string::npos) << text;
+  // No accuracy was given: the progress lines leave it out rather than print nan.
+  const auto progress = std::find_if(log.begin(), log.end(), [](const std::string& l) { return l.rfind("step 4/4 loss 0.2500 ", 0) == 0; });
+  ASSERT_NE(progress, log.end()) << ::testing::PrintToString(log);
+  EXPECT_EQ(progress->find("accuracy"), std::string::npos) << *progress;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(WorkerSessionTest, RefusesBadParameters) {

@@ -49,7 +49,7 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
   SetIntraOpThreads(options.intra_op_threads);
   auto data = LoadTrainingData(options);
   if (!data.ok()) return data.status();
-  auto replicas = LocalReplicas::Create({options.model, options.hidden_units, options.seed}, options.local_replicas);
+  auto replicas = LocalReplicas::Create(ModelConfigFrom(options), options.local_replicas);
   if (!replicas.ok()) return replicas.status();
   const optim::OptimizerConfig opt_config = OptimizerConfigFrom(options);
   auto optimizer = optim::MakeOptimizer(opt_config);

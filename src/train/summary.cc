@@ -25,15 +25,22 @@ std::string SummaryToJson(const RunSummary& s) {
                       {"test_cross_entropy", s.test_cross_entropy},
                       {"stale_gradients_dropped", s.stale_gradients_dropped},
                       {"ps_traffic", traffic}};
+  if (!s.metrics.empty()) {
+    nlohmann::json metrics = nlohmann::json::object();
+    for (const auto& [name, value] : s.metrics) metrics[name] = value;
+    j["metrics"] = metrics;
+  }
   return j.dump();
 }
 
 std::string FormatSummary(const RunSummary& s) {
   std::string out = absl::StrFormat(
       "final: model=%s mode=%s workers=%d ps=%d global_step=%d train_seconds=%.2f examples_per_sec=%.0f "
-      "validation_accuracy=%.4f validation_cross_entropy=%.4f test_accuracy=%.4f stale_gradients_dropped=%d\n",
+      "validation_accuracy=%.4f validation_cross_entropy=%.4f test_accuracy=%.4f stale_gradients_dropped=%d",
       s.model, s.mode, s.workers, s.ps, s.global_step, s.train_seconds, s.examples_per_sec,
       s.validation_accuracy, s.validation_cross_entropy, s.test_accuracy, s.stale_gradients_dropped);
+  for (const auto& [name, value] : s.metrics) absl::StrAppendFormat(&out, " %s=%.6g", name, value);
+  out += "\n";
   for (const PsTraffic& t : s.ps_traffic) {
     absl::StrAppendFormat(&out, "  ps %d: params=%d bytes_in=%d bytes_out=%d\n", t.task, t.num_params,
                           t.bytes_in, t.bytes_out);

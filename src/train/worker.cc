@@ -17,7 +17,7 @@ namespace psflow::train {
 
 absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink& log) {
   SetIntraOpThreads(options.intra_op_threads);
-  auto replicas = LocalReplicas::Create({options.model, options.hidden_units, options.seed}, options.local_replicas);
+  auto replicas = LocalReplicas::Create(ModelConfigFrom(options), options.local_replicas);
   if (!replicas.ok()) return replicas.status();
 
   // The master copy of the parameters is pulled into and pushed from in place.
@@ -30,7 +30,7 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
   // A ps restart before the first checkpoint goes back to the initial values: the chief rebuilds
   // them from the seed rather than keeping a copy of the whole model.
   session_options.rebuild_initial_values = [&options]() -> absl::StatusOr<std::vector<Tensor>> {
-    auto fresh = nn::BuildModel({options.model, options.hidden_units, options.seed});
+    auto fresh = nn::BuildModel(ModelConfigFrom(options));
     if (!fresh.ok()) return fresh.status();
     std::vector<Tensor> values;
     for (const Var& p : (*fresh)->parameters()) values.push_back(std::move(p->value));
@@ -64,7 +64,7 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
     return session.Close([&]() -> absl::StatusOr<SessionEval> {
       EvalResult validation = Evaluate((*replicas)->model(), data->validation);
       EvalResult test = Evaluate((*replicas)->model(), data->test);
-      return SessionEval{validation.accuracy, validation.cross_entropy, test.accuracy, test.cross_entropy};
+      return SessionEval{validation.accuracy, validation.cross_entropy, test.accuracy, test.cross_entropy, {}};
     });
   };
   absl::StatusOr<RunSummary> result = train();

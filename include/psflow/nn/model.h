@@ -7,11 +7,13 @@
 #define PSFLOW_NN_MODEL_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "psflow/nn/layers.h"
 
@@ -46,6 +48,20 @@ struct ModelConfig {
   std::string name = "mlp";  // softmax | mlp | cnn | vgg19
   int hidden_units = 100;    // mlp
   uint64_t seed = 0;         // parameter initialization
+  // The model's own settings (ModelDefaults::settings) by name: the value given as --NAME=VALUE,
+  // else the setting's default. Every setting the model declared is here.
+  std::map<std::string, std::string> settings = {};
+};
+
+// A setting of a registered model's own: every program that registered the model takes it as
+// --NAME=VALUE (psflow train, local and eval, psflow::cli::ParseFlags; `--help` lists it with its
+// default), only with --model set to that model; the factory reads it from ModelConfig::settings.
+struct ModelSetting {
+  std::string name;           // "filters": given as --filters=16; not the name of a psflow flag
+  std::string default_value;  // text, as it would be given
+  std::string help;
+  // Optional: OK, or why the text is refused; the error reads "--NAME=VALUE must be <message>".
+  std::function<absl::Status(const std::string& value)> check = nullptr;
 };
 
 // A model's own training hyper-parameters (docs/design.md#seed-models): the values of the flags
@@ -58,6 +74,7 @@ struct ModelDefaults {
   int64_t lr_decay_steps = 0;
   float lr_decay_rate = 1.0f;
   bool synthetic_data = false;  // vgg19 trains on synthetic 32x32x3 images
+  std::vector<ModelSetting> settings = {};  // the model's own settings, shown by --help
 };
 
 // A user's own model: psflow builds it by name wherever it builds a seed model (every replica,

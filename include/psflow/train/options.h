@@ -5,12 +5,17 @@
 #define PSFLOW_TRAIN_OPTIONS_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "psflow/io/env.h"
 #include "psflow/optim/optimizer.h"
+
+namespace psflow::nn {
+struct ModelConfig;
+}  // namespace psflow::nn
 
 namespace psflow::train {
 
@@ -24,6 +29,9 @@ struct TrainOptions {
   std::string model = "mlp";
   int hidden_units = 100;
   std::string data_dir = "data/mnist";
+  // The --model's own settings (nn::ModelDefaults::settings), given as --NAME=VALUE; after
+  // ResolveTrainOptions every setting of the model is here, left-out ones at their defaults.
+  std::map<std::string, std::string> model_settings;
 
   // Training; unset / empty means "the seed model's default" (nn::DefaultsFor), which
   // ResolveTrainOptions fills in: after it, every optional here holds a value. A value that was
@@ -80,6 +88,9 @@ struct TrainOptions {
 // InvalidArgument naming the flag, the value and the fix ("--batch_size=0 must be a positive
 // integer"), which the CLI prints as one line and exits 2 (docs/bad-input.md).
 absl::Status ResolveTrainOptions(TrainOptions* options);
+
+// The model the options describe: --model, --hidden_units, --seed and the model's settings.
+nn::ModelConfig ModelConfigFrom(const TrainOptions& options);
 
 // The optimizer configuration the options describe (after ResolveTrainOptions, which set them).
 optim::OptimizerConfig OptimizerConfigFrom(const TrainOptions& options);

@@ -48,6 +48,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -70,12 +71,15 @@ struct SessionParameter {
   const bool* dense_grad_ready = nullptr;
 };
 
-// What the caller's evaluation at Close() found (NaN: not measured).
+// What the caller's evaluation at Close() found (NaN: not measured). A model that is not a
+// classifier (a regression) leaves the accuracies and reports its own measures in `metrics`
+// (names of letters, digits and '_'), which the summary prints and --metrics_json writes.
 struct SessionEval {
   double validation_accuracy = std::numeric_limits<double>::quiet_NaN();
   double validation_cross_entropy = std::numeric_limits<double>::quiet_NaN();
   double test_accuracy = std::numeric_limits<double>::quiet_NaN();
   double test_cross_entropy = std::numeric_limits<double>::quiet_NaN();
+  std::vector<std::pair<std::string, double>> metrics;
 };
 
 class WorkerSession {

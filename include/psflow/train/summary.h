@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -27,6 +28,10 @@ struct RunSummary {
   double validation_cross_entropy = 0, test_cross_entropy = 0;
   int64_t stale_gradients_dropped = 0;
   std::vector<PsTraffic> ps_traffic;
+  // The program's own measures of the final model, in its order (a C++ program's SessionEval::
+  // metrics, e.g. {"test_mse", 0.012}): printed as name=value at the end of the "final:" line and
+  // as the JSON object "metrics".
+  std::vector<std::pair<std::string, double>> metrics;
 };
 
 std::string SummaryToJson(const RunSummary& summary);
