@@ -15,17 +15,13 @@
 namespace psflow::ps {
 namespace {
 
+using testing::ExpectEqualTensors;
 using testing::ExpectSameSnapshot;
 using testing::Filled;
 using testing::Plan;
 using testing::Sgd;
 using testing::TestCluster;
 using ::testing::HasSubstr;
-
-void ExpectEqualTensors(const Tensor& a, const Tensor& b) {
-  ASSERT_EQ(a.shape(), b.shape());
-  for (int64_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "element " << i;
-}
 
 // One ps task holding w [3, 2] = 1..6 (SGD, learning rate 1), a client that initialized it, and
 // a raw channel to the ps for messages the client would never send.
