@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks psflow's locking with clang's -Wthread-safety (issue 11.5): every library translation
+"""Checks psflow's locking with clang's -Wthread-safety: every library translation
 unit under src/ (tests excluded: clang-14 lacks C++20 features they use) is compiled with
 clang++-14 -fsyntax-only -Wthread-safety -Werror=thread-safety, using the flags CMake recorded in
 the build's compile_commands.json. Passes only with no thread-safety warning at all.
