@@ -221,7 +221,7 @@ void RegisterFlags(py::module_& m) {
       .def_readwrite("unparsed", &Flags::unparsed)
       .def("__repr__", [](const Flags& f) {
         // Flags whose default comes from the model are unset (None) until resolved.
-        auto text = [](const std::optional<auto>& v) { return v.has_value() ? absl::StrCat(*v) : std::string("None"); };
+        auto text = []<typename T>(const std::optional<T>& v) { return v.has_value() ? absl::StrCat(*v) : std::string("None"); };
         return absl::StrCat("Flags(job_name='", f.options.job_name, "', task_index=", f.options.task_index,
                             ", train_steps=", text(f.options.train_steps), ", batch_size=", text(f.options.batch_size),
                             ", ...)");

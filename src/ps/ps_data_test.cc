@@ -352,7 +352,7 @@ TEST(AsyncPushTest, ServerRefusesSlicesThatDoNotFitOrComeInSyncMode) {
     header.set_client_id(client_id);
     header.set_seq(static_cast<uint64_t>(offset * 10 + n));
     header.set_more_parts(true);
-    return CallWithSliceOfW(*channel, rpc::Method::kPush, header.SerializeAsString(), data, offset, n);
+    return CallWithSliceOfW(*ps.channel, rpc::Method::kPush, header.SerializeAsString(), data, offset, n);
   };
   EXPECT_TRUE(absl::IsInvalidArgument(push(4, 3, 7)));   // past the shard's 6 elements
   EXPECT_TRUE(absl::IsInvalidArgument(push(-1, 2, 7)));  // before it
@@ -392,7 +392,7 @@ TEST(PullTest, ServerAnswersRunsOfAShardAndRefusesRunsThatDoNotFit) {
     }
     rpc::CallOptions o;
     o.timeout_secs = 10;
-    return channel->CallBlocking(rpc::Method::kPull, rpc::OutgoingMessage::Of(request), o);
+    return ps.channel->CallBlocking(rpc::Method::kPull, rpc::OutgoingMessage::Of(request), o);
   };
   auto answer = pull({{1, 2}, {4, 2}}, false);
   ASSERT_TRUE(answer.ok()) << answer.status();
@@ -524,7 +524,7 @@ TEST(AsyncPushTest, ServerRefusesMalformedPushesFromAnyPeer) {
     m.tensors.push_back(t);
     rpc::CallOptions o;
     o.timeout_secs = 10;
-    return channel->CallBlocking(rpc::Method::kPush, std::move(m), o).status();
+    return ps.channel->CallBlocking(rpc::Method::kPush, std::move(m), o).status();
   };
   EXPECT_TRUE(absl::IsInvalidArgument(push("nope", {3, 2}, {}, false)));        // unknown shard
   EXPECT_TRUE(absl::IsInvalidArgument(push("w", {2, 3}, {}, false)));           // wrong shape
