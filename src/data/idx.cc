@@ -1,3 +1,5 @@
+// The IDX reader (psflow/data/idx.h). The file's bytes come through an io::Env, a gzip file's
+// inflated (zlib) as they are read, and the parser checks the header and the size against them.
 #include "psflow/data/idx.h"
 
 #include <zlib.h>
