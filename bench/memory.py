@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Peak resident memory of every psflow task, with PyTorch's peak for the same model and batch
-beside it (issue 12.2). Each task is started by hand (gRPC over loopback, one process per task)
+beside it (docs/memory.md). Each task is started by hand (gRPC over loopback, one process per task)
 and its peak RSS is the kernel's ru_maxrss of that process, read with os.wait4 when it exits, so
 no sample is missed. PyTorch trains the same network (bench/torch_seed_models.py) for the same
 steps in one process, holding a data set of the same size as psflow's.

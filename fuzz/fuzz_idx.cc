@@ -1,8 +1,8 @@
 // Fuzzes the IDX reader (psflow/data/idx.h), plain and gzip: data files are downloaded and may be
 // truncated, corrupt or hostile.
 //
-// ReadIdxFile only takes a path, so each input is written to a memfd and read back through
-// /proc/self/fd/N (no change to the data component, no disk traffic). The first input byte picks
+// ReadIdxFile reads a path (through an io::Env, and psflow has no in-memory one), so each input is
+// written to a memfd and read back through /proc/self/fd/N (no disk traffic). The first input byte picks
 // the mode: even = the rest as is (raw bytes, which may themselves look like gzip), odd = the rest
 // gzip-compressed here, so the fuzzer also explores the IDX parser behind the decompressor.
 //

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Checks psflow's locking with clang's -Wthread-safety (issue 11.5): every library translation
-unit under src/ (tests excluded: clang-14 lacks C++20 features they use) is compiled with
-clang++-14 -fsyntax-only -Wthread-safety -Werror=thread-safety, using the flags CMake recorded in
-the build's compile_commands.json. Passes only with no thread-safety warning at all.
+"""Checks psflow's locking with clang's -Wthread-safety, and that clang 14 compiles psflow: every
+translation unit of the project in the build's compile_commands.json (the libraries, their tests,
+the integration tests, the Python extension, the benchmarks and examples; not the generated
+protobuf sources) is compiled with clang++-14 -fsyntax-only -Wthread-safety -Werror=thread-safety,
+using the flags CMake recorded. Passes only when every unit compiles with no thread-safety warning.
 
 Usage: thread_safety_check.py SOURCE_DIR BUILD_DIR [--jobs N] [--clang PATH]
 Exit status: 0 clean; 1 warnings or a compile error (each printed); 77 skipped (clang++-14 absent,
@@ -61,14 +62,15 @@ def main():
         print(f"error: cannot read {db_path} ({e.strerror}); configure the build with cmake first "
               "(CMAKE_EXPORT_COMPILE_COMMANDS is on in CMakeLists.txt)")
         return 1
-    src = os.path.join(os.path.realpath(args.source_dir), "src") + os.sep
+    source = os.path.realpath(args.source_dir) + os.sep
+    build = os.path.realpath(args.build_dir) + os.sep
     entries = {}
     for e in db:
         path = os.path.realpath(os.path.join(e["directory"], e["file"]))
-        if path.startswith(src) and path.endswith(".cc") and not path.endswith("_test.cc"):
+        if path.startswith(source) and not path.startswith(build) and path.endswith(".cc"):
             entries[path] = dict(e, file=path)
     if not entries:
-        print(f"error: no translation unit under {src} in {db_path}")
+        print(f"error: no translation unit under {source} in {db_path}")
         return 1
 
     def run(entry):
@@ -86,7 +88,7 @@ def main():
                 failed.append(path)
                 print(f"--- {os.path.relpath(path, args.source_dir)}: exit {rc}, {n} thread-safety warning(s)", flush=True)
                 print(err.strip(), flush=True)
-    print(f"{len(entries)} translation units under src/ checked with {os.path.basename(clang)} "
+    print(f"{len(entries)} translation units checked with {os.path.basename(clang)} "
           f"-Wthread-safety in {time.monotonic() - start:.0f} s: {warnings} thread-safety warning(s), "
           f"{len(failed)} unit(s) failing")
     return 1 if failed else 0

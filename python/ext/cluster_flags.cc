@@ -19,8 +19,8 @@
 #include "psflow/cli/flags.h"
 #include "psflow/dist/cluster.h"
 #include "psflow/train/options.h"
-#include "psflow/train/ps_task.h"
 #include "train/flags.h"
+#include "train/ps_task.h"
 
 namespace py = pybind11;
 
@@ -106,8 +106,7 @@ Flags ParseFlags(const std::optional<std::vector<std::string>>& argv, const std:
 
 void JoinServer(const train::TrainOptions& options) {
   train::PsTaskControl control;
-  const std::string no_tf_config;  // the ClusterSpec given replaces TF_CONFIG
-  control.tf_config = &no_tf_config;
+  control.tf_config = "";  // the ClusterSpec given replaces TF_CONFIG
   std::promise<absl::Status> promise;
   std::future<absl::Status> result = promise.get_future();
   auto log = [](const std::string& line) { std::cout << line << std::endl; };

@@ -1,4 +1,4 @@
-// Checkpoints on a disk that misbehaves (issue 11.4), through the fault-injecting Env over real
+// Checkpoints on a disk that misbehaves, through the fault-injecting Env over real
 // files: a full disk at every write of a save, every file operation of a save failing in turn, a
 // crash before every operation of a save (including between write and rename), a failing fsync,
 // a failing close. Each must leave the previous checkpoint loadable with its exact values, and

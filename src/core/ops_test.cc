@@ -116,17 +116,18 @@ std::vector<OpCase> DenseCases() {
     c.max_gradient_checks = 300;
     cases.push_back(c);
   }
+  // Lambdas below capture structured bindings as [x = x]: clang 14 cannot capture them by name.
   for (auto [batch, classes, scale] : {std::tuple<int64_t, int64_t, double>{4, 5, 1.0}, {3, 10, 8.0}, {1, 2, 1.0}}) {
     std::vector<int32_t> labels;
     for (int64_t i = 0; i < batch; ++i) labels.push_back(static_cast<int32_t>((i * 7 + 3) % classes));
     OpCase c;
     c.name = "SoftmaxCrossEntropy_" + std::to_string(batch) + "x" + std::to_string(classes);
     c.input_shapes = {{batch, classes}};
-    c.fill = [scale](int, DTensor& in, Rng& rng) {
+    c.fill = [scale = scale](int, DTensor& in, Rng& rng) {
       for (double& v : in.data) v = scale * (2.0 * rng.Uniform() - 1.0);
     };
     c.build = [labels](const std::vector<Var>& v) { return SoftmaxCrossEntropy(v[0], labels); };
-    c.reference = [labels, batch, classes](const std::vector<DTensor>& in) {
+    c.reference = [labels, batch = batch, classes = classes](const std::vector<DTensor>& in) {
       DTensor out(Shape{});
       for (int64_t r = 0; r < batch; ++r) {
         double z = 0;
@@ -141,8 +142,8 @@ std::vector<OpCase> DenseCases() {
     OpCase c;
     c.name = "Reshape_" + ShapeToString(from) + "_to_" + ShapeToString(to);
     c.input_shapes = {from};
-    c.build = [to](const std::vector<Var>& v) { return Reshape(v[0], to); };
-    c.reference = [to](const std::vector<DTensor>& in) {
+    c.build = [to = to](const std::vector<Var>& v) { return Reshape(v[0], to); };
+    c.reference = [to = to](const std::vector<DTensor>& in) {
       DTensor out = in[0];
       out.shape = to;
       for (int64_t& d : out.shape) {
@@ -170,8 +171,8 @@ std::vector<OpCase> DenseCases() {
     OpCase c;
     c.name = "EmbeddingLookup_" + ShapeToString(table) + "_" + std::to_string(ids.size()) + "ids";
     c.input_shapes = {table};
-    c.build = [ids](const std::vector<Var>& v) { return EmbeddingLookup(v[0], ids); };
-    c.reference = [ids](const std::vector<DTensor>& in) {
+    c.build = [ids = ids](const std::vector<Var>& v) { return EmbeddingLookup(v[0], ids); };
+    c.reference = [ids = ids](const std::vector<DTensor>& in) {
       Shape shape = in[0].shape;
       shape[0] = static_cast<int64_t>(ids.size());
       DTensor out(shape);

@@ -1,4 +1,5 @@
-// Run-time CPU dispatch for psflow's own element-wise kernels (issue 12.3).
+// Run-time CPU dispatch for psflow's own element-wise kernels: one binary for every CPU of a
+// cluster, with the same numbers on each.
 //
 // The default build targets the baseline x86-64 ISA (SSE2) so that one binary runs on every
 // host of a cluster. The few loops that psflow itself runs over millions of floats (optimizer

@@ -175,7 +175,7 @@ void FlushDenormalsOnThisThread() {
 #if defined(__x86_64__)
   // MXCSR's FTZ (0x8000) and DAZ (0x0040) bits, which every x86-64 CPU has. Written directly
   // rather than with pmmintrin.h's macro, which needs -msse3: the portable build targets the
-  // SSE2 baseline, and the bits must be set there too (issue 12.3: same numbers on every CPU).
+  // SSE2 baseline, and the bits must be set there too (same numbers on every CPU).
   _mm_setcsr(_mm_getcsr() | 0x8040);
 #endif
 }

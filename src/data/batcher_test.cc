@@ -8,6 +8,15 @@
 #include "gtest/gtest.h"
 
 namespace psflow::data {
+
+// The sampler's sequential reader, private to it (batcher.h).
+class BatchSamplerPeer {
+ public:
+  static void Next(BatchSampler& s, std::vector<int64_t>* indices) { s.Next(indices); }
+  static int64_t next_batch(const BatchSampler& s) { return s.next_batch(); }
+  static void Seek(BatchSampler& s, int64_t k) { s.Seek(k); }
+};
+
 namespace {
 
 using ::testing::ElementsAreArray;
@@ -130,8 +139,8 @@ TEST(BatchSamplerTest, OneEpochCoversEveryExampleOnce) {
 TEST(BatchSamplerTest, RandomAccessMatchesSequentialNext) {
   BatchSampler sequential(37, 8, 1, 3, 11);
   std::vector<std::vector<int64_t>> batches(20);
-  for (auto& batch : batches) sequential.Next(&batch);
-  EXPECT_EQ(sequential.next_batch(), 20);
+  for (auto& batch : batches) BatchSamplerPeer::Next(sequential, &batch);
+  EXPECT_EQ(BatchSamplerPeer::next_batch(sequential), 20);
   // Jumping around (as an async worker does) gives the same batches.
   BatchSampler jumping(37, 8, 1, 3, 11);
   std::vector<int64_t> got;
@@ -139,10 +148,10 @@ TEST(BatchSamplerTest, RandomAccessMatchesSequentialNext) {
     jumping.BatchAt(k, &got);
     EXPECT_EQ(got, batches[k]) << "k=" << k;
   }
-  jumping.Seek(18);
-  jumping.Next(&got);
+  BatchSamplerPeer::Seek(jumping, 18);
+  BatchSamplerPeer::Next(jumping, &got);
   EXPECT_EQ(got, batches[18]);
-  EXPECT_EQ(jumping.next_batch(), 19);
+  EXPECT_EQ(BatchSamplerPeer::next_batch(jumping), 19);
 }
 
 TEST(BatchSamplerTest, BatchLargerThanAnEpoch) {

@@ -1,17 +1,19 @@
+// The IDX reader (psflow/data/idx.h). The file's bytes come through an io::Env, a gzip file's
+// inflated (zlib) as they are read, and the parser checks the header and the size against them.
 #include "psflow/data/idx.h"
 
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <climits>
-#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "psflow/io/env.h"
 
 namespace psflow::data {
 namespace {
@@ -26,100 +28,145 @@ constexpr size_t kChunk = size_t{16} << 20;
 class ByteSource {
  public:
   virtual ~ByteSource() = default;
-  // Reads up to n bytes; fewer only at the end of the data. Errors carry no file name (the caller
-  // adds it).
+  // Reads up to n bytes; fewer only at the end of the data. Errors name the file.
   virtual absl::StatusOr<size_t> Read(uint8_t* buf, size_t n) = 0;
 };
 
-struct FileCloser {
-  void operator()(FILE* f) const { std::fclose(f); }
-};
-struct GzCloser {
-  void operator()(gzFile f) const { gzclose(f); }
-};
-
+// The file's bytes, after the `head` already read from it to tell gzip apart.
 class PlainSource final : public ByteSource {
  public:
-  explicit PlainSource(std::unique_ptr<FILE, FileCloser> file) : file_(std::move(file)) {}
+  PlainSource(std::unique_ptr<io::SequentialFile> file, std::string head)
+      : file_(std::move(file)), head_(std::move(head)) {}
   absl::StatusOr<size_t> Read(uint8_t* buf, size_t n) override {
-    const size_t got = std::fread(buf, 1, n, file_.get());
-    if (got < n && std::ferror(file_.get())) {
-      return absl::DataLossError(absl::StrCat("read error: ", std::strerror(errno)));
-    }
-    return got;
+    const size_t from_head = std::min(n, head_.size() - head_used_);
+    std::memcpy(buf, head_.data() + head_used_, from_head);
+    head_used_ += from_head;
+    if (from_head == n) return n;
+    absl::StatusOr<size_t> got = file_->Read(reinterpret_cast<char*>(buf) + from_head, n - from_head);
+    if (!got.ok()) return got.status();
+    return from_head + *got;
   }
 
  private:
-  std::unique_ptr<FILE, FileCloser> file_;
+  const std::unique_ptr<io::SequentialFile> file_;
+  const std::string head_;
+  size_t head_used_ = 0;
 };
 
+// The decompressed bytes of a gzip file (zlib's inflate over the file's bytes). As gzip(1) and
+// zlib's gzread: members concatenated are read one after the other, and bytes after a member that
+// do not start another are ignored.
 class GzipSource final : public ByteSource {
  public:
-  explicit GzipSource(gzFile file) : file_(file) {}
+  GzipSource(std::unique_ptr<io::SequentialFile> file, const std::string& head)
+      : file_(std::move(file)), in_(kInputBytes) {
+    std::memcpy(in_.data(), head.data(), head.size());
+    z_.next_in = in_.data();
+    z_.avail_in = static_cast<uInt>(head.size());
+  }
+  ~GzipSource() override {
+    if (initialized_) inflateEnd(&z_);
+  }
+
   absl::StatusOr<size_t> Read(uint8_t* buf, size_t n) override {
+    if (!initialized_) {
+      // 16 + MAX_WBITS: a gzip wrapper around the deflate data, with the largest window.
+      if (const int ret = inflateInit2(&z_, 16 + MAX_WBITS); ret != Z_OK) return ZlibError(ret);
+      initialized_ = true;
+    }
     size_t total = 0;
-    while (total < n) {
-      // gzread takes an unsigned and returns an int: read in pieces below INT_MAX.
-      const unsigned want = static_cast<unsigned>(std::min<size_t>(n - total, 1u << 30));
-      const int got = gzread(file_.get(), buf + total, want);
-      int errnum = Z_OK;
-      const char* message = gzerror(file_.get(), &errnum);
-      // Z_BUF_ERROR is zlib's "unexpected end of file": the compressed stream was cut short.
-      if (got < 0 || (errnum != Z_OK && errnum != Z_STREAM_END)) {
-        return absl::DataLossError(absl::StrCat(
-            errnum == Z_BUF_ERROR ? "truncated gzip stream" : "corrupt gzip stream",
-            " (zlib: ", message, ")"));
+    while (total < n && !finished_) {
+      if (between_members_) {
+        if (absl::Status s = Fill(2); !s.ok()) return s;
+        if (z_.avail_in < 2 || z_.next_in[0] != 0x1f || z_.next_in[1] != 0x8b) {
+          finished_ = true;
+          break;
+        }
+        inflateReset(&z_);
+        between_members_ = false;
       }
-      total += static_cast<size_t>(got);
-      if (static_cast<unsigned>(got) < want) break;
+      if (z_.avail_in == 0) {
+        if (absl::Status s = Fill(1); !s.ok()) return s;
+      }
+      // inflate takes an unsigned count: decompress in pieces below 1 GiB.
+      const uInt want = static_cast<uInt>(std::min<size_t>(n - total, size_t{1} << 30));
+      z_.next_out = buf + total;
+      z_.avail_out = want;
+      const int ret = inflate(&z_, Z_NO_FLUSH);
+      total += want - z_.avail_out;
+      if (ret == Z_STREAM_END) {
+        between_members_ = true;
+      } else if (ret == Z_BUF_ERROR && z_.avail_in == 0 && at_end_) {
+        return absl::DataLossError(
+            absl::StrCat(file_->path(), ": truncated gzip stream (the file ends inside it)"));
+      } else if (ret != Z_OK && ret != Z_BUF_ERROR) {
+        return ZlibError(ret);
+      }
     }
     return total;
   }
 
  private:
-  std::unique_ptr<gzFile_s, GzCloser> file_;
+  static constexpr size_t kInputBytes = size_t{1} << 17;
+
+  // Reads from the file until `min_bytes` are available to inflate or the file ended.
+  absl::Status Fill(size_t min_bytes) {
+    while (z_.avail_in < min_bytes && !at_end_) {
+      std::memmove(in_.data(), z_.next_in, z_.avail_in);  // keep what inflate has not used
+      z_.next_in = in_.data();
+      absl::StatusOr<size_t> got =
+          file_->Read(reinterpret_cast<char*>(in_.data()) + z_.avail_in, in_.size() - z_.avail_in);
+      if (!got.ok()) return got.status();
+      if (*got == 0) at_end_ = true;
+      z_.avail_in += static_cast<uInt>(*got);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ZlibError(int ret) const {
+    if (ret == Z_MEM_ERROR) {
+      return absl::ResourceExhaustedError(absl::StrCat(file_->path(), ": out of memory decompressing it"));
+    }
+    return absl::DataLossError(absl::StrCat(file_->path(), ": corrupt gzip stream (zlib: ",
+                                            z_.msg != nullptr ? z_.msg : zError(ret), ")"));
+  }
+
+  const std::unique_ptr<io::SequentialFile> file_;
+  std::vector<Bytef> in_;
+  z_stream z_{};
+  bool initialized_ = false;
+  bool at_end_ = false;           // the file has no more bytes
+  bool between_members_ = false;  // a gzip member ended: another one may follow
+  bool finished_ = false;
 };
 
-absl::Status FileError(const std::string& path, const absl::Status& cause) {
-  return absl::Status(cause.code(), absl::StrCat(path, ": ", cause.message()));
-}
-
-absl::StatusOr<std::unique_ptr<ByteSource>> Open(const std::string& path, bool* gzip) {
-  std::unique_ptr<FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
-  if (file == nullptr) {
-    const int err = errno;
-    if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    return absl::PermissionDeniedError(
-        absl::StrCat(path, ": cannot open: ", std::strerror(err)));
+absl::StatusOr<std::unique_ptr<ByteSource>> Open(const std::string& path, io::Env* env, bool* gzip) {
+  absl::StatusOr<std::unique_ptr<io::SequentialFile>> file = env->NewSequentialFile(path);
+  if (!file.ok()) {
+    if (absl::IsNotFound(file.status())) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    return file.status();  // "cannot open PATH: Permission denied"
   }
-  uint8_t magic[2] = {0, 0};
-  const size_t got = std::fread(magic, 1, 2, file.get());
-  *gzip = got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-  if (!*gzip) {
-    std::rewind(file.get());
-    return std::make_unique<PlainSource>(std::move(file));
-  }
-  file.reset();
-  gzFile gz = gzopen(path.c_str(), "rb");
-  if (gz == nullptr) {
-    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open as gzip"));
-  }
-  gzbuffer(gz, 1 << 17);
-  return std::make_unique<GzipSource>(gz);
+  std::string head(2, '\0');
+  absl::StatusOr<size_t> got = (*file)->Read(head.data(), head.size());
+  if (!got.ok()) return got.status();
+  head.resize(*got);
+  *gzip = head.size() == 2 && static_cast<uint8_t>(head[0]) == 0x1f && static_cast<uint8_t>(head[1]) == 0x8b;
+  if (*gzip) return std::make_unique<GzipSource>(*std::move(file), head);
+  return std::make_unique<PlainSource>(*std::move(file), std::move(head));
 }
 
 }  // namespace
 
-absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
+absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, io::Env* env) {
   bool gzip = false;
-  absl::StatusOr<std::unique_ptr<ByteSource>> opened = Open(path, &gzip);
+  absl::StatusOr<std::unique_ptr<ByteSource>> opened = Open(path, env, &gzip);
   if (!opened.ok()) return opened.status();
   ByteSource& source = **opened;
   const char* what = gzip ? "its uncompressed data has" : "file has";
 
   uint8_t magic[4];
   absl::StatusOr<size_t> got = source.Read(magic, 4);
-  if (!got.ok()) return FileError(path, got.status());
+  if (!got.ok()) return got.status();
   if (*got < 4) {
     return absl::DataLossError(absl::StrCat(path, ": truncated: ", what, " ", *got,
                                             " bytes, fewer than the 4-byte IDX magic"));
@@ -139,7 +186,7 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
 
   std::vector<uint8_t> dim_bytes(4 * ndims);
   got = source.Read(dim_bytes.data(), dim_bytes.size());
-  if (!got.ok()) return FileError(path, got.status());
+  if (!got.ok()) return got.status();
   const size_t header_size = 4 + dim_bytes.size();
   if (*got < dim_bytes.size()) {
     return absl::DataLossError(absl::StrCat(path, ": truncated: header of ", ndims,
@@ -167,7 +214,7 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
     const size_t want = std::min<uint64_t>(kChunk, elements - have);
     array.data.resize(have + want);
     got = source.Read(array.data.data() + have, want);
-    if (!got.ok()) return FileError(path, got.status());
+    if (!got.ok()) return got.status();
     have += *got;
     if (*got < want) break;
   }
@@ -180,7 +227,7 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
   size_t trailing = 0;
   for (;;) {
     got = source.Read(extra, sizeof(extra));
-    if (!got.ok()) return FileError(path, got.status());
+    if (!got.ok()) return got.status();
     trailing += *got;
     if (*got < sizeof(extra)) break;
   }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "data/test_files.h"
+#include "io/fault_injection_env.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -141,6 +142,53 @@ TEST_F(IdxTest, CorruptGzipStream) {
   absl::Status s = ErrorFor("bad-crc.gz", compressed, false);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(s.message()), HasSubstr("corrupt gzip stream"));
+}
+
+// Through the fault-injecting Env: a file that cannot be opened, and an I/O error in the middle of
+// the data (the Nth read), plain and gzip, each one line naming the file; without a fault the same
+// Env reads the file.
+TEST_F(IdxTest, UnreadableFilesAndReadErrorsNameTheFile) {
+  const std::vector<uint8_t> data = Iota(300 * 700);
+  WriteBytes(Path("plain"), IdxBytes({300, 700}, data), false);
+  WriteBytes(Path("packed.gz"), IdxBytes({300, 700}, data), true);
+  for (const char* name : {"plain", "packed.gz"}) {
+    SCOPED_TRACE(name);
+    io::FaultInjectionEnv env;
+    absl::StatusOr<IdxArray> clean = ReadIdxFile(Path(name), &env);
+    ASSERT_TRUE(clean.ok()) << clean.status();
+    EXPECT_EQ(clean->data, data);
+    ASSERT_GE(env.Count(io::FileOp::kRead), 3) << "the file is read in several pieces";
+
+    env.Reset();
+    env.Inject({.op = io::FileOp::kOpen, .nth = 1, .error = EACCES});
+    absl::StatusOr<IdxArray> refused = ReadIdxFile(Path(name), &env);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_EQ(refused.status().message(), "cannot open " + Path(name) + ": Permission denied");
+
+    env.Reset();
+    env.Inject({.op = io::FileOp::kRead, .nth = 3, .error = EIO});
+    absl::StatusOr<IdxArray> failed = ReadIdxFile(Path(name), &env);
+    EXPECT_FALSE(failed.ok());
+    EXPECT_EQ(failed.status().message(), "cannot read " + Path(name) + ": Input/output error");
+    EXPECT_THAT(env.Fired(), ElementsAre("cannot read " + Path(name) + ": Input/output error"));
+  }
+}
+
+// Concatenated gzip members are one stream (as gzip -d reads them); bytes after the last member
+// that do not start another are ignored, as zlib's gzread does.
+TEST_F(IdxTest, ReadsConcatenatedGzipMembers) {
+  const std::vector<uint8_t> whole = IdxBytes({4, 5}, Iota(20));
+  WriteBytes(Path("first.gz"), std::vector<uint8_t>(whole.begin(), whole.begin() + 11), true);
+  WriteBytes(Path("second.gz"), std::vector<uint8_t>(whole.begin() + 11, whole.end()), true);
+  std::vector<uint8_t> joined = testing::ReadBytes(Path("first.gz"));
+  const std::vector<uint8_t> second = testing::ReadBytes(Path("second.gz"));
+  joined.insert(joined.end(), second.begin(), second.end());
+  joined.insert(joined.end(), {0, 0, 0});
+  WriteBytes(Path("joined"), joined, false);
+  absl::StatusOr<IdxArray> array = ReadIdxFile(Path("joined"));
+  ASSERT_TRUE(array.ok()) << array.status();
+  EXPECT_THAT(array->dims, ElementsAre(4, 5));
+  EXPECT_EQ(array->data, Iota(20));
 }
 
 }  // namespace

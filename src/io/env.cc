@@ -1,10 +1,29 @@
-// psflow/io env.cc — what every Env shares: the atomic write (temporary file, sync, close, rename,
-// directory sync) used by checkpoints and --metrics_json, and path helpers.
+// psflow/io env.cc — what every Env shares: reading a whole file, the atomic write (temporary file,
+// sync, close, rename, directory sync) used by checkpoints and --metrics_json, and path helpers.
 #include "psflow/io/env.h"
+
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
 namespace psflow::io {
+
+absl::StatusOr<std::string> Env::ReadFileToString(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<SequentialFile>> file = NewSequentialFile(path);
+  if (!file.ok()) return file.status();
+  std::string out;
+  // Read straight into the string, in pieces growing from 64 KiB to 16 MiB.
+  size_t piece = size_t{64} << 10;
+  for (;;) {
+    const size_t have = out.size();
+    out.resize(have + piece);
+    absl::StatusOr<size_t> got = (*file)->Read(out.data() + have, piece);
+    if (!got.ok()) return got.status();
+    out.resize(have + *got);
+    if (*got < piece) return out;
+    piece = std::min(piece * 2, size_t{16} << 20);
+  }
+}
 
 std::string DirName(const std::string& path) {
   const size_t slash = path.find_last_of('/');

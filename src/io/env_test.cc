@@ -89,6 +89,49 @@ TEST(PosixEnvTest, ErrorsNameTheOperationThePathAndTheCause) {
   EXPECT_THAT(s.message(), HasSubstr(dir + "/plain/sub"));
 }
 
+TEST(PosixEnvTest, ASequentialFileReadsInPiecesUpToItsEnd) {
+  Env* env = Env::Default();
+  const std::string dir = FreshDir("env_sequential");
+  ASSERT_TRUE(env->CreateDir(dir).ok());
+  std::string content(100000, '\0');
+  for (size_t i = 0; i < content.size(); ++i) content[i] = static_cast<char>(i * 31 + 7);
+  ASSERT_TRUE(WriteFileAtomically(env, dir + "/f", {content}).ok());
+  auto file = env->NewSequentialFile(dir + "/f");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->path(), dir + "/f");
+  std::string got;
+  char buf[30000];
+  for (size_t expected : {30000, 30000, 30000, 10000, 0, 0}) {
+    absl::StatusOr<size_t> n = (*file)->Read(buf, sizeof(buf));
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(*n, expected) << "fewer bytes than asked only at the end";
+    got.append(buf, *n);
+  }
+  EXPECT_EQ(got, content);
+  // A file larger than ReadFileToString's first pieces comes back whole.
+  const std::string big(3 << 20, 'y');
+  ASSERT_TRUE(WriteFileAtomically(env, dir + "/big", {big, content}).ok());
+  EXPECT_EQ(*env->ReadFileToString(dir + "/big"), big + content);
+}
+
+TEST(PosixEnvTest, ReadErrorsNameTheOperationThePathAndTheCause) {
+  Env* env = Env::Default();
+  const std::string dir = FreshDir("env_read_errors");
+  ASSERT_TRUE(env->CreateDir(dir).ok());
+  auto missing = env->NewSequentialFile(dir + "/none");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(), "cannot open " + dir + "/none: No such file or directory");
+  EXPECT_TRUE(absl::IsNotFound(missing.status()));
+  // A directory opens for reading, but read(2) fails on it.
+  auto directory = env->NewSequentialFile(dir);
+  ASSERT_TRUE(directory.ok()) << directory.status();
+  char buf[16];
+  absl::StatusOr<size_t> n = (*directory)->Read(buf, sizeof(buf));
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().message(), "cannot read " + dir + ": Is a directory");
+  EXPECT_EQ(env->ReadFileToString(dir).status().message(), "cannot read " + dir + ": Is a directory");
+}
+
 TEST(PosixEnvTest, AFullDeviceIsReportedAtFlushNamingThePath) {
   if (access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full here";
   auto file = Env::Default()->NewWritableFile("/dev/full");

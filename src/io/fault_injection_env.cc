@@ -23,6 +23,8 @@ const char* Verb(FileOp op) {
     case FileOp::kRemove: return "remove";
     case FileOp::kCreateDir: return "create the directory";
     case FileOp::kSyncDir: return "sync the directory";
+    case FileOp::kOpen: return "open";
+    case FileOp::kRead: return "read";
     case FileOp::kAny: return "use";
   }
   return "use";
@@ -41,6 +43,8 @@ const char* FileOpName(FileOp op) {
     case FileOp::kRemove: return "remove";
     case FileOp::kCreateDir: return "create_dir";
     case FileOp::kSyncDir: return "sync_dir";
+    case FileOp::kOpen: return "open";
+    case FileOp::kRead: return "read";
     case FileOp::kAny: return "any";
   }
   return "any";
@@ -97,6 +101,23 @@ class FaultFile final : public WritableFile {
   std::unique_ptr<WritableFile> base_;
   const std::string path_;
   int64_t size_ = 0;  // bytes handed to the base file
+};
+
+// A file of the base Env being read; every Read is first checked by the FaultInjectionEnv.
+class FaultSequentialFile final : public SequentialFile {
+ public:
+  FaultSequentialFile(FaultInjectionEnv* env, std::unique_ptr<SequentialFile> base)
+      : env_(env), base_(std::move(base)) {}
+
+  absl::StatusOr<size_t> Read(char* buf, size_t n) override {
+    if (auto v = env_->Check(FileOp::kRead, path()); !v.status.ok()) return v.status;
+    return base_->Read(buf, n);
+  }
+  const std::string& path() const override { return base_->path(); }
+
+ private:
+  FaultInjectionEnv* const env_;  // borrowed; outlives its files
+  const std::unique_ptr<SequentialFile> base_;
 };
 
 void FaultInjectionEnv::Inject(Fault fault) {
@@ -201,8 +222,11 @@ absl::StatusOr<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewWritableFile
   return std::unique_ptr<WritableFile>(new FaultFile(this, std::move(file).value()));
 }
 
-absl::StatusOr<std::string> FaultInjectionEnv::ReadFileToString(const std::string& path) {
-  return base_->ReadFileToString(path);
+absl::StatusOr<std::unique_ptr<SequentialFile>> FaultInjectionEnv::NewSequentialFile(const std::string& path) {
+  if (auto v = Check(FileOp::kOpen, path); !v.status.ok()) return v.status;
+  auto file = base_->NewSequentialFile(path);
+  if (!file.ok()) return file.status();
+  return std::unique_ptr<SequentialFile>(new FaultSequentialFile(this, std::move(file).value()));
 }
 
 absl::Status FaultInjectionEnv::RenameFile(const std::string& from, const std::string& to) {

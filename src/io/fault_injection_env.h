@@ -2,14 +2,16 @@
 // command, in the spirit of leveldb's db/fault_injection_test.cc. It forwards every call to a base
 // Env (the POSIX one by default) and can:
 //   - fail the Nth call of an operation (a full disk at the Nth write: ENOSPC, "No space left on
-//     device"; a failing fsync or close: EIO), optionally for every later call too (a disk that
-//     stays full), optionally only on paths containing a given part, and for writes optionally
-//     after writing half the data (a write cut short);
+//     device"; a failing fsync, close or read: EIO; a file that cannot be opened: EACCES),
+//     optionally for every later call too (a disk that stays full), optionally only on paths
+//     containing a given part, and for writes optionally after writing half the data (a write cut
+//     short);
 //   - crash the "machine" just before the Nth call: every file written through this Env is cut back
 //     to what was last synced, every rename not yet made durable by SyncDir of its directory is
 //     undone, and every later call fails (Aborted) until Reset() — what a power cut leaves behind.
 // Files created and not yet renamed stay where they are (a temporary file left by the crash).
-// Reads (ReadFileToString, GetChildren, FileExists) are passed through and never fail.
+// Opening a file for reading and each Read of it are operations like the others (kOpen, kRead);
+// listing a directory and FileExists are passed through and never fail.
 // A failed call does nothing (apart from the partial write). Errors read exactly like the POSIX
 // Env's ("cannot write PATH: No space left on device").
 // Thread-safe (one mutex); each file by one thread at a time, as for any Env.
@@ -30,7 +32,7 @@
 namespace psflow::io {
 
 // The operations a fault can hit. kAny matches every one of them.
-enum class FileOp { kCreate, kAppend, kFlush, kSync, kClose, kRename, kRemove, kCreateDir, kSyncDir, kAny };
+enum class FileOp { kCreate, kAppend, kFlush, kSync, kClose, kRename, kRemove, kCreateDir, kSyncDir, kOpen, kRead, kAny };
 const char* FileOpName(FileOp op);
 
 class FaultInjectionEnv final : public Env {
@@ -60,7 +62,7 @@ class FaultInjectionEnv final : public Env {
 
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                              CreateMode mode = CreateMode::kTruncate) override;
-  absl::StatusOr<std::string> ReadFileToString(const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) override;
   absl::Status RenameFile(const std::string& from, const std::string& to) override;
   absl::Status RemoveFile(const std::string& path) override;
   absl::Status CreateDir(const std::string& dir) override;
@@ -70,6 +72,7 @@ class FaultInjectionEnv final : public Env {
 
  private:
   friend class FaultFile;
+  friend class FaultSequentialFile;
   struct Verdict {
     absl::Status status;
     bool partial = false;

@@ -78,6 +78,38 @@ TEST(FaultInjectionEnvTest, SyncCloseRenameAndDirectoryFaultsReadLikeRealOnes) {
   EXPECT_EQ(env.SyncDir(dir).message(), "cannot sync the directory " + dir + ": Input/output error");
 }
 
+TEST(FaultInjectionEnvTest, OpenAndReadFaultsReadLikeRealOnes) {
+  const std::string dir = FreshDir("fault_read");
+  ASSERT_TRUE(WriteFileAtomically(Env::Default(), dir + "/f", {"0123456789"}).ok());
+  FaultInjectionEnv env;
+  env.Inject({.op = FileOp::kOpen, .nth = 1, .error = EACCES});
+  auto refused = env.NewSequentialFile(dir + "/f");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(), "cannot open " + dir + "/f: Permission denied");
+  EXPECT_TRUE(absl::IsPermissionDenied(refused.status()));
+
+  // The second read fails (an I/O error in the middle of the file); the reads around it work.
+  env.Reset();
+  env.Inject({.op = FileOp::kRead, .nth = 2, .error = EIO});
+  auto file = env.NewSequentialFile(dir + "/f");
+  ASSERT_TRUE(file.ok()) << file.status();
+  char buf[4];
+  EXPECT_EQ((*file)->Read(buf, 4).value_or(0), 4u);
+  absl::StatusOr<size_t> failed = (*file)->Read(buf, 4);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().message(), "cannot read " + dir + "/f: Input/output error");
+  EXPECT_EQ((*file)->Read(buf, 4).value_or(0), 4u);
+  EXPECT_EQ(std::string(buf, 4), "4567") << "the failed read consumed nothing";
+  EXPECT_EQ(env.Count(FileOp::kRead), 3);
+  EXPECT_EQ(env.Count(FileOp::kOpen), 1);
+
+  // ReadFileToString goes through the same operations.
+  env.Reset();
+  env.Inject({.op = FileOp::kRead, .nth = 1, .error = EIO});
+  EXPECT_EQ(env.ReadFileToString(dir + "/f").status().message(), "cannot read " + dir + "/f: Input/output error");
+  EXPECT_EQ(*env.ReadFileToString(dir + "/f"), "0123456789");
+}
+
 TEST(FaultInjectionEnvTest, ACrashKeepsOnlyWhatWasSynced) {
   const std::string dir = FreshDir("fault_crash");
   FaultInjectionEnv env;

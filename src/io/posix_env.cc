@@ -1,10 +1,9 @@
 // psflow/io posix_env.cc — Env::Default(): the POSIX file system. Files are written through a
-// 64 KiB buffer (large appends go straight to write(2)); Sync is fsync; directories are synced by
-// opening them O_DIRECTORY. Stateless apart from each file's descriptor and buffer; the Env is
+// 64 KiB buffer (large appends go straight to write(2)) and read with read(2); Sync is fsync;
+// directories are synced by opening them O_DIRECTORY. Stateless apart from each file's descriptor and buffer; the Env is
 // thread-safe, each file is used by one thread at a time.
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -92,6 +91,32 @@ class PosixWritableFile final : public WritableFile {
   std::string buffer_;
 };
 
+class PosixSequentialFile final : public SequentialFile {
+ public:
+  PosixSequentialFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixSequentialFile() override { ::close(fd_); }
+
+  absl::StatusOr<size_t> Read(char* buf, size_t n) override {
+    size_t total = 0;
+    while (total < n) {  // read(2) may return less than asked before the end
+      const ssize_t got = ::read(fd_, buf + total, n - total);
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        return IoError("read", path_, errno);
+      }
+      if (got == 0) break;
+      total += static_cast<size_t>(got);
+    }
+    return total;
+  }
+
+  const std::string& path() const override { return path_; }
+
+ private:
+  const std::string path_;
+  const int fd_;
+};
+
 class PosixEnv final : public Env {
  public:
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path, CreateMode mode) override {
@@ -104,26 +129,13 @@ class PosixEnv final : public Env {
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
   }
 
-  absl::StatusOr<std::string> ReadFileToString(const std::string& path) override {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) override {
+    int fd;
+    do {
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
     if (fd < 0) return IoError("open", path, errno);
-    std::string out;
-    struct stat st;
-    if (::fstat(fd, &st) == 0 && st.st_size > 0) out.reserve(static_cast<size_t>(st.st_size));
-    char chunk[64 * 1024];
-    for (;;) {
-      const ssize_t n = ::read(fd, chunk, sizeof(chunk));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        const int err = errno;
-        ::close(fd);
-        return IoError("read", path, err);
-      }
-      if (n == 0) break;
-      out.append(chunk, static_cast<size_t>(n));
-    }
-    ::close(fd);
-    return out;
+    return std::unique_ptr<SequentialFile>(new PosixSequentialFile(path, fd));
   }
 
   absl::Status RenameFile(const std::string& from, const std::string& to) override {

@@ -81,8 +81,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TransportOptions& security);
 
-// grpc::Status <-> absl::Status (the canonical codes are the same numbers).
-absl::Status FromGrpcStatus(const grpc::Status& status);
+// absl::Status -> grpc::Status (the canonical codes are the same numbers). The other direction is
+// converted where the client channel reads a call's result (grpc_transport.cc).
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 // Compares secrets in time independent of where they differ.

@@ -35,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/check.h"
+#include "rpc/call_responder.h"
 #include "rpc/grpc_options.h"
 #include "rpc/tensor_coding.h"
 
@@ -341,15 +342,6 @@ class ServerCall : public std::enable_shared_from_this<ServerCall> {
  private:
   enum class State { kRequested, kReading, kFinishing };
 
-  class CallResponder final : public Responder::Impl {
-   public:
-    explicit CallResponder(std::shared_ptr<ServerCall> call) : call_(std::move(call)) {}
-    void Respond(absl::StatusOr<OutgoingMessage> response) override { call_->Respond(std::move(response)); }
-
-   private:
-    std::shared_ptr<ServerCall> call_;
-  };
-
   void Accept() {
     int found = -1;
     for (int m = 0; m < kNumMethods; ++m) {
@@ -389,7 +381,7 @@ class ServerCall : public std::enable_shared_from_this<ServerCall> {
     // Until the handler answers, only the Responder owns the call.
     std::shared_ptr<ServerCall> self = std::move(self_);
     shared_->handler->Handle(method_, *std::move(message),
-                             Responder(std::make_unique<CallResponder>(std::move(self))));
+                             Responder(std::make_unique<CallResponder<ServerCall>>(std::move(self))));
   }
 
   void FinishWith(const grpc::Status& status) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/call_responder.h"
 #include "rpc/grpc_options.h"  // SecretsEqual
 #include "rpc/shm_transport.h"
 #include "rpc/shm_wire.h"
@@ -71,15 +72,6 @@ class ServerCall {
   Packet reply_;
   std::string text_;
   std::shared_ptr<Region> new_region_;  // sent along when the answer needed a larger region
-};
-
-class CallResponder final : public Responder::Impl {
- public:
-  explicit CallResponder(std::shared_ptr<ServerCall> call) : call_(std::move(call)) {}
-  void Respond(absl::StatusOr<OutgoingMessage> response) override { call_->Respond(std::move(response)); }
-
- private:
-  std::shared_ptr<ServerCall> call_;
 };
 
 // The keepalive of a request's IncomingMessage.
@@ -188,7 +180,7 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
       config_.counters->bytes_in.fetch_add(static_cast<int64_t>(p.size), std::memory_order_relaxed);
       const Method method = static_cast<Method>(p.method);
       auto call = std::make_shared<ServerCall>(shared_from_this(), slot, method);
-      Responder responder(std::make_unique<CallResponder>(call));
+      Responder responder(std::make_unique<CallResponder<ServerCall>>(call));
       if (static_cast<int64_t>(p.size) > config_.max_message_bytes) {
         call->Arrive();  // no request to release
         responder.Respond(absl::ResourceExhaustedError(absl::StrCat(

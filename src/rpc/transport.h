@@ -1,12 +1,12 @@
-// psflow/rpc/transport.h — how ps tasks and workers exchange messages, independent of gRPC.
+// rpc/transport.h (internal) — how ps tasks and workers exchange messages, independent of gRPC.
 //
 // A message is a small protobuf header (proto/psflow.proto) plus tensors that travel as raw
 // little-endian float bytes: an OutgoingMessage borrows (or shares ownership of) the float memory
 // it sends, and an IncomingMessage exposes the received bytes in place so the receiver copies them
 // once, straight into its destination. The ps and the ps client only see these interfaces
-// (ClientChannel, Handler, Server); the gRPC implementation lives in src/rpc and is made by
-// MakeGrpcChannel / StartGrpcServer, so a shared-memory data plane can be added behind the same
-// interfaces later.
+// (ClientChannel, Handler, Server) and pick an implementation with MakeChannel / StartServer
+// (--transport): gRPC (grpc_transport.cc, also made directly by MakeGrpcChannel / StartGrpcServer)
+// or, between tasks on one host, shared memory with gRPC beside it (shm_transport.h).
 //
 // Ownership: a ClientChannel and a Server are owned by their creator (std::unique_ptr). A Server
 // borrows its Handler, which must outlive it. All classes here are thread-safe except

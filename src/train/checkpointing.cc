@@ -75,7 +75,8 @@ absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string
         v.slots.emplace_back(v.value.shape(), std::vector<float>(fresh.slots[s].begin(), fresh.slots[s].end()));
       }
     }
-    if (same_optimizer) absl::SimpleAtoi(meta["updates/" + p.name], &v.updates);
+    // A count missing or malformed in the metadata restores as 0 updates.
+    if (same_optimizer && !absl::SimpleAtoi(meta["updates/" + p.name], &v.updates)) v.updates = 0;
     state.variables.emplace(p.name, std::move(v));
   }
   log(absl::StrCat("restored ", checkpoint.path, " at global step ", state.global_step));

@@ -305,7 +305,7 @@ TEST(ChiefRestoreTest, ASyncPushHeldDuringTheRestoreIsToldToWaitForTheChief) {
   PSFLOW_ASSERT_OK(worker->WaitForInitialization(10));
 }
 
-// Memory (issue 12.2): a fresh job's chief sends the initial values only, no optimizer slots
+// Memory (docs/memory.md): a fresh job's chief sends the initial values only, no optimizer slots
 // (each ps makes them itself: Adam's m and v start at zero), so neither the chief nor a ps holds
 // a second copy of the optimizer state at start-up. The values are the model's initializers.
 TEST(ChiefInitTest, AFreshJobSendsTheValuesAloneAndThePsTasksMakeTheSlots) {

@@ -1,32 +1,32 @@
 #include "train/cluster_setup.h"
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
+#include "psflow/io/env.h"
 
 namespace psflow::train {
 
-absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options, const std::string* tf_config_override) {
+absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options, const std::optional<std::string>& tf_config_override) {
   const char* tf_config = std::getenv("TF_CONFIG");
   auto resolved = dist::ResolveCluster(options.ps_hosts, options.worker_hosts, options.job_name, options.task_index,
-                                       tf_config_override ? *tf_config_override : (tf_config ? tf_config : ""));
+                                       tf_config_override.has_value() ? *tf_config_override : (tf_config ? tf_config : ""));
   if (!resolved.ok()) return resolved.status();
   TaskSetup setup{resolved->first, resolved->second, {}};
   if (auto status = setup.cluster.Validate(setup.task); !status.ok()) return status;
 
   if (!options.cluster_secret_file.empty()) {
-    std::ifstream in(options.cluster_secret_file);
-    if (!in) {
-      return absl::NotFoundError(absl::StrCat("--cluster_secret_file=", options.cluster_secret_file,
-                                              " cannot be read; create it with a shared secret (e.g. `openssl rand -hex 32 > FILE`)"));
+    io::Env* env = options.env != nullptr ? options.env : io::Env::Default();
+    absl::StatusOr<std::string> text = env->ReadFileToString(options.cluster_secret_file);
+    if (!text.ok()) {
+      return absl::Status(text.status().code(),
+                          absl::StrCat("--cluster_secret_file=", options.cluster_secret_file, " cannot be read (",
+                                       text.status().message(),
+                                       "); create it with a shared secret (e.g. `openssl rand -hex 32 > FILE`)"));
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    setup.security.secret = std::string(absl::StripAsciiWhitespace(text.str()));
+    setup.security.secret = std::string(absl::StripAsciiWhitespace(*text));
     if (setup.security.secret.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("--cluster_secret_file=", options.cluster_secret_file, " is empty"));
     }

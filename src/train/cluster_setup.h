@@ -4,6 +4,7 @@
 #ifndef PSFLOW_TRAIN_CLUSTER_SETUP_H_
 #define PSFLOW_TRAIN_CLUSTER_SETUP_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,9 +24,11 @@ struct TaskSetup {
 };
 
 // Resolves the cluster from the flags or $TF_CONFIG, validates this task's role, reads the
-// secret file, and refuses a non-loopback listen address without a secret unless --insecure.
+// secret file through options.env (an error naming --cluster_secret_file and the cause), and
+// refuses a non-loopback listen address without a secret unless --insecure.
 // `tf_config`, when given, is used instead of $TF_CONFIG ("" = none: the flags alone).
-absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options, const std::string* tf_config = nullptr);
+absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options,
+                                   const std::optional<std::string>& tf_config = std::nullopt);
 
 // The placement of `model`'s variables (or of `variables`, in that order) under the options'
 // partitioner and placement strategy.

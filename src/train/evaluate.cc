@@ -12,7 +12,7 @@ namespace {
 
 // Activation bytes one evaluation batch may keep alive: a quarter of the model's size, at least
 // 48 MB. The forward graph holds every layer's output until the logits are read, so a fixed
-// 500-image batch cost vgg19 ~600 MB, 4x its parameters (issue 12.2); much smaller batches would
+// 500-image batch cost vgg19 ~600 MB, 4x its parameters (docs/memory.md); much smaller batches would
 // re-read a wide model's weights from memory once per batch.
 constexpr int64_t kMinEvalActivationBytes = 48 << 20;
 // Batches larger than this do not make BLAS faster.

@@ -1,5 +1,5 @@
 // Training on a disk that misbehaves, through the fault-injecting Env over real files and real
-// MNIST (issue 11.4): TensorBoard events on a full disk are disabled with one log line and the
+// MNIST: TensorBoard events on a full disk are disabled with one log line and the
 // training finishes; checkpoints on a disk that fills up are reported in one line each while the
 // training goes on, the last good checkpoint stays loadable with exactly the values a clean run
 // saved at that step; a --checkpoint_dir that cannot be created fails before training; and

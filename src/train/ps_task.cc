@@ -3,9 +3,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "psflow/ps/ps_server.h"
-#include "psflow/train/ps_task.h"
 #include "psflow/train/train.h"
 #include "train/cluster_setup.h"
+#include "train/ps_task.h"
 #include "train/telemetry.h"
 
 #include <thread>
@@ -29,7 +29,7 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log)
 }
 
 absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log, PsTaskControl* control) {
-  auto setup = SetUpTask(options, control != nullptr ? control->tf_config : nullptr);
+  auto setup = SetUpTask(options, control != nullptr ? control->tf_config : std::nullopt);
   if (!setup.ok()) return setup.status();
   ps::PsServer::Options server_options;
   server_options.listen_address = setup->cluster.address(setup->task);

@@ -36,7 +36,7 @@ TEST(ClusterTest, AsyncMlpOnePsTwoWorkers) {
   EXPECT_GT(m["ps_traffic"][0]["bytes_in"].get<int64_t>(), int64_t(1000) * 79510 * 4);
   EXPECT_GT(m["ps_traffic"][0]["bytes_out"].get<int64_t>(), int64_t(1000) * 79510 * 4);
   // The ps's own final line shows the chief's table's numbers, and what came after apart
-  // (regression: issue 11.6, they differed by the Stats answer and the Shutdown).
+  // (they once differed by the Stats answer and the Shutdown).
   EXPECT_NE(r.output.find(absl::StrCat(m["ps_traffic"][0]["bytes_in"].get<int64_t>(), " bytes in, ",
                                        m["ps_traffic"][0]["bytes_out"].get<int64_t>(),
                                        " bytes out as in the chief's table")),
@@ -148,7 +148,7 @@ TEST(ClusterTest, MismatchedClusterIsRefusedByName) {
   EXPECT_NE(r.output.find("cluster"), std::string::npos) << r.output;
 }
 
-// docs/design.md#failure-model / issue 4: a ps task that does not come back ends the job everywhere, bounded, with
+// docs/design.md#failure-model: a ps task that does not come back ends the job everywhere, bounded, with
 // every task naming it — no process waits for ever.
 TEST(ClusterTest, APsThatNeverComesBackEndsEveryTaskNamingIt) {
   const std::vector<int> ports = FreePorts(4);

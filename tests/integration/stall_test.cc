@@ -255,7 +255,7 @@ TEST(StallTest, PsSilentPastThePsTimeoutEndsEveryTaskNamingIt) {
   EXPECT_NE(others[1].result.output.find("--ps_timeout_secs"), std::string::npos) << others[1].result.output;
 }
 
-// Issue 12.1: a call's deadline follows its bytes. A 63 MB model (mlp, 15.7M parameters) is
+// A call's deadline follows its bytes, so a big model is not cut short on a slow link. A 63 MB model (mlp, 15.7M parameters) is
 // initialized, pulled and pushed with --rpc_timeout_secs=0.05, under which a fixed deadline
 // failed the chief's Initialize ("Initialize got no answer within 0.05 s").
 TEST(StallTest, BigModelInitializesWithATinyRpcTimeout) {

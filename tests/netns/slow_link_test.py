@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A big model over a slow link (issue 12.1): vgg19 (38.9M parameters, 156 MB) on two simulated
+"""A big model over a slow link: vgg19 (38.9M parameters, 156 MB) on two simulated
 hosts, 1 ps + 1 worker (the chief), the ps link shaped with tc tbf both ways, every timeout flag at
 its default. A call's deadline must follow its bytes, so the chief's 156 MB Initialize, the pulls,
 pushes and the final checkpoint all get through: both tasks exit 0 at the target global step, and

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Stalls and partitions on simulated hosts (issue 10.3): each ps and worker task runs in its own
+"""Stalls and partitions on simulated hosts: each ps and worker task runs in its own
 network namespace (tests/netns/hosts.py), talks over a bridge on 10.231.0.0/24, and the test
 downs links or freezes (SIGSTOP) tasks in the middle of training. Real psflow processes, real gRPC,
 real MNIST. Every case asserts the exit status of every task, the final global step, and test

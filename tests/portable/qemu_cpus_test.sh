@@ -1,5 +1,5 @@
 #!/bin/bash
-# One binary for every CPU (issue 12.3): the default (portable) psflow build must train on older
+# One binary for every CPU: the default (portable) psflow build must train on older
 # x86-64 CPUs than the build machine's. Runs `psflow train` under qemu-user emulating a Haswell
 # (AVX2, no AVX-512) and a Nehalem (SSE4.2, no AVX) CPU: a build using instructions the emulated
 # CPU lacks dies with SIGILL (exit 132) here. Tiny run (softmax, Adam, a few steps) since qemu is

@@ -35,10 +35,6 @@ class BatchSampler {
   // This worker's batch_size example indices of global batch k >= 0 (random access: an
   // asynchronous worker asks for the global step it pulled). Replaces *indices.
   void BatchAt(int64_t k, std::vector<int64_t>* indices);
-  // BatchAt(next_batch()), then advances next_batch() by one.
-  void Next(std::vector<int64_t>* indices);
-  int64_t next_batch() const { return next_batch_; }
-  void Seek(int64_t k) { next_batch_ = k; }
 
   int64_t num_examples() const { return num_examples_; }
   int64_t batch_size() const { return batch_size_; }
@@ -47,6 +43,13 @@ class BatchSampler {
   static std::vector<int64_t> EpochPermutation(int64_t num_examples, uint64_t seed, int64_t epoch);
 
  private:
+  // A sequential reader over BatchAt, against which the tests check random access
+  // (batcher_test.cc's BatchSamplerPeer): BatchAt(next_batch()), then next_batch() advances by one.
+  friend class BatchSamplerPeer;
+  void Next(std::vector<int64_t>* indices);
+  int64_t next_batch() const { return next_batch_; }
+  void Seek(int64_t k) { next_batch_ = k; }
+
   const std::vector<int64_t>& Permutation(int64_t epoch);
 
   int64_t num_examples_, batch_size_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "psflow/io/env.h"
 
 namespace psflow::data {
 
@@ -19,11 +20,13 @@ struct IdxArray {
   std::vector<uint8_t> data;  // product(dims) bytes, row-major
 };
 
-// Reads `path`, gzip-compressed or not (told apart by the gzip magic 1f 8b, not by the name).
-// Errors name the file and the problem: NotFound when it does not exist; DataLoss when the magic,
-// element type or dimensions are wrong, or the data is shorter or longer than the header says
-// (the size is checked exactly, so a truncated download is never read as a smaller data set).
-absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path);
+// Reads `path` through `env`, gzip-compressed or not (told apart by the gzip magic 1f 8b, not by
+// the name). Errors are one line naming the file and the problem: NotFound when it does not exist
+// ("PATH: no such file"); DataLoss when the magic, element type or dimensions are wrong, the gzip
+// stream is cut short or corrupt, or the data is shorter or longer than the header says (the size
+// is checked exactly, so a truncated download is never read as a smaller data set); the Env's
+// error when the file cannot be opened or read ("cannot read PATH: Input/output error").
+absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, io::Env* env = io::Env::Default());
 
 }  // namespace psflow::data
 

@@ -1,15 +1,16 @@
-// psflow/io/env.h — the file system as psflow's writers see it, in the spirit of leveldb's Env:
-// checkpoints (ckpt/), TensorBoard event files (tboard/) and the --metrics_json summary reach the
-// disk only through an Env, so a test can hand them one that fails (src/io/fault_injection_env.h:
-// a full disk at the Nth write, a failing fsync or close, a crash between write and rename).
+// psflow/io/env.h — the file system as psflow sees it, in the spirit of leveldb's Env:
+// checkpoints (ckpt/), TensorBoard event files (tboard/) and the --metrics_json summary are
+// written, and checkpoints, IDX data files (data/) and the --cluster_secret_file are read, only
+// through an Env, so a test can hand them one that fails (src/io/fault_injection_env.h: a full disk
+// at the Nth write, a failing fsync or close, a crash between write and rename, a failing read).
 //
 // Env::Default() is the POSIX file system; it lives for the whole process and must not be deleted.
 // Every error is an absl::Status whose one-line message names the operation, the path and the
 // cause, e.g. "cannot write /ckpt/model.ckpt-20.safetensors.tmp: No space left on device"; its code
 // follows errno (absl::ErrnoToStatusCode: ENOSPC -> ResourceExhausted, ENOENT -> NotFound, ...).
 //
-// Ownership: NewWritableFile returns a file owned by the caller. Thread safety: an Env may be used
-// from many threads at once; one WritableFile must be used by one thread at a time.
+// Ownership: NewWritableFile and NewSequentialFile return a file owned by the caller. Thread
+// safety: an Env may be used from many threads at once; one file by one thread at a time.
 #ifndef PSFLOW_IO_ENV_H_
 #define PSFLOW_IO_ENV_H_
 
@@ -39,6 +40,16 @@ class WritableFile {
   virtual const std::string& path() const = 0;
 };
 
+// A file being read from its start to its end. Destroying it closes it.
+class SequentialFile {
+ public:
+  virtual ~SequentialFile() = default;
+  // Reads up to `n` bytes into `buf`: fewer only at the end of the file (0 there). An error names
+  // the file: "cannot read PATH: Input/output error".
+  virtual absl::StatusOr<size_t> Read(char* buf, size_t n) = 0;
+  virtual const std::string& path() const = 0;
+};
+
 class Env {
  public:
   enum class CreateMode {
@@ -53,8 +64,10 @@ class Env {
 
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                                         CreateMode mode = CreateMode::kTruncate) = 0;
-  // The whole content of a file. NotFound when it does not exist.
-  virtual absl::StatusOr<std::string> ReadFileToString(const std::string& path) = 0;
+  // Opens `path` for reading ("cannot open PATH: No such file or directory": NotFound).
+  virtual absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) = 0;
+  // The whole content of a file, read through NewSequentialFile. NotFound when it does not exist.
+  absl::StatusOr<std::string> ReadFileToString(const std::string& path);
   // rename(2): atomically replaces `to` if it exists. Durable only after SyncDir of its directory.
   virtual absl::Status RenameFile(const std::string& from, const std::string& to) = 0;
   virtual absl::Status RemoveFile(const std::string& path) = 0;

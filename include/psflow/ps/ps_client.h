@@ -162,9 +162,8 @@ class PsClient {
   void Abort(const std::string& reason, double timeout_secs = -1);
   absl::StatusOr<std::vector<PsTaskStats>> Stats();
 
-  class Impl;
-
  private:
+  class Impl;  // the implementation (src/)
   explicit PsClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

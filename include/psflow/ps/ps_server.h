@@ -71,9 +71,8 @@ class PsServer {
   std::optional<PsTaskStats> ReportedStats() const;
   int port() const;  // the bound port
 
-  class Impl;
-
  private:
+  class Impl;  // the implementation (src/)
   explicit PsServer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -134,9 +134,8 @@ class WorkerSession {
   // The placement listing ("variable placement:" table) of the parameters.
   std::string PlacementListing() const;
 
-  class Impl;
-
  private:
+  class Impl;  // the implementation (src/)
   explicit WorkerSession(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

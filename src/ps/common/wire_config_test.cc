@@ -6,7 +6,7 @@
 //     binding of their exact number: a field added to the struct stops this test compiling
 //     until it is converted, and the message must have as many fields.
 // Then what crosses them end to end over real gRPC: PsClient::Stats() reports the connected workers
-// (regression: issue 11.6, it reported 0), and the chief's traffic table against the ps's own
+// (it once reported 0), and the chief's traffic table against the ps's own
 // final numbers.
 #include "ps/common/wire_config.h"
 

@@ -25,7 +25,7 @@
 //     an older configuration (a race with Initialize) is answered with that status too.
 //
 // Where it sits in the push path (ps_push.cc): HandlePush parses and validates the push (the
-// resilience branch's push deduplication, ps/server/push_dedup.h, wraps the Responder at that entry,
+// push deduplication of retried calls, ps/server/push_dedup.h, wraps the Responder at that entry,
 // before anything here runs), then PushInSyncMode calls Push() with the epoch of the model it
 // validated against, a function that adds the push's gradients into the shards' accumulators,
 // and the completion that answers the call (PushAnswer). Async mode never comes here.

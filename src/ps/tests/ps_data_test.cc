@@ -16,17 +16,13 @@
 namespace psflow::ps {
 namespace {
 
+using testing::ExpectEqualTensors;
 using testing::ExpectSameSnapshot;
 using testing::Filled;
 using testing::Plan;
 using testing::Sgd;
 using testing::TestCluster;
 using ::testing::HasSubstr;
-
-void ExpectEqualTensors(const Tensor& a, const Tensor& b) {
-  ASSERT_EQ(a.shape(), b.shape());
-  for (int64_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "element " << i;
-}
 
 // One ps task holding w [3, 2] = 1..6 (SGD, learning rate 1), a client that initialized it, and
 // a raw channel to the ps for messages the client would never send.
@@ -378,7 +374,7 @@ TEST(AsyncPushTest, ServerRefusesSlicesThatDoNotFitOrComeInSyncMode) {
     header.set_client_id(client_id);
     header.set_seq(static_cast<uint64_t>(offset * 10 + n));
     header.set_more_parts(true);
-    return CallWithSliceOfW(*channel, rpc::Method::kPush, header.SerializeAsString(), data, offset, n);
+    return CallWithSliceOfW(*ps.channel, rpc::Method::kPush, header.SerializeAsString(), data, offset, n);
   };
   EXPECT_TRUE(absl::IsInvalidArgument(push(4, 3, 7)));   // past the shard's 6 elements
   EXPECT_TRUE(absl::IsInvalidArgument(push(-1, 2, 7)));  // before it
@@ -418,7 +414,7 @@ TEST(PullTest, ServerAnswersRunsOfAShardAndRefusesRunsThatDoNotFit) {
     }
     rpc::CallOptions o;
     o.timeout_secs = 10;
-    return channel->CallBlocking(rpc::Method::kPull, rpc::OutgoingMessage::Of(request), o);
+    return ps.channel->CallBlocking(rpc::Method::kPull, rpc::OutgoingMessage::Of(request), o);
   };
   auto answer = pull({{1, 2}, {4, 2}}, false);
   ASSERT_TRUE(answer.ok()) << answer.status();
@@ -550,7 +546,7 @@ TEST(AsyncPushTest, ServerRefusesMalformedPushesFromAnyPeer) {
     m.tensors.push_back(t);
     rpc::CallOptions o;
     o.timeout_secs = 10;
-    return channel->CallBlocking(rpc::Method::kPush, std::move(m), o).status();
+    return ps.channel->CallBlocking(rpc::Method::kPush, std::move(m), o).status();
   };
   EXPECT_TRUE(absl::IsInvalidArgument(push("nope", {3, 2}, {}, false)));        // unknown shard
   EXPECT_TRUE(absl::IsInvalidArgument(push("w", {2, 3}, {}, false)));           // wrong shape

@@ -10,16 +10,12 @@
 namespace psflow::ps {
 namespace {
 
+using testing::ExpectEqualTensors;
 using testing::Filled;
 using testing::Plan;
 using testing::Sgd;
 using testing::TestCluster;
 using ::testing::HasSubstr;
-
-void ExpectEqualTensors(const Tensor& a, const Tensor& b) {
-  ASSERT_EQ(a.shape(), b.shape());
-  for (int64_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "element " << i;
-}
 
 TrainingConfig Adam() {
   TrainingConfig c;

@@ -122,22 +122,24 @@ inline TrainingConfig Sgd(float lr) {
   return c;
 }
 
+// `a` and `b` have the same shape and the same floats, bit for bit; `what` names them in failures.
+inline void ExpectEqualTensors(const Tensor& a, const Tensor& b, const std::string& what = "") {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  for (int64_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << what << (what.empty() ? "" : " ") << "element " << i;
+}
+
 // `got` holds exactly `want`'s variables, in order: names, update counts, values and `num_slots`
 // optimizer slots each, bit for bit.
 inline void ExpectSameSnapshot(const ModelSnapshot& got, const ModelSnapshot& want, size_t num_slots) {
-  auto same = [](const Tensor& a, const Tensor& b, const std::string& what) {
-    ASSERT_EQ(a.shape(), b.shape()) << what;
-    for (int64_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << what << " element " << i;
-  };
   ASSERT_EQ(got.variables.size(), want.variables.size());
   for (size_t v = 0; v < want.variables.size(); ++v) {
     const VariableSnapshot &g = got.variables[v], &w = want.variables[v];
     EXPECT_EQ(g.name, w.name);
     EXPECT_EQ(g.updates, w.updates) << w.name;
-    same(g.value, w.value, "value of " + w.name);
+    ExpectEqualTensors(g.value, w.value, "value of " + w.name);
     ASSERT_EQ(g.slots.size(), num_slots) << w.name;
     ASSERT_EQ(w.slots.size(), num_slots) << w.name;
-    for (size_t j = 0; j < num_slots; ++j) same(g.slots[j], w.slots[j], absl::StrCat("slot ", j, " of ", w.name));
+    for (size_t j = 0; j < num_slots; ++j) ExpectEqualTensors(g.slots[j], w.slots[j], absl::StrCat("slot ", j, " of ", w.name));
   }
 }
 

@@ -1,10 +1,12 @@
-// psflow/train/ps_task.h — a parameter-server task run by a program that embeds it (the Python
+// train/ps_task.h (internal) — a parameter-server task run by a program that embeds it (the Python
 // binding's psflow.Server): RunParameterServer of psflow/train/train.h, with a way to stop it from
-// another thread (Ctrl-C) and a cluster description that replaces $TF_CONFIG.
+// another thread (Ctrl-C) and a cluster description that replaces $TF_CONFIG. Not a public header:
+// a C++ program runs a ps task with psflow/train/train.h's RunParameterServer.
 #ifndef PSFLOW_TRAIN_PS_TASK_H_
 #define PSFLOW_TRAIN_PS_TASK_H_
 
 #include <atomic>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -17,8 +19,8 @@ struct PsTaskControl {
   // Set from any thread: the task stops serving within ~0.1 s and RunParameterServer returns
   // Cancelled("interrupted").
   std::atomic<bool> stop{false};
-  // When non-null, used instead of $TF_CONFIG ("" = the cluster comes from the flags alone).
-  const std::string* tf_config = nullptr;
+  // When set, used instead of $TF_CONFIG ("" = the cluster comes from the flags alone).
+  std::optional<std::string> tf_config;
 };
 
 // As RunParameterServer(options, log); `control` (borrowed, may be null) as above.
