@@ -43,7 +43,7 @@ class Model {
 };
 
 struct ModelConfig {
-  std::string name = "mlp";  // softmax | mlp | cnn | vgg19
+  std::string name = "mlp";  // softmax | mlp | cnn | vgg19 (ctr: nn::CtrModel, not built here)
   int hidden_units = 100;    // mlp
   uint64_t seed = 0;         // parameter initialization
 };
@@ -58,6 +58,9 @@ struct ModelDefaults {
   int64_t lr_decay_steps = 0;
   float lr_decay_rate = 1.0f;
   bool synthetic_data = false;  // vgg19 trains on synthetic 32x32x3 images
+  // Embedding tables (models with tables: ctr). Empty: the optimizer's; 0: the learning rate.
+  std::string sparse_optimizer = "";
+  float sparse_learning_rate = 0.0f;
 };
 
 // A user's own model: psflow builds it by name wherever it builds a seed model (every replica,

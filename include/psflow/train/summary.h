@@ -4,6 +4,7 @@
 #define PSFLOW_TRAIN_SUMMARY_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,15 @@ struct PsTraffic {
   int64_t bytes_in = 0, bytes_out = 0, num_params = 0;
 };
 
+// The ctr model's figures: test log-loss and AUC beside the generator's Bayes values on the same
+// test set (DESIGN.md §10), and the rows its tables hold at the end.
+struct CtrFigures {
+  int64_t test_examples = 0;
+  double test_log_loss = 0, test_auc = 0;
+  double bayes_log_loss = 0, bayes_auc = 0;
+  int64_t table_rows = 0;
+};
+
 struct RunSummary {
   std::string model;
   std::string mode;  // single | async | sync
@@ -27,6 +37,7 @@ struct RunSummary {
   double validation_cross_entropy = 0, test_cross_entropy = 0;
   int64_t stale_gradients_dropped = 0;
   std::vector<PsTraffic> ps_traffic;
+  std::optional<CtrFigures> ctr;  // --model=ctr only
 };
 
 std::string SummaryToJson(const RunSummary& summary);
