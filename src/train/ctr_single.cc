@@ -22,13 +22,15 @@ constexpr int64_t kEvalChunk = 8192;
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(const TrainOptions& options) {
+absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(const TrainOptions& options,
+                                                              std::vector<int64_t> vocab_sizes) {
   std::unique_ptr<CtrTrainer> t(new CtrTrainer());
   t->options_ = options;
   data::CtrConfig data_config;
   data_config.seed = options.seed;
   data_config.num_fields = options.ctr_fields;
   data_config.num_dense = kNumDense;
+  data_config.vocab_sizes = std::move(vocab_sizes);
   auto generator = data::CtrGenerator::Create(data_config);
   if (!generator.ok()) return generator.status();
   t->generator_ = std::make_unique<data::CtrGenerator>(*std::move(generator));

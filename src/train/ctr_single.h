@@ -29,7 +29,10 @@ class CtrTrainer {
   // From resolved options (ResolveTrainOptions): --seed, --ctr_fields, --ctr_dim, --ctr_vocab,
   // --batch_size, --optimizer / --learning_rate for the dense layers, --sparse_optimizer /
   // --sparse_learning_rate / --ftrl_* for the tables.
-  static absl::StatusOr<std::unique_ptr<CtrTrainer>> Create(const TrainOptions& options);
+  // `vocab_sizes` replaces the generator's default V_f (tests use small vocabularies that a short
+  // run can learn); empty keeps data::DefaultCtrVocabSizes.
+  static absl::StatusOr<std::unique_ptr<CtrTrainer>> Create(const TrainOptions& options,
+                                                            std::vector<int64_t> vocab_sizes = {});
 
   struct StepResult {
     double loss = 0;
