@@ -71,7 +71,7 @@ TEST(ModelTest, LogitsHaveBatchByClassesShape) {
 TEST(ModelTest, UnknownModelIsAClearError) {
   auto model = BuildModel({.name = "resnet"});
   ASSERT_FALSE(model.ok());
-  EXPECT_EQ(model.status().message(), "unknown model 'resnet'; choose one of softmax, mlp, cnn, vgg19");
+  EXPECT_EQ(model.status().message(), "unknown model 'resnet'; choose one of softmax, mlp, cnn, vgg19, ctr");
   EXPECT_FALSE(DefaultsFor("resnet").ok());
 }
 

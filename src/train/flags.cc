@@ -64,6 +64,18 @@ constexpr Flag kFlags[] = {
    AtLeast(0, "0 (no decay) or positive"), &M::lr_decay_steps},
   {"lr_decay_rate", &O::lr_decay_rate, "decay factor per period", kPositiveNumber, &M::lr_decay_rate},
   {"lr_staircase", &O::lr_staircase, "decay in discrete steps"},
+  // Embedding tables (the ctr model).
+  {"sparse_optimizer", &O::sparse_optimizer, "update rule of embedding tables: sgd | momentum | adagrad | ftrl | adam | rmsprop",
+   {}, &M::sparse_optimizer},  // checked by ResolveTrainOptions once the default is filled
+  {"sparse_learning_rate", &O::sparse_learning_rate, "initial learning rate of embedding tables",
+   Finite(AtLeast(0, "a positive number (0: --learning_rate)")), &M::sparse_learning_rate},
+  {"ftrl_l1", &O::ftrl_l1, "FTRL's L1 regularization (--sparse_optimizer=ftrl)", Finite(AtLeast(0, "a number >= 0"))},
+  {"ftrl_l2", &O::ftrl_l2, "FTRL's L2 regularization (--sparse_optimizer=ftrl)", Finite(AtLeast(0, "a number >= 0"))},
+  {"ctr_vocab", &O::ctr_vocab, "ctr model: 0 for dynamic tables, N for fixed div tables of N rows (ids mod N)",
+   AtLeast(0, "0 (dynamic tables) or a positive number of rows")},
+  {"ctr_fields", &O::ctr_fields, "ctr model: categorical fields, one table each", Between(1, 1000, "between 1 and 1000")},
+  {"ctr_dim", &O::ctr_dim, "ctr model: embedding dimension", Between(1, 256, "between 1 and 256")},
+  {"ctr_test_examples", &O::ctr_test_examples, "ctr model: examples of the fixed test set", kPositive},
   // Synchronous replicas.
   {"sync_replicas", &O::sync_replicas, "synchronous training (SyncReplicasOptimizer)"},
   {"replicas_to_aggregate", &O::replicas_to_aggregate, "gradients averaged per sync step (0: the number of workers)",

@@ -8,10 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "psflow/nn/model.h"
+#include "ps/server/table/sparse_rule.h"
 #include "train/flags.h"
+#include "train/sparse_rule_config.h"
 
 namespace psflow::train {
 namespace {
@@ -59,12 +62,21 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
   if (absl::Status s = CheckFlagRules(*o, *defaults); !s.ok()) return s;
   FillModelDefaults(*defaults, o);
   if (absl::Status s = ResolveModelSettings(*defaults, o); !s.ok()) return s;
+  if (o->sparse_optimizer.empty()) o->sparse_optimizer = o->optimizer;
+  if (!absl::c_linear_search(std::vector<std::string>{"sgd", "momentum", "adagrad", "ftrl", "adam", "rmsprop"},
+                             o->sparse_optimizer)) {
+    return absl::InvalidArgumentError(absl::StrCat("--sparse_optimizer=", o->sparse_optimizer,
+                                                   " must be one of sgd, momentum, adagrad, ftrl, adam, rmsprop"));
+  }
+  if (*o->sparse_learning_rate == 0.0f) o->sparse_learning_rate = o->learning_rate;
   if (o->local_replicas > *o->batch_size) {
     return absl::InvalidArgumentError(absl::StrCat("--local_replicas=", o->local_replicas, " must be at most --batch_size=",
                                                    *o->batch_size, ": each replica needs at least one example"));
   }
   auto optimizer = optim::MakeOptimizer(OptimizerConfigFrom(*o));
   if (!optimizer.ok()) return optimizer.status();
+  auto rule = ps::table::SparseRule::Make(SparseRuleConfigFrom(*o));
+  if (!rule.ok()) return rule.status();
   return absl::OkStatus();
 }
 
@@ -84,6 +96,16 @@ optim::OptimizerConfig OptimizerConfigFrom(const TrainOptions& o) {
   config.decay_steps = o.lr_decay_steps.value_or(0);
   config.decay_rate = o.lr_decay_rate.value_or(1.0f);
   config.staircase = o.lr_staircase;
+  return config;
+}
+
+ps::table::SparseRuleConfig SparseRuleConfigFrom(const TrainOptions& o) {
+  ps::table::SparseRuleConfig config;
+  config.optimizer = OptimizerConfigFrom(o);
+  config.optimizer.name = o.sparse_optimizer.empty() ? o.optimizer : o.sparse_optimizer;
+  config.optimizer.learning_rate = o.sparse_learning_rate.value_or(config.optimizer.learning_rate);
+  config.ftrl_l1 = static_cast<float>(o.ftrl_l1);
+  config.ftrl_l2 = static_cast<float>(o.ftrl_l2);
   return config;
 }
 

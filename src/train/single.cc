@@ -10,6 +10,7 @@
 #include "train/local_replicas.h"
 #include "psflow/train/train.h"
 #include "train/checkpointing.h"
+#include "train/ctr_single.h"
 #include "train/cluster_setup.h"
 #include "train/progress.h"
 #include "train/telemetry.h"
@@ -46,6 +47,7 @@ void ApplyGradients(const optim::Optimizer& optimizer, const std::vector<Var>& p
 }  // namespace
 
 absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const LogSink& log) {
+  if (options.model == "ctr") return RunCtrSingleProcess(options, log);  // tables, not an image classifier
   SetIntraOpThreads(options.intra_op_threads);
   auto data = LoadTrainingData(options);
   if (!data.ok()) return data.status();

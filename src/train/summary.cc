@@ -30,6 +30,11 @@ std::string SummaryToJson(const RunSummary& s) {
     for (const auto& [name, value] : s.metrics) metrics[name] = value;
     j["metrics"] = metrics;
   }
+  if (s.ctr.has_value()) {
+    const CtrFigures& c = *s.ctr;
+    j["ctr"] = {{"test_examples", c.test_examples}, {"test_log_loss", c.test_log_loss}, {"test_auc", c.test_auc},
+                {"bayes_log_loss", c.bayes_log_loss}, {"bayes_auc", c.bayes_auc}, {"table_rows", c.table_rows}};
+  }
   return j.dump();
 }
 
@@ -44,6 +49,11 @@ std::string FormatSummary(const RunSummary& s) {
   for (const PsTraffic& t : s.ps_traffic) {
     absl::StrAppendFormat(&out, "  ps %d: params=%d bytes_in=%d bytes_out=%d\n", t.task, t.num_params,
                           t.bytes_in, t.bytes_out);
+  }
+  if (s.ctr.has_value()) {
+    const CtrFigures& c = *s.ctr;
+    absl::StrAppendFormat(&out, "  ctr: test_log_loss=%.5f (bayes %.5f) test_auc=%.5f (bayes %.5f) on %d examples; table_rows=%d\n",
+                          c.test_log_loss, c.bayes_log_loss, c.test_auc, c.bayes_auc, c.test_examples, c.table_rows);
   }
   return out + "summary_json: " + SummaryToJson(s) + "\n";
 }

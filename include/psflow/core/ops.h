@@ -97,6 +97,15 @@ Var MeanSquaredError(const Var& predictions, std::span<const float> targets);
 // `grad` when the table is also used by dense ops.
 Var EmbeddingLookup(const Var& table, std::span<const int64_t> ids);
 
+// Rows of `rows` [U, d] picked by `index` (each in [0, U)) -> [index.size(), d]: a batch's
+// embedding input gathered from the unique rows a table returned for it. The gradient of `rows` is
+// dense [U, d], each row the sum of the output gradient rows that picked it (a segment sum, in
+// index order), so it is the gradient of each unique id to push back to the table.
+Var GatherRows(const Var& rows, std::span<const int64_t> index);
+// DLRM's dot interaction: x [B, n, d] -> [B, n(n-1)/2], out[b, p] = <x[b, i, :], x[b, j, :]> for the
+// pairs i < j in the order (0,1), (0,2), ..., (0,n-1), (1,2), ..., (n-2,n-1).
+Var DotInteraction(const Var& x);
+
 // Not differentiable helpers used by training and evaluation.
 // Row-wise argmax of logits [batch, classes].
 std::vector<int32_t> ArgMax(const Tensor& logits);

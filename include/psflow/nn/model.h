@@ -45,7 +45,7 @@ class Model {
 };
 
 struct ModelConfig {
-  std::string name = "mlp";  // softmax | mlp | cnn | vgg19
+  std::string name = "mlp";  // softmax | mlp | cnn | vgg19 (ctr: nn::CtrModel, not built here)
   int hidden_units = 100;    // mlp
   uint64_t seed = 0;         // parameter initialization
   // The model's own settings (ModelDefaults::settings) by name: the value given as --NAME=VALUE,
@@ -75,6 +75,9 @@ struct ModelDefaults {
   float lr_decay_rate = 1.0f;
   bool synthetic_data = false;  // vgg19 trains on synthetic 32x32x3 images
   std::vector<ModelSetting> settings = {};  // the model's own settings, shown by --help
+  // Embedding tables (models with tables: ctr). Empty: the optimizer's; 0: the learning rate.
+  std::string sparse_optimizer = "";
+  float sparse_learning_rate = 0.0f;
 };
 
 // A user's own model: psflow builds it by name wherever it builds a seed model (every replica,

@@ -4,6 +4,7 @@
 #define PSFLOW_TRAIN_SUMMARY_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,15 @@ namespace psflow::train {
 struct PsTraffic {
   int task = 0;
   int64_t bytes_in = 0, bytes_out = 0, num_params = 0;
+};
+
+// The ctr model's figures: test log-loss and AUC beside the generator's Bayes values on the same
+// test set (DESIGN.md §10), and the rows its tables hold at the end.
+struct CtrFigures {
+  int64_t test_examples = 0;
+  double test_log_loss = 0, test_auc = 0;
+  double bayes_log_loss = 0, bayes_auc = 0;
+  int64_t table_rows = 0;
 };
 
 struct RunSummary {
@@ -32,6 +42,7 @@ struct RunSummary {
   // metrics, e.g. {"test_mse", 0.012}): printed as name=value at the end of the "final:" line and
   // as the JSON object "metrics".
   std::vector<std::pair<std::string, double>> metrics;
+  std::optional<CtrFigures> ctr;  // --model=ctr only
 };
 
 std::string SummaryToJson(const RunSummary& summary);

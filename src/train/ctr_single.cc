@@ -1,0 +1,209 @@
+// Single-process training of the ctr model with in-process tables (train/ctr_single.h).
+#include "train/ctr_single.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "psflow/core/threading.h"
+#include "psflow/data/ctr_metrics.h"
+#include "train/progress.h"
+#include "train/sparse_rule_config.h"
+#include "train/telemetry.h"
+
+namespace psflow::train {
+namespace {
+
+constexpr int kNumDense = 13;  // D, as Criteo's (the generator's default)
+// Tables' initial rows: N(0, 0.05²) truncated at 2 stddev, a function of (table seed, id).
+constexpr float kInitStddev = 0.05f;
+// Test examples are scored this many at a time.
+constexpr int64_t kEvalChunk = 8192;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(const TrainOptions& options,
+                                                              std::vector<int64_t> vocab_sizes) {
+  std::unique_ptr<CtrTrainer> t(new CtrTrainer());
+  t->options_ = options;
+  data::CtrConfig data_config;
+  data_config.seed = options.seed;
+  data_config.num_fields = options.ctr_fields;
+  data_config.num_dense = kNumDense;
+  data_config.vocab_sizes = std::move(vocab_sizes);
+  auto generator = data::CtrGenerator::Create(data_config);
+  if (!generator.ok()) return generator.status();
+  t->generator_ = std::make_unique<data::CtrGenerator>(*std::move(generator));
+
+  nn::CtrModelConfig model_config;
+  model_config.num_dense = kNumDense;
+  model_config.num_fields = options.ctr_fields;
+  model_config.dim = options.ctr_dim;
+  model_config.seed = options.seed;
+  auto model = nn::CtrModel::Create(model_config);
+  if (!model.ok()) return model.status();
+  t->model_ = *std::move(model);
+
+  const ps::table::SparseRuleConfig rule = SparseRuleConfigFrom(options);
+  for (int f = 0; f < options.ctr_fields; ++f) {
+    ps::table::TableConfig table;
+    table.name = nn::CtrModel::TableName(f);
+    table.dim = options.ctr_dim;
+    table.kind = options.ctr_vocab > 0 ? ps::table::TableKind::kFixed : ps::table::TableKind::kDynamic;
+    table.layout = {options.ctr_vocab > 0 ? options.ctr_vocab : 1, 1, dist::TableStrategy::kDiv};
+    table.initializer.kind = ps::table::InitKind::kTruncatedNormal;
+    table.initializer.stddev = kInitStddev;
+    table.seed = Rng::Mix(options.seed, 0x7ab1e000 + f);
+    auto shard = ps::table::MakeTableShard(table, rule, /*shard=*/0, /*num_ps=*/1);
+    if (!shard.ok()) return shard.status();
+    t->tables_.push_back(*std::move(shard));
+  }
+
+  t->dense_config_ = OptimizerConfigFrom(options);
+  auto optimizer = optim::MakeOptimizer(t->dense_config_);
+  if (!optimizer.ok()) return optimizer.status();
+  t->optimizer_ = *std::move(optimizer);
+  for (const Var& p : t->model_->parameters()) t->states_.push_back(t->optimizer_->NewState(p->value.size()));
+  const int64_t batch = *options.batch_size;
+  t->ids_.resize(batch * options.ctr_fields);
+  t->dense_.resize(batch * kNumDense);
+  t->labels_.resize(batch);
+  t->unique_.resize(options.ctr_fields);
+  return t;
+}
+
+void CtrTrainer::DedupFields(const int64_t* ids, int64_t batch, std::vector<nn::UniqueIds>* unique) const {
+  const int fields = options_.ctr_fields;
+  if (options_.ctr_vocab > 0) {  // the hashing trick: a fixed table of N rows takes id mod N
+    std::vector<int64_t> column(batch);
+    for (int f = 0; f < fields; ++f) {
+      for (int64_t i = 0; i < batch; ++i) column[i] = ids[i * fields + f] % options_.ctr_vocab;
+      nn::DedupIds(column.data(), batch, 1, &(*unique)[f]);
+    }
+    return;
+  }
+  for (int f = 0; f < fields; ++f) nn::DedupIds(ids + f, batch, fields, &(*unique)[f]);
+}
+
+absl::StatusOr<std::vector<Var>> CtrTrainer::GatherRows(const std::vector<nn::UniqueIds>& unique,
+                                                       bool trainable) const {
+  std::vector<Var> rows;
+  for (size_t f = 0; f < tables_.size(); ++f) {
+    const auto count = static_cast<int64_t>(unique[f].ids.size());
+    Tensor value = Tensor::Uninitialized({count, static_cast<int64_t>(options_.ctr_dim)});
+    if (auto s = tables_[f]->Gather(unique[f].ids, absl::Span<float>(value.data(), value.size())); !s.ok()) return s;
+    rows.push_back(trainable ? MakeParameter(tables_[f]->config().name, std::move(value)) : Constant(std::move(value)));
+  }
+  return rows;
+}
+
+absl::StatusOr<CtrTrainer::StepResult> CtrTrainer::Step(int64_t step) {
+  const int64_t batch = *options_.batch_size;
+  if (auto s = generator_->FillBatch(0, step, batch, ids_.data(), dense_.data(), labels_.data()); !s.ok()) return s;
+  DedupFields(ids_.data(), batch, &unique_);
+  auto rows = GatherRows(unique_, /*trainable=*/true);
+  if (!rows.ok()) return rows.status();
+  std::vector<nn::FieldRows> fields;
+  for (size_t f = 0; f < rows->size(); ++f) fields.push_back({(*rows)[f], unique_[f].index});
+  Var logits = model_->Logits(dense_.data(), batch, fields);
+  Var loss = nn::CtrModel::Loss(logits, labels_);
+  StepResult result;
+  result.loss = loss->value[0];
+  int64_t correct = 0;
+  for (int64_t i = 0; i < batch; ++i) correct += (logits->value[i] > 0) == (labels_[i] > 0.5f);
+  result.accuracy = static_cast<double>(correct) / static_cast<double>(batch);
+  if (!std::isfinite(result.loss)) return result;  // the caller stops; nothing applied
+  Backward(loss);
+  for (size_t f = 0; f < tables_.size(); ++f) {
+    const Node& leaf = *(*rows)[f];
+    if (auto s = tables_[f]->Apply(unique_[f].ids, absl::Span<const float>(leaf.grad.data(), leaf.grad.size()), step);
+        !s.ok()) {
+      return s;
+    }
+    tables_[f]->MaybeRemove(step);
+  }
+  const float lr = optim::DecayedLearningRate(dense_config_, step);
+  const std::vector<Var>& params = model_->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    Node& p = *params[i];
+    if (!p.grad.empty()) optimizer_->ApplyDense(p.value.data(), p.grad.data(), p.value.size(), states_[i], lr);
+  }
+  ZeroGrad(params);
+  return result;
+}
+
+absl::StatusOr<CtrFigures> CtrTrainer::Evaluate(int64_t n) const {
+  auto test = generator_->TestSet(n);
+  if (!test.ok()) return test.status();
+  auto bayes = data::BayesMetrics(*test);
+  if (!bayes.ok()) return bayes.status();
+  std::vector<double> probabilities(n);
+  std::vector<nn::UniqueIds> unique(tables_.size());
+  const int fields = options_.ctr_fields;
+  for (int64_t first = 0; first < n; first += kEvalChunk) {
+    const int64_t count = std::min(kEvalChunk, n - first);
+    DedupFields(test->ids.data() + first * fields, count, &unique);
+    auto rows = GatherRows(unique, /*trainable=*/false);
+    if (!rows.ok()) return rows.status();
+    std::vector<nn::FieldRows> field_rows;
+    for (size_t f = 0; f < rows->size(); ++f) field_rows.push_back({(*rows)[f], unique[f].index});
+    Var logits = model_->Logits(test->dense.data() + first * kNumDense, count, field_rows);
+    for (int64_t i = 0; i < count; ++i) probabilities[first + i] = 1.0 / (1.0 + std::exp(-double{logits->value[i]}));
+  }
+  auto log_loss = data::LogLoss(test->labels, probabilities);
+  if (!log_loss.ok()) return log_loss.status();
+  auto auc = data::Auc(test->labels, probabilities);
+  if (!auc.ok()) return auc.status();
+  CtrFigures figures;
+  figures.test_examples = n;
+  figures.test_log_loss = *log_loss;
+  figures.test_auc = *auc;
+  figures.bayes_log_loss = bayes->log_loss;
+  figures.bayes_auc = bayes->auc;
+  for (const auto& table : tables_) figures.table_rows += table->stats().rows;
+  return figures;
+}
+
+absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, const LogSink& log) {
+  if (!options.checkpoint_dir.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--checkpoint_dir=", options.checkpoint_dir,
+        ": the ctr model does not write checkpoints in single-process mode yet; leave --checkpoint_dir out"));
+  }
+  SetIntraOpThreads(options.intra_op_threads);
+  auto trainer = CtrTrainer::Create(options);
+  if (!trainer.ok()) return trainer.status();
+  const int64_t steps = *options.train_steps, batch = *options.batch_size;
+  log(absl::StrCat("training ctr in one process: ", options.ctr_fields, " fields of dim ", options.ctr_dim, " (",
+                   options.ctr_vocab > 0 ? absl::StrCat("fixed div tables of ", options.ctr_vocab, " rows")
+                                         : std::string("dynamic tables"),
+                   ", ", options.sparse_optimizer, " lr ", *options.sparse_learning_rate, "), ",
+                   (*trainer)->model().NumParameters(), " dense parameters (", options.optimizer, " lr ",
+                   *options.learning_rate, "), ", steps, " steps of batch ", batch));
+  auto telemetry = Telemetry::Create(options, /*write_events=*/true, "", log);
+  if (!telemetry.ok()) return telemetry.status();
+  const optim::OptimizerConfig dense_config = OptimizerConfigFrom(options);
+  ProgressLog progress(log, "", steps, batch);
+  for (int64_t step = 0; step < steps; ++step) {
+    auto result = (*trainer)->Step(step);
+    if (!result.ok()) return result.status();
+    if (!std::isfinite(result->loss)) return DivergedError(step, result->loss, *options.learning_rate);
+    progress.Step(step + 1, result->loss, result->accuracy, options.log_every);
+    (*telemetry)->OnStep(step + 1, result->loss, result->accuracy, optim::DecayedLearningRate(dense_config, step),
+                         batch);
+  }
+  RunSummary summary;
+  summary.model = options.model;
+  summary.mode = "single";
+  summary.global_step = steps;
+  summary.train_seconds = progress.ElapsedSeconds();
+  summary.examples_per_sec = steps * batch / std::max(summary.train_seconds, 1e-9);
+  auto figures = (*trainer)->Evaluate(options.ctr_test_examples);
+  if (!figures.ok()) return figures.status();
+  summary.ctr = *figures;
+  summary.test_cross_entropy = figures->test_log_loss;
+  (*telemetry)->OnFinal(steps, 0, 0);
+  return summary;
+}
+
+}  // namespace psflow::train

@@ -1,0 +1,80 @@
+// train/ctr_single.h — single-process training of the ctr model (nn::CtrModel) on the synthetic
+// generator's stream (data::CtrGenerator, worker 0), with its embedding tables held in-process by
+// the ps's own table blocks (ps/server/table: FixedTableShard / DynamicTableShard and their sparse
+// update rules, one shard per table), so single-process and ps training run one implementation of
+// the update rules. Dense layers use optim::Optimizer as every other model.
+//
+// A CtrTrainer owns the generator, the network, the tables and the optimizer states; one thread
+// drives it. TrainSingleProcess calls RunCtrSingleProcess for --model=ctr.
+#ifndef PSFLOW_SRC_TRAIN_CTR_SINGLE_H_
+#define PSFLOW_SRC_TRAIN_CTR_SINGLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ps/server/table/table_shard.h"
+#include "psflow/data/ctr.h"
+#include "psflow/nn/ctr_model.h"
+#include "psflow/optim/optimizer.h"
+#include "psflow/train/options.h"
+#include "psflow/train/summary.h"
+#include "psflow/train/train.h"
+
+namespace psflow::train {
+
+class CtrTrainer {
+ public:
+  // From resolved options (ResolveTrainOptions): --seed, --ctr_fields, --ctr_dim, --ctr_vocab,
+  // --batch_size, --optimizer / --learning_rate for the dense layers, --sparse_optimizer /
+  // --sparse_learning_rate / --ftrl_* for the tables.
+  // `vocab_sizes` replaces the generator's default V_f (tests use small vocabularies that a short
+  // run can learn); empty keeps data::DefaultCtrVocabSizes.
+  static absl::StatusOr<std::unique_ptr<CtrTrainer>> Create(const TrainOptions& options,
+                                                            std::vector<int64_t> vocab_sizes = {});
+
+  struct StepResult {
+    double loss = 0;
+    double accuracy = 0;  // batch accuracy at threshold 0.5
+  };
+  // One step at global step `step`: the generator's batch (worker 0, step), forward, backward,
+  // the tables' sparse updates and the dense updates. A non-finite loss is returned unapplied.
+  absl::StatusOr<StepResult> Step(int64_t step);
+
+  // Test log-loss and AUC of the model on the generator's first `n` test examples, beside their
+  // Bayes values, and the rows the tables hold.
+  absl::StatusOr<CtrFigures> Evaluate(int64_t n) const;
+
+  const data::CtrGenerator& generator() const { return *generator_; }
+  const nn::CtrModel& model() const { return *model_; }
+  const std::vector<std::unique_ptr<ps::table::TableShard>>& tables() const { return tables_; }
+
+ private:
+  CtrTrainer() = default;
+  // Dedups each field's column of ids [batch, F] (fixed tables: ids mod N first) into unique_.
+  void DedupFields(const int64_t* ids, int64_t batch, std::vector<nn::UniqueIds>* unique) const;
+  // Each field's unique rows gathered from its table as leaves (trainable: gradients wanted).
+  absl::StatusOr<std::vector<Var>> GatherRows(const std::vector<nn::UniqueIds>& unique, bool trainable) const;
+
+  TrainOptions options_;
+  std::unique_ptr<data::CtrGenerator> generator_;
+  std::unique_ptr<nn::CtrModel> model_;
+  std::vector<std::unique_ptr<ps::table::TableShard>> tables_;  // one per field
+  optim::OptimizerConfig dense_config_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::vector<optim::SlotState> states_;  // per dense parameter
+  // Reused per step.
+  std::vector<int64_t> ids_;
+  std::vector<float> dense_, labels_;
+  std::vector<nn::UniqueIds> unique_;
+};
+
+// `psflow train --model=ctr` without a cluster: trains, logs progress, evaluates on the test set
+// and returns the summary with its ctr figures. Checkpoints are not written in this mode yet
+// (--checkpoint_dir is refused with one line saying so).
+absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, const LogSink& log);
+
+}  // namespace psflow::train
+
+#endif  // PSFLOW_SRC_TRAIN_CTR_SINGLE_H_
