@@ -17,8 +17,10 @@
 #include "cli/train_flags.h"
 #include "nlohmann/json.hpp"
 #include "psflow/dist/cluster.h"
+#include "psflow/dist/slurm.h"
 #include "psflow/train/options.h"
 #include "psflow/train/ps_task.h"
+#include "train/cluster_setup.h"
 
 namespace py = pybind11;
 
@@ -137,12 +139,15 @@ Flags ParseFlags(const std::optional<std::vector<std::string>>& argv, const std:
   }
   ParseLayer(args, "flags", &flags.options, &flags.unparsed);
   ThrowIfError(train::ResolveTrainOptions(&flags.options));
-  // TF_CONFIG (Kubeflow) gives the role when the flags do not.
+  // TF_CONFIG (Kubeflow) or the Slurm step (srun) gives the role when the flags do not.
   train::TrainOptions& o = flags.options;
-  if (const std::string tf_config = EnvOr("TF_CONFIG"); !tf_config.empty() && o.ps_hosts.empty() && o.worker_hosts.empty()) {
-    auto resolved = ValueOrThrow(dist::ResolveCluster("", "", o.job_name, o.task_index, tf_config));
-    o.job_name = resolved.second.job;
-    o.task_index = resolved.second.index;
+  const bool environment = !EnvOr("TF_CONFIG").empty() || dist::SlurmStep::FromEnvironment().has_value();
+  if ((environment || !o.slurm_jobs.empty()) && o.ps_hosts.empty() && o.worker_hosts.empty()) {
+    auto resolved = ValueOrThrow(train::ResolveTaskCluster(o));
+    if (!resolved.first.empty()) {
+      o.job_name = resolved.second.job;
+      o.task_index = resolved.second.index;
+    }
   }
   return flags;
 }
@@ -193,12 +198,10 @@ Bad addresses raise psflow.InvalidArgumentError with psflow train's message.)doc
       .def_static(
           "from_flags",
           [](const Flags& flags) {
-            const train::TrainOptions& o = flags.options;
-            const std::string tf_config = o.ps_hosts.empty() && o.worker_hosts.empty() ? EnvOr("TF_CONFIG") : "";
-            return ValueOrThrow(dist::ResolveCluster(o.ps_hosts, o.worker_hosts, o.job_name, o.task_index, tf_config))
-                .first;
+            return ValueOrThrow(train::ResolveTaskCluster(flags.options)).first;
           },
-          py::arg("flags"), "The cluster of --ps_hosts/--worker_hosts, or of $TF_CONFIG when they are not given.")
+          py::arg("flags"),
+          "The cluster of --ps_hosts/--worker_hosts, or else of $TF_CONFIG, or else of the Slurm step (--slurm_jobs).")
       .def_static(
           "from_tf_config",
           [](std::optional<std::string> text) {
@@ -234,6 +237,7 @@ void RegisterFlags(py::module_& m) {
                      [](Flags& f, decltype(train::TrainOptions::name) v) { f.options.name = v; }); \
   names.push_back(#name)
   PSFLOW_FLAG(job_name); PSFLOW_FLAG(task_index); PSFLOW_FLAG(ps_hosts); PSFLOW_FLAG(worker_hosts);
+  PSFLOW_FLAG(slurm_jobs); PSFLOW_FLAG(slurm_port_base);
   PSFLOW_FLAG(model); PSFLOW_FLAG(hidden_units); PSFLOW_FLAG(data_dir); PSFLOW_FLAG(train_steps);
   PSFLOW_FLAG(batch_size); PSFLOW_FLAG(optimizer); PSFLOW_FLAG(learning_rate); PSFLOW_FLAG(lr_decay_steps);
   PSFLOW_FLAG(lr_decay_rate); PSFLOW_FLAG(lr_staircase); PSFLOW_FLAG(sync_replicas);
@@ -273,8 +277,8 @@ void RegisterFlags(py::module_& m) {
 
 Precedence, lowest first: psflow's defaults (the --model's), `defaults` (the script's own dict,
 e.g. {"batch_size": 100}), $PSFLOW_FLAGS (JSON array set by `psflow local`), then `argv`
-(default sys.argv[1:]). $TF_CONFIG gives job_name/task_index when --ps_hosts/--worker_hosts are
-absent. Flags psflow does not know are returned in .unparsed for the script's own parser. Invalid
+(default sys.argv[1:]). $TF_CONFIG, or else the Slurm step (srun; --slurm_jobs), gives
+job_name/task_index when --ps_hosts/--worker_hosts are absent. Flags psflow does not know are returned in .unparsed for the script's own parser. Invalid
 values raise psflow.InvalidArgumentError with psflow train's one-line message.)doc");
 }
 
@@ -287,6 +291,7 @@ void RegisterServer(py::module_& m) {
         options.worker_hosts = absl::StrJoin(cluster.workers(), ",");
         options.job_name = job_name;
         options.task_index = task_index;
+        options.slurm_jobs.clear();  // the cluster is given
         ThrowIfError(train::ResolveTrainOptions(&options));
         JoinServer(options);
       },

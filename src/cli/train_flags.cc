@@ -34,6 +34,11 @@ void AddTrainFlags(CLI::App* app, train::TrainOptions* o) {
   app->add_option("--task_index", o->task_index, "index of this task in its job; worker 0 is the chief");
   app->add_option("--ps_hosts", o->ps_hosts, "comma-separated host:port of the ps tasks");
   app->add_option("--worker_hosts", o->worker_hosts, "comma-separated host:port of the worker tasks");
+  app->add_option("--slurm_jobs", o->slurm_jobs,
+                  "under srun: the step's tasks in rank order fill these jobs, e.g. ps:2,worker:6 (default: "
+                  "ps:1 and every other task a worker, when the step has more than one task)");
+  app->add_option("--slurm_port_base", o->slurm_port_base,
+                  "under srun: each task listens on this port plus its rank on its node");
   app->add_option("--model", o->model, "softmax | mlp | cnn | vgg19");
   app->add_option("--hidden_units", o->hidden_units, "hidden units of the mlp");
   app->add_option("--data_dir", o->data_dir, "directory of the MNIST IDX files");

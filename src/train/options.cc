@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "psflow/dist/slurm.h"
 #include "psflow/nn/model.h"
 
 namespace psflow::train {
@@ -75,6 +76,12 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
     return Bad("--save_checkpoint_secs", o->save_checkpoint_secs, "0 (not by time) or a positive number of seconds");
   }
   if (o->save_summaries_steps <= 0) return Bad("--save_summaries_steps", o->save_summaries_steps, "positive");
+  if (o->slurm_port_base < 1 || o->slurm_port_base > 65535) {
+    return Bad("--slurm_port_base", o->slurm_port_base, "a port in 1..65535");
+  }
+  if (!o->slurm_jobs.empty()) {
+    if (auto jobs = dist::ParseSlurmJobs(o->slurm_jobs); !jobs.ok()) return jobs.status();
+  }
   if (o->metrics_port < 0 || o->metrics_port > 65535) {
     return Bad("--metrics_port", o->metrics_port, "a port in 1..65535 (or 0: no metrics server)");
   }
