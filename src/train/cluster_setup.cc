@@ -14,7 +14,8 @@ namespace psflow::train {
 
 absl::StatusOr<std::pair<dist::ClusterSpec, dist::TaskSpec>> ResolveTaskCluster(const TrainOptions& options,
                                                                                 const std::string* tf_config_override) {
-  const char* tf_config = std::getenv("TF_CONFIG");
+  const char* env_tf_config = std::getenv("TF_CONFIG");
+  const std::string tf_config = tf_config_override ? *tf_config_override : (env_tf_config ? env_tf_config : "");
   const std::optional<dist::SlurmStep> slurm =
       tf_config_override == nullptr ? dist::SlurmStep::FromEnvironment() : std::nullopt;
   dist::ClusterSources sources;
@@ -22,7 +23,7 @@ absl::StatusOr<std::pair<dist::ClusterSpec, dist::TaskSpec>> ResolveTaskCluster(
   sources.worker_hosts = options.worker_hosts;
   sources.job_name = options.job_name;
   sources.task_index = options.task_index;
-  sources.tf_config = tf_config_override ? *tf_config_override : (tf_config ? tf_config : "");
+  sources.tf_config = tf_config;  // a named string: a view of a temporary would dangle
   sources.slurm = slurm ? &*slurm : nullptr;
   sources.slurm_jobs = options.slurm_jobs;
   sources.slurm_port_base = options.slurm_port_base;
