@@ -1,4 +1,4 @@
-// bench/shard_bench.cc — Google Benchmark timings of a ps shard's update path (src/ps/shard.h), the
+// bench/shard_bench.cc — Google Benchmark timings of a ps shard's update path (src/ps/server/shard.h), the
 // work a ps task does for each push once the bytes have arrived: validating the received gradient
 // (shape, rows, finiteness) and applying it with the optimizer (async), or adding it into the
 // step's accumulator and applying the average (sync); dense and row-sparse gradients, over sizes.
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "ps/shard.h"
+#include "ps/server/shard.h"
 #include "psflow/core/threading.h"
 #include "psflow/optim/optimizer.h"
 #include "rpc/transport.h"

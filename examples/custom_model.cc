@@ -74,7 +74,7 @@ std::unique_ptr<Model> BuildLenetSmall(const ModelConfig& config, Rng& rng) {
       .Emplace<Conv2D>("conv2", 5, 8, 16, 1, Padding::kSame, conv_init, true, rng)
       .Emplace<MaxPool>(2, 2, Padding::kSame)
       .Emplace<Flatten>()
-      .Emplace<Dense>("fc1", 7 * 7 * 16, config.hidden_units, dense_init, /*relu=*/true, rng)
+      .Emplace<Dense>("fc1", 7 * 7 * 16, config.hidden_units, dense_init, psflow::nn::Activation::kRelu, rng)
       .Emplace<Dropout>(0.25f)  // active only when training
       .Emplace<Linear>("logits", config.hidden_units, 10);
   // Images reach the network as [batch, 28, 28, 1] (NHWC); 10 classes.

@@ -1,7 +1,12 @@
 # CTest driver for example_custom_model: cmake -DBINARY=... -DDATA_DIR=... -P run_custom_model_test.cmake
-# Fails unless the run exits 0, prints "final: model=lenet_small ..." and a test accuracy >= 0.80.
+# Fails unless --help lists lenet_small's defaults, the run exits 0, prints "final: model=lenet_small ..." and a test accuracy >= 0.80.
 if(NOT EXISTS "${DATA_DIR}/train-images-idx3-ubyte")
   message(FATAL_ERROR "MNIST is missing from ${DATA_DIR}; run scripts/test.sh (or scripts/run_mnist.sh) to fetch it")
+endif()
+# The registered model's own defaults are listed in --help beside the seed models'.
+execute_process(COMMAND "${BINARY}" train --help OUTPUT_VARIABLE help RESULT_VARIABLE help_exit)
+if(NOT help_exit EQUAL 0 OR NOT help MATCHES "vgg19 100, lenet_small 2000\\)")
+  message(FATAL_ERROR "custom_model train --help does not show lenet_small's --train_steps default:\n${help}")
 endif()
 execute_process(
   COMMAND "${BINARY}" local --ps=1 --workers=2 --model=lenet_small --train_steps=300 --log_every=100

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "psflow/cli/flags.h"
 #include "psflow/train/options.h"
 
 namespace psflow::python {
@@ -37,16 +38,14 @@ T ValueOrThrow(absl::StatusOr<T> value) {
 }
 
 // psflow.Flags: every `psflow train` flag, and the arguments psflow did not know.
-struct Flags {
-  train::TrainOptions options;
-  std::vector<std::string> unparsed;
-};
+using Flags = cli::ParsedFlags;
 
 void RegisterErrors(pybind11::module_& m);
 void RegisterCluster(pybind11::module_& m);
 void RegisterFlags(pybind11::module_& m);
 void RegisterServer(pybind11::module_& m);
 void RegisterData(pybind11::module_& m);
+void RegisterCtrData(pybind11::module_& m);
 void RegisterSession(pybind11::module_& m);
 
 }  // namespace psflow::python

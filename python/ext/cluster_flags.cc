@@ -1,6 +1,6 @@
 // psflow.ClusterSpec, psflow.Flags / parse_flags, psflow.Server: the cluster description, the
-// `psflow train` flags (parsed by the CLI's own CLI11 definitions, src/cli/train_flags.cc) and the
-// C++ ps task run inside the Python process.
+// `psflow train` flags (one attribute per row of the flag table, train/flags.h; parsed and layered
+// by psflow::cli::ParseFlags, psflow/cli/flags.h) and the C++ ps task run inside the Python process.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -10,17 +10,18 @@
 #include <iostream>
 #include <thread>
 
-#include "CLI/CLI.hpp"
+#include <type_traits>
+#include <variant>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "binding.h"
-#include "cli/train_flags.h"
-#include "nlohmann/json.hpp"
+#include "psflow/cli/flags.h"
 #include "psflow/dist/cluster.h"
-#include "psflow/dist/slurm.h"
 #include "psflow/train/options.h"
 #include "psflow/train/ps_task.h"
 #include "train/cluster_setup.h"
+#include "train/flags.h"
 
 namespace py = pybind11;
 
@@ -78,58 +79,20 @@ py::dict ClusterAsDict(const dist::ClusterSpec& c) {
 
 // --- Flags -------------------------------------------------------------------------------------
 
-// Parses `args` ("--flag=value" strings, as on a command line) into `options` with the CLI's own
-// flag definitions; unknown arguments go to `unparsed` when given, else are an error naming `source`.
-void ParseLayer(const std::vector<std::string>& args, const std::string& source, train::TrainOptions* options,
-                std::vector<std::string>* unparsed) {
-  if (args.empty()) return;
-  CLI::App app{"psflow flags"};
-  app.set_help_flag();  // --help belongs to the script
-  app.allow_extras(true);
-  app.allow_config_extras(false);
-  cli::AddTrainFlags(&app, options);
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses a reversed vector
-  try {
-    app.parse(reversed);
-  } catch (const CLI::ParseError& e) {
-    throw StatusError(absl::InvalidArgumentError(absl::StrCat(source, ": ", e.what())));
-  }
-  std::vector<std::string> extras = app.remaining();
-  if (extras.empty()) return;
-  if (unparsed == nullptr) {
-    throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-        source, ": '", extras.front(), "' is not a psflow train flag (see psflow train --help)")));
-  }
-  unparsed->insert(unparsed->end(), extras.begin(), extras.end());
-}
-
 std::string FlagValue(const py::handle& value) {
   if (py::isinstance<py::bool_>(value)) return value.cast<bool>() ? "true" : "false";
   return py::str(value);
 }
 
+// psflow.parse_flags: the arguments as C++ wants them (the dict of defaults as "--name=value",
+// sys.argv[1:] when argv is not given), then psflow::cli::ParseFlags.
 Flags ParseFlags(const std::optional<std::vector<std::string>>& argv, const std::optional<py::dict>& defaults) {
-  Flags flags;
-  // 1. the script's own defaults for psflow flags;
+  std::vector<std::string> default_args;
   if (defaults.has_value()) {
-    std::vector<std::string> args;
-    for (const auto& [key, value] : *defaults) {
-      args.push_back(absl::StrCat("--", std::string(py::str(key)), "=", FlagValue(value)));
+    for (const auto& item : *defaults) {
+      default_args.push_back(absl::StrCat("--", std::string(py::str(item.first)), "=", FlagValue(item.second)));
     }
-    ParseLayer(args, "parse_flags defaults", &flags.options, nullptr);
   }
-  // 2. the flags `psflow local` was given before `--` (a JSON array of strings);
-  if (const std::string env = EnvOr("PSFLOW_FLAGS"); !env.empty()) {
-    std::vector<std::string> args;
-    try {
-      args = nlohmann::json::parse(env).get<std::vector<std::string>>();
-    } catch (const nlohmann::json::exception& e) {
-      throw StatusError(absl::InvalidArgumentError(
-          absl::StrCat("PSFLOW_FLAGS must be a JSON array of strings such as [\"--train_steps=100\"]: ", e.what())));
-    }
-    ParseLayer(args, "PSFLOW_FLAGS", &flags.options, nullptr);
-  }
-  // 3. the command line, whose unknown flags belong to the script.
   std::vector<std::string> args;
   if (argv.has_value()) {
     args = *argv;
@@ -137,19 +100,7 @@ Flags ParseFlags(const std::optional<std::vector<std::string>>& argv, const std:
     py::list sys_argv = py::module_::import("sys").attr("argv");
     for (size_t i = 1; i < sys_argv.size(); ++i) args.push_back(py::str(sys_argv[i]));
   }
-  ParseLayer(args, "flags", &flags.options, &flags.unparsed);
-  ThrowIfError(train::ResolveTrainOptions(&flags.options));
-  // TF_CONFIG (Kubeflow) or the Slurm step (srun) gives the role when the flags do not.
-  train::TrainOptions& o = flags.options;
-  const bool environment = !EnvOr("TF_CONFIG").empty() || dist::SlurmStep::FromEnvironment().has_value();
-  if ((environment || !o.slurm_jobs.empty()) && o.ps_hosts.empty() && o.worker_hosts.empty()) {
-    auto resolved = ValueOrThrow(train::ResolveTaskCluster(o));
-    if (!resolved.first.empty()) {
-      o.job_name = resolved.second.job;
-      o.task_index = resolved.second.index;
-    }
-  }
-  return flags;
+  return ValueOrThrow(cli::ParseFlags(args, default_args));
 }
 
 // --- Server ------------------------------------------------------------------------------------
@@ -198,10 +149,10 @@ Bad addresses raise psflow.InvalidArgumentError with psflow train's message.)doc
       .def_static(
           "from_flags",
           [](const Flags& flags) {
-            return ValueOrThrow(train::ResolveTaskCluster(flags.options)).first;
+            const train::TrainOptions& o = flags.options;
+            return ValueOrThrow(train::ResolveTaskCluster(o)).first;
           },
-          py::arg("flags"),
-          "The cluster of --ps_hosts/--worker_hosts, or else of $TF_CONFIG, or else of the Slurm step (--slurm_jobs).")
+          py::arg("flags"), "The cluster of --ps_hosts/--worker_hosts, or else of $TF_CONFIG, or else of the Slurm step (--slurm_jobs).")
       .def_static(
           "from_tf_config",
           [](std::optional<std::string> text) {
@@ -225,60 +176,47 @@ void RegisterFlags(py::module_& m) {
       .def_readwrite("unparsed", &Flags::unparsed)
       .def("__repr__", [](const Flags& f) {
         // Flags whose default comes from the model are unset (None) until resolved.
-        auto text = [](const std::optional<auto>& v) { return v.has_value() ? absl::StrCat(*v) : std::string("None"); };
+        auto text = [&](const char* name) {
+          const std::string value = train::FlagValueText(*train::FindFlag(name), f.options);
+          return value.empty() ? std::string("None") : value;
+        };
         return absl::StrCat("Flags(job_name='", f.options.job_name, "', task_index=", f.options.task_index,
-                            ", train_steps=", text(f.options.train_steps), ", batch_size=", text(f.options.batch_size),
-                            ", ...)");
+                            ", train_steps=", text("train_steps"), ", batch_size=", text("batch_size"), ", ...)");
       });
-  // One attribute per TrainOptions field (psflow/train/options.h).
-  static std::vector<std::string> names;
-#define PSFLOW_FLAG(name)                                                                    \
-  flags.def_property(#name, [](const Flags& f) { return f.options.name; },                  \
-                     [](Flags& f, decltype(train::TrainOptions::name) v) { f.options.name = v; }); \
-  names.push_back(#name)
-  PSFLOW_FLAG(job_name); PSFLOW_FLAG(task_index); PSFLOW_FLAG(ps_hosts); PSFLOW_FLAG(worker_hosts);
-  PSFLOW_FLAG(slurm_jobs); PSFLOW_FLAG(slurm_port_base);
-  PSFLOW_FLAG(model); PSFLOW_FLAG(hidden_units); PSFLOW_FLAG(data_dir); PSFLOW_FLAG(train_steps);
-  PSFLOW_FLAG(batch_size); PSFLOW_FLAG(optimizer); PSFLOW_FLAG(learning_rate); PSFLOW_FLAG(lr_decay_steps);
-  PSFLOW_FLAG(lr_decay_rate); PSFLOW_FLAG(lr_staircase); PSFLOW_FLAG(sync_replicas);
-  PSFLOW_FLAG(replicas_to_aggregate); PSFLOW_FLAG(total_num_replicas); PSFLOW_FLAG(sync_timeout_secs);
-  PSFLOW_FLAG(partitioner); PSFLOW_FLAG(placement); PSFLOW_FLAG(log_device_placement); PSFLOW_FLAG(local_replicas);
-  PSFLOW_FLAG(checkpoint_dir); PSFLOW_FLAG(save_checkpoint_steps); PSFLOW_FLAG(save_checkpoint_secs);
-  PSFLOW_FLAG(logdir); PSFLOW_FLAG(save_summaries_steps); PSFLOW_FLAG(metrics_json); PSFLOW_FLAG(metrics_port);
-  PSFLOW_FLAG(seed); PSFLOW_FLAG(intra_op_threads); PSFLOW_FLAG(log_every); PSFLOW_FLAG(init_timeout_secs);
-  PSFLOW_FLAG(rpc_timeout_secs); PSFLOW_FLAG(ps_timeout_secs); PSFLOW_FLAG(worker_timeout_secs);
-  PSFLOW_FLAG(max_message_mb); PSFLOW_FLAG(transport); PSFLOW_FLAG(cluster_secret_file); PSFLOW_FLAG(tls_cert);
-  PSFLOW_FLAG(tls_key); PSFLOW_FLAG(tls_ca); PSFLOW_FLAG(insecure);
-#undef PSFLOW_FLAG
+  // One attribute per row of the flag table (train/flags.h), of the flag's own type (None for a
+  // flag the model defaults, until parse_flags resolves it).
+  for (const train::Flag& flag : train::TrainFlags()) {
+    std::visit(
+        [&](auto member) {
+          using Field = std::remove_cvref_t<decltype(std::declval<train::TrainOptions&>().*member)>;
+          flags.def_property(
+              std::string(flag.name).c_str(), [member](const Flags& f) { return f.options.*member; },
+              [member](Flags& f, Field value) { f.options.*member = std::move(value); }, std::string(flag.help).c_str());
+        },
+        flag.field);
+  }
   flags.def(
       "as_dict",
       [](const py::object& self) {
         py::dict d;
-        for (const std::string& name : names) d[py::str(name)] = self.attr(name.c_str());
+        for (const train::Flag& flag : train::TrainFlags()) {
+          const std::string name(flag.name);
+          d[py::str(name)] = self.attr(name.c_str());
+        }
         return d;
       },
       "Every psflow train flag and its value.");
   flags.def(
-      "as_argv",
-      [](const py::object& self) {
-        // The flags as `psflow train` arguments (for starting C++ tasks with the same flags).
-        std::vector<std::string> argv;
-        for (const std::string& name : names) {
-          py::object v = self.attr(name.c_str());
-          if (v.is_none() || (py::isinstance<py::str>(v) && v.cast<std::string>().empty())) continue;
-          argv.push_back(absl::StrCat("--", name, "=", FlagValue(v)));
-        }
-        return argv;
-      },
-      "The flags as psflow train command-line arguments (--name=value).");
+      "as_argv", [](const Flags& f) { return train::FlagArgs(f.options); },
+      "The flags as psflow train command-line arguments (--name=value; unset and empty ones left out).");
 
   m.def("parse_flags", &ParseFlags, py::arg("argv") = py::none(), py::arg("defaults") = py::none(),
         R"doc(Every psflow train flag, parsed by psflow train's own flag code.
 
 Precedence, lowest first: psflow's defaults (the --model's), `defaults` (the script's own dict,
 e.g. {"batch_size": 100}), $PSFLOW_FLAGS (JSON array set by `psflow local`), then `argv`
-(default sys.argv[1:]). $TF_CONFIG, or else the Slurm step (srun; --slurm_jobs), gives
-job_name/task_index when --ps_hosts/--worker_hosts are absent. Flags psflow does not know are returned in .unparsed for the script's own parser. Invalid
+(default sys.argv[1:]). $TF_CONFIG, or else a Slurm step (srun), gives job_name/task_index when --ps_hosts/--worker_hosts are
+absent. Flags psflow does not know are returned in .unparsed for the script's own parser. Invalid
 values raise psflow.InvalidArgumentError with psflow train's one-line message.)doc");
 }
 

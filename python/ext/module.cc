@@ -83,5 +83,6 @@ PYBIND11_MODULE(_psflow, m) {
   RegisterFlags(m);
   RegisterServer(m);
   RegisterData(m);
+  RegisterCtrData(m);
   RegisterSession(m);
 }

@@ -39,6 +39,9 @@ from ._psflow import (  # noqa: F401  (the C++ extension)
     parse_flags,
     BatchSampler,
     load_mnist,
+    CtrGenerator,
+    log_loss,
+    auc,
 )
 from .server import Server  # noqa: F401
 from .session import WorkerSession  # noqa: F401
@@ -47,4 +50,5 @@ __all__ = [
     "__version__", "Error", "InvalidArgumentError", "NotFoundError", "FailedPreconditionError",
     "UnavailableError", "DeadlineExceededError", "AbortedError", "OutOfRangeError", "CancelledError",
     "ClusterSpec", "Flags", "parse_flags", "Server", "WorkerSession", "BatchSampler", "load_mnist",
+    "CtrGenerator", "log_loss", "auc",
 ]

@@ -192,7 +192,8 @@ class ClusterSpecAndFlagsTest(unittest.TestCase):
                 os.environ["TF_CONFIG"] = old_tf
 
     def test_bad_flag_values_are_the_cli_errors(self):
-        for flag in ["--batch_size=0", "--log_every=0", "--transport=udp", "--optimizer=lbfgs"]:
+        for flag in ["--batch_size=0", "--log_every=0", "--transport=udp", "--optimizer=lbfgs", "--train_steps=abc",
+                     "--learning_rate=fast"]:
             with self.assertRaises(psflow.InvalidArgumentError) as e:
                 psflow.parse_flags([flag])
             self.assertEqual(str(e.exception), cli_error(flag))

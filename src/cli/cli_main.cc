@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_format.h"
 #include "cli/local_cluster.h"
@@ -105,23 +105,6 @@ std::vector<std::string> SplitWorkerCommand(int* argc, char** argv) {
   return {};
 }
 
-// The arguments after `local` minus the launcher's own --ps/--workers, forwarded to every task.
-std::vector<std::string> ForwardedFlags(int argc, char** argv) {
-  std::vector<std::string> out;
-  for (int i = 2; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--ps" || a == "--workers" || a == "--metrics_port") {
-      ++i;  // skip its value
-      continue;
-    }
-    if (absl::StartsWith(a, "--ps=") || absl::StartsWith(a, "--workers=") || absl::StartsWith(a, "--metrics_port=")) {
-      continue;  // the launcher's own, or set per task
-    }
-    out.push_back(a);
-  }
-  return out;
-}
-
 // "psflow train" (the subcommands being parsed when a parse error struck), for "see ... --help".
 std::string CommandPath(const CLI::App& app) {
   std::string path = "psflow";
@@ -132,6 +115,47 @@ std::string CommandPath(const CLI::App& app) {
     at = chosen.front();
     path += " " + at->get_name();
   }
+}
+
+// Edits needed to turn `a` into `b` (Levenshtein distance).
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// "unknown subcommand 'trian'; the closest is 'train'" when the deepest command being parsed wants
+// a subcommand and was given a word that names none, else "".
+std::string UnknownSubcommand(const CLI::App& app) {
+  const CLI::App* at = &app;
+  while (true) {
+    std::vector<const CLI::App*> chosen = at->get_subcommands([](const CLI::App* sub) { return sub->parsed(); });
+    if (chosen.empty()) break;
+    at = chosen.front();
+  }
+  if (at->get_require_subcommand_min() == 0) return "";
+  const std::vector<std::string> extras = at->remaining();
+  auto word = std::find_if(extras.begin(), extras.end(), [](const std::string& a) { return !a.starts_with("-"); });
+  if (word == extras.end()) return "";
+  std::string closest;
+  size_t best = std::string::npos;
+  for (const CLI::App* sub : at->get_subcommands([](const CLI::App*) { return true; })) {
+    const size_t d = EditDistance(*word, sub->get_name());
+    if (d < best) {
+      best = d;
+      closest = sub->get_name();
+    }
+  }
+  return absl::StrCat("unknown subcommand '", *word, "'; the closest is '", closest, "'");
 }
 
 std::string SelfPath(const char* argv0) {
@@ -162,6 +186,9 @@ int psflow::cli::Main(int argc, char** argv) {
   cli::AddTrainFlags(train_cmd, &train_options);
 
   train::TrainOptions local_options;
+  // Every task of psflow local shares this host: tensors go through shared memory unless asked
+  // otherwise (set before the flags are added, so that `psflow local --help` shows it).
+  local_options.transport = "shm";
   cli::LocalClusterOptions local;
   CLI::App* local_cmd = app.add_subcommand(
       "local", "run a whole cluster as processes on 127.0.0.1; after `--`, a command to run as each worker "
@@ -178,11 +205,8 @@ int psflow::cli::Main(int argc, char** argv) {
 
   train::TrainOptions eval_options;
   CLI::App* eval_cmd = app.add_subcommand("eval", "test accuracy and cross-entropy of the newest checkpoint");
-  eval_cmd->add_option("--checkpoint_dir", eval_options.checkpoint_dir, "directory the chief saved checkpoints to")->required();
-  eval_cmd->add_option("--model", eval_options.model, "softmax | mlp | cnn | vgg19");
-  eval_cmd->add_option("--hidden_units", eval_options.hidden_units, "hidden units of the mlp");
-  eval_cmd->add_option("--data_dir", eval_options.data_dir, "directory of the MNIST IDX files");
-  eval_cmd->add_option("--intra_op_threads", eval_options.intra_op_threads, "compute threads");
+  cli::AddTrainFlags(eval_cmd, &eval_options, {"checkpoint_dir", "model", "hidden_units", "data_dir", "intra_op_threads"});
+  eval_cmd->get_option("--checkpoint_dir")->required();
 
   CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks");
   bench_cmd->require_subcommand(1);
@@ -201,6 +225,9 @@ int psflow::cli::Main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const cli::FlagValueError& e) {
+    std::cerr << "psflow: error: " << e.what() << std::endl;  // the house line, as for any bad value
+    return 2;
   } catch (const CLI::ExtrasError& e) {
     const std::vector<std::string> extras = local_cmd->remaining();
     if (local_cmd->parsed() && std::any_of(extras.begin(), extras.end(), [](const std::string& a) {
@@ -213,7 +240,8 @@ int psflow::cli::Main(int argc, char** argv) {
     std::cerr << "psflow: error: " << e.what() << " (see " << cli::CommandPath(app) << " --help)" << std::endl;
     return 2;
   } catch (const CLI::ParseError& e) {
-    std::cerr << "psflow: error: " << e.what() << " (see " << cli::CommandPath(app) << " --help)" << std::endl;
+    const std::string unknown = cli::UnknownSubcommand(app);
+    std::cerr << "psflow: error: " << (unknown.empty() ? std::string(e.what()) : unknown) << " (see " << cli::CommandPath(app) << " --help)" << std::endl;
     return 2;
   }
 
@@ -222,16 +250,18 @@ int psflow::cli::Main(int argc, char** argv) {
     if (!local_options.job_name.empty() || local_cmd->count("--task_index") > 0 || !local_options.ps_hosts.empty() ||
         !local_options.worker_hosts.empty() || local_cmd->count("--slurm_jobs") > 0 ||
         local_cmd->count("--slurm_port_base") > 0) {
-      std::cerr << "psflow: error: psflow local chooses --job_name, --task_index, --ps_hosts and --worker_hosts "
-                   "itself; drop them (use psflow train to run one task, or srun psflow train under Slurm)" << std::endl;
+      std::cerr << "psflow: error: psflow local chooses the cluster itself; drop --job_name, --task_index, --ps_hosts, "
+                   "--worker_hosts, --slurm_jobs and --slurm_port_base (use psflow train to run one task, or "
+                   "srun psflow train under Slurm)" << std::endl;
       return 2;
     }
     // Validate the training flags once here rather than in every task.
     if (auto s = train::ResolveTrainOptions(&local_options); !s.ok()) return cli::Fail(s, 2);
     local.binary = cli::SelfPath(argv[0]);
-    local.train_flags = cli::ForwardedFlags(argc, argv);
-    // Every task of psflow local shares this host: tensors go through shared memory unless asked otherwise.
-    if (local_cmd->count("--transport") == 0) local.train_flags.push_back("--transport=shm");
+    // The flags given, as parsed; --metrics_port is set per task. The tasks' own --transport
+    // default is grpc, so local's is always passed on.
+    local.train_flags = cli::GivenFlagArgs(*local_cmd, local_options, {"metrics_port", "transport"});
+    local.train_flags.push_back("--transport=" + local_options.transport);
     local.metrics_port = local_options.metrics_port;
     if (has_worker_command && worker_command.empty()) {
       std::cerr << "psflow: error: psflow local: nothing after `--`; give the command each worker runs, e.g. "
@@ -243,7 +273,7 @@ int psflow::cli::Main(int argc, char** argv) {
   }
   if (eval_cmd->parsed()) return cli::RunEval(eval_options);
   if (transport_cmd->parsed()) {
-    auto status = rpc::RunTransportBenchCommand(cli::SelfPath(argv[0]), bench_ps, std::cout, bench_transport);
+    auto status = cli::RunTransportBenchCommand(cli::SelfPath(argv[0]), bench_ps, std::cout, bench_transport);
     if (!status.ok()) return cli::Fail(status);
     return 0;
   }

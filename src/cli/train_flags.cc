@@ -1,25 +1,51 @@
-// The flags of `psflow train` (cli/train_flags.h). Every flag's --help line shows its default:
-// CLI11 prints the value the option holds before parsing, and the flags whose default is the
-// model's list each seed model's value.
+// The flag table as CLI11 options (cli/train_flags.h). CLI11 reads the text; the table's
+// SetFlagFromText turns it into the member's type with the house error, so every number flag says
+// "--flag=abc must be an integer" (or "a number") rather than CLI11's "Could not convert".
 #include "cli/train_flags.h"
 
+#include <algorithm>
 #include <string>
+#include <type_traits>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "psflow/nn/model.h"
+#include "train/flags.h"
 
 namespace psflow::cli {
 namespace {
 
-// "(default: the model's: softmax X, mlp Y, cnn Z, vgg19 W)" for one field of nn::ModelDefaults.
-template <typename Field>
-std::string ModelDefaults(Field field) {
+bool Contains(std::initializer_list<absl::string_view> names, absl::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// CLI11's name for the flag's type in --help ("--batch_size INT").
+std::string TypeName(const train::Flag& flag) {
+  return std::visit(
+      [](auto member) -> std::string {
+        using Field = std::remove_cvref_t<decltype(std::declval<train::TrainOptions&>().*member)>;
+        if constexpr (std::is_same_v<Field, std::string>) {
+          return "TEXT";
+        } else if constexpr (std::is_same_v<Field, uint64_t>) {
+          return "UINT";
+        } else if constexpr (std::is_same_v<Field, double> || std::is_same_v<Field, std::optional<float>>) {
+          return "FLOAT";
+        } else {
+          return "INT";
+        }
+      },
+      flag.field);
+}
+
+// " (default: the model's: softmax X, mlp Y, cnn Z, vgg19 W[, registered models])", or "".
+std::string ModelDefaultsHelp(const train::Flag& flag) {
+  if (std::holds_alternative<std::monostate>(flag.model_default)) return "";
   std::string out = " (default: the model's:";
   const char* sep = " ";
-  for (const char* model : {"softmax", "mlp", "cnn", "vgg19"}) {
-    auto d = nn::DefaultsFor(model);
-    if (!d.ok()) continue;
-    absl::StrAppend(&out, sep, model, " ", (*d).*field);
+  for (const std::string& model : nn::ModelNames()) {
+    auto defaults = nn::DefaultsFor(model);
+    if (!defaults.ok()) continue;
+    absl::StrAppend(&out, sep, model, " ", train::ModelDefaultText(flag, *defaults));
     sep = ", ";
   }
   return out + ")";
@@ -27,61 +53,42 @@ std::string ModelDefaults(Field field) {
 
 }  // namespace
 
-void AddTrainFlags(CLI::App* app, train::TrainOptions* o) {
+void AddTrainFlags(CLI::App* app, train::TrainOptions* o, std::initializer_list<absl::string_view> only) {
   // A flag given twice takes the last value (scripts append overrides: run_mnist.sh --train_steps=500).
-  app->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app->add_option("--job_name", o->job_name, "this task's role: ps or worker (empty: train in one process)");
-  app->add_option("--task_index", o->task_index, "index of this task in its job; worker 0 is the chief");
-  app->add_option("--ps_hosts", o->ps_hosts, "comma-separated host:port of the ps tasks");
-  app->add_option("--worker_hosts", o->worker_hosts, "comma-separated host:port of the worker tasks");
-  app->add_option("--slurm_jobs", o->slurm_jobs,
-                  "under srun: the step's tasks in rank order fill these jobs, e.g. ps:2,worker:6 (default: "
-                  "ps:1 and every other task a worker, when the step has more than one task)");
-  app->add_option("--slurm_port_base", o->slurm_port_base,
-                  "under srun: each task listens on this port plus its rank on its node");
-  app->add_option("--model", o->model, "softmax | mlp | cnn | vgg19");
-  app->add_option("--hidden_units", o->hidden_units, "hidden units of the mlp");
-  app->add_option("--data_dir", o->data_dir, "directory of the MNIST IDX files");
-  app->add_option("--train_steps", o->train_steps, "stop when the global step reaches this" + ModelDefaults(&nn::ModelDefaults::train_steps));
-  app->add_option("--batch_size", o->batch_size, "examples per step per worker" + ModelDefaults(&nn::ModelDefaults::batch_size));
-  app->add_option("--optimizer", o->optimizer, "sgd | momentum | adagrad | adam | rmsprop" + ModelDefaults(&nn::ModelDefaults::optimizer));
-  app->add_option("--learning_rate", o->learning_rate, "initial learning rate" + ModelDefaults(&nn::ModelDefaults::learning_rate));
-  app->add_option("--lr_decay_steps", o->lr_decay_steps, "exponential decay period in steps, 0: constant" + ModelDefaults(&nn::ModelDefaults::lr_decay_steps));
-  app->add_option("--lr_decay_rate", o->lr_decay_rate, "decay factor per period" + ModelDefaults(&nn::ModelDefaults::lr_decay_rate));
-  app->add_flag("--lr_staircase", o->lr_staircase, "decay in discrete steps");
-  app->add_flag("--sync_replicas", o->sync_replicas, "synchronous training (SyncReplicasOptimizer)");
-  app->add_option("--replicas_to_aggregate", o->replicas_to_aggregate, "gradients averaged per sync step (0: the number of workers)");
-  app->add_option("--total_num_replicas", o->total_num_replicas, "workers taking part in sync training (0: all)");
-  app->add_option("--sync_timeout_secs", o->sync_timeout_secs, "a sync step waits this long for missing workers");
-  app->add_option("--partitioner", o->partitioner, "none | fixed:N | min_max:P[:MIN_SLICE_BYTES] | axis_size:MAX_SHARD_BYTES");
-  app->add_option("--placement", o->placement, "round_robin | greedy");
-  app->add_flag("--log_device_placement", o->log_device_placement, "print where each variable lives");
-  app->add_option("--local_replicas", o->local_replicas, "model replicas in this worker, one per CPU device");
-  app->add_option("--checkpoint_dir", o->checkpoint_dir, "where the chief saves checkpoints");
-  app->add_option("--save_checkpoint_steps", o->save_checkpoint_steps, "checkpoint every N steps (0: not by steps)");
-  app->add_option("--save_checkpoint_secs", o->save_checkpoint_secs, "checkpoint every N seconds (0: not by time)");
-  app->add_option("--logdir", o->logdir, "directory for TensorBoard event files (read them with psflow_events_dump)");
-  app->add_option("--save_summaries_steps", o->save_summaries_steps, "TensorBoard summary cadence");
-  app->add_option("--metrics_json", o->metrics_json, "write the final summary as JSON to this file");
-  app->add_option("--metrics_port", o->metrics_port, "serve Prometheus /metrics on this port (0: none)");
-  app->add_option("--seed", o->seed, "seed of initialization, data order and dropout");
-  app->add_option("--intra_op_threads", o->intra_op_threads, "compute threads per task");
-  app->add_option("--log_every", o->log_every, "log a progress line every N local steps");
-  app->add_option("--init_timeout_secs", o->init_timeout_secs,
-                  "how long a worker waits for the chief, and a ps task to be initialized by it");
-  app->add_option("--rpc_timeout_secs", o->rpc_timeout_secs,
-                  "deadline of each RPC attempt, plus 1 s per MiB it moves (docs/failures.md)");
-  app->add_option("--ps_timeout_secs", o->ps_timeout_secs,
-                  "how long calls to a silent ps task are retried before the task exits non-zero naming it");
-  app->add_option("--worker_timeout_secs", o->worker_timeout_secs,
-                  "a ps task that hears from no worker for this long exits non-zero");
-  app->add_option("--max_message_mb", o->max_message_mb, "largest RPC message a task accepts, in MiB");
-  app->add_option("--transport", o->transport, "grpc, or shm: pushes and pulls to a ps on this host over shared memory");
-  app->add_option("--cluster_secret_file", o->cluster_secret_file, "file holding the cluster's shared secret");
-  app->add_option("--tls_cert", o->tls_cert, "PEM certificate of this task");
-  app->add_option("--tls_key", o->tls_key, "PEM private key of this task");
-  app->add_option("--tls_ca", o->tls_ca, "PEM CA certificate that signed the cluster's certificates");
-  app->add_flag("--insecure", o->insecure, "allow listening beyond loopback without a secret");
+  app->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (const train::Flag& flag : train::TrainFlags()) {
+    if (only.size() > 0 && !Contains(only, flag.name)) continue;
+    const std::string name = absl::StrCat("--", flag.name);
+    const std::string help = absl::StrCat(flag.help, ModelDefaultsHelp(flag));
+    const bool is_bool = std::holds_alternative<bool train::TrainOptions::*>(flag.field);
+    app->add_option_function<std::string>(
+           name,
+           [&flag, o](const std::string& text) {
+             if (absl::Status s = train::SetFlagFromText(flag, text, o); !s.ok()) {
+               throw FlagValueError(std::string(s.message()));
+             }
+           },
+           help)
+        ->type_name(TypeName(flag))
+        ->default_str(train::FlagValueText(flag, *o));
+    if (is_bool) {
+      // A flag: --name alone is --name=true (CLI11 passes the default text for a bare flag, and
+      // shows no value in --help for a flag taking none).
+      app->get_option(name)->type_size(0)->default_str("true");
+    }
+  }
+}
+
+std::vector<std::string> GivenFlagArgs(const CLI::App& app, const train::TrainOptions& options,
+                                       std::initializer_list<absl::string_view> except) {
+  std::vector<std::string> args;
+  for (const train::Flag& flag : train::TrainFlags()) {
+    const std::string name = absl::StrCat("--", flag.name);
+    const CLI::Option* option = app.get_option_no_throw(name);
+    if (Contains(except, flag.name) || option == nullptr || option->count() == 0) continue;
+    args.push_back(train::FlagArg(flag, options));
+  }
+  return args;
 }
 
 }  // namespace psflow::cli

@@ -27,8 +27,16 @@
 
 extern char** environ;
 
-namespace psflow::rpc {
+namespace psflow::cli {
 namespace {
+
+using rpc::CallOptions;
+using rpc::ClientChannel;
+using rpc::IncomingMessage;
+using rpc::MakeGrpcChannel;
+using rpc::Method;
+using rpc::OutgoingMessage;
+using rpc::TransportOptions;
 
 using Clock = std::chrono::steady_clock;
 
@@ -141,7 +149,7 @@ class TcpBaseline {
   }
 
   absl::StatusOr<Measurement> Measure(int64_t size, double seconds) {
-    return rpc::Measure(size, seconds, [&]() -> absl::Status {
+    return cli::Measure(size, seconds, [&]() -> absl::Status {
       const uint64_t n = static_cast<uint64_t>(size);
       char ack = 0;
       if (!WriteAll(fd_, &n, sizeof(n)) || !WriteAll(fd_, buffer_.data(), n) || !ReadAll(fd_, &ack, 1)) {
@@ -334,4 +342,4 @@ absl::Status RunTransportBenchCommand(const std::string& self_path, const std::s
   return status;
 }
 
-}  // namespace psflow::rpc
+}  // namespace psflow::cli

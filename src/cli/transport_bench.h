@@ -1,14 +1,14 @@
-// psflow/rpc/transport_bench.h — `psflow bench transport`: push and pull throughput and latency
+// cli/transport_bench.h — `psflow bench transport`: push and pull throughput and latency
 // against a ps task for several tensor sizes, beside raw TCP between the same two hosts, one JSON
 // line per size:
 //   {"size":..., "push_gbps":..., "pull_gbps":..., "tcp_gbps":..., "push_ratio":..., "pull_ratio":...,
 //    "push_latency_ms":..., "pull_latency_ms":..., "tcp_latency_ms":...}
 // The benchmark initializes the ps with its own variable (one per size): point it only at a ps task
 // started for benchmarking. Not thread-safe with respect to other users of that ps.
-// It drives the ps through its client, so it is built above the ps, not in the transport library:
-// src/cli/transport_bench.cc, library psflow_bench_transport (this header is to move with it).
-#ifndef PSFLOW_RPC_TRANSPORT_BENCH_H_
-#define PSFLOW_RPC_TRANSPORT_BENCH_H_
+// It drives the ps through its client, so it is built above the ps, not in the transport library
+// (library psflow_bench_transport).
+#ifndef PSFLOW_CLI_TRANSPORT_BENCH_H_
+#define PSFLOW_CLI_TRANSPORT_BENCH_H_
 
 #include <cstdint>
 #include <ostream>
@@ -17,7 +17,7 @@
 
 #include "absl/status/status.h"
 
-namespace psflow::rpc {
+namespace psflow::cli {
 
 struct TransportBenchOptions {
   std::vector<int64_t> sizes = {4 << 10, 1 << 20, 16 << 20};  // bytes per tensor
@@ -38,6 +38,6 @@ absl::Status RunTransportBench(const std::string& ps_address, std::ostream& out,
 absl::Status RunTransportBenchCommand(const std::string& self_path, const std::string& ps_hosts,
                                       std::ostream& out, const std::string& transport = "grpc");
 
-}  // namespace psflow::rpc
+}  // namespace psflow::cli
 
-#endif  // PSFLOW_RPC_TRANSPORT_BENCH_H_
+#endif  // PSFLOW_CLI_TRANSPORT_BENCH_H_

@@ -20,7 +20,7 @@
 
 int main(int argc, char** argv) {
   using namespace psflow;
-  rpc::TransportBenchOptions options;
+  cli::TransportBenchOptions options;
   options.shutdown_ps = true;
   CLI::App app{"psflow_transport_bench: push/pull throughput and latency against a ps task it starts on loopback"};
   app.option_defaults()->always_capture_default();
@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
   if (!sizes.empty()) options.sizes = sizes;
   const std::string transport = options.transport;
   rpc::TuneAllocatorForLargeMessages();
-  const int ps_port = rpc::FreeLoopbackPort();
-  const int worker_port = rpc::FreeLoopbackPort();
+  const int ps_port = cli::FreeLoopbackPort();
+  const int worker_port = cli::FreeLoopbackPort();
   const std::string address = absl::StrCat("127.0.0.1:", ps_port);
   absl::StatusOr<dist::ClusterSpec> cluster =
       dist::ClusterSpec::FromHostLists(address, absl::StrCat("127.0.0.1:", worker_port));
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     absl::Status s = (*server)->Wait();
     _exit(s.ok() ? 0 : 1);
   }
-  absl::Status status = rpc::RunTransportBench(address, std::cout, options);
+  absl::Status status = cli::RunTransportBench(address, std::cout, options);
   if (!status.ok()) {
     std::cerr << "psflow_transport_bench: " << status << std::endl;
     kill(child, SIGTERM);

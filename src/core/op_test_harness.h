@@ -6,24 +6,34 @@
 //   2. seeds loss = sum(output * W) for fixed random weights W, runs Backward, and compares the
 //      gradient of every input that requires one with central finite differences of the same
 //      loss computed on the reference in double (dense and row-sparse gradients are summed);
-//   3. checks that inputs which do not require a gradient received none.
+//   3. checks that inputs which do not require a gradient received none;
+//   4. times the op when PSFLOW_OP_TIMING is set in the environment (ggml's `test-backend-ops
+//      perf` mode): forward and backward at one intra-op thread, median of repeated runs, printed
+//      as one "[op timing]" line per case (bench/ops_vs_torch.py reads them). Never asserted.
 // Inputs are float-representable doubles, so the reference sees exactly the op's inputs and
-// piecewise-linear ops (relu, max) pick the same branch in both.
+// piecewise-linear ops (relu, max) pick the same branch in both. The finite differences are
+// psflow's public CompareWithFiniteDifferences (psflow/core/gradient_check.h), evaluated on the
+// double reference.
 #ifndef PSFLOW_SRC_CORE_OP_TEST_HARNESS_H_
 #define PSFLOW_SRC_CORE_OP_TEST_HARNESS_H_
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
-#include <numeric>
 #include <string>
 #include <vector>
 
 #include "psflow/core/autodiff.h"
+#include "psflow/core/gradient_check.h"
+#include "psflow/core/ops.h"
 #include "psflow/core/random.h"
 #include "psflow/core/tensor.h"
+#include "psflow/core/threading.h"
 
 namespace psflow::testing {
 
@@ -38,6 +48,39 @@ struct DTensor {
   double& operator[](int64_t i) { return data[i]; }
   double operator[](int64_t i) const { return data[i]; }
 };
+
+// The activations of ops::Activation in double, from their textbook formulas.
+inline double RefActivate(ops::Activation activation, double x) {
+  switch (activation) {
+    case ops::Activation::kNone:
+      return x;
+    case ops::Activation::kRelu:
+      return x > 0 ? x : 0.0;
+    case ops::Activation::kTanh:
+      return std::tanh(x);
+    case ops::Activation::kSigmoid:
+      return 1.0 / (1.0 + std::exp(-x));
+    case ops::Activation::kGelu:
+      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+  }
+  return x;
+}
+
+inline const char* ActivationSuffix(ops::Activation activation) {
+  switch (activation) {
+    case ops::Activation::kNone:
+      return "_NoActivation";
+    case ops::Activation::kRelu:
+      return "_Relu";
+    case ops::Activation::kTanh:
+      return "_Tanh";
+    case ops::Activation::kSigmoid:
+      return "_Sigmoid";
+    case ops::Activation::kGelu:
+      return "_Gelu";
+  }
+  return "";
+}
 
 struct OpCase {
   std::string name;
@@ -89,7 +132,44 @@ inline bool Near(double got, double want, double tolerance) {
   return std::isfinite(got) && std::abs(got - want) <= tolerance * (1.0 + std::abs(want));
 }
 
+inline double MedianMicros(std::vector<double> seconds) {
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2] * 1e6;
+}
+
 }  // namespace harness_internal
+
+struct OpTiming {
+  double forward_us = 0;   // building the op (its forward kernel and node)
+  double backward_us = 0;  // its backward closure, from a given output gradient
+};
+
+// Times the op on `inputs` at one intra-op thread: the median over repetitions (at least 5, and
+// at least 0.2 s of forward + backward). Each repetition builds the op, seeds its output gradient
+// with `weights` and runs its backward closure alone (like bench/kernels_bench.cc's conv backward).
+inline OpTiming TimeOp(const OpCase& c, const std::vector<Var>& vars, const Tensor& weights) {
+  using Clock = std::chrono::steady_clock;
+  const int threads = IntraOpThreads();
+  SetIntraOpThreads(1);
+  std::vector<double> forward, backward;
+  double total = 0;
+  while (forward.size() < 5 || total < 0.2) {
+    ZeroGrad(vars);
+    const auto t0 = Clock::now();
+    Var out = c.build(vars);
+    const auto t1 = Clock::now();
+    out->grad = weights;
+    const auto t2 = Clock::now();
+    if (out->backward) out->backward(*out);
+    const auto t3 = Clock::now();
+    forward.push_back(std::chrono::duration<double>(t1 - t0).count());
+    backward.push_back(std::chrono::duration<double>(t3 - t2).count());
+    total += forward.back() + backward.back();
+  }
+  SetIntraOpThreads(threads);
+  ZeroGrad(vars);
+  return {harness_internal::MedianMicros(forward), harness_internal::MedianMicros(backward)};
+}
 
 inline void CheckOp(const OpCase& c, uint64_t seed = 1) {
   using namespace harness_internal;
@@ -127,6 +207,7 @@ inline void CheckOp(const OpCase& c, uint64_t seed = 1) {
   DTensor weights(want.shape);
   for (double& w : weights.data) w = static_cast<float>(2.0 * rng.Uniform() - 1.0);
   Backward(WeightedSumVar(out, ToFloat(weights)));
+  std::vector<std::vector<double>> analytic_all(static_cast<size_t>(num_inputs));  // empty: not checked
   for (int i = 0; i < num_inputs; ++i) {
     SCOPED_TRACE("input " + std::to_string(i));
     Node& node = *vars[i];
@@ -147,31 +228,37 @@ inline void CheckOp(const OpCase& c, uint64_t seed = 1) {
         for (int64_t k = 0; k < row; ++k) analytic[sparse.rows[r] * row + k] += sparse.values[r * row + k];
       }
     }
-    std::vector<int64_t> elements(inputs[i].size());
-    std::iota(elements.begin(), elements.end(), 0);
-    if (c.max_gradient_checks > 0 && inputs[i].size() > c.max_gradient_checks) {
-      for (int64_t k = 0; k < c.max_gradient_checks; ++k) {  // partial Fisher-Yates
-        std::swap(elements[k], elements[k + rng.UniformInt(elements.size() - k)]);
-      }
-      elements.resize(c.max_gradient_checks);
+    analytic_all[i] = std::move(analytic);
+  }
+  // The reference is double, so a small step is both accurate and safe near kinks.
+  GradientCheckOptions options;
+  options.step = 1e-6;
+  options.tolerance = c.gradient_tolerance;
+  options.max_elements = c.max_gradient_checks;
+  options.seed = seed;
+  options.round_to_float = false;
+  std::vector<std::vector<double>> points;
+  for (const DTensor& in : inputs) points.push_back(in.data);
+  const absl::Status status = CompareWithFiniteDifferences(
+      points, analytic_all,
+      [&](const std::vector<std::vector<double>>& at) {
+        std::vector<DTensor> probe = inputs;
+        for (size_t k = 0; k < at.size(); ++k) probe[k].data = at[k];
+        return WeightedSum(c.reference(probe), weights);
+      },
+      options);
+  EXPECT_TRUE(status.ok()) << status.message();
+
+  // 4. Timing, on request.
+  if (std::getenv("PSFLOW_OP_TIMING") != nullptr) {
+    const OpTiming t = TimeOp(c, vars, ToFloat(weights));
+    std::string shapes;
+    for (const Shape& shape : c.input_shapes) {
+      if (!shapes.empty()) shapes += ';';
+      shapes += ShapeToString(shape);
     }
-    // The reference is double, so a small step is both accurate and safe near kinks.
-    constexpr double kStep = 1e-6;
-    int gradient_failures = 0;
-    std::vector<DTensor> probe = inputs;
-    for (int64_t j : elements) {
-      const double x = inputs[i][j];
-      probe[i][j] = x + kStep;
-      const double up = WeightedSum(c.reference(probe), weights);
-      probe[i][j] = x - kStep;
-      const double down = WeightedSum(c.reference(probe), weights);
-      probe[i][j] = x;
-      const double numeric = (up - down) / (2 * kStep);
-      if (!Near(analytic[j], numeric, c.gradient_tolerance) && gradient_failures++ < 5) {
-        ADD_FAILURE() << "gradient element " << j << ": got " << analytic[j] << ", finite difference " << numeric;
-      }
-    }
-    EXPECT_EQ(gradient_failures, 0) << "gradient elements off";
+    std::printf("[op timing] %s inputs=%s forward_us=%.2f backward_us=%.2f\n", c.name.c_str(), shapes.c_str(),
+                t.forward_us, t.backward_us);
   }
 }
 

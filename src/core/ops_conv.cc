@@ -120,6 +120,9 @@ Var Conv2D(const Var& x, const Var& filter, int stride_h, int stride_w, Padding 
 
 Var FusedConv2D(const Var& x, const Var& filter, const Var& bias, int stride_h, int stride_w, Padding padding,
                 Activation activation) {
+  if (activation != Activation::kNone && activation != Activation::kRelu) {
+    return Activate(FusedConv2D(x, filter, bias, stride_h, stride_w, padding, Activation::kNone), activation);
+  }
   psflow::internal::PrepareThreadForKernels();
   const ConvGeometry g = internal::MakeConvGeometry(x->value.shape(), filter->value.shape(), stride_h, stride_w, padding);
   CHECK(bias->value.rank() == 1 && bias->value.dim(0) == g.out_c)

@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/op_test_harness.h"
 #include "core/ops_internal.h"
 #include "psflow/core/ops.h"
@@ -102,11 +103,14 @@ std::vector<OpCase> ConvCases() {
     cases.push_back(c);
   }
   // FusedConv2D: relu(conv + bias) and conv + bias, on some of the geometries.
+  // The other activations run after the fused kernel: one geometry each.
   for (int i : {0, 2, 5, 6}) {
-    for (Activation act : {Activation::kRelu, Activation::kNone}) {
+    for (Activation act : {Activation::kRelu, Activation::kNone, Activation::kTanh, Activation::kSigmoid,
+                           Activation::kGelu}) {
+      if (i != 2 && act != Activation::kRelu && act != Activation::kNone) continue;
       const ConvSpec& s = specs[i];
       OpCase c = ConvCase(s);
-      c.name = "Fused" + c.name + (act == Activation::kRelu ? "_Relu" : "_NoActivation");
+      c.name = absl::StrCat("Fused", c.name, testing::ActivationSuffix(act));
       c.input_shapes.push_back({s.filter[3]});
       c.requires_grad.push_back(true);
       c.build = [s, act](const std::vector<Var>& v) {
@@ -116,8 +120,7 @@ std::vector<OpCase> ConvCases() {
         DTensor out = RefConv(in[0], in[1], s.sh, s.sw, s.same);
         const int64_t oc = in[2].size();
         for (int64_t i = 0; i < out.size(); ++i) {
-          out[i] += in[2][i % oc];
-          if (act == Activation::kRelu) out[i] = std::max(out[i], 0.0);
+          out[i] = testing::RefActivate(act, out[i] + in[2][i % oc]);
         }
         return out;
       };

@@ -1,5 +1,5 @@
-// Dense ops: MatMul (OpenBLAS sgemm), BiasAdd, Relu, SoftmaxCrossEntropy, Reshape, Flatten and
-// the non-differentiable ArgMax / Accuracy.
+// Dense ops: MatMul (OpenBLAS sgemm), BiasAdd, FusedMatMul, Relu, SoftmaxCrossEntropy and the
+// non-differentiable ArgMax / Accuracy.
 #include <cblas.h>
 
 #include <algorithm>
@@ -172,13 +172,26 @@ Var FusedMatMul(const Var& x, const Var& w, const Var& bias, Activation activati
       << "FusedMatMul: bias " << ShapeToString(bias->value.shape()) << " for w " << ShapeToString(wv.shape());
   const int64_t m = xv.dim(0), k = xv.dim(1), n = wv.dim(1);
   const bool relu = activation == Activation::kRelu;
+  // ReLU is applied with the bias in one sweep; the other activations in a second one, keeping
+  // the pre-activation when their derivative needs it.
+  const bool separate = activation != Activation::kNone && !relu;
   Tensor out = Tensor::Uninitialized({m, n});
   Gemm(false, false, m, n, k, xv.data(), wv.data(), out.data(), false);
   internal::AddBiasAndActivate(out.data(), bias->value.data(), m, n, relu);
-  return MakeOpNode("FusedMatMul", std::move(out), {x, w, bias}, [m, n, k, relu](Node& self) {
+  Tensor pre_activation;
+  if (separate) {
+    if (internal::ActivationNeedsInput(activation)) pre_activation = out;
+    internal::ActivateInPlace(activation, out.data(), out.size());
+  }
+  return MakeOpNode("FusedMatMul", std::move(out), {x, w, bias},
+                    [m, n, k, relu, separate, activation, pre_activation = std::move(pre_activation)](Node& self) {
     Node& nx = *self.inputs[0];
     Node& nw = *self.inputs[1];
     Node& nb = *self.inputs[2];
+    if (separate) {
+      internal::ActivationGradInPlace(activation, self.grad.data(), self.value.data(), pre_activation.data(),
+                                      self.grad.size());
+    }
     Tensor db;
     internal::MaskAndSumColumns(self.grad.data(), self.value.data(), m, n, relu, nb.requires_grad ? &db : nullptr);
     if (nb.requires_grad) nb.AccumulateGrad(std::move(db));
@@ -255,32 +268,6 @@ Var SoftmaxCrossEntropy(const Var& logits, std::span<const int32_t> labels) {
                       }
                       self.inputs[0]->AccumulateGrad(std::move(d));
                     });
-}
-
-Var Reshape(const Var& x, Shape shape) {
-  int64_t known = 1;
-  int infer_axis = -1;
-  for (int i = 0; i < static_cast<int>(shape.size()); ++i) {
-    if (shape[i] == -1) {
-      CHECK_EQ(infer_axis, -1) << "Reshape: at most one -1 in " << ShapeToString(shape);
-      infer_axis = i;
-    } else {
-      known *= shape[i];
-    }
-  }
-  if (infer_axis >= 0) {
-    CHECK(known > 0 && x->value.size() % known == 0)
-        << "Reshape " << ShapeToString(x->value.shape()) << " to " << ShapeToString(shape);
-    shape[infer_axis] = x->value.size() / known;
-  }
-  return MakeOpNode("Reshape", x->value.Reshaped(std::move(shape)), {x},
-                    [](Node& self) { self.inputs[0]->AccumulateGrad(std::move(self.grad)); });
-}
-
-Var Flatten(const Var& x) {
-  CHECK(x->value.rank() >= 1) << "Flatten of a scalar";
-  const int64_t n = x->value.dim(0);
-  return Reshape(x, {n, n == 0 ? 0 : x->value.size() / n});
 }
 
 std::vector<int32_t> ArgMax(const Tensor& logits) {

@@ -31,6 +31,15 @@ void MaskAndSumColumns(float* g, const float* y, int64_t rows, int64_t cols, boo
 // y[r, c] = activation(y[r, c] + bias[c]) in place.
 void AddBiasAndActivate(float* y, const float* bias, int64_t rows, int64_t cols, bool relu);
 
+// x[i] = activation(x[i]) in place, for i in [0, n) (threaded over the intra-op threads).
+void ActivateInPlace(Activation activation, float* x, int64_t n);
+// g[i] *= activation'(z[i]) in place: the derivative is taken from the activation's output y for
+// kRelu, kTanh and kSigmoid (z may be null), from the pre-activation z for kGelu (y may be null).
+// kNone leaves g unchanged.
+void ActivationGradInPlace(Activation activation, float* g, const float* y, const float* z, int64_t n);
+// Whether the activation's derivative needs the pre-activation (only kGelu).
+inline bool ActivationNeedsInput(Activation activation) { return activation == Activation::kGelu; }
+
 // C[m,n] (= beta * C) + op(A) op(B), row-major; op(X) is X or its transpose as stored.
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, const float* b,
           float* c, bool accumulate);

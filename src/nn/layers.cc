@@ -20,14 +20,12 @@ Tensor InitWeight(const Shape& shape, const WeightInit& init, Rng& rng) {
 
 }  // namespace
 
-Dense::Dense(const std::string& name, int64_t in, int64_t out, WeightInit init, bool relu, Rng& rng)
+Dense::Dense(const std::string& name, int64_t in, int64_t out, WeightInit init, Activation activation, Rng& rng)
     : weights_(MakeParameter(name + "/weights", InitWeight({in, out}, init, rng))),
       biases_(MakeParameter(name + "/biases", init::Constant({out}, init.bias))),
-      relu_(relu) {}
+      activation_(activation) {}
 
-Var Dense::Forward(const Var& x, ForwardContext&) {
-  return ops::FusedMatMul(x, weights_, biases_, relu_ ? ops::Activation::kRelu : ops::Activation::kNone);
-}
+Var Dense::Forward(const Var& x, ForwardContext&) { return ops::FusedMatMul(x, weights_, biases_, activation_); }
 
 void Dense::CollectParameters(std::vector<Var>* out) const {
   out->push_back(weights_);

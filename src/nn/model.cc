@@ -1,10 +1,12 @@
 #include "psflow/nn/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace psflow::nn {
 
@@ -40,16 +42,17 @@ using ops::Padding;
 
 std::unique_ptr<Model> Softmax(Rng& rng) {
   auto net = std::make_unique<Sequential>();
-  net->Emplace<Dense>("softmax", 784, 10, WeightInit{WeightInit::kZeros}, false, rng);
+  net->Emplace<Dense>("softmax", 784, 10, WeightInit{WeightInit::kZeros}, Activation::kNone, rng);
   return std::make_unique<Model>("softmax", Shape{784}, 10, std::move(net));
 }
 
 // The seed mlp: hidden weights stddev 1/28 (= 1/sqrt(784)), output 1/sqrt(hidden), biases zero.
 std::unique_ptr<Model> Mlp(int hidden, Rng& rng) {
   auto net = std::make_unique<Sequential>();
-  net->Emplace<Dense>("hidden", 784, hidden, WeightInit{WeightInit::kTruncatedNormal, 1.0f / 28}, true, rng);
-  net->Emplace<Dense>("softmax", hidden, 10,
-                      WeightInit{WeightInit::kTruncatedNormal, 1.0f / std::sqrt(float(hidden))}, false, rng);
+  net->Emplace<Dense>("hidden", 784, hidden, WeightInit{WeightInit::kTruncatedNormal, 1.0f / 28}, Activation::kRelu,
+                      rng);
+  net->Emplace<Dense>("softmax", hidden, 10, WeightInit{WeightInit::kTruncatedNormal, 1.0f / std::sqrt(float(hidden))},
+                      Activation::kNone, rng);
   return std::make_unique<Model>("mlp", Shape{784}, 10, std::move(net));
 }
 
@@ -61,9 +64,9 @@ std::unique_ptr<Model> Cnn(Rng& rng) {
       .Emplace<Conv2D>("conv2", 5, 32, 64, 1, Padding::kSame, init, true, rng)
       .Emplace<MaxPool>(2, 2, Padding::kSame)
       .Emplace<Flatten>()
-      .Emplace<Dense>("fc1", 7 * 7 * 64, 1024, init, true, rng)
+      .Emplace<Dense>("fc1", 7 * 7 * 64, 1024, init, Activation::kRelu, rng)
       .Emplace<Dropout>(0.5f)
-      .Emplace<Dense>("fc2", 1024, 10, init, false, rng);
+      .Emplace<Dense>("fc2", 1024, 10, init, Activation::kNone, rng);
   return std::make_unique<Model>("cnn", Shape{28, 28, 1}, 10, std::move(net));
 }
 
@@ -83,9 +86,9 @@ std::unique_ptr<Model> Vgg19(Rng& rng) {
     net->Emplace<MaxPool>(2, 2, Padding::kValid);
   }
   net->Emplace<Flatten>()
-      .Emplace<Dense>("fc6", 512, 4096, init, true, rng)
-      .Emplace<Dense>("fc7", 4096, 4096, init, true, rng)
-      .Emplace<Dense>("fc8", 4096, 10, init, false, rng);
+      .Emplace<Dense>("fc6", 512, 4096, init, Activation::kRelu, rng)
+      .Emplace<Dense>("fc7", 4096, 4096, init, Activation::kRelu, rng)
+      .Emplace<Dense>("fc8", 4096, 10, init, Activation::kNone, rng);
   return std::make_unique<Model>("vgg19", Shape{32, 32, 3}, 10, std::move(net));
 }
 
@@ -99,13 +102,17 @@ std::map<std::string, Registered>& Registry() {
   return *registry;
 }
 
-std::string KnownModels() {
-  std::string names = "softmax, mlp, cnn, vgg19";
-  for (const auto& [name, r] : Registry()) names += ", " + name;
-  return names;
-}
+std::string KnownModels() { return absl::StrJoin(ModelNames(), ", "); }
 
 }  // namespace
+
+std::vector<std::string> ModelNames() {
+  std::vector<std::string> names = {"softmax", "mlp", "cnn", "vgg19"};
+  for (const auto& [name, r] : Registry()) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return names;
+}
 
 void RegisterModel(const std::string& name, ModelFactory factory, ModelDefaults defaults) {
   Registry()[name] = {std::move(factory), std::move(defaults)};

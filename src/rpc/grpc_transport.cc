@@ -249,7 +249,7 @@ class GrpcChannel final : public ClientChannel {
       return *std::move(too_large);
     }
     if (code == absl::StatusCode::kDeadlineExceeded) {
-      // The deadline is --rpc_timeout_secs plus the call's bytes at 1 MiB/s (src/ps/call_deadline.h).
+      // The deadline is --rpc_timeout_secs plus the call's bytes at 1 MiB/s (src/ps/client/call_deadline.h).
       const std::string waited = absl::StrCat(peer, ": ", MethodName(method), " got no answer within ",
                                               absl::SixDigits(timeout_secs), " s");
       if (connect_error.empty()) {

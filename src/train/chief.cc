@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "ps/common/retry.h"
 
 namespace psflow::train {
 namespace {
@@ -73,15 +74,17 @@ absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState(bool* from_checkpoint) 
 }
 
 absl::Status Chief::RetryWhileUnavailable(const std::function<absl::Status()>& attempt, double timeout_secs) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_secs);
-  absl::Status s;
-  do {
-    s = attempt();
-    if (s.ok() || !absl::IsUnavailable(s)) return s;
-    log_(absl::StrCat("chief: ", s.message(), "; retrying"));
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  } while (std::chrono::steady_clock::now() < deadline);
-  return s;
+  // The calls inside `attempt` wait out a silent ps task themselves (the client's retries); this
+  // layer only starts the whole attempt again when a ps task broke off in the middle of it.
+  ps::SilenceLog silences([this](const std::string& line) { log_("chief: " + line); });
+  ps::RetryOptions retry;
+  retry.peer = "the ps tasks";
+  retry.what = "the chief's initialization";
+  retry.budget_secs = timeout_secs;
+  retry.budget_flag = "--init_timeout_secs";
+  retry.log = &silences;
+  retry.retryable = [](const absl::Status& s) { return absl::IsUnavailable(s); };
+  return ps::RetryBlocking(retry, [&](double) { return attempt(); });
 }
 
 absl::Status Chief::InitializeCluster() {
@@ -175,7 +178,7 @@ absl::Status Chief::RestorePs(int task) {
                     from_checkpoint ? " from the newest checkpoint (the steps since are trained again)"
                                     : " from the initial values (no checkpoint saved yet: the job starts over)"));
   // Another ps task down meanwhile is waited for by the client's own retries, as long as a worker
-  // waits for an unreachable ps (--ps_timeout_secs; ps/fan_out.h), not twice that.
+  // waits for an unreachable ps (--ps_timeout_secs; ps/client/fan_out.h), not twice that.
   if (auto s = client_.Initialize(*state, config_); !s.ok()) return s;
   schedule_ = CheckpointSchedule(options_.save_checkpoint_steps, options_.save_checkpoint_secs, state->global_step);
   return absl::OkStatus();

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
-#include "ps/ps_test_util.h"
+#include "ps/tests/ps_test_util.h"
 #include "psflow/nn/model.h"
 #include "train/cluster_setup.h"
 

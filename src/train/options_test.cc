@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "psflow/nn/model.h"
+
 namespace psflow::train {
 namespace {
 
@@ -42,6 +44,22 @@ TEST(ResolveTrainOptionsTest, GivenValuesAreKept) {
   EXPECT_EQ(*o.lr_decay_steps, 0);
   EXPECT_EQ(OptimizerConfigFrom(o).decay_steps, 0);
   EXPECT_FLOAT_EQ(OptimizerConfigFrom(o).decay_rate, 0.9f);
+}
+
+// A model registered with ModelDefaults{} gets a value for every setting (the fields had no
+// initial values: --local_replicas=1 was refused against a --batch_size=0 nobody gave).
+TEST(ResolveTrainOptionsTest, ARegisteredModelsUnsetDefaultsAreUsable) {
+  nn::RegisterModel("defaults_only", [](const nn::ModelConfig&, Rng&) { return std::unique_ptr<nn::Model>(); },
+                    nn::ModelDefaults{});
+  TrainOptions o;
+  o.model = "defaults_only";
+  ASSERT_TRUE(ResolveTrainOptions(&o).ok());
+  EXPECT_EQ(*o.batch_size, 100);
+  EXPECT_EQ(*o.train_steps, 1000);
+  EXPECT_EQ(o.optimizer, "sgd");
+  EXPECT_FLOAT_EQ(*o.learning_rate, 0.01f);
+  EXPECT_EQ(*o.lr_decay_steps, 0);
+  EXPECT_FLOAT_EQ(*o.lr_decay_rate, 1.0f);
 }
 
 struct Invalid {

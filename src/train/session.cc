@@ -18,6 +18,7 @@
 #include "train/option_value.h"
 #include "train/progress.h"
 #include "train/telemetry.h"
+#include "ps/common/retry.h"
 
 namespace psflow::train {
 namespace {
@@ -25,15 +26,16 @@ namespace {
 // Waits for the chief to initialize every ps, in short slices so that a ps killed and restarted
 // meanwhile (its held call broken) is asked again, until `timeout_secs` in all.
 absl::Status WaitForChief(ps::PsClient& client, double timeout_secs) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_secs);
-  absl::Status s;
-  do {
-    const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
-    s = client.WaitForInitialization(std::clamp(left, 0.1, 5.0));
-    if (s.ok() || !(absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s))) return s;
-    if (absl::IsUnavailable(s)) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  } while (std::chrono::steady_clock::now() < deadline);
-  return absl::DeadlineExceededError(absl::StrCat("gave up after ", timeout_secs, " s: ", s.message()));
+  // No log: the chief's initialization is what a worker waits for, not a silence.
+  ps::RetryOptions retry;
+  retry.peer = "the chief";
+  retry.what = "the chief's initialization of the ps tasks";
+  retry.budget_secs = timeout_secs;
+  retry.budget_flag = "--init_timeout_secs";
+  retry.give_up = [timeout_secs](const std::string&, const absl::Status& last) {
+    return absl::DeadlineExceededError(absl::StrCat("gave up after ", timeout_secs, " s: ", last.message()));
+  };
+  return ps::RetryBlocking(retry, [&](double left) { return client.WaitForInitialization(std::clamp(left, 0.1, 5.0)); });
 }
 
 }  // namespace

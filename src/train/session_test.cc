@@ -6,7 +6,7 @@
 #include "psflow/train/session.h"
 
 #include "gtest/gtest.h"
-#include "ps/ps_test_util.h"
+#include "ps/tests/ps_test_util.h"
 
 namespace psflow::train {
 namespace {

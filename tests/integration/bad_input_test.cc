@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -237,6 +238,26 @@ TEST(BadInputTest, MessageOverMaxMessageMbEndsTheJobNamingTheLimitAndTheFlag) {
   EXPECT_FALSE(p.timed_out) << p.output;
   EXPECT_EQ(p.exit_code, 1) << p.output;
   EXPECT_NE(LastLine(p.output).find(expected), std::string::npos) << p.output;
+}
+
+TEST(BadInputTest, AChiefThatNeverReachedAPsFailsWithinPsTimeoutAndShutsNothingDown) {
+  // Nothing listens on the ps address. The chief waits --ps_timeout_secs for it, then fails; it
+  // must not spend a second bound retrying a Shutdown of a task it never reached.
+  const std::vector<int> ports = FreePorts(2);
+  const double ps_timeout = 8;
+  const auto start = std::chrono::steady_clock::now();
+  ProcessResult r = RunProcess(Psflow({"train", "--job_name=worker", "--task_index=0",
+                                       "--ps_hosts=" + Address(ports[0]), "--worker_hosts=" + Address(ports[1]),
+                                       "--ps_timeout_secs=8", "--train_steps=10", "--data_dir=" + MnistDir()}),
+                               kBadWorkerBoundSecs);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_THAT(LastLine(r.output), ::testing::HasSubstr("could not reach ps task 0")) << r.output;
+  EXPECT_EQ(r.output.find("Shutdown"), std::string::npos) << r.output;
+  // One bound, not two (the bug took 2 x --ps_timeout_secs): a behaviour, with seconds of slack
+  // for start-up on a loaded machine.
+  EXPECT_LT(secs, 1.5 * ps_timeout + 4) << r.output;
 }
 
 TEST(BadInputTest, PortInUseIsOneLineNamingTheAddress) {

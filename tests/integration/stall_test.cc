@@ -201,7 +201,7 @@ TEST(StallTest, PsFrozenPastTheRpcDeadlineCostsOnlyTimeAsyncShm) { ExpectAsyncSt
 
 // The freeze also holds up a worker that already has the other ps task's answer but not ps task
 // 0's (its answer was half sent when ps task 0 stopped): it cannot push the next step to ps task
-// 1 either. Before heartbeats (ps/wait_heartbeat.h) ps task 1 timed it out of that step, which
+// 1 either. Before heartbeats (ps/client/wait_heartbeat.h) ps task 1 timed it out of that step, which
 // ps task 0 later applied with both gradients — parameters 49-71% off the undisturbed run's in
 // about 1 run of 4.
 TEST(StallTest, PsFrozenInSyncModeEndsWithTheUndisturbedParameters) {

@@ -97,7 +97,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"UnknownOptimizer", {"--optimizer=lion"}, "unknown optimizer 'lion'", 2},
         BadInput{"ZeroBatch", {"--batch_size=0"}, "--batch_size=0 must be positive", 2},
         BadInput{"NegativeBatch", {"--batch_size=-3"}, "--batch_size=-3 must be positive", 2},
-        BadInput{"NotANumber", {"--batch_size=many"}, "--batch_size = many (see psflow train --help)", 2},
+        // Said "Could not convert: --batch_size = many": every number flag says what it must be.
+        BadInput{"NotANumber", {"--batch_size=many"}, "psflow: error: --batch_size=many must be an integer", 2},
+        BadInput{"NotAnInteger", {"--train_steps=abc"}, "psflow: error: --train_steps=abc must be an integer", 2},
+        BadInput{"NotAFloat", {"--learning_rate=fast"}, "psflow: error: --learning_rate=fast must be a number", 2},
+        BadInput{"NegativeSeed", {"--seed=-1"}, "psflow: error: --seed=-1 must be a non-negative integer", 2},
+        BadInput{"IntegerTooLarge", {"--batch_size=3000000000"},
+                 "--batch_size=3000000000 must be an integer from -2147483648 to 2147483647", 2},
         BadInput{"UnknownFlag", {"--bogus=1"}, "--bogus=1 (see psflow train --help)", 2},
         BadInput{"ZeroTimeout", {"--ps_timeout_secs=0"}, "--ps_timeout_secs=0 must be a positive number", 2},
         BadInput{"MessageLimitOverGrpcs", {"--max_message_mb=4096"}, "between 1 and 2047", 2},
@@ -149,6 +155,29 @@ TEST(TrainCliTest, ParseErrorsNameTheSubcommandsHelp) {
     EXPECT_EQ(CountLines(r.output), 1) << r.output;
     EXPECT_NE(r.output.find(help), std::string::npos) << r.output;
   }
+}
+
+// A mistyped subcommand is named, with the closest one (it said "A subcommand is required").
+TEST(TrainCliTest, AnUnknownSubcommandIsNamedWithTheClosestOne) {
+  for (const auto& [args, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"trian", "--model=mlp"}, "psflow: error: unknown subcommand 'trian'; the closest is 'train' (see psflow --help)"},
+           {{"lcoal"}, "psflow: error: unknown subcommand 'lcoal'; the closest is 'local' (see psflow --help)"},
+           {{"bench", "transprt"},
+            "psflow: error: unknown subcommand 'transprt'; the closest is 'transport' (see psflow bench --help)"}}) {
+    auto r = RunProcess(Psflow(args), 60);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_EQ(CountLines(r.output), 1) << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
+  }
+}
+
+// `psflow local` runs its tasks over shared memory unless told otherwise, and its --help says so
+// (it showed train's --transport=grpc).
+TEST(TrainCliTest, LocalHelpShowsTheTransportLocalUses) {
+  auto r = RunProcess(Psflow({"local", "--help"}), 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--transport TEXT=shm"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("--transport TEXT=grpc"), std::string::npos) << r.output;
 }
 
 // Every flag's --help line shows its default: the value itself, or each seed model's.

@@ -17,6 +17,12 @@ if grep -q 'PSFLOW_NATIVE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
   echo "SKIPPED: $build was configured with -DPSFLOW_NATIVE=ON (-march=native: runs only on this CPU family)"
   exit 77
 fi
+# Let every library detect the emulated CPU itself, as it would on a real host of that family:
+# OPENBLAS_CORETYPE makes OpenBLAS's DYNAMIC_ARCH load the named kernel set without checking the
+# CPU has its instructions (with OPENBLAS_CORETYPE=Haswell in the environment, as on some build
+# machines, sgemm_beta_HASWELL dies with SIGILL under -cpu Nehalem although psflow is portable);
+# ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA cap oneDNN's ISA, which would hide a wrong detection.
+unset OPENBLAS_CORETYPE ONEDNN_MAX_CPU_ISA DNNL_MAX_CPU_ISA
 status=0
 for cpu in Haswell Nehalem; do
   out=$(mktemp)

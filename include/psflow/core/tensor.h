@@ -90,7 +90,7 @@ class Tensor {
 
   const Shape& shape() const { return shape_; }
   int rank() const { return static_cast<int>(shape_.size()); }
-  int64_t dim(int axis) const { return shape_[axis]; }
+  int64_t dim(int axis) const { return shape_[static_cast<size_t>(axis)]; }
   int64_t size() const { return static_cast<int64_t>(data_.size()); }
   size_t bytes() const { return data_.size() * sizeof(float); }
   bool empty() const { return data_.empty(); }
@@ -99,8 +99,8 @@ class Tensor {
   const float* data() const { return data_.data(); }
   std::span<float> span() { return {data_.data(), data_.size()}; }
   std::span<const float> span() const { return {data_.data(), data_.size()}; }
-  float& operator[](int64_t i) { return data_[i]; }
-  float operator[](int64_t i) const { return data_[i]; }
+  float& operator[](int64_t i) { return data_[static_cast<size_t>(i)]; }
+  float operator[](int64_t i) const { return data_[static_cast<size_t>(i)]; }
 
   // Same data viewed with another shape of equal element count (CHECKed).
   Tensor Reshaped(Shape shape) const;

@@ -1,7 +1,8 @@
-// psflow/nn/layers.h — layers a C++ user assembles into a model (the seed models in models.h are
-// built from exactly these). A Layer owns its parameters as named leaf Vars (autodiff.h); Forward
-// builds this step's graph on top of its input. Layers hold no per-step state, so one Layer may
-// be used by one thread at a time; replicas on several threads use separate Layer objects.
+// psflow/nn/layers.h — layers a C++ user assembles into a model (docs/custom-models.md); psflow's
+// built-in models (src/nn/model.cc) use the same ones. A Layer owns its parameters as named leaf
+// Vars (autodiff.h); Forward builds this step's graph on top of its input. Layers hold no per-step
+// state; one Layer is used by one thread at a time, and replicas on several threads use separate
+// Layer objects.
 #ifndef PSFLOW_NN_LAYERS_H_
 #define PSFLOW_NN_LAYERS_H_
 
@@ -26,7 +27,7 @@ class Layer {
   virtual ~Layer() = default;
   virtual Var Forward(const Var& x, ForwardContext& ctx) = 0;
   // Appends this layer's parameters in creation order (weights before biases).
-  virtual void CollectParameters(std::vector<Var>* out) const {}
+  virtual void CollectParameters(std::vector<Var>* /*out*/) const {}
 };
 
 // How a weight is initialized; the bias of Dense/Conv2D is a constant.
@@ -36,16 +37,20 @@ struct WeightInit {
   float bias = 0.0f;    // constant bias value
 };
 
-// y = x·W + b, optionally followed by ReLU. W [in, out] named NAME/weights, b [out] NAME/biases.
+// The activation a layer applies to its output: kNone, kRelu, kTanh, kSigmoid or kGelu
+// (psflow/core/ops.h says what each computes; kGelu is the tanh approximation).
+using Activation = ops::Activation;
+
+// y = activation(x·W + b), as one FusedMatMul. W [in, out] named NAME/weights, b [out] NAME/biases.
 class Dense : public Layer {
  public:
-  Dense(const std::string& name, int64_t in, int64_t out, WeightInit init, bool relu, Rng& rng);
+  Dense(const std::string& name, int64_t in, int64_t out, WeightInit init, Activation activation, Rng& rng);
   Var Forward(const Var& x, ForwardContext& ctx) override;
   void CollectParameters(std::vector<Var>* out) const override;
 
  private:
   Var weights_, biases_;
-  bool relu_;
+  Activation activation_;
 };
 
 // 2-D convolution (NHWC, filter HWIO) + bias, optionally ReLU.
@@ -84,7 +89,7 @@ class Dropout : public Layer {
 
 class Flatten : public Layer {
  public:
-  Var Forward(const Var& x, ForwardContext& ctx) override { return ops::Flatten(x); }
+  Var Forward(const Var& x, ForwardContext& /*ctx*/) override { return ops::Flatten(x); }
 };
 
 // Lookup of rows of a [vocab, dim] table by integer ids held in x (as floats, one id per row);

@@ -1,5 +1,6 @@
-// psflow/nn/model.h — a classifier: a network of layers plus its input shape and class count,
-// with the seed models of docs/design.md#seed-models (softmax, mlp, cnn, vgg19) and their default training
+// psflow/nn/model.h — a classifier: a network of layers plus its input shape and class count, and
+// the registry of models by name (a user's own, RegisterModel, beside the built-in ones of
+// docs/design.md#seed-models, which live in src/nn/model.cc) with their default training
 // hyper-parameters. A Model owns its layers and parameters; it is used by one thread at a time
 // (replicas build one Model each, from the same seed, so they start identical).
 #ifndef PSFLOW_NN_MODEL_H_
@@ -47,12 +48,13 @@ struct ModelConfig {
   uint64_t seed = 0;         // parameter initialization
 };
 
-// The seed's own training hyper-parameters for a model (docs/design.md#seed-models).
+// A model's own training hyper-parameters (docs/design.md#seed-models): the values of the flags
+// left out. A field a registered model leaves alone keeps the value here.
 struct ModelDefaults {
-  std::string optimizer;
-  float learning_rate;
-  int batch_size;
-  int64_t train_steps;
+  std::string optimizer = "sgd";
+  float learning_rate = 0.01f;
+  int batch_size = 100;
+  int64_t train_steps = 1000;
   int64_t lr_decay_steps = 0;
   float lr_decay_rate = 1.0f;
   bool synthetic_data = false;  // vgg19 trains on synthetic 32x32x3 images
@@ -69,6 +71,8 @@ void RegisterModel(const std::string& name, ModelFactory factory, ModelDefaults 
 // Builds a registered or seed model, or InvalidArgument "unknown model 'x'; choose one of softmax, mlp, cnn, vgg19".
 absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelConfig& config);
 absl::StatusOr<ModelDefaults> DefaultsFor(const std::string& model_name);
+// Every model BuildModel knows: the seed models, then the registered ones by name.
+std::vector<std::string> ModelNames();
 
 }  // namespace psflow::nn
 

@@ -11,13 +11,13 @@
 // Errors name the ps task and its address.
 //
 // Failures: every call has a deadline sized to the bytes it moves (rpc_timeout_secs + 1 s per MiB,
-// src/ps/call_deadline.h). A data or control call (Pull, PullRows, Push, PushAndPull, PullState,
+// src/ps/client/call_deadline.h). A data or control call (Pull, PullRows, Push, PushAndPull, PullState,
 // Initialize, IsInitialized, Stats, Shutdown, Abort) to a ps task that is silent — it missed the
 // deadline (frozen, link down) or is unreachable (killed) — is retried with exponential back-off
 // (50 ms doubling to 2 s) for up to ps_unavailable_timeout_secs (--ps_timeout_secs) from the call's
 // start, logging when the silence starts and every 10 s; only the calls to the silent task are
 // repeated (the answers of the others are kept). Retries are safe: a push carries this client's id
-// and a sequence number, and each ps applies it at most once (src/ps/push_dedup.h). Past that
+// and a sequence number, and each ps applies it at most once (src/ps/server/push_dedup.h). Past that
 // bound: DeadlineExceeded or Unavailable naming the task, the call and the flags. A ps
 // task that answers but lost its variables (restarted) fails the call with FailedPrecondition
 // "ps task 1 (127.0.0.1:2223) is not initialized (restarted?)" (IsPsRestarted, RestartedPsTask);

@@ -15,7 +15,7 @@
 // It returns an error instead — so the task exits non-zero, never hangs — when the chief aborted
 // the job, when every worker left and one of them gave up on the job (Goodbye with a failure), when
 // the chief did not initialize this task within init_timeout_secs, or when no worker called for
-// idle_timeout_secs. Pushes carry ids: a retried push is applied once (src/ps/push_dedup.h).
+// idle_timeout_secs. Pushes carry ids: a retried push is applied once (src/ps/server/push_dedup.h).
 #ifndef PSFLOW_PS_PS_SERVER_H_
 #define PSFLOW_PS_PS_SERVER_H_
 

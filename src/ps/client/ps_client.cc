@@ -1,0 +1,544 @@
+// PsClient: a worker's calls to every ps task, fanned out in parallel over rpc::ClientChannel.
+// This file has the data path (Pull, PullRows, Push, PushAndPull) and PsClient's forwarding
+// functions; connecting and the control calls are in ps_client_control.cc, the shared state in
+// ps/client/ps_client_impl.h.
+#include <algorithm>
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "proto/psflow.pb.h"
+#include "ps/client/ps_client_impl.h"
+#include "ps/client/routing.h"
+#include "ps/client/wait_heartbeat.h"
+#include "core/check.h"
+
+namespace psflow::ps {
+namespace {
+
+std::vector<rpc::ClientChannel*> ChannelsOf(const CallRound& round) {
+  std::vector<rpc::ClientChannel*> channels;
+  for (const Call& call : round.calls) channels.push_back(call.channel);
+  return channels;
+}
+
+constexpr char kNoBlockingInCallbacks[] =
+    "a blocking PsClient call from an async completion callback would deadlock; use the *Async variant";
+
+}  // namespace
+
+absl::Status Parse(const rpc::IncomingMessage& response, google::protobuf::MessageLite* header,
+                   const std::string& peer) {
+  absl::Status s = response.ParseHeader(header);
+  if (!s.ok()) return absl::DataLossError(absl::StrCat(peer, ": ", s.message()));
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::Impl::CallAndWait(const std::vector<rpc::ClientChannel*>& channels, rpc::Method method,
+                                         std::vector<rpc::OutgoingMessage> requests, const rpc::CallOptions& options,
+                                         std::function<absl::Status(int, const rpc::IncomingMessage&)> on_response,
+                                         Retrier* retrier, std::vector<int64_t> answer_bytes, double budget_secs) {
+  CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
+  absl::Notification done;
+  absl::Status result;
+  CallAll(channels, method, std::move(requests), options, std::move(on_response),
+          [&](std::vector<absl::Status>& statuses) {
+            result = Combine(statuses);
+            done.Notify();
+          },
+          retrier, std::move(answer_bytes), budget_secs);
+  done.WaitForNotification();
+  return result;
+}
+
+absl::StatusOr<std::shared_ptr<PsClient::Impl::Targets>> PsClient::Impl::PullTargets(
+    const char* what, const std::vector<std::pair<std::string, Tensor*>>& out) const {
+  auto targets = std::make_shared<Targets>(channels_.size());
+  for (const auto& [name, tensor] : out) {
+    auto it = routes_.find(name);
+    if (it == routes_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": '", name, "' is not a variable of the plan"));
+    }
+    if (tensor == nullptr || tensor->shape() != it->second.spec.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": destination for '", name, "' has shape ", tensor ? ShapeToString(tensor->shape()) : "null",
+          " but the variable is ", ShapeToString(it->second.spec.shape)));
+    }
+    for (const dist::ShardSpec& shard : it->second.shards) {
+      (*targets)[shard.ps_task].push_back({{&shard, tensor}, 0, NumElements(shard.shape)});
+    }
+  }
+  return targets;
+}
+
+namespace {
+
+// The tensors a pull answers per shard or run (1 + the slots for a checkpoint's pull), or -1 when
+// `got` tensors do not make `wanted` whole groups.
+int TensorsPerShard(int got, size_t wanted, bool with_slots) {
+  if (wanted == 0) return got == 0 ? 1 : -1;
+  if (got % static_cast<int>(wanted) != 0) return -1;
+  const int per = got / static_cast<int>(wanted);
+  return per == 1 || (with_slots && per >= 1) ? per : -1;
+}
+
+}  // namespace
+
+absl::Status PsClient::Impl::AssembleAnswer(int k, const rpc::IncomingMessage& r, const std::vector<SliceTarget>& runs,
+                                            const wire::PullResponse* with_slots) const {
+  const int per = TensorsPerShard(r.num_tensors(), runs.size(), with_slots != nullptr);
+  const bool slots_fit = with_slots == nullptr || runs.empty() ||
+                         (static_cast<size_t>(per - 1) == runs[0].target.slots->size() &&
+                          with_slots->updates_size() == static_cast<int>(runs.size()));
+  if (per < 0 || !slots_fit) {
+    return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": asked for ", runs.size(), " shards or runs",
+                                            with_slots ? " with their optimizer slots" : "", ", received ",
+                                            r.num_tensors(), " tensors (does the ps run another optimizer?)"));
+  }
+  for (size_t j = 0; j < runs.size(); ++j) {
+    const SliceTarget& run = runs[j];
+    const int first = static_cast<int>(j) * per;
+    absl::Status s = AssembleShard(r, first, *run.target.shard, run.offset, run.count, run.target.dest);
+    for (int slot = 0; s.ok() && slot + 1 < per; ++slot) {
+      s = AssembleShard(r, first + 1 + slot, *run.target.shard, run.offset, run.count, &(*run.target.slots)[slot]);
+    }
+    if (!s.ok()) return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": ", s.message()));
+    // A checkpoint's shard counts the updates its first run saw (its runs may see later ones).
+    if (with_slots != nullptr && run.offset == 0) *run.target.updates = with_slots->updates(static_cast<int>(j));
+  }
+  return absl::OkStatus();
+}
+
+void PsClient::Impl::AddWholePull(const std::vector<SliceTarget>& targets, int k, bool with_slots,
+                                  int64_t floats_per_element, size_t r, std::vector<CallRound>* rounds) const {
+  wire::PullRequest pull;
+  pull.set_with_slots(with_slots);
+  for (const SliceTarget& t : targets) pull.add_shards(t.target.shard->name);
+  if (rounds->size() <= r) rounds->resize(r + 1);
+  CallRound& round = (*rounds)[r];
+  round.method = rpc::Method::kPull;
+  round.with_slots = with_slots;
+  round.timeout_secs = options_.rpc_timeout_secs;
+  round.calls.push_back({.task = k,
+                         .channel = channel(k),
+                         .request = rpc::OutgoingMessage::Of(pull),
+                         .answer_bytes = TargetBytes(targets) * floats_per_element,
+                         .last = true,
+                         .whole_pull = true,
+                         .slices = {}});
+}
+
+void PsClient::Impl::AddPullRounds(const Targets& targets, const std::vector<int>& tasks, size_t first_round,
+                                   bool with_slots, int64_t floats_per_element, std::vector<CallRound>* rounds) const {
+  for (int k : tasks) {
+    std::vector<std::vector<SliceTarget>> parts =
+        SplitPullIntoParts(targets[k], options_.max_part_bytes, floats_per_element);
+    if (rounds->size() < first_round + parts.size()) rounds->resize(first_round + parts.size());
+    for (size_t p = 0; p < parts.size(); ++p) {
+      wire::PullRequest pull;
+      pull.set_with_slots(with_slots);
+      int64_t bytes = 0;
+      for (const SliceTarget& run : parts[p]) {
+        wire::ShardSlice* slice = pull.add_slices();
+        slice->set_shard(run.target.shard->name);
+        slice->set_offset(run.offset);
+        slice->set_count(run.count);
+        bytes += run.count * floats_per_element * static_cast<int64_t>(sizeof(float));
+      }
+      CallRound& round = (*rounds)[first_round + p];
+      round.method = rpc::Method::kPull;
+      round.with_slots = with_slots;
+      round.timeout_secs = options_.rpc_timeout_secs;
+      round.calls.push_back({.task = k,
+                             .channel = channel(k),
+                             .request = rpc::OutgoingMessage::Of(pull),
+                             .answer_bytes = bytes,
+                             .last = p + 1 == parts.size(),
+                             .whole_pull = false,
+                             .slices = std::move(parts[p])});
+    }
+  }
+}
+
+void PsClient::Impl::PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out,
+                               std::function<void(absl::StatusOr<int64_t>)> done) {
+  absl::StatusOr<std::shared_ptr<Targets>> targets_or = PullTargets("Pull", out);
+  if (!targets_or.ok()) return done(targets_or.status());
+  std::shared_ptr<Targets> targets = *std::move(targets_or);
+  SendPull(std::move(targets), /*with_slots=*/false, 1, [done = std::move(done)](absl::StatusOr<PushResult> r) {
+    if (!r.ok()) return done(r.status());
+    done(r->global_step);
+  });
+}
+
+void PsClient::Impl::SendPull(std::shared_ptr<Targets> targets, bool with_slots, int64_t floats_per_element,
+                              std::function<void(absl::StatusOr<PushResult>)> done) {
+  // A task's share that fits in a part is one call for its whole shards; a bigger one comes as
+  // parts (ps/client/call_parts.h), one round of calls after another.
+  auto rounds = std::make_shared<std::vector<CallRound>>();
+  std::vector<int> in_parts;
+  for (int k = 0; k < num_ps(); ++k) {
+    if ((*targets)[k].empty() && k != gs_ps()) continue;  // the global step's ps always answers
+    if (PullInParts((*targets)[k], floats_per_element)) {
+      in_parts.push_back(k);
+    } else {
+      AddWholePull((*targets)[k], k, with_slots, floats_per_element, 0, rounds.get());
+    }
+  }
+  AddPullRounds(*targets, in_parts, rounds->size(), with_slots, floats_per_element, rounds.get());
+  SendRound(std::move(rounds), 0, std::move(targets), nullptr, std::make_shared<PushResult>(), std::move(done));
+}
+
+absl::StatusOr<Tensor> PsClient::Impl::PullRows(const std::string& variable, const std::vector<int64_t>& rows) {
+  auto it = routes_.find(variable);
+  if (it == routes_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("PullRows: '", variable, "' is not a variable of the plan"));
+  }
+  const VariableRoute& route = it->second;
+  if (route.spec.shape.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("PullRows: '", variable, "' is a scalar"));
+  }
+  for (int64_t r : rows) {
+    if (r < 0 || r >= route.spec.shape[0]) {
+      return absl::InvalidArgumentError(absl::StrCat("PullRows: row ", r, " of '", variable,
+                                                     "' is out of range 0..", route.spec.shape[0] - 1));
+    }
+  }
+  Shape out_shape = route.spec.shape;
+  out_shape[0] = static_cast<int64_t>(rows.size());
+  Tensor out(out_shape);
+  if (rows.empty()) return out;
+  const bool by_rows = route.shards.size() == 1 || route.shards[0].axis == 0;
+  // Per shard: the positions in `rows` it answers (all of them when split along an inner axis).
+  std::vector<std::vector<size_t>> positions(route.shards.size());
+  for (size_t p = 0; p < rows.size(); ++p) {
+    if (!by_rows) {
+      for (auto& pos : positions) pos.push_back(p);
+      continue;
+    }
+    size_t s = 0;
+    while (s + 1 < route.shards.size() && rows[p] >= route.shards[s + 1].offset) ++s;
+    positions[s].push_back(p);
+  }
+  std::vector<rpc::ClientChannel*> channels;
+  std::vector<rpc::OutgoingMessage> requests;
+  std::vector<size_t> shard_of_call;
+  for (size_t s = 0; s < route.shards.size(); ++s) {
+    if (positions[s].empty()) continue;
+    const dist::ShardSpec& shard = route.shards[s];
+    wire::PullRowsRequest pull;
+    pull.set_shard(shard.name);
+    for (size_t p : positions[s]) pull.add_rows(by_rows ? rows[p] - shard.offset : rows[p]);
+    channels.push_back(channel(shard.ps_task));
+    requests.push_back(rpc::OutgoingMessage::Of(pull));
+    shard_of_call.push_back(s);
+  }
+  const int64_t row_size = out.size() / out_shape[0];
+  rpc::CallOptions o = Control(options_.rpc_timeout_secs);
+  o.pull_direction = true;
+  absl::Status s = CallAndWait(
+      channels, rpc::Method::kPullRows, std::move(requests), o, [&](int i, const rpc::IncomingMessage& r) {
+        const dist::ShardSpec& shard = route.shards[shard_of_call[i]];
+        const std::vector<size_t>& pos = positions[shard_of_call[i]];
+        const int64_t shard_row = NumElements(shard.shape) / std::max<int64_t>(shard.shape[0], 1);
+        if (r.num_tensors() != 1 || r.num_floats(0) != static_cast<int64_t>(pos.size()) * shard_row) {
+          return absl::DataLossError(absl::StrCat(channels[i]->peer_name(), ": PullRows of '", shard.name,
+                                                  "' returned the wrong size"));
+        }
+        if (by_rows) {
+          // Rows come back in request order; place each at its position.
+          std::vector<float> buffer(static_cast<size_t>(r.num_floats(0)));
+          r.CopyTo(0, buffer.data());
+          for (size_t q = 0; q < pos.size(); ++q) {
+            std::copy_n(buffer.data() + q * row_size, row_size, out.data() + pos[q] * row_size);
+          }
+        } else {
+          const int64_t inner = InnerSize(out_shape, shard.axis);
+          r.CopyStrided(0, out.data() + shard.offset * inner, shard.shape[shard.axis] * inner,
+                        out_shape[shard.axis] * inner);
+        }
+        return absl::OkStatus();
+      },
+      retrier_.get());
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<PsClient::Impl::PerPs> PsClient::Impl::RouteGradients(const std::vector<Gradient>& grads) const {
+  PerPs per_ps(channels_.size());
+  for (const Gradient& g : grads) {
+    auto it = routes_.find(g.variable);
+    if (it == routes_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("Push: '", g.variable, "' is not a variable of the plan"));
+    }
+    const VariableRoute& route = it->second;
+    if (g.dense != nullptr && g.dense->shape() != route.spec.shape) {
+      return absl::InvalidArgumentError(absl::StrCat("Push: gradient for '", g.variable, "' has shape ",
+                                                     ShapeToString(g.dense->shape()), " but the variable is ",
+                                                     ShapeToString(route.spec.shape)));
+    }
+    if (g.sparse != nullptr) {
+      if (absl::Status s = ValidateSparse(*g.sparse, route.spec); !s.ok()) return s;
+    }
+    if (g.dense != nullptr && g.sparse != nullptr) {
+      // Both kinds: one update with their sum (the optimizer must step once per variable).
+      auto sum = std::make_shared<Tensor>(Densify(g.dense, *g.sparse, route.spec.shape));
+      for (const dist::ShardSpec& shard : route.shards) {
+        rpc::OutgoingTensor t = ShardOf(*sum, shard);
+        if (t.owner == nullptr) t.owner = sum;
+        per_ps[shard.ps_task].push_back(std::move(t));
+      }
+    } else if (g.dense != nullptr) {
+      for (const dist::ShardSpec& shard : route.shards) per_ps[shard.ps_task].push_back(ShardOf(*g.dense, shard));
+    } else if (g.sparse != nullptr) {
+      for (auto& [s, t] : RouteSparse(*g.sparse, route.shards)) per_ps[route.shards[s].ps_task].push_back(std::move(t));
+    }
+  }
+  // Each ps refuses a non-finite gradient for its own shards; a push spanning several ps tasks is
+  // checked here first so that it is refused as a whole rather than applied on some of them.
+  if (std::count_if(per_ps.begin(), per_ps.end(), [](const auto& t) { return !t.empty(); }) > 1) {
+    for (const Gradient& g : grads) {
+      if (absl::Status s = CheckFinite(g.variable, g.dense, g.sparse); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("Push: ", s.message()));
+      }
+    }
+  }
+  return per_ps;
+}
+
+std::vector<CallRound> PsClient::Impl::PushRounds(PerPs per_ps, int64_t step_tag, const Targets* targets,
+                                                 const TrainingConfig& config) {
+  // Async pushes bigger than a part go as parts, one round of calls after another
+  // (ps/client/call_parts.h); a sync push, or one that fits, is one round: a call per ps task. A pull
+  // that fits rides on the task's last part; a bigger one follows as Pull calls in parts.
+  std::vector<int> tasks;
+  std::vector<int> pulls_in_parts;
+  std::vector<std::vector<std::vector<rpc::OutgoingTensor>>> parts;  // [task][part]
+  size_t num_rounds = 1;
+  for (int k = 0; k < num_ps(); ++k) {
+    // Sync: every ps counts every worker's push each step, even an empty one. Async: the
+    // global step's ps counts every push.
+    const bool pulls_here = targets != nullptr && !(*targets)[k].empty();
+    if (pulls_here && PullInParts((*targets)[k])) pulls_in_parts.push_back(k);
+    if (per_ps[k].empty() && !pulls_here && !config.sync && k != gs_ps()) continue;
+    tasks.push_back(k);
+    if (config.sync || options_.max_part_bytes <= 0) {
+      parts.emplace_back().push_back(std::move(per_ps[k]));
+    } else {
+      parts.push_back(SplitIntoParts(std::move(per_ps[k]), options_.max_part_bytes));
+    }
+    num_rounds = std::max(num_rounds, parts.back().size());
+  }
+  wire::PushRequest header;
+  header.set_worker_index(options_.worker_index);
+  header.set_step_tag(step_tag);
+  // One id per round on every ps task and for its retries: each ps applies each part once.
+  header.set_client_id(client_id_);
+  const uint64_t first_seq = next_seq_.fetch_add(num_rounds);
+  std::vector<CallRound> rounds(num_rounds);
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const int k = tasks[i];
+    const bool pull_with_push = targets != nullptr && !(*targets)[k].empty() && !PullInParts((*targets)[k]);
+    for (size_t p = 0; p < parts[i].size(); ++p) {
+      const bool last = p + 1 == parts[i].size();
+      wire::PushRequest request = header;
+      request.set_seq(first_seq + p);
+      request.set_more_parts(!last);
+      if (last && pull_with_push) {
+        for (const SliceTarget& t : (*targets)[k]) request.add_pull_shards(t.target.shard->name);
+      }
+      rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(request);
+      message.tensors = std::move(parts[i][p]);
+      CallRound& round = rounds[p];
+      round.timeout_secs = options_.rpc_timeout_secs + (config.sync ? config.sync_timeout_secs : 0);
+      round.calls.push_back({.task = k,
+                             .channel = channel(k),
+                             .request = std::move(message),
+                             .answer_bytes = last && pull_with_push ? TargetBytes((*targets)[k]) : 0,
+                             .last = last,
+                             .whole_pull = last && pull_with_push,
+                             .slices = {}});
+    }
+  }
+  if (!pulls_in_parts.empty()) AddPullRounds(*targets, pulls_in_parts, num_rounds, false, 1, &rounds);
+  return rounds;
+}
+
+void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
+                               const std::vector<std::pair<std::string, Tensor*>>* out,
+                               std::function<void(absl::StatusOr<PushResult>)> done) {
+  std::shared_ptr<Targets> targets;
+  if (out != nullptr) {
+    absl::StatusOr<std::shared_ptr<Targets>> targets_or = PullTargets("PushAndPull", *out);
+    if (!targets_or.ok()) return done(targets_or.status());
+    targets = *std::move(targets_or);
+  }
+  absl::StatusOr<PerPs> per_ps = RouteGradients(grads);
+  if (!per_ps.ok()) return done(per_ps.status());
+  const TrainingConfig config = GetConfig();
+  auto rounds = std::make_shared<std::vector<CallRound>>(PushRounds(*std::move(per_ps), step_tag, targets.get(), config));
+  // Sync: the tasks that answered hear that this worker is alive while others keep it waiting.
+  std::shared_ptr<WaitHeartbeat> heartbeat;
+  if (config.sync && (*rounds)[0].calls.size() > 1) {
+    wire::HelloRequest hello;
+    hello.set_worker_index(options_.worker_index);
+    hello.set_client_id(client_id_);
+    hello.set_heartbeat(true);
+    heartbeat = WaitHeartbeat::Start(ChannelsOf((*rounds)[0]), std::move(hello),
+                                     std::clamp(config.sync_timeout_secs / 4, 0.05, 10.0), options_.rpc_timeout_secs,
+                                     retrier_.get());
+  }
+  SendRound(std::move(rounds), 0, std::move(targets), std::move(heartbeat), std::make_shared<PushResult>(),
+            std::move(done));
+}
+
+void PsClient::Impl::SendRound(std::shared_ptr<std::vector<CallRound>> rounds, size_t r,
+                               std::shared_ptr<Targets> targets, std::shared_ptr<WaitHeartbeat> heartbeat,
+                               std::shared_ptr<PushResult> result,
+                               std::function<void(absl::StatusOr<PushResult>)> done) {
+  CallRound& round = (*rounds)[r];
+  // A push's answers (a sync worker heard from some ps tasks) are over once its rounds are.
+  if (heartbeat != nullptr && round.method != rpc::Method::kPush) {
+    heartbeat->Stop();
+    heartbeat = nullptr;
+  }
+  const bool pull_only = (*rounds)[0].method == rpc::Method::kPull;  // a Pull, not a push's pull
+  rpc::CallOptions options = Control(round.timeout_secs);
+  options.pull_direction = round.method == rpc::Method::kPull;
+  std::vector<rpc::OutgoingMessage> requests;
+  std::vector<int64_t> answer_bytes;
+  for (Call& call : round.calls) {
+    requests.push_back(std::move(call.request));
+    answer_bytes.push_back(call.answer_bytes);
+  }
+  CallAll(
+      ChannelsOf(round), round.method, std::move(requests), options,
+      [this, rounds, r, result, targets, heartbeat, pull_only](int i, const rpc::IncomingMessage& m) -> absl::Status {
+        const CallRound& round = (*rounds)[r];
+        const Call& call = round.calls[i];
+        const int task = call.task;
+        if (round.method == rpc::Method::kPull) {
+          wire::PullResponse response;
+          if (absl::Status s = Parse(m, &response, channel(task)->peer_name()); !s.ok()) return s;
+          if (task == gs_ps() && pull_only) {
+            result->global_step = response.step();
+            NoteGlobalStep(response.step());
+          }
+          const wire::PullResponse* with_slots = round.with_slots ? &response : nullptr;
+          return AssembleAnswer(task, m, call.whole_pull ? (*targets)[task] : call.slices, with_slots);
+        }
+        if (heartbeat != nullptr) heartbeat->Answered(i);
+        wire::PushResponse response;
+        if (absl::Status s = Parse(m, &response, channel(task)->peer_name()); !s.ok()) return s;
+        if (!call.last) return absl::OkStatus();  // a part: the step and the pull come with the last
+        if (task == gs_ps()) {
+          result->global_step = response.step();
+          result->stale = response.stale();
+          NoteGlobalStep(response.step());
+        }
+        if (call.whole_pull) return AssembleAnswer(task, m, (*targets)[task], nullptr);
+        return absl::OkStatus();
+      },
+      [this, rounds, r, targets, heartbeat, result, done](std::vector<absl::Status>& statuses) {
+        absl::Status s = Combine(statuses);
+        if (s.ok() && r + 1 < rounds->size()) return SendRound(rounds, r + 1, targets, heartbeat, result, done);
+        if (heartbeat != nullptr) heartbeat->Stop();
+        if (!s.ok()) return done(s);
+        done(*result);
+      },
+      retrier_.get(), std::move(answer_bytes));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+PsClient::PsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PsClient::~PsClient() = default;
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(Options options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  if (absl::Status s = impl->Init(); !s.ok()) return s;
+  return std::unique_ptr<PsClient>(new PsClient(std::move(impl)));
+}
+
+absl::Status PsClient::Connect() { return impl_->Connect(); }
+absl::Status PsClient::Initialize(const std::vector<std::pair<std::string, const Tensor*>>& variables,
+                                  const TrainingConfig& config) {
+  return impl_->Initialize(variables, config);
+}
+absl::Status PsClient::Initialize(const ModelSnapshot& state, const TrainingConfig& config) {
+  return impl_->Initialize(state, config, impl_->AllTasks());
+}
+absl::Status PsClient::InitializePs(int ps_task, const ModelSnapshot& state, const TrainingConfig& config) {
+  if (ps_task < 0 || ps_task >= impl_->num_ps()) {
+    return absl::InvalidArgumentError(absl::StrCat("InitializePs: no ps task ", ps_task, " (the cluster has ",
+                                                   impl_->num_ps(), ")"));
+  }
+  return impl_->Initialize(state, config, {ps_task});
+}
+absl::StatusOr<ModelSnapshot> PsClient::PullState() { return impl_->PullState(); }
+absl::Status PsClient::WaitForInitialization(double timeout_secs) { return impl_->WaitForInitialization(timeout_secs); }
+absl::StatusOr<bool> PsClient::IsInitialized() { return impl_->IsInitialized(); }
+
+absl::StatusOr<int64_t> PsClient::Pull(const std::vector<std::pair<std::string, Tensor*>>& out) {
+  CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
+  absl::Notification done;
+  absl::StatusOr<int64_t> result;
+  impl_->PullAsync(out, [&](absl::StatusOr<int64_t> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+void PsClient::PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out,
+                         std::function<void(absl::StatusOr<int64_t>)> done) {
+  impl_->PullAsync(out, std::move(done));
+}
+
+absl::StatusOr<Tensor> PsClient::PullRows(const std::string& variable, const std::vector<int64_t>& rows) {
+  return impl_->PullRows(variable, rows);
+}
+
+absl::StatusOr<PushResult> PsClient::Push(const std::vector<Gradient>& grads, int64_t step_tag) {
+  CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
+  absl::Notification done;
+  absl::StatusOr<PushResult> result;
+  impl_->PushAsync(grads, step_tag, nullptr, [&](absl::StatusOr<PushResult> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+void PsClient::PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
+                         std::function<void(absl::StatusOr<PushResult>)> done) {
+  impl_->PushAsync(grads, step_tag, nullptr, std::move(done));
+}
+
+absl::StatusOr<PushResult> PsClient::PushAndPull(const std::vector<Gradient>& grads, int64_t step_tag,
+                                                 const std::vector<std::pair<std::string, Tensor*>>& out) {
+  CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
+  absl::Notification done;
+  absl::StatusOr<PushResult> result;
+  PushAndPullAsync(grads, step_tag, out, [&](absl::StatusOr<PushResult> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+void PsClient::PushAndPullAsync(const std::vector<Gradient>& grads, int64_t step_tag,
+                                const std::vector<std::pair<std::string, Tensor*>>& out,
+                                std::function<void(absl::StatusOr<PushResult>)> done) {
+  impl_->PushAsync(grads, step_tag, &out, std::move(done));
+}
+
+absl::Status PsClient::Goodbye(const std::string& failure) { return impl_->Goodbye(failure); }
+absl::Status PsClient::Shutdown() { return impl_->Shutdown(); }
+void PsClient::Abort(const std::string& reason, double timeout_secs) { impl_->Abort(reason, timeout_secs); }
+absl::StatusOr<std::vector<PsTaskStats>> PsClient::Stats() { return impl_->Stats(); }
+
+}  // namespace psflow::ps

@@ -1,0 +1,206 @@
+// ps/client/ps_client_impl.h — PsClient::Impl, what stands behind psflow/ps/ps_client.h: one channel per
+// ps task, each variable's route (its shards and the ps tasks holding them), the Retrier every call
+// shares, and the training configuration learned from the chief. PsClient forwards to it.
+//
+// Its methods live in two files: ps_client_control.cc has connecting and the control calls (Init,
+// Connect, the chief's Initialize and restores, PullState, WaitForInitialization, IsInitialized,
+// Goodbye, Shutdown, Abort, Stats); ps_client.cc has the data path (Pull, PullRows, Push,
+// PushAndPull, and the fan-out helpers they share) and PsClient's forwarding functions.
+//
+// Thread-safe. options_, client_id_, channels_, retrier_ and routes_ are set by Init(), before the
+// PsClient exists, and only read afterwards; mu_ guards config_ (set by Initialize and
+// WaitForInitialization, read by every push); next_seq_ and last_global_step_ are atomics. The
+// fan-out's callbacks run on transport threads, concurrently for different ps tasks: they read the
+// members Init() set, note the global step and fill their own call's results; a blocking call from
+// one of them is CHECKed (it would deadlock).
+#ifndef PSFLOW_PS_CLIENT_PS_CLIENT_IMPL_H_
+#define PSFLOW_PS_CLIENT_PS_CLIENT_IMPL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/psflow.pb.h"
+#include "ps/client/fan_out.h"
+#include "ps/client/call_parts.h"
+#include "ps/client/wait_heartbeat.h"
+#include "psflow/ps/ps_client.h"
+#include "rpc/transport.h"
+
+namespace psflow::ps {
+
+struct VariableRoute {
+  dist::VariableSpec spec;
+  std::vector<dist::ShardSpec> shards;  // in shard order
+};
+
+// Parses an answer's header; DataLoss naming `peer` when it is malformed.
+absl::Status Parse(const rpc::IncomingMessage& response, google::protobuf::MessageLite* header,
+                   const std::string& peer);
+
+class PsClient::Impl {
+ public:
+  explicit Impl(Options options);
+
+  absl::Status Init();
+  void Log(const std::string& line) const;
+
+  int num_ps() const { return static_cast<int>(channels_.size()); }
+  int gs_ps() const { return options_.plan.global_step_ps; }
+  rpc::ClientChannel* channel(int k) const { return channels_[k].get(); }
+  std::vector<rpc::ClientChannel*> AllChannels() const {
+    std::vector<rpc::ClientChannel*> all;
+    for (const auto& c : channels_) all.push_back(c.get());
+    return all;
+  }
+  rpc::CallOptions Control(double timeout) const {
+    rpc::CallOptions o;
+    o.timeout_secs = timeout;
+    return o;
+  }
+
+  // Runs the same request on every ps and waits; with `retry`, retrying silent tasks for up to
+  // `budget_secs` (negative: --ps_timeout_secs).
+  absl::Status CallEveryPs(rpc::Method method, const google::protobuf::MessageLite& header, double timeout,
+                           std::function<absl::Status(int, const rpc::IncomingMessage&)> on_response = nullptr,
+                           bool retry = true, double budget_secs = -1);
+
+  static absl::Status CallAndWait(const std::vector<rpc::ClientChannel*>& channels, rpc::Method method,
+                                  std::vector<rpc::OutgoingMessage> requests, const rpc::CallOptions& options,
+                                  std::function<absl::Status(int, const rpc::IncomingMessage&)> on_response,
+                                  Retrier* retrier = nullptr, std::vector<int64_t> answer_bytes = {},
+                                  double budget_secs = -1);
+
+  absl::Status ConnectOne(int k);
+  absl::Status Connect();
+
+  absl::Status Initialize(const std::vector<std::pair<std::string, const Tensor*>>& variables,
+                          const TrainingConfig& config);
+  absl::Status Initialize(const ModelSnapshot& state, TrainingConfig config, const std::vector<int>& tasks);
+
+  std::vector<int> AllTasks() const {
+    std::vector<int> tasks(channels_.size());
+    for (int k = 0; k < num_ps(); ++k) tasks[k] = k;
+    return tasks;
+  }
+
+  // A variable's initial state: its value, and (restores) its slots and update count.
+  struct InitSource {
+    const Tensor* value = nullptr;
+    const std::vector<Tensor>* slots = nullptr;
+    int64_t updates = 0;
+  };
+
+  // Initializes the given ps tasks (validated sources for every variable), then marks them initialized.
+  absl::Status InitializeTasks(const std::vector<int>& tasks, const absl::flat_hash_map<std::string, InitSource>& given,
+                               bool with_slots, const TrainingConfig& config);
+
+  absl::StatusOr<ModelSnapshot> PullState();
+  absl::Status WaitForInitialization(double timeout_secs);
+  absl::StatusOr<bool> IsInitialized();
+
+  // Where each pulled shard goes, per ps task: the whole shard, as a run [0, its size).
+  using Targets = std::vector<std::vector<SliceTarget>>;
+
+  absl::StatusOr<std::shared_ptr<Targets>> PullTargets(const char* what,
+                                                       const std::vector<std::pair<std::string, Tensor*>>& out) const;
+
+  // Copies the whole shards or runs (a pull in parts, ps/client/call_parts.h) of a Pull (or
+  // push-and-pull) answer from ps task k into their targets; with `with_slots` (the answer's
+  // header, a checkpoint's pull) also their slots and update counts.
+  absl::Status AssembleAnswer(int k, const rpc::IncomingMessage& r, const std::vector<SliceTarget>& runs,
+                              const wire::PullResponse* with_slots) const;
+  // Whether a pull of `targets` from one ps task goes in parts (it is bigger than a part);
+  // `floats_per_element`: 1 + the optimizer's slots for a checkpoint's pull.
+  bool PullInParts(const std::vector<SliceTarget>& targets, int64_t floats_per_element = 1) const {
+    return options_.max_part_bytes > 0 && TargetBytes(targets) * floats_per_element > options_.max_part_bytes;
+  }
+  // Adds a Pull of whole shards from ps task k to round `r` of `rounds`.
+  void AddWholePull(const std::vector<SliceTarget>& targets, int k, bool with_slots, int64_t floats_per_element,
+                    size_t r, std::vector<CallRound>* rounds) const;
+  // Adds the parts of the pulls from `tasks` to `rounds`, the first in round `first_round`.
+  void AddPullRounds(const Targets& targets, const std::vector<int>& tasks, size_t first_round, bool with_slots,
+                     int64_t floats_per_element, std::vector<CallRound>* rounds) const;
+
+  void PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out,
+                 std::function<void(absl::StatusOr<int64_t>)> done);
+  // A Pull (or a checkpoint's, `with_slots`) of `targets`, whole or in parts; `done` gets the
+  // global step its ps answered.
+  void SendPull(std::shared_ptr<Targets> targets, bool with_slots, int64_t floats_per_element,
+                std::function<void(absl::StatusOr<PushResult>)> done);
+
+  absl::StatusOr<Tensor> PullRows(const std::string& variable, const std::vector<int64_t>& rows);
+
+  // Push, or push-and-pull when `out` is given.
+  void PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
+                 const std::vector<std::pair<std::string, Tensor*>>* out,
+                 std::function<void(absl::StatusOr<PushResult>)> done);
+  // Sends round r of a push or pull (a call to each ps task with a part left; ps/client/call_parts.h)
+  // and, once all answered, the next round; `done` gets the outcome after the last round or the
+  // first failed one.
+  // A push's gradients cut into each ps task's tensors, validated (a push spanning several ps
+  // tasks is refused as a whole, before any applies its part).
+  using PerPs = std::vector<std::vector<rpc::OutgoingTensor>>;
+  absl::StatusOr<PerPs> RouteGradients(const std::vector<Gradient>& grads) const;
+  // The rounds of calls of a push (parts when async and big) and of the pull of `targets` (when
+  // given) that rides on it or follows it in parts.
+  std::vector<CallRound> PushRounds(PerPs per_ps, int64_t step_tag, const Targets* targets,
+                                    const TrainingConfig& config);
+  void SendRound(std::shared_ptr<std::vector<CallRound>> rounds, size_t r, std::shared_ptr<Targets> targets,
+                 std::shared_ptr<WaitHeartbeat> heartbeat, std::shared_ptr<PushResult> result,
+                 std::function<void(absl::StatusOr<PushResult>)> done);
+
+  absl::Status Goodbye(const std::string& failure);
+  absl::Status Shutdown();
+  void Abort(const std::string& reason, double timeout_secs);
+  absl::StatusOr<std::vector<PsTaskStats>> Stats();
+
+ private:
+  // Bytes of the shards a pull (or push-and-pull) asks one ps task for.
+  static int64_t TargetBytes(const std::vector<SliceTarget>& targets) {
+    int64_t bytes = 0;
+    for (const SliceTarget& t : targets) bytes += t.count * static_cast<int64_t>(sizeof(float));
+    return bytes;
+  }
+  // Optimizer slots per variable (sizes a checkpoint's pull); 2 (Adam's) when not known yet.
+  int64_t SlotCount() const;
+
+  void SetConfig(const TrainingConfig& config) {
+    absl::MutexLock lock(&mu_);
+    config_ = config;
+  }
+  TrainingConfig GetConfig() const {
+    absl::MutexLock lock(&mu_);
+    return config_;
+  }
+  // The newest global step a pull or push answer carried; Shutdown tells every ps task the final
+  // one (a ps that does not hold the global step knows it from nowhere else).
+  void NoteGlobalStep(int64_t step) {
+    int64_t seen = last_global_step_.load();
+    while (step > seen && !last_global_step_.compare_exchange_weak(seen, step)) {
+    }
+  }
+
+  const Options options_;
+  const uint64_t client_id_;
+  std::atomic<uint64_t> next_seq_{1};  // pushes' and Initializes' ids, with client_id_
+  std::vector<std::unique_ptr<rpc::ClientChannel>> channels_;
+  std::unique_ptr<Retrier> retrier_;  // after channels_: destroyed first (its timers call them)
+  // Which ps tasks this client ever reached (Connect): an abort is sent to these only, so a task
+  // that never reached a ps does not wait out a second bound telling it the job is over.
+  std::unique_ptr<std::atomic<bool>[]> reached_;
+  absl::flat_hash_map<std::string, VariableRoute> routes_;
+  mutable absl::Mutex mu_;
+  TrainingConfig config_ ABSL_GUARDED_BY(mu_);  // learned from Initialize / WaitForInitialization
+  std::atomic<int64_t> last_global_step_{0};     // see NoteGlobalStep
+};
+
+}  // namespace psflow::ps
+
+#endif  // PSFLOW_PS_CLIENT_PS_CLIENT_IMPL_H_

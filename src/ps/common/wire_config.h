@@ -1,0 +1,26 @@
+// ps/common/wire_config.h — the plain structs of psflow/ps/ps_types.h to and from their wire forms
+// (proto/psflow.proto): TrainingConfig (Initialize, WaitInitialized) and PsTaskStats (Stats).
+// Every field crosses; wire_config_test.cc sets each to a distinct value and fails on a field
+// that is forgotten on either side, or added to a struct or a message and not here.
+#ifndef PSFLOW_PS_COMMON_WIRE_CONFIG_H_
+#define PSFLOW_PS_COMMON_WIRE_CONFIG_H_
+
+#include "proto/psflow.pb.h"
+#include "psflow/ps/ps_types.h"
+
+namespace psflow::ps {
+
+// What a ps task without variables answers data calls with (FailedPrecondition); the client
+// recognizes it to tell a restarted ps task (it lost its variables) from other errors.
+inline constexpr char kNotInitializedMessage[] =
+    "not initialized yet: the chief (worker 0) initializes the variables";
+
+wire::TrainingConfig ToWire(const TrainingConfig& config);
+TrainingConfig FromWire(const wire::TrainingConfig& config);
+
+wire::StatsResponse ToWire(const PsTaskStats& stats);
+PsTaskStats FromWire(const wire::StatsResponse& stats);
+
+}  // namespace psflow::ps
+
+#endif  // PSFLOW_PS_COMMON_WIRE_CONFIG_H_

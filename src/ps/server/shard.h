@@ -1,0 +1,118 @@
+// ps/server/shard.h — one shard held by a ps task: its values, its optimizer state, and (sync mode) the
+// sum of the current step's gradients (which pushes count, and when the mean is applied, is
+// ps/server/sync_accumulator.h's). Each shard has its own mutex, so different shards update
+// concurrently and there is no global lock on the push path.
+//
+// Values are held in a shared buffer so a pull can send them without a copy: a pull takes a
+// snapshot (a reference to the current buffer) and gRPC reads it while the call is in flight; an
+// update that finds the buffer still referenced by a pull copies it first (copy-on-write), so
+// every pull sees one consistent version. That copy is bounded by a pull's part: a client pulls a
+// ps task's shards bigger than a part (ps/client/call_parts.h) as runs, each answered with a copy of the
+// run (CopySlice), so no pull holds a big shard's buffer.
+#ifndef PSFLOW_PS_SERVER_SHARD_H_
+#define PSFLOW_PS_SERVER_SHARD_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "psflow/core/tensor.h"
+#include "psflow/optim/optimizer.h"
+#include "rpc/transport.h"
+
+namespace psflow::ps {
+
+class Shard;
+
+// A validated gradient for one shard. Dense gradients stay in the received message and are read
+// from it in place (a copy would cost a pass over memory); sparse ones are copied off the wire.
+struct ShardGradient {
+  Shard* shard = nullptr;
+  const rpc::IncomingMessage* message = nullptr;  // borrowed; dense: tensor `index` of it
+  int index = 0;
+  bool sparse = false;
+  std::vector<int64_t> rows;  // sparse: shard-local rows of axis 0
+  FloatBuffer values;         // sparse: rows.size() x row_size()
+  // A slice (part of an async push in parts): elements [offset, offset + count) of the shard,
+  // from client `client_id` (its parts of one shard share one optimizer update).
+  bool slice = false;
+  int64_t offset = 0;
+  int64_t count = 0;
+  uint64_t client_id = 0;
+};
+
+class Shard {
+ public:
+  Shard(std::string name, Shape shape, FloatBuffer initial, optim::SlotState state);
+
+  const std::string& name() const { return name_; }
+  const Shape& shape() const { return shape_; }
+  int64_t size() const { return size_; }
+  int64_t num_rows() const { return shape_.empty() ? 1 : shape_[0]; }
+  int64_t row_size() const { return row_size_; }  // floats per row of axis 0
+
+  // Checks that tensor i of `message` is a valid gradient for this shard — a dense tensor of the
+  // shard's shape, or sparse rows of axis 0 within range with the shard's row shape, all finite —
+  // and describes it in `out` (which borrows `message`).
+  absl::Status DecodeGradient(const rpc::IncomingMessage& message, int i, ShardGradient* out);
+
+  // The current values, shared (not copied) for sending.
+  std::shared_ptr<const FloatBuffer> Snapshot() const;
+  // The current values (shared) and a copy of the optimizer state, consistent with each other
+  // (checkpoints).
+  std::shared_ptr<const FloatBuffer> SnapshotWithState(optim::SlotState* state) const;
+  // Copies of the given rows (validated by the caller), [rows.size(), row_size].
+  FloatBuffer GatherRows(const std::vector<int64_t>& rows) const;
+  // Copies elements [offset, offset + count) (validated by the caller: a pull in parts) to
+  // out[0, count) and, `with_slots`, the same run of each optimizer slot after them (out holds
+  // count x (1 + slots) floats), consistent with each other (a checkpoint in parts); returns the
+  // update count. Copied, not shared: a shared run would keep the whole buffer alive, and an
+  // update meanwhile would copy all of it.
+  int64_t CopySlice(int64_t offset, int64_t count, bool with_slots, float* out) const;
+
+  // Async: applies a decoded gradient with one optimizer update (sparse duplicates summed first).
+  // The slices of one shard from one client, sent in order from offset 0 to the end, make one
+  // update together: the first claims its t, the rest reuse it.
+  void Apply(ShardGradient& gradient, const optim::Optimizer& optimizer, float lr);
+
+  // Sync: adds a decoded gradient into this step's accumulator.
+  void Accumulate(const ShardGradient& gradient);
+  // Sync: applies the accumulated sum divided by `count` (one optimizer update) and clears the
+  // accumulator; nothing when no gradient touched the shard this step.
+  void ApplyAccumulated(int count, const optim::Optimizer& optimizer, float lr);
+
+ private:
+  // Apply() of a slice, under mu_ with `w` the mutable values.
+  void ApplySliceLocked(const ShardGradient& gradient, const optim::Optimizer& optimizer, float lr, float* w)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The value buffer, copied first if a pull still references it.
+  float* MutableValuesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sums duplicate rows (TF's optimizers deduplicate sparse gradients the same way).
+  static void DeduplicateRows(std::vector<int64_t>* rows, FloatBuffer* values, int64_t row_size);
+
+  const std::string name_;
+  const Shape shape_;
+  const int64_t size_;
+  const int64_t row_size_;
+
+  mutable absl::Mutex mu_;
+  std::shared_ptr<FloatBuffer> values_ ABSL_GUARDED_BY(mu_);
+  optim::SlotState state_ ABSL_GUARDED_BY(mu_);
+  // Sync accumulator: all zero whenever nothing is accumulated. Sparse-only steps remember the
+  // rows they touched so only those rows are applied and cleared.
+  FloatBuffer accum_ ABSL_GUARDED_BY(mu_);
+  bool accum_any_ ABSL_GUARDED_BY(mu_) = false;
+  bool accum_dense_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<bool> row_touched_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> touched_rows_ ABSL_GUARDED_BY(mu_);
+  // The update count (Adam's t) each client's slices in progress use, until its last slice.
+  absl::flat_hash_map<uint64_t, int64_t> slice_update_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace psflow::ps
+
+#endif  // PSFLOW_PS_SERVER_SHARD_H_

@@ -1,0 +1,87 @@
+// ps/server/table/dynamic_table.h — one ps task's share of a dynamic (hash-keyed) table
+// (issue 18 §10): the rows whose int64 id routes here (dist::RouteDynamicId), found through a hash
+// map id -> slot, stored as records [w | slots] in slabs of rows allocated a slab at a time (no
+// allocation per row; a removed row's slot is reused). A row is created by its first admitted
+// gradient; a gather of an absent id answers its initial value without storing it. Ids waiting for
+// admission (admit_after) hold only a count and a step in a second map. The accessor decides
+// admission and removals. Thread-safe (table_shard.h).
+#ifndef PSFLOW_PS_SERVER_TABLE_DYNAMIC_TABLE_H_
+#define PSFLOW_PS_SERVER_TABLE_DYNAMIC_TABLE_H_
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "ps/server/table/accessor.h"
+#include "ps/server/table/table_shard.h"
+
+namespace psflow::ps::table {
+
+class DynamicTableShard final : public TableShard {
+ public:
+  // config valid and dynamic, 0 <= ps < num_ps (CHECKed; MakeTableShard validates).
+  DynamicTableShard(TableConfig config, SparseRule rule, int ps, int num_ps);
+
+  const TableConfig& config() const override { return config_; }
+  const SparseRule& rule() const override { return rule_; }
+  absl::Status Gather(absl::Span<const int64_t> ids, absl::Span<float> out) const override;
+  absl::Status Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads,
+                     int64_t global_step) override;
+  int64_t RemoveNow(int64_t global_step) override;
+  std::unique_ptr<RowScan> Scan() const override;
+  absl::Status Load(const RowsPart& part) override;
+  TableStats stats() const override;
+
+ private:
+  class Scanner;
+  struct RowMeta {
+    int64_t id;
+    int64_t last_step;
+    int64_t count;  // pushes that held the id, the admitting one and those before it included
+    uint32_t mark;  // the last push epoch that listed the row (duplicate detection)
+  };
+  struct Pending {
+    int64_t count;
+    int64_t last_step;
+  };
+
+  bool PassDue(int64_t global_step) const override { return accessor_.PassDue(global_step); }
+  absl::Status CheckOwned(absl::Span<const int64_t> ids) const;
+  // A free slot (reused, or a new one, adding a slab when the last is full).
+  int64_t AllocateSlot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  float* Record(int64_t slot) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return slabs_[slot >> slab_shift_].get() + (slot & slab_mask_) * stride_;
+  }
+  RowMeta& Meta(int64_t slot) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return meta_slabs_[slot >> slab_shift_][slot & slab_mask_];
+  }
+
+  const TableConfig config_;
+  const SparseRule rule_;
+  const RowAccessor accessor_;
+  const int ps_, num_ps_;
+  const int64_t stride_;  // floats per record
+  const int slab_shift_;  // rows per slab = 1 << slab_shift_
+  const int64_t slab_mask_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<int64_t, int64_t> index_ ABSL_GUARDED_BY(mu_);  // id -> slot
+  std::vector<std::unique_ptr<float[]>> slabs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<RowMeta[]>> meta_slabs_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> free_slots_ ABSL_GUARDED_BY(mu_);
+  int64_t next_slot_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t epoch_ ABSL_GUARDED_BY(mu_) = 0;  // per push, for RowMeta::mark  // slots [0, next_slot_) have been handed out
+  absl::flat_hash_map<int64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  int64_t admissions_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t rows_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable std::atomic<int64_t> rows_gathered_{0};
+  std::atomic<int64_t> rows_pushed_{0};
+};
+
+}  // namespace psflow::ps::table
+
+#endif  // PSFLOW_PS_SERVER_TABLE_DYNAMIC_TABLE_H_

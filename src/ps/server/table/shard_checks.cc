@@ -1,0 +1,81 @@
+// Checks shared by the table shards (shard_checks.h), and the factory of table_shard.h.
+#include "ps/server/table/shard_checks.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace psflow::ps::table {
+
+absl::Status CheckRowsSize(const TableConfig& config, std::string_view what, size_t num_ids,
+                           size_t num_floats) {
+  if (num_floats == num_ids * static_cast<size_t>(config.dim)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "': ", std::string(what), " has ",
+                                                 num_floats, " floats for ", num_ids,
+                                                 " ids of dim ", config.dim));
+}
+
+absl::Status CheckFinite(const TableConfig& config, absl::Span<const int64_t> ids,
+                         absl::Span<const float> rows) {
+  // A float is NaN or ±Inf when its exponent bits are all ones: an integer OR over the rows
+  // (vectorized), then a search for the culprit only when something is wrong.
+  uint32_t bad = 0;
+  const float* p = rows.data();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, p + i, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  if (bad == 0) return absl::OkStatus();
+  const size_t dim = static_cast<size_t>(config.dim);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (size_t k = 0; k < dim; ++k) {
+      if (!std::isfinite(rows[i * dim + k])) {
+        return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "': gradient row of id ",
+                                                       ids[i], " holds ", rows[i * dim + k],
+                                                       "; nothing applied"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckUnique(const TableConfig& config, absl::Span<const int64_t> ids) {
+  absl::flat_hash_set<int64_t> seen;
+  seen.reserve(ids.size());
+  for (int64_t id : ids) {
+    if (!seen.insert(id).second) {
+      return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "': id ", id,
+                                                     " listed twice in one push (sum its rows first)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPart(const TableConfig& config, int num_slots, const RowsPart& part) {
+  const size_t n = part.ids.size();
+  if (auto s = CheckRowsSize(config, "a part's values", n, part.values.size()); !s.ok()) return s;
+  if (part.slots.size() != static_cast<size_t>(num_slots)) {
+    return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "': a part has ",
+                                                   part.slots.size(), " slots, the rule needs ", num_slots));
+  }
+  for (const std::vector<float>& slot : part.slots) {
+    if (auto s = CheckRowsSize(config, "a part's slot", n, slot.size()); !s.ok()) return s;
+  }
+  if (part.count.size() != n || part.last_step.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "': a part has ", n,
+                                                   " ids but ", part.count.size(), " counts and ",
+                                                   part.last_step.size(), " last steps"));
+  }
+  for (size_t i = 1; i < n; ++i) {
+    if (part.ids[i] <= part.ids[i - 1]) {
+      return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "': a part's ids do not ascend at id ",
+                                                     part.ids[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace psflow::ps::table

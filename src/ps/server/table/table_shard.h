@@ -1,0 +1,105 @@
+// ps/server/table/table_shard.h — one ps task's part of an embedding table (docs/tables.md,
+// docs/tables.md; Paddle's table role): a fixed table's shard (dense rows of [rows, dim] and their
+// slots, routed by div/mod) or a dynamic table's share (rows whose id hashes to this ps), behind one
+// small interface: gather rows, apply gradient rows, removal passes, reading rows in id order for a
+// checkpoint (in parts), loading them back, and counters.
+//
+// Ids are the table's global ids on both kinds; a shard refuses ids that are not its own. Every
+// call that takes rows from a peer validates all of them first (ownership, duplicates, dim,
+// finiteness) and applies nothing when one is bad, with an error naming the table.
+//
+// Thread-safe: each shard holds a mutex (gathers share it, updates hold it alone).
+#ifndef PSFLOW_PS_SERVER_TABLE_TABLE_SHARD_H_
+#define PSFLOW_PS_SERVER_TABLE_TABLE_SHARD_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "ps/server/table/sparse_rule.h"
+#include "ps/server/table/table_config.h"
+
+namespace psflow::ps::table {
+
+// Counters of one shard (cumulative ones since it was made).
+struct TableStats {
+  int64_t rows = 0;           // rows stored (a fixed shard: all of its rows)
+  int64_t pending_ids = 0;    // ids counted but not admitted yet (admit_after)
+  int64_t bytes = 0;          // memory held: rows and slots, per-row counters, index
+  int64_t admissions = 0;     // rows created (dynamic)
+  int64_t evictions = 0;      // rows and pending ids removed by passes
+  int64_t rows_gathered = 0;  // rows answered to pulls
+  int64_t rows_pushed = 0;    // gradient rows received (applied or dropped before admission)
+  int64_t rows_dropped = 0;   // gradient rows dropped before admission
+};
+
+// A run of rows in ascending id order, as a checkpoint stores them (issue 18 §10): ids, values
+// [n, dim], each slot [n, dim] (the rule's slot_names order), and per-row last update step and push
+// count.
+struct RowsPart {
+  std::vector<int64_t> ids;
+  std::vector<float> values;
+  std::vector<std::vector<float>> slots;
+  std::vector<int64_t> last_step;
+  std::vector<int64_t> count;
+};
+
+// Reads a shard's rows in id order, a part at a time, without a second copy of the table (a
+// dynamic shard's scan holds its ids sorted: 8 bytes per row). Rows removed between parts are
+// skipped; rows created after Scan() are not read. Borrows the shard: it must outlive the scan.
+class RowScan {
+ public:
+  virtual ~RowScan() = default;
+  // Fills `part` with up to max_rows (>= 1) next rows; false once every row has been read.
+  virtual bool Next(int64_t max_rows, RowsPart* part) = 0;
+};
+
+class TableShard {
+ public:
+  virtual ~TableShard() = default;
+  virtual const TableConfig& config() const = 0;
+  virtual const SparseRule& rule() const = 0;
+
+  // Copies the rows of `ids` into out ([ids.size(), dim]). A dynamic id not stored gets its
+  // initial value, and is not stored. InvalidArgument naming the table for an id that is not this
+  // shard's, or an `out` of the wrong size.
+  virtual absl::Status Gather(absl::Span<const int64_t> ids, absl::Span<float> out) const = 0;
+
+  // Applies gradient rows ([ids.size(), dim], ids unique) with the rule at `global_step` (the
+  // learning rate decays with it; rows record it as their last update). A dynamic id not stored
+  // counts the push and, once admitted, is created from its initial value and updated.
+  // InvalidArgument naming the table (nothing applied) for: an id not this shard's, an id listed
+  // twice, a wrong size, a NaN or Inf, more ids than the shard's row cap.
+  virtual absl::Status Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads,
+                             int64_t global_step) = 0;
+
+  // A removal pass (steps_to_live, max_rows) at `global_step`; returns how many rows and pending
+  // ids it removed. Fixed shards never remove rows. MaybeRemove runs it only when the accessor says
+  // one is due (every evict_every steps); a checkpoint calls RemoveNow first.
+  virtual int64_t RemoveNow(int64_t global_step) = 0;
+  int64_t MaybeRemove(int64_t global_step);
+
+  // Rows in id order, in parts (see RowScan).
+  virtual std::unique_ptr<RowScan> Scan() const = 0;
+  // Stores rows read by a scan (of this table, possibly on another number of ps tasks): each id must
+  // be this shard's, sizes must match dim and the rule's slots. InvalidArgument naming the table
+  // otherwise, nothing stored.
+  virtual absl::Status Load(const RowsPart& part) = 0;
+
+  virtual TableStats stats() const = 0;
+
+ protected:
+  virtual bool PassDue(int64_t global_step) const = 0;
+};
+
+// A fixed table's shard `shard` of config.layout.num_shards, or a dynamic table's share on ps task
+// `shard` of `num_ps`. InvalidArgument naming the table for a bad config or rule.
+absl::StatusOr<std::unique_ptr<TableShard>> MakeTableShard(const TableConfig& config,
+                                                           const SparseRuleConfig& rule, int shard,
+                                                           int num_ps);
+
+}  // namespace psflow::ps::table
+
+#endif  // PSFLOW_PS_SERVER_TABLE_TABLE_SHARD_H_

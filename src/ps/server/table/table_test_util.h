@@ -1,0 +1,83 @@
+// ps/server/table/table_test_util.h — small builders shared by the table tests.
+#ifndef PSFLOW_PS_SERVER_TABLE_TABLE_TEST_UTIL_H_
+#define PSFLOW_PS_SERVER_TABLE_TABLE_TEST_UTIL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ps/server/table/table_shard.h"
+
+namespace psflow::ps::table::testing {
+
+inline TableConfig FixedConfig(int64_t n, int64_t dim, int shards, dist::TableStrategy strategy,
+                               uint64_t seed = 7) {
+  TableConfig c;
+  c.name = "emb";
+  c.dim = dim;
+  c.kind = TableKind::kFixed;
+  c.layout = dist::FixedTableLayout{n, shards, strategy};
+  c.initializer.kind = InitKind::kTruncatedNormal;
+  c.initializer.stddev = 0.1f;
+  c.seed = seed;
+  return c;
+}
+
+inline TableConfig DynamicConfig(int64_t dim, uint64_t seed = 7) {
+  TableConfig c;
+  c.name = "dyn";
+  c.dim = dim;
+  c.kind = TableKind::kDynamic;
+  c.initializer.kind = InitKind::kTruncatedNormal;
+  c.initializer.stddev = 0.1f;
+  c.seed = seed;
+  return c;
+}
+
+inline SparseRuleConfig Rule(const std::string& name, float lr = 0.1f) {
+  SparseRuleConfig r;
+  r.optimizer.name = name;
+  r.optimizer.learning_rate = lr;
+  return r;
+}
+
+inline std::unique_ptr<TableShard> MakeOrDie(const TableConfig& config, const SparseRuleConfig& rule,
+                                             int shard, int num_ps) {
+  auto made = MakeTableShard(config, rule, shard, num_ps);
+  EXPECT_TRUE(made.ok()) << made.status();
+  return made.ok() ? *std::move(made) : nullptr;
+}
+
+// Every shard of a table: a fixed table's P shards, or a dynamic table's share on each of P ps.
+inline std::vector<std::unique_ptr<TableShard>> AllShards(TableConfig config, const SparseRuleConfig& rule,
+                                                          int p) {
+  std::vector<std::unique_ptr<TableShard>> shards;
+  if (config.kind == TableKind::kFixed) config.layout.num_shards = p;
+  for (int s = 0; s < p; ++s) shards.push_back(MakeOrDie(config, rule, s, p));
+  return shards;
+}
+
+// The shard that owns `id` among AllShards(config, rule, p).
+inline int Owner(const TableConfig& config, int p, int64_t id) {
+  if (config.kind == TableKind::kDynamic) return dist::RouteDynamicId(id, p);
+  dist::FixedTableLayout layout = config.layout;
+  layout.num_shards = p;
+  return dist::RouteFixedId(config.name, layout, id)->shard;
+}
+
+// Row `id` gathered from the table's shards.
+inline std::vector<float> GatherOne(const std::vector<std::unique_ptr<TableShard>>& shards,
+                                    int64_t id) {
+  const TableConfig& c = shards[0]->config();
+  std::vector<float> row(static_cast<size_t>(c.dim));
+  const int owner = Owner(c, static_cast<int>(shards.size()), id);
+  const int64_t ids[] = {id};
+  EXPECT_TRUE(shards[owner]->Gather(ids, absl::MakeSpan(row)).ok());
+  return row;
+}
+
+}  // namespace psflow::ps::table::testing
+
+#endif  // PSFLOW_PS_SERVER_TABLE_TABLE_TEST_UTIL_H_
