@@ -75,7 +75,9 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, con
   if (absl::Status s = train::ResolveTrainOptions(&o); !s.ok()) return s;
   // TF_CONFIG (Kubeflow) or the Slurm step (srun) gives the role when the flags do not.
   const bool environment = !EnvOr("TF_CONFIG").empty() || dist::SlurmStep::FromEnvironment().has_value();
-  if ((environment || !o.slurm_jobs.empty()) && o.ps_hosts.empty() && o.worker_hosts.empty()) {
+  // (--slurm_jobs outside a step is reported where the cluster is resolved: ClusterSpec.from_flags,
+  // the worker session, psflow train.)
+  if (environment && o.ps_hosts.empty() && o.worker_hosts.empty()) {
     auto resolved = train::ResolveTaskCluster(o);
     if (!resolved.ok()) return resolved.status();
     if (!resolved->first.empty()) {
