@@ -19,6 +19,7 @@
 #include "psflow/cli/flags.h"
 #include "psflow/dist/cluster.h"
 #include "psflow/train/options.h"
+#include "train/cluster_setup.h"
 #include "train/flags.h"
 #include "train/ps_task.h"
 
@@ -148,11 +149,9 @@ Bad addresses raise psflow.InvalidArgumentError with psflow train's message.)doc
           "from_flags",
           [](const Flags& flags) {
             const train::TrainOptions& o = flags.options;
-            const std::string tf_config = o.ps_hosts.empty() && o.worker_hosts.empty() ? EnvOr("TF_CONFIG") : "";
-            return ValueOrThrow(dist::ResolveCluster(o.ps_hosts, o.worker_hosts, o.job_name, o.task_index, tf_config))
-                .first;
+            return ValueOrThrow(train::ResolveTaskCluster(o)).first;
           },
-          py::arg("flags"), "The cluster of --ps_hosts/--worker_hosts, or of $TF_CONFIG when they are not given.")
+          py::arg("flags"), "The cluster of --ps_hosts/--worker_hosts, or else of $TF_CONFIG, or else of the Slurm step (--slurm_jobs).")
       .def_static(
           "from_tf_config",
           [](std::optional<std::string> text) {
@@ -215,7 +214,7 @@ void RegisterFlags(py::module_& m) {
 
 Precedence, lowest first: psflow's defaults (the --model's), `defaults` (the script's own dict,
 e.g. {"batch_size": 100}), $PSFLOW_FLAGS (JSON array set by `psflow local`), then `argv`
-(default sys.argv[1:]). $TF_CONFIG gives job_name/task_index when --ps_hosts/--worker_hosts are
+(default sys.argv[1:]). $TF_CONFIG, or else a Slurm step (srun), gives job_name/task_index when --ps_hosts/--worker_hosts are
 absent. Flags psflow does not know are returned in .unparsed for the script's own parser. Invalid
 values raise psflow.InvalidArgumentError with psflow train's one-line message.)doc");
 }
@@ -229,6 +228,7 @@ void RegisterServer(py::module_& m) {
         options.worker_hosts = absl::StrJoin(cluster.workers(), ",");
         options.job_name = job_name;
         options.task_index = task_index;
+        options.slurm_jobs.clear();  // the cluster is given
         ThrowIfError(train::ResolveTrainOptions(&options));
         JoinServer(options);
       },

@@ -21,7 +21,7 @@ HELP_LINE = re.compile(r"^  --([a-z0-9_]+)(?: (INT|UINT|FLOAT|TEXT)(?:=(\S+))?)?
 
 # Values the flags' own checks accept, for the text flags that take only some (others: any text).
 TEXT_VALUES = {"model": "cnn", "optimizer": "momentum", "transport": "shm", "placement": "greedy",
-               "partitioner": "fixed:2", "job_name": "worker"}
+               "partitioner": "fixed:2", "job_name": "worker", "slurm_jobs": "ps:1,worker:2"}
 
 
 def help_flags(*subcommand):
@@ -49,7 +49,7 @@ class FlagSurfacesTest(unittest.TestCase):
 
     def test_local_takes_the_same_flags_hiding_the_ones_it_sets_itself(self):
         local = help_flags("local")
-        hidden = {"job_name", "task_index", "ps_hosts", "worker_hosts"}
+        hidden = {"job_name", "task_index", "ps_hosts", "worker_hosts", "slurm_jobs", "slurm_port_base"}
         self.assertEqual(sorted(local), sorted((set(self.help) - hidden) | {"ps", "workers"}))
 
     def test_defaults_shown_are_the_defaults_python_gets(self):

@@ -26,6 +26,7 @@
 #include "cli/transport_bench.h"
 #include "rpc/tuning.h"
 #include "psflow/train/train.h"
+#include "train/cluster_setup.h"
 
 namespace psflow::cli {
 namespace {
@@ -52,8 +53,12 @@ void LogLine(const std::string& line) {
 
 int RunTrain(train::TrainOptions options) {
   if (auto s = train::ResolveTrainOptions(&options); !s.ok()) return Fail(s, 2);
-  const bool distributed = !options.job_name.empty() || !options.ps_hosts.empty() ||
-                           !options.worker_hosts.empty() || std::getenv("TF_CONFIG") != nullptr;
+  // The role comes from --job_name or from the environment: $TF_CONFIG's task (Kubeflow) or the
+  // Slurm step's rank. A cluster that the flags or the environment describe wrongly is a usage error
+  // (2), whichever gave it.
+  auto resolved = train::ResolveTaskCluster(options);
+  if (!resolved.ok()) return Fail(resolved.status(), 2);
+  const bool distributed = !options.job_name.empty() || !resolved->first.empty();
   if (!distributed) {
     auto summary = train::TrainSingleProcess(options, LogLine);
     if (!summary.ok()) return Fail(summary.status());
@@ -63,11 +68,6 @@ int RunTrain(train::TrainOptions options) {
     }
     return 0;
   }
-  // The role comes from --job_name or, for Kubeflow-style launches, from $TF_CONFIG's task. A
-  // cluster that the flags or TF_CONFIG describe wrongly is a usage error (2), whichever gave it.
-  auto resolved = dist::ResolveCluster(options.ps_hosts, options.worker_hosts, options.job_name, options.task_index,
-                                       std::getenv("TF_CONFIG") ? std::getenv("TF_CONFIG") : "");
-  if (!resolved.ok()) return Fail(resolved.status(), 2);
   if (auto s = resolved->first.Validate(resolved->second); !s.ok()) return Fail(s, 2);
   if (resolved->second.job == "ps") {
     if (auto s = train::RunParameterServer(options, LogLine); !s.ok()) return Fail(s);
@@ -198,7 +198,8 @@ int psflow::cli::Main(int argc, char** argv) {
   cli::AddTrainFlags(local_cmd, &local_options);
   // The launcher chooses each task's role and the cluster: these stay parsed (to refuse them
   // with a clear message) but out of `psflow local --help`.
-  for (const char* name : {"--job_name", "--task_index", "--ps_hosts", "--worker_hosts"}) {
+  for (const char* name : {"--job_name", "--task_index", "--ps_hosts", "--worker_hosts", "--slurm_jobs",
+                           "--slurm_port_base"}) {
     local_cmd->get_option(name)->group("");
   }
 
@@ -247,9 +248,11 @@ int psflow::cli::Main(int argc, char** argv) {
   if (train_cmd->parsed()) return cli::RunTrain(train_options);
   if (local_cmd->parsed()) {
     if (!local_options.job_name.empty() || local_cmd->count("--task_index") > 0 || !local_options.ps_hosts.empty() ||
-        !local_options.worker_hosts.empty()) {
-      std::cerr << "psflow: error: psflow local chooses --job_name, --task_index, --ps_hosts and --worker_hosts "
-                   "itself; drop them (use psflow train to run one task)" << std::endl;
+        !local_options.worker_hosts.empty() || local_cmd->count("--slurm_jobs") > 0 ||
+        local_cmd->count("--slurm_port_base") > 0) {
+      std::cerr << "psflow: error: psflow local chooses the cluster itself; drop --job_name, --task_index, --ps_hosts, "
+                   "--worker_hosts, --slurm_jobs and --slurm_port_base (use psflow train to run one task, or "
+                   "srun psflow train under Slurm)" << std::endl;
       return 2;
     }
     // Validate the training flags once here rather than in every task.

@@ -141,6 +141,8 @@ TEST_F(ParseFlagsTest, EveryFlagSurvivesARoundTripThroughItsText) {
   o.task_index = 1;
   o.ps_hosts = "127.0.0.1:1";
   o.worker_hosts = "127.0.0.1:2,127.0.0.1:3";
+  o.slurm_jobs = "worker:2,ps:1";
+  o.slurm_port_base = 7000;
   o.model = "cnn";
   o.hidden_units = 17;
   o.data_dir = "/d a t a";

@@ -1,5 +1,5 @@
 // psflow::cli::ParseFlags (psflow/cli/flags.h): the layers of psflow's flags — defaults, the
-// program's defaults, $PSFLOW_FLAGS, the command line — and $TF_CONFIG's role, each layer parsed by
+// program's defaults, $PSFLOW_FLAGS, the command line — and $TF_CONFIG's or Slurm's role, each layer parsed by
 // the CLI11 options of the flag table (cli/train_flags.h). Python's psflow.parse_flags is this.
 #include "psflow/cli/flags.h"
 
@@ -12,6 +12,8 @@
 #include "cli/train_flags.h"
 #include "nlohmann/json.hpp"
 #include "psflow/dist/cluster.h"
+#include "psflow/dist/slurm.h"
+#include "train/cluster_setup.h"
 
 namespace psflow::cli {
 namespace {
@@ -71,12 +73,17 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, con
   // 3. the command line, whose unknown arguments belong to the program.
   if (absl::Status s = ParseLayer(args, "", &o, &flags.unparsed); !s.ok()) return s;
   if (absl::Status s = train::ResolveTrainOptions(&o); !s.ok()) return s;
-  // TF_CONFIG (Kubeflow) gives the role when the flags do not.
-  if (const std::string tf_config = EnvOr("TF_CONFIG"); !tf_config.empty() && o.ps_hosts.empty() && o.worker_hosts.empty()) {
-    auto resolved = dist::ResolveCluster("", "", o.job_name, o.task_index, tf_config);
+  // TF_CONFIG (Kubeflow) or the Slurm step (srun) gives the role when the flags do not.
+  const bool environment = !EnvOr("TF_CONFIG").empty() || dist::SlurmStep::FromEnvironment().has_value();
+  // (--slurm_jobs outside a step is reported where the cluster is resolved: ClusterSpec.from_flags,
+  // the worker session, psflow train.)
+  if (environment && o.ps_hosts.empty() && o.worker_hosts.empty()) {
+    auto resolved = train::ResolveTaskCluster(o);
     if (!resolved.ok()) return resolved.status();
-    o.job_name = resolved->second.job;
-    o.task_index = resolved->second.index;
+    if (!resolved->first.empty()) {
+      o.job_name = resolved->second.job;
+      o.task_index = resolved->second.index;
+    }
   }
   return flags;
 }

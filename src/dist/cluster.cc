@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "psflow/dist/slurm.h"
 #include "core/check.h"
 
 namespace psflow::dist {
@@ -320,8 +321,22 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ResolveCluster(std::string_view
                                                                 std::string_view worker_hosts_in,
                                                                 std::string_view job_name_in, int task_index,
                                                                 std::string_view tf_config_in) {
+  ClusterSources sources;
+  sources.ps_hosts = ps_hosts_in;
+  sources.worker_hosts = worker_hosts_in;
+  sources.job_name = job_name_in;
+  sources.task_index = task_index;
+  sources.tf_config = tf_config_in;
+  return ResolveCluster(sources);
+}
+
+absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ResolveCluster(const ClusterSources& sources) {
+  const std::string_view ps_hosts_in = sources.ps_hosts, worker_hosts_in = sources.worker_hosts,
+                         tf_config_in = sources.tf_config;
+  const int task_index = sources.task_index;
   const absl::string_view ps_hosts = ToAbsl(ps_hosts_in), worker_hosts = ToAbsl(worker_hosts_in),
-                          job_name = ToAbsl(job_name_in), tf_config_env = ToAbsl(tf_config_in);
+                          job_name = ToAbsl(sources.job_name), tf_config_env = ToAbsl(tf_config_in),
+                          slurm_jobs = absl::StripAsciiWhitespace(ToAbsl(sources.slurm_jobs));
   const bool flags_given =
       !absl::StripAsciiWhitespace(ps_hosts).empty() || !absl::StripAsciiWhitespace(worker_hosts).empty();
   const bool tf_config_given = !absl::StripAsciiWhitespace(tf_config_env).empty();
@@ -329,6 +344,34 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ResolveCluster(std::string_view
     return absl::InvalidArgumentError(
         "the cluster is given twice, by --ps_hosts/--worker_hosts and by the TF_CONFIG environment variable: "
         "drop the flags or unset TF_CONFIG");
+  }
+  if (!slurm_jobs.empty() && (flags_given || tf_config_given)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the cluster is given twice, by --slurm_jobs=", slurm_jobs, " and by ",
+        flags_given ? "--ps_hosts/--worker_hosts" : "the TF_CONFIG environment variable", ": drop one of them"));
+  }
+  if (!slurm_jobs.empty() && sources.slurm == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--slurm_jobs=", slurm_jobs,
+        " but this process is not a task of a Slurm job step (SLURM_PROCID or SLURM_STEP_NODELIST is unset): "
+        "start the tasks with srun, or drop --slurm_jobs"));
+  }
+  // A one-task step (an interactive `srun --pty bash`, `srun -n1 psflow train`) trains in one
+  // process unless --slurm_jobs asks for its cluster; a step whose task count does not parse is
+  // reported by ClusterFromSlurm.
+  const bool from_slurm = !flags_given && !tf_config_given && sources.slurm != nullptr &&
+                          (!slurm_jobs.empty() || sources.slurm->TotalTasks() != std::optional<int>(1));
+  if (from_slurm) {
+    auto resolved = ClusterFromSlurm(*sources.slurm, sources.slurm_jobs, sources.slurm_port_base);
+    if (!resolved.ok()) return resolved.status();
+    const TaskSpec& task = resolved->second;
+    if ((!job_name.empty() && job_name != task.job) || (task_index != 0 && task_index != task.index)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--job_name=", job_name, " --task_index=", task_index, " disagree with this Slurm task's role (",
+          task.job, " ", task.index, " for SLURM_PROCID=", sources.slurm->procid,
+          " under --slurm_jobs): drop --job_name and --task_index"));
+    }
+    return resolved;
   }
   if (flags_given) {
     absl::StatusOr<ClusterSpec> spec = ClusterSpec::FromHostLists(ps_hosts_in, worker_hosts_in);
@@ -358,7 +401,7 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ResolveCluster(std::string_view
   if ((!job_name.empty() && job_name != "worker") || task_index != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--job_name=", job_name, " --task_index=", task_index,
                                                    " given without a cluster: set --ps_hosts and --worker_hosts "
-                                                   "(or TF_CONFIG), or drop them for single-process training"));
+                                                   "(or TF_CONFIG, or start the tasks with srun), or drop them for single-process training"));
   }
   return std::pair{ClusterSpec(), TaskSpec{"worker", 0}};
 }

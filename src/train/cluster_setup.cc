@@ -1,18 +1,37 @@
 #include "train/cluster_setup.h"
 
 #include <cstdlib>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
+#include "psflow/dist/slurm.h"
 #include "psflow/io/env.h"
 
 namespace psflow::train {
 
+absl::StatusOr<std::pair<dist::ClusterSpec, dist::TaskSpec>> ResolveTaskCluster(
+    const TrainOptions& options, const std::optional<std::string>& tf_config_override) {
+  const char* env_tf_config = std::getenv("TF_CONFIG");
+  const std::string tf_config =
+      tf_config_override.has_value() ? *tf_config_override : (env_tf_config ? env_tf_config : "");
+  const std::optional<dist::SlurmStep> slurm =
+      tf_config_override.has_value() ? std::nullopt : dist::SlurmStep::FromEnvironment();
+  dist::ClusterSources sources;
+  sources.ps_hosts = options.ps_hosts;
+  sources.worker_hosts = options.worker_hosts;
+  sources.job_name = options.job_name;
+  sources.task_index = options.task_index;
+  sources.tf_config = tf_config;  // a named string: a view of a temporary would dangle
+  sources.slurm = slurm ? &*slurm : nullptr;
+  sources.slurm_jobs = options.slurm_jobs;
+  sources.slurm_port_base = options.slurm_port_base;
+  return dist::ResolveCluster(sources);
+}
+
 absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options, const std::optional<std::string>& tf_config_override) {
-  const char* tf_config = std::getenv("TF_CONFIG");
-  auto resolved = dist::ResolveCluster(options.ps_hosts, options.worker_hosts, options.job_name, options.task_index,
-                                       tf_config_override.has_value() ? *tf_config_override : (tf_config ? tf_config : ""));
+  auto resolved = ResolveTaskCluster(options, tf_config_override);
   if (!resolved.ok()) return resolved.status();
   TaskSetup setup{resolved->first, resolved->second, {}};
   if (auto status = setup.cluster.Validate(setup.task); !status.ok()) return status;

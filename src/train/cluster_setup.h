@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,10 +24,15 @@ struct TaskSetup {
   rpc::TransportOptions security;
 };
 
-// Resolves the cluster from the flags or $TF_CONFIG, validates this task's role, reads the
-// secret file through options.env (an error naming --cluster_secret_file and the cause), and
-// refuses a non-loopback listen address without a secret unless --insecure.
-// `tf_config`, when given, is used instead of $TF_CONFIG ("" = none: the flags alone).
+// The cluster and this task from the flags, $TF_CONFIG or the Slurm step this process is a task of
+// (dist::ResolveCluster's order). `tf_config`, when given, replaces the environment: $TF_CONFIG and
+// Slurm's variables are not read ("" = the flags alone).
+absl::StatusOr<std::pair<dist::ClusterSpec, dist::TaskSpec>> ResolveTaskCluster(
+    const TrainOptions& options, const std::optional<std::string>& tf_config = std::nullopt);
+
+// Resolves the cluster (ResolveTaskCluster), validates this task's role, reads the secret file
+// through options.env (an error naming --cluster_secret_file and the cause), and refuses a
+// non-loopback listen address without a secret unless --insecure.
 absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options,
                                    const std::optional<std::string>& tf_config = std::nullopt);
 

@@ -51,6 +51,11 @@ constexpr Flag kFlags[] = {
   {"task_index", &O::task_index, "index of this task in its job; worker 0 is the chief"},
   {"ps_hosts", &O::ps_hosts, "comma-separated host:port of the ps tasks"},
   {"worker_hosts", &O::worker_hosts, "comma-separated host:port of the worker tasks"},
+  {"slurm_jobs", &O::slurm_jobs,
+   "under srun: the step's tasks in rank order fill these jobs, e.g. ps:2,worker:6 (default: ps:1 and every "
+   "other task a worker, when the step has more than one task)"},
+  {"slurm_port_base", &O::slurm_port_base, "under srun: each task listens on this port plus its rank on its node",
+   Between(1, 65535, "a port in 1..65535")},
   // Model and data.
   {"model", &O::model, "softmax | mlp | cnn | vgg19, or a model the program registered (nn::RegisterModel)"},
   {"hidden_units", &O::hidden_units, "hidden units of the mlp", kPositive},

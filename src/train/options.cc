@@ -11,6 +11,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "psflow/dist/slurm.h"
 #include "psflow/nn/model.h"
 #include "ps/server/table/sparse_rule.h"
 #include "train/flags.h"
@@ -69,6 +70,9 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
                                                    " must be one of sgd, momentum, adagrad, ftrl, adam, rmsprop"));
   }
   if (*o->sparse_learning_rate == 0.0f) o->sparse_learning_rate = o->learning_rate;
+  if (!o->slurm_jobs.empty()) {
+    if (auto jobs = dist::ParseSlurmJobs(o->slurm_jobs); !jobs.ok()) return jobs.status();
+  }
   if (o->local_replicas > *o->batch_size) {
     return absl::InvalidArgumentError(absl::StrCat("--local_replicas=", o->local_replicas, " must be at most --batch_size=",
                                                    *o->batch_size, ": each replica needs at least one example"));

@@ -9,7 +9,8 @@
 //
 // The layers, lowest first: the flag defaults (and the --model's for the flags it defaults), the
 // program's `defaults`, $PSFLOW_FLAGS (a JSON array of "--flag=value" strings, set by `psflow
-// local` for a worker command), then the command line. $TF_CONFIG gives job_name and task_index
+// local` for a worker command), then the command line. $TF_CONFIG, or else the Slurm step of an
+// srun task (psflow/dist/slurm.h), gives job_name and task_index
 // when neither --ps_hosts nor --worker_hosts is given. Every value is validated as `psflow train`
 // does; an error is InvalidArgument with the same one line.
 #ifndef PSFLOW_CLI_FLAGS_H_

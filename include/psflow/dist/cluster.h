@@ -2,7 +2,8 @@
 // addresses, and which one this process is.
 //
 // A ClusterSpec is a plain value (two lists of "host:port" strings) built from the --ps_hosts /
-// --worker_hosts flags or from the TF_CONFIG environment variable (Kubeflow TFJob convention). It
+// --worker_hosts flags, from the TF_CONFIG environment variable (Kubeflow TFJob convention) or
+// from a Slurm job step's environment (psflow/dist/slurm.h). It
 // owns its strings; copies are independent. Pure logic, no networking. Immutable after construction,
 // so concurrent reads from many threads are safe.
 #ifndef PSFLOW_DIST_CLUSTER_H_
@@ -72,12 +73,31 @@ class ClusterSpec {
   std::vector<std::string> workers_;
 };
 
+struct SlurmStep;  // psflow/dist/slurm.h
+
+// Everything a task's cluster may come from: its flags and its environment.
+struct ClusterSources {
+  std::string_view ps_hosts, worker_hosts;  // --ps_hosts, --worker_hosts
+  std::string_view job_name;                // --job_name ("" when not given)
+  int task_index = 0;                       // --task_index
+  std::string_view tf_config;               // $TF_CONFIG ("" when unset)
+  const SlurmStep* slurm = nullptr;         // the Slurm step this process is a task of, if any
+  std::string_view slurm_jobs;              // --slurm_jobs ("" = the default, ps:1 and the rest workers)
+  int slurm_port_base = 8888;               // --slurm_port_base (kDefaultSlurmPortBase)
+};
+
 // Resolves the cluster and this task. Sources, in order:
 //  - flags (ps_hosts / worker_hosts non-empty): job_name is then required and the task is validated;
-//  - else the TF_CONFIG text (tf_config_env non-empty); job_name / task_index may be left at their
+//  - else the TF_CONFIG text (tf_config non-empty); job_name / task_index may be left at their
 //    defaults ("" / 0) and, if given, must agree with TF_CONFIG's task;
+//  - else the Slurm step (slurm non-null), when --slurm_jobs is given or the step has more than one
+//    task (a one-task step, e.g. `srun --pty bash`, trains in one process); job_name / task_index
+//    as for TF_CONFIG (ClusterFromSlurm, psflow/dist/slurm.h);
 //  - else the empty cluster (single-process training); job_name must be "" or "worker" with index 0.
-// Both flags and TF_CONFIG given is an error naming both.
+// Two sources given (flags and TF_CONFIG, or --slurm_jobs and either) is an error naming both;
+// --slurm_jobs outside a Slurm step is an error.
+absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ResolveCluster(const ClusterSources& sources);
+// The same without Slurm.
 absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ResolveCluster(std::string_view ps_hosts,
                                                                 std::string_view worker_hosts,
                                                                 std::string_view job_name, int task_index,

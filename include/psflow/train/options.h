@@ -24,6 +24,10 @@ struct TrainOptions {
   std::string job_name;
   int task_index = 0;
   std::string ps_hosts, worker_hosts;
+  // Or a Slurm job step's (psflow/dist/slurm.h): its tasks fill these jobs in rank order ("" = ps:1
+  // and the other tasks workers), at ports slurm_port_base + the task's rank on its node.
+  std::string slurm_jobs;
+  int slurm_port_base = 8888;  // dist::kDefaultSlurmPortBase
 
   // Model and data.
   std::string model = "mlp";
