@@ -27,6 +27,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Mapping
 
 from . import _psflow
 from .threads import set_compute_threads
@@ -50,6 +51,36 @@ def _free_loopback_ports(n):
     finally:
         for s in socks:
             s.close()
+
+
+def _number(what, value):
+    try:
+        return float(value)  # a float, an int, a numpy scalar, a one-element tensor
+    except (TypeError, ValueError):
+        raise _psflow.InvalidArgumentError(
+            f"{what} is {type(value).__name__}; give a number (a float, an int, a 0-d tensor)") from None
+
+
+def _checked_evaluate(evaluate):
+    """The script's evaluate(), its result checked at once and handed to C++ as [(name, float)]."""
+    if not callable(evaluate):
+        raise _psflow.InvalidArgumentError(
+            f"evaluate must be a function returning a dict of name -> number, got {type(evaluate).__name__}")
+
+    def call():
+        result = evaluate()
+        if not isinstance(result, Mapping):
+            raise _psflow.InvalidArgumentError(
+                f"evaluate() returned {type(result).__name__}; return a dict of name -> number, "
+                "e.g. {'validation_accuracy': 0.97, 'validation_perplexity': 3.1}")
+        scalars = []
+        for name, value in result.items():
+            if not isinstance(name, str):
+                raise _psflow.InvalidArgumentError(f"evaluate() returned the key {name!r}; keys must be str names")
+            scalars.append((name, _number(f"evaluate()'s '{name}'", value)))
+        return scalars
+
+    return call
 
 
 class _InProcessPs:
@@ -140,9 +171,11 @@ class WorkerSession:
                 ...forward, loss.backward()...
                 sess.step(loss, accuracy)
 
-    evaluate: called by the chief at close() with the final values in the parameters; returns a
-      dict with any of validation_accuracy, validation_cross_entropy, test_accuracy,
-      test_cross_entropy (for the summary, --metrics_json, TensorBoard).
+    evaluate: called by the chief at close() with the final values in the parameters, and every
+      --eval_every_steps global steps during training; returns a dict of name -> number. Every
+      name reaches the summary line, --metrics_json and TensorBoard as given (validation_accuracy,
+      validation_cross_entropy, test_accuracy and test_cross_entropy are the summary's own
+      fields). Anything but a dict of numbers is refused at the call with one line.
     model_name: the summary's "model" and the checkpoints' metadata (default: the module's class
       name); a checkpoint of another model name is refused at restore.
     An exception inside the `with` block aborts the job when raised on the chief (the ps tasks exit
@@ -174,7 +207,8 @@ class WorkerSession:
         self._trainable = [p.requires_grad for _, p in self._params]
         self._session = _psflow._Session(
             session_flags, [n for n, _ in self._params], [list(p.shape) for _, p in self._params],
-            self._trainable, model_name or type(module).__name__)
+            self._trainable, model_name or type(module).__name__,
+            _checked_evaluate(evaluate) if evaluate is not None else None)
         self._values = []
         self._grads = []
         self._samplers = {}
@@ -220,7 +254,7 @@ class WorkerSession:
         if not self._opened:
             raise _psflow.FailedPreconditionError("close() before the worker session is open")
         sys.stdout.flush()
-        self.summary = self._session.close(self._evaluate)
+        self.summary = self._session.close()
         if self._ps is not None:
             error = self._ps.join()
             if error is not None:
@@ -296,6 +330,16 @@ class WorkerSession:
         loss = float(loss)
         accuracy = float(accuracy)
         self._session.step(loss, accuracy, dense_ready, sparse)
+
+    def log_scalar(self, name, value):
+        """Writes a scalar of the script's (e.g. a gradient norm, the learning rate it uses) to
+        TensorBoard under --logdir at the current global step, as `name`. The chief's are written;
+        other workers write no event files, so theirs are dropped."""
+        if not self._opened:
+            raise _psflow.FailedPreconditionError("log_scalar() before the worker session is open")
+        if not isinstance(name, str):
+            raise _psflow.InvalidArgumentError(f"log_scalar: the name must be a str, got {type(name).__name__}")
+        self._session.log_scalars([(name, _number(f"log_scalar('{name}', ...)'s value", value))])
 
     def batch_indices(self, num_examples, batch_size=None):
         """This worker's slice of the current global batch (docs/design.md#data-order: sync mode

@@ -57,11 +57,21 @@ TEST(WorkerSessionTest, DrivesOneWorkerOverCallerOwnedBuffers) {
   }
   EXPECT_TRUE(session.ShouldStop());
   EXPECT_TRUE(absl::IsFailedPrecondition(session.Step(1.0)));
-  auto summary = session.Close([] { return SessionEval{0.5, 1.5, 0.25, 2.5}; });
+  auto summary = session.Close([] {
+    SessionEval eval;
+    eval.validation_accuracy = 0.5;
+    eval.scalars = {{"test_accuracy", 0.25}, {"perplexity", 3.5}};  // a field by name, and a scalar of its own
+    return eval;
+  });
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->global_step, 3);
   EXPECT_EQ(summary->model, "external");
+  EXPECT_EQ(summary->validation_accuracy, 0.5);
   EXPECT_EQ(summary->test_accuracy, 0.25);
+  ASSERT_EQ(summary->metrics.size(), 1u);
+  EXPECT_EQ(summary->metrics[0], (std::pair<std::string, double>("perplexity", 3.5)));
+  EXPECT_NE(SummaryToJson(*summary).find("\"perplexity\":3.5"), std::string::npos) << SummaryToJson(*summary);
+  EXPECT_NE(FormatSummary(*summary).find("stale_gradients_dropped=0 perplexity=3.5\n"), std::string::npos);
   ASSERT_EQ(summary->ps_traffic.size(), 1u);
   EXPECT_EQ(summary->ps_traffic[0].num_params, 14);
   PSFLOW_EXPECT_OK(cluster->servers[0]->Wait());
@@ -83,6 +93,17 @@ TEST(WorkerSessionTest, RefusesBadParameters) {
   options.train.job_name = "ps";
   auto ps = WorkerSession::Create(options, {{"a", &a}});
   EXPECT_NE(ps.status().message().find("needs a worker task"), std::string::npos) << ps.status();
+}
+
+TEST(CheckMetricName, RefusesEmptyOddAndTheSummarysOwnKeys) {
+  PSFLOW_EXPECT_OK(CheckMetricName("validation_perplexity"));
+  PSFLOW_EXPECT_OK(CheckMetricName("eval/bits-per-char.v2"));
+  PSFLOW_EXPECT_OK(CheckMetricName("test_accuracy"));  // a field of the summary, set by name
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckMetricName("")));
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckMetricName("loss value")));
+  const absl::Status s = CheckMetricName("global_step");
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("'global_step' is a key of the summary itself"), std::string::npos) << s;
 }
 
 }  // namespace
