@@ -156,6 +156,13 @@ def _check_parameter(name, p):
         raise _psflow.InvalidArgumentError(
             f"parameter '{name}' is not contiguous; make it so (p.data = p.data.contiguous()) before "
             "the session")
+    if p.storage_offset() != 0 or p.storage().size() != p.numel():
+        # The session moves each parameter into memory of its own: a view would be cut loose from
+        # its base silently (the base would stop seeing the trained values). Refused instead.
+        raise _psflow.InvalidArgumentError(
+            f"parameter '{name}' is a view of a larger tensor ({p.storage().size()} elements, this one "
+            f"{p.numel()} at offset {p.storage_offset()}); psflow gives each parameter memory of its own, "
+            "which would cut it loose from its base: make it a tensor of its own (nn.Parameter(t.clone()))")
 
 
 class WorkerSession:

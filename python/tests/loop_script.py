@@ -3,7 +3,7 @@ with psflow's (psflow.parse_flags(parser)), a regression MLP on synthetic data, 
 names of its own, sess.log_scalar. Runs alone (standalone), under `psflow local --`, or as a task.
 
 Own flags: --hidden, --evaluate_returns=dict|float|text (the wrong types are for the refusal
-tests), --report=FILE (the chief's JSON: the script's flags, its compute threads, every evaluation it returned).
+tests), --report=FILE (the chief's JSON; worker i's at FILE.i: the script's flags, its compute threads, every evaluation it returned).
 """
 import argparse
 import json
@@ -52,9 +52,10 @@ with psflow.WorkerSession(model, flags, evaluate=evaluate) as sess:
         loss.backward()
         sess.step(loss)
         sess.log_scalar("script/half_step", sess.global_step / 2)
-if flags.report and sess.is_chief:
-    with open(flags.report, "w") as f:
+if flags.report:  # the chief's at FILE, worker i's at FILE.i
+    with open(flags.report if sess.is_chief else f"{flags.report}.{sess.worker_index}", "w") as f:
         json.dump({"hidden": flags.hidden, "batch_size": flags.batch_size, "initial_mse": initial_mse,
                    "evaluations": evaluations, "summary": sess.summary, "is_chief": sess.is_chief,
+                   "local_step": sess.local_step,
                    "torch_threads": torch.get_num_threads(),
                    "openblas_threads": sorted(set(openblas_threads().values()))}, f)

@@ -165,6 +165,41 @@ class StandaloneAndMetricsTest(unittest.TestCase):
         self.assertEqual((report["hidden"], report["is_chief"]), (5, True))
         self.assertEqual((report["torch_threads"], report["openblas_threads"]), (1, [1]))
         self.assertIn("final: model=Sequential mode=async workers=2 ps=1 global_step=30", r.stdout)
+        # The worker's last line counts what the session counts.
+        with open(self.path("r.json.1")) as f:
+            other = json.load(f)
+        self.assertFalse(other["is_chief"])
+        self.assertIn(f"[worker1] worker 1: done after {other['local_step']} local steps", r.stdout)
+
+    def test_a_restored_job_says_restored(self):
+        ckpt = self.path("ckpt")
+        first = run([PYTHON, SCRIPT, "--train_steps=20", f"--checkpoint_dir={ckpt}"])
+        self.assertEqual(first.returncode, 0, first.stdout + first.stderr)
+        self.assertIn("chief: initialized 4 variables at global step 0", first.stdout)
+        again = run([PYTHON, SCRIPT, "--train_steps=30", f"--checkpoint_dir={ckpt}"])
+        self.assertEqual(again.returncode, 0, again.stdout + again.stderr)
+        self.assertIn("chief: restored 4 variables at global step 20", again.stdout)
+        self.assertNotIn("chief: initialized", again.stdout)
+
+
+class ViewParameterTest(unittest.TestCase):
+    def test_a_view_of_a_larger_tensor_is_refused_with_one_line(self):
+        import torch
+
+        class Sliced(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                base = torch.zeros(10)
+                self.head = torch.nn.Parameter(base[2:6])  # shares base's storage
+
+        flags = psflow.parse_flags(argv=[])
+        with self.assertRaisesRegex(psflow.InvalidArgumentError,
+                                    r"parameter 'head' is a view of a larger tensor \(10 elements, this one 4 at "
+                                    r"offset 2\)"):
+            psflow.WorkerSession(Sliced(), flags)
+        whole = Sliced()
+        whole.head = torch.nn.Parameter(whole.head.detach().clone())  # its own memory: accepted
+        psflow.WorkerSession(whole, flags)
 
 
 if __name__ == "__main__":

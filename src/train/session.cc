@@ -213,7 +213,8 @@ class WorkerSession::Impl {
     summary.stale_gradients_dropped = stale_;
     summary.global_step = global_step_;
     if (!is_chief()) {
-      log(absl::StrCat("worker ", index_, ": done after ", progress_->local_steps(), " local steps"));
+      // The session's count (sess.local_step): every Step() call, recoveries included.
+      log(absl::StrCat("worker ", index_, ": done after ", local_step_, " local steps"));
       (void)client_->Goodbye();
       ended_ = true;
       return summary;
