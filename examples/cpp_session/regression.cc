@@ -149,7 +149,7 @@ int Run(int argc, char** argv) {
       double mean = 0, baseline = 0;
       for (float v : train.y) mean += v / static_cast<double>(train.rows());
       for (float v : test.y) baseline += (v - mean) * (v - mean) / static_cast<double>(test.rows());
-      eval.metrics = {{"train_mse", MeanSquaredError(net, train)}, {"test_mse", MeanSquaredError(net, test)},
+      eval.scalars = {{"train_mse", MeanSquaredError(net, train)}, {"test_mse", MeanSquaredError(net, test)},
                       {"test_mse_of_mean", baseline}};
       return eval;
     });

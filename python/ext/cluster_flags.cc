@@ -170,8 +170,12 @@ Bad addresses raise psflow.InvalidArgumentError with psflow train's message.)doc
 }
 
 void RegisterFlags(py::module_& m) {
-  py::class_<Flags> flags(m, "Flags", "Every psflow train flag as an attribute; .unparsed: the script's own flags.");
+  // dynamic_attr: psflow.parse_flags(parser) sets the script's own arguments on the same object.
+  py::class_<Flags> flags(m, "Flags", "Every psflow train flag as an attribute; .unparsed: the script's own flags.",
+                          py::dynamic_attr());
   flags.def(py::init<>())
+      .def("_copy_options", [](const Flags& f) { return Flags{f.options, f.unparsed}; },
+           "A copy of the psflow flags (not the script's own attributes).")
       .def_readwrite("unparsed", &Flags::unparsed)
       .def("__repr__", [](const Flags& f) {
         // Flags whose default comes from the model are unset (None) until resolved.
@@ -209,7 +213,7 @@ void RegisterFlags(py::module_& m) {
       "as_argv", [](const Flags& f) { return train::FlagArgs(f.options); },
       "The flags as psflow train command-line arguments (--name=value; unset and empty ones left out).");
 
-  m.def("parse_flags", &ParseFlags, py::arg("argv") = py::none(), py::arg("defaults") = py::none(),
+  m.def("_parse_flags", &ParseFlags, py::arg("argv") = py::none(), py::arg("defaults") = py::none(),
         R"doc(Every psflow train flag, parsed by psflow train's own flag code.
 
 Precedence, lowest first: psflow's defaults (the --model's), `defaults` (the script's own dict,

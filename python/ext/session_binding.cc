@@ -56,7 +56,7 @@ class PySession {
  public:
   PySession(const train::TrainOptions& options, const std::vector<std::string>& names,
             const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& trainable,
-            const std::string& model_name)
+            const std::string& model_name, const py::object& evaluate)
       : memory_(std::make_shared<Memory>()) {
     if (names.size() != shapes.size() || names.size() != trainable.size()) {
       throw StatusError(absl::InvalidArgumentError("_Session: names, shapes and trainable differ in length"));
@@ -79,6 +79,10 @@ class PySession {
     session_options.train = options;
     session_options.model_name = model_name;
     session_options.log = [](const std::string& line) { std::cout << line << std::endl; };
+    if (!evaluate.is_none()) {
+      evaluate_ = evaluate;
+      session_options.evaluate = [this] { return CallEvaluate(); };
+    }
     py::gil_scoped_release release;
     session_ = ValueOrThrow(train::WorkerSession::Create(std::move(session_options), std::move(params)));
   }
@@ -133,6 +137,7 @@ class PySession {
       p.sparse = std::move(g);
     }
     absl::Status status;
+    raised_.reset();
     {
       py::gil_scoped_release release;
       status = session_->Step(loss, accuracy);
@@ -142,45 +147,28 @@ class PySession {
         p->sparse.reset();
       }
     }
+    RethrowRaised();
     ThrowIfError(status);
   }
 
-  py::object Close(const std::optional<py::function>& evaluate) {
+  py::object Close() {
     BusyGuard guard(busy_);
-    std::shared_ptr<py::error_already_set> raised;
     std::function<absl::StatusOr<train::SessionEval>()> eval;
-    if (evaluate.has_value() && !evaluate->is_none()) {
-      eval = [&]() -> absl::StatusOr<train::SessionEval> {
-        py::gil_scoped_acquire acquire;
-        try {
-          py::dict d = (*evaluate)();
-          train::SessionEval e;
-          auto get = [&](const char* key, double* out) {
-            if (d.contains(key)) *out = d[key].cast<double>();
-          };
-          get("validation_accuracy", &e.validation_accuracy);
-          get("validation_cross_entropy", &e.validation_cross_entropy);
-          get("test_accuracy", &e.test_accuracy);
-          get("test_cross_entropy", &e.test_cross_entropy);
-          return e;
-        } catch (py::error_already_set& e) {
-          raised = std::make_shared<py::error_already_set>(std::move(e));
-          return absl::CancelledError("evaluate() raised");
-        } catch (const py::cast_error& e) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "evaluate() must return a dict of floats (validation_accuracy, validation_cross_entropy, "
-              "test_accuracy, test_cross_entropy): ", e.what()));
-        }
-      };
-    }
+    if (evaluate_) eval = [this] { return CallEvaluate(); };
     absl::StatusOr<train::RunSummary> summary;
+    raised_.reset();
     {
       py::gil_scoped_release release;
       summary = session_->Close(eval);
     }
-    if (raised) throw *raised;
+    RethrowRaised();
     const train::RunSummary s = ValueOrThrow(std::move(summary));
     return py::module_::import("json").attr("loads")(train::SummaryToJson(s));
+  }
+
+  void LogScalars(const std::vector<std::pair<std::string, double>>& scalars) {
+    BusyGuard guard(busy_);
+    ThrowIfError(session_->LogScalars(scalars));
   }
 
   // `aborted`: the failure was the job being aborted elsewhere (psflow.AbortedError).
@@ -192,6 +180,29 @@ class PySession {
   train::WorkerSession& session() { return *session_; }
 
  private:
+  // The script's evaluate (python/psflow/session.py checks what it returns and hands over a list
+  // of (name, float)), called by the C++ session with the GIL released. A Python exception is kept
+  // for RethrowRaised and reported to the session as Cancelled.
+  absl::StatusOr<train::SessionEval> CallEvaluate() {
+    py::gil_scoped_acquire acquire;
+    try {
+      train::SessionEval e;
+      e.scalars = evaluate_().cast<std::vector<std::pair<std::string, double>>>();
+      return e;
+    } catch (py::error_already_set& e) {
+      raised_ = std::make_shared<py::error_already_set>(std::move(e));
+      return absl::CancelledError("evaluate() raised");
+    } catch (const py::cast_error& e) {
+      return absl::InvalidArgumentError(absl::StrCat("evaluate(): not a list of (name, number): ", e.what()));
+    }
+  }
+  void RethrowRaised() {
+    if (raised_) {
+      auto raised = std::move(raised_);
+      throw *raised;
+    }
+  }
+
   ParamMemory& Param(size_t i) {
     if (i >= memory_->params.size()) throw py::index_error("parameter index out of range");
     return *memory_->params[i];
@@ -200,6 +211,8 @@ class PySession {
   std::shared_ptr<Memory> memory_;
   std::unique_ptr<train::WorkerSession> session_;
   std::atomic<bool> busy_{false};
+  py::object evaluate_;                              // None or the checked evaluate
+  std::shared_ptr<py::error_already_set> raised_;  // what evaluate raised inside the last call
 };
 
 }  // namespace
@@ -208,16 +221,18 @@ void RegisterSession(py::module_& m) {
   py::class_<PySession>(m, "_Session", "The C++ worker session over memory it owns (use psflow.WorkerSession).")
       .def(py::init([](const Flags& flags, const std::vector<std::string>& names,
                        const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& trainable,
-                       const std::string& model_name) {
-             return std::make_unique<PySession>(flags.options, names, shapes, trainable, model_name);
+                       const std::string& model_name, const py::object& evaluate) {
+             return std::make_unique<PySession>(flags.options, names, shapes, trainable, model_name, evaluate);
            }),
-           py::arg("flags"), py::arg("names"), py::arg("shapes"), py::arg("trainable"), py::arg("model_name"))
+           py::arg("flags"), py::arg("names"), py::arg("shapes"), py::arg("trainable"), py::arg("model_name"),
+           py::arg("evaluate") = py::none())
       .def("value", [](PySession& s, size_t i) { return s.View(i, false); }, py::arg("index"))
       .def("grad", [](PySession& s, size_t i) { return s.View(i, true); }, py::arg("index"))
       .def("open", &PySession::Open)
       .def("should_stop", [](PySession& s) { return s.session().ShouldStop(); })
       .def("step", &PySession::Step, py::arg("loss"), py::arg("accuracy"), py::arg("dense_ready"), py::arg("sparse"))
-      .def("close", &PySession::Close, py::arg("evaluate") = py::none())
+      .def("close", &PySession::Close)
+      .def("log_scalars", &PySession::LogScalars, py::arg("scalars"))
       .def("abort", &PySession::Abort, py::arg("reason"), py::arg("aborted") = false)
       .def_property_readonly("is_open", [](PySession& s) { return s.session().is_open(); })
       .def_property_readonly("is_chief", [](PySession& s) { return s.session().is_chief(); })

@@ -36,13 +36,13 @@ from ._psflow import (  # noqa: F401  (the C++ extension)
     UnauthenticatedError,
     ClusterSpec,
     Flags,
-    parse_flags,
     BatchSampler,
     load_mnist,
     CtrGenerator,
     log_loss,
     auc,
 )
+from .flags import parse_flags  # noqa: F401
 from .server import Server  # noqa: F401
 from .session import WorkerSession  # noqa: F401
 

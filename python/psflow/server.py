@@ -23,7 +23,7 @@ class Server:
         self.cluster = cluster
         self.job_name = job_name
         self.task_index = int(task_index)
-        self._flags = flags if flags is not None else _psflow.parse_flags(argv=[])
+        self._flags = flags if flags is not None else _psflow._parse_flags(argv=[])
 
     def join(self):
         _psflow._join_server(self.cluster, self.job_name, self.task_index, self._flags)

@@ -22,11 +22,115 @@ Parameters:
 Buffers (BatchNorm running statistics and the like) are not ps variables: each worker keeps its
 own, and psflow's checkpoints do not hold them (save them with torch.save if you need them).
 """
+import os
+import socket
 import sys
+import threading
+import time
+from collections.abc import Mapping
 
 from . import _psflow
+from .threads import set_compute_threads
 
 _SPARSE_MODULES = ("Embedding", "EmbeddingBag")
+
+
+def is_standalone(flags):
+    """No cluster flags and no $TF_CONFIG: the script trains alone, with an in-process ps task."""
+    return not flags.job_name and not flags.ps_hosts and not flags.worker_hosts and not os.environ.get("TF_CONFIG")
+
+
+def _free_loopback_ports(n):
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _number(what, value):
+    try:
+        return float(value)  # a float, an int, a numpy scalar, a one-element tensor
+    except (TypeError, ValueError):
+        raise _psflow.InvalidArgumentError(
+            f"{what} is {type(value).__name__}; give a number (a float, an int, a 0-d tensor)") from None
+
+
+def _checked_evaluate(evaluate):
+    """The script's evaluate(), its result checked at once and handed to C++ as [(name, float)]."""
+    if not callable(evaluate):
+        raise _psflow.InvalidArgumentError(
+            f"evaluate must be a function returning a dict of name -> number, got {type(evaluate).__name__}")
+
+    def call():
+        result = evaluate()
+        if not isinstance(result, Mapping):
+            raise _psflow.InvalidArgumentError(
+                f"evaluate() returned {type(result).__name__}; return a dict of name -> number, "
+                "e.g. {'validation_accuracy': 0.97, 'validation_perplexity': 3.1}")
+        scalars = []
+        for name, value in result.items():
+            if not isinstance(name, str):
+                raise _psflow.InvalidArgumentError(f"evaluate() returned the key {name!r}; keys must be str names")
+            scalars.append((name, _number(f"evaluate()'s '{name}'", value)))
+        return scalars
+
+    return call
+
+
+class _InProcessPs:
+    """Standalone mode: ps task 0 of a one-worker loopback cluster, served by the C++ ps task
+    (psflow.Server's code path) on a thread of this process. The worker session connects to it
+    as to any ps task."""
+
+    def __init__(self, flags):
+        ps_port, worker_port = _free_loopback_ports(2)
+        self.ps_flags = flags._copy_options()
+        self.ps_flags.metrics_port = 0  # the worker's session serves --metrics_port
+        self.worker_flags = flags._copy_options()
+        for f in (self.ps_flags, self.worker_flags):
+            f.ps_hosts = f"127.0.0.1:{ps_port}"
+            f.worker_hosts = f"127.0.0.1:{worker_port}"
+            f.task_index = 0
+        self.ps_flags.job_name = "ps"
+        self.worker_flags.job_name = "worker"
+        self.port = ps_port
+        self.error = None
+        self._thread = None
+
+    def start(self, timeout_secs=30.0):
+        cluster = _psflow.ClusterSpec.from_flags(self.worker_flags)
+
+        def serve():
+            try:
+                _psflow._join_server(cluster, "ps", 0, self.ps_flags)
+            except BaseException as e:  # reported by join() or start()
+                self.error = e
+
+        self._thread = threading.Thread(target=serve, name="psflow-in-process-ps", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout_secs
+        while time.monotonic() < deadline:  # serving once it accepts a connection
+            if not self._thread.is_alive():
+                raise self.error or _psflow.UnavailableError("the in-process ps task ended before serving")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.02)
+        raise _psflow.UnavailableError(f"the in-process ps task did not serve on 127.0.0.1:{self.port} "
+                                       f"within {timeout_secs:.0f} s")
+
+    def join(self, timeout_secs=60.0):
+        """Waits for the ps task's end (after the session's close or abort); its error, if any."""
+        if self._thread is not None:
+            self._thread.join(timeout_secs)
+        return self.error
 
 
 def _sparse_parameter_names(module):
@@ -52,6 +156,13 @@ def _check_parameter(name, p):
         raise _psflow.InvalidArgumentError(
             f"parameter '{name}' is not contiguous; make it so (p.data = p.data.contiguous()) before "
             "the session")
+    if p.storage_offset() != 0 or p.storage().size() != p.numel():
+        # The session moves each parameter into memory of its own: a view would be cut loose from
+        # its base silently (the base would stop seeing the trained values). Refused instead.
+        raise _psflow.InvalidArgumentError(
+            f"parameter '{name}' is a view of a larger tensor ({p.storage().size()} elements, this one "
+            f"{p.numel()} at offset {p.storage_offset()}); psflow gives each parameter memory of its own, "
+            "which would cut it loose from its base: make it a tensor of its own (nn.Parameter(t.clone()))")
 
 
 class WorkerSession:
@@ -67,9 +178,11 @@ class WorkerSession:
                 ...forward, loss.backward()...
                 sess.step(loss, accuracy)
 
-    evaluate: called by the chief at close() with the final values in the parameters; returns a
-      dict with any of validation_accuracy, validation_cross_entropy, test_accuracy,
-      test_cross_entropy (for the summary, --metrics_json, TensorBoard).
+    evaluate: called by the chief at close() with the final values in the parameters, and every
+      --eval_every_steps global steps during training; returns a dict of name -> number. Every
+      name reaches the summary line, --metrics_json and TensorBoard as given (validation_accuracy,
+      validation_cross_entropy, test_accuracy and test_cross_entropy are the summary's own
+      fields). Anything but a dict of numbers is refused at the call with one line.
     model_name: the summary's "model" and the checkpoints' metadata (default: the module's class
       name); a checkpoint of another model name is refused at restore.
     An exception inside the `with` block aborts the job when raised on the chief (the ps tasks exit
@@ -85,9 +198,12 @@ class WorkerSession:
         if not isinstance(flags, _psflow.Flags):
             raise _psflow.InvalidArgumentError(
                 "WorkerSession needs the flags of psflow.parse_flags()")
+        set_compute_threads(flags.intra_op_threads)  # before the first op of the session
         self._module = module
         self._flags = flags
         self._evaluate = evaluate
+        self._ps = _InProcessPs(flags) if is_standalone(flags) else None
+        session_flags = self._ps.worker_flags if self._ps is not None else flags
         self._params = list(module.named_parameters())
         if not self._params:
             raise _psflow.InvalidArgumentError("the module has no parameters to train")
@@ -97,8 +213,9 @@ class WorkerSession:
         self._sparse = [name in sparse_names for name, _ in self._params]
         self._trainable = [p.requires_grad for _, p in self._params]
         self._session = _psflow._Session(
-            flags, [n for n, _ in self._params], [list(p.shape) for _, p in self._params],
-            self._trainable, model_name or type(module).__name__)
+            session_flags, [n for n, _ in self._params], [list(p.shape) for _, p in self._params],
+            self._trainable, model_name or type(module).__name__,
+            _checked_evaluate(evaluate) if evaluate is not None else None)
         self._values = []
         self._grads = []
         self._samplers = {}
@@ -131,6 +248,10 @@ class WorkerSession:
         self._value_ptrs = [v.data_ptr() for v in self._values]
         self._opened = True
         sys.stdout.flush()  # the script's own lines before the session's (C++ stdout)
+        if self._ps is not None:
+            print(f"standalone: no cluster flags and no TF_CONFIG: training in this process, with an "
+                  f"in-process ps task on 127.0.0.1:{self._ps.port}", flush=True)
+            self._ps.start()
         self._session.open()
         return self
 
@@ -140,19 +261,28 @@ class WorkerSession:
         if not self._opened:
             raise _psflow.FailedPreconditionError("close() before the worker session is open")
         sys.stdout.flush()
-        self.summary = self._session.close(self._evaluate)
+        self.summary = self._session.close()
+        if self._ps is not None:
+            error = self._ps.join()
+            if error is not None:
+                raise error
         return self.summary
 
     def abort(self, reason):
         """After a failure: the chief aborts the job (the ps tasks exit non-zero with `reason`)."""
-        self._session.abort(str(reason), False)
+        self._abort(str(reason), False)
+
+    def _abort(self, reason, aborted):
+        self._session.abort(reason, aborted)
+        if self._ps is not None:
+            self._ps.join()  # it ends with the job's abort; its error is this one
 
     def __enter__(self):
         try:
             return self.open()
         except BaseException as e:  # __exit__ is not called for a failed __enter__
             if self._opened:
-                self._session.abort(f"{type(e).__name__}: {e}", isinstance(e, _psflow.AbortedError))
+                self._abort(f"{type(e).__name__}: {e}", isinstance(e, _psflow.AbortedError))
             raise
 
     def __exit__(self, exc_type, exc, tb):
@@ -160,12 +290,12 @@ class WorkerSession:
             try:
                 self.close()
             except BaseException as e:  # a close that failed before the end aborts the job
-                self._session.abort(f"{type(e).__name__}: {e}", isinstance(e, _psflow.AbortedError))
+                self._abort(f"{type(e).__name__}: {e}", isinstance(e, _psflow.AbortedError))
                 raise
             return False
         if self._opened:
             aborted = isinstance(exc, _psflow.AbortedError)
-            self._session.abort(f"{exc_type.__name__}: {exc}" if not aborted else str(exc), aborted)
+            self._abort(f"{exc_type.__name__}: {exc}" if not aborted else str(exc), aborted)
         return False
 
     # --- training -----------------------------------------------------------------------------
@@ -207,6 +337,16 @@ class WorkerSession:
         loss = float(loss)
         accuracy = float(accuracy)
         self._session.step(loss, accuracy, dense_ready, sparse)
+
+    def log_scalar(self, name, value):
+        """Writes a scalar of the script's (e.g. a gradient norm, the learning rate it uses) to
+        TensorBoard under --logdir at the current global step, as `name`. The chief's are written;
+        other workers write no event files, so theirs are dropped."""
+        if not self._opened:
+            raise _psflow.FailedPreconditionError("log_scalar() before the worker session is open")
+        if not isinstance(name, str):
+            raise _psflow.InvalidArgumentError(f"log_scalar: the name must be a str, got {type(name).__name__}")
+        self._session.log_scalars([(name, _number(f"log_scalar('{name}', ...)'s value", value))])
 
     def batch_indices(self, num_examples, batch_size=None):
         """This worker's slice of the current global batch (docs/design.md#data-order: sync mode

@@ -263,6 +263,7 @@ int psflow::cli::Main(int argc, char** argv) {
     local.train_flags = cli::GivenFlagArgs(*local_cmd, local_options, {"metrics_port", "transport"});
     local.train_flags.push_back("--transport=" + local_options.transport);
     local.metrics_port = local_options.metrics_port;
+    local.intra_op_threads = local_options.intra_op_threads;
     if (has_worker_command && worker_command.empty()) {
       std::cerr << "psflow: error: psflow local: nothing after `--`; give the command each worker runs, e.g. "
                    "psflow local --ps=1 --workers=2 -- python3 train.py" << std::endl;

@@ -232,6 +232,9 @@ int RunLocalCluster(const LocalClusterOptions& options) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
   const bool python_unbuffered_set = std::getenv("PYTHONUNBUFFERED") != nullptr;
+  const std::string threads = absl::StrCat(options.intra_op_threads);
+  const std::vector<std::string> thread_env = {"OMP_NUM_THREADS=" + threads, "OPENBLAS_NUM_THREADS=" + threads,
+                                               "MKL_NUM_THREADS=" + threads};
   std::vector<Child> children(options.num_ps + options.num_workers);
   for (size_t i = 0; i < children.size(); ++i) {
     const bool is_ps = static_cast<int>(i) < options.num_ps;
@@ -244,7 +247,7 @@ int RunLocalCluster(const LocalClusterOptions& options) {
                       absl::StrCat("--task_index=", index), "--ps_hosts=" + ps_hosts, "--worker_hosts=" + worker_hosts};
       command.argv.insert(command.argv.end(), options.train_flags.begin(), options.train_flags.end());
       if (options.metrics_port > 0) command.argv.push_back(absl::StrCat("--metrics_port=", options.metrics_port + i));
-      command.env = EnvironmentWith({});
+      command.env = EnvironmentWith(thread_env);
     } else {
       // The worker's own program: its cluster and role through TF_CONFIG, the train flags
       // through PSFLOW_FLAGS, and Python's output unbuffered so that the merged log interleaves
@@ -254,6 +257,7 @@ int RunLocalCluster(const LocalClusterOptions& options) {
       if (options.metrics_port > 0) flags.push_back(absl::StrCat("--metrics_port=", options.metrics_port + i));
       std::vector<std::string> env = {"TF_CONFIG=" + WorkerTfConfig(ps, workers, index), "PSFLOW_FLAGS=" + flags.dump()};
       if (!python_unbuffered_set) env.push_back("PYTHONUNBUFFERED=1");
+      env.insert(env.end(), thread_env.begin(), thread_env.end());
       command.env = EnvironmentWith(env);
     }
     c.pid = Spawn(command, &c.out_fd);

@@ -26,6 +26,10 @@ struct LocalClusterOptions {
   std::string binary;                    // path of the psflow binary to start
   std::vector<std::string> train_flags;  // forwarded to every task's `psflow train` (and PSFLOW_FLAGS)
   int metrics_port = 0;                  // > 0: task k (ps first, then workers) serves on metrics_port + k
+  // Every task's compute threads (--intra_op_threads): also set as OMP_NUM_THREADS,
+  // OPENBLAS_NUM_THREADS and MKL_NUM_THREADS in each child's environment, so that the libraries a
+  // worker command computes with (torch's OpenMP pool, OpenBLAS) start with that many.
+  int intra_op_threads = 1;
   // Non-empty: the workers run this command (argv[0] looked up in PATH) instead of `psflow train`.
   std::vector<std::string> worker_command;
 };

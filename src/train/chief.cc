@@ -120,7 +120,9 @@ absl::Status Chief::TryInitializeCluster() {
     for (size_t i = 0; i < variables_.size(); ++i) initial.emplace_back(variables_[i].name, initial_.at_start[i]);
     if (auto s = client_.Initialize(initial, config_); !s.ok()) return s;
   }
-  log_(absl::StrCat("chief: initialized ", variables_.size(), " variables at global step ", step));
+  // A restore says so: the job continues at `step`, it does not start again.
+  log_(absl::StrCat("chief: ", checkpoint->has_value() ? "restored " : "initialized ", variables_.size(),
+                    " variables at global step ", step));
   return absl::OkStatus();
 }
 

@@ -101,6 +101,9 @@ constexpr Flag kFlags[] = {
   {"logdir", &O::logdir, "directory for TensorBoard event files (read them with psflow_events_dump)"},
   {"save_summaries_steps", &O::save_summaries_steps, "TensorBoard summary cadence", kPositive},
   {"metrics_json", &O::metrics_json, "write the final summary as JSON to this file"},
+  {"eval_every_steps", &O::eval_every_steps,
+   "the chief runs the evaluation every N global steps during training (0: only at the end)",
+   AtLeast(0, "0 (only at the end) or positive")},
   {"metrics_port", &O::metrics_port, "serve Prometheus /metrics on this port (0: none)",
    Between(0, 65535, "a port in 1..65535 (or 0: no metrics server)")},
   // Runtime.

@@ -26,6 +26,21 @@ namespace {
 
 // Waits for the chief to initialize every ps, in short slices so that a ps killed and restarted
 // meanwhile (its held call broken) is asked again, until `timeout_secs` in all.
+// "name=value name=value" of an evaluation's scalars.
+std::string ScalarsText(const std::vector<std::pair<std::string, double>>& scalars) {
+  std::string text;
+  for (const auto& [name, value] : scalars) absl::StrAppend(&text, text.empty() ? "" : " ", name, "=", value);
+  return text;
+}
+
+// The evaluation's scalars: each name checked, the summary's four named fields taken out of them.
+absl::Status CheckEval(const SessionEval& eval) {
+  for (const auto& [name, value] : eval.scalars) {
+    if (auto s = CheckMetricName(name); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WaitForChief(ps::PsClient& client, double timeout_secs) {
   // No log: the chief's initialization is what a worker waits for, not a silence.
   ps::RetryOptions retry;
@@ -152,13 +167,37 @@ class WorkerSession::Impl {
       return absl::OkStatus();
     }
     stale_ += pushed->stale;
+    const int64_t step_before = global_step_;
     global_step_ = pushed->global_step;
     progress_->Step(global_step_, loss, accuracy, options_.train.log_every);
     telemetry_->OnStep(global_step_, loss, accuracy, optim::DecayedLearningRate(config_.optimizer, global_step_),
                        examples_per_global_step());
     if (is_chief()) {
       if (auto s = chief_->MaybeCheckpoint(global_step_); !s.ok()) log(absl::StrCat("checkpoint failed: ", s.message()));
+      const int64_t every = options_.train.eval_every_steps;
+      if (every > 0 && options_.evaluate && global_step_ / every != step_before / every) {
+        if (auto s = EvaluateNow(); !s.ok()) return s;
+      }
     }
+    return absl::OkStatus();
+  }
+
+  // --eval_every_steps: the chief's evaluation during training, logged and written as scalars.
+  absl::Status EvaluateNow() {
+    auto eval = options_.evaluate();
+    if (!eval.ok()) return eval.status();
+    if (auto s = CheckEval(*eval); !s.ok()) return s;
+    log(absl::StrCat("eval at global step ", global_step_, ": ", ScalarsText(eval->scalars)));
+    telemetry_->OnScalars(eval->scalars, global_step_);
+    return absl::OkStatus();
+  }
+
+  absl::Status LogScalars(const std::vector<std::pair<std::string, double>>& scalars) {
+    if (!opened_ || !telemetry_) return absl::FailedPreconditionError("log_scalar before the worker session is open");
+    for (const auto& [name, value] : scalars) {
+      if (auto s = CheckMetricName(name); !s.ok()) return s;
+    }
+    telemetry_->OnScalars(scalars, global_step_);
     return absl::OkStatus();
   }
 
@@ -175,7 +214,8 @@ class WorkerSession::Impl {
     summary.stale_gradients_dropped = stale_;
     summary.global_step = global_step_;
     if (!is_chief()) {
-      log(absl::StrCat("worker ", index_, ": done after ", progress_->local_steps(), " local steps"));
+      // The session's count (sess.local_step): every Step() call, recoveries included.
+      log(absl::StrCat("worker ", index_, ": done after ", local_step_, " local steps"));
       (void)client_->Goodbye();
       ended_ = true;
       return summary;
@@ -192,21 +232,27 @@ class WorkerSession::Impl {
     if (evaluate) {
       auto eval = evaluate();
       if (!eval.ok()) return eval.status();
+      if (auto s = CheckEval(*eval); !s.ok()) return s;
+      // The summary's four fields by name; every other scalar as the caller named it.
+      for (const auto& [name, v] : eval->scalars) {
+        if (name == "validation_accuracy") {
+          eval->validation_accuracy = v;
+        } else if (name == "validation_cross_entropy") {
+          eval->validation_cross_entropy = v;
+        } else if (name == "test_accuracy") {
+          eval->test_accuracy = v;
+        } else if (name == "test_cross_entropy") {
+          eval->test_cross_entropy = v;
+        } else {
+          summary.metrics.emplace_back(name, v);
+        }
+      }
+      telemetry_->OnScalars(eval->scalars, *step);
       auto value = [](double v) { return std::isnan(v) ? 0.0 : v; };
       summary.validation_accuracy = value(eval->validation_accuracy);
       summary.validation_cross_entropy = value(eval->validation_cross_entropy);
       summary.test_accuracy = value(eval->test_accuracy);
       summary.test_cross_entropy = value(eval->test_cross_entropy);
-      for (const auto& [name, metric] : eval->metrics) {
-        const bool named = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
-          return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-        });
-        if (!named) {
-          return absl::InvalidArgumentError(absl::StrCat("evaluation metric name '", name,
-                                                         "' must be letters, digits and '_' (e.g. test_mse)"));
-        }
-      }
-      summary.metrics = eval->metrics;
     }
     telemetry_->OnFinal(summary.global_step, summary.validation_accuracy, summary.test_accuracy);
     if (auto stats = client_->Stats(); stats.ok()) {
@@ -351,6 +397,9 @@ absl::StatusOr<RunSummary> WorkerSession::Close(const std::function<absl::Status
   return impl_->Close(evaluate);
 }
 void WorkerSession::Abort(const absl::Status& reason) { impl_->Abort(reason); }
+absl::Status WorkerSession::LogScalars(const std::vector<std::pair<std::string, double>>& scalars) {
+  return impl_->LogScalars(scalars);
+}
 bool WorkerSession::is_open() const { return impl_->opened() && !impl_->closed(); }
 bool WorkerSession::is_chief() const { return impl_->is_chief(); }
 int WorkerSession::worker_index() const { return impl_->index(); }

@@ -61,11 +61,21 @@ TEST(WorkerSessionTest, DrivesOneWorkerOverCallerOwnedBuffers) {
   }
   EXPECT_TRUE(session.ShouldStop());
   EXPECT_TRUE(absl::IsFailedPrecondition(session.Step(1.0)));
-  auto summary = session.Close([] { return SessionEval{0.5, 1.5, 0.25, 2.5, {}}; });
+  auto summary = session.Close([] {
+    SessionEval eval;
+    eval.validation_accuracy = 0.5;
+    eval.scalars = {{"test_accuracy", 0.25}, {"perplexity", 3.5}};  // a field by name, and a scalar of its own
+    return eval;
+  });
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->global_step, 3);
   EXPECT_EQ(summary->model, "external");
+  EXPECT_EQ(summary->validation_accuracy, 0.5);
   EXPECT_EQ(summary->test_accuracy, 0.25);
+  ASSERT_EQ(summary->metrics.size(), 1u);
+  EXPECT_EQ(summary->metrics[0], (std::pair<std::string, double>("perplexity", 3.5)));
+  EXPECT_NE(SummaryToJson(*summary).find("\"perplexity\":3.5"), std::string::npos) << SummaryToJson(*summary);
+  EXPECT_NE(FormatSummary(*summary).find("stale_gradients_dropped=0 perplexity=3.5\n"), std::string::npos);
   ASSERT_EQ(summary->ps_traffic.size(), 1u);
   EXPECT_EQ(summary->ps_traffic[0].num_params, 14);
   PSFLOW_EXPECT_OK(cluster->servers[0]->Wait());
@@ -74,7 +84,7 @@ TEST(WorkerSessionTest, DrivesOneWorkerOverCallerOwnedBuffers) {
 
 // --train_steps=4 with --save_checkpoint_steps=2: checkpoints at steps 2 and 4, each saved and
 // logged once (the final save at Close does not write step 4 again). A regression's metrics,
-// without accuracies, are printed as name=value and written under "metrics".
+// without accuracies, are printed as name=value and written as top-level JSON keys.
 TEST(WorkerSessionTest, SavesTheLastStepOnceAndReportsTheCallersMetrics) {
   auto cluster = TestCluster::Start(1, 1);
   ASSERT_NE(cluster, nullptr);
@@ -101,7 +111,7 @@ TEST(WorkerSessionTest, SavesTheLastStepOnceAndReportsTheCallersMetrics) {
   while (!session.ShouldStop()) PSFLOW_ASSERT_OK(session.Step(0.25));
   auto summary = session.Close([] {
     SessionEval eval;
-    eval.metrics = {{"test_mse", 0.125}, {"test_mae", 0.5}};
+    eval.scalars = {{"test_mse", 0.125}, {"test_mae", 0.5}};
     return eval;
   });
   ASSERT_TRUE(summary.ok()) << summary.status();
@@ -118,7 +128,8 @@ TEST(WorkerSessionTest, SavesTheLastStepOnceAndReportsTheCallersMetrics) {
   ASSERT_EQ(summary->metrics.size(), 2u);
   const std::string text = FormatSummary(*summary);
   EXPECT_NE(text.find("stale_gradients_dropped=0 test_mse=0.125 test_mae=0.5\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("\"metrics\":{\"test_mae\":0.5,\"test_mse\":0.125}"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"test_mae\":0.5"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"test_mse\":0.125"), std::string::npos) << text;
   // No accuracy was given: the progress lines leave it out rather than print nan.
   const auto progress = std::find_if(log.begin(), log.end(), [](const std::string& l) { return l.rfind("step 4/4 loss 0.2500 ", 0) == 0; });
   ASSERT_NE(progress, log.end()) << ::testing::PrintToString(log);
@@ -141,6 +152,17 @@ TEST(WorkerSessionTest, RefusesBadParameters) {
   options.train.job_name = "ps";
   auto ps = WorkerSession::Create(options, {{"a", &a}});
   EXPECT_NE(ps.status().message().find("needs a worker task"), std::string::npos) << ps.status();
+}
+
+TEST(CheckMetricName, RefusesEmptyOddAndTheSummarysOwnKeys) {
+  PSFLOW_EXPECT_OK(CheckMetricName("validation_perplexity"));
+  PSFLOW_EXPECT_OK(CheckMetricName("eval/bits-per-char.v2"));
+  PSFLOW_EXPECT_OK(CheckMetricName("test_accuracy"));  // a field of the summary, set by name
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckMetricName("")));
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckMetricName("loss value")));
+  const absl::Status s = CheckMetricName("global_step");
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("'global_step' is a key of the summary itself"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -5,6 +5,32 @@
 #include "nlohmann/json.hpp"
 
 namespace psflow::train {
+namespace {
+
+// The summary's own keys, which a metric may not take.
+constexpr const char* kSummaryKeys[] = {"model", "mode", "workers", "ps", "global_step", "train_seconds",
+                                        "examples_per_sec", "stale_gradients_dropped", "ps_traffic"};
+
+}  // namespace
+
+absl::Status CheckMetricName(const std::string& name) {
+  if (name.empty()) return absl::InvalidArgumentError("a metric has an empty name; name every returned scalar");
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '.' || c == '/' || c == '-';
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat("metric name '", name,
+                                                     "' has a character other than letters, digits and _./-"));
+    }
+  }
+  for (const char* key : kSummaryKeys) {
+    if (name == key) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("metric name '", name, "' is a key of the summary itself; choose another name"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 std::string SummaryToJson(const RunSummary& s) {
   nlohmann::json traffic = nlohmann::json::array();
@@ -25,11 +51,7 @@ std::string SummaryToJson(const RunSummary& s) {
                       {"test_cross_entropy", s.test_cross_entropy},
                       {"stale_gradients_dropped", s.stale_gradients_dropped},
                       {"ps_traffic", traffic}};
-  if (!s.metrics.empty()) {
-    nlohmann::json metrics = nlohmann::json::object();
-    for (const auto& [name, value] : s.metrics) metrics[name] = value;
-    j["metrics"] = metrics;
-  }
+  for (const auto& [name, value] : s.metrics) j[name] = value;
   if (s.ctr.has_value()) {
     const CtrFigures& c = *s.ctr;
     j["ctr"] = {{"test_examples", c.test_examples}, {"test_log_loss", c.test_log_loss}, {"test_auc", c.test_auc},
@@ -44,6 +66,7 @@ std::string FormatSummary(const RunSummary& s) {
       "validation_accuracy=%.4f validation_cross_entropy=%.4f test_accuracy=%.4f stale_gradients_dropped=%d",
       s.model, s.mode, s.workers, s.ps, s.global_step, s.train_seconds, s.examples_per_sec,
       s.validation_accuracy, s.validation_cross_entropy, s.test_accuracy, s.stale_gradients_dropped);
+  // The evaluation's own scalars continue the final line.
   for (const auto& [name, value] : s.metrics) absl::StrAppendFormat(&out, " %s=%.6g", name, value);
   out += "\n";
   for (const PsTraffic& t : s.ps_traffic) {

@@ -74,6 +74,13 @@ void Telemetry::OnFinal(int64_t global_step, double validation_accuracy, double 
   if (events_) (void)events_->Flush();
 }
 
+void Telemetry::OnScalars(const std::vector<std::pair<std::string, double>>& scalars, int64_t global_step) {
+  std::vector<std::pair<std::string, float>> values;
+  for (const auto& [name, value] : scalars) values.emplace_back(name, float(value));
+  WriteScalars(values, global_step);
+  if (events_) (void)events_->Flush();
+}
+
 void Telemetry::OnPsStats(int task, int64_t global_step, int64_t bytes_in, int64_t bytes_out, int64_t stale,
                           int64_t refused, int64_t connected_workers) {
   registry_.SetGauge(metrics::kConnectedWorkers, {}, double(connected_workers));

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "psflow/metrics/metrics_server.h"
@@ -30,6 +32,8 @@ class Telemetry {
   void OnStep(int64_t global_step, double loss, double accuracy, float learning_rate, int64_t examples_per_step);
   // Final accuracies (chief / single process).
   void OnFinal(int64_t global_step, double validation_accuracy, double test_accuracy);
+  // The caller's own scalars (an evaluation, WorkerSession::LogScalars) at `global_step`, flushed.
+  void OnScalars(const std::vector<std::pair<std::string, double>>& scalars, int64_t global_step);
   // A ps task's counters: traffic rates as TensorBoard curves, totals as Prometheus counters.
   void OnPsStats(int task, int64_t global_step, int64_t bytes_in, int64_t bytes_out, int64_t stale, int64_t refused,
                  int64_t connected_workers);

@@ -36,11 +36,28 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
     for (const Var& p : (*fresh)->parameters()) values.push_back(std::move(p->value));
     return values;
   };
+  // Filled below, once the data is loaded (the session calls it only after Open).
+  std::function<absl::StatusOr<SessionEval>()> evaluate;
+  session_options.evaluate = [&evaluate] { return evaluate(); };
   auto session_or = WorkerSession::Create(session_options, std::move(params));
   if (!session_or.ok()) return session_or.status();
   WorkerSession& session = **session_or;
   auto data = LoadTrainingData(options);
   if (!data.ok()) return data.status();
+  evaluate = [&]() -> absl::StatusOr<SessionEval> {
+    EvalResult validation = Evaluate((*replicas)->model(), data->validation);
+    EvalResult test = Evaluate((*replicas)->model(), data->test);
+    SessionEval eval;
+    eval.validation_accuracy = validation.accuracy;
+    eval.validation_cross_entropy = validation.cross_entropy;
+    eval.test_accuracy = test.accuracy;
+    eval.test_cross_entropy = test.cross_entropy;
+    eval.scalars = {{"validation_accuracy", validation.accuracy},
+                    {"validation_cross_entropy", validation.cross_entropy},
+                    {"test_accuracy", test.accuracy},
+                    {"test_cross_entropy", test.cross_entropy}};
+    return eval;
+  };
 
   auto train = [&]() -> absl::StatusOr<RunSummary> {
     if (auto s = session.Open(); !s.ok()) return s;
@@ -61,11 +78,7 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
           Rng::Mix(o.seed, (uint64_t(session.worker_index()) << 40) + session.local_step()));
       if (auto s = session.Step(stats.loss, stats.accuracy); !s.ok()) return s;
     }
-    return session.Close([&]() -> absl::StatusOr<SessionEval> {
-      EvalResult validation = Evaluate((*replicas)->model(), data->validation);
-      EvalResult test = Evaluate((*replicas)->model(), data->test);
-      return SessionEval{validation.accuracy, validation.cross_entropy, test.accuracy, test.cross_entropy, {}};
-    });
+    return session.Close(evaluate);
   };
   absl::StatusOr<RunSummary> result = train();
   if (!result.ok()) session.Abort(result.status());

@@ -80,6 +80,7 @@ struct TrainOptions {
   int64_t save_summaries_steps = 100;
   std::string metrics_json;
   int metrics_port = 0;
+  int64_t eval_every_steps = 0;  // the chief evaluates every N global steps (0: only at the end)
   // The file system checkpoints, event files and --metrics_json are written through (borrowed,
   // never null; not a flag): tests hand in a fault-injecting one.
   io::Env* env = io::Env::Default();

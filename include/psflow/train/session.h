@@ -79,7 +79,10 @@ struct SessionEval {
   double validation_cross_entropy = std::numeric_limits<double>::quiet_NaN();
   double test_accuracy = std::numeric_limits<double>::quiet_NaN();
   double test_cross_entropy = std::numeric_limits<double>::quiet_NaN();
-  std::vector<std::pair<std::string, double>> metrics;
+  // Any other scalars, by the caller's names, in its order (e.g. "validation_perplexity"): they
+  // reach the summary line, --metrics_json and TensorBoard as named. Names are checked by
+  // CheckMetricName (summary.h).
+  std::vector<std::pair<std::string, double>> scalars;
 };
 
 class WorkerSession {
@@ -98,6 +101,10 @@ class WorkerSession {
     // when this is given (e.g. rebuilding a model from its seed), it is called instead and no copy
     // is kept. Returns the values in the parameters' order.
     std::function<absl::StatusOr<std::vector<Tensor>>()> rebuild_initial_values;
+    // With --eval_every_steps=N, the chief calls this after each step that reaches a multiple of N
+    // (with the current values in its buffers), logs "eval at global step S: name=value ..." and
+    // writes the values to TensorBoard at step S. Null: no evaluation during training.
+    std::function<absl::StatusOr<SessionEval>()> evaluate;
   };
 
   // Checks the options and the parameters (non-null values, distinct non-empty names, gradient
@@ -115,6 +122,10 @@ class WorkerSession {
   // carry no evaluation and no ps_traffic.
   absl::StatusOr<RunSummary> Close(const std::function<absl::StatusOr<SessionEval>()>& evaluate = nullptr);
   void Abort(const absl::Status& reason);
+  // Scalars of the caller's (name, value) written to TensorBoard (--logdir, chief only: other
+  // workers write no events) at the current global step. InvalidArgument for a bad name
+  // (CheckMetricName); FailedPrecondition before Open().
+  absl::Status LogScalars(const std::vector<std::pair<std::string, double>>& scalars);
 
   bool is_open() const;
   bool is_chief() const;

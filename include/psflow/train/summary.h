@@ -38,12 +38,16 @@ struct RunSummary {
   double validation_cross_entropy = 0, test_cross_entropy = 0;
   int64_t stale_gradients_dropped = 0;
   std::vector<PsTraffic> ps_traffic;
-  // The program's own measures of the final model, in its order (a C++ program's SessionEval::
-  // metrics, e.g. {"test_mse", 0.012}): printed as name=value at the end of the "final:" line and
-  // as the JSON object "metrics".
+  // The evaluation's other scalars (SessionEval::scalars), by their own names, after the fixed
+  // fields on the summary line and as top-level keys of the JSON.
   std::vector<std::pair<std::string, double>> metrics;
   std::optional<CtrFigures> ctr;  // --model=ctr only
 };
+
+// OK when `name` can be a metric of the summary: non-empty, of letters, digits and "_./-", and
+// not a key the summary has already (model, global_step, ...; the four accuracy / cross-entropy
+// names are the summary's own fields and are accepted). InvalidArgument naming it otherwise.
+absl::Status CheckMetricName(const std::string& name);
 
 std::string SummaryToJson(const RunSummary& summary);
 // Human-readable block ("final: model=mlp mode=async ... test_accuracy=0.9791") plus the JSON.
