@@ -54,6 +54,7 @@
 #include "absl/status/statusor.h"
 #include "psflow/core/autodiff.h"
 #include "psflow/core/tensor.h"
+#include "psflow/optim/optimizer.h"
 #include "psflow/train/options.h"
 #include "psflow/train/summary.h"
 
@@ -94,6 +95,9 @@ class WorkerSession {
     // when this is given (e.g. rebuilding a model from its seed), it is called instead and no copy
     // is kept. Returns the values in the parameters' order.
     std::function<absl::StatusOr<std::vector<Tensor>>()> rebuild_initial_values;
+    // The ps tasks' update rule, parameter groups and learning-rate schedule, instead of the
+    // flags' (--optimizer, --learning_rate, --lr_decay_*): psflow.optim's. Checked by Create.
+    std::optional<optim::OptimizerConfig> optimizer;
   };
 
   // Checks the options and the parameters (non-null values, distinct non-empty names, gradient
@@ -119,6 +123,9 @@ class WorkerSession {
   int num_ps() const;
   bool sync() const;
   int64_t global_step() const;
+  // The learning rate of the next update (optim::LearningRateAt at the global step; parameter
+  // groups scale their own from it).
+  float learning_rate() const;
   // Step() calls so far (including ones spent on recovery).
   int64_t local_step() const;
   // The global batch this worker's next batch is sliced from (docs/design.md#data-order): the
