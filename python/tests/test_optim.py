@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import warnings
 
 import torch
 
@@ -29,6 +30,8 @@ from localhost import free_ports  # noqa: E402  (tests/lib/localhost.py)
 O = psflow.optim
 S = psflow.optim.lr_scheduler
 TS = torch.optim.lr_scheduler
+# torch 1.13's SequentialLR steps its schedulers with an epoch and warns about it.
+EPOCH_WARNING = "The epoch parameter in `scheduler.step()`"
 
 
 class Net(torch.nn.Module):
@@ -81,12 +84,14 @@ class OptimAgainstTorchTest(unittest.TestCase):
         reference = copy.deepcopy(model)
         x, y = data()
         ref_opt = torch_opt(groups_of(reference, groups))
+        warnings.filterwarnings("ignore", message=EPOCH_WARNING)
         ref_sched = torch_schedule(ref_opt) if torch_schedule else None
         opt = psflow_opt(groups_of(model, groups))
         if schedule is not None:
             schedule(opt)
         ports = free_ports(2)
         cluster = [f"--ps_hosts=127.0.0.1:{ports[0]}", f"--worker_hosts=127.0.0.1:{ports[1]}"]
+        names = {id(p): n for n, p in model.named_parameters()}
         worst = 0.0
         with tempfile.TemporaryDirectory() as d:
             log_path = os.path.join(d, "ps.log")
@@ -99,9 +104,15 @@ class OptimAgainstTorchTest(unittest.TestCase):
                                             f"--train_steps={STEPS}"])
                 with psflow.WorkerSession(model, flags, optimizer=opt) as sess:
                     for step in range(STEPS):
-                        # The lr of this update, as torch's scheduler has it before its step.
-                        self.assertAlmostEqual(sess.learning_rate / ref_opt.param_groups[0]["lr"], 1.0, delta=1e-6,
+                        # The lr of this update, as torch's scheduler has it before its step: the
+                        # optimizer's (the last group's, which keeps the defaults in these cases), and
+                        # each group's.
+                        self.assertAlmostEqual(sess.learning_rate / ref_opt.param_groups[-1]["lr"], 1.0, delta=1e-6,
                                                msg=f"{name}: learning rate at step {step}")
+                        for group, ref_group in zip(opt.param_groups, ref_opt.param_groups):
+                            pname = names[id(group["params"][0])]
+                            self.assertAlmostEqual(opt.learning_rate_at(step, pname) / ref_group["lr"], 1.0,
+                                                   delta=1e-6, msg=f"{name}: lr of {pname} at step {step}")
                         loss_of(model, x, y, step).backward()
                         sess.step(float(loss_of(model, x, y, step)))
                         ref_opt.zero_grad()
@@ -114,7 +125,9 @@ class OptimAgainstTorchTest(unittest.TestCase):
                             worst = max(worst, err)
                             self.assertLessEqual(err, RTOL, f"{name}: {pname} after step {step + 1}")
                     self.assertTrue(sess.should_stop())
-                self.assertEqual(ps.wait(timeout=TIMEOUT), 0, open(log_path).read())
+                code = ps.wait(timeout=TIMEOUT)
+                with open(log_path) as f:
+                    self.assertEqual(code, 0, f.read())
             finally:
                 if ps.poll() is None:
                     ps.kill()
@@ -207,6 +220,7 @@ class ScheduleReadingTest(unittest.TestCase):
         opt = O.SGD([p], lr=lr)
         schedule(opt)
         ref = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+        warnings.filterwarnings("ignore", message=EPOCH_WARNING)
         sched = torch_schedule(ref)
         for step in range(steps):
             want = ref.param_groups[0]["lr"]

@@ -27,6 +27,7 @@ struct ParameterGroup {
   std::optional<float> learning_rate;  // this group's base lr; else the config's times lr_scale
   float lr_scale = 1.0f;
   std::optional<float> weight_decay;  // else the config's
+  bool operator==(const ParameterGroup&) const = default;
 };
 
 struct OptimizerConfig {
