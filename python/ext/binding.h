@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "psflow/cli/flags.h"
+#include "psflow/optim/optimizer.h"
 #include "psflow/train/options.h"
 
 namespace psflow::python {
@@ -40,6 +41,10 @@ T ValueOrThrow(absl::StatusOr<T> value) {
 // psflow.Flags: every `psflow train` flag, and the arguments psflow did not know.
 using Flags = cli::ParsedFlags;
 
+// psflow.optim's config dict (python/psflow/optim.py) as the ps tasks' config, validated
+// (psflow.InvalidArgumentError naming what is wrong). optim_config.cc.
+optim::OptimizerConfig OptimizerConfigFromDict(const pybind11::dict& config);
+
 void RegisterErrors(pybind11::module_& m);
 void RegisterCluster(pybind11::module_& m);
 void RegisterFlags(pybind11::module_& m);
@@ -47,6 +52,7 @@ void RegisterServer(pybind11::module_& m);
 void RegisterData(pybind11::module_& m);
 void RegisterCtrData(pybind11::module_& m);
 void RegisterSession(pybind11::module_& m);
+void RegisterOptim(pybind11::module_& m);
 
 }  // namespace psflow::python
 

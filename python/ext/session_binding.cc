@@ -56,7 +56,8 @@ class PySession {
  public:
   PySession(const train::TrainOptions& options, const std::vector<std::string>& names,
             const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& trainable,
-            const std::string& model_name, const py::object& evaluate)
+            const std::string& model_name, const py::object& evaluate,
+            const std::optional<optim::OptimizerConfig>& optimizer)
       : memory_(std::make_shared<Memory>()) {
     if (names.size() != shapes.size() || names.size() != trainable.size()) {
       throw StatusError(absl::InvalidArgumentError("_Session: names, shapes and trainable differ in length"));
@@ -78,6 +79,7 @@ class PySession {
     train::WorkerSession::Options session_options;
     session_options.train = options;
     session_options.model_name = model_name;
+    session_options.optimizer = optimizer;
     session_options.log = [](const std::string& line) { std::cout << line << std::endl; };
     if (!evaluate.is_none()) {
       evaluate_ = evaluate;
@@ -221,11 +223,14 @@ void RegisterSession(py::module_& m) {
   py::class_<PySession>(m, "_Session", "The C++ worker session over memory it owns (use psflow.WorkerSession).")
       .def(py::init([](const Flags& flags, const std::vector<std::string>& names,
                        const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& trainable,
-                       const std::string& model_name, const py::object& evaluate) {
-             return std::make_unique<PySession>(flags.options, names, shapes, trainable, model_name, evaluate);
+                       const std::string& model_name, const py::object& evaluate,
+                       const std::optional<py::dict>& optimizer) {
+             std::optional<optim::OptimizerConfig> config;
+             if (optimizer.has_value()) config = OptimizerConfigFromDict(*optimizer);
+             return std::make_unique<PySession>(flags.options, names, shapes, trainable, model_name, evaluate, config);
            }),
            py::arg("flags"), py::arg("names"), py::arg("shapes"), py::arg("trainable"), py::arg("model_name"),
-           py::arg("evaluate") = py::none())
+           py::arg("evaluate") = py::none(), py::arg("optimizer") = py::none())
       .def("value", [](PySession& s, size_t i) { return s.View(i, false); }, py::arg("index"))
       .def("grad", [](PySession& s, size_t i) { return s.View(i, true); }, py::arg("index"))
       .def("open", &PySession::Open)
@@ -241,6 +246,7 @@ void RegisterSession(py::module_& m) {
       .def_property_readonly("num_ps", [](PySession& s) { return s.session().num_ps(); })
       .def_property_readonly("sync", [](PySession& s) { return s.session().sync(); })
       .def_property_readonly("global_step", [](PySession& s) { return s.session().global_step(); })
+      .def_property_readonly("learning_rate", [](PySession& s) { return s.session().learning_rate(); })
       .def_property_readonly("local_step", [](PySession& s) { return s.session().local_step(); })
       .def_property_readonly("data_step", [](PySession& s) { return s.session().data_step(); })
       .def_property_readonly("placement", [](PySession& s) { return s.session().PlacementListing(); });

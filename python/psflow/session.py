@@ -185,11 +185,13 @@ class WorkerSession:
       fields). Anything but a dict of numbers is refused at the call with one line.
     model_name: the summary's "model" and the checkpoints' metadata (default: the module's class
       name); a checkpoint of another model name is refused at restore.
+    optimizer: a psflow.optim optimizer (torch.optim's arguments, parameter groups and a schedule)
+      the ps tasks apply, instead of --optimizer / --learning_rate / --lr_decay_* (docs/pytorch.md).
     An exception inside the `with` block aborts the job when raised on the chief (the ps tasks exit
     non-zero with its message); other workers just leave.
     """
 
-    def __init__(self, module, flags, evaluate=None, model_name=None):
+    def __init__(self, module, flags, evaluate=None, model_name=None, optimizer=None):
         import torch
 
         if not isinstance(module, torch.nn.Module):
@@ -212,10 +214,18 @@ class WorkerSession:
         sparse_names = _sparse_parameter_names(module)
         self._sparse = [name in sparse_names for name, _ in self._params]
         self._trainable = [p.requires_grad for _, p in self._params]
+        optimizer_config = None
+        if optimizer is not None:
+            from . import optim
+
+            if not isinstance(optimizer, optim.Optimizer):
+                raise _psflow.InvalidArgumentError(
+                    f"WorkerSession(optimizer=...) needs a psflow.optim optimizer, got {type(optimizer).__name__}")
+            optimizer_config = optimizer._bind(self._params)
         self._session = _psflow._Session(
             session_flags, [n for n, _ in self._params], [list(p.shape) for _, p in self._params],
             self._trainable, model_name or type(module).__name__,
-            _checked_evaluate(evaluate) if evaluate is not None else None)
+            _checked_evaluate(evaluate) if evaluate is not None else None, optimizer_config)
         self._values = []
         self._grads = []
         self._samplers = {}
@@ -366,6 +376,12 @@ class WorkerSession:
     @property
     def global_step(self):
         return self._session.global_step
+
+    @property
+    def learning_rate(self):
+        """The learning rate of the next update (the ps tasks' schedule at the global step; a
+        parameter group with its own lr scales it). Also logged to TensorBoard as learning_rate."""
+        return self._session.learning_rate
 
     @property
     def local_step(self):

@@ -285,27 +285,27 @@ TEST(DecayTest, ExponentialWithAndWithoutStaircase) {
   OptimizerConfig c = Config("rmsprop", 0.1f);
   c.decay_steps = 1000;
   c.decay_rate = 0.5f;
-  EXPECT_NEAR(DecayedLearningRate(c, 0), 0.1, 1e-8);
-  EXPECT_NEAR(DecayedLearningRate(c, 1000), 0.05, 1e-8);
-  EXPECT_NEAR(DecayedLearningRate(c, 1500), 0.1 * std::pow(0.5, 1.5), 1e-8);  // 0.0353553
-  EXPECT_NEAR(DecayedLearningRate(c, 2500), 0.1 * std::pow(0.5, 2.5), 1e-8);
-  EXPECT_NEAR(DecayedLearningRate(c, 250), 0.1 * std::pow(0.5, 0.25), 1e-8);
+  EXPECT_NEAR(LearningRateAt(c, 0), 0.1, 1e-8);
+  EXPECT_NEAR(LearningRateAt(c, 1000), 0.05, 1e-8);
+  EXPECT_NEAR(LearningRateAt(c, 1500), 0.1 * std::pow(0.5, 1.5), 1e-8);  // 0.0353553
+  EXPECT_NEAR(LearningRateAt(c, 2500), 0.1 * std::pow(0.5, 2.5), 1e-8);
+  EXPECT_NEAR(LearningRateAt(c, 250), 0.1 * std::pow(0.5, 0.25), 1e-8);
   c.staircase = true;
-  EXPECT_NEAR(DecayedLearningRate(c, 0), 0.1, 1e-8);
-  EXPECT_NEAR(DecayedLearningRate(c, 999), 0.1, 1e-8);
-  EXPECT_NEAR(DecayedLearningRate(c, 1000), 0.05, 1e-8);
-  EXPECT_NEAR(DecayedLearningRate(c, 1500), 0.05, 1e-8);
-  EXPECT_NEAR(DecayedLearningRate(c, 2500), 0.025, 1e-8);
+  EXPECT_NEAR(LearningRateAt(c, 0), 0.1, 1e-8);
+  EXPECT_NEAR(LearningRateAt(c, 999), 0.1, 1e-8);
+  EXPECT_NEAR(LearningRateAt(c, 1000), 0.05, 1e-8);
+  EXPECT_NEAR(LearningRateAt(c, 1500), 0.05, 1e-8);
+  EXPECT_NEAR(LearningRateAt(c, 2500), 0.025, 1e-8);
   c.decay_steps = 0;  // constant
-  EXPECT_FLOAT_EQ(DecayedLearningRate(c, 1000000), 0.1f);
+  EXPECT_FLOAT_EQ(LearningRateAt(c, 1000000), 0.1f);
 }
 
 TEST(MakeOptimizerTest, UnknownNameListsChoices) {
-  absl::StatusOr<std::unique_ptr<Optimizer>> opt = MakeOptimizer(Config("adamw", 0.1f));
+  absl::StatusOr<std::unique_ptr<Optimizer>> opt = MakeOptimizer(Config("lamb", 0.1f));
   ASSERT_FALSE(opt.ok());
   EXPECT_EQ(opt.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(opt.status().message(),
-            "unknown optimizer 'adamw'; choose one of sgd, momentum, adagrad, adam, rmsprop");
+            "unknown optimizer 'lamb'; choose one of sgd, momentum, adagrad, adam, adamw, rmsprop");
 }
 
 TEST(MakeOptimizerTest, RejectsBadHyperParameters) {

@@ -85,6 +85,7 @@ class WorkerSession::Impl {
     auto config = TrainingConfigFor(options_.train, cluster_.num_workers());
     if (!config.ok()) return config.status();
     config_ = *config;
+    if (options_.optimizer.has_value()) config_.optimizer = *options_.optimizer;
     auto optimizer = optim::MakeOptimizer(config_.optimizer);
     if (!optimizer.ok()) return optimizer.status();
     optimizer_ = *std::move(optimizer);
@@ -147,7 +148,7 @@ class WorkerSession::Impl {
                                                         ": stop when should_stop() is true"));
     }
     // A diverged step is not pushed (the ps would refuse its NaN gradients anyway).
-    if (!std::isfinite(loss)) return DivergedError(global_step_, loss, OptionValue(options_.train.learning_rate));
+    if (!std::isfinite(loss)) return DivergedError(global_step_, loss, config_.optimizer.learning_rate);
     ++local_step_;
     // One call per ps: the gradients go in, the variables as they stand after the update come back.
     auto pushed = client_->PushAndPull(Gradients(), global_step_, pull_into_);
@@ -170,7 +171,7 @@ class WorkerSession::Impl {
     const int64_t step_before = global_step_;
     global_step_ = pushed->global_step;
     progress_->Step(global_step_, loss, accuracy, options_.train.log_every);
-    telemetry_->OnStep(global_step_, loss, accuracy, optim::DecayedLearningRate(config_.optimizer, global_step_),
+    telemetry_->OnStep(global_step_, loss, accuracy, learning_rate(),
                        examples_per_global_step());
     if (is_chief()) {
       if (auto s = chief_->MaybeCheckpoint(global_step_); !s.ok()) log(absl::StrCat("checkpoint failed: ", s.message()));
@@ -300,6 +301,7 @@ class WorkerSession::Impl {
   const Options& options() const { return options_; }
   const dist::PlacementPlan& plan() const { return plan_; }
   int64_t global_step() const { return global_step_; }
+  float learning_rate() const { return optim::LearningRateAt(config_.optimizer, global_step_); }
   int64_t local_step() const { return local_step_; }
   int64_t examples_per_global_step() const {
     return int64_t{OptionValue(options_.train.batch_size)} * (config_.sync ? config_.replicas_to_aggregate : 1);
@@ -407,6 +409,7 @@ int WorkerSession::num_workers() const { return impl_->cluster().num_workers(); 
 int WorkerSession::num_ps() const { return impl_->cluster().num_ps(); }
 bool WorkerSession::sync() const { return impl_->config().sync; }
 int64_t WorkerSession::global_step() const { return impl_->global_step(); }
+float WorkerSession::learning_rate() const { return impl_->learning_rate(); }
 int64_t WorkerSession::local_step() const { return impl_->local_step(); }
 int64_t WorkerSession::data_step() const { return sync() ? impl_->global_step() : impl_->local_step(); }
 int64_t WorkerSession::examples_per_global_step() const { return impl_->examples_per_global_step(); }

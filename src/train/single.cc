@@ -113,7 +113,7 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
                                                     Rng::Mix(options.seed, step));
     // A diverged step is never applied: the model and the checkpoints on disk stay finite.
     if (!std::isfinite(stats.loss)) return DivergedError(step, stats.loss, *options.learning_rate);
-    const float lr = optim::DecayedLearningRate(opt_config, step);
+    const float lr = optim::LearningRateAt(opt_config, step);
     ApplyGradients(**optimizer, params, states, lr);
     progress.Step(step + 1, stats.loss, stats.accuracy, options.log_every);
     (*telemetry)->OnStep(step + 1, stats.loss, stats.accuracy, lr, *options.batch_size);

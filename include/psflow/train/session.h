@@ -55,6 +55,7 @@
 #include "absl/status/statusor.h"
 #include "psflow/core/autodiff.h"
 #include "psflow/core/tensor.h"
+#include "psflow/optim/optimizer.h"
 #include "psflow/train/options.h"
 #include "psflow/train/summary.h"
 
@@ -105,6 +106,9 @@ class WorkerSession {
     // (with the current values in its buffers), logs "eval at global step S: name=value ..." and
     // writes the values to TensorBoard at step S. Null: no evaluation during training.
     std::function<absl::StatusOr<SessionEval>()> evaluate;
+    // The ps tasks' update rule, parameter groups and learning-rate schedule, instead of the
+    // flags' (--optimizer, --learning_rate, --lr_decay_*): psflow.optim's. Checked by Create.
+    std::optional<optim::OptimizerConfig> optimizer;
   };
 
   // Checks the options and the parameters (non-null values, distinct non-empty names, gradient
@@ -134,6 +138,9 @@ class WorkerSession {
   int num_ps() const;
   bool sync() const;
   int64_t global_step() const;
+  // The learning rate of the next update (optim::LearningRateAt at the global step; parameter
+  // groups scale their own from it).
+  float learning_rate() const;
   // Step() calls so far (including ones spent on recovery).
   int64_t local_step() const;
   // The global batch this worker's next batch is sliced from (docs/design.md#data-order): the

@@ -18,6 +18,24 @@ wire::TrainingConfig ToWire(const TrainingConfig& c) {
   o->set_decay_steps(c.optimizer.decay_steps);
   o->set_decay_rate(c.optimizer.decay_rate);
   o->set_staircase(c.optimizer.staircase);
+  o->set_convention(c.optimizer.convention);
+  o->set_nesterov(c.optimizer.nesterov);
+  o->set_adagrad_epsilon(c.optimizer.adagrad_epsilon);
+  o->set_weight_decay(c.optimizer.weight_decay);
+  for (const optim::ParameterGroup& g : c.optimizer.groups) {
+    wire::ParameterGroup* wg = o->add_groups();
+    for (const std::string& v : g.variables) wg->add_variables(v);
+    if (g.learning_rate.has_value()) wg->set_learning_rate(*g.learning_rate);
+    wg->set_lr_scale(g.lr_scale);
+    if (g.weight_decay.has_value()) wg->set_weight_decay(*g.weight_decay);
+  }
+  o->set_schedule(c.optimizer.schedule);
+  o->set_cosine_steps(c.optimizer.cosine_steps);
+  o->set_min_learning_rate(c.optimizer.min_learning_rate);
+  for (int64_t b : c.optimizer.boundaries) o->add_boundaries(b);
+  for (float v : c.optimizer.values) o->add_values(v);
+  o->set_warmup_steps(c.optimizer.warmup_steps);
+  o->set_warmup_start_factor(c.optimizer.warmup_start_factor);
   w.set_sync(c.sync);
   w.set_replicas_to_aggregate(c.replicas_to_aggregate);
   w.set_total_num_replicas(c.total_num_replicas);
@@ -43,6 +61,24 @@ TrainingConfig FromWire(const wire::TrainingConfig& w) {
   c.optimizer.decay_steps = o.decay_steps();
   c.optimizer.decay_rate = o.decay_rate();
   c.optimizer.staircase = o.staircase();
+  if (!o.convention().empty()) c.optimizer.convention = o.convention();
+  c.optimizer.nesterov = o.nesterov();
+  c.optimizer.adagrad_epsilon = o.adagrad_epsilon();
+  c.optimizer.weight_decay = o.weight_decay();
+  for (const wire::ParameterGroup& wg : o.groups()) {
+    optim::ParameterGroup& g = c.optimizer.groups.emplace_back();
+    g.variables.assign(wg.variables().begin(), wg.variables().end());
+    if (wg.has_learning_rate()) g.learning_rate = wg.learning_rate();
+    g.lr_scale = wg.lr_scale();
+    if (wg.has_weight_decay()) g.weight_decay = wg.weight_decay();
+  }
+  if (!o.schedule().empty()) c.optimizer.schedule = o.schedule();
+  c.optimizer.cosine_steps = o.cosine_steps();
+  c.optimizer.min_learning_rate = o.min_learning_rate();
+  c.optimizer.boundaries.assign(o.boundaries().begin(), o.boundaries().end());
+  c.optimizer.values.assign(o.values().begin(), o.values().end());
+  c.optimizer.warmup_steps = o.warmup_steps();
+  c.optimizer.warmup_start_factor = o.warmup_start_factor();
   c.sync = w.sync();
   c.replicas_to_aggregate = w.replicas_to_aggregate();
   c.total_num_replicas = w.total_num_replicas();

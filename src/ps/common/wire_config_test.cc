@@ -30,7 +30,19 @@ void FillDistinct(pb::Message* m, int* k) {
   const pb::Reflection* r = m->GetReflection();
   for (int i = 0; i < d->field_count(); ++i) {
     const pb::FieldDescriptor* f = d->field(i);
-    ASSERT_FALSE(f->is_repeated()) << f->full_name() << ": extend FillDistinct for repeated fields";
+    if (f->is_repeated()) {  // two distinct elements
+      for (int e = 0; e < 2; ++e) {
+        const int v = ++*k;
+        switch (f->cpp_type()) {
+          case pb::FieldDescriptor::CPPTYPE_INT64: r->AddInt64(m, f, (int64_t{1} << 40) + v); break;
+          case pb::FieldDescriptor::CPPTYPE_FLOAT: r->AddFloat(m, f, 0.5f + v); break;
+          case pb::FieldDescriptor::CPPTYPE_STRING: r->AddString(m, f, "value" + std::to_string(v)); break;
+          case pb::FieldDescriptor::CPPTYPE_MESSAGE: FillDistinct(r->AddMessage(m, f), k); break;
+          default: FAIL() << f->full_name() << ": extend FillDistinct for repeated fields of its type";
+        }
+      }
+      continue;
+    }
     const int v = ++*k;
     switch (f->cpp_type()) {
       case pb::FieldDescriptor::CPPTYPE_INT32: r->SetInt32(m, f, 100 + v); break;
@@ -66,6 +78,12 @@ void Set(float& x, int v) { x = 0.5f + v; }
 void Set(double& x, int v) { x = 0.25 + v; }
 void Set(bool& x, int) { x = true; }  // every bool of these structs defaults to false
 void Set(std::string& x, int v) { x = "value" + std::to_string(v); }
+void Set(std::vector<int64_t>& x, int v) { x = {int64_t{1} << 40, v}; }
+void Set(std::vector<float>& x, int v) { x = {0.5f, 0.25f + v}; }
+void Set(std::vector<optim::ParameterGroup>& x, int v) {
+  x = {optim::ParameterGroup{{"a", "b" + std::to_string(v)}, 0.5f + v, 2.0f, std::nullopt},
+       optim::ParameterGroup{{"c"}, std::nullopt, 1.5f, 0.25f + v}};
+}
 
 TEST(WireConfigTest, TrainingConfigFromTheWireAndBack) { ExpectProtoRoundTrip<wire::TrainingConfig>(); }
 
@@ -75,34 +93,51 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
   TrainingConfig c;
   // Exactly the struct's fields: adding one breaks this line until it is converted and listed.
   auto& [optimizer, sync, replicas, total, train_steps, timeout, initial_step] = c;
-  auto& [name, lr, momentum, init_acc, beta1, beta2, adam_eps, rms_decay, rms_momentum, rms_eps, decay_steps,
-         decay_rate, staircase] = optimizer;
+  auto& [name, convention, lr, momentum, nesterov, init_acc, adagrad_eps, beta1, beta2, adam_eps, rms_decay,
+         rms_momentum, rms_eps, weight_decay, groups, schedule, decay_steps, decay_rate, staircase, cosine_steps,
+         min_lr, boundaries, values, warmup_steps, warmup_start] = optimizer;
   EXPECT_EQ(wire::TrainingConfig::descriptor()->field_count(), 7);
-  EXPECT_EQ(wire::OptimizerConfig::descriptor()->field_count(), 13);
+  EXPECT_EQ(wire::OptimizerConfig::descriptor()->field_count(), 25);
   int k = 0;
-  Set(name, ++k), Set(lr, ++k), Set(momentum, ++k), Set(init_acc, ++k), Set(beta1, ++k), Set(beta2, ++k);
-  Set(adam_eps, ++k), Set(rms_decay, ++k), Set(rms_momentum, ++k), Set(rms_eps, ++k), Set(decay_steps, ++k);
-  Set(decay_rate, ++k), Set(staircase, ++k);
+  Set(name, ++k), Set(convention, ++k), Set(lr, ++k), Set(momentum, ++k), Set(nesterov, ++k), Set(init_acc, ++k);
+  Set(adagrad_eps, ++k), Set(beta1, ++k), Set(beta2, ++k), Set(adam_eps, ++k), Set(rms_decay, ++k);
+  Set(rms_momentum, ++k), Set(rms_eps, ++k), Set(weight_decay, ++k), Set(groups, ++k), Set(schedule, ++k);
+  Set(decay_steps, ++k), Set(decay_rate, ++k), Set(staircase, ++k), Set(cosine_steps, ++k), Set(min_lr, ++k);
+  Set(boundaries, ++k), Set(values, ++k), Set(warmup_steps, ++k), Set(warmup_start, ++k);
   Set(sync, ++k), Set(replicas, ++k), Set(total, ++k), Set(train_steps, ++k), Set(timeout, ++k);
   Set(initial_step, ++k);
 
   const TrainingConfig back = FromWire(ToWire(c));
   const auto& [b_optimizer, b_sync, b_replicas, b_total, b_train_steps, b_timeout, b_initial_step] = back;
-  const auto& [b_name, b_lr, b_momentum, b_init_acc, b_beta1, b_beta2, b_adam_eps, b_rms_decay, b_rms_momentum,
-               b_rms_eps, b_decay_steps, b_decay_rate, b_staircase] = b_optimizer;
+  const auto& [b_name, b_convention, b_lr, b_momentum, b_nesterov, b_init_acc, b_adagrad_eps, b_beta1, b_beta2,
+               b_adam_eps, b_rms_decay, b_rms_momentum, b_rms_eps, b_weight_decay, b_groups, b_schedule,
+               b_decay_steps, b_decay_rate, b_staircase, b_cosine_steps, b_min_lr, b_boundaries, b_values,
+               b_warmup_steps, b_warmup_start] = b_optimizer;
   EXPECT_EQ(b_name, name);
+  EXPECT_EQ(b_convention, convention);
   EXPECT_EQ(b_lr, lr);
   EXPECT_EQ(b_momentum, momentum);
+  EXPECT_EQ(b_nesterov, nesterov);
   EXPECT_EQ(b_init_acc, init_acc);
+  EXPECT_EQ(b_adagrad_eps, adagrad_eps);
   EXPECT_EQ(b_beta1, beta1);
   EXPECT_EQ(b_beta2, beta2);
   EXPECT_EQ(b_adam_eps, adam_eps);
   EXPECT_EQ(b_rms_decay, rms_decay);
   EXPECT_EQ(b_rms_momentum, rms_momentum);
   EXPECT_EQ(b_rms_eps, rms_eps);
+  EXPECT_EQ(b_weight_decay, weight_decay);
+  EXPECT_TRUE(b_groups == groups);
+  EXPECT_EQ(b_schedule, schedule);
   EXPECT_EQ(b_decay_steps, decay_steps);
   EXPECT_EQ(b_decay_rate, decay_rate);
   EXPECT_EQ(b_staircase, staircase);
+  EXPECT_EQ(b_cosine_steps, cosine_steps);
+  EXPECT_EQ(b_min_lr, min_lr);
+  EXPECT_EQ(b_boundaries, boundaries);
+  EXPECT_EQ(b_values, values);
+  EXPECT_EQ(b_warmup_steps, warmup_steps);
+  EXPECT_EQ(b_warmup_start, warmup_start);
   EXPECT_EQ(b_sync, sync);
   EXPECT_EQ(b_replicas, replicas);
   EXPECT_EQ(b_total, total);

@@ -29,6 +29,13 @@ absl::StatusOr<std::shared_ptr<PsServer::Impl::Model>> PsServer::Impl::NewModel(
   absl::StatusOr<std::unique_ptr<optim::Optimizer>> optimizer = optim::MakeOptimizer(model->config.optimizer);
   if (!optimizer.ok()) return optimizer.status();
   model->optimizer = *std::move(optimizer);
+  for (const optim::ParameterGroup& group : model->config.optimizer.groups) {
+    if (group.variables.empty()) continue;
+    auto rule = optim::MakeOptimizer(optim::ConfigForVariable(model->config.optimizer, group.variables[0]));
+    if (!rule.ok()) return rule.status();
+    for (const std::string& v : group.variables) model->rule_by_variable[v] = rule->get();
+    model->group_rules.push_back(*std::move(rule));
+  }
   if (model->config.sync && (model->config.replicas_to_aggregate < 1 ||
                              model->config.total_num_replicas < model->config.replicas_to_aggregate)) {
     return absl::InvalidArgumentError(
@@ -46,6 +53,10 @@ void PsServer::Impl::AddShard(Model& model, const wire::ShardInfo& info, FloatBu
   const Shape shape(info.shape().begin(), info.shape().end());
   auto shard = std::make_shared<Shard>(info.name(), shape, std::move(values), std::move(state));
   model.by_name[info.name()] = shard;
+  if (auto it = model.rule_by_variable.find(info.variable().empty() ? info.name() : info.variable());
+      it != model.rule_by_variable.end()) {
+    model.rule_by_shard[shard.get()] = it->second;
+  }
   model.shards.push_back(std::move(shard));
   model.shard_infos.push_back(info);
   model.num_params += NumElements(shape);

@@ -111,8 +111,10 @@ void PsServer::Impl::PushInAsyncMode(const Model& m, std::vector<ShardGradient>&
     } while (!step_.compare_exchange_weak(step, step + 1, std::memory_order_acq_rel));
     ++step;
   }
-  const float lr = optim::DecayedLearningRate(m.config.optimizer, header.step_tag());
-  for (ShardGradient& g : gradients) g.shard->Apply(g, *m.optimizer, lr);
+  for (ShardGradient& g : gradients) {
+    const optim::Optimizer& rule = m.RuleFor(g.shard);
+    g.shard->Apply(g, rule, optim::LearningRateAt(rule.config(), header.step_tag()));
+  }
   responder.Respond(
       PushAnswer(pulls, m.holds_global_step && !header.more_parts() ? step : step_.load(), /*stale=*/false));
 }
@@ -124,8 +126,10 @@ SyncAccumulator::Config PsServer::Impl::SyncConfig(std::shared_ptr<const Model> 
   c.timeout = absl::Seconds(model->config.sync_timeout_secs);
   c.expected_workers = ExpectedWorkers(*model);
   c.apply = [model](int count, int64_t step) {
-    const float lr = optim::DecayedLearningRate(model->config.optimizer, step);
-    for (const std::shared_ptr<Shard>& shard : model->shards) shard->ApplyAccumulated(count, *model->optimizer, lr);
+    for (const std::shared_ptr<Shard>& shard : model->shards) {
+      const optim::Optimizer& rule = model->RuleFor(shard.get());
+      shard->ApplyAccumulated(count, rule, optim::LearningRateAt(rule.config(), step));
+    }
   };
   return c;
 }

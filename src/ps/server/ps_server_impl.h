@@ -50,6 +50,11 @@ class PsServer::Impl final : public rpc::Handler {
     TrainingConfig config;
     wire::TrainingConfig config_wire;
     std::unique_ptr<optim::Optimizer> optimizer;
+    // Parameter groups (optim::ParameterGroup): one rule per group, and the rule of each shard of
+    // a grouped variable; other shards use `optimizer`.
+    std::vector<std::unique_ptr<optim::Optimizer>> group_rules;
+    absl::flat_hash_map<std::string, const optim::Optimizer*> rule_by_variable;
+    absl::flat_hash_map<const Shard*, const optim::Optimizer*> rule_by_shard;
     std::vector<std::shared_ptr<Shard>> shards;
     absl::flat_hash_map<std::string, std::shared_ptr<Shard>> by_name;
     std::vector<wire::ShardInfo> shard_infos;
@@ -58,6 +63,12 @@ class PsServer::Impl final : public rpc::Handler {
     bool holds_global_step = false;
     int64_t num_params = 0;
     uint64_t sync_epoch = 0;  // sync mode: the accumulator's epoch of this model (its Push)
+
+    // The rule that updates `shard` (its config gives the learning rate: optim::LearningRateAt).
+    const optim::Optimizer& RuleFor(const Shard* shard) const {
+      auto it = rule_by_shard.find(shard);
+      return it == rule_by_shard.end() ? *optimizer : *it->second;
+    }
   };
 
   // A model bigger than the chief's part size, staged part by part (ps_initialize.cc).

@@ -212,7 +212,7 @@ TEST(AsyncPushTest, AdamMatchesTheOptimizerAppliedLocallyWithDecayByStepTag) {
   for (int k = 0; k < 3; ++k) {
     const Tensor g = Filled({5, 3}, 0.1f * (k + 1), -0.03f);
     ASSERT_TRUE(client->Push({{"w", &g, nullptr}}, tags[k]).ok());
-    const float lr = optim::DecayedLearningRate(config.optimizer, tags[k]);
+    const float lr = optim::LearningRateAt(config.optimizer, tags[k]);
     for (size_t s = 0; s < plan.shards.size(); ++s) {
       const int64_t begin = plan.shards[s].offset * 3, n = NumElements(plan.shards[s].shape);
       (*optimizer)->ApplyDense(expected.data() + begin, g.data() + begin, n, states[s], lr);

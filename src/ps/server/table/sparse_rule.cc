@@ -72,6 +72,17 @@ PSFLOW_DISPATCH void RmsPropRow(float* __restrict w, float* __restrict ms, float
 
 absl::StatusOr<SparseRule> SparseRule::Make(const SparseRuleConfig& config) {
   const std::string& name = config.optimizer.name;
+  {
+    // The row rules are TensorFlow's kernels without weight decay or parameter groups; refuse
+    // rather than ignore what psflow.optim can set for dense variables.
+    const optim::OptimizerConfig& o = config.optimizer;
+    if (o.convention != "tensorflow" || o.weight_decay != 0.0f || o.nesterov || !o.groups.empty() ||
+        name == "adamw") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sparse optimizer '", name, "': embedding tables update rows with TensorFlow's rules only "
+          "(no torch convention, adamw, weight_decay, nesterov or parameter groups)"));
+    }
+  }
   if (name == "ftrl") {
     const optim::OptimizerConfig& o = config.optimizer;
     if (!(o.learning_rate > 0.0f) || !std::isfinite(o.learning_rate)) {
@@ -111,7 +122,7 @@ absl::StatusOr<SparseRule> SparseRule::Make(const SparseRuleConfig& config) {
 }
 
 float SparseRule::LearningRate(int64_t global_step) const {
-  return optim::DecayedLearningRate(config_.optimizer, global_step);
+  return optim::LearningRateAt(config_.optimizer, global_step);
 }
 
 void SparseRule::InitSlots(float* slots, int64_t dim) const {

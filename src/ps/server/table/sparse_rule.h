@@ -44,7 +44,7 @@ class SparseRule {
   // Whether the rule reads the row's own update count (lazy adam): tables keep one per row then.
   bool needs_row_steps() const { return kind_ == SparseRuleKind::kAdam; }
 
-  // The learning rate at `global_step` (optim::DecayedLearningRate of the config).
+  // The learning rate at `global_step` (optim::LearningRateAt of the config).
   float LearningRate(int64_t global_step) const;
   // A new row's slots: slots[k·dim, (k+1)·dim) = slot k's initial value.
   void InitSlots(float* slots, int64_t dim) const;
