@@ -64,6 +64,14 @@ constexpr Flag kFlags[] = {
    AtLeast(0, "0 (no decay) or positive"), &M::lr_decay_steps},
   {"lr_decay_rate", &O::lr_decay_rate, "decay factor per period", kPositiveNumber, &M::lr_decay_rate},
   {"lr_staircase", &O::lr_staircase, "decay in discrete steps"},
+  // Embedding tables.
+  {"sparse_optimizer", &O::sparse_optimizer, "the tables' rule: sgd | momentum | adagrad | adam | rmsprop | ftrl "
+   "(empty: --optimizer)", OneOf("sgd momentum adagrad adam rmsprop ftrl", "one of sgd, momentum, adagrad, adam, "
+   "rmsprop, ftrl")},
+  {"ftrl_l1", &O::ftrl_l1, "FTRL's L1 regularization strength (tables)", Finite(AtLeast(0, "0 or positive"))},
+  {"ftrl_l2", &O::ftrl_l2, "FTRL's L2 regularization strength (tables)", Finite(AtLeast(0, "0 or positive"))},
+  {"sparse_sync_mean", &O::sparse_sync_mean, "sync: a table row's gradient sum divided by the gradients applied "
+   "(workers) or by those holding the row (row_count)", OneOf("workers row_count", "workers or row_count")},
   // Synchronous replicas.
   {"sync_replicas", &O::sync_replicas, "synchronous training (SyncReplicasOptimizer)"},
   {"replicas_to_aggregate", &O::replicas_to_aggregate, "gradients averaged per sync step (0: the number of workers)",

@@ -35,6 +35,13 @@ struct TrainOptions {
   std::optional<int64_t> lr_decay_steps;
   std::optional<float> lr_decay_rate;
   bool lr_staircase = false;
+  // Embedding tables' update rule (docs/tables.md): empty means the --optimizer's; ftrl is a
+  // table-only rule with its L1/L2 strengths; a sync step's row mean divides by the gradients
+  // applied ("workers") or by those that held the row ("row_count", TF's).
+  std::string sparse_optimizer;
+  double ftrl_l1 = 0;
+  double ftrl_l2 = 0;
+  std::string sparse_sync_mean = "workers";
 
   // Synchronous replicas; 0 means "the number of workers".
   bool sync_replicas = false;
