@@ -75,6 +75,10 @@ absl::StatusOr<ps::TrainingConfig> TrainingConfigFor(const TrainOptions& options
       options.replicas_to_aggregate > 0 ? options.replicas_to_aggregate : config.total_num_replicas;
   config.train_steps = *options.train_steps;
   config.sync_timeout_secs = options.sync_timeout_secs;
+  config.sparse_optimizer = options.sparse_optimizer;
+  config.ftrl_l1 = static_cast<float>(options.ftrl_l1);
+  config.ftrl_l2 = static_cast<float>(options.ftrl_l2);
+  config.sparse_sync_mean = options.sparse_sync_mean;
   if (config.sync && config.replicas_to_aggregate > config.total_num_replicas) {
     return absl::InvalidArgumentError(absl::StrCat("--replicas_to_aggregate=", config.replicas_to_aggregate,
                                                    " exceeds --total_num_replicas=", config.total_num_replicas));

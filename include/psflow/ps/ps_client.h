@@ -52,6 +52,30 @@ struct Gradient {
   const RowSparse* sparse = nullptr;
 };
 
+// One table's rows in a step's call (docs/tables.md): `ids` unique (dedup the batch first), global
+// (a fixed table's in [0, N)); `rows` the pull's destination [ids, dim] (filled by the call), or
+// `grads` a push's gradient rows [ids, dim] (summed per unique id). Borrowed: they must stay alive,
+// untouched, until the call completes.
+struct TableRowsRef {
+  std::string table;
+  const std::vector<int64_t>* ids = nullptr;
+  Tensor* rows = nullptr;
+  const Tensor* grads = nullptr;
+};
+
+// The tables' part of one step; it rides in the same call per ps task as the dense variables.
+// With a Pull: `pulls` are read now. With a push: `pushes` are applied like the dense gradients
+// (async: at once; sync: summed over the step's quorum in worker order, divided as
+// --sparse_sync_mean says) and `pulls` are a prefetch: their rows are read after the push was
+// applied (sync: after its step) and come back with the push's answer — one round trip per step.
+// The client validates everything before sending (an unknown table, rows not [ids, dim], a repeated
+// id, a fixed table's id outside [0, N), a NaN/Inf gradient): InvalidArgument naming the table,
+// nothing applied on any ps task.
+struct TableStep {
+  std::vector<TableRowsRef> pulls;
+  std::vector<TableRowsRef> pushes;
+};
+
 // True for the status of a call that reached a ps task which lost its variables (restarted).
 bool IsPsRestarted(const absl::Status& status);
 // That ps task's index, or -1 when the status is not IsPsRestarted.
@@ -122,6 +146,11 @@ class PsClient {
   absl::StatusOr<int64_t> Pull(const std::vector<std::pair<std::string, Tensor*>>& out);
   void PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out,
                  std::function<void(absl::StatusOr<int64_t>)> done);
+  // The same, with the tables' rows (`tables.pulls`; `tables.pushes` must be empty) in the same
+  // call per ps task.
+  absl::StatusOr<int64_t> Pull(const std::vector<std::pair<std::string, Tensor*>>& out, const TableStep& tables);
+  void PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out, const TableStep& tables,
+                 std::function<void(absl::StatusOr<int64_t>)> done);
   // Rows of axis 0 of one variable: a [rows.size(), other dims...] tensor.
   absl::StatusOr<Tensor> PullRows(const std::string& variable, const std::vector<int64_t>& rows);
 
@@ -143,6 +172,16 @@ class PsClient {
                                          const std::vector<std::pair<std::string, Tensor*>>& out);
   void PushAndPullAsync(const std::vector<Gradient>& grads, int64_t step_tag,
                         const std::vector<std::pair<std::string, Tensor*>>& out,
+                        std::function<void(absl::StatusOr<PushResult>)> done);
+
+  // A step with tables (see TableStep): dense gradients and table gradient rows pushed, the dense
+  // `out` and the tables' prefetch pulled after it, in one call per ps task (a session drives a
+  // step with this one call). `out` may be empty.
+  absl::StatusOr<PushResult> PushAndPull(const std::vector<Gradient>& grads, int64_t step_tag,
+                                         const std::vector<std::pair<std::string, Tensor*>>& out,
+                                         const TableStep& tables);
+  void PushAndPullAsync(const std::vector<Gradient>& grads, int64_t step_tag,
+                        const std::vector<std::pair<std::string, Tensor*>>& out, const TableStep& tables,
                         std::function<void(absl::StatusOr<PushResult>)> done);
 
   // The whole model for a checkpoint: every variable of the plan (in plan order) assembled from

@@ -180,7 +180,13 @@ absl::Status PsClient::Impl::Initialize(const ModelSnapshot& state, TrainingConf
 
 absl::Status PsClient::Impl::InitializeTasks(const std::vector<int>& tasks,
                                              const absl::flat_hash_map<std::string, InitSource>& given,
-                                             bool with_slots, const TrainingConfig& config) {
+                                             bool with_slots, const TrainingConfig& given_config) {
+  // The plan's tables, declared to every ps task (never their values: each ps computes its rows).
+  TrainingConfig config = given_config;
+  config.tables.clear();
+  for (const dist::TablePlacement& t : options_.plan.tables) {
+    config.tables.push_back({t.spec, t.layout.num_shards});
+  }
   const wire::TrainingConfig config_wire = ToWire(config);
   const std::string signature = options_.plan.ModelSignature();
   const uint64_t fingerprint = options_.plan.ModelFingerprint();
@@ -198,6 +204,15 @@ absl::Status PsClient::Impl::InitializeTasks(const std::vector<int>& tasks,
     init.set_holds_global_step(k == gs_ps());
     init.set_with_slots(with_slots);
     init.set_client_id(client_id_);
+    for (const dist::TablePlacement& t : options_.plan.tables) {
+      for (const dist::TableShardSpec& shard : t.shards) {
+        if (shard.ps_task != k) continue;
+        wire::TableShardInfo* info = init.add_table_shards();
+        info->set_table(t.spec.name);
+        info->set_shard(shard.shard_index);
+        info->set_num_ps(num_ps());
+      }
+    }
     std::vector<rpc::OutgoingTensor> tensors;
     for (const dist::ShardSpec* shard : options_.plan.ShardsOn(k)) {
       const InitSource& source = given.at(shard->variable);

@@ -1,54 +1,121 @@
 #include "ps/common/wire_config.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace psflow::ps {
+namespace {
+
+void OptimizerToWire(const optim::OptimizerConfig& c, wire::OptimizerConfig* o) {
+  o->set_name(c.name);
+  o->set_learning_rate(c.learning_rate);
+  o->set_momentum(c.momentum);
+  o->set_initial_accumulator(c.initial_accumulator);
+  o->set_beta1(c.beta1);
+  o->set_beta2(c.beta2);
+  o->set_adam_epsilon(c.adam_epsilon);
+  o->set_rms_decay(c.rms_decay);
+  o->set_rms_momentum(c.rms_momentum);
+  o->set_rms_epsilon(c.rms_epsilon);
+  o->set_decay_steps(c.decay_steps);
+  o->set_decay_rate(c.decay_rate);
+  o->set_staircase(c.staircase);
+}
+
+optim::OptimizerConfig OptimizerFromWire(const wire::OptimizerConfig& o) {
+  optim::OptimizerConfig c;
+  c.name = o.name();
+  c.learning_rate = o.learning_rate();
+  c.momentum = o.momentum();
+  c.initial_accumulator = o.initial_accumulator();
+  c.beta1 = o.beta1();
+  c.beta2 = o.beta2();
+  c.adam_epsilon = o.adam_epsilon();
+  c.rms_decay = o.rms_decay();
+  c.rms_momentum = o.rms_momentum();
+  c.rms_epsilon = o.rms_epsilon();
+  c.decay_steps = o.decay_steps();
+  c.decay_rate = o.decay_rate();
+  c.staircase = o.staircase();
+  return c;
+}
+
+}  // namespace
+
+wire::TableConfig ToWire(const TableDeclaration& d) {
+  wire::TableConfig w;
+  const dist::TableSpec& t = d.spec;
+  w.set_name(t.name);
+  w.set_dim(t.dim);
+  w.set_dynamic(t.dynamic);
+  w.set_num_embeddings(t.num_embeddings);
+  w.set_num_shards(d.num_shards);
+  { const std::string_view name = dist::TableStrategyName(t.strategy); w.set_strategy(std::string(name.data(), name.size())); }
+  w.set_initializer(t.initializer);
+  w.set_seed(t.seed);
+  w.set_admit_after(t.admit_after);
+  w.set_steps_to_live(t.steps_to_live);
+  w.set_max_rows(t.max_rows);
+  w.set_evict_every(t.evict_every);
+  return w;
+}
+
+absl::StatusOr<TableDeclaration> FromWire(const wire::TableConfig& w) {
+  TableDeclaration d;
+  dist::TableSpec& t = d.spec;
+  t.name = w.name();
+  t.dim = w.dim();
+  t.dynamic = w.dynamic();
+  t.num_embeddings = w.num_embeddings();
+  d.num_shards = w.num_shards();
+  absl::StatusOr<dist::TableStrategy> strategy = dist::ParseTableStrategy(w.strategy());
+  if (!strategy.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("table '", w.name(), "': ", strategy.status().message()));
+  }
+  t.strategy = *strategy;
+  t.initializer = w.initializer();
+  t.seed = w.seed();
+  t.admit_after = w.admit_after();
+  t.steps_to_live = w.steps_to_live();
+  t.max_rows = w.max_rows();
+  t.evict_every = w.evict_every();
+  return d;
+}
 
 wire::TrainingConfig ToWire(const TrainingConfig& c) {
   wire::TrainingConfig w;
-  wire::OptimizerConfig* o = w.mutable_optimizer();
-  o->set_name(c.optimizer.name);
-  o->set_learning_rate(c.optimizer.learning_rate);
-  o->set_momentum(c.optimizer.momentum);
-  o->set_initial_accumulator(c.optimizer.initial_accumulator);
-  o->set_beta1(c.optimizer.beta1);
-  o->set_beta2(c.optimizer.beta2);
-  o->set_adam_epsilon(c.optimizer.adam_epsilon);
-  o->set_rms_decay(c.optimizer.rms_decay);
-  o->set_rms_momentum(c.optimizer.rms_momentum);
-  o->set_rms_epsilon(c.optimizer.rms_epsilon);
-  o->set_decay_steps(c.optimizer.decay_steps);
-  o->set_decay_rate(c.optimizer.decay_rate);
-  o->set_staircase(c.optimizer.staircase);
+  OptimizerToWire(c.optimizer, w.mutable_optimizer());
   w.set_sync(c.sync);
   w.set_replicas_to_aggregate(c.replicas_to_aggregate);
   w.set_total_num_replicas(c.total_num_replicas);
   w.set_train_steps(c.train_steps);
   w.set_sync_timeout_secs(c.sync_timeout_secs);
   w.set_initial_global_step(c.initial_global_step);
+  for (const TableDeclaration& t : c.tables) *w.add_tables() = ToWire(t);
+  w.set_sparse_optimizer(c.sparse_optimizer);
+  w.set_ftrl_l1(c.ftrl_l1);
+  w.set_ftrl_l2(c.ftrl_l2);
+  w.set_sparse_sync_mean(c.sparse_sync_mean);
   return w;
 }
 
 TrainingConfig FromWire(const wire::TrainingConfig& w) {
   TrainingConfig c;
-  const wire::OptimizerConfig& o = w.optimizer();
-  c.optimizer.name = o.name();
-  c.optimizer.learning_rate = o.learning_rate();
-  c.optimizer.momentum = o.momentum();
-  c.optimizer.initial_accumulator = o.initial_accumulator();
-  c.optimizer.beta1 = o.beta1();
-  c.optimizer.beta2 = o.beta2();
-  c.optimizer.adam_epsilon = o.adam_epsilon();
-  c.optimizer.rms_decay = o.rms_decay();
-  c.optimizer.rms_momentum = o.rms_momentum();
-  c.optimizer.rms_epsilon = o.rms_epsilon();
-  c.optimizer.decay_steps = o.decay_steps();
-  c.optimizer.decay_rate = o.decay_rate();
-  c.optimizer.staircase = o.staircase();
+  c.optimizer = OptimizerFromWire(w.optimizer());
   c.sync = w.sync();
   c.replicas_to_aggregate = w.replicas_to_aggregate();
   c.total_num_replicas = w.total_num_replicas();
   c.train_steps = w.train_steps();
   c.sync_timeout_secs = w.sync_timeout_secs();
   c.initial_global_step = w.initial_global_step();
+  for (const wire::TableConfig& t : w.tables()) {
+    // A bad strategy keeps the default here; the ps refuses it at Initialize (TablesOf).
+    absl::StatusOr<TableDeclaration> d = FromWire(t);
+    c.tables.push_back(d.ok() ? *std::move(d) : TableDeclaration{});
+  }
+  c.sparse_optimizer = w.sparse_optimizer();
+  c.ftrl_l1 = w.ftrl_l1();
+  c.ftrl_l2 = w.ftrl_l2();
+  c.sparse_sync_mean = w.sparse_sync_mean();
   return c;
 }
 
@@ -63,6 +130,18 @@ wire::StatsResponse ToWire(const PsTaskStats& s) {
   w.set_pushes_refused(s.pushes_refused);
   w.set_calls_unauthenticated(s.calls_unauthenticated);
   w.set_connected_workers(s.connected_workers);
+  for (const TableTaskStats& t : s.tables) {
+    wire::TableStatsWire* o = w.add_tables();
+    o->set_table(t.table);
+    o->set_rows(t.rows);
+    o->set_pending_ids(t.pending_ids);
+    o->set_bytes(t.bytes);
+    o->set_admissions(t.admissions);
+    o->set_evictions(t.evictions);
+    o->set_rows_pulled(t.rows_pulled);
+    o->set_rows_pushed(t.rows_pushed);
+    o->set_rows_dropped(t.rows_dropped);
+  }
   return w;
 }
 
@@ -77,6 +156,17 @@ PsTaskStats FromWire(const wire::StatsResponse& w) {
   s.pushes_refused = w.pushes_refused();
   s.calls_unauthenticated = w.calls_unauthenticated();
   s.connected_workers = w.connected_workers();
+  for (const wire::TableStatsWire& o : w.tables()) {
+    s.tables.push_back({.table = o.table(),
+                        .rows = o.rows(),
+                        .pending_ids = o.pending_ids(),
+                        .bytes = o.bytes(),
+                        .admissions = o.admissions(),
+                        .evictions = o.evictions(),
+                        .rows_pulled = o.rows_pulled(),
+                        .rows_pushed = o.rows_pushed(),
+                        .rows_dropped = o.rows_dropped()});
+  }
   return s;
 }
 
