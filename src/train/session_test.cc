@@ -61,7 +61,7 @@ TEST(WorkerSessionTest, DrivesOneWorkerOverCallerOwnedBuffers) {
   }
   EXPECT_TRUE(session.ShouldStop());
   EXPECT_TRUE(absl::IsFailedPrecondition(session.Step(1.0)));
-  auto summary = session.Close([] { return SessionEval{0.5, 1.5, 0.25, 2.5, {}}; });
+  auto summary = session.Close([] { return SessionEval{0.5, 1.5, 0.25, 2.5, {}, std::nullopt}; });
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->global_step, 3);
   EXPECT_EQ(summary->model, "external");

@@ -39,11 +39,13 @@ struct TrainingConfig {
   // Embedding tables (docs/tables.md): their declarations (never values), and the sparse update
   // rule applied to their rows: --sparse_optimizer's name (empty: optimizer.name) with the
   // hyper-parameters of `optimizer` (learning rate and its decay, momentum, betas, ...), FTRL's
-  // regularization, and the sync mean of a row's gradients ("workers" or "row_count").
+  // regularization, its own learning rate, and the sync mean of a row's gradients ("workers" or "row_count").
   std::vector<TableDeclaration> tables;
   std::string sparse_optimizer;
   float ftrl_l1 = 0.0f, ftrl_l2 = 0.0f;
   std::string sparse_sync_mean = "workers";
+  // The rule's initial learning rate (--sparse_learning_rate; decayed as optimizer's); 0: optimizer's.
+  float sparse_learning_rate = 0.0f;
 };
 
 // One variable's whole state, independent of how it is partitioned: its full value, each optimizer

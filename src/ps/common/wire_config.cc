@@ -95,6 +95,7 @@ wire::TrainingConfig ToWire(const TrainingConfig& c) {
   w.set_ftrl_l1(c.ftrl_l1);
   w.set_ftrl_l2(c.ftrl_l2);
   w.set_sparse_sync_mean(c.sparse_sync_mean);
+  w.set_sparse_learning_rate(c.sparse_learning_rate);
   return w;
 }
 
@@ -116,6 +117,7 @@ TrainingConfig FromWire(const wire::TrainingConfig& w) {
   c.ftrl_l1 = w.ftrl_l1();
   c.ftrl_l2 = w.ftrl_l2();
   c.sparse_sync_mean = w.sparse_sync_mean();
+  c.sparse_learning_rate = w.sparse_learning_rate();
   return c;
 }
 

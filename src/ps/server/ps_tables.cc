@@ -38,6 +38,7 @@ table::SparseRuleConfig SparseRuleOf(const TrainingConfig& config) {
   table::SparseRuleConfig rule;
   rule.optimizer = config.optimizer;
   if (!config.sparse_optimizer.empty()) rule.optimizer.name = config.sparse_optimizer;
+  if (config.sparse_learning_rate > 0.0f) rule.optimizer.learning_rate = config.sparse_learning_rate;
   rule.ftrl_l1 = config.ftrl_l1;
   rule.ftrl_l2 = config.ftrl_l2;
   return rule;

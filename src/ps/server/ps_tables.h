@@ -49,7 +49,7 @@ struct TableBlock {
 };
 
 // The sparse rule of a training config: --sparse_optimizer (its name empty: the dense optimizer)
-// with --ftrl_l1/--ftrl_l2.
+// with its learning rate (--sparse_learning_rate; 0: the optimizer's) and --ftrl_l1/--ftrl_l2.
 table::SparseRuleConfig SparseRuleOf(const TrainingConfig& config);
 
 class PsTables {
