@@ -65,9 +65,9 @@ constexpr Flag kFlags[] = {
   {"lr_decay_rate", &O::lr_decay_rate, "decay factor per period", kPositiveNumber, &M::lr_decay_rate},
   {"lr_staircase", &O::lr_staircase, "decay in discrete steps"},
   // Embedding tables.
+  // (checked in ResolveTrainOptions: its empty default means --optimizer's rule)
   {"sparse_optimizer", &O::sparse_optimizer, "the tables' rule: sgd | momentum | adagrad | adam | rmsprop | ftrl "
-   "(empty: --optimizer)", OneOf("sgd momentum adagrad adam rmsprop ftrl", "one of sgd, momentum, adagrad, adam, "
-   "rmsprop, ftrl")},
+   "(empty: --optimizer's)"},
   {"ftrl_l1", &O::ftrl_l1, "FTRL's L1 regularization strength (tables)", Finite(AtLeast(0, "0 or positive"))},
   {"ftrl_l2", &O::ftrl_l2, "FTRL's L2 regularization strength (tables)", Finite(AtLeast(0, "0 or positive"))},
   {"sparse_sync_mean", &O::sparse_sync_mean, "sync: a table row's gradient sum divided by the gradients applied "

@@ -23,6 +23,15 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
   }
   auto optimizer = optim::MakeOptimizer(OptimizerConfigFrom(*o));
   if (!optimizer.ok()) return optimizer.status();
+  if (!o->sparse_optimizer.empty()) {
+    bool known = false;
+    for (const char* rule : {"sgd", "momentum", "adagrad", "adam", "rmsprop", "ftrl"}) known |= o->sparse_optimizer == rule;
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat("--sparse_optimizer=", o->sparse_optimizer,
+                                                     " must be one of sgd, momentum, adagrad, adam, rmsprop, ftrl "
+                                                     "(or empty: --optimizer's rule)"));
+    }
+  }
   return absl::OkStatus();
 }
 
