@@ -234,10 +234,14 @@ class WorkerSession::Impl {
     telemetry_->OnFinal(summary.global_step, summary.validation_accuracy, summary.test_accuracy);
     if (auto stats = client_->Stats(); stats.ok()) {
       for (const ps::PsTaskStats& s : *stats) {
-        summary.ps_traffic.push_back({s.task, s.bytes_in, s.bytes_out, s.num_params});
+        std::vector<TableTraffic> tables;
+        for (const ps::TableTaskStats& t : s.tables) {
+          tables.push_back({t.table, t.rows, t.bytes, t.rows_pulled, t.rows_pushed, t.admissions, t.evictions});
+        }
         if (summary.ctr.has_value()) {
           for (const ps::TableTaskStats& t : s.tables) summary.ctr->table_rows += t.rows;
         }
+        summary.ps_traffic.push_back({s.task, s.bytes_in, s.bytes_out, s.num_params, std::move(tables)});
         // Every ps drops the same stale push; count it once, where the global step lives.
         if (s.task == plan_.global_step_ps) summary.stale_gradients_dropped = s.stale_gradients_dropped;
       }

@@ -544,6 +544,14 @@ absl::Status PsClient::InitializePs(int ps_task, const ModelSnapshot& state, con
   return impl_->Initialize(state, config, {ps_task});
 }
 absl::StatusOr<ModelSnapshot> PsClient::PullState() { return impl_->PullState(); }
+absl::Status PsClient::Initialize(const ModelSnapshot& state, const TrainingConfig& config,
+                                  const std::vector<std::pair<std::string, TablePartSource>>& tables) {
+  return impl_->Initialize(state, config, impl_->AllTasks(), &tables);
+}
+absl::Status PsClient::ScanTable(const std::string& table, int64_t max_rows,
+                                 const std::function<absl::Status(TableRowsPart part)>& sink) {
+  return impl_->ScanTable(table, max_rows, sink);
+}
 absl::Status PsClient::WaitForInitialization(double timeout_secs) { return impl_->WaitForInitialization(timeout_secs); }
 absl::StatusOr<bool> PsClient::IsInitialized() { return impl_->IsInitialized(); }
 

@@ -167,6 +167,12 @@ absl::Status PsClient::Impl::Initialize(const std::vector<std::pair<std::string,
 
 absl::Status PsClient::Impl::Initialize(const ModelSnapshot& state, TrainingConfig config,
                                         const std::vector<int>& tasks) {
+  return Initialize(state, std::move(config), tasks, nullptr);
+}
+
+absl::Status PsClient::Impl::Initialize(const ModelSnapshot& state, TrainingConfig config,
+                                        const std::vector<int>& tasks,
+                                        const std::vector<std::pair<std::string, TablePartSource>>* tables) {
   absl::StatusOr<std::unique_ptr<optim::Optimizer>> optimizer = optim::MakeOptimizer(config.optimizer);
   if (!optimizer.ok()) return optimizer.status();
   if (absl::Status s = ValidateSnapshot(state, options_.plan, (*optimizer)->slot_names().size()); !s.ok()) {
@@ -175,12 +181,13 @@ absl::Status PsClient::Impl::Initialize(const ModelSnapshot& state, TrainingConf
   absl::flat_hash_map<std::string, InitSource> sources;
   for (const VariableSnapshot& v : state.variables) sources[v.name] = {&v.value, &v.slots, v.updates};
   config.initial_global_step = state.global_step;
-  return InitializeTasks(tasks, sources, /*with_slots=*/true, config);
+  return InitializeTasks(tasks, sources, /*with_slots=*/true, config, tables);
 }
 
 absl::Status PsClient::Impl::InitializeTasks(const std::vector<int>& tasks,
                                              const absl::flat_hash_map<std::string, InitSource>& given,
-                                             bool with_slots, const TrainingConfig& given_config) {
+                                             bool with_slots, const TrainingConfig& given_config,
+                                             const std::vector<std::pair<std::string, TablePartSource>>* tables) {
   // The plan's tables, declared to every ps task (never their values: each ps computes its rows).
   TrainingConfig config = given_config;
   config.tables.clear();
@@ -260,6 +267,11 @@ absl::Status PsClient::Impl::InitializeTasks(const std::vector<int>& tasks,
                     nullptr, retrier_.get());
   }
   if (!s.ok()) return s;
+  if (tables != nullptr) {
+    for (const auto& [name, source] : *tables) {
+      if (absl::Status t = LoadTable(name, source); !t.ok()) return t;
+    }
+  }
   SetConfig(config);
   std::vector<rpc::OutgoingMessage> marks(channels.size(), rpc::OutgoingMessage::Of(wire::MarkInitializedRequest()));
   return CallAndWait(channels, rpc::Method::kMarkInitialized, std::move(marks), Control(options_.rpc_timeout_secs),

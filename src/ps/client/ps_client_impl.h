@@ -99,8 +99,17 @@ class PsClient::Impl {
   };
 
   // Initializes the given ps tasks (validated sources for every variable), then marks them initialized.
+  // `tables` (or null): the tables' rows loaded after the Initialize calls, before marking.
   absl::Status InitializeTasks(const std::vector<int>& tasks, const absl::flat_hash_map<std::string, InitSource>& given,
-                               bool with_slots, const TrainingConfig& config);
+                               bool with_slots, const TrainingConfig& config,
+                               const std::vector<std::pair<std::string, TablePartSource>>* tables = nullptr);
+  absl::Status Initialize(const ModelSnapshot& state, TrainingConfig config, const std::vector<int>& tasks,
+                          const std::vector<std::pair<std::string, TablePartSource>>* tables);
+
+  // Tables in checkpoints (table_checkpoint.cc).
+  absl::Status ScanTable(const std::string& table, int64_t max_rows,
+                         const std::function<absl::Status(TableRowsPart part)>& sink);
+  absl::Status LoadTable(const std::string& table, const TablePartSource& source);
 
   absl::StatusOr<ModelSnapshot> PullState();
   absl::Status WaitForInitialization(double timeout_secs);

@@ -35,11 +35,23 @@ rpc::OutgoingMessage PsServer::Impl::PushAnswer(const std::vector<std::shared_pt
 
 void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Responder responder) {
   std::shared_ptr<const Model> m = model();
+  wire::PushRequest header;
+  if (absl::Status s = request.ParseHeader(&header); !s.ok()) return responder.Respond(s);
+  if (m != nullptr && header.table_load_size() > 0) {
+    // The chief restoring tables: after Initialize, before MarkInitialized (a retry stores the
+    // same rows again, which Load allows).
+    if (initialized()) {
+      return responder.Respond(absl::FailedPreconditionError("table rows loaded after MarkInitialized"));
+    }
+    absl::Status s = m->tables->Load(header.table_load(), request);
+    if (!s.ok()) return responder.Respond(absl::InvalidArgumentError(absl::StrCat("restore: ", s.message())));
+    wire::PushResponse answer;
+    answer.set_step(step_.load());
+    return responder.Respond(rpc::OutgoingMessage::Of(answer));
+  }
   if (m == nullptr || !initialized()) {
     return responder.Respond(absl::FailedPreconditionError(kNotInitializedMessage));
   }
-  wire::PushRequest header;
-  if (absl::Status s = request.ParseHeader(&header); !s.ok()) return responder.Respond(s);
   // A retried push (its answer was lost) is answered with the first answer, never applied twice.
   std::optional<rpc::Responder> admitted =
       dedup_.Admit(header.client_id(), header.seq(), std::move(responder), [m, &header](const std::string& first) {
@@ -89,6 +101,7 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
     } else {
       valid = it->second->DecodeGradient(request, i, &gradients[i]);
       gradients[i].client_id = header.client_id();
+      gradients[i].worker = header.worker_index();
       if (valid.ok() && gradients[i].slice && (m->config.sync || header.client_id() == 0)) {
         valid = absl::InvalidArgumentError(absl::StrCat(
             "slice of shard '", name, "': only async pushes from clients with an id come in parts"));

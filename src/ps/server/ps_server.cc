@@ -160,6 +160,15 @@ void PsServer::Impl::HandlePull(const rpc::IncomingMessage& request, rpc::Respon
   }
   wire::PullRequest pull;
   if (absl::Status s = request.ParseHeader(&pull); !s.ok()) return responder.Respond(s);
+  if (pull.has_table_scan()) {
+    wire::PullResponse header;
+    header.set_step(step_.load(std::memory_order_acquire));
+    rpc::OutgoingMessage response;
+    absl::Status s = m->tables->ScanPart(pull.table_scan(), header.step(), header.mutable_scan(), &response);
+    if (!s.ok()) return responder.Respond(s);
+    response.header = header.SerializeAsString();
+    return responder.Respond(std::move(response));
+  }
   absl::StatusOr<std::vector<TableBlock>> table_pulls = m->tables->Decode(pull.table_pulls(), nullptr, 0);
   if (!table_pulls.ok()) return responder.Respond(table_pulls.status());
   if (pull.slices_size() > 0) {

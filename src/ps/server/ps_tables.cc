@@ -210,4 +210,104 @@ std::vector<TableTaskStats> PsTables::Stats() const {
   return out;
 }
 
+namespace {
+
+std::string Int64Bytes(const std::vector<int64_t>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+}
+
+bool BytesToInt64(const std::string& bytes, size_t n, std::vector<int64_t>* out) {
+  if (bytes.size() != n * sizeof(int64_t)) return false;
+  out->resize(n);
+  if (n > 0) std::memcpy(out->data(), bytes.data(), bytes.size());
+  return true;
+}
+
+void AddRows(const std::string& name, int64_t n, int64_t dim, std::vector<float> rows, rpc::OutgoingMessage* out,
+             int slot) {
+  auto owner = std::make_shared<std::vector<float>>(std::move(rows));
+  rpc::OutgoingTensor t;
+  t.meta.set_name(name);
+  t.meta.add_shape(n);
+  t.meta.add_shape(dim);
+  t.meta.set_slot(slot);
+  t.data = owner->data();
+  t.num_floats = static_cast<int64_t>(owner->size());
+  t.owner = std::move(owner);
+  out->tensors.push_back(std::move(t));
+}
+
+}  // namespace
+
+absl::Status PsTables::ScanPart(const wire::TableScan& scan, int64_t global_step, wire::TableScanPart* part,
+                                rpc::OutgoingMessage* out) {
+  absl::MutexLock lock(&scans_mu_);
+  auto it = scans_.find(scan.scan_id());
+  if (it == scans_.end()) {
+    TableState* t = Find(scan.table());
+    if (t == nullptr) return Bad(scan.table(), absl::StrCat("no such table shard on ps task ", ps_task_));
+    t->shard->RemoveNow(global_step);  // evicted rows are not saved
+    it = scans_.emplace(scan.scan_id(), OpenScan{t, t->shard->Scan()}).first;
+  } else if (it->second.table->name != scan.table()) {
+    return Bad(scan.table(), absl::StrCat("scan ", scan.scan_id(), " reads '", it->second.table->name, "'"));
+  }
+  table::RowsPart rows;
+  const bool more = it->second.scan->Next(std::max<int64_t>(scan.max_rows(), 1), &rows);
+  TableState* t = it->second.table;
+  const int64_t n = static_cast<int64_t>(rows.ids.size());
+  part->mutable_rows()->set_table(t->name);
+  part->mutable_rows()->set_ids(Int64Bytes(rows.ids));
+  part->mutable_rows()->set_last_step(Int64Bytes(rows.last_step));
+  part->mutable_rows()->set_count(Int64Bytes(rows.count));
+  part->set_done(!more);
+  AddRows(t->name, n, t->dim, std::move(rows.values), out, 0);
+  for (size_t k = 0; k < rows.slots.size(); ++k) {
+    AddRows(t->name, n, t->dim, std::move(rows.slots[k]), out, static_cast<int>(k) + 1);
+  }
+  if (!more) scans_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status PsTables::Load(const google::protobuf::RepeatedPtrField<wire::TableRows>& blocks,
+                            const rpc::IncomingMessage& message) {
+  int i = 0;
+  for (const wire::TableRows& block : blocks) {
+    TableState* t = Find(block.table());
+    if (t == nullptr) return Bad(block.table(), absl::StrCat("no such table shard on ps task ", ps_task_));
+    const int slots = t->shard->rule().num_slots();
+    table::RowsPart part;
+    const size_t n = block.ids().size() / sizeof(int64_t);
+    if (!BytesToInt64(block.ids(), n, &part.ids) || !BytesToInt64(block.last_step(), n, &part.last_step) ||
+        !BytesToInt64(block.count(), n, &part.count)) {
+      return Bad(block.table(), "checkpoint rows whose ids, last steps and counts differ in number");
+    }
+    if (i + 1 + slots > message.num_tensors()) {
+      return Bad(block.table(), absl::StrCat("checkpoint rows without their values and ", slots,
+                                             " slots (saved with another --sparse_optimizer?)"));
+    }
+    auto read = [&](std::vector<float>* to) -> absl::Status {
+      if (message.meta(i).name() != block.table() || message.num_floats(i) != static_cast<int64_t>(n) * t->dim) {
+        return Bad(block.table(), absl::StrCat("checkpoint rows of ", message.num_floats(i), " floats for ", n,
+                                               " ids of dim ", t->dim, " (saved with another dim?)"));
+      }
+      to->resize(static_cast<size_t>(message.num_floats(i)));
+      if (!to->empty()) message.CopyTo(i, to->data());
+      ++i;
+      return absl::OkStatus();
+    };
+    if (absl::Status s = read(&part.values); !s.ok()) return s;
+    part.slots.resize(static_cast<size_t>(slots));
+    for (int k = 0; k < slots; ++k) {
+      if (absl::Status s = read(&part.slots[k]); !s.ok()) return s;
+    }
+    if (absl::Status s = t->shard->Load(part); !s.ok()) return s;
+  }
+  if (i != message.num_tensors()) {
+    return absl::InvalidArgumentError(absl::StrCat("table load: ", message.num_tensors() - i,
+                                                   " tensors beyond the blocks' rows (saved with another "
+                                                   "--sparse_optimizer?)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace psflow::ps

@@ -87,7 +87,23 @@ class PsTables {
 
   std::vector<TableTaskStats> Stats() const;
 
+  // Checkpoints. A part of a scan (its first call runs a removal pass at `global_step`): the rows
+  // into `part` (ids, last_step, count) and `out`'s tensors (values, then each slot).
+  absl::Status ScanPart(const wire::TableScan& scan, int64_t global_step, wire::TableScanPart* part,
+                        rpc::OutgoingMessage* out) ABSL_LOCKS_EXCLUDED(scans_mu_);
+  // Stores checkpoint rows (PushRequest.table_load; tensors from `first_tensor` on: per block the
+  // values, then each slot). InvalidArgument naming the table (a wrong dim or slot count, an id
+  // this shard does not own, ...); the blocks before the bad one are stored.
+  absl::Status Load(const google::protobuf::RepeatedPtrField<wire::TableRows>& blocks,
+                    const rpc::IncomingMessage& message);
+
  private:
+  struct OpenScan {
+    TableState* table = nullptr;
+    std::unique_ptr<table::RowScan> scan;
+  };
+  mutable absl::Mutex scans_mu_;
+  absl::flat_hash_map<uint64_t, OpenScan> scans_ ABSL_GUARDED_BY(scans_mu_);
   table::SparseSyncMean mean_ = table::SparseSyncMean::kWorkers;
   int ps_task_ = 0;
   std::vector<std::shared_ptr<TableState>> list_;
