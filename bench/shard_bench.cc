@@ -115,6 +115,7 @@ void BM_ShardSyncStepDense(benchmark::State& state) {
         state.SkipWithError(std::string(s.message()).c_str());
         return;
       }
+      g.worker = w;  // summed in worker order when the step applies (ps/server/shard.h)
       shard->Accumulate(g);
     }
     shard->ApplyAccumulated(workers, *optimizer, 1e-3f);

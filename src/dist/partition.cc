@@ -173,9 +173,13 @@ double PlacementPlan::MaxOverMeanBytes() const {
   return static_cast<double>(max) * static_cast<double>(bytes_per_ps.size()) / static_cast<double>(total);
 }
 
+std::string FormatTables(const PlacementPlan& plan);     // table_placement.cc
+std::string TablesSignature(const PlacementPlan& plan);  // table_placement.cc
+
 std::string PlacementPlan::ModelSignature() const {
   std::string out;
   for (const VariableSpec& v : variables) absl::StrAppend(&out, v.name, ShapeToString(v.shape), "\n");
+  absl::StrAppend(&out, TablesSignature(*this));
   return out;
 }
 
@@ -188,6 +192,7 @@ std::string PlacementPlan::Format() const {
     absl::StrAppendFormat(&out, "%-32s %-14s %10d bytes -> /job:ps/task:%d\n", s.name, ShapeToString(s.shape),
                           s.bytes(), s.ps_task);
   }
+  absl::StrAppend(&out, FormatTables(*this));
   for (int p = 0; p < num_ps; ++p) {
     absl::StrAppendFormat(&out, "/job:ps/task:%d holds %d bytes, %d parameters\n", p, bytes_per_ps[p],
                           params_per_ps[p]);

@@ -170,6 +170,12 @@ absl::Status DeclarePsflowMetrics(MetricsRegistry& registry) {
       {kStaleGradientsDropped, Type::kCounter, "Gradients dropped for being too stale.", {}},
       {kPushesRefused, Type::kCounter, "Gradient pushes refused by the parameter servers.", {}},
       {kConnectedWorkers, Type::kGauge, "Workers currently connected.", {}},
+      {kTableRows, Type::kGauge, "Rows of an embedding table held by parameter-server task ps.", {"ps", "table"}},
+      {kTableBytes, Type::kGauge, "Bytes of an embedding table held by parameter-server task ps.", {"ps", "table"}},
+      {kTableRowsPulled, Type::kCounter, "Embedding table rows answered to pulls by task ps.", {"ps", "table"}},
+      {kTableRowsPushed, Type::kCounter, "Embedding table gradient rows received by task ps.", {"ps", "table"}},
+      {kTableAdmissions, Type::kCounter, "Embedding table rows created on task ps.", {"ps", "table"}},
+      {kTableEvictions, Type::kCounter, "Embedding table rows removed by eviction on task ps.", {"ps", "table"}},
   };
   for (const auto& m : kMetrics) {
     if (absl::Status status = registry.Declare(m.name, m.type, m.help, m.labels); !status.ok()) return status;

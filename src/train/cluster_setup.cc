@@ -85,6 +85,17 @@ absl::StatusOr<dist::PlacementPlan> PlanFor(const std::vector<dist::VariableSpec
   return dist::PlanPlacement(variables, *partitioner, *placement, num_ps);
 }
 
+absl::StatusOr<dist::PlacementPlan> PlanFor(const std::vector<dist::VariableSpec>& variables,
+                                            const std::vector<dist::TableSpec>& tables, const TrainOptions& options,
+                                            int num_ps) {
+  auto plan = PlanFor(variables, options, num_ps);
+  if (!plan.ok() || tables.empty()) return plan;
+  auto partitioner = dist::ParsePartitioner(options.partitioner);
+  auto placement = dist::ParsePlacement(options.placement);
+  if (absl::Status s = dist::PlanTables(tables, *partitioner, *placement, &*plan); !s.ok()) return s;
+  return plan;
+}
+
 absl::StatusOr<ps::TrainingConfig> TrainingConfigFor(const TrainOptions& options, int num_workers) {
   ps::TrainingConfig config;
   config.optimizer = OptimizerConfigFrom(options);
@@ -94,6 +105,11 @@ absl::StatusOr<ps::TrainingConfig> TrainingConfigFor(const TrainOptions& options
       options.replicas_to_aggregate > 0 ? options.replicas_to_aggregate : config.total_num_replicas;
   config.train_steps = *options.train_steps;
   config.sync_timeout_secs = options.sync_timeout_secs;
+  config.sparse_optimizer = options.sparse_optimizer;
+  config.ftrl_l1 = static_cast<float>(options.ftrl_l1);
+  config.ftrl_l2 = static_cast<float>(options.ftrl_l2);
+  config.sparse_sync_mean = options.sparse_sync_mean;
+  config.sparse_learning_rate = options.sparse_learning_rate.value_or(0.0f);
   if (config.sync && config.replicas_to_aggregate > config.total_num_replicas) {
     return absl::InvalidArgumentError(absl::StrCat("--replicas_to_aggregate=", config.replicas_to_aggregate,
                                                    " exceeds --total_num_replicas=", config.total_num_replicas));

@@ -41,6 +41,10 @@ absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options,
 absl::StatusOr<dist::PlacementPlan> PlanFor(const nn::Model& model, const TrainOptions& options, int num_ps);
 absl::StatusOr<dist::PlacementPlan> PlanFor(const std::vector<dist::VariableSpec>& variables,
                                             const TrainOptions& options, int num_ps);
+// The same with embedding tables placed after the variables (dist::PlanTables).
+absl::StatusOr<dist::PlacementPlan> PlanFor(const std::vector<dist::VariableSpec>& variables,
+                                            const std::vector<dist::TableSpec>& tables, const TrainOptions& options,
+                                            int num_ps);
 // Names and shapes of parameters.
 std::vector<dist::VariableSpec> VariableSpecsOf(const std::vector<Var>& params);
 

@@ -14,46 +14,79 @@
 namespace psflow::train {
 namespace {
 
-constexpr int kNumDense = 13;  // D, as Criteo's (the generator's default)
-// Tables' initial rows: N(0, 0.05²) truncated at 2 stddev, a function of (table seed, id).
-constexpr float kInitStddev = 0.05f;
+constexpr int kNumDense = kCtrNumDense;
 // Test examples are scored this many at a time.
 constexpr int64_t kEvalChunk = 8192;
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(const TrainOptions& options,
-                                                              std::vector<int64_t> vocab_sizes) {
-  std::unique_ptr<CtrTrainer> t(new CtrTrainer());
-  t->options_ = options;
+dist::TableSpec CtrTableSpec(const TrainOptions& options, int field) {
+  dist::TableSpec spec;
+  spec.name = nn::CtrModel::TableName(field);
+  spec.dim = options.ctr_dim;
+  spec.dynamic = options.ctr_vocab == 0;
+  spec.num_embeddings = options.ctr_vocab;
+  spec.strategy = dist::TableStrategy::kDiv;
+  spec.initializer = "truncated_normal:0:0.05";
+  spec.seed = Rng::Mix(options.seed, 0x7ab1e000 + field);
+  return spec;
+}
+
+absl::StatusOr<data::CtrGenerator> MakeCtrGenerator(const TrainOptions& options, std::vector<int64_t> vocab_sizes) {
   data::CtrConfig data_config;
   data_config.seed = options.seed;
   data_config.num_fields = options.ctr_fields;
   data_config.num_dense = kNumDense;
   data_config.vocab_sizes = std::move(vocab_sizes);
-  auto generator = data::CtrGenerator::Create(data_config);
-  if (!generator.ok()) return generator.status();
-  t->generator_ = std::make_unique<data::CtrGenerator>(*std::move(generator));
+  return data::CtrGenerator::Create(data_config);
+}
 
+absl::StatusOr<std::unique_ptr<nn::CtrModel>> MakeCtrModel(const TrainOptions& options) {
   nn::CtrModelConfig model_config;
   model_config.num_dense = kNumDense;
   model_config.num_fields = options.ctr_fields;
   model_config.dim = options.ctr_dim;
   model_config.seed = options.seed;
-  auto model = nn::CtrModel::Create(model_config);
+  return nn::CtrModel::Create(model_config);
+}
+
+void CtrTableIds(const TrainOptions& options, const int64_t* ids, int64_t batch,
+                 std::vector<std::vector<int64_t>>* columns) {
+  const int fields = options.ctr_fields;
+  columns->resize(fields);
+  for (int f = 0; f < fields; ++f) {
+    std::vector<int64_t>& column = (*columns)[f];
+    column.resize(batch);
+    for (int64_t i = 0; i < batch; ++i) {
+      const int64_t id = ids[i * fields + f];
+      column[i] = options.ctr_vocab > 0 ? id % options.ctr_vocab : id;  // the hashing trick for fixed tables
+    }
+  }
+}
+
+absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(const TrainOptions& options,
+                                                              std::vector<int64_t> vocab_sizes) {
+  std::unique_ptr<CtrTrainer> t(new CtrTrainer());
+  t->options_ = options;
+  auto generator = MakeCtrGenerator(options, std::move(vocab_sizes));
+  if (!generator.ok()) return generator.status();
+  t->generator_ = std::make_unique<data::CtrGenerator>(*std::move(generator));
+  auto model = MakeCtrModel(options);
   if (!model.ok()) return model.status();
   t->model_ = *std::move(model);
 
   const ps::table::SparseRuleConfig rule = SparseRuleConfigFrom(options);
   for (int f = 0; f < options.ctr_fields; ++f) {
+    const dist::TableSpec spec = CtrTableSpec(options, f);
     ps::table::TableConfig table;
-    table.name = nn::CtrModel::TableName(f);
-    table.dim = options.ctr_dim;
-    table.kind = options.ctr_vocab > 0 ? ps::table::TableKind::kFixed : ps::table::TableKind::kDynamic;
-    table.layout = {options.ctr_vocab > 0 ? options.ctr_vocab : 1, 1, dist::TableStrategy::kDiv};
-    table.initializer.kind = ps::table::InitKind::kTruncatedNormal;
-    table.initializer.stddev = kInitStddev;
-    table.seed = Rng::Mix(options.seed, 0x7ab1e000 + f);
+    table.name = spec.name;
+    table.dim = spec.dim;
+    table.kind = spec.dynamic ? ps::table::TableKind::kDynamic : ps::table::TableKind::kFixed;
+    table.layout = {spec.dynamic ? 1 : spec.num_embeddings, 1, spec.strategy};
+    auto initializer = ps::table::ParseInitializer(spec.initializer);
+    if (!initializer.ok()) return initializer.status();
+    table.initializer = *initializer;
+    table.seed = spec.seed;
     auto shard = ps::table::MakeTableShard(table, rule, /*shard=*/0, /*num_ps=*/1);
     if (!shard.ok()) return shard.status();
     t->tables_.push_back(*std::move(shard));
@@ -132,22 +165,21 @@ absl::StatusOr<CtrTrainer::StepResult> CtrTrainer::Step(int64_t step) {
   return result;
 }
 
-absl::StatusOr<CtrFigures> CtrTrainer::Evaluate(int64_t n) const {
-  auto test = generator_->TestSet(n);
+absl::StatusOr<CtrFigures> EvaluateCtrModel(const TrainOptions& options, const data::CtrGenerator& generator,
+                                            const nn::CtrModel& model, int64_t n, const CtrRowSource& rows) {
+  auto test = generator.TestSet(n);
   if (!test.ok()) return test.status();
   auto bayes = data::BayesMetrics(*test);
   if (!bayes.ok()) return bayes.status();
   std::vector<double> probabilities(n);
-  std::vector<nn::UniqueIds> unique(tables_.size());
-  const int fields = options_.ctr_fields;
+  std::vector<std::vector<int64_t>> columns;
+  const int fields = options.ctr_fields;
   for (int64_t first = 0; first < n; first += kEvalChunk) {
     const int64_t count = std::min(kEvalChunk, n - first);
-    DedupFields(test->ids.data() + first * fields, count, &unique);
-    auto rows = GatherRows(unique, /*trainable=*/false);
-    if (!rows.ok()) return rows.status();
-    std::vector<nn::FieldRows> field_rows;
-    for (size_t f = 0; f < rows->size(); ++f) field_rows.push_back({(*rows)[f], unique[f].index});
-    Var logits = model_->Logits(test->dense.data() + first * kNumDense, count, field_rows);
+    CtrTableIds(options, test->ids.data() + first * fields, count, &columns);
+    auto field_rows = rows(columns);
+    if (!field_rows.ok()) return field_rows.status();
+    Var logits = model.Logits(test->dense.data() + first * kNumDense, count, *field_rows);
     for (int64_t i = 0; i < count; ++i) probabilities[first + i] = 1.0 / (1.0 + std::exp(-double{logits->value[i]}));
   }
   auto log_loss = data::LogLoss(test->labels, probabilities);
@@ -160,7 +192,25 @@ absl::StatusOr<CtrFigures> CtrTrainer::Evaluate(int64_t n) const {
   figures.test_auc = *auc;
   figures.bayes_log_loss = bayes->log_loss;
   figures.bayes_auc = bayes->auc;
-  for (const auto& table : tables_) figures.table_rows += table->stats().rows;
+  return figures;
+}
+
+absl::StatusOr<CtrFigures> CtrTrainer::Evaluate(int64_t n) const {
+  std::vector<nn::UniqueIds> unique(tables_.size());
+  auto figures = EvaluateCtrModel(
+      options_, *generator_, *model_, n,
+      [&](const std::vector<std::vector<int64_t>>& columns) -> absl::StatusOr<std::vector<nn::FieldRows>> {
+        for (size_t f = 0; f < tables_.size(); ++f) {
+          nn::DedupIds(columns[f].data(), static_cast<int64_t>(columns[f].size()), 1, &unique[f]);
+        }
+        auto rows = GatherRows(unique, /*trainable=*/false);
+        if (!rows.ok()) return rows.status();
+        std::vector<nn::FieldRows> field_rows;
+        for (size_t f = 0; f < rows->size(); ++f) field_rows.push_back({(*rows)[f], unique[f].index});
+        return field_rows;
+      });
+  if (!figures.ok()) return figures.status();
+  for (const auto& table : tables_) figures->table_rows += table->stats().rows;
   return figures;
 }
 

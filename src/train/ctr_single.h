@@ -10,11 +10,13 @@
 #define PSFLOW_SRC_TRAIN_CTR_SINGLE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "ps/server/table/table_shard.h"
+#include "psflow/dist/partition.h"
 #include "psflow/data/ctr.h"
 #include "psflow/nn/ctr_model.h"
 #include "psflow/optim/optimizer.h"
@@ -23,6 +25,29 @@
 #include "psflow/train/train.h"
 
 namespace psflow::train {
+
+// The ctr model's pieces shared by the single-process trainer and the distributed worker
+// (train/ctr_worker.cc), so both train the same model on the same data.
+inline constexpr int kCtrNumDense = 13;  // D, as Criteo's (the generator's default)
+// Field f's table: [--ctr_vocab, --ctr_dim] fixed div (ids taken mod N), or dynamic when
+// --ctr_vocab=0; rows N(0, 0.05²) truncated at 2 stddev from (seed, f).
+dist::TableSpec CtrTableSpec(const TrainOptions& options, int field);
+// The generator (`vocab_sizes` empty: data::DefaultCtrVocabSizes) and the network of the options.
+absl::StatusOr<data::CtrGenerator> MakeCtrGenerator(const TrainOptions& options, std::vector<int64_t> vocab_sizes = {});
+absl::StatusOr<std::unique_ptr<nn::CtrModel>> MakeCtrModel(const TrainOptions& options);
+// The table ids of a batch's field columns (ids [batch, F] row-major): column f of field f,
+// taken mod --ctr_vocab for fixed tables, into columns[f].
+void CtrTableIds(const TrainOptions& options, const int64_t* ids, int64_t batch,
+                 std::vector<std::vector<int64_t>>* columns);
+
+// Each field's rows for a chunk of examples whose table ids are `columns` (one per field): the
+// unique rows and each example's index among them (the indices must live until the next call).
+using CtrRowSource =
+    std::function<absl::StatusOr<std::vector<nn::FieldRows>>(const std::vector<std::vector<int64_t>>& columns)>;
+// Test log-loss and AUC of `model` with the rows `rows` gives on the generator's first `n` test
+// examples, beside their Bayes values (table_rows left 0).
+absl::StatusOr<CtrFigures> EvaluateCtrModel(const TrainOptions& options, const data::CtrGenerator& generator,
+                                            const nn::CtrModel& model, int64_t n, const CtrRowSource& rows);
 
 class CtrTrainer {
  public:
@@ -74,6 +99,12 @@ class CtrTrainer {
 // and returns the summary with its ctr figures. Checkpoints are not written in this mode yet
 // (--checkpoint_dir is refused with one line saying so).
 absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, const LogSink& log);
+
+// `psflow train --model=ctr --job_name=worker`: a worker of a cluster (worker 0 is the chief)
+// driving a WorkerSession with the model's dense layers as parameters and its fields' tables as
+// session tables (on the ps tasks, whose sparse rules update them), on the generator's stream of
+// this worker (train/ctr_worker.cc). The chief evaluates the final model on the test set.
+absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSink& log);
 
 }  // namespace psflow::train
 

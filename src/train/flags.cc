@@ -81,6 +81,8 @@ constexpr Flag kFlags[] = {
   {"ctr_fields", &O::ctr_fields, "ctr model: categorical fields, one table each", Between(1, 1000, "between 1 and 1000")},
   {"ctr_dim", &O::ctr_dim, "ctr model: embedding dimension", Between(1, 256, "between 1 and 256")},
   {"ctr_test_examples", &O::ctr_test_examples, "ctr model: examples of the fixed test set", kPositive},
+  {"sparse_sync_mean", &O::sparse_sync_mean, "sync: a table row's gradient sum divided by the gradients applied "
+   "(workers) or by those holding the row (row_count)", OneOf("workers row_count", "workers or row_count")},
   // Synchronous replicas.
   {"sync_replicas", &O::sync_replicas, "synchronous training (SyncReplicasOptimizer)"},
   {"replicas_to_aggregate", &O::replicas_to_aggregate, "gradients averaged per sync step (0: the number of workers)",

@@ -61,6 +61,7 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log,
       const ps::PsTaskStats s = (*server)->Stats();
       (*telemetry)->OnPsStats(s.task, s.global_step, s.bytes_in, s.bytes_out, s.stale_gradients_dropped,
                               s.pushes_refused, s.connected_workers);
+      (*telemetry)->OnPsTableStats(s.task, s.global_step, s.tables);
     }
   });
   absl::Status status = (*server)->Wait();
@@ -70,6 +71,7 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log,
   const ps::PsTaskStats stats = (*server)->Stats();
   (*telemetry)->OnPsStats(stats.task, stats.global_step, stats.bytes_in, stats.bytes_out,
                           stats.stale_gradients_dropped, stats.pushes_refused, stats.connected_workers);
+  (*telemetry)->OnPsTableStats(stats.task, stats.global_step, stats.tables);
   if (status.ok()) {
     log(absl::StrCat("ps task ", setup->task.index, " done at global step ", stats.global_step, ": ",
                      stats.num_params, " params, ", TrafficText(stats, (*server)->ReportedStats())));

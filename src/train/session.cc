@@ -12,8 +12,10 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "psflow/nn/ctr_model.h"
 #include "psflow/ps/ps_client.h"
 #include "psflow/train/train.h"
+#include "core/check.h"
 #include "train/chief.h"
 #include "train/cluster_setup.h"
 #include "train/option_value.h"
@@ -58,8 +60,11 @@ absl::Status WaitForChief(ps::PsClient& client, double timeout_secs) {
 
 class WorkerSession::Impl {
  public:
-  Impl(Options options, std::vector<SessionParameter> params)
-      : options_(std::move(options)), params_(std::move(params)) {
+  Impl(Options options, std::vector<SessionParameter> params, std::vector<SessionTable> tables)
+      : options_(std::move(options)), params_(std::move(params)), tables_(std::move(tables)) {
+    batches_.resize(tables_.size());
+    prefetched_.resize(tables_.size());
+    for (SessionTable& t : tables_) t.spec.name = t.name;
     if (options_.model_name.empty()) options_.model_name = options_.train.model;
     if (!options_.log) options_.log = [](const std::string& line) { std::cout << line << std::endl; };
     for (const SessionParameter& p : params_) {
@@ -79,7 +84,9 @@ class WorkerSession::Impl {
     }
     cluster_ = setup->cluster;
     index_ = setup->task.index;
-    auto plan = PlanFor(variables_, options_.train, cluster_.num_ps());
+    std::vector<dist::TableSpec> specs;
+    for (const SessionTable& t : tables_) specs.push_back(t.spec);
+    auto plan = PlanFor(variables_, specs, options_.train, cluster_.num_ps());
     if (!plan.ok()) return plan.status();
     plan_ = *std::move(plan);
     auto config = TrainingConfigFor(options_.train, cluster_.num_workers());
@@ -150,8 +157,21 @@ class WorkerSession::Impl {
     // A diverged step is not pushed (the ps would refuse its NaN gradients anyway).
     if (!std::isfinite(loss)) return DivergedError(global_step_, loss, config_.optimizer.learning_rate);
     ++local_step_;
-    // One call per ps: the gradients go in, the variables as they stand after the update come back.
-    auto pushed = client_->PushAndPull(Gradients(), global_step_, pull_into_);
+    // One call per ps: the gradients (dense and the tables' rows) go in, the variables as they
+    // stand after the update and the next batch's rows (prefetch) come back.
+    ps::TableStep tables;
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      TableBatch& b = batches_[t];
+      if (!b.grads.empty() && !b.ids.empty()) tables.pushes.push_back({tables_[t].name, &b.ids, nullptr, &b.grads});
+      Prefetched& p = prefetched_[t];
+      if (p.asked && !p.ids.empty()) tables.pulls.push_back({tables_[t].name, &p.ids, &p.rows, nullptr});
+    }
+    auto pushed = client_->PushAndPull(Gradients(), global_step_, pull_into_, tables);
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      batches_[t].grads = Tensor();  // consumed, whatever the outcome
+      prefetched_[t].valid = pushed.ok() && prefetched_[t].asked;
+      prefetched_[t].asked = false;
+    }
     if (absl::IsOutOfRange(pushed.status())) {  // training finished elsewhere
       finished_ = true;
       return absl::OkStatus();
@@ -231,7 +251,9 @@ class WorkerSession::Impl {
     summary.examples_per_sec =
         (*step - start_step_) * examples_per_global_step() / std::max(train_seconds, 1e-9);
     if (evaluate) {
+      evaluating_ = true;
       auto eval = evaluate();
+      evaluating_ = false;
       if (!eval.ok()) return eval.status();
       if (auto s = CheckEval(*eval); !s.ok()) return s;
       // The summary's four fields by name; every other scalar as the caller named it.
@@ -254,11 +276,19 @@ class WorkerSession::Impl {
       summary.validation_cross_entropy = value(eval->validation_cross_entropy);
       summary.test_accuracy = value(eval->test_accuracy);
       summary.test_cross_entropy = value(eval->test_cross_entropy);
+      summary.ctr = eval->ctr;
     }
     telemetry_->OnFinal(summary.global_step, summary.validation_accuracy, summary.test_accuracy);
     if (auto stats = client_->Stats(); stats.ok()) {
       for (const ps::PsTaskStats& s : *stats) {
-        summary.ps_traffic.push_back({s.task, s.bytes_in, s.bytes_out, s.num_params});
+        std::vector<TableTraffic> tables;
+        for (const ps::TableTaskStats& t : s.tables) {
+          tables.push_back({t.table, t.rows, t.bytes, t.rows_pulled, t.rows_pushed, t.admissions, t.evictions});
+        }
+        if (summary.ctr.has_value()) {
+          for (const ps::TableTaskStats& t : s.tables) summary.ctr->table_rows += t.rows;
+        }
+        summary.ps_traffic.push_back({s.task, s.bytes_in, s.bytes_out, s.num_params, std::move(tables)});
         // Every ps drops the same stale push; count it once, where the global step lives.
         if (s.task == plan_.global_step_ps) summary.stale_gradients_dropped = s.stale_gradients_dropped;
       }
@@ -290,6 +320,68 @@ class WorkerSession::Impl {
       (void)client_->Goodbye(absl::IsAborted(reason) ? "" : std::string(reason.message()));
     }
   }
+
+  absl::Status Lookup(const std::vector<absl::Span<const int64_t>>& ids) {
+    if (!opened_ || (closed_ && !evaluating_)) {
+      return absl::FailedPreconditionError("Lookup needs an open worker session (after Open(), before Close())");
+    }
+    if (auto s = CheckTableCount("Lookup", ids.size()); !s.ok()) return s;
+    ps::TableStep step;
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      TableBatch& b = batches_[t];
+      nn::DedupIds(ids[t].data(), static_cast<int64_t>(ids[t].size()), 1, &dedup_);
+      b.ids.swap(dedup_.ids);
+      b.index.swap(dedup_.index);
+      b.grads = Tensor();
+      Prefetched& p = prefetched_[t];
+      if (p.valid && p.ids == b.ids) {  // the rows came back with the last step's answer
+        b.rows = std::move(p.rows);
+        p.rows = Tensor();
+      } else {
+        b.rows = Tensor::Uninitialized({static_cast<int64_t>(b.ids.size()), tables_[t].spec.dim});
+        if (!b.ids.empty()) step.pulls.push_back({tables_[t].name, &b.ids, &b.rows, nullptr});
+      }
+      p.valid = false;
+    }
+    if (step.pulls.empty()) return absl::OkStatus();
+    // The rows only (the dense values came with the last step); after a ps restart, both.
+    static const std::vector<std::pair<std::string, Tensor*>> kNoDense;
+    bool with_dense = false;
+    for (;;) {
+      auto pulled = client_->Pull(with_dense ? pull_into_ : kNoDense, step);
+      if (pulled.ok()) {
+        if (with_dense) global_step_ = *pulled;
+        return absl::OkStatus();
+      }
+      if (absl::IsOutOfRange(pulled.status())) finished_ = true;
+      if (!ps::IsPsRestarted(pulled.status()) || evaluating_) return pulled.status();
+      if (auto s = Recover(pulled.status()); !s.ok()) return s;
+      with_dense = true;
+    }
+  }
+
+  absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids) {
+    if (!opened_ || closed_) {
+      return absl::FailedPreconditionError("Prefetch needs an open worker session (after Open(), before Close())");
+    }
+    if (auto s = CheckTableCount("Prefetch", next_ids.size()); !s.ok()) return s;
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      Prefetched& p = prefetched_[t];
+      nn::DedupIds(next_ids[t].data(), static_cast<int64_t>(next_ids[t].size()), 1, &dedup_);
+      p.ids.swap(dedup_.ids);
+      const int64_t rows = static_cast<int64_t>(p.ids.size());
+      if (p.rows.shape() != Shape{rows, tables_[t].spec.dim}) p.rows = Tensor::Uninitialized({rows, tables_[t].spec.dim});
+      p.asked = true;
+      p.valid = false;
+    }
+    return absl::OkStatus();
+  }
+
+  TableBatch& table_batch(int t) {
+    CHECK(t >= 0 && t < static_cast<int>(batches_.size())) << "table_batch(" << t << ") of " << batches_.size();
+    return batches_[t];
+  }
+  int num_tables() const { return static_cast<int>(tables_.size()); }
 
   bool opened() const { return opened_; }
   bool ended() const { return ended_; }
@@ -340,8 +432,27 @@ class WorkerSession::Impl {
     }
   }
 
+  absl::Status CheckTableCount(const char* call, size_t given) const {
+    if (given == tables_.size()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(call, " got ids for ", given, " tables but the session declares ",
+                                                   tables_.size(), "; pass one span per table, in declaration order"));
+  }
+
+  // A table's next batch: the ids given to Prefetch (`asked`: ride on the next Step), and the rows
+  // that came back with its answer (`valid`).
+  struct Prefetched {
+    std::vector<int64_t> ids;
+    Tensor rows;
+    bool asked = false, valid = false;
+  };
+
   Options options_;
   std::vector<SessionParameter> params_;
+  std::vector<SessionTable> tables_;
+  std::vector<TableBatch> batches_;
+  std::vector<Prefetched> prefetched_;
+  nn::UniqueIds dedup_;
+  bool evaluating_ = false;
   std::vector<dist::VariableSpec> variables_;
   std::vector<std::pair<std::string, Tensor*>> pull_into_;
   dist::ClusterSpec cluster_;
@@ -362,7 +473,8 @@ class WorkerSession::Impl {
 // ---------------------------------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Create(Options options,
-                                                                     std::vector<SessionParameter> params) {
+                                                                     std::vector<SessionParameter> params,
+                                                                     std::vector<SessionTable> tables) {
   if (auto s = ResolveTrainOptions(&options.train); !s.ok()) return s;
   if (params.empty()) return absl::InvalidArgumentError("a worker session needs at least one parameter");
   absl::flat_hash_set<std::string> names;
@@ -378,7 +490,20 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Create(Options opt
                                                      ShapeToString(p.value->shape())));
     }
   }
-  auto impl = std::make_unique<Impl>(std::move(options), std::move(params));
+  absl::flat_hash_set<std::string> table_names;
+  for (const SessionTable& t : tables) {
+    if (t.name.empty()) return absl::InvalidArgumentError("a table has an empty name; give every table a name");
+    if (!table_names.insert(t.name).second || names.contains(t.name)) {
+      return absl::InvalidArgumentError(absl::StrCat("table '", t.name, "' is given twice (or is also a parameter's name); ",
+                                                     "names must be unique"));
+    }
+  }
+  if (!tables.empty() && !options.train.checkpoint_dir.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--checkpoint_dir=", options.train.checkpoint_dir, ": checkpoints do not hold embedding tables yet (table '",
+        tables[0].name, "'); leave --checkpoint_dir out"));
+  }
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(params), std::move(tables));
   if (auto s = impl->Prepare(); !s.ok()) return s;
   return std::unique_ptr<WorkerSession>(new WorkerSession(std::move(impl)));
 }
@@ -402,6 +527,12 @@ void WorkerSession::Abort(const absl::Status& reason) { impl_->Abort(reason); }
 absl::Status WorkerSession::LogScalars(const std::vector<std::pair<std::string, double>>& scalars) {
   return impl_->LogScalars(scalars);
 }
+absl::Status WorkerSession::Lookup(const std::vector<absl::Span<const int64_t>>& ids) { return impl_->Lookup(ids); }
+absl::Status WorkerSession::Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids) {
+  return impl_->Prefetch(next_ids);
+}
+TableBatch& WorkerSession::table_batch(int t) { return impl_->table_batch(t); }
+int WorkerSession::num_tables() const { return impl_->num_tables(); }
 bool WorkerSession::is_open() const { return impl_->opened() && !impl_->closed(); }
 bool WorkerSession::is_chief() const { return impl_->is_chief(); }
 int WorkerSession::worker_index() const { return impl_->index(); }

@@ -35,8 +35,17 @@ absl::Status CheckMetricName(const std::string& name) {
 std::string SummaryToJson(const RunSummary& s) {
   nlohmann::json traffic = nlohmann::json::array();
   for (const PsTraffic& t : s.ps_traffic) {
-    traffic.push_back({{"task", t.task}, {"bytes_in", t.bytes_in}, {"bytes_out", t.bytes_out},
-                       {"num_params", t.num_params}});
+    nlohmann::json entry = {{"task", t.task}, {"bytes_in", t.bytes_in}, {"bytes_out", t.bytes_out},
+                            {"num_params", t.num_params}};
+    if (!t.tables.empty()) {
+      nlohmann::json tables = nlohmann::json::array();
+      for (const TableTraffic& x : t.tables) {
+        tables.push_back({{"table", x.table}, {"rows", x.rows}, {"bytes", x.bytes}, {"rows_pulled", x.rows_pulled},
+                          {"rows_pushed", x.rows_pushed}, {"admissions", x.admissions}, {"evictions", x.evictions}});
+      }
+      entry["tables"] = std::move(tables);
+    }
+    traffic.push_back(std::move(entry));
   }
   nlohmann::json j = {{"model", s.model},
                       {"mode", s.mode},
@@ -72,6 +81,11 @@ std::string FormatSummary(const RunSummary& s) {
   for (const PsTraffic& t : s.ps_traffic) {
     absl::StrAppendFormat(&out, "  ps %d: params=%d bytes_in=%d bytes_out=%d\n", t.task, t.num_params,
                           t.bytes_in, t.bytes_out);
+    for (const TableTraffic& x : t.tables) {
+      absl::StrAppendFormat(&out, "    table %s: rows=%d bytes=%d rows_pulled=%d rows_pushed=%d admissions=%d "
+                            "evictions=%d\n", x.table, x.rows, x.bytes, x.rows_pulled, x.rows_pushed, x.admissions,
+                            x.evictions);
+    }
   }
   if (s.ctr.has_value()) {
     const CtrFigures& c = *s.ctr;

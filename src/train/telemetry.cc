@@ -103,4 +103,31 @@ void Telemetry::OnPsStats(int task, int64_t global_step, int64_t bytes_in, int64
   last_bytes_out_ = bytes_out;
 }
 
+void Telemetry::OnPsTableStats(int task, int64_t global_step, const std::vector<ps::TableTaskStats>& tables) {
+  if (tables.empty()) return;
+  const auto now = Clock::now();
+  const double secs = std::chrono::duration<double>(now - tables_time_).count();
+  std::vector<std::pair<std::string, float>> scalars;
+  for (const ps::TableTaskStats& t : tables) {
+    const metrics::MetricsRegistry::Labels labels = {{"ps", absl::StrCat(task)}, {"table", t.table}};
+    registry_.SetGauge(metrics::kTableRows, labels, double(t.rows));
+    registry_.SetGauge(metrics::kTableBytes, labels, double(t.bytes));
+    registry_.SetCounter(metrics::kTableRowsPulled, labels, double(t.rows_pulled));
+    registry_.SetCounter(metrics::kTableRowsPushed, labels, double(t.rows_pushed));
+    registry_.SetCounter(metrics::kTableAdmissions, labels, double(t.admissions));
+    registry_.SetCounter(metrics::kTableEvictions, labels, double(t.evictions));
+    scalars.push_back({absl::StrCat("table/", t.table, "/rows"), float(t.rows)});
+    auto [it, first] = table_rows_moved_.try_emplace(t.table, t.rows_pulled, t.rows_pushed);
+    if (!first && secs > 0) {
+      scalars.push_back({absl::StrCat("table/", t.table, "/rows_pulled_per_sec"),
+                         float((t.rows_pulled - it->second.first) / secs)});
+      scalars.push_back({absl::StrCat("table/", t.table, "/rows_pushed_per_sec"),
+                         float((t.rows_pushed - it->second.second) / secs)});
+    }
+    it->second = {t.rows_pulled, t.rows_pushed};
+  }
+  tables_time_ = now;
+  WriteScalars(scalars, global_step);
+}
+
 }  // namespace psflow::train

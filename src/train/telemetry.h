@@ -6,6 +6,7 @@
 #define PSFLOW_TRAIN_TELEMETRY_H_
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -13,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "psflow/metrics/metrics_server.h"
+#include "psflow/ps/ps_types.h"
 #include "psflow/tboard/event_writer.h"
 #include "psflow/train/options.h"
 #include "psflow/train/train.h"
@@ -38,6 +40,11 @@ class Telemetry {
   void OnPsStats(int task, int64_t global_step, int64_t bytes_in, int64_t bytes_out, int64_t stale, int64_t refused,
                  int64_t connected_workers);
 
+  // A ps task's tables (rows, bytes, cumulative rows pulled/pushed, admissions, evictions): gauges
+  // and counters per table, and TensorBoard curves table/NAME/{rows,rows_pulled_per_sec,
+  // rows_pushed_per_sec}.
+  void OnPsTableStats(int task, int64_t global_step, const std::vector<ps::TableTaskStats>& tables);
+
   metrics::MetricsRegistry& registry() { return registry_; }
 
  private:
@@ -55,6 +62,9 @@ class Telemetry {
   Clock::time_point last_time_ = Clock::now();
   int64_t last_step_ = -1;  // step of the last summary written (or of the first step seen)
   int64_t last_bytes_in_ = 0, last_bytes_out_ = 0;
+  // Tables: each shard's rows pulled and pushed at the last OnPsTableStats, and when.
+  Clock::time_point tables_time_ = Clock::now();
+  std::map<std::string, std::pair<int64_t, int64_t>> table_rows_moved_;
   double loss_sum_ = 0, accuracy_sum_ = 0;
   int64_t samples_ = 0;
 };

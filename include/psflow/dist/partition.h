@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "psflow/core/tensor.h"
+#include "psflow/dist/table_routing.h"
 
 namespace psflow::dist {
 
@@ -71,6 +72,42 @@ struct ShardSpec {
   int64_t bytes() const;  // 4 * elements
 };
 
+// An embedding table (docs/tables.md, DESIGN.md §10): a kind of ps variable whose rows live on the
+// ps tasks only. Fixed: [num_embeddings, dim], split by the job's partitioner along axis 0 and
+// routed by `strategy` (div/mod). Dynamic: any int64 id, no size, row on ps Mix64(id) % P. Values
+// are never given: each ps computes a row's initial value from (initializer, seed, id).
+struct TableSpec {
+  std::string name;
+  int64_t dim = 0;
+  bool dynamic = false;
+  int64_t num_embeddings = 0;                    // fixed only
+  TableStrategy strategy = TableStrategy::kDiv;  // fixed only
+  // zeros | constant:V | uniform:MIN:MAX | normal:MEAN:STDDEV | truncated_normal:MEAN:STDDEV
+  std::string initializer = "truncated_normal:0:0.01";
+  uint64_t seed = 0;
+  // Dynamic rows' life cycle (0: off; evict_every: passes every so many global steps).
+  int64_t admit_after = 0, steps_to_live = 0, max_rows = 0, evict_every = 100;
+
+  bool operator==(const TableSpec&) const = default;
+};
+
+// One ps task's part of a table: a fixed table's shard (rows [`rows`, dim], named NAME/part_I, or
+// NAME with one shard), or a dynamic table's share on `ps_task` (named NAME; `rows` 0: unknown).
+struct TableShardSpec {
+  std::string table, name;
+  int shard_index = 0, num_shards = 1;
+  int64_t rows = 0;
+  int ps_task = 0;
+};
+
+// A table placed: its spec, its layout (fixed: P shards by the partitioner; dynamic: P = num_ps)
+// and its shards in shard order (dynamic: one per ps task, shard_index = ps_task).
+struct TablePlacement {
+  TableSpec spec;
+  FixedTableLayout layout;
+  std::vector<TableShardSpec> shards;
+};
+
 struct PlacementPlan {
   int num_ps = 0;
   int global_step_ps = 0;               // where global_step lives (created first)
@@ -78,6 +115,10 @@ struct PlacementPlan {
   std::vector<ShardSpec> shards;        // in creation order (global_step is not among them)
   std::vector<int64_t> bytes_per_ps;    // variable bytes per ps (global_step counts 8 bytes)
   std::vector<int64_t> params_per_ps;   // float parameters per ps (global_step not counted)
+  std::vector<TablePlacement> tables;   // in declaration order (PlanTables); not in `variables`
+
+  // The table of that name, or nullptr.
+  const TablePlacement* Table(std::string_view name) const;
 
   // Shards of one variable in shard order; empty for an unknown name.
   std::vector<const ShardSpec*> ShardsOf(const std::string& variable) const;
@@ -90,7 +131,9 @@ struct PlacementPlan {
   std::string ModelSignature() const;
   uint64_t ModelFingerprint() const;
   // The listing the seeds print (--log_device_placement): global_step first, then one line per shard
-  // "NAME [shape] BYTES bytes -> /job:ps/task:N", then the bytes per ps and the imbalance.
+  // "NAME [shape] BYTES bytes -> /job:ps/task:N", then one line per table shard with its kind and
+  // strategy ("table fixed div", "table dynamic mix64"), then the bytes per ps and the imbalance.
+  // The signature lists tables after the variables ("table NAME[dim] fixed:N|dynamic").
   std::string Format() const;
 };
 
@@ -100,6 +143,15 @@ struct PlacementPlan {
 // unique and dims >= 0 (CHECKed: callers build variables from model code, not from user input).
 PlacementPlan PlanPlacement(const std::vector<VariableSpec>& variables, const PartitionerSpec& partitioner,
                             PlacementStrategy strategy, int num_ps);
+
+// Adds `tables` to `plan` (made by PlanPlacement): a fixed table gets NumShards(partitioner,
+// [N, dim]) shards (rows by ShardRows), placed by `strategy` after the variables (round robin
+// continues the counter; greedy adds each shard's weight bytes, slots not counted); a dynamic one a
+// share on every ps task. InvalidArgument, one line naming the table, for: two tables of one name,
+// a table named like a variable, dim < 1, a fixed table with N < 1, a bad initializer spelling
+// (checked on the ps too) or negative life-cycle numbers, life-cycle options on a fixed table.
+absl::Status PlanTables(const std::vector<TableSpec>& tables, const PartitionerSpec& partitioner,
+                        PlacementStrategy strategy, PlacementPlan* plan);
 
 }  // namespace psflow::dist
 

@@ -47,6 +47,13 @@ inline constexpr char kPsBytesOut[] = "psflow_ps_bytes_out_total";              
 inline constexpr char kStaleGradientsDropped[] = "psflow_stale_gradients_dropped_total";  // counter
 inline constexpr char kPushesRefused[] = "psflow_pushes_refused_total";            // counter
 inline constexpr char kConnectedWorkers[] = "psflow_connected_workers";            // gauge
+// Embedding tables, per ps task and table shard (labels {ps="N",table="NAME"}).
+inline constexpr char kTableRows[] = "psflow_table_rows";                          // gauge
+inline constexpr char kTableBytes[] = "psflow_table_bytes";                        // gauge
+inline constexpr char kTableRowsPulled[] = "psflow_table_rows_pulled_total";       // counter
+inline constexpr char kTableRowsPushed[] = "psflow_table_rows_pushed_total";       // counter
+inline constexpr char kTableAdmissions[] = "psflow_table_admissions_total";        // counter
+inline constexpr char kTableEvictions[] = "psflow_table_evictions_total";          // counter
 
 class MetricsRegistry {
  public:

@@ -52,6 +52,44 @@ struct Gradient {
   const RowSparse* sparse = nullptr;
 };
 
+// One table's rows in a step's call (docs/tables.md): `ids` unique (dedup the batch first), global
+// (a fixed table's in [0, N)); `rows` the pull's destination [ids, dim] (filled by the call), or
+// `grads` a push's gradient rows [ids, dim] (summed per unique id). Borrowed: they must stay alive,
+// untouched, until the call completes.
+struct TableRowsRef {
+  std::string table;
+  const std::vector<int64_t>* ids = nullptr;
+  Tensor* rows = nullptr;
+  const Tensor* grads = nullptr;
+};
+
+// The tables' part of one step; it rides in the same call per ps task as the dense variables.
+// With a Pull: `pulls` are read now. With a push: `pushes` are applied like the dense gradients
+// (async: at once; sync: summed over the step's quorum in worker order, divided as
+// --sparse_sync_mean says) and `pulls` are a prefetch: their rows are read after the push was
+// applied (sync: after its step) and come back with the push's answer — one round trip per step.
+// The client validates everything before sending (an unknown table, rows not [ids, dim], a repeated
+// id, a fixed table's id outside [0, N), a NaN/Inf gradient): InvalidArgument naming the table,
+// nothing applied on any ps task.
+struct TableStep {
+  std::vector<TableRowsRef> pulls;
+  std::vector<TableRowsRef> pushes;
+};
+
+// A run of one table's rows in ascending id order, as a checkpoint stores them (DESIGN.md §10):
+// ids, values [n, dim], each slot of the sparse rule [n, dim] (its slot_names order), and each
+// row's last update step and push count. Owns its memory.
+struct TableRowsPart {
+  std::string table;
+  std::vector<int64_t> ids;
+  Tensor values;
+  std::vector<Tensor> slots;
+  std::vector<int64_t> last_step, count;
+};
+
+// Fills `part` with a table's next rows (ascending ids across calls); false once none are left.
+using TablePartSource = std::function<absl::StatusOr<bool>(TableRowsPart* part)>;
+
 // True for the status of a call that reached a ps task which lost its variables (restarted).
 bool IsPsRestarted(const absl::Status& status);
 // That ps task's index, or -1 when the status is not IsPsRestarted.
@@ -105,6 +143,14 @@ class PsClient {
   // state.global_step (overriding config.initial_global_step). InvalidArgument naming the first
   // variable missing, unknown, of the wrong shape or with the wrong number of slots.
   absl::Status Initialize(const ModelSnapshot& state, const TrainingConfig& config);
+  // The same, and the tables' rows read from `tables` (one source per table, by name; a table
+  // left out starts from its initial values): each row is routed to the ps task and shard that own
+  // it under this client's plan (so a checkpoint written with P ps tasks restores onto P'), part by
+  // part, before the ps tasks are marked initialized. InvalidArgument naming the table for an
+  // unknown table, a fixed table's id out of range, or rows the ps refuses (another dim, another
+  // sparse rule's slots).
+  absl::Status Initialize(const ModelSnapshot& state, const TrainingConfig& config,
+                          const std::vector<std::pair<std::string, TablePartSource>>& tables);
   // The same for ps task `ps_task` alone (a restarted one): its shards only, then it is marked
   // initialized. The other tasks are untouched.
   absl::Status InitializePs(int ps_task, const ModelSnapshot& state, const TrainingConfig& config);
@@ -121,6 +167,11 @@ class PsClient {
   // parallel. Returns the global step.
   absl::StatusOr<int64_t> Pull(const std::vector<std::pair<std::string, Tensor*>>& out);
   void PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out,
+                 std::function<void(absl::StatusOr<int64_t>)> done);
+  // The same, with the tables' rows (`tables.pulls`; `tables.pushes` must be empty) in the same
+  // call per ps task.
+  absl::StatusOr<int64_t> Pull(const std::vector<std::pair<std::string, Tensor*>>& out, const TableStep& tables);
+  void PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out, const TableStep& tables,
                  std::function<void(absl::StatusOr<int64_t>)> done);
   // Rows of axis 0 of one variable: a [rows.size(), other dims...] tensor.
   absl::StatusOr<Tensor> PullRows(const std::string& variable, const std::vector<int64_t>& rows);
@@ -145,11 +196,30 @@ class PsClient {
                         const std::vector<std::pair<std::string, Tensor*>>& out,
                         std::function<void(absl::StatusOr<PushResult>)> done);
 
+  // A step with tables (see TableStep): dense gradients and table gradient rows pushed, the dense
+  // `out` and the tables' prefetch pulled after it, in one call per ps task (a session drives a
+  // step with this one call). `out` may be empty.
+  absl::StatusOr<PushResult> PushAndPull(const std::vector<Gradient>& grads, int64_t step_tag,
+                                         const std::vector<std::pair<std::string, Tensor*>>& out,
+                                         const TableStep& tables);
+  void PushAndPullAsync(const std::vector<Gradient>& grads, int64_t step_tag,
+                        const std::vector<std::pair<std::string, Tensor*>>& out, const TableStep& tables,
+                        std::function<void(absl::StatusOr<PushResult>)> done);
+
   // The whole model for a checkpoint: every variable of the plan (in plan order) assembled from
   // its shards, with its optimizer slots and update count (the max over its shards), and the
   // global step. Each shard's value and slots are read together; different shards (and ps tasks)
   // are read at slightly different moments when pushes are running.
   absl::StatusOr<ModelSnapshot> PullState();
+
+  // A checkpoint of one table: all its rows (every shard, every ps task's share) in ascending id
+  // order, handed to `sink` in parts of at most `max_rows` rows. Each ps runs a removal pass first
+  // and keeps a cursor (8 bytes a row) while the scan lasts; the client holds one part per shard:
+  // no task holds a second copy of the table. Rows updated during the scan are read as they are
+  // when their part is read. A failed call fails the scan (it is not retried: a repeated part
+  // would skip rows); the chief checkpoints again later.
+  absl::Status ScanTable(const std::string& table, int64_t max_rows,
+                         const std::function<absl::Status(TableRowsPart part)>& sink);
 
   // This worker stops; with a `failure`, it gives up on the job and says why (a ps task whose
   // workers all left, one of them failing, exits non-zero at once instead of waiting

@@ -10,10 +10,20 @@
 #include <vector>
 
 #include "psflow/core/tensor.h"
+#include "psflow/dist/partition.h"
 #include "psflow/optim/optimizer.h"
 #include "psflow/rpc/transport_options.h"
 
 namespace psflow::ps {
+
+// A table as the chief declares it to the ps tasks: its spec and (fixed) the plan's number of
+// shards. PsClient::Initialize fills TrainingConfig::tables from its plan.
+struct TableDeclaration {
+  dist::TableSpec spec;
+  int num_shards = 1;
+
+  bool operator==(const TableDeclaration&) const = default;
+};
 
 // Sent by the chief when it initializes the ps tasks.
 struct TrainingConfig {
@@ -26,6 +36,16 @@ struct TrainingConfig {
   // worker), logs which workers were missing and drops them from the quorum until they push again.
   double sync_timeout_secs = 30;
   int64_t initial_global_step = 0;  // where the global step starts (restored from a checkpoint)
+  // Embedding tables (docs/tables.md): their declarations (never values), and the sparse update
+  // rule applied to their rows: --sparse_optimizer's name (empty: optimizer.name) with the
+  // hyper-parameters of `optimizer` (learning rate and its decay, momentum, betas, ...), FTRL's
+  // regularization, its own learning rate, and the sync mean of a row's gradients ("workers" or "row_count").
+  std::vector<TableDeclaration> tables;
+  std::string sparse_optimizer;
+  float ftrl_l1 = 0.0f, ftrl_l2 = 0.0f;
+  std::string sparse_sync_mean = "workers";
+  // The rule's initial learning rate (--sparse_learning_rate; decayed as optimizer's); 0: optimizer's.
+  float sparse_learning_rate = 0.0f;
 };
 
 // One variable's whole state, independent of how it is partitioned: its full value, each optimizer
@@ -45,6 +65,19 @@ struct ModelSnapshot {
   std::vector<VariableSnapshot> variables;
 };
 
+// One table's part on one ps task (TableShard::stats()); counters since the ps made it.
+struct TableTaskStats {
+  std::string table;         // the shard's name (NAME/part_I or NAME)
+  int64_t rows = 0;          // rows stored
+  int64_t pending_ids = 0;   // ids counted, not admitted yet (admit_after)
+  int64_t bytes = 0;         // memory held: rows, slots, per-row counters, index
+  int64_t admissions = 0;    // rows created (dynamic)
+  int64_t evictions = 0;     // rows and pending ids removed by passes
+  int64_t rows_pulled = 0;   // rows answered to pulls
+  int64_t rows_pushed = 0;   // gradient rows received
+  int64_t rows_dropped = 0;  // gradient rows dropped before admission
+};
+
 struct PsTaskStats {
   int task = 0;
   int64_t bytes_in = 0, bytes_out = 0;  // payload bytes of every call (headers and tensors)
@@ -54,6 +87,7 @@ struct PsTaskStats {
   int64_t pushes_refused = 0;           // NaN/Inf, unknown shards, wrong shapes, rows out of range
   int64_t calls_unauthenticated = 0;    // calls refused for a missing or wrong secret
   int64_t connected_workers = 0;        // clients that said Hello and not yet Goodbye (this task only)
+  std::vector<TableTaskStats> tables;   // one per table shard this task holds
 };
 
 }  // namespace psflow::ps

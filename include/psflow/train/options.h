@@ -59,6 +59,9 @@ struct TrainOptions {
   int ctr_fields = 26;
   int ctr_dim = 16;
   int64_t ctr_test_examples = 65536;
+  // A sync step's row mean divides by the gradients applied ("workers") or by those that held the
+  // row ("row_count", TF's).
+  std::string sparse_sync_mean = "workers";
 
   // Synchronous replicas; 0 means "the number of workers".
   bool sync_replicas = false;

@@ -30,6 +30,28 @@
 //            job (Shutdown or Goodbye sent). Destroying an open session whose job has not ended
 //            (no Close(), or a Close() that failed before the end) aborts it the same way.
 //
+// Embedding tables (DESIGN.md §10, docs/tables.md) are declared beside the parameters
+// (SessionTable: name, spec) and live on the ps tasks only: the chief declares them (each ps
+// computes its rows' initial values; no one sends or holds a whole table), and a worker holds the
+// rows of its batch and nothing more, so its memory does not grow with a table's size. Per step:
+//   Lookup(ids)   one span of ids per table (declaration order; a fixed table's in [0, N)): each is
+//            deduplicated into table_batch(t).ids (first appearance order) and .index (example i's
+//            position among them), and .rows [U, dim] gets their values — the rows prefetched by
+//            the last Step when the unique ids are the ones given to Prefetch, else one Pull call
+//            per ps for every table at once. OutOfRange once training finished elsewhere
+//            (ShouldStop() is then true). The chief may also call it inside Close's `evaluate`.
+//   the caller computes and writes table_batch(t).grads [U, dim]: each unique id's gradient,
+//            summed over the examples that hold it (an empty Tensor: the table is not pushed).
+//   Prefetch(next_ids)   optional, before Step: the next batch's ids ride on Step's push and their
+//            rows come back with its answer (one round trip per step); the next Lookup with the
+//            same ids uses them (other ids: Lookup pulls them instead).
+//   Step()   pushes the dense gradients and each table's (ids, grads) in the same call per ps
+//            (PushAndPull), the dense values and the prefetched rows coming back with its answer;
+//            the tables' rules run on the ps (--sparse_optimizer; sync: summed over the step's
+//            quorum in worker order, divided as --sparse_sync_mean says). The grads are consumed.
+// The TableBatch buffers belong to the session and are reused: the caller may read or move
+// `rows` out, and fill or move a Tensor into `grads`, between Lookup and Step.
+//
 // Memory: the session pulls straight into the caller's value Tensors and pushes straight from its
 // gradient Tensors (psflow Tensors own their memory; the Python binding therefore allocates the
 // Tensors and points each torch parameter's .data and .grad at them, so that no copy is made per
@@ -53,8 +75,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "psflow/core/autodiff.h"
 #include "psflow/core/tensor.h"
+#include "psflow/dist/partition.h"
 #include "psflow/optim/optimizer.h"
 #include "psflow/train/options.h"
 #include "psflow/train/summary.h"
@@ -72,6 +96,21 @@ struct SessionParameter {
   const bool* dense_grad_ready = nullptr;
 };
 
+// One embedding table: `spec` says its kind (fixed [N, dim] with div/mod, or dynamic), initializer,
+// seed and dynamic rows' life cycle; its name is `name` (spec.name is ignored).
+struct SessionTable {
+  std::string name;
+  dist::TableSpec spec;
+};
+
+// One table's rows of the current batch (see Lookup); owned by the session.
+struct TableBatch {
+  std::vector<int64_t> ids;    // the batch's unique ids [U], in order of first appearance
+  std::vector<int64_t> index;  // [batch]: example i's id is ids[index[i]]
+  Tensor rows;                 // [U, dim]: their values
+  Tensor grads;                // [U, dim], written by the caller: pushed by Step (empty: not pushed)
+};
+
 // What the caller's evaluation at Close() found (NaN: not measured). A model that is not a
 // classifier (a regression) leaves the accuracies and reports its own measures in `metrics`
 // (names of letters, digits and '_'), which the summary prints and --metrics_json writes.
@@ -84,6 +123,9 @@ struct SessionEval {
   // reach the summary line, --metrics_json and TensorBoard as named. Names are checked by
   // CheckMetricName (summary.h).
   std::vector<std::pair<std::string, double>> scalars;
+  // A ctr model's test figures (the summary's `ctr` block; table_rows is filled by the session
+  // from the ps tasks' table stats).
+  std::optional<CtrFigures> ctr;
 };
 
 class WorkerSession {
@@ -113,7 +155,9 @@ class WorkerSession {
 
   // Checks the options and the parameters (non-null values, distinct non-empty names, gradient
   // shapes equal to the values'); InvalidArgument naming the parameter. Nothing is contacted yet.
-  static absl::StatusOr<std::unique_ptr<WorkerSession>> Create(Options options, std::vector<SessionParameter> params);
+  // Tables: distinct names, none a parameter's; the plan refuses a bad spec (one line naming it).
+  static absl::StatusOr<std::unique_ptr<WorkerSession>> Create(Options options, std::vector<SessionParameter> params,
+                                                               std::vector<SessionTable> tables = {});
   ~WorkerSession();
   WorkerSession(const WorkerSession&) = delete;
   WorkerSession& operator=(const WorkerSession&) = delete;
@@ -122,6 +166,14 @@ class WorkerSession {
   bool ShouldStop() const;
   // FailedPrecondition before Open(), after Close(), or after ShouldStop() became true.
   absl::Status Step(double loss, double accuracy = std::numeric_limits<double>::quiet_NaN());
+  // Tables (see the header comment). `ids` holds one span per declared table; InvalidArgument
+  // naming the table for a wrong count or (fixed) an id outside [0, N); FailedPrecondition when
+  // the session is not open.
+  absl::Status Lookup(const std::vector<absl::Span<const int64_t>>& ids);
+  absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids);
+  // Table `t` (declaration order) of the current batch.
+  TableBatch& table_batch(int t);
+  int num_tables() const;
   // `evaluate` is called by the chief only (may be null: accuracies stay 0). Non-chief summaries
   // carry no evaluation and no ps_traffic.
   absl::StatusOr<RunSummary> Close(const std::function<absl::StatusOr<SessionEval>()>& evaluate = nullptr);

@@ -14,9 +14,17 @@
 
 namespace psflow::train {
 
+// One embedding table's part on one ps task (ps::TableTaskStats): rows and bytes held, and the
+// cumulative rows pulled and pushed, admissions and evictions.
+struct TableTraffic {
+  std::string table;  // the shard's name (NAME/part_I or NAME)
+  int64_t rows = 0, bytes = 0, rows_pulled = 0, rows_pushed = 0, admissions = 0, evictions = 0;
+};
+
 struct PsTraffic {
   int task = 0;
   int64_t bytes_in = 0, bytes_out = 0, num_params = 0;
+  std::vector<TableTraffic> tables;  // "tables" in the JSON only when the job has tables
 };
 
 // The ctr model's figures: test log-loss and AUC beside the generator's Bayes values on the same

@@ -55,6 +55,8 @@ struct SliceTarget {
 std::vector<std::vector<SliceTarget>> SplitPullIntoParts(const std::vector<SliceTarget>& runs,
                                                         int64_t max_part_bytes, int64_t floats_per_element = 1);
 
+struct TableBlockCall;  // ps/client/table_calls.h
+
 // One call of a round: to one ps task, with where its answer goes.
 struct Call {
   int task = 0;                        // the ps task called
@@ -64,6 +66,9 @@ struct Call {
   bool last = true;                    // push: the task's last part, which counts toward the global step
   bool whole_pull = false;             // the answer carries whole shards (a Pull, or a push's pull that fits)
   std::vector<SliceTarget> slices;     // a pull in parts: where each answered run goes
+  // Table blocks whose rows the answer ends with (ps/client/table_calls.h), or null.
+  const std::vector<TableBlockCall>* table_pulls = nullptr;
+  bool tables_only = false;  // a Pull of table rows alone (its task's dense pull goes in parts)
 };
 
 // One round of a push or pull: a call to each ps task that still has a part to send or fetch

@@ -85,8 +85,8 @@ int TensorsPerShard(int got, size_t wanted, bool with_slots) {
 }  // namespace
 
 absl::Status PsClient::Impl::AssembleAnswer(int k, const rpc::IncomingMessage& r, const std::vector<SliceTarget>& runs,
-                                            const wire::PullResponse* with_slots) const {
-  const int per = TensorsPerShard(r.num_tensors(), runs.size(), with_slots != nullptr);
+                                            const wire::PullResponse* with_slots, int table_tensors) const {
+  const int per = TensorsPerShard(r.num_tensors() - table_tensors, runs.size(), with_slots != nullptr);
   const bool slots_fit = with_slots == nullptr || runs.empty() ||
                          (static_cast<size_t>(per - 1) == runs[0].target.slots->size() &&
                           with_slots->updates_size() == static_cast<int>(runs.size()));
@@ -110,10 +110,13 @@ absl::Status PsClient::Impl::AssembleAnswer(int k, const rpc::IncomingMessage& r
 }
 
 void PsClient::Impl::AddWholePull(const std::vector<SliceTarget>& targets, int k, bool with_slots,
-                                  int64_t floats_per_element, size_t r, std::vector<CallRound>* rounds) const {
+                                  int64_t floats_per_element, size_t r, std::vector<CallRound>* rounds,
+                                  const std::vector<TableBlockCall>* tables) const {
   wire::PullRequest pull;
   pull.set_with_slots(with_slots);
   for (const SliceTarget& t : targets) pull.add_shards(t.target.shard->name);
+  if (tables != nullptr && tables->empty()) tables = nullptr;
+  if (tables != nullptr) AddTableBlocks(*tables, pull.mutable_table_pulls());
   if (rounds->size() <= r) rounds->resize(r + 1);
   CallRound& round = (*rounds)[r];
   round.method = rpc::Method::kPull;
@@ -122,10 +125,12 @@ void PsClient::Impl::AddWholePull(const std::vector<SliceTarget>& targets, int k
   round.calls.push_back({.task = k,
                          .channel = channel(k),
                          .request = rpc::OutgoingMessage::Of(pull),
-                         .answer_bytes = TargetBytes(targets) * floats_per_element,
+                         .answer_bytes = TargetBytes(targets) * floats_per_element +
+                                         (tables != nullptr ? TablePullBytes(*tables) : 0),
                          .last = true,
                          .whole_pull = true,
-                         .slices = {}});
+                         .slices = {},
+                         .table_pulls = tables});
 }
 
 void PsClient::Impl::AddPullRounds(const Targets& targets, const std::vector<int>& tasks, size_t first_round,
@@ -160,33 +165,56 @@ void PsClient::Impl::AddPullRounds(const Targets& targets, const std::vector<int
   }
 }
 
-void PsClient::Impl::PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out,
+void PsClient::Impl::PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out, const TableStep* tables,
                                std::function<void(absl::StatusOr<int64_t>)> done) {
   absl::StatusOr<std::shared_ptr<Targets>> targets_or = PullTargets("Pull", out);
   if (!targets_or.ok()) return done(targets_or.status());
   std::shared_ptr<Targets> targets = *std::move(targets_or);
-  SendPull(std::move(targets), /*with_slots=*/false, 1, [done = std::move(done)](absl::StatusOr<PushResult> r) {
-    if (!r.ok()) return done(r.status());
-    done(r->global_step);
-  });
+  std::shared_ptr<TableWork> work;
+  if (tables != nullptr) {
+    if (!tables->pushes.empty()) return done(absl::InvalidArgumentError("Pull: table pushes need a push call"));
+    absl::StatusOr<std::shared_ptr<TableWork>> routed = RouteTables("Pull", *tables, options_.plan);
+    if (!routed.ok()) return done(routed.status());
+    work = *std::move(routed);
+  }
+  SendPull(
+      std::move(targets), /*with_slots=*/false, 1,
+      [done = std::move(done)](absl::StatusOr<PushResult> r) {
+        if (!r.ok()) return done(r.status());
+        done(r->global_step);
+      },
+      std::move(work));
 }
 
 void PsClient::Impl::SendPull(std::shared_ptr<Targets> targets, bool with_slots, int64_t floats_per_element,
-                              std::function<void(absl::StatusOr<PushResult>)> done) {
+                              std::function<void(absl::StatusOr<PushResult>)> done,
+                              std::shared_ptr<TableWork> tables) {
   // A task's share that fits in a part is one call for its whole shards; a bigger one comes as
   // parts (ps/client/call_parts.h), one round of calls after another.
   auto rounds = std::make_shared<std::vector<CallRound>>();
   std::vector<int> in_parts;
+  std::vector<int> tables_apart;  // tasks pulled in parts: their table rows come in a call of their own
   for (int k = 0; k < num_ps(); ++k) {
-    if ((*targets)[k].empty() && k != gs_ps()) continue;  // the global step's ps always answers
+    const bool tables_here = tables != nullptr && !tables->pulls[k].empty();
+    if ((*targets)[k].empty() && k != gs_ps() && !tables_here) continue;  // the global step's ps always answers
     if (PullInParts((*targets)[k], floats_per_element)) {
       in_parts.push_back(k);
+      if (tables_here) tables_apart.push_back(k);
     } else {
-      AddWholePull((*targets)[k], k, with_slots, floats_per_element, 0, rounds.get());
+      AddWholePull((*targets)[k], k, with_slots, floats_per_element, 0, rounds.get(),
+                   tables_here ? &tables->pulls[k] : nullptr);
     }
   }
   AddPullRounds(*targets, in_parts, rounds->size(), with_slots, floats_per_element, rounds.get());
-  SendRound(std::move(rounds), 0, std::move(targets), nullptr, std::make_shared<PushResult>(), std::move(done));
+  if (!tables_apart.empty()) {
+    const size_t r = rounds->size();
+    for (int k : tables_apart) {
+      AddWholePull({}, k, false, 1, r, rounds.get(), &tables->pulls[k]);
+      (*rounds)[r].calls.back().tables_only = true;
+    }
+  }
+  SendRound(std::move(rounds), 0, std::move(targets), nullptr, std::make_shared<PushResult>(), std::move(done),
+            std::move(tables));
 }
 
 absl::StatusOr<Tensor> PsClient::Impl::PullRows(const std::string& variable, const std::vector<int64_t>& rows) {
@@ -307,7 +335,7 @@ absl::StatusOr<PsClient::Impl::PerPs> PsClient::Impl::RouteGradients(const std::
 }
 
 std::vector<CallRound> PsClient::Impl::PushRounds(PerPs per_ps, int64_t step_tag, const Targets* targets,
-                                                 const TrainingConfig& config) {
+                                                 const TrainingConfig& config, const TableWork* tables) {
   // Async pushes bigger than a part go as parts, one round of calls after another
   // (ps/client/call_parts.h); a sync push, or one that fits, is one round: a call per ps task. A pull
   // that fits rides on the task's last part; a bigger one follows as Pull calls in parts.
@@ -320,7 +348,8 @@ std::vector<CallRound> PsClient::Impl::PushRounds(PerPs per_ps, int64_t step_tag
     // global step's ps counts every push.
     const bool pulls_here = targets != nullptr && !(*targets)[k].empty();
     if (pulls_here && PullInParts((*targets)[k])) pulls_in_parts.push_back(k);
-    if (per_ps[k].empty() && !pulls_here && !config.sync && k != gs_ps()) continue;
+    const bool tables_here = tables != nullptr && tables->Any(k);
+    if (per_ps[k].empty() && !pulls_here && !tables_here && !config.sync && k != gs_ps()) continue;
     tasks.push_back(k);
     if (config.sync || options_.max_part_bytes <= 0) {
       parts.emplace_back().push_back(std::move(per_ps[k]));
@@ -347,17 +376,28 @@ std::vector<CallRound> PsClient::Impl::PushRounds(PerPs per_ps, int64_t step_tag
       if (last && pull_with_push) {
         for (const SliceTarget& t : (*targets)[k]) request.add_pull_shards(t.target.shard->name);
       }
+      // Table blocks ride on the last part: gradient rows after the dense tensors, and the
+      // prefetch whose rows end the answer.
+      const std::vector<TableBlockCall>* prefetch = nullptr;
+      std::vector<rpc::OutgoingTensor> tensors = std::move(parts[i][p]);
+      if (last && tables != nullptr) {
+        AddTablePushes(tables->pushes[k], request.mutable_table_pushes(), &tensors);
+        AddTableBlocks(tables->pulls[k], request.mutable_table_prefetch());
+        if (!tables->pulls[k].empty()) prefetch = &tables->pulls[k];
+      }
       rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(request);
-      message.tensors = std::move(parts[i][p]);
+      message.tensors = std::move(tensors);
       CallRound& round = rounds[p];
       round.timeout_secs = options_.rpc_timeout_secs + (config.sync ? config.sync_timeout_secs : 0);
       round.calls.push_back({.task = k,
                              .channel = channel(k),
                              .request = std::move(message),
-                             .answer_bytes = last && pull_with_push ? TargetBytes((*targets)[k]) : 0,
+                             .answer_bytes = (last && pull_with_push ? TargetBytes((*targets)[k]) : 0) +
+                                             (prefetch != nullptr ? TablePullBytes(*prefetch) : 0),
                              .last = last,
                              .whole_pull = last && pull_with_push,
-                             .slices = {}});
+                             .slices = {},
+                             .table_pulls = prefetch});
     }
   }
   if (!pulls_in_parts.empty()) AddPullRounds(*targets, pulls_in_parts, num_rounds, false, 1, &rounds);
@@ -365,7 +405,7 @@ std::vector<CallRound> PsClient::Impl::PushRounds(PerPs per_ps, int64_t step_tag
 }
 
 void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
-                               const std::vector<std::pair<std::string, Tensor*>>* out,
+                               const std::vector<std::pair<std::string, Tensor*>>* out, const TableStep* tables,
                                std::function<void(absl::StatusOr<PushResult>)> done) {
   std::shared_ptr<Targets> targets;
   if (out != nullptr) {
@@ -375,8 +415,22 @@ void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_
   }
   absl::StatusOr<PerPs> per_ps = RouteGradients(grads);
   if (!per_ps.ok()) return done(per_ps.status());
+  std::shared_ptr<TableWork> work;
+  if (tables != nullptr) {
+    absl::StatusOr<std::shared_ptr<TableWork>> routed = RouteTables("Push", *tables, options_.plan);
+    if (!routed.ok()) return done(routed.status());
+    work = *std::move(routed);
+    // The dense gradients' finiteness is checked here too, so that a bad dense gradient with good
+    // table rows (or the reverse) is refused on every ps task alike.
+    for (const Gradient& g : grads) {
+      if (absl::Status s = CheckFinite(g.variable, g.dense, g.sparse); !s.ok()) {
+        return done(absl::InvalidArgumentError(absl::StrCat("Push: ", s.message())));
+      }
+    }
+  }
   const TrainingConfig config = GetConfig();
-  auto rounds = std::make_shared<std::vector<CallRound>>(PushRounds(*std::move(per_ps), step_tag, targets.get(), config));
+  auto rounds = std::make_shared<std::vector<CallRound>>(
+      PushRounds(*std::move(per_ps), step_tag, targets.get(), config, work.get()));
   // Sync: the tasks that answered hear that this worker is alive while others keep it waiting.
   std::shared_ptr<WaitHeartbeat> heartbeat;
   if (config.sync && (*rounds)[0].calls.size() > 1) {
@@ -389,13 +443,14 @@ void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_
                                      retrier_.get());
   }
   SendRound(std::move(rounds), 0, std::move(targets), std::move(heartbeat), std::make_shared<PushResult>(),
-            std::move(done));
+            std::move(done), std::move(work));
 }
 
 void PsClient::Impl::SendRound(std::shared_ptr<std::vector<CallRound>> rounds, size_t r,
                                std::shared_ptr<Targets> targets, std::shared_ptr<WaitHeartbeat> heartbeat,
                                std::shared_ptr<PushResult> result,
-                               std::function<void(absl::StatusOr<PushResult>)> done) {
+                               std::function<void(absl::StatusOr<PushResult>)> done,
+                               std::shared_ptr<TableWork> tables) {
   CallRound& round = (*rounds)[r];
   // A push's answers (a sync worker heard from some ps tasks) are over once its rounds are.
   if (heartbeat != nullptr && round.method != rpc::Method::kPush) {
@@ -417,6 +472,11 @@ void PsClient::Impl::SendRound(std::shared_ptr<std::vector<CallRound>> rounds, s
         const CallRound& round = (*rounds)[r];
         const Call& call = round.calls[i];
         const int task = call.task;
+        const int table_tensors = call.table_pulls != nullptr ? static_cast<int>(call.table_pulls->size()) : 0;
+        auto scatter = [&]() -> absl::Status {
+          if (call.table_pulls == nullptr) return absl::OkStatus();
+          return ScatterTableRows(m, *call.table_pulls, channel(task)->peer_name());
+        };
         if (round.method == rpc::Method::kPull) {
           wire::PullResponse response;
           if (absl::Status s = Parse(m, &response, channel(task)->peer_name()); !s.ok()) return s;
@@ -425,7 +485,11 @@ void PsClient::Impl::SendRound(std::shared_ptr<std::vector<CallRound>> rounds, s
             NoteGlobalStep(response.step());
           }
           const wire::PullResponse* with_slots = round.with_slots ? &response : nullptr;
-          return AssembleAnswer(task, m, call.whole_pull ? (*targets)[task] : call.slices, with_slots);
+          static const std::vector<SliceTarget> kNone;
+          const std::vector<SliceTarget>& runs =
+              call.tables_only ? kNone : (call.whole_pull ? (*targets)[task] : call.slices);
+          if (absl::Status s = AssembleAnswer(task, m, runs, with_slots, table_tensors); !s.ok()) return s;
+          return scatter();
         }
         if (heartbeat != nullptr) heartbeat->Answered(i);
         wire::PushResponse response;
@@ -436,12 +500,16 @@ void PsClient::Impl::SendRound(std::shared_ptr<std::vector<CallRound>> rounds, s
           result->stale = response.stale();
           NoteGlobalStep(response.step());
         }
-        if (call.whole_pull) return AssembleAnswer(task, m, (*targets)[task], nullptr);
-        return absl::OkStatus();
+        if (call.whole_pull) {
+          if (absl::Status s = AssembleAnswer(task, m, (*targets)[task], nullptr, table_tensors); !s.ok()) return s;
+        }
+        return scatter();
       },
-      [this, rounds, r, targets, heartbeat, result, done](std::vector<absl::Status>& statuses) {
+      [this, rounds, r, targets, heartbeat, result, done, tables](std::vector<absl::Status>& statuses) {
         absl::Status s = Combine(statuses);
-        if (s.ok() && r + 1 < rounds->size()) return SendRound(rounds, r + 1, targets, heartbeat, result, done);
+        if (s.ok() && r + 1 < rounds->size()) {
+          return SendRound(rounds, r + 1, targets, heartbeat, result, done, tables);
+        }
         if (heartbeat != nullptr) heartbeat->Stop();
         if (!s.ok()) return done(s);
         done(*result);
@@ -476,6 +544,14 @@ absl::Status PsClient::InitializePs(int ps_task, const ModelSnapshot& state, con
   return impl_->Initialize(state, config, {ps_task});
 }
 absl::StatusOr<ModelSnapshot> PsClient::PullState() { return impl_->PullState(); }
+absl::Status PsClient::Initialize(const ModelSnapshot& state, const TrainingConfig& config,
+                                  const std::vector<std::pair<std::string, TablePartSource>>& tables) {
+  return impl_->Initialize(state, config, impl_->AllTasks(), &tables);
+}
+absl::Status PsClient::ScanTable(const std::string& table, int64_t max_rows,
+                                 const std::function<absl::Status(TableRowsPart part)>& sink) {
+  return impl_->ScanTable(table, max_rows, sink);
+}
 absl::Status PsClient::WaitForInitialization(double timeout_secs) { return impl_->WaitForInitialization(timeout_secs); }
 absl::StatusOr<bool> PsClient::IsInitialized() { return impl_->IsInitialized(); }
 
@@ -483,7 +559,7 @@ absl::StatusOr<int64_t> PsClient::Pull(const std::vector<std::pair<std::string, 
   CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
   absl::Notification done;
   absl::StatusOr<int64_t> result;
-  impl_->PullAsync(out, [&](absl::StatusOr<int64_t> r) {
+  impl_->PullAsync(out, nullptr, [&](absl::StatusOr<int64_t> r) {
     result = std::move(r);
     done.Notify();
   });
@@ -493,7 +569,25 @@ absl::StatusOr<int64_t> PsClient::Pull(const std::vector<std::pair<std::string, 
 
 void PsClient::PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out,
                          std::function<void(absl::StatusOr<int64_t>)> done) {
-  impl_->PullAsync(out, std::move(done));
+  impl_->PullAsync(out, nullptr, std::move(done));
+}
+
+absl::StatusOr<int64_t> PsClient::Pull(const std::vector<std::pair<std::string, Tensor*>>& out,
+                                       const TableStep& tables) {
+  CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
+  absl::Notification done;
+  absl::StatusOr<int64_t> result;
+  impl_->PullAsync(out, &tables, [&](absl::StatusOr<int64_t> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+void PsClient::PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out, const TableStep& tables,
+                         std::function<void(absl::StatusOr<int64_t>)> done) {
+  impl_->PullAsync(out, &tables, std::move(done));
 }
 
 absl::StatusOr<Tensor> PsClient::PullRows(const std::string& variable, const std::vector<int64_t>& rows) {
@@ -504,7 +598,7 @@ absl::StatusOr<PushResult> PsClient::Push(const std::vector<Gradient>& grads, in
   CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
   absl::Notification done;
   absl::StatusOr<PushResult> result;
-  impl_->PushAsync(grads, step_tag, nullptr, [&](absl::StatusOr<PushResult> r) {
+  impl_->PushAsync(grads, step_tag, nullptr, nullptr, [&](absl::StatusOr<PushResult> r) {
     result = std::move(r);
     done.Notify();
   });
@@ -514,7 +608,7 @@ absl::StatusOr<PushResult> PsClient::Push(const std::vector<Gradient>& grads, in
 
 void PsClient::PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
                          std::function<void(absl::StatusOr<PushResult>)> done) {
-  impl_->PushAsync(grads, step_tag, nullptr, std::move(done));
+  impl_->PushAsync(grads, step_tag, nullptr, nullptr, std::move(done));
 }
 
 absl::StatusOr<PushResult> PsClient::PushAndPull(const std::vector<Gradient>& grads, int64_t step_tag,
@@ -533,7 +627,27 @@ absl::StatusOr<PushResult> PsClient::PushAndPull(const std::vector<Gradient>& gr
 void PsClient::PushAndPullAsync(const std::vector<Gradient>& grads, int64_t step_tag,
                                 const std::vector<std::pair<std::string, Tensor*>>& out,
                                 std::function<void(absl::StatusOr<PushResult>)> done) {
-  impl_->PushAsync(grads, step_tag, &out, std::move(done));
+  impl_->PushAsync(grads, step_tag, &out, nullptr, std::move(done));
+}
+
+absl::StatusOr<PushResult> PsClient::PushAndPull(const std::vector<Gradient>& grads, int64_t step_tag,
+                                                 const std::vector<std::pair<std::string, Tensor*>>& out,
+                                                 const TableStep& tables) {
+  CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
+  absl::Notification done;
+  absl::StatusOr<PushResult> result;
+  PushAndPullAsync(grads, step_tag, out, tables, [&](absl::StatusOr<PushResult> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+void PsClient::PushAndPullAsync(const std::vector<Gradient>& grads, int64_t step_tag,
+                                const std::vector<std::pair<std::string, Tensor*>>& out, const TableStep& tables,
+                                std::function<void(absl::StatusOr<PushResult>)> done) {
+  impl_->PushAsync(grads, step_tag, &out, &tables, std::move(done));
 }
 
 absl::Status PsClient::Goodbye(const std::string& failure) { return impl_->Goodbye(failure); }

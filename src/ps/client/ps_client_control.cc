@@ -167,6 +167,12 @@ absl::Status PsClient::Impl::Initialize(const std::vector<std::pair<std::string,
 
 absl::Status PsClient::Impl::Initialize(const ModelSnapshot& state, TrainingConfig config,
                                         const std::vector<int>& tasks) {
+  return Initialize(state, std::move(config), tasks, nullptr);
+}
+
+absl::Status PsClient::Impl::Initialize(const ModelSnapshot& state, TrainingConfig config,
+                                        const std::vector<int>& tasks,
+                                        const std::vector<std::pair<std::string, TablePartSource>>* tables) {
   absl::StatusOr<std::unique_ptr<optim::Optimizer>> optimizer = optim::MakeOptimizer(config.optimizer);
   if (!optimizer.ok()) return optimizer.status();
   if (absl::Status s = ValidateSnapshot(state, options_.plan, (*optimizer)->slot_names().size()); !s.ok()) {
@@ -175,12 +181,19 @@ absl::Status PsClient::Impl::Initialize(const ModelSnapshot& state, TrainingConf
   absl::flat_hash_map<std::string, InitSource> sources;
   for (const VariableSnapshot& v : state.variables) sources[v.name] = {&v.value, &v.slots, v.updates};
   config.initial_global_step = state.global_step;
-  return InitializeTasks(tasks, sources, /*with_slots=*/true, config);
+  return InitializeTasks(tasks, sources, /*with_slots=*/true, config, tables);
 }
 
 absl::Status PsClient::Impl::InitializeTasks(const std::vector<int>& tasks,
                                              const absl::flat_hash_map<std::string, InitSource>& given,
-                                             bool with_slots, const TrainingConfig& config) {
+                                             bool with_slots, const TrainingConfig& given_config,
+                                             const std::vector<std::pair<std::string, TablePartSource>>* tables) {
+  // The plan's tables, declared to every ps task (never their values: each ps computes its rows).
+  TrainingConfig config = given_config;
+  config.tables.clear();
+  for (const dist::TablePlacement& t : options_.plan.tables) {
+    config.tables.push_back({t.spec, t.layout.num_shards});
+  }
   const wire::TrainingConfig config_wire = ToWire(config);
   const std::string signature = options_.plan.ModelSignature();
   const uint64_t fingerprint = options_.plan.ModelFingerprint();
@@ -198,6 +211,15 @@ absl::Status PsClient::Impl::InitializeTasks(const std::vector<int>& tasks,
     init.set_holds_global_step(k == gs_ps());
     init.set_with_slots(with_slots);
     init.set_client_id(client_id_);
+    for (const dist::TablePlacement& t : options_.plan.tables) {
+      for (const dist::TableShardSpec& shard : t.shards) {
+        if (shard.ps_task != k) continue;
+        wire::TableShardInfo* info = init.add_table_shards();
+        info->set_table(t.spec.name);
+        info->set_shard(shard.shard_index);
+        info->set_num_ps(num_ps());
+      }
+    }
     std::vector<rpc::OutgoingTensor> tensors;
     for (const dist::ShardSpec* shard : options_.plan.ShardsOn(k)) {
       const InitSource& source = given.at(shard->variable);
@@ -245,6 +267,11 @@ absl::Status PsClient::Impl::InitializeTasks(const std::vector<int>& tasks,
                     nullptr, retrier_.get());
   }
   if (!s.ok()) return s;
+  if (tables != nullptr) {
+    for (const auto& [name, source] : *tables) {
+      if (absl::Status t = LoadTable(name, source); !t.ok()) return t;
+    }
+  }
   SetConfig(config);
   std::vector<rpc::OutgoingMessage> marks(channels.size(), rpc::OutgoingMessage::Of(wire::MarkInitializedRequest()));
   return CallAndWait(channels, rpc::Method::kMarkInitialized, std::move(marks), Control(options_.rpc_timeout_secs),

@@ -29,6 +29,7 @@
 #include "proto/psflow.pb.h"
 #include "ps/client/fan_out.h"
 #include "ps/client/call_parts.h"
+#include "ps/client/table_calls.h"
 #include "ps/client/wait_heartbeat.h"
 #include "psflow/ps/ps_client.h"
 #include "rpc/transport.h"
@@ -98,8 +99,17 @@ class PsClient::Impl {
   };
 
   // Initializes the given ps tasks (validated sources for every variable), then marks them initialized.
+  // `tables` (or null): the tables' rows loaded after the Initialize calls, before marking.
   absl::Status InitializeTasks(const std::vector<int>& tasks, const absl::flat_hash_map<std::string, InitSource>& given,
-                               bool with_slots, const TrainingConfig& config);
+                               bool with_slots, const TrainingConfig& config,
+                               const std::vector<std::pair<std::string, TablePartSource>>* tables = nullptr);
+  absl::Status Initialize(const ModelSnapshot& state, TrainingConfig config, const std::vector<int>& tasks,
+                          const std::vector<std::pair<std::string, TablePartSource>>* tables);
+
+  // Tables in checkpoints (table_checkpoint.cc).
+  absl::Status ScanTable(const std::string& table, int64_t max_rows,
+                         const std::function<absl::Status(TableRowsPart part)>& sink);
+  absl::Status LoadTable(const std::string& table, const TablePartSource& source);
 
   absl::StatusOr<ModelSnapshot> PullState();
   absl::Status WaitForInitialization(double timeout_secs);
@@ -114,32 +124,35 @@ class PsClient::Impl {
   // Copies the whole shards or runs (a pull in parts, ps/client/call_parts.h) of a Pull (or
   // push-and-pull) answer from ps task k into their targets; with `with_slots` (the answer's
   // header, a checkpoint's pull) also their slots and update counts.
+  // `table_tensors`: table rows after the shards (ignored here, ScatterTableRows reads them).
   absl::Status AssembleAnswer(int k, const rpc::IncomingMessage& r, const std::vector<SliceTarget>& runs,
-                              const wire::PullResponse* with_slots) const;
+                              const wire::PullResponse* with_slots, int table_tensors = 0) const;
   // Whether a pull of `targets` from one ps task goes in parts (it is bigger than a part);
   // `floats_per_element`: 1 + the optimizer's slots for a checkpoint's pull.
   bool PullInParts(const std::vector<SliceTarget>& targets, int64_t floats_per_element = 1) const {
     return options_.max_part_bytes > 0 && TargetBytes(targets) * floats_per_element > options_.max_part_bytes;
   }
   // Adds a Pull of whole shards from ps task k to round `r` of `rounds`.
+  // With `tables`, the table blocks ride on it (their rows end its answer).
   void AddWholePull(const std::vector<SliceTarget>& targets, int k, bool with_slots, int64_t floats_per_element,
-                    size_t r, std::vector<CallRound>* rounds) const;
+                    size_t r, std::vector<CallRound>* rounds,
+                    const std::vector<TableBlockCall>* tables = nullptr) const;
   // Adds the parts of the pulls from `tasks` to `rounds`, the first in round `first_round`.
   void AddPullRounds(const Targets& targets, const std::vector<int>& tasks, size_t first_round, bool with_slots,
                      int64_t floats_per_element, std::vector<CallRound>* rounds) const;
 
-  void PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out,
+  void PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out, const TableStep* tables,
                  std::function<void(absl::StatusOr<int64_t>)> done);
-  // A Pull (or a checkpoint's, `with_slots`) of `targets`, whole or in parts; `done` gets the
-  // global step its ps answered.
+  // A Pull (or a checkpoint's, `with_slots`) of `targets`, whole or in parts, and of the tables'
+  // rows of `tables` (or null); `done` gets the global step its ps answered.
   void SendPull(std::shared_ptr<Targets> targets, bool with_slots, int64_t floats_per_element,
-                std::function<void(absl::StatusOr<PushResult>)> done);
+                std::function<void(absl::StatusOr<PushResult>)> done, std::shared_ptr<TableWork> tables = nullptr);
 
   absl::StatusOr<Tensor> PullRows(const std::string& variable, const std::vector<int64_t>& rows);
 
   // Push, or push-and-pull when `out` is given.
   void PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
-                 const std::vector<std::pair<std::string, Tensor*>>* out,
+                 const std::vector<std::pair<std::string, Tensor*>>* out, const TableStep* tables,
                  std::function<void(absl::StatusOr<PushResult>)> done);
   // Sends round r of a push or pull (a call to each ps task with a part left; ps/client/call_parts.h)
   // and, once all answered, the next round; `done` gets the outcome after the last round or the
@@ -150,11 +163,13 @@ class PsClient::Impl {
   absl::StatusOr<PerPs> RouteGradients(const std::vector<Gradient>& grads) const;
   // The rounds of calls of a push (parts when async and big) and of the pull of `targets` (when
   // given) that rides on it or follows it in parts.
+  // `tables` (or null): each task's table pushes and prefetch ride on its last part.
   std::vector<CallRound> PushRounds(PerPs per_ps, int64_t step_tag, const Targets* targets,
-                                    const TrainingConfig& config);
+                                    const TrainingConfig& config, const TableWork* tables);
+  // `tables` keeps the table blocks the calls' answers are scattered by alive until the last round.
   void SendRound(std::shared_ptr<std::vector<CallRound>> rounds, size_t r, std::shared_ptr<Targets> targets,
                  std::shared_ptr<WaitHeartbeat> heartbeat, std::shared_ptr<PushResult> result,
-                 std::function<void(absl::StatusOr<PushResult>)> done);
+                 std::function<void(absl::StatusOr<PushResult>)> done, std::shared_ptr<TableWork> tables = nullptr);
 
   absl::Status Goodbye(const std::string& failure);
   absl::Status Shutdown();

@@ -1,90 +1,159 @@
 #include "ps/common/wire_config.h"
 
-namespace psflow::ps {
+#include "absl/strings/str_cat.h"
 
-wire::TrainingConfig ToWire(const TrainingConfig& c) {
-  wire::TrainingConfig w;
-  wire::OptimizerConfig* o = w.mutable_optimizer();
-  o->set_name(c.optimizer.name);
-  o->set_learning_rate(c.optimizer.learning_rate);
-  o->set_momentum(c.optimizer.momentum);
-  o->set_initial_accumulator(c.optimizer.initial_accumulator);
-  o->set_beta1(c.optimizer.beta1);
-  o->set_beta2(c.optimizer.beta2);
-  o->set_adam_epsilon(c.optimizer.adam_epsilon);
-  o->set_rms_decay(c.optimizer.rms_decay);
-  o->set_rms_momentum(c.optimizer.rms_momentum);
-  o->set_rms_epsilon(c.optimizer.rms_epsilon);
-  o->set_decay_steps(c.optimizer.decay_steps);
-  o->set_decay_rate(c.optimizer.decay_rate);
-  o->set_staircase(c.optimizer.staircase);
-  o->set_convention(c.optimizer.convention);
-  o->set_nesterov(c.optimizer.nesterov);
-  o->set_adagrad_epsilon(c.optimizer.adagrad_epsilon);
-  o->set_weight_decay(c.optimizer.weight_decay);
-  for (const optim::ParameterGroup& g : c.optimizer.groups) {
+namespace psflow::ps {
+namespace {
+
+void OptimizerToWire(const optim::OptimizerConfig& c, wire::OptimizerConfig* o) {
+  o->set_name(c.name);
+  o->set_learning_rate(c.learning_rate);
+  o->set_momentum(c.momentum);
+  o->set_initial_accumulator(c.initial_accumulator);
+  o->set_beta1(c.beta1);
+  o->set_beta2(c.beta2);
+  o->set_adam_epsilon(c.adam_epsilon);
+  o->set_rms_decay(c.rms_decay);
+  o->set_rms_momentum(c.rms_momentum);
+  o->set_rms_epsilon(c.rms_epsilon);
+  o->set_decay_steps(c.decay_steps);
+  o->set_decay_rate(c.decay_rate);
+  o->set_staircase(c.staircase);
+  o->set_convention(c.convention);
+  o->set_nesterov(c.nesterov);
+  o->set_adagrad_epsilon(c.adagrad_epsilon);
+  o->set_weight_decay(c.weight_decay);
+  for (const optim::ParameterGroup& g : c.groups) {
     wire::ParameterGroup* wg = o->add_groups();
     for (const std::string& v : g.variables) wg->add_variables(v);
     if (g.learning_rate.has_value()) wg->set_learning_rate(*g.learning_rate);
     wg->set_lr_scale(g.lr_scale);
     if (g.weight_decay.has_value()) wg->set_weight_decay(*g.weight_decay);
   }
-  o->set_schedule(c.optimizer.schedule);
-  o->set_cosine_steps(c.optimizer.cosine_steps);
-  o->set_min_learning_rate(c.optimizer.min_learning_rate);
-  for (int64_t b : c.optimizer.boundaries) o->add_boundaries(b);
-  for (float v : c.optimizer.values) o->add_values(v);
-  o->set_warmup_steps(c.optimizer.warmup_steps);
-  o->set_warmup_start_factor(c.optimizer.warmup_start_factor);
+  o->set_schedule(c.schedule);
+  o->set_cosine_steps(c.cosine_steps);
+  o->set_min_learning_rate(c.min_learning_rate);
+  for (int64_t b : c.boundaries) o->add_boundaries(b);
+  for (float v : c.values) o->add_values(v);
+  o->set_warmup_steps(c.warmup_steps);
+  o->set_warmup_start_factor(c.warmup_start_factor);
+}
+
+optim::OptimizerConfig OptimizerFromWire(const wire::OptimizerConfig& o) {
+  optim::OptimizerConfig c;
+  c.name = o.name();
+  c.learning_rate = o.learning_rate();
+  c.momentum = o.momentum();
+  c.initial_accumulator = o.initial_accumulator();
+  c.beta1 = o.beta1();
+  c.beta2 = o.beta2();
+  c.adam_epsilon = o.adam_epsilon();
+  c.rms_decay = o.rms_decay();
+  c.rms_momentum = o.rms_momentum();
+  c.rms_epsilon = o.rms_epsilon();
+  c.decay_steps = o.decay_steps();
+  c.decay_rate = o.decay_rate();
+  c.staircase = o.staircase();
+  if (!o.convention().empty()) c.convention = o.convention();
+  c.nesterov = o.nesterov();
+  c.adagrad_epsilon = o.adagrad_epsilon();
+  c.weight_decay = o.weight_decay();
+  for (const wire::ParameterGroup& wg : o.groups()) {
+    optim::ParameterGroup& g = c.groups.emplace_back();
+    g.variables.assign(wg.variables().begin(), wg.variables().end());
+    if (wg.has_learning_rate()) g.learning_rate = wg.learning_rate();
+    g.lr_scale = wg.lr_scale();
+    if (wg.has_weight_decay()) g.weight_decay = wg.weight_decay();
+  }
+  if (!o.schedule().empty()) c.schedule = o.schedule();
+  c.cosine_steps = o.cosine_steps();
+  c.min_learning_rate = o.min_learning_rate();
+  c.boundaries.assign(o.boundaries().begin(), o.boundaries().end());
+  c.values.assign(o.values().begin(), o.values().end());
+  c.warmup_steps = o.warmup_steps();
+  c.warmup_start_factor = o.warmup_start_factor();
+  return c;
+}
+
+}  // namespace
+
+wire::TableConfig ToWire(const TableDeclaration& d) {
+  wire::TableConfig w;
+  const dist::TableSpec& t = d.spec;
+  w.set_name(t.name);
+  w.set_dim(t.dim);
+  w.set_dynamic(t.dynamic);
+  w.set_num_embeddings(t.num_embeddings);
+  w.set_num_shards(d.num_shards);
+  { const std::string_view name = dist::TableStrategyName(t.strategy); w.set_strategy(std::string(name.data(), name.size())); }
+  w.set_initializer(t.initializer);
+  w.set_seed(t.seed);
+  w.set_admit_after(t.admit_after);
+  w.set_steps_to_live(t.steps_to_live);
+  w.set_max_rows(t.max_rows);
+  w.set_evict_every(t.evict_every);
+  return w;
+}
+
+absl::StatusOr<TableDeclaration> FromWire(const wire::TableConfig& w) {
+  TableDeclaration d;
+  dist::TableSpec& t = d.spec;
+  t.name = w.name();
+  t.dim = w.dim();
+  t.dynamic = w.dynamic();
+  t.num_embeddings = w.num_embeddings();
+  d.num_shards = w.num_shards();
+  absl::StatusOr<dist::TableStrategy> strategy = dist::ParseTableStrategy(w.strategy());
+  if (!strategy.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("table '", w.name(), "': ", strategy.status().message()));
+  }
+  t.strategy = *strategy;
+  t.initializer = w.initializer();
+  t.seed = w.seed();
+  t.admit_after = w.admit_after();
+  t.steps_to_live = w.steps_to_live();
+  t.max_rows = w.max_rows();
+  t.evict_every = w.evict_every();
+  return d;
+}
+
+wire::TrainingConfig ToWire(const TrainingConfig& c) {
+  wire::TrainingConfig w;
+  OptimizerToWire(c.optimizer, w.mutable_optimizer());
   w.set_sync(c.sync);
   w.set_replicas_to_aggregate(c.replicas_to_aggregate);
   w.set_total_num_replicas(c.total_num_replicas);
   w.set_train_steps(c.train_steps);
   w.set_sync_timeout_secs(c.sync_timeout_secs);
   w.set_initial_global_step(c.initial_global_step);
+  for (const TableDeclaration& t : c.tables) *w.add_tables() = ToWire(t);
+  w.set_sparse_optimizer(c.sparse_optimizer);
+  w.set_ftrl_l1(c.ftrl_l1);
+  w.set_ftrl_l2(c.ftrl_l2);
+  w.set_sparse_sync_mean(c.sparse_sync_mean);
+  w.set_sparse_learning_rate(c.sparse_learning_rate);
   return w;
 }
 
 TrainingConfig FromWire(const wire::TrainingConfig& w) {
   TrainingConfig c;
-  const wire::OptimizerConfig& o = w.optimizer();
-  c.optimizer.name = o.name();
-  c.optimizer.learning_rate = o.learning_rate();
-  c.optimizer.momentum = o.momentum();
-  c.optimizer.initial_accumulator = o.initial_accumulator();
-  c.optimizer.beta1 = o.beta1();
-  c.optimizer.beta2 = o.beta2();
-  c.optimizer.adam_epsilon = o.adam_epsilon();
-  c.optimizer.rms_decay = o.rms_decay();
-  c.optimizer.rms_momentum = o.rms_momentum();
-  c.optimizer.rms_epsilon = o.rms_epsilon();
-  c.optimizer.decay_steps = o.decay_steps();
-  c.optimizer.decay_rate = o.decay_rate();
-  c.optimizer.staircase = o.staircase();
-  if (!o.convention().empty()) c.optimizer.convention = o.convention();
-  c.optimizer.nesterov = o.nesterov();
-  c.optimizer.adagrad_epsilon = o.adagrad_epsilon();
-  c.optimizer.weight_decay = o.weight_decay();
-  for (const wire::ParameterGroup& wg : o.groups()) {
-    optim::ParameterGroup& g = c.optimizer.groups.emplace_back();
-    g.variables.assign(wg.variables().begin(), wg.variables().end());
-    if (wg.has_learning_rate()) g.learning_rate = wg.learning_rate();
-    g.lr_scale = wg.lr_scale();
-    if (wg.has_weight_decay()) g.weight_decay = wg.weight_decay();
-  }
-  if (!o.schedule().empty()) c.optimizer.schedule = o.schedule();
-  c.optimizer.cosine_steps = o.cosine_steps();
-  c.optimizer.min_learning_rate = o.min_learning_rate();
-  c.optimizer.boundaries.assign(o.boundaries().begin(), o.boundaries().end());
-  c.optimizer.values.assign(o.values().begin(), o.values().end());
-  c.optimizer.warmup_steps = o.warmup_steps();
-  c.optimizer.warmup_start_factor = o.warmup_start_factor();
+  c.optimizer = OptimizerFromWire(w.optimizer());
   c.sync = w.sync();
   c.replicas_to_aggregate = w.replicas_to_aggregate();
   c.total_num_replicas = w.total_num_replicas();
   c.train_steps = w.train_steps();
   c.sync_timeout_secs = w.sync_timeout_secs();
   c.initial_global_step = w.initial_global_step();
+  for (const wire::TableConfig& t : w.tables()) {
+    // A bad strategy keeps the default here; the ps refuses it at Initialize (TablesOf).
+    absl::StatusOr<TableDeclaration> d = FromWire(t);
+    c.tables.push_back(d.ok() ? *std::move(d) : TableDeclaration{});
+  }
+  c.sparse_optimizer = w.sparse_optimizer();
+  c.ftrl_l1 = w.ftrl_l1();
+  c.ftrl_l2 = w.ftrl_l2();
+  c.sparse_sync_mean = w.sparse_sync_mean();
+  c.sparse_learning_rate = w.sparse_learning_rate();
   return c;
 }
 
@@ -99,6 +168,18 @@ wire::StatsResponse ToWire(const PsTaskStats& s) {
   w.set_pushes_refused(s.pushes_refused);
   w.set_calls_unauthenticated(s.calls_unauthenticated);
   w.set_connected_workers(s.connected_workers);
+  for (const TableTaskStats& t : s.tables) {
+    wire::TableStatsWire* o = w.add_tables();
+    o->set_table(t.table);
+    o->set_rows(t.rows);
+    o->set_pending_ids(t.pending_ids);
+    o->set_bytes(t.bytes);
+    o->set_admissions(t.admissions);
+    o->set_evictions(t.evictions);
+    o->set_rows_pulled(t.rows_pulled);
+    o->set_rows_pushed(t.rows_pushed);
+    o->set_rows_dropped(t.rows_dropped);
+  }
   return w;
 }
 
@@ -113,6 +194,17 @@ PsTaskStats FromWire(const wire::StatsResponse& w) {
   s.pushes_refused = w.pushes_refused();
   s.calls_unauthenticated = w.calls_unauthenticated();
   s.connected_workers = w.connected_workers();
+  for (const wire::TableStatsWire& o : w.tables()) {
+    s.tables.push_back({.table = o.table(),
+                        .rows = o.rows(),
+                        .pending_ids = o.pending_ids(),
+                        .bytes = o.bytes(),
+                        .admissions = o.admissions(),
+                        .evictions = o.evictions(),
+                        .rows_pulled = o.rows_pulled(),
+                        .rows_pushed = o.rows_pushed(),
+                        .rows_dropped = o.rows_dropped()});
+  }
   return s;
 }
 

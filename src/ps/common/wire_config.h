@@ -5,6 +5,7 @@
 #ifndef PSFLOW_PS_COMMON_WIRE_CONFIG_H_
 #define PSFLOW_PS_COMMON_WIRE_CONFIG_H_
 
+#include "absl/status/statusor.h"
 #include "proto/psflow.pb.h"
 #include "psflow/ps/ps_types.h"
 
@@ -17,6 +18,10 @@ inline constexpr char kNotInitializedMessage[] =
 
 wire::TrainingConfig ToWire(const TrainingConfig& config);
 TrainingConfig FromWire(const wire::TrainingConfig& config);
+
+// A table's declaration; FromWire refuses (one line naming the table) an unknown strategy.
+wire::TableConfig ToWire(const TableDeclaration& table);
+absl::StatusOr<TableDeclaration> FromWire(const wire::TableConfig& table);
 
 wire::StatsResponse ToWire(const PsTaskStats& stats);
 PsTaskStats FromWire(const wire::StatsResponse& stats);

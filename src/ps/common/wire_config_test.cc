@@ -85,18 +85,42 @@ void Set(std::vector<optim::ParameterGroup>& x, int v) {
        optim::ParameterGroup{{"c"}, std::nullopt, 1.5f, 0.25f + v}};
 }
 
-TEST(WireConfigTest, TrainingConfigFromTheWireAndBack) { ExpectProtoRoundTrip<wire::TrainingConfig>(); }
+TEST(WireConfigTest, TrainingConfigFromTheWireAndBack) {
+  // A table's strategy must be one FromWire parses: fill, then name a real one.
+  wire::TrainingConfig w;
+  int k = 0;
+  FillDistinct(&w, &k);
+  for (wire::TableConfig& t : *w.mutable_tables()) t.set_strategy(t.num_shards() % 2 ? "mod" : "div");
+  w.mutable_tables(0)->set_strategy("div");
+  w.mutable_tables(1)->set_strategy("mod");
+  const wire::TrainingConfig back = ToWire(FromWire(w));
+  std::string diff;
+  pb::util::MessageDifferencer differ;
+  differ.ReportDifferencesToString(&diff);
+  EXPECT_TRUE(differ.Compare(w, back)) << diff;
+}
+
+TEST(WireConfigTest, TableConfigWithAnUnknownStrategyIsRefusedNamingTheTable) {
+  wire::TableConfig t;
+  t.set_name("emb");
+  t.set_strategy("hash");
+  const absl::StatusOr<TableDeclaration> d = FromWire(t);
+  ASSERT_FALSE(d.ok());
+  EXPECT_THAT(std::string(d.status().message()), ::testing::HasSubstr("table 'emb'"));
+}
 
 TEST(WireConfigTest, StatsFromTheWireAndBack) { ExpectProtoRoundTrip<wire::StatsResponse>(); }
 
 TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
   TrainingConfig c;
   // Exactly the struct's fields: adding one breaks this line until it is converted and listed.
-  auto& [optimizer, sync, replicas, total, train_steps, timeout, initial_step] = c;
+  auto& [optimizer, sync, replicas, total, train_steps, timeout, initial_step, tables, sparse_optimizer, ftrl_l1,
+         ftrl_l2, sparse_sync_mean, sparse_learning_rate] = c;
   auto& [name, convention, lr, momentum, nesterov, init_acc, adagrad_eps, beta1, beta2, adam_eps, rms_decay,
          rms_momentum, rms_eps, weight_decay, groups, schedule, decay_steps, decay_rate, staircase, cosine_steps,
          min_lr, boundaries, values, warmup_steps, warmup_start] = optimizer;
-  EXPECT_EQ(wire::TrainingConfig::descriptor()->field_count(), 7);
+  EXPECT_EQ(wire::TrainingConfig::descriptor()->field_count(), 13);
+  EXPECT_EQ(wire::TableConfig::descriptor()->field_count(), 12);
   EXPECT_EQ(wire::OptimizerConfig::descriptor()->field_count(), 25);
   int k = 0;
   Set(name, ++k), Set(convention, ++k), Set(lr, ++k), Set(momentum, ++k), Set(nesterov, ++k), Set(init_acc, ++k);
@@ -106,9 +130,27 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
   Set(boundaries, ++k), Set(values, ++k), Set(warmup_steps, ++k), Set(warmup_start, ++k);
   Set(sync, ++k), Set(replicas, ++k), Set(total, ++k), Set(train_steps, ++k), Set(timeout, ++k);
   Set(initial_step, ++k);
+  Set(sparse_optimizer, ++k), Set(ftrl_l1, ++k), Set(ftrl_l2, ++k), Set(sparse_sync_mean, ++k), Set(sparse_learning_rate, ++k);
+  for (int t = 0; t < 2; ++t) {
+    TableDeclaration& d = tables.emplace_back();
+    auto& [spec, num_shards] = d;
+    auto& [name_t, dim, dynamic, num_embeddings, strategy, initializer, seed, admit_after, steps_to_live, max_rows,
+           evict_every] = spec;
+    Set(name_t, ++k), Set(dim, ++k), dynamic = t == 1, Set(num_embeddings, ++k);
+    strategy = t == 0 ? dist::TableStrategy::kMod : dist::TableStrategy::kDiv;
+    Set(initializer, ++k), seed = static_cast<uint64_t>(++k), Set(admit_after, ++k), Set(steps_to_live, ++k);
+    Set(max_rows, ++k), Set(evict_every, ++k), Set(num_shards, ++k);
+  }
 
   const TrainingConfig back = FromWire(ToWire(c));
-  const auto& [b_optimizer, b_sync, b_replicas, b_total, b_train_steps, b_timeout, b_initial_step] = back;
+  const auto& [b_optimizer, b_sync, b_replicas, b_total, b_train_steps, b_timeout, b_initial_step, b_tables,
+               b_sparse_optimizer, b_ftrl_l1, b_ftrl_l2, b_sparse_sync_mean, b_sparse_learning_rate] = back;
+  EXPECT_EQ(b_tables, tables);
+  EXPECT_EQ(b_sparse_optimizer, sparse_optimizer);
+  EXPECT_EQ(b_ftrl_l1, ftrl_l1);
+  EXPECT_EQ(b_ftrl_l2, ftrl_l2);
+  EXPECT_EQ(b_sparse_sync_mean, sparse_sync_mean);
+  EXPECT_EQ(b_sparse_learning_rate, sparse_learning_rate);
   const auto& [b_name, b_convention, b_lr, b_momentum, b_nesterov, b_init_acc, b_adagrad_eps, b_beta1, b_beta2,
                b_adam_eps, b_rms_decay, b_rms_momentum, b_rms_eps, b_weight_decay, b_groups, b_schedule,
                b_decay_steps, b_decay_rate, b_staircase, b_cosine_steps, b_min_lr, b_boundaries, b_values,
@@ -148,14 +190,30 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
 
 TEST(WireConfigTest, StatsToTheWireAndBackKeepsEveryField) {
   PsTaskStats s;
-  auto& [task, bytes_in, bytes_out, num_params, global_step, stale, refused, unauthenticated, connected] = s;
-  EXPECT_EQ(wire::StatsResponse::descriptor()->field_count(), 9);
+  auto& [task, bytes_in, bytes_out, num_params, global_step, stale, refused, unauthenticated, connected, tables] = s;
+  EXPECT_EQ(wire::StatsResponse::descriptor()->field_count(), 10);
+  EXPECT_EQ(wire::TableStatsWire::descriptor()->field_count(), 9);
   int k = 0;
   Set(task, ++k), Set(bytes_in, ++k), Set(bytes_out, ++k), Set(num_params, ++k), Set(global_step, ++k);
   Set(stale, ++k), Set(refused, ++k), Set(unauthenticated, ++k), Set(connected, ++k);
+  auto& [table, rows, pending, bytes, admissions, evictions, pulled, pushed, dropped] = tables.emplace_back();
+  Set(table, ++k), Set(rows, ++k), Set(pending, ++k), Set(bytes, ++k), Set(admissions, ++k), Set(evictions, ++k);
+  Set(pulled, ++k), Set(pushed, ++k), Set(dropped, ++k);
   const PsTaskStats back = FromWire(ToWire(s));
   const auto& [b_task, b_bytes_in, b_bytes_out, b_num_params, b_global_step, b_stale, b_refused, b_unauthenticated,
-               b_connected] = back;
+               b_connected, b_tables] = back;
+  ASSERT_EQ(b_tables.size(), 1u);
+  const auto& [b_table, b_rows, b_pending, b_bytes, b_admissions, b_evictions, b_pulled, b_pushed, b_dropped] =
+      b_tables[0];
+  EXPECT_EQ(b_table, table);
+  EXPECT_EQ(b_rows, rows);
+  EXPECT_EQ(b_pending, pending);
+  EXPECT_EQ(b_bytes, bytes);
+  EXPECT_EQ(b_admissions, admissions);
+  EXPECT_EQ(b_evictions, evictions);
+  EXPECT_EQ(b_pulled, pulled);
+  EXPECT_EQ(b_pushed, pushed);
+  EXPECT_EQ(b_dropped, dropped);
   EXPECT_EQ(b_task, task);
   EXPECT_EQ(b_bytes_in, bytes_in);
   EXPECT_EQ(b_bytes_out, bytes_out);

@@ -45,6 +45,9 @@ absl::StatusOr<std::shared_ptr<PsServer::Impl::Model>> PsServer::Impl::NewModel(
   model->signature = init.model_signature();
   model->fingerprint = init.model_fingerprint();
   model->holds_global_step = init.holds_global_step();
+  absl::StatusOr<std::unique_ptr<PsTables>> tables = PsTables::Create(init, options_.task_index);
+  if (!tables.ok()) return absl::InvalidArgumentError(absl::StrCat("Initialize: ", tables.status().message()));
+  model->tables = *std::move(tables);
   return model;
 }
 

@@ -14,7 +14,7 @@
 namespace psflow::ps {
 
 rpc::OutgoingMessage PsServer::Impl::PushAnswer(const std::vector<std::shared_ptr<Shard>>& pulls,
-                                                int64_t step, bool stale) {
+                                                int64_t step, bool stale, const std::vector<TableBlock>* prefetch) {
   wire::PushResponse header;
   header.set_step(step);
   header.set_stale(stale);
@@ -29,16 +29,29 @@ rpc::OutgoingMessage PsServer::Impl::PushAnswer(const std::vector<std::shared_pt
     t.owner = std::move(snapshot);  // sent without a copy; an update meanwhile copies first
     message.tensors.push_back(std::move(t));
   }
+  if (prefetch != nullptr) PsTables::AppendGathered(*prefetch, &message);
   return message;
 }
 
 void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Responder responder) {
   std::shared_ptr<const Model> m = model();
+  wire::PushRequest header;
+  if (absl::Status s = request.ParseHeader(&header); !s.ok()) return responder.Respond(s);
+  if (m != nullptr && header.table_load_size() > 0) {
+    // The chief restoring tables: after Initialize, before MarkInitialized (a retry stores the
+    // same rows again, which Load allows).
+    if (initialized()) {
+      return responder.Respond(absl::FailedPreconditionError("table rows loaded after MarkInitialized"));
+    }
+    absl::Status s = m->tables->Load(header.table_load(), request);
+    if (!s.ok()) return responder.Respond(absl::InvalidArgumentError(absl::StrCat("restore: ", s.message())));
+    wire::PushResponse answer;
+    answer.set_step(step_.load());
+    return responder.Respond(rpc::OutgoingMessage::Of(answer));
+  }
   if (m == nullptr || !initialized()) {
     return responder.Respond(absl::FailedPreconditionError(kNotInitializedMessage));
   }
-  wire::PushRequest header;
-  if (absl::Status s = request.ParseHeader(&header); !s.ok()) return responder.Respond(s);
   // A retried push (its answer was lost) is answered with the first answer, never applied twice.
   std::optional<rpc::Responder> admitted =
       dedup_.Admit(header.client_id(), header.seq(), std::move(responder), [m, &header](const std::string& first) {
@@ -46,7 +59,9 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
         for (const std::string& name : header.pull_shards()) {
           if (auto it = m->by_name.find(name); it != m->by_name.end()) pulls.push_back(it->second);
         }
-        rpc::OutgoingMessage answer = PushAnswer(pulls, 0, false);
+        // A retry's prefetch rows are gathered again (the current rows, as a late pull reads them).
+        absl::StatusOr<std::vector<TableBlock>> prefetch = m->tables->Decode(header.table_prefetch(), nullptr, 0);
+        rpc::OutgoingMessage answer = PushAnswer(pulls, 0, false, prefetch.ok() ? &*prefetch : nullptr);
         answer.header = first;
         return answer;
       });
@@ -56,10 +71,27 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
 
   // Validate (and copy off the wire) everything before applying anything: a refused push changes
   // nothing.
-  std::vector<ShardGradient> gradients(static_cast<size_t>(request.num_tensors()));
-  absl::Status valid = absl::OkStatus();
+  // The last table_pushes_size() tensors are the table blocks' rows; the others dense gradients.
+  const int num_dense = request.num_tensors() - header.table_pushes_size();
+  auto tables = std::make_shared<TablePush>();
+  absl::Status valid = num_dense >= 0 ? absl::OkStatus()
+                                      : absl::InvalidArgumentError(absl::StrCat(
+                                            header.table_pushes_size(), " table blocks but only ",
+                                            request.num_tensors(), " tensors"));
+  if (valid.ok() && (header.table_pushes_size() > 0 || header.table_prefetch_size() > 0)) {
+    if (header.more_parts()) {
+      valid = absl::InvalidArgumentError("table rows in a push's part other than its last");
+    } else {
+      absl::StatusOr<std::vector<TableBlock>> rows = m->tables->Decode(header.table_pushes(), &request, num_dense);
+      absl::StatusOr<std::vector<TableBlock>> prefetch = m->tables->Decode(header.table_prefetch(), nullptr, 0);
+      if (!rows.ok()) valid = rows.status();
+      if (valid.ok() && !prefetch.ok()) valid = prefetch.status();
+      if (valid.ok()) tables->rows = *std::move(rows), tables->prefetch = *std::move(prefetch);
+    }
+  }
+  std::vector<ShardGradient> gradients(static_cast<size_t>(std::max(num_dense, 0)));
   absl::flat_hash_map<std::string, int> seen;
-  for (int i = 0; i < request.num_tensors() && valid.ok(); ++i) {
+  for (int i = 0; i < num_dense && valid.ok(); ++i) {
     const std::string& name = request.meta(i).name();
     auto it = m->by_name.find(name);
     if (it == m->by_name.end()) {
@@ -69,6 +101,7 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
     } else {
       valid = it->second->DecodeGradient(request, i, &gradients[i]);
       gradients[i].client_id = header.client_id();
+      gradients[i].worker = header.worker_index();
       if (valid.ok() && gradients[i].slice && (m->config.sync || header.client_id() == 0)) {
         valid = absl::InvalidArgumentError(absl::StrCat(
             "slice of shard '", name, "': only async pushes from clients with an id come in parts"));
@@ -94,15 +127,15 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
         absl::StrCat("refused push from worker ", header.worker_index(), ": ", valid.message())));
   }
   if (m->config.sync) {
-    PushInSyncMode(*m, gradients, header, std::move(pulls), std::move(responder));
+    PushInSyncMode(*m, gradients, header, std::move(pulls), std::move(tables), std::move(responder));
   } else {
-    PushInAsyncMode(*m, gradients, header, std::move(pulls), std::move(responder));
+    PushInAsyncMode(*m, gradients, header, std::move(pulls), std::move(tables), std::move(responder));
   }
 }
 
 void PsServer::Impl::PushInAsyncMode(const Model& m, std::vector<ShardGradient>& gradients,
-                                     const wire::PushRequest& header,
-                                     std::vector<std::shared_ptr<Shard>> pulls, rpc::Responder responder) {
+                                     const wire::PushRequest& header, std::vector<std::shared_ptr<Shard>> pulls,
+                                     std::shared_ptr<TablePush> tables, rpc::Responder responder) {
   int64_t step = step_.load(std::memory_order_acquire);
   if (m.holds_global_step && !header.more_parts()) {  // a push in parts steps with its last part
     // Claim this push's step first, so concurrent pushes never carry the step past train_steps.
@@ -115,8 +148,14 @@ void PsServer::Impl::PushInAsyncMode(const Model& m, std::vector<ShardGradient>&
     const optim::Optimizer& rule = m.RuleFor(g.shard);
     g.shard->Apply(g, rule, optim::LearningRateAt(rule.config(), header.step_tag()));
   }
-  responder.Respond(
-      PushAnswer(pulls, m.holds_global_step && !header.more_parts() ? step : step_.load(), /*stale=*/false));
+  // Table rows: the rule's learning rate and the rows' last update at the step the gradient was
+  // computed at (the dense rate's step; a ps without the global step knows no other).
+  if (absl::Status s = m.tables->ApplyAsync(tables->rows, std::max(header.step_tag(), step)); !s.ok()) {
+    pushes_refused_.fetch_add(1);
+    return responder.Respond(s);
+  }
+  responder.Respond(PushAnswer(pulls, m.holds_global_step && !header.more_parts() ? step : step_.load(),
+                               /*stale=*/false, &tables->prefetch));
 }
 
 SyncAccumulator::Config PsServer::Impl::SyncConfig(std::shared_ptr<const Model> model) const {
@@ -130,22 +169,25 @@ SyncAccumulator::Config PsServer::Impl::SyncConfig(std::shared_ptr<const Model> 
       const optim::Optimizer& rule = model->RuleFor(shard.get());
       shard->ApplyAccumulated(count, rule, optim::LearningRateAt(rule.config(), step));
     }
+    model->tables->ApplyStep(step);
   };
   return c;
 }
 
 void PsServer::Impl::PushInSyncMode(const Model& m, const std::vector<ShardGradient>& gradients,
                                     const wire::PushRequest& header, std::vector<std::shared_ptr<Shard>> pulls,
-                                    rpc::Responder responder) {
+                                    std::shared_ptr<TablePush> tables, rpc::Responder responder) {
+  const int worker = header.worker_index();
   sync_.Push(
-      m.sync_epoch, header.worker_index(), header.step_tag(),
-      [&gradients] {
+      m.sync_epoch, worker, header.step_tag(),
+      [&gradients, &m, &tables, worker] {
         for (const ShardGradient& g : gradients) g.shard->Accumulate(g);
+        m.tables->Accumulate(worker, tables->rows);
       },
-      [pulls = std::move(pulls), responder = std::move(responder)](
+      [pulls = std::move(pulls), tables, responder = std::move(responder)](
           absl::StatusOr<SyncAccumulator::Outcome> outcome) mutable {
         if (!outcome.ok()) return responder.Respond(outcome.status());
-        responder.Respond(PushAnswer(pulls, outcome->step, outcome->stale));
+        responder.Respond(PushAnswer(pulls, outcome->step, outcome->stale, &tables->prefetch));
       });
 }
 

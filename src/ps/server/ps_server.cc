@@ -160,7 +160,23 @@ void PsServer::Impl::HandlePull(const rpc::IncomingMessage& request, rpc::Respon
   }
   wire::PullRequest pull;
   if (absl::Status s = request.ParseHeader(&pull); !s.ok()) return responder.Respond(s);
-  if (pull.slices_size() > 0) return HandlePullSlices(*m, pull, std::move(responder));
+  if (pull.has_table_scan()) {
+    wire::PullResponse header;
+    header.set_step(step_.load(std::memory_order_acquire));
+    rpc::OutgoingMessage response;
+    absl::Status s = m->tables->ScanPart(pull.table_scan(), header.step(), header.mutable_scan(), &response);
+    if (!s.ok()) return responder.Respond(s);
+    response.header = header.SerializeAsString();
+    return responder.Respond(std::move(response));
+  }
+  absl::StatusOr<std::vector<TableBlock>> table_pulls = m->tables->Decode(pull.table_pulls(), nullptr, 0);
+  if (!table_pulls.ok()) return responder.Respond(table_pulls.status());
+  if (pull.slices_size() > 0) {
+    if (!table_pulls->empty()) {
+      return responder.Respond(absl::InvalidArgumentError("table rows asked in a pull in parts"));
+    }
+    return HandlePullSlices(*m, pull, std::move(responder));
+  }
   wire::PullResponse header;
   header.set_step(step_.load(std::memory_order_acquire));
   rpc::OutgoingMessage response = rpc::OutgoingMessage::Of(header);
@@ -189,6 +205,7 @@ void PsServer::Impl::HandlePull(const rpc::IncomingMessage& request, rpc::Respon
     header.add_updates(state.updates);
   }
   if (pull.with_slots()) response.header = header.SerializeAsString();
+  PsTables::AppendGathered(*table_pulls, &response);
   responder.Respond(std::move(response));
 }
 
@@ -344,7 +361,10 @@ PsTaskStats PsServer::Impl::Stats() const {
     stats.bytes_out = counters.bytes_out;
     stats.calls_unauthenticated = counters.calls_unauthenticated;
   }
-  if (std::shared_ptr<const Model> m = model()) stats.num_params = m->num_params;
+  if (std::shared_ptr<const Model> m = model()) {
+    stats.num_params = m->num_params;
+    stats.tables = m->tables->Stats();
+  }
   stats.global_step = step_.load();
   stats.stale_gradients_dropped = sync_.stale_dropped();
   stats.pushes_refused = pushes_refused_.load();

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/psflow.pb.h"
+#include "ps/server/ps_tables.h"
 #include "ps/server/push_dedup.h"
 #include "ps/server/shard.h"
 #include "ps/server/sync_accumulator.h"
@@ -63,6 +64,7 @@ class PsServer::Impl final : public rpc::Handler {
     bool holds_global_step = false;
     int64_t num_params = 0;
     uint64_t sync_epoch = 0;  // sync mode: the accumulator's epoch of this model (its Push)
+    std::unique_ptr<PsTables> tables;  // the embedding tables' shards on this task (ps_tables.h)
 
     // The rule that updates `shard` (its config gives the learning rate: optim::LearningRateAt).
     const optim::Optimizer& RuleFor(const Shard* shard) const {
@@ -114,14 +116,20 @@ class PsServer::Impl final : public rpc::Handler {
   // hands the push to one of the two modes (not to be confused with PsClient::PushAsync, a
   // non-blocking *call*): async mode applies it at once, sync mode gives it to sync_.
   void HandlePush(const rpc::IncomingMessage& request, rpc::Responder responder);
+  // A push's table blocks: gradient rows, and the prefetch (rows its answer carries).
+  struct TablePush {
+    std::vector<TableBlock> rows, prefetch;
+  };
   void PushInAsyncMode(const Model& model, std::vector<ShardGradient>& gradients, const wire::PushRequest& header,
-                       std::vector<std::shared_ptr<Shard>> pulls, rpc::Responder responder);
+                       std::vector<std::shared_ptr<Shard>> pulls, std::shared_ptr<TablePush> tables,
+                       rpc::Responder responder);
   void PushInSyncMode(const Model& model, const std::vector<ShardGradient>& gradients,
                       const wire::PushRequest& header, std::vector<std::shared_ptr<Shard>> pulls,
-                      rpc::Responder responder);
-  // The answer to a push: its step, and the values of the shards it asked to pull.
+                      std::shared_ptr<TablePush> tables, rpc::Responder responder);
+  // The answer to a push: its step, the values of the shards it asked to pull, then the rows of
+  // its prefetch blocks (gathered now: after the push's step).
   static rpc::OutgoingMessage PushAnswer(const std::vector<std::shared_ptr<Shard>>& pulls, int64_t step,
-                                         bool stale);
+                                         bool stale, const std::vector<TableBlock>* prefetch = nullptr);
   // The sync accumulator's configuration for `model` (ps_push.cc).
   SyncAccumulator::Config SyncConfig(std::shared_ptr<const Model> model) const;
 

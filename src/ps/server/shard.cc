@@ -244,36 +244,57 @@ void Shard::ApplySliceLocked(const ShardGradient& gradient, const optim::Optimiz
 
 void Shard::Accumulate(const ShardGradient& gradient) {
   absl::MutexLock lock(&mu_);
-  if (accum_.empty() && size_ > 0) accum_.assign(static_cast<size_t>(size_), 0.0f);
-  accum_any_ = true;
+  Kept& kept = kept_[gradient.worker];
   if (!gradient.sparse) {
-    accum_dense_ = true;
-    float* accum = accum_.data();
+    const bool first = kept.dense.empty();
+    if (first) kept.dense.resize(static_cast<size_t>(size_));
+    float* dst = kept.dense.data();
     ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) {
       gradient.message->ForEachRunInRange(gradient.index, begin, end - begin,
-                                          [accum](const float* run, int64_t first, int64_t n) {
-                                            simd::AddInto(accum + first, run, n);  // dispatched
+                                          [dst, first](const float* run, int64_t at, int64_t n) {
+                                            if (first) {
+                                              std::memcpy(dst + at, run, static_cast<size_t>(n) * sizeof(float));
+                                            } else {
+                                              simd::AddInto(dst + at, run, n);  // dispatched
+                                            }
                                             return true;
                                           });
     });
     return;
   }
-  const float* src = gradient.values.data();
-  if (row_touched_.empty()) row_touched_.assign(static_cast<size_t>(num_rows()), false);
-  for (size_t k = 0; k < gradient.rows.size(); ++k) {
-    const int64_t row = gradient.rows[k];
-    float* dst = accum_.data() + row * row_size_;
-    const float* values = src + static_cast<int64_t>(k) * row_size_;
-    for (int64_t j = 0; j < row_size_; ++j) dst[j] += values[j];
-    if (!row_touched_[row]) {
-      row_touched_[row] = true;
-      touched_rows_.push_back(row);
-    }
-  }
+  kept.rows.insert(kept.rows.end(), gradient.rows.begin(), gradient.rows.end());
+  kept.values.insert(kept.values.end(), gradient.values.begin(), gradient.values.end());
 }
 
 void Shard::ApplyAccumulated(int count, const optim::Optimizer& optimizer, float lr) {
   absl::MutexLock lock(&mu_);
+  if (kept_.empty()) return;
+  // The kept gradients summed in ascending worker order (std::map's order).
+  if (accum_.empty() && size_ > 0) accum_.assign(static_cast<size_t>(size_), 0.0f);
+  for (auto& [worker, kept] : kept_) {
+    accum_any_ = true;
+    if (!kept.dense.empty()) {
+      accum_dense_ = true;
+      float* accum = accum_.data();
+      const float* src = kept.dense.data();
+      ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) {
+        simd::AddInto(accum + begin, src + begin, end - begin);  // dispatched
+      });
+    }
+    if (kept.rows.empty()) continue;
+    if (row_touched_.empty()) row_touched_.assign(static_cast<size_t>(num_rows()), false);
+    for (size_t k = 0; k < kept.rows.size(); ++k) {
+      const int64_t row = kept.rows[k];
+      float* dst = accum_.data() + row * row_size_;
+      const float* values = kept.values.data() + static_cast<int64_t>(k) * row_size_;
+      for (int64_t j = 0; j < row_size_; ++j) dst[j] += values[j];
+      if (!row_touched_[row]) {
+        row_touched_[row] = true;
+        touched_rows_.push_back(row);
+      }
+    }
+  }
+  kept_.clear();
   if (!accum_any_) return;
   const float scale = 1.0f / static_cast<float>(std::max(count, 1));
   float* w = MutableValuesLocked();

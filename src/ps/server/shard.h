@@ -13,6 +13,7 @@
 #define PSFLOW_PS_SERVER_SHARD_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,7 @@ struct ShardGradient {
   int64_t offset = 0;
   int64_t count = 0;
   uint64_t client_id = 0;
+  int worker = 0;  // sync: the pushing worker (the step sums its gradients in worker order)
 };
 
 class Shard {
@@ -79,10 +81,14 @@ class Shard {
   // update together: the first claims its t, the rest reuse it.
   void Apply(ShardGradient& gradient, const optim::Optimizer& optimizer, float lr);
 
-  // Sync: adds a decoded gradient into this step's accumulator.
+  // Sync: keeps a copy of a decoded gradient of gradient.worker for this step (added to one
+  // already kept for that worker).
   void Accumulate(const ShardGradient& gradient);
-  // Sync: applies the accumulated sum divided by `count` (one optimizer update) and clears the
-  // accumulator; nothing when no gradient touched the shard this step.
+  // Sync: sums the step's kept gradients in ascending worker order (so the bits do not depend on
+  // the order pushes arrived in: the same seed gives the same model), applies the sum divided by
+  // `count` (one optimizer update) and clears them; nothing when no gradient touched the shard.
+  // Cost: one copy of each worker's gradient held until the step completes (R gradients instead
+  // of one running sum) and one more pass over them.
   void ApplyAccumulated(int count, const optim::Optimizer& optimizer, float lr);
 
  private:
@@ -109,6 +115,13 @@ class Shard {
   bool accum_dense_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<bool> row_touched_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> touched_rows_ ABSL_GUARDED_BY(mu_);
+  // The step's gradients per worker, until ApplyAccumulated sums them in worker order.
+  struct Kept {
+    FloatBuffer dense;           // size_ floats, or empty
+    std::vector<int64_t> rows;   // sparse rows (shard-local), and their values
+    FloatBuffer values;
+  };
+  std::map<int, Kept> kept_ ABSL_GUARDED_BY(mu_);
   // The update count (Adam's t) each client's slices in progress use, until its last slice.
   absl::flat_hash_map<uint64_t, int64_t> slice_update_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,0 +1,313 @@
+// PsServer's embedding tables (ps/server/ps_tables.h).
+#include "ps/server/ps_tables.h"
+
+#include <cstring>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "ps/common/wire_config.h"
+#include "ps/server/table/shard_checks.h"
+
+namespace psflow::ps {
+namespace {
+
+absl::Status Bad(absl::string_view table, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("table '", table, "': ", why));
+}
+
+absl::StatusOr<table::TableConfig> ToTableConfig(const TableDeclaration& d) {
+  table::TableConfig c;
+  c.name = d.spec.name;
+  c.dim = d.spec.dim;
+  c.kind = d.spec.dynamic ? table::TableKind::kDynamic : table::TableKind::kFixed;
+  if (!d.spec.dynamic) c.layout = {d.spec.num_embeddings, d.num_shards, d.spec.strategy};
+  absl::StatusOr<table::InitializerSpec> init = table::ParseInitializer(d.spec.initializer);
+  if (!init.ok()) return Bad(d.spec.name, init.status().message());
+  c.initializer = *init;
+  c.seed = d.spec.seed;
+  c.lifecycle = {d.spec.admit_after, d.spec.steps_to_live, d.spec.max_rows, d.spec.evict_every};
+  if (!d.spec.dynamic) c.lifecycle = {};
+  if (absl::Status s = table::ValidateTableConfig(c); !s.ok()) return s;
+  return c;
+}
+
+}  // namespace
+
+table::SparseRuleConfig SparseRuleOf(const TrainingConfig& config) {
+  table::SparseRuleConfig rule;
+  rule.optimizer = config.optimizer;
+  if (!config.sparse_optimizer.empty()) rule.optimizer.name = config.sparse_optimizer;
+  if (config.sparse_learning_rate > 0.0f) rule.optimizer.learning_rate = config.sparse_learning_rate;
+  rule.ftrl_l1 = config.ftrl_l1;
+  rule.ftrl_l2 = config.ftrl_l2;
+  return rule;
+}
+
+absl::StatusOr<std::unique_ptr<PsTables>> PsTables::Create(const wire::InitializeRequest& init, int ps_task) {
+  auto tables = std::make_unique<PsTables>();
+  tables->ps_task_ = ps_task;
+  if (init.table_shards_size() == 0) return tables;
+  const TrainingConfig config = FromWire(init.config());
+  if (!config.sparse_sync_mean.empty()) {
+    absl::StatusOr<table::SparseSyncMean> mean = table::ParseSparseSyncMean(config.sparse_sync_mean);
+    if (!mean.ok()) return mean.status();
+    tables->mean_ = *mean;
+  }
+  absl::flat_hash_map<std::string, TableDeclaration> declared;
+  for (const wire::TableConfig& t : init.config().tables()) {
+    absl::StatusOr<TableDeclaration> d = FromWire(t);
+    if (!d.ok()) return d.status();
+    if (!declared.emplace(t.name(), *d).second) return Bad(t.name(), "declared twice");
+  }
+  const table::SparseRuleConfig rule = SparseRuleOf(config);
+  for (const wire::TableShardInfo& info : init.table_shards()) {
+    auto it = declared.find(info.table());
+    if (it == declared.end()) return Bad(info.table(), "a shard of a table the config does not declare");
+    absl::StatusOr<table::TableConfig> c = ToTableConfig(it->second);
+    if (!c.ok()) return c.status();
+    const bool dynamic = it->second.spec.dynamic;
+    const int num_shards = dynamic ? info.num_ps() : it->second.num_shards;
+    if (info.shard() < 0 || info.shard() >= num_shards) {
+      return Bad(info.table(), absl::StrCat("shard ", info.shard(), " of ", num_shards));
+    }
+    absl::StatusOr<std::unique_ptr<table::TableShard>> shard =
+        table::MakeTableShard(*c, rule, info.shard(), dynamic ? info.num_ps() : 1);
+    if (!shard.ok()) return shard.status();
+    const std::string name = !dynamic && num_shards > 1 ? absl::StrCat(info.table(), "/part_", info.shard())
+                                                        : info.table();
+    auto state = std::make_shared<TableState>(name, *std::move(shard), c->dim);
+    state->shard_index = info.shard();
+    state->num_shards = num_shards;
+    if (!tables->by_name_.emplace(name, state).second) return Bad(name, "listed twice in Initialize");
+    tables->list_.push_back(std::move(state));
+  }
+  return tables;
+}
+
+TableState* PsTables::Find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<std::vector<TableBlock>> PsTables::Decode(
+    const google::protobuf::RepeatedPtrField<wire::TableRows>& blocks, const rpc::IncomingMessage* rows_from,
+    int first_tensor) const {
+  std::vector<TableBlock> out;
+  out.reserve(static_cast<size_t>(blocks.size()));
+  absl::flat_hash_map<std::string, int> seen;
+  for (int b = 0; b < blocks.size(); ++b) {
+    const wire::TableRows& block = blocks[b];
+    TableState* t = Find(block.table());
+    if (t == nullptr) return Bad(block.table(), absl::StrCat("no such table shard on ps task ", ps_task_));
+    if (!seen.emplace(block.table(), b).second) return Bad(block.table(), "two blocks in one call");
+    if (block.ids().size() % sizeof(int64_t) != 0) {
+      return Bad(block.table(), absl::StrCat("ids of ", block.ids().size(), " bytes, not whole int64s"));
+    }
+    TableBlock& d = out.emplace_back();
+    d.table = t;
+    d.ids.resize(block.ids().size() / sizeof(int64_t));
+    if (!d.ids.empty()) std::memcpy(d.ids.data(), block.ids().data(), block.ids().size());
+    const table::TableConfig& config = t->shard->config();
+    if (absl::Status s = table::CheckUnique(config, d.ids); !s.ok()) return s;
+    for (int64_t id : d.ids) {
+      int owner;
+      if (config.kind == table::TableKind::kDynamic) {
+        owner = dist::RouteDynamicId(id, t->num_shards);
+      } else {
+        absl::StatusOr<dist::RowLocation> where = dist::RouteFixedId(config.name, config.layout, id);
+        if (!where.ok()) return where.status();
+        owner = where->shard;
+      }
+      if (owner != t->shard_index) {
+        return Bad(t->name, absl::StrCat("id ", id, " belongs to shard ", owner, ", not ", t->shard_index,
+                                         " (client and ps disagree on the layout?)"));
+      }
+    }
+    if (rows_from == nullptr) continue;
+    const int i = first_tensor + b;
+    if (i >= rows_from->num_tensors() || rows_from->meta(i).name() != block.table()) {
+      return Bad(block.table(), "its rows are missing from the message's tensors");
+    }
+    if (absl::Status s = table::CheckRowsSize(config, "gradient rows", d.ids.size(),
+                                              static_cast<size_t>(rows_from->num_floats(i)));
+        !s.ok()) {
+      return s;
+    }
+    d.rows.resize(static_cast<size_t>(rows_from->num_floats(i)));
+    if (!d.rows.empty()) rows_from->CopyTo(i, d.rows.data());
+    if (absl::Status s = table::CheckFinite(config, d.ids, d.rows); !s.ok()) return s;
+  }
+  return out;
+}
+
+void PsTables::AppendGathered(const std::vector<TableBlock>& blocks, rpc::OutgoingMessage* out) {
+  for (const TableBlock& b : blocks) {
+    auto rows = std::make_shared<FloatBuffer>(b.ids.size() * static_cast<size_t>(b.table->dim));
+    absl::Status s = b.table->shard->Gather(b.ids, absl::MakeSpan(rows->data(), rows->size()));
+    CHECK(s.ok()) << "gather of validated ids: " << s;
+    rpc::OutgoingTensor t;
+    t.meta.set_name(b.table->name);
+    t.meta.add_shape(static_cast<int64_t>(b.ids.size()));
+    t.meta.add_shape(b.table->dim);
+    t.data = rows->data();
+    t.num_floats = static_cast<int64_t>(rows->size());
+    t.owner = std::move(rows);
+    out->tensors.push_back(std::move(t));
+  }
+}
+
+absl::Status PsTables::ApplyAsync(const std::vector<TableBlock>& blocks, int64_t global_step) {
+  for (const TableBlock& b : blocks) {
+    if (absl::Status s = b.table->shard->Apply(b.ids, b.rows, global_step); !s.ok()) return s;
+  }
+  for (const std::shared_ptr<TableState>& t : list_) t->shard->MaybeRemove(global_step);
+  return absl::OkStatus();
+}
+
+void PsTables::Accumulate(int worker, const std::vector<TableBlock>& blocks) {
+  absl::flat_hash_map<TableState*, const TableBlock*> given;
+  for (const TableBlock& b : blocks) given[b.table] = &b;
+  for (const std::shared_ptr<TableState>& t : list_) {
+    auto it = given.find(t.get());
+    absl::MutexLock lock(&t->mu);
+    absl::Status s = it == given.end() ? t->sum.Add(worker, {}, {}) : t->sum.Add(worker, it->second->ids, it->second->rows);
+    // Validated on arrival; a second gradient of one worker in a step cannot be counted twice by
+    // the sync accumulator either.
+    if (!s.ok()) std::cerr << "ps task " << ps_task_ << ": sync table gradient dropped: " << s.message() << std::endl;
+  }
+}
+
+void PsTables::ApplyStep(int64_t global_step) {
+  for (const std::shared_ptr<TableState>& t : list_) {
+    table::SummedRows rows;
+    {
+      absl::MutexLock lock(&t->mu);
+      rows = t->sum.Finish(mean_);
+    }
+    if (!rows.ids.empty()) {
+      absl::Status s = t->shard->Apply(rows.ids, rows.rows, global_step);
+      if (!s.ok()) std::cerr << "ps task " << ps_task_ << ": sync table step not applied: " << s.message() << std::endl;
+    }
+    t->shard->MaybeRemove(global_step);
+  }
+}
+
+std::vector<TableTaskStats> PsTables::Stats() const {
+  std::vector<TableTaskStats> out;
+  for (const std::shared_ptr<TableState>& t : list_) {
+    const table::TableStats s = t->shard->stats();
+    out.push_back({.table = t->name,
+                   .rows = s.rows,
+                   .pending_ids = s.pending_ids,
+                   .bytes = s.bytes,
+                   .admissions = s.admissions,
+                   .evictions = s.evictions,
+                   .rows_pulled = s.rows_gathered,
+                   .rows_pushed = s.rows_pushed,
+                   .rows_dropped = s.rows_dropped});
+  }
+  return out;
+}
+
+namespace {
+
+std::string Int64Bytes(const std::vector<int64_t>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+}
+
+bool BytesToInt64(const std::string& bytes, size_t n, std::vector<int64_t>* out) {
+  if (bytes.size() != n * sizeof(int64_t)) return false;
+  out->resize(n);
+  if (n > 0) std::memcpy(out->data(), bytes.data(), bytes.size());
+  return true;
+}
+
+void AddRows(const std::string& name, int64_t n, int64_t dim, std::vector<float> rows, rpc::OutgoingMessage* out,
+             int slot) {
+  auto owner = std::make_shared<std::vector<float>>(std::move(rows));
+  rpc::OutgoingTensor t;
+  t.meta.set_name(name);
+  t.meta.add_shape(n);
+  t.meta.add_shape(dim);
+  t.meta.set_slot(slot);
+  t.data = owner->data();
+  t.num_floats = static_cast<int64_t>(owner->size());
+  t.owner = std::move(owner);
+  out->tensors.push_back(std::move(t));
+}
+
+}  // namespace
+
+absl::Status PsTables::ScanPart(const wire::TableScan& scan, int64_t global_step, wire::TableScanPart* part,
+                                rpc::OutgoingMessage* out) {
+  absl::MutexLock lock(&scans_mu_);
+  auto it = scans_.find(scan.scan_id());
+  if (it == scans_.end()) {
+    TableState* t = Find(scan.table());
+    if (t == nullptr) return Bad(scan.table(), absl::StrCat("no such table shard on ps task ", ps_task_));
+    t->shard->RemoveNow(global_step);  // evicted rows are not saved
+    it = scans_.emplace(scan.scan_id(), OpenScan{t, t->shard->Scan()}).first;
+  } else if (it->second.table->name != scan.table()) {
+    return Bad(scan.table(), absl::StrCat("scan ", scan.scan_id(), " reads '", it->second.table->name, "'"));
+  }
+  table::RowsPart rows;
+  const bool more = it->second.scan->Next(std::max<int64_t>(scan.max_rows(), 1), &rows);
+  TableState* t = it->second.table;
+  const int64_t n = static_cast<int64_t>(rows.ids.size());
+  part->mutable_rows()->set_table(t->name);
+  part->mutable_rows()->set_ids(Int64Bytes(rows.ids));
+  part->mutable_rows()->set_last_step(Int64Bytes(rows.last_step));
+  part->mutable_rows()->set_count(Int64Bytes(rows.count));
+  part->set_done(!more);
+  AddRows(t->name, n, t->dim, std::move(rows.values), out, 0);
+  for (size_t k = 0; k < rows.slots.size(); ++k) {
+    AddRows(t->name, n, t->dim, std::move(rows.slots[k]), out, static_cast<int>(k) + 1);
+  }
+  if (!more) scans_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status PsTables::Load(const google::protobuf::RepeatedPtrField<wire::TableRows>& blocks,
+                            const rpc::IncomingMessage& message) {
+  int i = 0;
+  for (const wire::TableRows& block : blocks) {
+    TableState* t = Find(block.table());
+    if (t == nullptr) return Bad(block.table(), absl::StrCat("no such table shard on ps task ", ps_task_));
+    const int slots = t->shard->rule().num_slots();
+    table::RowsPart part;
+    const size_t n = block.ids().size() / sizeof(int64_t);
+    if (!BytesToInt64(block.ids(), n, &part.ids) || !BytesToInt64(block.last_step(), n, &part.last_step) ||
+        !BytesToInt64(block.count(), n, &part.count)) {
+      return Bad(block.table(), "checkpoint rows whose ids, last steps and counts differ in number");
+    }
+    if (i + 1 + slots > message.num_tensors()) {
+      return Bad(block.table(), absl::StrCat("checkpoint rows without their values and ", slots,
+                                             " slots (saved with another --sparse_optimizer?)"));
+    }
+    auto read = [&](std::vector<float>* to) -> absl::Status {
+      if (message.meta(i).name() != block.table() || message.num_floats(i) != static_cast<int64_t>(n) * t->dim) {
+        return Bad(block.table(), absl::StrCat("checkpoint rows of ", message.num_floats(i), " floats for ", n,
+                                               " ids of dim ", t->dim, " (saved with another dim?)"));
+      }
+      to->resize(static_cast<size_t>(message.num_floats(i)));
+      if (!to->empty()) message.CopyTo(i, to->data());
+      ++i;
+      return absl::OkStatus();
+    };
+    if (absl::Status s = read(&part.values); !s.ok()) return s;
+    part.slots.resize(static_cast<size_t>(slots));
+    for (int k = 0; k < slots; ++k) {
+      if (absl::Status s = read(&part.slots[k]); !s.ok()) return s;
+    }
+    if (absl::Status s = t->shard->Load(part); !s.ok()) return s;
+  }
+  if (i != message.num_tensors()) {
+    return absl::InvalidArgumentError(absl::StrCat("table load: ", message.num_tensors() - i,
+                                                   " tensors beyond the blocks' rows (saved with another "
+                                                   "--sparse_optimizer?)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace psflow::ps
