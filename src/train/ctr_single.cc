@@ -155,7 +155,7 @@ absl::StatusOr<CtrTrainer::StepResult> CtrTrainer::Step(int64_t step) {
     }
     tables_[f]->MaybeRemove(step);
   }
-  const float lr = optim::DecayedLearningRate(dense_config_, step);
+  const float lr = optim::LearningRateAt(dense_config_, step);
   const std::vector<Var>& params = model_->parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     Node& p = *params[i];
@@ -239,7 +239,7 @@ absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, cons
     if (!result.ok()) return result.status();
     if (!std::isfinite(result->loss)) return DivergedError(step, result->loss, *options.learning_rate);
     progress.Step(step + 1, result->loss, result->accuracy, options.log_every);
-    (*telemetry)->OnStep(step + 1, result->loss, result->accuracy, optim::DecayedLearningRate(dense_config, step),
+    (*telemetry)->OnStep(step + 1, result->loss, result->accuracy, optim::LearningRateAt(dense_config, step),
                          batch);
   }
   RunSummary summary;
