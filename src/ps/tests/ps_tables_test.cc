@@ -566,3 +566,109 @@ TEST(PsTablesTest, SharedMemoryTransportGivesTheSameRowsAsGrpc) {
 
 }  // namespace
 }  // namespace psflow::ps
+
+#include "ps/client/table_calls.h"
+#include "ps/common/wire_config.h"
+#include "ps/server/ps_tables.h"
+#include "rpc/tensor_coding.h"
+
+namespace psflow::ps {
+namespace {
+
+std::string Flatten(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer.Dump(&slices).ok());
+  std::string out;
+  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+absl::StatusOr<rpc::IncomingMessage> RoundTrip(rpc::OutgoingMessage message) {
+  const std::string bytes = Flatten(rpc::EncodeMessage(std::move(message)));
+  grpc::Slice slice(bytes.data(), bytes.size());
+  return rpc::DecodeMessage(grpc::ByteBuffer(&slice, 1));
+}
+
+// The table blocks of a push and of its answer, through the wire encoding (rpc/tensor_coding.h):
+// the client's blocks per ps (ids as raw int64 bytes, rows in the tensor area after the dense
+// tensors) decode on each ps into exactly its ids with their rows, and the ps's gathered answer
+// scatters back into the caller's rows in the caller's order.
+TEST(PsTablesWireTest, PushBlocksAndPullAnswersRoundTripThroughTheEncoding) {
+  const dist::TableSpec fixed = Fixed("emb", 11, 3, dist::TableStrategy::kMod);
+  const dist::TableSpec dynamic = Dynamic("hashed", 3);
+  const dist::PlacementPlan plan = TablePlan({fixed, dynamic}, 3, 3);
+  const std::vector<int64_t> ids = {10, 0, 4, 7, 5}, hashed_ids = {-1, 1LL << 62, 3, 77};
+  const Tensor g = testing::Filled({5, 3}, 1.0f, 1.0f), gh = testing::Filled({4, 3}, -5.0f, 0.5f);
+  Tensor dest({4, 3});
+  TableStep step;
+  step.pushes.push_back({"emb", &ids, nullptr, &g});
+  step.pushes.push_back({"hashed", &hashed_ids, nullptr, &gh});
+  step.pulls.push_back({"hashed", &hashed_ids, &dest, nullptr});
+  auto work = RouteTables("Push", step, plan);
+  ASSERT_TRUE(work.ok()) << work.status();
+
+  TrainingConfig config = Sgd(0.1f);
+  for (const dist::TablePlacement& t : plan.tables) config.tables.push_back({t.spec, t.layout.num_shards});
+  std::map<std::pair<std::string, int64_t>, std::vector<float>> received;  // (table, id) -> row, every ps
+  for (int k = 0; k < 3; ++k) {
+    wire::InitializeRequest init;
+    *init.mutable_config() = ToWire(config);
+    for (const dist::TablePlacement& t : plan.tables) {
+      for (const dist::TableShardSpec& s : t.shards) {
+        if (s.ps_task != k) continue;
+        wire::TableShardInfo* info = init.add_table_shards();
+        info->set_table(t.spec.name);
+        info->set_shard(s.shard_index);
+        info->set_num_ps(3);
+      }
+    }
+    auto tables = PsTables::Create(init, k);
+    ASSERT_TRUE(tables.ok()) << tables.status();
+    wire::PushRequest header;
+    std::vector<rpc::OutgoingTensor> tensors;
+    tensors.push_back({});  // a dense gradient first: the blocks' rows come after it
+    tensors.back().meta.set_name("w");
+    tensors.back().meta.add_shape(0);
+    AddTablePushes((*work)->pushes[k], header.mutable_table_pushes(), &tensors);
+    AddTableBlocks((*work)->pulls[k], header.mutable_table_prefetch());
+    rpc::OutgoingMessage out = rpc::OutgoingMessage::Of(header);
+    out.tensors = std::move(tensors);
+    auto in = RoundTrip(std::move(out));
+    ASSERT_TRUE(in.ok()) << in.status();
+    wire::PushRequest parsed;
+    PSFLOW_ASSERT_OK(in->ParseHeader(&parsed));
+    auto blocks = (*tables)->Decode(parsed.table_pushes(), &*in, 1);
+    ASSERT_TRUE(blocks.ok()) << blocks.status();
+    for (const TableBlock& b : *blocks) {
+      for (size_t q = 0; q < b.ids.size(); ++q) {
+        const std::string table = b.table->name.substr(0, b.table->name.find('/'));  // emb/part_K -> emb
+        received[{table, b.ids[q]}] = std::vector<float>(b.rows.begin() + q * 3, b.rows.begin() + (q + 1) * 3);
+      }
+    }
+    // The prefetch: gathered, encoded, scattered into dest.
+    auto prefetch = (*tables)->Decode(parsed.table_prefetch(), nullptr, 0);
+    ASSERT_TRUE(prefetch.ok()) << prefetch.status();
+    rpc::OutgoingMessage answer = rpc::OutgoingMessage::Of(wire::PushResponse());
+    PsTables::AppendGathered(*prefetch, &answer);
+    auto back = RoundTrip(std::move(answer));
+    ASSERT_TRUE(back.ok()) << back.status();
+    PSFLOW_ASSERT_OK(ScatterTableRows(*back, (*work)->pulls[k], "ps"));
+  }
+  ASSERT_EQ(received.size(), ids.size() + hashed_ids.size());
+  for (size_t q = 0; q < ids.size(); ++q) {
+    EXPECT_EQ((received[{"emb", ids[q]}]), std::vector<float>(g.data() + q * 3, g.data() + q * 3 + 3)) << ids[q];
+  }
+  for (size_t q = 0; q < hashed_ids.size(); ++q) {
+    EXPECT_EQ((received[{"hashed", hashed_ids[q]}]), std::vector<float>(gh.data() + q * 3, gh.data() + q * 3 + 3));
+  }
+  // Nothing applied: the scattered rows are the initializer's, in the caller's order.
+  table::RowInitializer init(*table::ParseInitializer(dynamic.initializer), dynamic.seed);
+  for (size_t q = 0; q < hashed_ids.size(); ++q) {
+    float want[3];
+    init.Fill(hashed_ids[q], want, 3);
+    for (int d = 0; d < 3; ++d) EXPECT_EQ(dest.data()[q * 3 + d], want[d]) << hashed_ids[q];
+  }
+}
+
+}  // namespace
+}  // namespace psflow::ps
