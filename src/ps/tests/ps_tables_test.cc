@@ -672,3 +672,36 @@ TEST(PsTablesWireTest, PushBlocksAndPullAnswersRoundTripThroughTheEncoding) {
 
 }  // namespace
 }  // namespace psflow::ps
+
+namespace psflow::ps {
+namespace {
+
+// Sync: a push tagged older than the step (stale) is dropped with its table rows, and a backup's
+// push arriving after the quorum closed is dropped the same way.
+TEST(PsTablesTest, SyncDropsStaleAndLateBackupTableRows) {
+  const dist::TableSpec spec = Fixed("emb", 4, 1, dist::TableStrategy::kDiv);
+  TrainingConfig c = Sgd(1.0f);
+  c.sync = true;
+  c.replicas_to_aggregate = 1;
+  c.total_num_replicas = 2;  // one backup
+  Job job = StartJob(TablePlan({spec}, 1, 1), 2, c);
+  const std::vector<int64_t> ids = {1};
+  const Tensor g({1, 1}, 1.0f);
+  const Tensor before = PullRows(*job.workers[0], "emb", {1}, 1);
+  TableStep t;
+  t.pushes.push_back({"emb", &ids, nullptr, &g});
+  auto first = job.workers[0]->PushAndPull({}, 0, {}, t);  // closes step 0 alone (R = 1)
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->stale);
+  auto late = job.workers[1]->PushAndPull({}, 0, {}, t);  // tagged 0, the step is 1 now: stale
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_TRUE(late->stale);
+  const Tensor after = PullRows(*job.workers[0], "emb", {1}, 1);
+  EXPECT_EQ(after.data()[0], before.data()[0] - 1.0f);  // one update, the stale one dropped
+  auto stats = job.workers[0]->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ((*stats)[0].stale_gradients_dropped, 1);
+}
+
+}  // namespace
+}  // namespace psflow::ps
