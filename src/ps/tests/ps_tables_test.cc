@@ -705,3 +705,39 @@ TEST(PsTablesTest, SyncDropsStaleAndLateBackupTableRows) {
 
 }  // namespace
 }  // namespace psflow::ps
+
+namespace psflow::ps {
+namespace {
+
+// A model bigger than the client's part size: the dense pull and push go in parts, the table rows
+// ride on the push's last part and on a pull of their own, with the same values as whole calls.
+TEST(PsTablesTest, TablesRideAlongPullsAndPushesInParts) {
+  const dist::TableSpec spec = Fixed("emb", 9, 2, dist::TableStrategy::kDiv);
+  dist::PlacementPlan plan = dist::PlanPlacement({{"w", {1000}}}, {}, dist::PlacementStrategy::kRoundRobin, 2);
+  PSFLOW_ASSERT_OK(dist::PlanTables({spec}, {}, dist::PlacementStrategy::kRoundRobin, &plan));
+  auto cluster = TestCluster::Start(2, 1);
+  auto client = cluster->Client(plan, 0, {}, nullptr, /*max_part_bytes=*/256);  // 64 floats a part
+  PSFLOW_ASSERT_OK(client->Connect());
+  const Tensor w({1000}, 1.0f);
+  PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}}, Sgd(1.0f)));
+  const std::vector<int64_t> ids = {8, 0, 3};
+  Tensor before({3, 2});
+  TableStep pull;
+  pull.pulls.push_back({"emb", &ids, &before, nullptr});
+  Tensor dense({1000});
+  ASSERT_TRUE(client->Pull({{"w", &dense}}, pull).ok());
+  EXPECT_EQ(dense[999], 1.0f);
+  const Tensor g({3, 2}, 0.5f), gw({1000}, 0.25f);
+  Tensor after({3, 2});
+  TableStep step;
+  step.pushes.push_back({"emb", &ids, nullptr, &g});
+  step.pulls.push_back({"emb", &ids, &after, nullptr});
+  auto r = client->PushAndPull({{"w", &gw, nullptr}}, 0, {{"w", &dense}}, step);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(dense[0], 0.75f);
+  EXPECT_EQ(dense[999], 0.75f);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(after.data()[i], before.data()[i] - 0.5f) << i;
+}
+
+}  // namespace
+}  // namespace psflow::ps
