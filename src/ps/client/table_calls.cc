@@ -157,9 +157,19 @@ absl::Status ScatterTableRows(const rpc::IncomingMessage& answer, const std::vec
                                               "', received '", answer.meta(i).name(), "' with ",
                                               answer.num_floats(i), " floats"));
     }
+    float* dest = call.dest->data();
+    // Rows wanted in a run of consecutive positions (one ps holding a batch's ids, in order): one
+    // copy straight into place.
+    if (n > 0 && call.positions.back() - call.positions.front() == n - 1) {
+      bool run = true;
+      for (int64_t q = 1; q < n && run; ++q) run = call.positions[q] == call.positions[q - 1] + 1;
+      if (run) {
+        answer.CopyTo(i, dest + call.positions.front() * call.dim);
+        continue;
+      }
+    }
     buffer.resize(static_cast<size_t>(n * call.dim));
     if (n > 0) answer.CopyTo(i, buffer.data());
-    float* dest = call.dest->data();
     for (int64_t q = 0; q < n; ++q) {
       std::memcpy(dest + call.positions[q] * call.dim, buffer.data() + q * call.dim,
                   static_cast<size_t>(call.dim) * sizeof(float));

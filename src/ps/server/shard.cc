@@ -245,9 +245,11 @@ void Shard::ApplySliceLocked(const ShardGradient& gradient, const optim::Optimiz
 void Shard::Accumulate(const ShardGradient& gradient) {
   absl::MutexLock lock(&mu_);
   Kept& kept = kept_[gradient.worker];
+  kept.used = true;
   if (!gradient.sparse) {
-    const bool first = kept.dense.empty();
-    if (first) kept.dense.resize(static_cast<size_t>(size_));
+    const bool first = !kept.has_dense;
+    kept.has_dense = true;
+    if (kept.dense.size() != static_cast<size_t>(size_)) kept.dense.resize(static_cast<size_t>(size_));
     float* dst = kept.dense.data();
     ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) {
       gradient.message->ForEachRunInRange(gradient.index, begin, end - begin,
@@ -268,12 +270,12 @@ void Shard::Accumulate(const ShardGradient& gradient) {
 
 void Shard::ApplyAccumulated(int count, const optim::Optimizer& optimizer, float lr) {
   absl::MutexLock lock(&mu_);
-  if (kept_.empty()) return;
   // The kept gradients summed in ascending worker order (std::map's order).
-  if (accum_.empty() && size_ > 0) accum_.assign(static_cast<size_t>(size_), 0.0f);
   for (auto& [worker, kept] : kept_) {
+    if (!kept.used) continue;
+    if (accum_.empty() && size_ > 0) accum_.assign(static_cast<size_t>(size_), 0.0f);
     accum_any_ = true;
-    if (!kept.dense.empty()) {
+    if (kept.has_dense) {
       accum_dense_ = true;
       float* accum = accum_.data();
       const float* src = kept.dense.data();
@@ -281,6 +283,7 @@ void Shard::ApplyAccumulated(int count, const optim::Optimizer& optimizer, float
         simd::AddInto(accum + begin, src + begin, end - begin);  // dispatched
       });
     }
+    kept.used = kept.has_dense = false;
     if (kept.rows.empty()) continue;
     if (row_touched_.empty()) row_touched_.assign(static_cast<size_t>(num_rows()), false);
     for (size_t k = 0; k < kept.rows.size(); ++k) {
@@ -294,7 +297,7 @@ void Shard::ApplyAccumulated(int count, const optim::Optimizer& optimizer, float
       }
     }
   }
-  kept_.clear();
+  for (auto& [worker, kept] : kept_) kept.rows.clear(), kept.values.clear();
   if (!accum_any_) return;
   const float scale = 1.0f / static_cast<float>(std::max(count, 1));
   float* w = MutableValuesLocked();

@@ -115,9 +115,12 @@ class Shard {
   bool accum_dense_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<bool> row_touched_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> touched_rows_ ABSL_GUARDED_BY(mu_);
-  // The step's gradients per worker, until ApplyAccumulated sums them in worker order.
+  // The step's gradients per worker, until ApplyAccumulated sums them in worker order. The
+  // buffers stay allocated from step to step (a fresh big buffer per step costs its page faults).
   struct Kept {
-    FloatBuffer dense;           // size_ floats, or empty
+    bool used = false;           // holds a gradient this step
+    bool has_dense = false;
+    FloatBuffer dense;           // size_ floats once a dense gradient came
     std::vector<int64_t> rows;   // sparse rows (shard-local), and their values
     FloatBuffer values;
   };
