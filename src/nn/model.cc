@@ -151,7 +151,7 @@ absl::StatusOr<ModelDefaults> DefaultsFor(const std::string& model_name) {
   if (model_name == "mlp") return ModelDefaults{"adam", 0.01f, 100, 10000};
   if (model_name == "cnn") return ModelDefaults{"rmsprop", 1e-3f, 128, 2000, 1000, 0.5f};
   if (model_name == "vgg19") return ModelDefaults{"sgd", 0.01f, 32, 100, 0, 1.0f, true};
-  if (model_name == "ctr") return ModelDefaults{"adam", 1e-3f, 1024, 1000, 0, 1.0f, false, "adagrad", kCtrSparseRate};
+  if (model_name == "ctr") return ModelDefaults{"adam", 1e-3f, 1024, 1000, 0, 1.0f, false, {}, "adagrad", kCtrSparseRate};
   return absl::InvalidArgumentError(
       absl::StrCat("unknown model '", model_name, "'; choose one of ", KnownModels()));
 }
