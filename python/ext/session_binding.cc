@@ -243,6 +243,8 @@ void RegisterSession(py::module_& m) {
       .def_property_readonly("global_step", [](PySession& s) { return s.session().global_step(); })
       .def_property_readonly("local_step", [](PySession& s) { return s.session().local_step(); })
       .def_property_readonly("data_step", [](PySession& s) { return s.session().data_step(); })
+      .def_property_readonly("data_worker_index", [](PySession& s) { return s.session().data_worker_index(); })
+      .def_property_readonly("data_num_workers", [](PySession& s) { return s.session().data_num_workers(); })
       .def_property_readonly("placement", [](PySession& s) { return s.session().PlacementListing(); });
 }
 
