@@ -55,7 +55,13 @@ class CheckpointIoTest(unittest.TestCase):
                             "--optimizer=adam", f"--checkpoint_dir={cls.ckpt}", f"--save_state={cls.state_file}"],
                            capture_output=True, text=True, env=env, timeout=180)
         assert r.returncode == 0, r.stdout + r.stderr
+        cls.stdout = r.stdout
         cls.final = torch.load(cls.state_file)
+        # The same job stopped at step 10: its final values are what checkpoint 10 must hold.
+        cls.state10 = os.path.join(cls.dir, "state10.pt")
+        r = subprocess.run([PYTHON, SCRIPT, "--hidden=6", "--train_steps=10", "--optimizer=adam",
+                            f"--save_state={cls.state10}"], capture_output=True, text=True, env=env, timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
 
     def test_the_newest_checkpoint_is_the_jobs_final_state(self):
         state = psflow.read_checkpoint(self.ckpt)
@@ -66,6 +72,22 @@ class CheckpointIoTest(unittest.TestCase):
         path, step, meta = psflow.checkpoint_info(self.ckpt)
         self.assertEqual((os.path.basename(path), step), ("model.ckpt-25.safetensors", 25))
         self.assertEqual((meta["model"], meta["optimizer"], meta["global_step"]), ("Sequential", "adam", "25"))
+
+    def test_files_are_named_by_the_step_of_their_values(self):
+        # --save_checkpoint_steps=10 of 25: the multiples and the final step, not -11, -21.
+        names = sorted(os.path.basename(f) for f in glob.glob(os.path.join(self.ckpt, "*.safetensors")))
+        self.assertEqual(names, ["model.ckpt-10.safetensors", "model.ckpt-20.safetensors", "model.ckpt-25.safetensors"])
+        at10 = psflow.read_checkpoint(os.path.join(self.ckpt, "model.ckpt-10.safetensors"))
+        for name, t in torch.load(self.state10).items():
+            self.assertTrue(torch.equal(at10[name], t), name)
+
+    def test_rates_are_labelled_per_worker_and_global(self):
+        progress = [l for l in self.stdout.splitlines() if l.startswith("step 10/25 ")]
+        self.assertEqual(len(progress), 1, self.stdout)
+        self.assertIn(" worker examples/s ", progress[0])
+        final = [l for l in self.stdout.splitlines() if l.startswith("final: ")][0]
+        self.assertIn(" global_examples_per_sec=", final)
+        self.assertNotIn(" examples_per_sec=", final)
 
     def test_a_file_reads_as_the_independent_parser_reads_it(self):
         files = sorted(glob.glob(os.path.join(self.ckpt, "model.ckpt-*.safetensors")))
