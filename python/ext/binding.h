@@ -53,6 +53,7 @@ void RegisterData(pybind11::module_& m);
 void RegisterCtrData(pybind11::module_& m);
 void RegisterSession(pybind11::module_& m);
 void RegisterOptim(pybind11::module_& m);
+void RegisterCheckpoint(pybind11::module_& m);
 
 }  // namespace psflow::python
 

@@ -86,4 +86,5 @@ PYBIND11_MODULE(_psflow, m) {
   RegisterCtrData(m);
   RegisterSession(m);
   RegisterOptim(m);
+  RegisterCheckpoint(m);
 }

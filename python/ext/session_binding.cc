@@ -249,6 +249,8 @@ void RegisterSession(py::module_& m) {
       .def_property_readonly("learning_rate", [](PySession& s) { return s.session().learning_rate(); })
       .def_property_readonly("local_step", [](PySession& s) { return s.session().local_step(); })
       .def_property_readonly("data_step", [](PySession& s) { return s.session().data_step(); })
+      .def_property_readonly("data_worker_index", [](PySession& s) { return s.session().data_worker_index(); })
+      .def_property_readonly("data_num_workers", [](PySession& s) { return s.session().data_num_workers(); })
       .def_property_readonly("placement", [](PySession& s) { return s.session().PlacementListing(); });
 }
 

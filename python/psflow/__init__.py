@@ -42,6 +42,8 @@ from ._psflow import (  # noqa: F401  (the C++ extension)
     log_loss,
     auc,
 )
+from .checkpoint import checkpoint_info, load_checkpoint, read_checkpoint  # noqa: F401
+from .data import DistributedBatchSampler  # noqa: F401
 from .flags import parse_flags  # noqa: F401
 from .server import Server  # noqa: F401
 from .session import WorkerSession  # noqa: F401
@@ -51,5 +53,6 @@ __all__ = [
     "__version__", "Error", "InvalidArgumentError", "NotFoundError", "FailedPreconditionError",
     "UnavailableError", "DeadlineExceededError", "AbortedError", "OutOfRangeError", "CancelledError",
     "ClusterSpec", "Flags", "parse_flags", "Server", "WorkerSession", "BatchSampler", "load_mnist",
-    "CtrGenerator", "log_loss", "auc", "optim",
+    "CtrGenerator", "log_loss", "auc", "optim", "read_checkpoint", "load_checkpoint", "checkpoint_info",
+    "DistributedBatchSampler",
 ]

@@ -359,19 +359,42 @@ class WorkerSession:
         self._session.log_scalars([(name, _number(f"log_scalar('{name}', ...)'s value", value))])
 
     def batch_indices(self, num_examples, batch_size=None):
-        """This worker's slice of the current global batch (docs/design.md#data-order: sync mode
-        slices global batch `global_step`, async mode walks its own batches by local step), as
-        psflow train's workers take it: numpy int64 indices into the training examples."""
+        """This worker's next batch (docs/design.md#data-order), as psflow train's workers take it:
+        numpy int64 indices into the training examples. Sync: slice worker_index of global batch
+        `global_step`; async: batch `data_step` of the one-worker stream (see data_step)."""
         if batch_size is None:
             batch_size = self._flags.batch_size
         key = (int(num_examples), int(batch_size))
         sampler = self._samplers.get(key)
         if sampler is None:
-            sampler = _psflow.BatchSampler(key[0], key[1], self.worker_index, self.num_workers, self._flags.seed)
+            sampler = _psflow.BatchSampler(key[0], key[1], self._session.data_worker_index,
+                                           self._session.data_num_workers, self._flags.seed)
             self._samplers[key] = sampler
         return sampler.batch(self._session.data_step)
 
+    def sampling_seed(self):
+        """A seed for a script that draws its own batches (torch.randint and the like): distinct
+        per worker and per data position, so workers do not draw the same batches and a resumed
+        job or restarted worker does not draw its first ones again. Call after open():
+        torch.manual_seed(sess.sampling_seed()). (psflow.DistributedBatchSampler needs none.)"""
+        if not self._opened:
+            raise _psflow.FailedPreconditionError("sampling_seed() before the worker session is open")
+        mask = (1 << 63) - 1
+        x = (self._flags.seed * 0x9E3779B97F4A7C15 + (self.worker_index + 1) * 0xBF58476D1CE4E5B9 +
+             (self.data_step + 1) * 0x94D049BB133111EB) & mask
+        x ^= x >> 31
+        return (x * 0xD6E8FEB86659FD93) & mask
+
     # --- state --------------------------------------------------------------------------------
+
+    @property
+    def data_step(self):
+        """The batch this worker takes next (docs/pytorch.md#data). Sync: the global step (the
+        worker takes its slice of that global batch). Async: a batch of the one-worker stream —
+        S + N - 1 after a push that claimed global step S (each push claims its own step, so the
+        workers' batches are disjoint and the stream is taken in order), S + worker_index right
+        after open at global step S (a resumed job continues at its checkpoint's step)."""
+        return self._session.data_step
 
     @property
     def global_step(self):

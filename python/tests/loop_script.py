@@ -3,7 +3,7 @@ with psflow's (psflow.parse_flags(parser)), a regression MLP on synthetic data, 
 names of its own, sess.log_scalar. Runs alone (standalone), under `psflow local --`, or as a task.
 
 Own flags: --hidden, --evaluate_returns=dict|float|text (the wrong types are for the refusal
-tests), --report=FILE (the chief's JSON; worker i's at FILE.i: the script's flags, its compute threads, every evaluation it returned).
+tests), --save_state=FILE (the chief's final state_dict, torch.save), --report=FILE (the chief's JSON; worker i's at FILE.i: the script's flags, its compute threads, every evaluation it returned).
 """
 import argparse
 import json
@@ -18,6 +18,7 @@ parser = argparse.ArgumentParser(description="regression MLP for the psflow loop
 parser.add_argument("--hidden", type=int, default=8)
 parser.add_argument("--evaluate_returns", default="dict", choices=["dict", "float", "text"])
 parser.add_argument("--report", default="")
+parser.add_argument("--save_state", default="", help="torch.save(model.state_dict()) after the session (chief)")
 flags = psflow.parse_flags(parser, defaults={"batch_size": 16, "train_steps": 40, "optimizer": "sgd",
                                              "learning_rate": 0.05, "log_every": 10})
 if flags.job_name == "ps":
@@ -52,6 +53,8 @@ with psflow.WorkerSession(model, flags, evaluate=evaluate) as sess:
         loss.backward()
         sess.step(loss)
         sess.log_scalar("script/half_step", sess.global_step / 2)
+if flags.save_state and sess.is_chief:
+    torch.save(model.state_dict(), flags.save_state)
 if flags.report:  # the chief's at FILE, worker i's at FILE.i
     with open(flags.report if sess.is_chief else f"{flags.report}.{sess.worker_index}", "w") as f:
         json.dump({"hidden": flags.hidden, "batch_size": flags.batch_size, "initial_mse": initial_mse,

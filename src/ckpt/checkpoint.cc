@@ -79,29 +79,40 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t globa
   return path;
 }
 
+absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path, io::Env* env) {
+  auto file = ReadSafetensors(path, env);
+  if (!file.ok()) return file.status();
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : file->tensors) by_name[name] = &t;
+  auto it = file->metadata.find(kChecksumKey);
+  if (it == file->metadata.end()) {
+    return absl::DataLossError(absl::StrCat(path, ": no ", kChecksumKey, " in its metadata"));
+  }
+  if (it->second != absl::StrCat(ChecksumOf(by_name))) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": checksum mismatch (stored ", it->second, ", computed ", ChecksumOf(by_name), ")"));
+  }
+  Checkpoint ckpt{path, 0, std::move(file).value()};
+  static const std::regex kName(R"((^|.*/)model\.ckpt-(\d+)\.safetensors)");
+  std::smatch m;
+  if (std::regex_match(path, m, kName) && absl::SimpleAtoi(m[2].str(), &ckpt.global_step)) return ckpt;
+  auto step = ckpt.contents.metadata.find(kStepKey);
+  if (step == ckpt.contents.metadata.end() || !absl::SimpleAtoi(step->second, &ckpt.global_step)) {
+    ckpt.global_step = 0;
+  }
+  return ckpt;
+}
+
 absl::StatusOr<std::optional<Checkpoint>> LoadLatestCheckpoint(const std::string& dir, std::vector<std::string>* skipped,
                                                                io::Env* env) {
   for (const auto& [step, path] : ListCheckpoints(dir, env)) {
-    auto file = ReadSafetensors(path, env);
-    std::string problem;
-    if (!file.ok()) {
-      problem = std::string(file.status().message());
-    } else {
-      std::map<std::string, const Tensor*> by_name;
-      for (const auto& [name, t] : file->tensors) by_name[name] = &t;
-      auto it = file->metadata.find(kChecksumKey);
-      if (it == file->metadata.end()) {
-        problem = absl::StrCat(path, ": no ", kChecksumKey, " in its metadata");
-      } else if (it->second != absl::StrCat(ChecksumOf(by_name))) {
-        problem = absl::StrCat(path, ": checksum mismatch (stored ", it->second, ", computed ", ChecksumOf(by_name), ")");
-      }
-    }
-    if (!problem.empty()) {
-      if (skipped) skipped->push_back(absl::StrCat("refusing checkpoint ", problem));
+    auto ckpt = ReadCheckpoint(path, env);
+    if (!ckpt.ok()) {
+      if (skipped) skipped->push_back(absl::StrCat("refusing checkpoint ", ckpt.status().message()));
       continue;
     }
-    Checkpoint ckpt{path, step, std::move(file).value()};
-    return std::optional<Checkpoint>(std::move(ckpt));
+    ckpt->global_step = step;
+    return std::optional<Checkpoint>(*std::move(ckpt));
   }
   return std::optional<Checkpoint>();
 }

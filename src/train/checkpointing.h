@@ -50,13 +50,18 @@ absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string
                                                               const optim::Optimizer& optimizer, const LogSink& log,
                                                               io::Env* env = io::Env::Default());
 
-// Decides when the chief saves: every `steps` global steps and/or every `secs` seconds.
+// Decides when the chief saves: each time the global step reaches a multiple of `steps`, and/or
+// every `secs` seconds. The step schedule is on the boundaries, not relative to the last save: in
+// async mode the step the chief sees after its push may already be past the boundary (the other
+// workers pushed), and the file is named by the step of the values it holds (ckpt-501); counting
+// `steps` from there made every later save drift (-1001, -1502, ...). A job resumed at step S
+// saves next at the first multiple after S.
 class CheckpointSchedule {
  public:
   CheckpointSchedule(int64_t steps, double secs, int64_t start_step)
       : steps_(steps), secs_(secs), last_step_(start_step), last_time_(std::chrono::steady_clock::now()) {}
   bool Due(int64_t global_step) const {
-    if (steps_ > 0 && global_step - last_step_ >= steps_) return true;
+    if (steps_ > 0 && global_step / steps_ > last_step_ / steps_) return true;
     return secs_ > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - last_time_).count() >= secs_;
   }
   void Saved(int64_t global_step) {

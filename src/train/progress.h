@@ -1,5 +1,6 @@
 // Progress log lines shared by single-process and worker training loops:
-// "step 1200/10000 loss 0.1234 accuracy 0.9700 examples/s 51234 elapsed 3.1s", and the error that
+// "step 1200/10000 loss 0.1234 accuracy 0.9700 worker examples/s 51234 elapsed 3.1s" (this
+// worker's examples per second; the final summary's global_examples_per_sec is the job's), and the error that
 // stops a diverged run. Not thread-safe.
 #ifndef PSFLOW_TRAIN_PROGRESS_H_
 #define PSFLOW_TRAIN_PROGRESS_H_
@@ -46,7 +47,7 @@ class ProgressLog {
     const double elapsed = ElapsedSeconds();
     const double per_step = global_step > first_step_ ? elapsed / (global_step - first_step_) : 0;
     const std::string accuracy_text = acc_steps_ > 0 ? absl::StrFormat(" accuracy %.4f", acc_sum_ / acc_steps_) : "";
-    log_(absl::StrFormat("%sstep %d/%d loss %.4f%s examples/s %.0f elapsed %.1fs remaining %.1fs", prefix_,
+    log_(absl::StrFormat("%sstep %d/%d loss %.4f%s worker examples/s %.0f elapsed %.1fs remaining %.1fs", prefix_,
                          global_step, target_, loss_sum_ / every, accuracy_text, examples_per_sec, elapsed,
                          std::max<double>(0, per_step * (target_ - global_step))));
     loss_sum_ = acc_sum_ = 0;

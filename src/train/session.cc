@@ -185,11 +185,13 @@ class WorkerSession::Impl {
       }
       if (!step.ok()) return step.status();
       global_step_ = *step;
+      claimed_ = false;
       return absl::OkStatus();
     }
     stale_ += pushed->stale;
     const int64_t step_before = global_step_;
     global_step_ = pushed->global_step;
+    claimed_ = true;
     progress_->Step(global_step_, loss, accuracy, options_.train.log_every);
     telemetry_->OnStep(global_step_, loss, accuracy, learning_rate(),
                        examples_per_global_step());
@@ -395,6 +397,8 @@ class WorkerSession::Impl {
   int64_t global_step() const { return global_step_; }
   float learning_rate() const { return optim::LearningRateAt(config_.optimizer, global_step_); }
   int64_t local_step() const { return local_step_; }
+  // Async: whether global_step() is the step the last push claimed (not a pulled one).
+  bool claimed() const { return claimed_; }
   int64_t examples_per_global_step() const {
     return int64_t{OptionValue(options_.train.batch_size)} * (config_.sync ? config_.replicas_to_aggregate : 1);
   }
@@ -468,6 +472,7 @@ class WorkerSession::Impl {
   // Goodbye sent, or aborted), so there is nothing left to abort.
   bool opened_ = false, closed_ = false, ended_ = false, finished_ = false;
   int64_t global_step_ = 0, start_step_ = 0, local_step_ = 0, stale_ = 0;
+  bool claimed_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -542,7 +547,18 @@ bool WorkerSession::sync() const { return impl_->config().sync; }
 int64_t WorkerSession::global_step() const { return impl_->global_step(); }
 float WorkerSession::learning_rate() const { return impl_->learning_rate(); }
 int64_t WorkerSession::local_step() const { return impl_->local_step(); }
-int64_t WorkerSession::data_step() const { return sync() ? impl_->global_step() : impl_->local_step(); }
+int64_t WorkerSession::data_step() const {
+  if (sync()) return impl_->global_step();
+  // Async, batches of the one-worker stream: each push claims a distinct global step s, and its
+  // worker's next batch is s + N - 1; batches 0..N-1 (N - 1 + the first claimed step 1 is batch N)
+  // are the workers' first ones. So every batch is taken once, in the order the job advances,
+  // whatever the workers' speeds; a session that opens (or re-pulls after a ps restart) at
+  // global step S takes S + worker_index first: a resumed job continues at its checkpoint's step.
+  const int64_t n = num_workers();
+  return impl_->global_step() + (impl_->claimed() ? n - 1 : worker_index());
+}
+int WorkerSession::data_worker_index() const { return sync() ? worker_index() : 0; }
+int WorkerSession::data_num_workers() const { return sync() ? num_workers() : 1; }
 int64_t WorkerSession::examples_per_global_step() const { return impl_->examples_per_global_step(); }
 const TrainOptions& WorkerSession::options() const { return impl_->options().train; }
 std::string WorkerSession::PlacementListing() const { return impl_->plan().Format(); }

@@ -71,7 +71,7 @@ std::string SummaryToJson(const RunSummary& s) {
 
 std::string FormatSummary(const RunSummary& s) {
   std::string out = absl::StrFormat(
-      "final: model=%s mode=%s workers=%d ps=%d global_step=%d train_seconds=%.2f examples_per_sec=%.0f "
+      "final: model=%s mode=%s workers=%d ps=%d global_step=%d train_seconds=%.2f global_examples_per_sec=%.0f "
       "validation_accuracy=%.4f validation_cross_entropy=%.4f test_accuracy=%.4f stale_gradients_dropped=%d",
       s.model, s.mode, s.workers, s.ps, s.global_step, s.train_seconds, s.examples_per_sec,
       s.validation_accuracy, s.validation_cross_entropy, s.test_accuracy, s.stale_gradients_dropped);

@@ -66,13 +66,14 @@ absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink&
     const data::Dataset& train = data->train;
     const TrainOptions& o = session.options();  // resolved
     const int batch_size = OptionValue(o.batch_size);
-    data::BatchSampler sampler(train.num_examples, batch_size, session.worker_index(), session.num_workers(), o.seed);
+    data::BatchSampler sampler(train.num_examples, batch_size, session.data_worker_index(), session.data_num_workers(),
+                               o.seed);
     std::vector<int64_t> indices;
     std::vector<float> images(batch_size * train.example_size);
     std::vector<int32_t> labels(batch_size);
     while (!session.ShouldStop()) {
       // Sync: worker i takes slice i of global batch `global_step` (the data order contract).
-      // Async: each worker walks its own slices of consecutive global batches.
+      // Async: the batch after the step this worker's last push claimed (session.h's data_step).
       sampler.BatchAt(session.data_step(), &indices);
       data::Gather(train, indices, images.data(), labels.data());
       StepStats stats = (*replicas)->ComputeGradients(

@@ -45,6 +45,11 @@ absl::StatusOr<std::optional<Checkpoint>> LoadLatestCheckpoint(const std::string
                                                                std::vector<std::string>* skipped = nullptr,
                                                                io::Env* env = io::Env::Default());
 
+// One checkpoint file, read and checked against its checksum (what LoadLatestCheckpoint does for
+// each candidate): a file whose name does not carry its step gets the step of its metadata.
+// DataLoss naming the file when its checksum is missing or does not match.
+absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path, io::Env* env = io::Env::Default());
+
 // Checkpoint files in `dir`, newest first (none when `dir` cannot be listed).
 std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir,
                                                              io::Env* env = io::Env::Default());

@@ -195,9 +195,17 @@ class WorkerSession {
   float learning_rate() const;
   // Step() calls so far (including ones spent on recovery).
   int64_t local_step() const;
-  // The global batch this worker's next batch is sliced from (docs/design.md#data-order): the
-  // global step in sync mode, the local step in async mode.
+  // The data order (docs/design.md#data-order): this worker's next batch is
+  // data::BatchSampler(n, batch_size, data_worker_index(), data_num_workers(), seed).BatchAt(data_step()).
+  // Sync: slice worker_index() of global batch global_step() (N workers' slices = one process's
+  // batch of N·B). Async: batch global_step() + N - 1 of the one-worker stream after a push (the
+  // step it claimed: distinct per push, so the workers' batches are disjoint and the stream is taken
+  // in order whatever their speeds), global_step() + worker_index() right after Open (or after a ps
+  // restart): a resumed job continues at its checkpoint's step, not at batch 0 (it may take again at
+  // most N - 1 batches pushed just before the checkpoint's step was reached).
   int64_t data_step() const;
+  int data_worker_index() const;
+  int data_num_workers() const;
   // Examples per global step: batch_size, times replicas_to_aggregate in sync mode.
   int64_t examples_per_global_step() const;
   const TrainOptions& options() const;
