@@ -56,7 +56,7 @@ class PySession {
  public:
   PySession(const train::TrainOptions& options, const std::vector<std::string>& names,
             const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& trainable,
-            const std::string& model_name)
+            const std::string& model_name, const std::vector<py::dict>& table_specs)
       : memory_(std::make_shared<Memory>()) {
     if (names.size() != shapes.size() || names.size() != trainable.size()) {
       throw StatusError(absl::InvalidArgumentError("_Session: names, shapes and trainable differ in length"));
@@ -75,12 +75,18 @@ class PySession {
       params.push_back(sp);
       memory_->params.push_back(std::move(p));
     }
+    std::vector<train::SessionTable> tables;
+    for (const py::dict& d : table_specs) {
+      dist::TableSpec spec = TableSpecFromPython(d);
+      tables.push_back({spec.name, spec});
+    }
     train::WorkerSession::Options session_options;
     session_options.train = options;
     session_options.model_name = model_name;
     session_options.log = [](const std::string& line) { std::cout << line << std::endl; };
     py::gil_scoped_release release;
-    session_ = ValueOrThrow(train::WorkerSession::Create(std::move(session_options), std::move(params)));
+    session_ = ValueOrThrow(train::WorkerSession::Create(std::move(session_options), std::move(params),
+                                                                   std::move(tables)));
   }
 
   py::array_t<float> View(size_t i, bool grad) {
@@ -145,6 +151,21 @@ class PySession {
     ThrowIfError(status);
   }
 
+  // Tables (table_binding.cc). Lookup also runs inside close()'s evaluate (the chief's final rows).
+  py::list Lookup(const py::list& ids) {
+    if (evaluating_) return TablesLookup(*session_, ids);
+    BusyGuard guard(busy_);
+    return TablesLookup(*session_, ids);
+  }
+  void Prefetch(const py::list& next_ids) {
+    BusyGuard guard(busy_);
+    TablesPrefetch(*session_, next_ids);
+  }
+  void SetTableGrads(int t, const py::array& grads) {
+    BusyGuard guard(busy_);
+    TablesSetGrads(*session_, t, grads);
+  }
+
   py::object Close(const std::optional<py::function>& evaluate) {
     BusyGuard guard(busy_);
     std::shared_ptr<py::error_already_set> raised;
@@ -152,6 +173,11 @@ class PySession {
     if (evaluate.has_value() && !evaluate->is_none()) {
       eval = [&]() -> absl::StatusOr<train::SessionEval> {
         py::gil_scoped_acquire acquire;
+        evaluating_ = true;
+        struct Done {
+          bool& flag;
+          ~Done() { flag = false; }
+        } done{evaluating_};
         try {
           py::dict d = (*evaluate)();
           train::SessionEval e;
@@ -162,6 +188,16 @@ class PySession {
           get("validation_cross_entropy", &e.validation_cross_entropy);
           get("test_accuracy", &e.test_accuracy);
           get("test_cross_entropy", &e.test_cross_entropy);
+          if (d.contains("ctr")) {  // a ctr model's test figures (the summary's `ctr` block)
+            py::dict c = d["ctr"];
+            train::CtrFigures f;
+            f.test_examples = c["test_examples"].cast<int64_t>();
+            f.test_log_loss = c["test_log_loss"].cast<double>();
+            f.test_auc = c["test_auc"].cast<double>();
+            f.bayes_log_loss = c["bayes_log_loss"].cast<double>();
+            f.bayes_auc = c["bayes_auc"].cast<double>();
+            e.ctr = f;
+          }
           return e;
         } catch (py::error_already_set& e) {
           raised = std::make_shared<py::error_already_set>(std::move(e));
@@ -169,7 +205,8 @@ class PySession {
         } catch (const py::cast_error& e) {
           return absl::InvalidArgumentError(absl::StrCat(
               "evaluate() must return a dict of floats (validation_accuracy, validation_cross_entropy, "
-              "test_accuracy, test_cross_entropy): ", e.what()));
+              "test_accuracy, test_cross_entropy) and optionally ctr: {test_examples, test_log_loss, test_auc, "
+              "bayes_log_loss, bayes_auc}: ", e.what()));
         }
       };
     }
@@ -200,6 +237,7 @@ class PySession {
   std::shared_ptr<Memory> memory_;
   std::unique_ptr<train::WorkerSession> session_;
   std::atomic<bool> busy_{false};
+  bool evaluating_ = false;  // inside close()'s evaluate (the GIL holder's thread)
 };
 
 }  // namespace
@@ -208,10 +246,15 @@ void RegisterSession(py::module_& m) {
   py::class_<PySession>(m, "_Session", "The C++ worker session over memory it owns (use psflow.WorkerSession).")
       .def(py::init([](const Flags& flags, const std::vector<std::string>& names,
                        const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& trainable,
-                       const std::string& model_name) {
-             return std::make_unique<PySession>(flags.options, names, shapes, trainable, model_name);
+                       const std::string& model_name, const std::vector<py::dict>& tables) {
+             return std::make_unique<PySession>(flags.options, names, shapes, trainable, model_name, tables);
            }),
-           py::arg("flags"), py::arg("names"), py::arg("shapes"), py::arg("trainable"), py::arg("model_name"))
+           py::arg("flags"), py::arg("names"), py::arg("shapes"), py::arg("trainable"), py::arg("model_name"),
+           py::arg("tables") = std::vector<py::dict>())
+      .def("lookup", &PySession::Lookup, py::arg("ids"))
+      .def("prefetch", &PySession::Prefetch, py::arg("next_ids"))
+      .def("set_table_grads", &PySession::SetTableGrads, py::arg("table"), py::arg("grads"))
+      .def_property_readonly("num_tables", [](PySession& s) { return s.session().num_tables(); })
       .def("value", [](PySession& s, size_t i) { return s.View(i, false); }, py::arg("index"))
       .def("grad", [](PySession& s, size_t i) { return s.View(i, true); }, py::arg("index"))
       .def("open", &PySession::Open)
