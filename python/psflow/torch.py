@@ -77,7 +77,7 @@ class _Table(torch.nn.Module):
         if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
             kind = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
             raise _psflow.InvalidArgumentError(
-                f"table '{self.table_name}': ids are {kind}; pass an int64 (or int32) tensor of ids")
+                f"table '{self._tables.name(self._index)}': ids are {kind}; pass an int64 (or int32) tensor of ids")
         flat = ids.reshape(-1).to(torch.int64).contiguous()
         if self.padding_idx is None:
             rows, index = self._tables.rows(self._index, flat.numpy())
@@ -185,6 +185,9 @@ class _Tables:
         self._announced = None  # [ids or None] per table, for the step's first forward
         self._used = {}  # table -> (ids numpy, rows leaf tensor, index tensor) of this step
         self._held = [None] * self._n  # the ids the C++ session's batches were last looked up with
+
+    def name(self, t):
+        return self._modules[t][0]
 
     def _lookup(self, ids_list):
         out = self._session.lookup(ids_list)
