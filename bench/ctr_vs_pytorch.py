@@ -11,7 +11,8 @@ trained the ways a CTR engineer on CPU can train it, side by side in one invocat
                     between the trainers, as PyTorch's "DDP + RPC" tutorial combines them);
   (d) psflow_single psflow's C++ `psflow train --model=ctr`, one process (in-process tables);
   (e, f) psflow_cluster_async / _sync: C++ workers, 2 ps + 2 workers, the tables on the ps.
-The slot for PyTorch workers on 2 ps + 2 workers is run_psflow_torch_cluster (issue 19).
+  (g, h) psflow_torch_async / _sync: PyTorch workers (examples/pytorch/ctr_dlrm.py, psflow.torch.EmbeddingBag)
+                    on 2 ps + 2 workers, the tables on the ps (issue 19).
 
 Every run covers the same examples: S global steps of 1024 (one process: S steps of 1024; DDP: S
 steps of 512 per rank; parameter servers: S/2 steps of 1024 per trainer, async), 26 fields, dim 16.
@@ -20,7 +21,7 @@ with --ctr_vocab=N to match). Adagrad is TF's on both sides (accumulator from 0.
 one JSON line per run: wall time including start-up, samples/s, test log-loss and AUC (65536 test
 examples) beside the Bayes values, and the peak RSS of each process. All traffic on 127.0.0.1.
 
-  bench/ctr_vs_pytorch.py [--build build] [--steps 400] [--vocab 100000] [--runs a,b,c,d,e,f]
+  bench/ctr_vs_pytorch.py [--build build] [--steps 400] [--vocab 100000] [--runs a,b,c,d,e,f,g,h]
 """
 import argparse
 import json
@@ -332,13 +333,50 @@ def run_psflow_cluster(args, sync):
 
 
 def run_psflow_torch_cluster(args, sync):
-    """Slot: PyTorch workers with psflow.torch.EmbeddingBag on 2 ps + 2 workers (issue 19)."""
-    raise NotImplementedError("psflow.torch.EmbeddingBag is issue 19's")
+    """PyTorch workers (examples/pytorch/ctr_dlrm.py: psflow.torch.EmbeddingBag, fixed div [N, 16] per
+    field on the ps, adagrad there, Adam on the dense layers, next batch prefetched) on 2 ps + 2
+    workers over gRPC on 127.0.0.1, each task its own process started by hand. Same steps and
+    batches as run_psflow_cluster; peak RSS of each process (wait4)."""
+    ports = [free_port() for _ in range(4)]
+    ps = ",".join(f"127.0.0.1:{p}" for p in ports[:2])
+    workers = ",".join(f"127.0.0.1:{p}" for p in ports[2:])
+    batch = BATCH // 2 if sync else BATCH
+    script = os.path.join(ROOT, "examples/pytorch/ctr_dlrm.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "m.json")
+
+        def task(job, index):
+            cmd = ["/usr/bin/python3", script, f"--job_name={job}", f"--task_index={index}", f"--ps_hosts={ps}",
+                   f"--worker_hosts={workers}", f"--train_steps={args.steps}", f"--batch_size={batch}",
+                   f"--ctr_fields={FIELDS}", f"--ctr_dim={DIM}", f"--ctr_vocab={args.vocab}", "--optimizer=adam",
+                   f"--learning_rate={DENSE_LR}", "--sparse_optimizer=adagrad", f"--sparse_learning_rate={SPARSE_LR}",
+                   f"--ctr_test_examples={TEST_EXAMPLES}", "--intra_op_threads=1", f"--seed={args.seed}",
+                   f"--log_every={args.steps}"]
+            if sync:
+                cmd.append("--sync_replicas")
+            if job == "worker" and index == 0:
+                cmd.append(f"--metrics_json={out}")
+            return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+        procs = [task("ps", 0), task("ps", 1), task("worker", 0), task("worker", 1)]
+        peaks = []
+        for p in procs:
+            _, status, usage = os.wait4(p.pid, 0)
+            p.returncode = os.waitstatus_to_exitcode(status)
+            peaks.append(round(usage.ru_maxrss / 1024.0, 1))
+            if p.returncode != 0:
+                raise RuntimeError(f"{p.args[2]} {p.args[3]} exited {p.returncode}: {p.stderr.read()[-2000:]}")
+        summary = json.load(open(out))
+    c = summary["ctr"]
+    return {k: c[k] for k in ("test_log_loss", "test_auc", "bayes_log_loss", "bayes_auc")} | {
+        "train_examples_per_sec": round(summary["examples_per_sec"]), "peak_rss_mb": peaks}
 
 
 RUNS = {"a": ("torch_single", torch_single), "b": ("torch_ddp", torch_ddp), "c": ("torch_rpc", torch_rpc),
         "d": ("psflow_single", psflow_single), "e": ("psflow_cluster_async", lambda a: run_psflow_cluster(a, False)),
-        "f": ("psflow_cluster_sync", lambda a: run_psflow_cluster(a, True))}
+        "f": ("psflow_cluster_sync", lambda a: run_psflow_cluster(a, True)),
+        "g": ("psflow_torch_async", lambda a: run_psflow_torch_cluster(a, False)),
+        "h": ("psflow_torch_sync", lambda a: run_psflow_torch_cluster(a, True))}
 
 
 def main():
@@ -347,7 +385,7 @@ def main():
     ap.add_argument("--steps", type=int, default=400, help="global steps of 1024 examples")
     ap.add_argument("--vocab", type=int, default=100000, help="rows per field's table (ids mod N)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--runs", default="a,b,c,d,e,f")
+    ap.add_argument("--runs", default="a,b,c,d,e,f,g,h")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one configuration in this process
     args = ap.parse_args()
     if args.one:

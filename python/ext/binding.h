@@ -4,6 +4,7 @@
 #ifndef PSFLOW_PYTHON_EXT_BINDING_H_
 #define PSFLOW_PYTHON_EXT_BINDING_H_
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <stdexcept>
@@ -14,7 +15,12 @@
 #include "absl/status/statusor.h"
 #include "psflow/cli/flags.h"
 #include "psflow/optim/optimizer.h"
+#include "psflow/dist/partition.h"
 #include "psflow/train/options.h"
+
+namespace psflow::train {
+class WorkerSession;
+}  // namespace psflow::train
 
 namespace psflow::python {
 
@@ -54,6 +60,17 @@ void RegisterCtrData(pybind11::module_& m);
 void RegisterSession(pybind11::module_& m);
 void RegisterOptim(pybind11::module_& m);
 void RegisterCheckpoint(pybind11::module_& m);
+
+// Embedding tables of the worker session (table_binding.cc).
+// A table's declaration from a dict (name, dim, num_embeddings (None: dynamic), partition_strategy,
+// initializer, seed, admit_after, steps_to_live, max_rows, evict_every).
+dist::TableSpec TableSpecFromPython(const pybind11::dict& spec);
+// Lookup / Prefetch with one 1-D int64 array (or None) per table; Lookup returns one (rows
+// float32 [U, dim], index int64 [batch]) per table, moved out of the session without a copy.
+pybind11::list TablesLookup(train::WorkerSession& session, const pybind11::list& ids);
+void TablesPrefetch(train::WorkerSession& session, const pybind11::list& next_ids);
+// Table t's unique rows' gradients [U, dim] for the next Step (copied once).
+void TablesSetGrads(train::WorkerSession& session, int t, const pybind11::array& grads);
 
 }  // namespace psflow::python
 

@@ -57,7 +57,7 @@ class PySession {
   PySession(const train::TrainOptions& options, const std::vector<std::string>& names,
             const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& trainable,
             const std::string& model_name, const py::object& evaluate,
-            const std::optional<optim::OptimizerConfig>& optimizer)
+            const std::optional<optim::OptimizerConfig>& optimizer, const std::vector<py::dict>& table_specs)
       : memory_(std::make_shared<Memory>()) {
     if (names.size() != shapes.size() || names.size() != trainable.size()) {
       throw StatusError(absl::InvalidArgumentError("_Session: names, shapes and trainable differ in length"));
@@ -76,6 +76,11 @@ class PySession {
       params.push_back(sp);
       memory_->params.push_back(std::move(p));
     }
+    std::vector<train::SessionTable> tables;
+    for (const py::dict& d : table_specs) {
+      dist::TableSpec spec = TableSpecFromPython(d);
+      tables.push_back({spec.name, spec});
+    }
     train::WorkerSession::Options session_options;
     session_options.train = options;
     session_options.model_name = model_name;
@@ -86,7 +91,8 @@ class PySession {
       session_options.evaluate = [this] { return CallEvaluate(); };
     }
     py::gil_scoped_release release;
-    session_ = ValueOrThrow(train::WorkerSession::Create(std::move(session_options), std::move(params)));
+    session_ = ValueOrThrow(train::WorkerSession::Create(std::move(session_options), std::move(params),
+                                                                   std::move(tables)));
   }
 
   py::array_t<float> View(size_t i, bool grad) {
@@ -153,6 +159,21 @@ class PySession {
     ThrowIfError(status);
   }
 
+  // Tables (table_binding.cc). Lookup also runs inside close()'s evaluate (the chief's final rows).
+  py::list Lookup(const py::list& ids) {
+    if (evaluating_) return TablesLookup(*session_, ids);
+    BusyGuard guard(busy_);
+    return TablesLookup(*session_, ids);
+  }
+  void Prefetch(const py::list& next_ids) {
+    BusyGuard guard(busy_);
+    TablesPrefetch(*session_, next_ids);
+  }
+  void SetTableGrads(int t, const py::array& grads) {
+    BusyGuard guard(busy_);
+    TablesSetGrads(*session_, t, grads);
+  }
+
   py::object Close() {
     BusyGuard guard(busy_);
     std::function<absl::StatusOr<train::SessionEval>()> eval;
@@ -187,15 +208,34 @@ class PySession {
   // for RethrowRaised and reported to the session as Cancelled.
   absl::StatusOr<train::SessionEval> CallEvaluate() {
     py::gil_scoped_acquire acquire;
+    evaluating_ = true;  // the tables' Lookup may run inside it (the chief's final rows)
+    struct Done {
+      bool& flag;
+      ~Done() { flag = false; }
+    } done{evaluating_};
     try {
+      // (scalars, ctr or None): psflow/session.py's checked evaluate.
+      py::tuple result = evaluate_();
       train::SessionEval e;
-      e.scalars = evaluate_().cast<std::vector<std::pair<std::string, double>>>();
+      e.scalars = result[0].cast<std::vector<std::pair<std::string, double>>>();
+      if (!result[1].is_none()) {  // a ctr model's test figures (the summary's `ctr` block)
+        py::dict c = result[1];
+        train::CtrFigures f;
+        f.test_examples = c["test_examples"].cast<int64_t>();
+        f.test_log_loss = c["test_log_loss"].cast<double>();
+        f.test_auc = c["test_auc"].cast<double>();
+        f.bayes_log_loss = c["bayes_log_loss"].cast<double>();
+        f.bayes_auc = c["bayes_auc"].cast<double>();
+        e.ctr = f;
+      }
       return e;
     } catch (py::error_already_set& e) {
       raised_ = std::make_shared<py::error_already_set>(std::move(e));
       return absl::CancelledError("evaluate() raised");
     } catch (const py::cast_error& e) {
-      return absl::InvalidArgumentError(absl::StrCat("evaluate(): not a list of (name, number): ", e.what()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "evaluate(): not a dict of name -> number (and optionally ctr: {test_examples, test_log_loss, test_auc, "
+          "bayes_log_loss, bayes_auc}): ", e.what()));
     }
   }
   void RethrowRaised() {
@@ -215,6 +255,7 @@ class PySession {
   std::atomic<bool> busy_{false};
   py::object evaluate_;                              // None or the checked evaluate
   std::shared_ptr<py::error_already_set> raised_;  // what evaluate raised inside the last call
+  bool evaluating_ = false;  // inside close()'s evaluate (the GIL holder's thread)
 };
 
 }  // namespace
@@ -224,13 +265,19 @@ void RegisterSession(py::module_& m) {
       .def(py::init([](const Flags& flags, const std::vector<std::string>& names,
                        const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& trainable,
                        const std::string& model_name, const py::object& evaluate,
-                       const std::optional<py::dict>& optimizer) {
+                       const std::optional<py::dict>& optimizer, const std::vector<py::dict>& tables) {
              std::optional<optim::OptimizerConfig> config;
              if (optimizer.has_value()) config = OptimizerConfigFromDict(*optimizer);
-             return std::make_unique<PySession>(flags.options, names, shapes, trainable, model_name, evaluate, config);
+             return std::make_unique<PySession>(flags.options, names, shapes, trainable, model_name, evaluate, config,
+                                                tables);
            }),
            py::arg("flags"), py::arg("names"), py::arg("shapes"), py::arg("trainable"), py::arg("model_name"),
-           py::arg("evaluate") = py::none(), py::arg("optimizer") = py::none())
+           py::arg("evaluate") = py::none(), py::arg("optimizer") = py::none(),
+           py::arg("tables") = std::vector<py::dict>())
+      .def("lookup", &PySession::Lookup, py::arg("ids"))
+      .def("prefetch", &PySession::Prefetch, py::arg("next_ids"))
+      .def("set_table_grads", &PySession::SetTableGrads, py::arg("table"), py::arg("grads"))
+      .def_property_readonly("num_tables", [](PySession& s) { return s.session().num_tables(); })
       .def("value", [](PySession& s, size_t i) { return s.View(i, false); }, py::arg("index"))
       .def("grad", [](PySession& s, size_t i) { return s.View(i, true); }, py::arg("index"))
       .def("open", &PySession::Open)

@@ -13,7 +13,8 @@
                 sess.step(loss)                                      # push grads, pull values
 
 Every behaviour (cluster parsing, flags, placement, sync, checkpoints, recovery, telemetry,
-summary) is psflow's C++; this package is a thin binding (docs/pytorch.md).
+summary) is psflow's C++; this package is a thin binding (docs/pytorch.md). Embedding tables on
+the ps tasks: psflow.torch.Embedding / EmbeddingBag (docs/recommendation.md).
 """
 from ._psflow import (  # noqa: F401  (the C++ extension)
     __version__,
@@ -56,3 +57,12 @@ __all__ = [
     "CtrGenerator", "log_loss", "auc", "optim", "read_checkpoint", "load_checkpoint", "checkpoint_info",
     "DistributedBatchSampler",
 ]
+
+
+def __getattr__(name):
+    # psflow.torch (the tables' modules) imports torch: loaded on first use, so that a ps task's
+    # `import psflow` does not pay for torch.
+    if name == "torch":
+        import importlib
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'psflow' has no attribute '{name}'")

@@ -74,11 +74,15 @@ def _checked_evaluate(evaluate):
                 f"evaluate() returned {type(result).__name__}; return a dict of name -> number, "
                 "e.g. {'validation_accuracy': 0.97, 'validation_perplexity': 3.1}")
         scalars = []
+        ctr = None
         for name, value in result.items():
             if not isinstance(name, str):
                 raise _psflow.InvalidArgumentError(f"evaluate() returned the key {name!r}; keys must be str names")
+            if name == "ctr" and isinstance(value, Mapping):
+                ctr = dict(value)  # a ctr model's test figures: the summary's `ctr` block
+                continue
             scalars.append((name, _number(f"evaluate()'s '{name}'", value)))
-        return scalars
+        return scalars, ctr
 
     return call
 
@@ -207,7 +211,15 @@ class WorkerSession:
         self._ps = _InProcessPs(flags) if is_standalone(flags) else None
         session_flags = self._ps.worker_flags if self._ps is not None else flags
         self._params = list(module.named_parameters())
-        if not self._params:
+        from . import torch as tables  # psflow.torch: the model's tables
+        self._table_modules = tables.tables_of(module)
+        names = [n for n, _ in self._table_modules]
+        for n in names:
+            if names.count(n) > 1:
+                raise _psflow.InvalidArgumentError(
+                    f"two psflow.torch tables are named '{n}' (a module used twice is one table; give distinct "
+                    "name= to distinct tables)")
+        if not self._params and not self._table_modules:
             raise _psflow.InvalidArgumentError("the module has no parameters to train")
         for name, p in self._params:
             _check_parameter(name, p)
@@ -225,7 +237,10 @@ class WorkerSession:
         self._session = _psflow._Session(
             session_flags, [n for n, _ in self._params], [list(p.shape) for _, p in self._params],
             self._trainable, model_name or type(module).__name__,
-            _checked_evaluate(evaluate) if evaluate is not None else None, optimizer_config)
+            _checked_evaluate(evaluate) if evaluate is not None else None, optimizer_config,
+            [m._spec(n) for n, m in self._table_modules])
+        self._tables = tables._Tables(self._session, self._table_modules) if self._table_modules else None
+        self._next_ids = None
         self._values = []
         self._grads = []
         self._samplers = {}
@@ -263,7 +278,17 @@ class WorkerSession:
                   f"in-process ps task on 127.0.0.1:{self._ps.port}", flush=True)
             self._ps.start()
         self._session.open()
+        for t, (_, m) in enumerate(self._table_modules):
+            if m._tables is not None:
+                raise _psflow.FailedPreconditionError(
+                    f"table '{m.table_name}' already belongs to another open worker session")
+            m._tables, m._index = self._tables, t
         return self
+
+    def _detach_tables(self):
+        for _, m in self._table_modules:
+            if m._tables is self._tables:
+                m._tables, m._index = None, -1
 
     def close(self):
         """Chief: pulls the final values, saves the final checkpoint, calls evaluate(), prints
@@ -271,7 +296,10 @@ class WorkerSession:
         if not self._opened:
             raise _psflow.FailedPreconditionError("close() before the worker session is open")
         sys.stdout.flush()
-        self.summary = self._session.close()
+        try:
+            self.summary = self._session.close()
+        finally:
+            self._detach_tables()
         if self._ps is not None:
             error = self._ps.join()
             if error is not None:
@@ -283,6 +311,7 @@ class WorkerSession:
         self._abort(str(reason), False)
 
     def _abort(self, reason, aborted):
+        self._detach_tables()
         self._session.abort(reason, aborted)
         if self._ps is not None:
             self._ps.join()  # it ends with the job's abort; its error is this one
@@ -304,6 +333,7 @@ class WorkerSession:
                 raise
             return False
         if self._opened:
+            self._detach_tables()
             aborted = isinstance(exc, _psflow.AbortedError)
             self._abort(f"{exc_type.__name__}: {exc}" if not aborted else str(exc), aborted)
         return False
@@ -346,7 +376,83 @@ class WorkerSession:
             dense_ready.append(ready)
         loss = float(loss)
         accuracy = float(accuracy)
-        self._session.step(loss, accuracy, dense_ready, sparse)
+        if self._tables is not None:
+            self._tables.before_step()
+            if self._next_ids is not None:  # after this step's lookups, which would drop it
+                self._session.prefetch(self._next_ids)
+        try:
+            self._session.step(loss, accuracy, dense_ready, sparse)
+        finally:
+            if self._tables is not None:
+                self._tables.after_step()
+                self._tables.announce(self._next_ids)
+                self._next_ids = None
+
+    # --- tables (psflow.torch.Embedding / EmbeddingBag) ------------------------------------------
+
+    def _ids_list(self, ids_by_table, what):
+        """One flat int64 numpy array (padding ids left out) or None per table, in declaration order."""
+        import torch
+
+        if self._tables is None:
+            raise _psflow.FailedPreconditionError(f"{what}: the model has no psflow.torch tables")
+        if not self._opened:
+            raise _psflow.FailedPreconditionError(f"{what} before the worker session is open")
+        index = {}
+        for t, (n, m) in enumerate(self._table_modules):
+            index[n] = t
+            index[id(m)] = t
+        out = [None] * len(self._table_modules)
+        for key, ids in ids_by_table.items():
+            t = index.get(key if isinstance(key, str) else id(key))
+            if t is None:
+                raise _psflow.InvalidArgumentError(
+                    f"{what}: {key!r} is not one of the model's tables ({', '.join(n for n, _ in self._table_modules)})")
+            m = self._table_modules[t][1]
+            if not isinstance(ids, torch.Tensor):
+                ids = torch.as_tensor(ids)
+            if ids.dtype not in (torch.int64, torch.int32):
+                raise _psflow.InvalidArgumentError(
+                    f"table '{self._table_modules[t][0]}': ids are {ids.dtype}; pass an int64 (or int32) tensor of ids")
+            flat = ids.reshape(-1).to(torch.int64).contiguous()
+            if m.padding_idx is not None:
+                flat = flat[flat != m.padding_idx]
+            out[t] = flat.numpy()
+        return out
+
+    def lookup(self, ids_by_table):
+        """Announces this step's ids of every table ({table name or module: ids as the forward gets
+        them}), so the step's first table forward fetches all tables' rows in one call per ps (or
+        takes the rows prefetch() brought). Optional: without it each table's forward pulls its own."""
+        self._tables.announce(self._ids_list(ids_by_table, "lookup()"))
+
+    def prefetch(self, next_ids_by_table):
+        """Gives the next batch's ids of every table ({table name or module: ids}), before step():
+        their rows ride back with step()'s push (one round trip per step), and the next step's
+        forwards use them when they see the same ids."""
+        self._next_ids = self._ids_list(next_ids_by_table, "prefetch()")
+
+    def batches(self, iterable, ids):
+        """Wraps the user's batch iterator for one round trip per step: yields its batches while
+        announcing each one's table ids (ids(batch) -> {table name or module: ids}) and prefetching
+        the next one's before the step. Stops at the iterator's end or once should_stop()."""
+        it = iter(iterable)
+        try:
+            current = next(it)
+        except StopIteration:
+            return
+        self.lookup(ids(current))
+        while not self.should_stop():
+            try:
+                following = next(it)
+            except StopIteration:
+                following = None
+            if following is not None:
+                self.prefetch(ids(following))
+            yield current
+            if following is None:
+                return
+            current = following
 
     def log_scalar(self, name, value):
         """Writes a scalar of the script's (e.g. a gradient norm, the learning rate it uses) to
@@ -409,6 +515,11 @@ class WorkerSession:
     @property
     def local_step(self):
         return self._session.local_step
+
+    @property
+    def data_step(self):
+        """The global batch this worker's next batch is sliced from (docs/design.md#data-order)."""
+        return self._session.data_step
 
     @property
     def is_chief(self):

@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""A DLRM-style click-through-rate model in PyTorch with its embedding tables on the ps tasks
+(psflow.torch.EmbeddingBag, docs/recommendation.md), on DESIGN.md §10's synthetic CTR data
+(psflow.CtrGenerator: 26 Zipf-distributed categorical fields, 13 dense features, a known answer).
+
+Model: dense features -> bottom MLP 13-64-dim; one EmbeddingBag(sum) of dim --ctr_dim per field;
+the pairwise dot products of the 27 vectors; top MLP -> 128 -> 64 -> 1 logit. The tables use
+--sparse_optimizer (default adagrad, TF's: accumulators from 0.1) at --sparse_learning_rate, the
+dense layers --optimizer (default adam). --ctr_vocab=0 (default): dynamic tables keyed by the raw
+int64 ids; N: fixed tables of N rows (ids mod N). The chief prints the test log-loss and AUC beside
+the Bayes values (the true probabilities' figures) and puts them in the summary's `ctr` block.
+
+Data order: async, worker w's batch at its local step s is the generator's stream w at s; sync,
+global batch s is stream 0's batch of (workers x batch_size) examples at s and worker w takes its
+w-th slice, so R workers x B equal one worker x R*B. Each batch's ids are prefetched (sess.batches):
+one round trip per ps per step.
+
+    psflow local -- /usr/bin/python3 examples/pytorch/ctr_dlrm.py
+    psflow local --ps=2 --workers=2 --sync_replicas -- /usr/bin/python3 examples/pytorch/ctr_dlrm.py
+    by hand, one process per task: ctr_dlrm.py --job_name=ps|worker --task_index=I --ps_hosts=... --worker_hosts=...
+"""
+import sys
+
+import torch
+import torch.nn as nn
+
+import psflow
+
+MODEL_NAME = "ctr_dlrm"
+DEFAULTS = {"batch_size": 1024, "optimizer": "adam", "learning_rate": 1e-3, "sparse_optimizer": "adagrad",
+            "sparse_learning_rate": 0.5, "train_steps": 300, "log_every": 50, "ctr_test_examples": 16384}
+NUM_DENSE = 13
+
+
+class DLRM(nn.Module):
+    def __init__(self, fields, dim, vocab, seed):
+        super().__init__()
+        n = vocab if vocab > 0 else None  # None: a dynamic table (any int64 id)
+        # Was: nn.EmbeddingBag(n, dim, mode="sum", sparse=True). Rows drawn on the ps from (seed, id).
+        self.tables = nn.ModuleList(
+            psflow.torch.EmbeddingBag(n, dim, mode="sum", initializer="truncated_normal:0:0.05", seed=seed + f)
+            for f in range(fields))
+        self.vocab = vocab
+        self.bottom = nn.Sequential(nn.Linear(NUM_DENSE, 64), nn.ReLU(), nn.Linear(64, dim), nn.ReLU())
+        k = fields + 1
+        self.register_buffer("iu", torch.triu_indices(k, k, offset=1))
+        self.top = nn.Sequential(nn.Linear(dim + k * (k - 1) // 2, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
+                                 nn.Linear(64, 1))
+
+    def table_ids(self, ids):
+        """{table: ids} of a batch's [B, F] ids, as each table's forward sees them."""
+        ids = ids % self.vocab if self.vocab > 0 else ids
+        return {t: ids[:, f] for f, t in enumerate(self.tables)}
+
+    def forward(self, ids, dense):
+        ids = ids % self.vocab if self.vocab > 0 else ids
+        offsets = torch.arange(ids.shape[0], dtype=torch.int64)  # one id per bag
+        embedded = torch.stack([t(ids[:, f], offsets) for f, t in enumerate(self.tables)], dim=1)
+        b = self.bottom(dense)
+        x = torch.cat([b.unsqueeze(1), embedded], dim=1)
+        z = torch.bmm(x, x.transpose(1, 2))[:, self.iu[0], self.iu[1]]
+        return self.top(torch.cat([b, z], dim=1)).squeeze(1)
+
+
+def batches(gen, sess, batch_size):
+    """This worker's batches (ids, dense, labels) as torch tensors sharing the generator's arrays.
+    Batch k is asked for before step k-1 is pushed (to prefetch it), so its data step is the
+    session's current one plus 1 (the first: the current one)."""
+    first = True
+    while True:
+        s = sess.data_step + (0 if first else 1)
+        first = False
+        if sess.sync:  # global batch s, this worker's slice
+            r, w = sess.num_workers, sess.worker_index
+            ids, dense, labels = gen.batch(s, batch_size * r, 0)
+            part = slice(w * batch_size, (w + 1) * batch_size)
+            ids, dense, labels = ids[part], dense[part], labels[part]
+        else:
+            ids, dense, labels = gen.batch(s, batch_size, sess.worker_index)
+        yield torch.from_numpy(ids), torch.from_numpy(dense), torch.from_numpy(labels)
+
+
+def evaluate_fn(model, gen, n):
+    def evaluate():
+        test = gen.test_set(n)
+        ids, dense = torch.from_numpy(test["ids"]), torch.from_numpy(test["dense"])
+        with torch.no_grad():
+            logits = torch.cat([model(ids[i:i + 8192], dense[i:i + 8192]) for i in range(0, n, 8192)])
+        p = torch.sigmoid(logits.double()).numpy()
+        bayes = gen.bayes_metrics(n)
+        ctr = {"test_examples": n, "test_log_loss": psflow.log_loss(test["labels"], p),
+               "test_auc": psflow.auc(test["labels"], p), "bayes_log_loss": bayes["log_loss"],
+               "bayes_auc": bayes["auc"]}
+        print(f"ctr_dlrm: test log-loss {ctr['test_log_loss']:.5f} (Bayes {ctr['bayes_log_loss']:.5f}), "
+              f"test AUC {ctr['test_auc']:.5f} (Bayes {ctr['bayes_auc']:.5f}) on {n} examples", flush=True)
+        return {"test_cross_entropy": ctr["test_log_loss"], "ctr": ctr}
+    return evaluate
+
+
+def main(argv):
+    flags = psflow.parse_flags(argv, defaults=DEFAULTS)
+    if flags.unparsed:  # this script has no flags of its own
+        print(f"psflow: error: unknown flag {flags.unparsed[0]} (see psflow train --help)", file=sys.stderr)
+        sys.exit(2)
+    if flags.job_name == "ps":
+        psflow.Server(psflow.ClusterSpec.from_flags(flags), job_name="ps", task_index=flags.task_index,
+                      flags=flags).join()
+        return
+    torch.set_num_threads(flags.intra_op_threads)
+    torch.manual_seed(flags.seed)
+    gen = psflow.CtrGenerator(seed=flags.seed, num_fields=flags.ctr_fields, num_dense=NUM_DENSE)
+    model = DLRM(flags.ctr_fields, flags.ctr_dim, flags.ctr_vocab, flags.seed)
+    loss_fn = nn.BCEWithLogitsLoss()
+    with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, gen, flags.ctr_test_examples),
+                              model_name=MODEL_NAME) as sess:
+        # sess.batches announces each batch's ids and prefetches the next one's: their rows come
+        # back with the step's push (one round trip per ps per step).
+        for ids, dense, labels in sess.batches(batches(gen, sess, flags.batch_size),
+                                               lambda b: model.table_ids(b[0])):
+            logits = model(ids, dense)
+            loss = loss_fn(logits, labels)
+            loss.backward()  # the dense layers' .grad, and each table's unique rows' gradients
+            sess.step(loss.item())
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except psflow.Error as e:
+        print(f"psflow: error: {e}", file=sys.stderr)
+        sys.exit(2 if isinstance(e, psflow.InvalidArgumentError) else 1)

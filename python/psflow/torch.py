@@ -1,0 +1,243 @@
+"""psflow.torch: embedding tables on the ps tasks for PyTorch models (docs/recommendation.md).
+
+    emb = psflow.torch.EmbeddingBag(100000, 16, mode="sum")     # was nn.EmbeddingBag(..., sparse=True)
+    emb = psflow.torch.Embedding(None, 16)                       # a dynamic table: any int64 id
+
+The modules take torch.nn.Embedding's and EmbeddingBag's arguments and forward signatures but hold
+no weight: the table lives on the ps tasks (DESIGN.md §10), declared there by psflow.WorkerSession,
+which finds the modules among the model's. A forward hands its ids to the C++ worker session
+(python/ext/table_binding.cc: dedup, routing, the pull or the prefetched rows), gets the batch's
+unique rows [U, dim] as a leaf tensor and gathers them by the inverse index; backward leaves the
+unique rows' gradients (summed per id) on that leaf, which sess.step() pushes with the dense
+gradients in the same call per ps, where the table's rule (--sparse_optimizer) runs. Python does no
+routing, dedup, update or checkpointing of its own.
+
+Ids: an integer tensor (int64 or int32); a fixed table's ids must lie in [0, num_embeddings)
+(the session refuses others, naming the table). padding_idx: those ids give zero rows (Embedding)
+or are left out of their bag (EmbeddingBag), are never pulled nor pushed.
+"""
+import torch
+import torch.nn.functional as F
+
+from . import _psflow
+
+_MODES = ("sum", "mean")
+
+
+class _Table(torch.nn.Module):
+    """What both modules share: the table's declaration and the link to the open session."""
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx, name, initializer, seed,
+                 partition_strategy, admit_after, steps_to_live, max_rows, evict_every, max_norm, kind):
+        super().__init__()
+        what = f"psflow.torch.{kind}"
+        if max_norm is not None:
+            raise _psflow.UnimplementedError(f"{what}: max_norm is not supported (the rows live on the ps tasks)")
+        if num_embeddings is not None and (not isinstance(num_embeddings, int) or num_embeddings < 1):
+            raise _psflow.InvalidArgumentError(
+                f"{what}: num_embeddings is {num_embeddings!r}; give a positive int, or None for a dynamic table")
+        if not isinstance(embedding_dim, int) or embedding_dim < 1:
+            raise _psflow.InvalidArgumentError(f"{what}: embedding_dim is {embedding_dim!r}; give a positive int")
+        if partition_strategy not in ("div", "mod"):
+            raise _psflow.InvalidArgumentError(
+                f"{what}: partition_strategy is {partition_strategy!r}; use \"div\" or \"mod\"")
+        if padding_idx is not None and num_embeddings is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise _psflow.InvalidArgumentError(
+                    f"{what}: padding_idx {padding_idx} is outside [-{num_embeddings}, {num_embeddings})")
+            if padding_idx < 0:
+                padding_idx += num_embeddings
+        self.num_embeddings = num_embeddings
+        self.embedding_dim = embedding_dim
+        self.padding_idx = padding_idx
+        self.table_name = name
+        self.initializer = initializer
+        self.seed = seed
+        self.partition_strategy = partition_strategy
+        self.admit_after = admit_after
+        self.steps_to_live = steps_to_live
+        self.max_rows = max_rows
+        self.evict_every = evict_every
+        self._kind = kind
+        self._tables = None  # the open session's _Tables, set by psflow.WorkerSession
+        self._index = -1
+
+    def _spec(self, name):
+        return {"name": name, "dim": self.embedding_dim, "num_embeddings": self.num_embeddings,
+                "partition_strategy": self.partition_strategy, "initializer": self.initializer,
+                "seed": self.seed, "admit_after": self.admit_after, "steps_to_live": self.steps_to_live,
+                "max_rows": self.max_rows, "evict_every": self.evict_every}
+
+    def _rows(self, ids):
+        """(rows [U (+1 with padding), dim], index int64 like ids) for an integer tensor of ids."""
+        if self._tables is None:
+            raise _psflow.FailedPreconditionError(
+                f"psflow.torch.{self._kind} '{self.table_name or '?'}' needs an open psflow.WorkerSession: "
+                "its rows live on the ps tasks (use it inside `with psflow.WorkerSession(model, flags) as sess:`)")
+        if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
+            kind = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
+            raise _psflow.InvalidArgumentError(
+                f"table '{self._tables.name(self._index)}': ids are {kind}; pass an int64 (or int32) tensor of ids")
+        flat = ids.reshape(-1).to(torch.int64).contiguous()
+        if self.padding_idx is None:
+            rows, index = self._tables.rows(self._index, flat.numpy())
+            return rows, index.view(ids.shape)
+        keep = flat != self.padding_idx
+        rows, sub = self._tables.rows(self._index, flat[keep].numpy())
+        index = torch.full((flat.numel(),), rows.shape[0], dtype=torch.int64)  # padding: the extra zero row
+        index[keep] = sub
+        rows = torch.cat([rows, rows.new_zeros(1, self.embedding_dim)])
+        return rows, index.view(ids.shape)
+
+    def extra_repr(self):
+        n = "dynamic" if self.num_embeddings is None else f"{self.num_embeddings}, {self.partition_strategy}"
+        s = f"{n}, {self.embedding_dim}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        return s + (f", name={self.table_name!r}" if self.table_name else "")
+
+
+class Embedding(_Table):
+    """Embedding(num_embeddings, embedding_dim, padding_idx=None, *, name=None,
+    initializer="truncated_normal:0:0.01", seed=0, partition_strategy="div", admit_after=0,
+    steps_to_live=0, max_rows=0, evict_every=100): nn.Embedding with its rows on the ps tasks.
+
+    num_embeddings=None: a dynamic table (any int64 id; rows created on first push, admitted after
+    `admit_after` pushes, evicted after `steps_to_live` steps without update or beyond `max_rows`).
+    initializer: zeros | constant:V | uniform:MIN:MAX | normal:MEAN:STD | truncated_normal:MEAN:STD,
+    row `id`'s value a function of (seed, id) only. name: the table's name on the ps and in the
+    checkpoints (default: the module's name in the model). forward(input) -> [*input.shape, dim].
+    """
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None, norm_type=2.0,
+                 scale_grad_by_freq=False, sparse=True, _weight=None, device=None, dtype=None, *, name=None,
+                 initializer="truncated_normal:0:0.01", seed=0, partition_strategy="div", admit_after=0,
+                 steps_to_live=0, max_rows=0, evict_every=100):
+        if scale_grad_by_freq:
+            raise _psflow.UnimplementedError("psflow.torch.Embedding: scale_grad_by_freq is not supported")
+        if _weight is not None:
+            raise _psflow.InvalidArgumentError(
+                "psflow.torch.Embedding: _weight is not taken (the rows are made on the ps from initializer and seed)")
+        super().__init__(num_embeddings, embedding_dim, padding_idx, name, initializer, seed, partition_strategy,
+                         admit_after, steps_to_live, max_rows, evict_every, max_norm, "Embedding")
+
+    def forward(self, input):
+        rows, index = self._rows(input)
+        return F.embedding(index, rows)
+
+
+class EmbeddingBag(_Table):
+    """EmbeddingBag(num_embeddings, embedding_dim, mode="mean", padding_idx=None, *, name=None, ...):
+    nn.EmbeddingBag with its rows on the ps tasks (mode "sum" or "mean"; the other options as for
+    psflow.torch.Embedding). forward(input, offsets=None, per_sample_weights=None) -> [bags, dim],
+    as nn.EmbeddingBag's (1-D input with offsets, or 2-D input of equal bags; include_last_offset).
+    """
+
+    def __init__(self, num_embeddings, embedding_dim, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+                 mode="mean", sparse=True, _weight=None, include_last_offset=False, padding_idx=None, device=None,
+                 dtype=None, *, name=None, initializer="truncated_normal:0:0.01", seed=0, partition_strategy="div",
+                 admit_after=0, steps_to_live=0, max_rows=0, evict_every=100):
+        if mode not in _MODES:
+            raise _psflow.UnimplementedError(
+                f"psflow.torch.EmbeddingBag: mode={mode!r} is not supported; use \"sum\" or \"mean\"")
+        if scale_grad_by_freq:
+            raise _psflow.UnimplementedError("psflow.torch.EmbeddingBag: scale_grad_by_freq is not supported")
+        if _weight is not None:
+            raise _psflow.InvalidArgumentError(
+                "psflow.torch.EmbeddingBag: _weight is not taken (the rows are made on the ps from initializer "
+                "and seed)")
+        super().__init__(num_embeddings, embedding_dim, padding_idx, name, initializer, seed, partition_strategy,
+                         admit_after, steps_to_live, max_rows, evict_every, max_norm, "EmbeddingBag")
+        self.mode = mode
+        self.include_last_offset = include_last_offset
+
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        rows, index = self._rows(input)
+        pad = rows.shape[0] - 1 if self.padding_idx is not None else None
+        return F.embedding_bag(index, rows, offsets, mode=self.mode, per_sample_weights=per_sample_weights,
+                               include_last_offset=self.include_last_offset, padding_idx=pad)
+
+
+def tables_of(module):
+    """[(name, table module)] of a model, in named_modules() order; name: table_name or the module's name."""
+    found = []
+    for prefix, m in module.named_modules():
+        if isinstance(m, _Table):
+            found.append((m.table_name or prefix or type(m).__name__, m))
+    return found
+
+
+class _Tables:
+    """The session's side of a model's tables for one worker session: per step, the ids each
+    table's forward saw, the rows it was given (leaf tensors whose .grad backward fills), and what
+    the C++ session's table batches hold, so that step() pushes exactly the rows the forward used.
+
+    One round trip per step needs the step's ids of every table at once (the C++ Lookup takes them
+    together): announced by WorkerSession.prefetch (the next batch's, riding on the push) or
+    WorkerSession.lookup (this batch's). Without either, each table's first forward pulls its own
+    rows (one Pull per table) and step() looks the batch up once more before pushing.
+    """
+
+    def __init__(self, session, modules):
+        self._session = session  # the _psflow._Session
+        self._modules = modules
+        self._n = len(modules)
+        self._announced = None  # [ids or None] per table, for the step's first forward
+        self._used = {}  # table -> (ids numpy, rows leaf tensor, index tensor) of this step
+        self._held = [None] * self._n  # the ids the C++ session's batches were last looked up with
+
+    def name(self, t):
+        return self._modules[t][0]
+
+    def _lookup(self, ids_list):
+        out = self._session.lookup(ids_list)
+        self._held = list(ids_list)
+        return out
+
+    def announce(self, ids_list):
+        self._announced = ids_list
+
+    def rows(self, t, ids):
+        import numpy as np
+
+        used = self._used.get(t)
+        if used is not None and np.array_equal(used[0], ids):  # a second call of the step, same ids
+            return used[1], used[2]
+        if used is not None and torch.is_grad_enabled():
+            raise _psflow.FailedPreconditionError(
+                f"table '{self._modules[t][0]}' was called twice in one step with different ids; call it once "
+                "per step with all its ids (concatenate them)")
+        if self._announced is not None and self._announced[t] is not None and np.array_equal(self._announced[t], ids):
+            announced = self._announced
+            self._announced = None
+            looked = self._lookup(announced)
+            for u, (rows, index) in enumerate(looked):
+                if announced[u] is not None and u not in self._used:
+                    leaf = torch.from_numpy(rows).requires_grad_(True)
+                    self._used[u] = (announced[u], leaf, torch.from_numpy(index))
+            used = self._used.get(t)
+            if used is not None and np.array_equal(used[0], ids):
+                return used[1], used[2]
+            self._used.pop(t, None)
+        ids_list = [None] * self._n
+        ids_list[t] = ids
+        rows, index = self._lookup(ids_list)[t]
+        leaf = torch.from_numpy(rows)
+        if torch.is_grad_enabled():
+            leaf.requires_grad_(True)
+            self._used[t] = (ids, leaf, torch.from_numpy(index))
+        return leaf, torch.from_numpy(index)
+
+    def before_step(self):
+        """Hands the step's unique rows' gradients to the C++ session (after a Lookup with the
+        step's ids when the session's batches hold others)."""
+        import numpy as np
+
+        pushed = {t: u for t, u in self._used.items() if u[1].grad is not None}
+        if any(self._held[t] is None or not np.array_equal(self._held[t], u[0]) for t, u in pushed.items()):
+            self._lookup([pushed[t][0] if t in pushed else None for t in range(self._n)])
+        for t, u in pushed.items():
+            self._session.set_table_grads(t, u[1].grad.numpy())
+
+    def after_step(self):
+        self._used = {}
