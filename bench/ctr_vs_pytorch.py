@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The ctr model (DLRM-style: bottom MLP 13->64->16, one embedding of dim 16 per field, pairwise dots
-of the 27 vectors, top MLP 367->128->64->1) on DESIGN.md §10's synthetic data (psflow.CtrGenerator),
+of the 27 vectors, top MLP 367->128->64->1) on docs/tables.md's synthetic data (psflow.CtrGenerator),
 trained the ways a CTR engineer on CPU can train it, side by side in one invocation (issues 18/19):
 
   (a) torch_single  one PyTorch process, 2 threads, nn.EmbeddingBag(sparse=True) + torch.optim.Adagrad

@@ -5,7 +5,7 @@ if(NOT EXISTS "${DATA_DIR}/train-images-idx3-ubyte")
 endif()
 # The registered model's own defaults are listed in --help beside the seed models'.
 execute_process(COMMAND "${BINARY}" train --help OUTPUT_VARIABLE help RESULT_VARIABLE help_exit)
-if(NOT help_exit EQUAL 0 OR NOT help MATCHES "vgg19 100, lenet_small 2000\\)")
+if(NOT help_exit EQUAL 0 OR NOT help MATCHES "vgg19 100, ctr 1000, lenet_small 2000\\)")
   message(FATAL_ERROR "custom_model train --help does not show lenet_small's --train_steps default:\n${help}")
 endif()
 # Its own setting too, with its default, and refused with one line when bad or not the --model's.

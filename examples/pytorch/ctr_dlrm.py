@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """A DLRM-style click-through-rate model in PyTorch with its embedding tables on the ps tasks
-(psflow.torch.EmbeddingBag, docs/recommendation.md), on DESIGN.md §10's synthetic CTR data
+(psflow.torch.EmbeddingBag, docs/recommendation.md), on docs/tables.md's synthetic CTR data
 (psflow.CtrGenerator: 26 Zipf-distributed categorical fields, 13 dense features, a known answer).
 
 Model: dense features -> bottom MLP 13-64-dim; one EmbeddingBag(sum) of dim --ctr_dim per field;

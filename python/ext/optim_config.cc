@@ -39,10 +39,11 @@ optim::ParameterGroup GroupFromDict(const py::dict& d) {
 
 optim::OptimizerConfig OptimizerConfigFromDict(const py::dict& d) {
   optim::OptimizerConfig c;
-  for (const auto& [key_obj, value] : d) {
-    const std::string key = py::str(key_obj);
-    auto f = [&value] { return value.cast<float>(); };
-    auto i = [&value] { return value.cast<int64_t>(); };
+  for (const auto& item : d) {
+    const std::string key = py::str(item.first);
+    const py::handle value = item.second;  // a named variable: lambdas may capture it (clang)
+    auto f = [value] { return value.cast<float>(); };
+    auto i = [value] { return value.cast<int64_t>(); };
     if (key == "name") c.name = value.cast<std::string>();
     else if (key == "convention") c.convention = value.cast<std::string>();
     else if (key == "learning_rate") c.learning_rate = f();

@@ -4,7 +4,7 @@
     emb = psflow.torch.Embedding(None, 16)                       # a dynamic table: any int64 id
 
 The modules take torch.nn.Embedding's and EmbeddingBag's arguments and forward signatures but hold
-no weight: the table lives on the ps tasks (DESIGN.md §10), declared there by psflow.WorkerSession,
+no weight: the table lives on the ps tasks (docs/tables.md#semantics), declared there by psflow.WorkerSession,
 which finds the modules among the model's. A forward hands its ids to the C++ worker session
 (python/ext/table_binding.cc: dedup, routing, the pull or the prefetched rows), gets the batch's
 unique rows [U, dim] as a leaf tensor and gathers them by the inverse index; backward leaves the

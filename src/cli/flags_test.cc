@@ -182,6 +182,8 @@ TEST_F(ParseFlagsTest, EveryFlagSurvivesARoundTripThroughItsText) {
   o.tls_key = "/key";
   o.tls_ca = "/ca";
   o.insecure = true;
+  o.sparse_optimizer = "ftrl";
+  o.sparse_learning_rate = 0.375f;
   const std::vector<std::string> args = train::FlagArgs(o);
   EXPECT_EQ(args.size(), train::TrainFlags().size());  // every flag was given a value above
   auto f = ParseFlags(args);

@@ -22,7 +22,8 @@ namespace {
 
 // The given settings must be the --model's; its left-out ones take their defaults.
 absl::Status ResolveModelSettings(const nn::ModelDefaults& defaults, TrainOptions* o) {
-  for (const auto& [name, value] : o->model_settings) {
+  for (const auto& setting : o->model_settings) {
+    const std::string& name = setting.first;  // a named variable: lambdas may capture it (clang)
     const bool known = std::any_of(defaults.settings.begin(), defaults.settings.end(),
                                    [&](const nn::ModelSetting& s) { return s.name == name; });
     if (known) continue;
@@ -34,7 +35,7 @@ absl::Status ResolveModelSettings(const nn::ModelDefaults& defaults, TrainOption
         owners.push_back(model);
       }
     }
-    return absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, " is a setting of model ",
+    return absl::InvalidArgumentError(absl::StrCat("--", name, "=", setting.second, " is a setting of model ",
                                                    absl::StrJoin(owners, " and "), ", not of --model=", o->model,
                                                    "; leave it out or choose --model=", owners.empty() ? "" : owners[0]));
   }
@@ -63,6 +64,9 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
   if (absl::Status s = CheckFlagRules(*o, *defaults); !s.ok()) return s;
   FillModelDefaults(*defaults, o);
   if (absl::Status s = ResolveModelSettings(*defaults, o); !s.ok()) return s;
+  // The dense rule first: the tables' rule defaults to it, and a bad --optimizer is named as such.
+  auto optimizer = optim::MakeOptimizer(OptimizerConfigFrom(*o));
+  if (!optimizer.ok()) return optimizer.status();
   if (o->sparse_optimizer.empty()) o->sparse_optimizer = o->optimizer;
   if (!absl::c_linear_search(std::vector<std::string>{"sgd", "momentum", "adagrad", "ftrl", "adam", "rmsprop"},
                              o->sparse_optimizer)) {
@@ -77,8 +81,6 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat("--local_replicas=", o->local_replicas, " must be at most --batch_size=",
                                                    *o->batch_size, ": each replica needs at least one example"));
   }
-  auto optimizer = optim::MakeOptimizer(OptimizerConfigFrom(*o));
-  if (!optimizer.ok()) return optimizer.status();
   auto rule = ps::table::SparseRule::Make(SparseRuleConfigFrom(*o));
   if (!rule.ok()) return rule.status();
   return absl::OkStatus();

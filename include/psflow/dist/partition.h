@@ -72,7 +72,7 @@ struct ShardSpec {
   int64_t bytes() const;  // 4 * elements
 };
 
-// An embedding table (docs/tables.md, DESIGN.md §10): a kind of ps variable whose rows live on the
+// An embedding table (docs/tables.md): a kind of ps variable whose rows live on the
 // ps tasks only. Fixed: [num_embeddings, dim], split by the job's partitioner along axis 0 and
 // routed by `strategy` (div/mod). Dynamic: any int64 id, no size, row on ps Mix64(id) % P. Values
 // are never given: each ps computes a row's initial value from (initializer, seed, id).

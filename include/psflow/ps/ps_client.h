@@ -76,7 +76,7 @@ struct TableStep {
   std::vector<TableRowsRef> pushes;
 };
 
-// A run of one table's rows in ascending id order, as a checkpoint stores them (DESIGN.md §10):
+// A run of one table's rows in ascending id order, as a checkpoint stores them (docs/tables.md#semantics):
 // ids, values [n, dim], each slot of the sparse rule [n, dim] (its slot_names order), and each
 // row's last update step and push count. Owns its memory.
 struct TableRowsPart {

@@ -47,13 +47,13 @@ struct TrainOptions {
   std::optional<int64_t> lr_decay_steps;
   std::optional<float> lr_decay_rate;
   bool lr_staircase = false;
-  // Embedding tables' update rule (DESIGN.md §10): empty means the model's (ctr: adagrad), and
+  // Embedding tables' update rule (docs/tables.md#semantics): empty means the model's (ctr: adagrad), and
   // for a model with none, --optimizer. The rate left out is the model's; 0 from the model means
   // --learning_rate. FTRL's l1 and l2 (--sparse_optimizer=ftrl).
   std::string sparse_optimizer;
   std::optional<float> sparse_learning_rate;
   double ftrl_l1 = 0, ftrl_l2 = 0;
-  // The ctr model (--model=ctr) on DESIGN.md §10's synthetic data: 0 = dynamic tables, N = fixed
+  // The ctr model (--model=ctr) on docs/tables.md's synthetic data: 0 = dynamic tables, N = fixed
   // `div` tables of N rows taking each hashed id mod N; fields, embedding dim, test examples.
   int64_t ctr_vocab = 0;
   int ctr_fields = 26;

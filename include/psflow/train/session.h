@@ -30,7 +30,7 @@
 //            job (Shutdown or Goodbye sent). Destroying an open session whose job has not ended
 //            (no Close(), or a Close() that failed before the end) aborts it the same way.
 //
-// Embedding tables (DESIGN.md §10, docs/tables.md) are declared beside the parameters
+// Embedding tables (docs/tables.md) are declared beside the parameters
 // (SessionTable: name, spec) and live on the ps tasks only: the chief declares them (each ps
 // computes its rows' initial values; no one sends or holds a whole table), and a worker holds the
 // rows of its batch and nothing more, so its memory does not grow with a table's size. Per step:

@@ -28,7 +28,7 @@ struct PsTraffic {
 };
 
 // The ctr model's figures: test log-loss and AUC beside the generator's Bayes values on the same
-// test set (DESIGN.md §10), and the rows its tables hold at the end.
+// test set (docs/tables.md#semantics), and the rows its tables hold at the end.
 struct CtrFigures {
   int64_t test_examples = 0;
   double test_log_loss = 0, test_auc = 0;

@@ -1,4 +1,4 @@
-// PsClient: tables in checkpoints (DESIGN.md §10 "Checkpoints"). ScanTable reads every shard of a
+// PsClient: tables in checkpoints (docs/tables.md#semantics, checkpoints). ScanTable reads every shard of a
 // table through its ps task's scan cursor (PullRequest.table_scan), one part per shard at a time,
 // and merges them into one stream of parts in ascending id order (div shards hold ranges, mod
 // shards and dynamic shares interleave: the merge serves both). LoadTable routes each restored row
