@@ -357,6 +357,16 @@ absl::Status SafetensorsReader::Stream::Read(void* out, size_t elements) {
   return absl::OkStatus();
 }
 
+absl::Status SafetensorsReader::Stream::Skip(size_t elements) {
+  if (static_cast<int64_t>(elements) > remaining_) {
+    return absl::OutOfRangeError(absl::StrCat(file_->path(), ": tensor '", entry_->name, "' has ", remaining_,
+                                              " values left, ", elements, " skipped"));
+  }
+  if (auto s = file_->Skip(elements * DtypeBytes(entry_->dtype)); !s.ok()) return s;
+  remaining_ -= static_cast<int64_t>(elements);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Tensor> SafetensorsReader::ReadF32(const std::string& name) const {
   auto stream = OpenStream(name, Dtype::kF32);
   if (!stream.ok()) return stream.status();

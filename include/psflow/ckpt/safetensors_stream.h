@@ -101,6 +101,8 @@ class SafetensorsReader {
    public:
     // Reads the next `elements` values into `out` (elements <= remaining()).
     absl::Status Read(void* out, size_t elements);
+    // Moves past the next `elements` values (elements <= remaining()).
+    absl::Status Skip(size_t elements);
     int64_t remaining() const { return remaining_; }
 
    private:
