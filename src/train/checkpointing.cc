@@ -49,7 +49,9 @@ absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string
 absl::StatusOr<std::optional<OpenedTrainingState>> OpenTrainingState(const std::string& dir, const std::string& model,
                                                                      const std::vector<dist::VariableSpec>& variables,
                                                                      const optim::Optimizer& optimizer,
-                                                                     const LogSink& log, io::Env* env) {
+                                                                     const LogSink& log, io::Env* env,
+                                                                     const std::function<absl::Status(
+                                                                         const ckpt::SafetensorsReader&)>& check_first) {
   std::vector<std::string> skipped;
   auto latest = ckpt::OpenLatestCheckpoint(dir, &skipped, env);
   if (!latest.ok()) return latest.status();
@@ -62,6 +64,9 @@ absl::StatusOr<std::optional<OpenedTrainingState>> OpenTrainingState(const std::
     return absl::FailedPreconditionError(absl::StrCat(checkpoint.path, " holds model '", meta["model"],
                                                       "' but this run trains '", model,
                                                       "'; use another --checkpoint_dir or --model=", meta["model"]));
+  }
+  if (check_first) {
+    if (absl::Status s = check_first(file); !s.ok()) return s;
   }
   TrainingState state;
   state.global_step = checkpoint.global_step;

@@ -56,7 +56,8 @@ absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string
                                                               io::Env* env = io::Env::Default());
 
 // LoadTrainingState's state with the checkpoint file still open (its checksum checked), for the
-// tensors read in parts afterwards (embedding tables: train/table_checkpoint.h).
+// tensors read in parts afterwards (embedding tables: train/table_checkpoint.h). `check_first`, when
+// given, checks the file before the variables are read (the tables' names and shapes).
 struct OpenedTrainingState {
   TrainingState state;
   std::string path;
@@ -66,7 +67,9 @@ absl::StatusOr<std::optional<OpenedTrainingState>> OpenTrainingState(const std::
                                                                      const std::vector<dist::VariableSpec>& variables,
                                                                      const optim::Optimizer& optimizer,
                                                                      const LogSink& log,
-                                                                     io::Env* env = io::Env::Default());
+                                                                     io::Env* env = io::Env::Default(),
+                                                                     const std::function<absl::Status(
+                                                                         const ckpt::SafetensorsReader&)>& check_first = nullptr);
 
 // Decides when the chief saves: each time the global step reaches a multiple of `steps`, and/or
 // every `secs` seconds. The step schedule is on the boundaries, not relative to the last save: in

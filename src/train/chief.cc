@@ -37,7 +37,13 @@ Chief::Chief(const TrainOptions& options, std::string model_name, ps::PsClient& 
 absl::StatusOr<std::optional<ps::ModelSnapshot>> Chief::CheckpointState() {
   if (options_.checkpoint_dir.empty()) return std::nullopt;
   restore_file_.reset();
-  auto restored = OpenTrainingState(options_.checkpoint_dir, model_name_, variables_, optimizer_, log_, options_.env);
+  auto layout = TableLayoutOf(config_);
+  if (!layout.ok()) return layout.status();
+  // The tables are checked first: a table of another dim is named as such (its model's dense
+  // layers around it usually change shape too).
+  auto check_tables = [&](const ckpt::SafetensorsReader& file) { return TableSources(file, tables_, *layout).status(); };
+  auto restored = OpenTrainingState(options_.checkpoint_dir, model_name_, variables_, optimizer_, log_, options_.env,
+                                    check_tables);
   if (!restored.ok()) return restored.status();
   if (!restored->has_value()) return std::nullopt;
   if (!tables_.empty()) restore_file_ = std::move((*restored)->file);
