@@ -3,7 +3,8 @@
 // byte-identical to the uninterrupted run's (dynamic and fixed tables); the file holds the §10
 // layout (NAME/ids int64 ascending, NAME [n, dim], slots, last_step, count); a checkpoint whose
 // table has another dim is one line naming the table; sync jobs (mlp with 3 workers, ctr with 3
-// workers) run twice with the same seed write byte-identical checkpoints.
+// workers) run twice with the same seed write byte-identical checkpoints; `psflow eval --model=ctr`
+// evaluates a checkpoint from the file alone with the chief's final figures.
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -90,6 +91,25 @@ TEST_P(TableCheckpointTest, ACheckpointWhoseTableHasAnotherDimIsOneLineNamingThe
   EXPECT_NE(second.exit_code, 0);
   EXPECT_NE(second.output.find("table 'field_00': 'field_00' has shape ["), std::string::npos) << second.output;
   EXPECT_NE(second.output.find("the table's dim is 8"), std::string::npos) << second.output;
+}
+
+// psflow eval reads the test set's rows from the file (no ps): its figures are the ones the
+// training job's chief computed from the ps tasks at the end.
+TEST_P(TableCheckpointTest, EvalFromTheFileMatchesTheChiefsFinalFigures) {
+  const int64_t vocab = GetParam();
+  const std::string dir = TempDir(absl::StrCat("tck_eval_", vocab));
+  auto train = RunProcess(Ctr(dir, 2, 2, 100, vocab, {"--metrics_json=" + dir + "/m.json"}), 300);
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  const nlohmann::json m = ReadJson(dir + "/m.json");
+  auto eval = RunProcess(Psflow({"eval", "--model=ctr", "--checkpoint_dir=" + dir, "--ctr_fields=3", "--ctr_dim=4",
+                                 absl::StrCat("--ctr_vocab=", vocab), "--seed=5", "--ctr_test_examples=2048"}),
+                         300);
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  char want[200];
+  std::snprintf(want, sizeof want, "global_step=100 test_log_loss=%.5f (bayes %.5f) test_auc=%.5f (bayes %.5f)",
+                m["ctr"]["test_log_loss"].get<double>(), m["ctr"]["bayes_log_loss"].get<double>(),
+                m["ctr"]["test_auc"].get<double>(), m["ctr"]["bayes_auc"].get<double>());
+  EXPECT_NE(eval.output.find(want), std::string::npos) << want << "\n" << eval.output;
 }
 
 INSTANTIATE_TEST_SUITE_P(DynamicAndFixed, TableCheckpointTest, ::testing::Values(0, 5000),
