@@ -1,10 +1,12 @@
 // Checkpoints with embedding tables (issue 18 items 5 and 6, DESIGN.md §10 "Checkpoints"), real
 // processes and files: a sync ctr job written with 1 ps and restored on 3 ends with a checkpoint
-// byte-identical to the uninterrupted run's (dynamic and fixed tables); the file holds the §10
+// byte-identical to the uninterrupted run's (dynamic and fixed tables), and an async one's state
+// restored on 3 saves back to the same bytes; the file holds the §10
 // layout (NAME/ids int64 ascending, NAME [n, dim], slots, last_step, count); a checkpoint whose
 // table has another dim is one line naming the table; sync jobs (mlp with 3 workers, ctr with 3
 // workers) run twice with the same seed write byte-identical checkpoints; `psflow eval --model=ctr`
 // evaluates a checkpoint from the file alone with the chief's final figures.
+#include <algorithm>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -91,6 +93,32 @@ TEST_P(TableCheckpointTest, ACheckpointWhoseTableHasAnotherDimIsOneLineNamingThe
   EXPECT_NE(second.exit_code, 0);
   EXPECT_NE(second.output.find("table 'field_00': 'field_00' has shape ["), std::string::npos) << second.output;
   EXPECT_NE(second.output.find("the table's dim is 8"), std::string::npos) << second.output;
+}
+
+// Async: the state restored onto 3 ps tasks is the saved one, row for row. A job whose
+// --train_steps is the checkpoint's step restores (re-routing every row to mix64(id) % 3 or the
+// fixed layout of 3 shards), trains nothing and saves the same step again: the same bytes.
+TEST_P(TableCheckpointTest, AsyncStateRestoredOnThreePsIsSavedBackUnchanged) {
+  const int64_t vocab = GetParam();
+  const std::string dir = TempDir(absl::StrCat("tck_async_", vocab));
+  std::vector<std::string> first = Ctr(dir, 1, 2, 100, vocab);
+  first.erase(std::find(first.begin(), first.end(), "--sync_replicas"));
+  auto written = RunProcess(first, 300);
+  ASSERT_EQ(written.exit_code, 0) << written.output;
+  // The newest file: an async chief may end on a step just below --train_steps (its last pull
+  // raced another worker's last push); the restoring job is asked for exactly that step.
+  const auto files = ckpt::ListCheckpoints(dir);
+  ASSERT_FALSE(files.empty()) << written.output;
+  const auto& [step, path] = files.front();
+  const std::string before = Bytes(path);
+  std::vector<std::string> again = Ctr(dir, 3, 1, step, vocab);
+  again.erase(std::find(again.begin(), again.end(), "--sync_replicas"));
+  auto restored = RunProcess(again, 300);
+  ASSERT_EQ(restored.exit_code, 0) << restored.output;
+  EXPECT_NE(restored.output.find(absl::StrCat("and 3 tables at global step ", step)), std::string::npos)
+      << restored.output;
+  EXPECT_NE(restored.output.find("saved checkpoint " + path), std::string::npos) << restored.output;
+  EXPECT_TRUE(before == Bytes(path)) << "the checkpoint saved from 3 ps differs from the one restored";
 }
 
 // psflow eval reads the test set's rows from the file (no ps): its figures are the ones the
