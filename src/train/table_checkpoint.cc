@@ -41,12 +41,26 @@ bool HasCount(const dist::TableSpec& t, const TableLayout& layout) { return t.dy
 }  // namespace
 
 absl::StatusOr<TableLayout> TableLayoutOf(const ps::TrainingConfig& config) {
-  auto rule = ps::table::SparseRule::Make(ps::SparseRuleOf(config));
+  return TableLayoutOf(ps::SparseRuleOf(config));
+}
+
+absl::StatusOr<TableLayout> TableLayoutOf(const ps::table::SparseRuleConfig& config) {
+  auto rule = ps::table::SparseRule::Make(config);
   if (!rule.ok()) return rule.status();
   return TableLayout{rule->slot_names(), rule->kind() == ps::table::SparseRuleKind::kAdam};
 }
 
 absl::Status WriteTables(ps::PsClient& client, const std::vector<dist::TableSpec>& tables, const TableLayout& layout,
+                         ckpt::SafetensorsWriter& writer) {
+  return WriteTables(
+      [&client](const std::string& table, int64_t max_rows,
+                const std::function<absl::Status(ps::TableRowsPart part)>& sink) {
+        return client.ScanTable(table, max_rows, sink);
+      },
+      tables, layout, writer);
+}
+
+absl::Status WriteTables(const TableScan& scan, const std::vector<dist::TableSpec>& tables, const TableLayout& layout,
                          ckpt::SafetensorsWriter& writer) {
   for (const dist::TableSpec& t : tables) {
     const Names names = NamesOf(t, layout);
@@ -75,7 +89,7 @@ absl::Status WriteTables(ps::PsClient& client, const std::vector<dist::TableSpec
       if (auto s = begin(names.count, ckpt::Dtype::kI64, {}, &count); !s.ok()) return s;
     }
     int64_t next_fixed = 0;  // a fixed table's rows come as ids 0..N-1
-    absl::Status scanned = client.ScanTable(t.name, PartRows(t.dim, num_slots), [&](ps::TableRowsPart part) -> absl::Status {
+    absl::Status scanned = scan(t.name, PartRows(t.dim, num_slots), [&](ps::TableRowsPart part) -> absl::Status {
       const size_t n = part.ids.size();
       if (part.slots.size() != num_slots) {
         return absl::DataLossError(absl::StrCat("table '", t.name, "': the ps tasks keep ", part.slots.size(),

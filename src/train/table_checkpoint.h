@@ -13,6 +13,7 @@
 #ifndef PSFLOW_SRC_TRAIN_TABLE_CHECKPOINT_H_
 #define PSFLOW_SRC_TRAIN_TABLE_CHECKPOINT_H_
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "psflow/ckpt/safetensors_stream.h"
 #include "psflow/dist/partition.h"
 #include "psflow/ps/ps_client.h"
+#include "ps/server/table/table_config.h"
 
 namespace psflow::train {
 
@@ -31,8 +33,16 @@ struct TableLayout {
   bool fixed_count = false;
 };
 absl::StatusOr<TableLayout> TableLayoutOf(const ps::TrainingConfig& config);
+absl::StatusOr<TableLayout> TableLayoutOf(const ps::table::SparseRuleConfig& rule);
 
-// Scans every table from the ps tasks into `writer`.
+// Reads one table's rows in ascending id order, handing `sink` parts of at most `max_rows` rows
+// (PsClient::ScanTable's signature).
+using TableScan = std::function<absl::Status(const std::string& table, int64_t max_rows,
+                                             const std::function<absl::Status(ps::TableRowsPart part)>& sink)>;
+
+// Scans every table (from the ps tasks, or the single process's own shards) into `writer`.
+absl::Status WriteTables(const TableScan& scan, const std::vector<dist::TableSpec>& tables, const TableLayout& layout,
+                         ckpt::SafetensorsWriter& writer);
 absl::Status WriteTables(ps::PsClient& client, const std::vector<dist::TableSpec>& tables, const TableLayout& layout,
                          ckpt::SafetensorsWriter& writer);
 

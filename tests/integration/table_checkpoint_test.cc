@@ -121,6 +121,39 @@ TEST_P(TableCheckpointTest, AsyncStateRestoredOnThreePsIsSavedBackUnchanged) {
   EXPECT_TRUE(before == Bytes(path)) << "the checkpoint saved from 3 ps differs from the one restored";
 }
 
+// One process (`psflow train --model=ctr`, its own table shards) writes the same layout: it
+// resumes exactly (stopped at 100 and resumed to 200 = straight to 200, byte for byte), and its file
+// continues on a cluster (2 ps, 1 sync worker: the same examples and rules) to the same bytes as
+// in one process.
+TEST_P(TableCheckpointTest, OneProcessResumesExactlyAndItsFileContinuesOnACluster) {
+  const int64_t vocab = GetParam();
+  const std::string resumed = TempDir(absl::StrCat("tck_single_resumed_", vocab));
+  const std::string straight = TempDir(absl::StrCat("tck_single_straight_", vocab));
+  auto single = [&](const std::string& dir, int64_t steps) {
+    std::vector<std::string> args = Ctr(dir, 1, 1, steps, vocab);
+    args[1] = "train";  // replaces "local"; --ps/--workers/--sync_replicas dropped below
+    std::vector<std::string> out;
+    for (const std::string& a : args) {
+      if (a.rfind("--ps=", 0) != 0 && a.rfind("--workers=", 0) != 0 && a != "--sync_replicas") out.push_back(a);
+    }
+    return RunProcess(out, 300);
+  };
+  auto a = single(resumed, 100);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = single(resumed, 200);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("restored 3 tables at global step 100"), std::string::npos) << b.output;
+  auto c = single(straight, 200);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_TRUE(Bytes(resumed + "/model.ckpt-200.safetensors") == Bytes(straight + "/model.ckpt-200.safetensors"));
+  auto cluster = RunProcess(Ctr(resumed, 2, 1, 300, vocab), 300);
+  ASSERT_EQ(cluster.exit_code, 0) << cluster.output;
+  EXPECT_NE(cluster.output.find("and 3 tables at global step 200"), std::string::npos) << cluster.output;
+  auto d = single(straight, 300);
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_TRUE(Bytes(resumed + "/model.ckpt-300.safetensors") == Bytes(straight + "/model.ckpt-300.safetensors"));
+}
+
 // psflow eval reads the test set's rows from the file (no ps): its figures are the ones the
 // training job's chief computed from the ps tasks at the end.
 TEST_P(TableCheckpointTest, EvalFromTheFileMatchesTheChiefsFinalFigures) {
