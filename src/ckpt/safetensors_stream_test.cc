@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "io/fault_injection_env.h"
 #include "psflow/ckpt/checkpoint.h"
 
 namespace psflow::ckpt {
@@ -225,6 +227,54 @@ TEST(SafetensorsStreamTest, CheckpointWithStreamedTablesPassesItsChecksumAndRead
   auto opened = OpenLatestCheckpoint(dir);
   ASSERT_TRUE(opened.ok());
   EXPECT_FALSE(opened->has_value());
+}
+
+// A full disk at any write of a streamed save (a table's column file or the assembled file) fails
+// the save in one line naming the file, keeps the previous checkpoint readable, and leaves no
+// temporary file; a crash before the rename leaves temporaries that the next successful save removes.
+TEST(SafetensorsStreamTest, AFailedStreamedSaveKeepsThePreviousOneAndLeavesNoTemporaries) {
+  const std::string dir = TempDir("st_faults");
+  io::FaultInjectionEnv env;
+  const Tensor dense({2, 2}, {1, 2, 3, 4});
+  auto fill = [&](SafetensorsWriter& w) -> absl::Status {
+    if (auto s = w.AddF32("dense", &dense); !s.ok()) return s;
+    auto ids = w.BeginStreamed("t/ids", Dtype::kI64, {});
+    if (!ids.ok()) return ids.status();
+    auto vals = w.BeginStreamed("t", Dtype::kF32, {3});
+    if (!vals.ok()) return vals.status();
+    for (int64_t p = 0; p < 4; ++p) {
+      const int64_t id[2] = {2 * p, 2 * p + 1};
+      const float v[6] = {1, 2, 3, 4, 5, float(p)};
+      if (auto s = w.Append(*ids, id, 2); !s.ok()) return s;
+      if (auto s = w.Append(*vals, v, 6); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(SaveCheckpointStreamed(dir, 10, fill, {}, 5, &env).ok());
+  const int64_t appends = env.Count(io::FileOp::kAppend);
+  ASSERT_GT(appends, 8);
+  for (int64_t nth = 1; nth <= appends; ++nth) {
+    env.Reset();
+    env.Inject({io::FileOp::kAppend, nth});
+    auto saved = SaveCheckpointStreamed(dir, 20, fill, {}, 5, &env);
+    ASSERT_FALSE(saved.ok()) << "write " << nth;
+    EXPECT_NE(saved.status().message().find("No space left on device"), std::string::npos) << saved.status();
+    EXPECT_NE(saved.status().message().find("the previous checkpoints are kept"), std::string::npos);
+    env.Reset();
+    auto latest = OpenLatestCheckpoint(dir, nullptr, &env);
+    ASSERT_TRUE(latest.ok() && latest->has_value());
+    EXPECT_EQ((*latest)->global_step, 10);
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1) << "write " << nth;
+  }
+  env.Reset();
+  env.Inject({io::FileOp::kRename, 1, 0, /*crash=*/true});
+  EXPECT_FALSE(SaveCheckpointStreamed(dir, 30, fill, {}, 5, &env).ok());
+  env.Reset();
+  ASSERT_TRUE(SaveCheckpointStreamed(dir, 40, fill, {}, 5, &env).ok());
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"model.ckpt-10.safetensors", "model.ckpt-40.safetensors"}));
 }
 
 }  // namespace
