@@ -9,6 +9,12 @@ way) on the C++ ps tasks, killing a PyTorch worker, the PyTorch chief and a ps t
 accuracy is checked against the C++ baseline of their mode within --pytorch_accuracy_tolerance.
 
   tests/fault_injection.py --build build [--runs 20] [--pytorch_runs 3] [--seed 1]
+  tests/fault_injection.py --build build --model ctr [--runs 8]
+
+With --model ctr the job is the ctr model (issue 18): embedding tables on the ps tasks (dynamic by
+default, --ctr_vocab=N for fixed ones) checkpointed with the dense layers; a killed ps rolls every
+ps back to the last checkpoint, tables included, and the run's test AUC must stay within
+--auc_tolerance of the undisturbed run's.
 
 Prints one JSON line per run and a final summary line (runs, faults, hangs, steps lost per fault);
 exits 1 if any run failed or hung. A run that fails keeps its logs and names their directory.
@@ -39,15 +45,21 @@ from localhost import free_ports  # noqa: E402  (tests/lib/localhost.py)
 
 
 class Cluster:
-    def __init__(self, psflow, data_dir, workdir, mode, transport="grpc", pytorch=False):
+    def __init__(self, psflow, data_dir, workdir, mode, transport="grpc", pytorch=False, model="mlp", ctr_vocab=0):
         ports = free_ports(4)
         self.ps_hosts = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}"
         self.worker_hosts = f"127.0.0.1:{ports[2]},127.0.0.1:{ports[3]}"
         self.psflow, self.workdir = psflow, workdir
         # The learning rate halves every 500 steps so that the last iterate's accuracy is stable
         # enough (a few tenths of a point between undisturbed async runs) to compare against.
-        self.common = ["--model=mlp", f"--train_steps={STEPS}", "--batch_size=100", f"--data_dir={data_dir}",
-                       "--partitioner=fixed:2", "--lr_decay_steps=500", "--lr_decay_rate=0.3",
+        if model == "ctr":  # tables on the ps tasks; AUC instead of accuracy
+            model_flags = ["--model=ctr", "--ctr_fields=6", "--ctr_dim=8", f"--ctr_vocab={ctr_vocab}",
+                           "--batch_size=256", "--sparse_learning_rate=5", "--learning_rate=0.003",
+                           "--ctr_test_examples=16384", "--seed=5"]
+        else:
+            model_flags = ["--model=mlp", "--batch_size=100", f"--data_dir={data_dir}", "--partitioner=fixed:2",
+                           "--lr_decay_steps=500", "--lr_decay_rate=0.3"]
+        self.common = model_flags + [f"--train_steps={STEPS}",
                        f"--checkpoint_dir={workdir}/ckpt", f"--save_checkpoint_steps={CKPT_EVERY}",
                        "--sync_timeout_secs=2", "--log_every=10", "--init_timeout_secs=60",
                        "--ps_timeout_secs=60", "--worker_timeout_secs=60"]
@@ -99,9 +111,9 @@ def latest_step(cluster):
 
 
 def run_once(psflow, data_dir, mode, victim, during_startup, kill_after, transport="grpc", kill_at_step=None,
-             pytorch=False):
+             pytorch=False, model="mlp", ctr_vocab=0):
     workdir = tempfile.mkdtemp(prefix="psflow_fault_")
-    c = Cluster(psflow, data_dir, workdir, mode, transport, pytorch)
+    c = Cluster(psflow, data_dir, workdir, mode, transport, pytorch, model, ctr_vocab)
     for task in TASKS:
         c.start(task)
     start = time.time()
@@ -128,11 +140,13 @@ def run_once(psflow, data_dir, mode, victim, during_startup, kill_after, transpo
         summary = json.load(open(f"{workdir}/summary.json"))
     chief_log = c.text("worker:0")
     restored = [int(s) for s in re.findall(r"restarted without its variables; restoring .*? at global step (\d+)", chief_log)]
-    resumed = [int(s) for s in re.findall(r"initialized \d+ variables at global step (\d+)", chief_log)]
+    resumed = [int(s) for s in re.findall(r"initialized \d+ variables(?: and \d+ tables)? at global step (\d+)",
+                                          chief_log)]
     result = {"workers": "pytorch" if pytorch else "cpp", "mode": mode, "transport": transport, "victim": victim, "during_startup": during_startup,
               "kill_after_secs": round(kill_after, 2), "kill_at_step": kill_at_step, "exit_codes": codes,
               "hung": any(v is None for v in codes.values()),
-              "global_step": summary.get("global_step"), "test_accuracy": summary.get("test_accuracy"),
+              "global_step": summary.get("global_step"),
+              "test_accuracy": summary.get("ctr", {}).get("test_auc") if model == "ctr" else summary.get("test_accuracy"),
               "killed_at_step": killed_at_step, "seconds": round(time.time() - start, 1)}
     if first_step_secs is not None:
         result["first_step_secs"] = round(first_step_secs, 2)
@@ -164,9 +178,15 @@ def main():
     p.add_argument("--accuracy_tolerance", type=float, default=0.005,
                    help="largest test-accuracy difference from the undisturbed run that passes")
     p.add_argument("--pytorch_runs", type=int, default=0, help="runs (of --runs) with PyTorch workers, last")
+    p.add_argument("--model", default="mlp", choices=["mlp", "ctr"], help="the job: mlp on MNIST, or ctr with tables")
+    p.add_argument("--ctr_vocab", type=int, default=0, help="ctr: 0 for dynamic tables, N for fixed ones of N rows")
+    p.add_argument("--auc_tolerance", type=float, default=0.01,
+                   help="ctr: largest test-AUC difference from the undisturbed run that passes")
     p.add_argument("--pytorch_accuracy_tolerance", type=float, default=0.01,
                    help="largest test-accuracy difference of a PyTorch run from the C++ baseline of its mode")
     a = p.parse_args()
+    if a.model == "ctr" and a.pytorch_runs:
+        p.error("--pytorch_runs: the PyTorch workers train the mlp; use --model mlp")
     psflow = os.path.join(a.build, "psflow")
     rng = random.Random(a.seed)
     modes = a.modes.split(",")
@@ -177,7 +197,7 @@ def main():
     for mode in modes:
         runs = []
         for _ in range(5 if mode == "async" else 1):
-            ok, base = run_once(psflow, a.data_dir, mode, None, False, 0)
+            ok, base = run_once(psflow, a.data_dir, mode, None, False, 0, model=a.model, ctr_vocab=a.ctr_vocab)
             print(json.dumps({"baseline": base}), flush=True)
             if not ok:
                 sys.exit(1)
@@ -200,9 +220,9 @@ def main():
             during_startup, kill_after = False, 0.0
             kill_at_step = kill_at_step or STEPS // 3
         ok, r = run_once(psflow, a.data_dir, mode, victim, during_startup, kill_after, transport, kill_at_step,
-                         pytorch)
+                         pytorch, a.model, a.ctr_vocab)
         acc = r["test_accuracy"]
-        tolerance = a.pytorch_accuracy_tolerance if pytorch else a.accuracy_tolerance
+        tolerance = a.pytorch_accuracy_tolerance if pytorch else (a.auc_tolerance if a.model == "ctr" else a.accuracy_tolerance)
         acc_ok = acc is not None and abs(acc - baseline[mode]) <= tolerance
         r["accuracy_within_tolerance"] = acc_ok
         injected += r["killed_at_step"] is not None  # the victim may have finished already
@@ -212,8 +232,9 @@ def main():
         failures += (not ok) or (not acc_ok)
         off += not acc_ok
         print(json.dumps(r), flush=True)
-    print(json.dumps({"runs": a.runs, "faults_injected": injected, "failed_runs": failures, "hangs": hangs,
-                      "accuracy_outside_tolerance": off, "accuracy_tolerance": a.accuracy_tolerance,
+    print(json.dumps({"model": a.model, "runs": a.runs, "faults_injected": injected, "failed_runs": failures, "hangs": hangs,
+                      "accuracy_outside_tolerance": off,
+                      "accuracy_tolerance": a.auc_tolerance if a.model == "ctr" else a.accuracy_tolerance,
                       "baseline_accuracy": {m: round(baseline[m], 4) for m in modes},
                       "max_steps_lost_per_fault": max(lost) if lost else 0, "faults_with_rollback": len(lost),
                       "checkpoint_interval": CKPT_EVERY}), flush=True)

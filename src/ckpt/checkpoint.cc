@@ -1,36 +1,17 @@
 #include "psflow/ckpt/checkpoint.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <regex>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "psflow/ckpt/safetensors_stream.h"
 
 namespace psflow::ckpt {
 namespace {
 
 constexpr char kChecksumKey[] = "psflow.crc32";
 constexpr char kStepKey[] = "global_step";
-
-// zlib's CRC-32 over every tensor's bytes in name order: detects torn or bit-flipped data that the
-// safetensors structure checks alone would accept.
-uint32_t ChecksumOf(const std::map<std::string, const Tensor*>& tensors) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (const auto& [name, t] : tensors) {
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(name.data()), name.size());
-    const auto* p = reinterpret_cast<const Bytef*>(t->data());
-    size_t left = t->bytes();
-    while (left > 0) {  // crc32 takes a uInt length
-      const uInt n = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
-      crc = crc32(crc, p, n);
-      p += n;
-      left -= n;
-    }
-  }
-  return static_cast<uint32_t>(crc);
-}
 
 }  // namespace
 
@@ -57,20 +38,39 @@ std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& 
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t global_step,
                                            const std::vector<std::pair<std::string, const Tensor*>>& tensors,
                                            std::map<std::string, std::string> metadata, int keep, io::Env* env) {
+  return SaveCheckpointStreamed(
+      dir, global_step,
+      [&](SafetensorsWriter& writer) {
+        for (const auto& [name, t] : tensors) {
+          if (absl::Status s = writer.AddF32(name, t); !s.ok()) return s;
+        }
+        return absl::OkStatus();
+      },
+      std::move(metadata), keep, env);
+}
+
+absl::StatusOr<std::string> SaveCheckpointStreamed(const std::string& dir, int64_t global_step,
+                                                   const std::function<absl::Status(SafetensorsWriter&)>& fill,
+                                                   std::map<std::string, std::string> metadata, int keep,
+                                                   io::Env* env) {
   const std::string path = absl::StrCat(dir, "/model.ckpt-", global_step, ".safetensors");
   auto failed = [&](const absl::Status& cause) {
     return absl::Status(cause.code(), absl::StrCat("cannot save checkpoint ", path, ": ", cause.message(),
                                                    "; the previous checkpoints are kept"));
   };
   if (absl::Status s = env->CreateDir(dir); !s.ok()) return failed(s);
-  std::map<std::string, const Tensor*> by_name(tensors.begin(), tensors.end());
-  metadata[kChecksumKey] = absl::StrCat(ChecksumOf(by_name));
-  metadata[kStepKey] = absl::StrCat(global_step);
-  if (absl::Status s = WriteSafetensors(path, tensors, metadata, env); !s.ok()) return failed(s);
+  {
+    SafetensorsWriter writer(path, env);  // its destructor removes its temporary files
+    if (absl::Status s = fill(writer); !s.ok()) return failed(s);
+    metadata[kChecksumKey] = absl::StrCat(writer.Crc32());
+    metadata[kStepKey] = absl::StrCat(global_step);
+    if (absl::Status s = writer.Finish(metadata); !s.ok()) return failed(s);
+  }
   auto all = ListCheckpoints(dir, env);
   for (size_t i = std::max(keep, 1); i < all.size(); ++i) (void)env->RemoveFile(all[i].second);
-  // Temporary files of saves that crashed before their rename: never read, removed once a save succeeded.
-  static const std::regex kTemporary(R"(model\.ckpt-\d+\.safetensors\.tmp)");
+  // Temporary files of saves that crashed before their rename (the file, and a streamed tensor's
+  // data): never read, removed once a save succeeded.
+  static const std::regex kTemporary(R"(model\.ckpt-\d+\.safetensors\.tmp(\.\d+)?)");
   if (auto names = env->GetChildren(dir); names.ok()) {
     for (const std::string& name : *names) {
       if (std::regex_match(name, kTemporary)) (void)env->RemoveFile(absl::StrCat(dir, "/", name));
@@ -79,20 +79,51 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t globa
   return path;
 }
 
-absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path, io::Env* env) {
-  auto file = ReadSafetensors(path, env);
-  if (!file.ok()) return file.status();
-  std::map<std::string, const Tensor*> by_name;
-  for (const auto& [name, t] : file->tensors) by_name[name] = &t;
-  auto it = file->metadata.find(kChecksumKey);
-  if (it == file->metadata.end()) {
+absl::StatusOr<std::unique_ptr<SafetensorsReader>> OpenCheckpoint(const std::string& path, io::Env* env) {
+  auto reader = SafetensorsReader::Open(path, env);
+  if (!reader.ok()) return reader.status();
+  auto it = (*reader)->metadata().find(kChecksumKey);
+  if (it == (*reader)->metadata().end()) {
     return absl::DataLossError(absl::StrCat(path, ": no ", kChecksumKey, " in its metadata"));
   }
-  if (it->second != absl::StrCat(ChecksumOf(by_name))) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": checksum mismatch (stored ", it->second, ", computed ", ChecksumOf(by_name), ")"));
+  auto crc = (*reader)->Crc32();
+  if (!crc.ok()) return crc.status();
+  if (it->second != absl::StrCat(*crc)) {
+    return absl::DataLossError(absl::StrCat(path, ": checksum mismatch (stored ", it->second, ", computed ", *crc, ")"));
   }
-  Checkpoint ckpt{path, 0, std::move(file).value()};
+  return reader;
+}
+
+absl::StatusOr<std::optional<OpenedCheckpoint>> OpenLatestCheckpoint(const std::string& dir,
+                                                                     std::vector<std::string>* skipped, io::Env* env) {
+  for (const auto& [step, path] : ListCheckpoints(dir, env)) {
+    auto reader = OpenCheckpoint(path, env);
+    if (!reader.ok()) {
+      if (skipped) skipped->push_back(absl::StrCat("refusing checkpoint ", reader.status().message()));
+      continue;
+    }
+    return std::optional<OpenedCheckpoint>(OpenedCheckpoint{path, step, *std::move(reader)});
+  }
+  return std::optional<OpenedCheckpoint>();
+}
+
+absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path, io::Env* env) {
+  auto reader = OpenCheckpoint(path, env);
+  if (!reader.ok()) return reader.status();
+  TensorFile file;
+  file.metadata = (*reader)->metadata();
+  for (const TensorEntry& t : (*reader)->tensors()) {
+    if (t.dtype == Dtype::kF32) {
+      auto value = (*reader)->ReadF32(t.name);
+      if (!value.ok()) return value.status();
+      file.tensors.emplace(t.name, *std::move(value));
+    } else {
+      auto value = (*reader)->ReadI64(t.name);
+      if (!value.ok()) return value.status();
+      file.int64s.emplace(t.name, *std::move(value));
+    }
+  }
+  Checkpoint ckpt{path, 0, std::move(file)};
   static const std::regex kName(R"((^|.*/)model\.ckpt-(\d+)\.safetensors)");
   std::smatch m;
   if (std::regex_match(path, m, kName) && absl::SimpleAtoi(m[2].str(), &ckpt.global_step)) return ckpt;

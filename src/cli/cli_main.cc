@@ -27,6 +27,7 @@
 #include "rpc/tuning.h"
 #include "psflow/train/train.h"
 #include "train/cluster_setup.h"
+#include "train/eval_ctr.h"
 
 namespace psflow::cli {
 namespace {
@@ -81,6 +82,18 @@ int RunTrain(train::TrainOptions options) {
 
 int RunEval(train::TrainOptions options) {
   if (auto s = train::ResolveTrainOptions(&options); !s.ok()) return Fail(s, 2);
+  if (options.model == "ctr") {  // tables: rows read from the file for the test set's ids
+    auto ctr = train::EvaluateCtrCheckpoint(options, LogLine);
+    if (!ctr.ok()) return Fail(ctr.status());
+    const train::CtrFigures& f = ctr->figures;
+    std::cout << absl::StrFormat(
+                     "eval: %s global_step=%d test_log_loss=%.5f (bayes %.5f) test_auc=%.5f (bayes %.5f) on %d "
+                     "examples; table_rows=%d (%d looked-up ids not in the file: initial values)",
+                     ctr->path, ctr->global_step, f.test_log_loss, f.bayes_log_loss, f.test_auc, f.bayes_auc,
+                     f.test_examples, f.table_rows, ctr->rows_not_in_file)
+              << std::endl;
+    return 0;
+  }
   auto result = train::EvaluateCheckpoint(options, LogLine);
   if (!result.ok()) return Fail(result.status());
   std::cout << absl::StrFormat(
@@ -204,8 +217,11 @@ int psflow::cli::Main(int argc, char** argv) {
   }
 
   train::TrainOptions eval_options;
-  CLI::App* eval_cmd = app.add_subcommand("eval", "test accuracy and cross-entropy of the newest checkpoint");
-  cli::AddTrainFlags(eval_cmd, &eval_options, {"checkpoint_dir", "model", "hidden_units", "data_dir", "intra_op_threads"});
+  CLI::App* eval_cmd = app.add_subcommand(
+      "eval", "test accuracy and cross-entropy of the newest checkpoint (ctr: test log-loss and AUC beside Bayes)");
+  cli::AddTrainFlags(eval_cmd, &eval_options,
+                     {"checkpoint_dir", "model", "hidden_units", "data_dir", "intra_op_threads", "seed", "ctr_fields",
+                      "ctr_dim", "ctr_vocab", "ctr_test_examples"});
   eval_cmd->get_option("--checkpoint_dir")->required();
 
   CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks");

@@ -3,6 +3,7 @@
 #include "psflow/io/env.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -23,6 +24,17 @@ absl::StatusOr<std::string> Env::ReadFileToString(const std::string& path) {
     if (*got < piece) return out;
     piece = std::min(piece * 2, size_t{16} << 20);
   }
+}
+
+absl::Status SequentialFile::Skip(uint64_t n) {
+  std::vector<char> buf(std::min<uint64_t>(n, uint64_t{1} << 20));
+  while (n > 0) {
+    absl::StatusOr<size_t> got = Read(buf.data(), std::min<uint64_t>(n, buf.size()));
+    if (!got.ok()) return got.status();
+    if (*got == 0) return absl::OutOfRangeError(absl::StrCat("cannot skip in ", path(), ": the file ends first"));
+    n -= *got;
+  }
+  return absl::OkStatus();
 }
 
 std::string DirName(const std::string& path) {

@@ -110,6 +110,12 @@ class PosixSequentialFile final : public SequentialFile {
     return total;
   }
 
+  absl::Status Skip(uint64_t n) override {
+    // lseek past the end succeeds; the end is found by the next Read (as a short read).
+    if (::lseek(fd_, static_cast<off_t>(n), SEEK_CUR) < 0) return IoError("seek in", path_, errno);
+    return absl::OkStatus();
+  }
+
   const std::string& path() const override { return path_; }
 
  private:

@@ -14,9 +14,9 @@ absl::Status PrepareCheckpointDir(const std::string& dir, io::Env* env) {
 }
 
 absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const TrainingState& state,
-                                              const std::vector<std::string>& slot_names, int keep, io::Env* env) {
+                                              const std::vector<std::string>& slot_names, int keep, io::Env* env,
+                                              const std::function<absl::Status(ckpt::SafetensorsWriter&)>& more) {
   std::vector<std::pair<std::string, const Tensor*>> tensors;
-  std::vector<std::string> names;  // keeps slot names alive while `tensors` points at them
   std::map<std::string, std::string> metadata = {{"model", state.model}, {"optimizer", state.optimizer}};
   for (const auto& [name, v] : state.variables) {
     tensors.emplace_back(name, &v.value);
@@ -25,25 +25,48 @@ absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const Trai
     }
     metadata["updates/" + name] = absl::StrCat(v.updates);
   }
-  return ckpt::SaveCheckpoint(dir, state.global_step, tensors, metadata, keep, env);
+  return ckpt::SaveCheckpointStreamed(
+      dir, state.global_step,
+      [&](ckpt::SafetensorsWriter& writer) {
+        for (const auto& [name, t] : tensors) {
+          if (absl::Status s = writer.AddF32(name, t); !s.ok()) return s;
+        }
+        return more ? more(writer) : absl::OkStatus();
+      },
+      std::move(metadata), keep, env);
 }
 
 absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string& dir, const std::string& model,
                                                               const std::vector<dist::VariableSpec>& variables,
                                                               const optim::Optimizer& optimizer, const LogSink& log,
                                                               io::Env* env) {
+  auto opened = OpenTrainingState(dir, model, variables, optimizer, log, env);
+  if (!opened.ok()) return opened.status();
+  if (!opened->has_value()) return std::optional<TrainingState>();
+  return std::optional<TrainingState>(std::move((*opened)->state));
+}
+
+absl::StatusOr<std::optional<OpenedTrainingState>> OpenTrainingState(const std::string& dir, const std::string& model,
+                                                                     const std::vector<dist::VariableSpec>& variables,
+                                                                     const optim::Optimizer& optimizer,
+                                                                     const LogSink& log, io::Env* env,
+                                                                     const std::function<absl::Status(
+                                                                         const ckpt::SafetensorsReader&)>& check_first) {
   std::vector<std::string> skipped;
-  auto latest = ckpt::LoadLatestCheckpoint(dir, &skipped, env);
+  auto latest = ckpt::OpenLatestCheckpoint(dir, &skipped, env);
   if (!latest.ok()) return latest.status();
   for (const std::string& s : skipped) log(s);
-  if (!latest->has_value()) return std::optional<TrainingState>();
-  ckpt::Checkpoint& checkpoint = **latest;
-  auto& meta = checkpoint.contents.metadata;
-  auto& tensors = checkpoint.contents.tensors;
+  if (!latest->has_value()) return std::optional<OpenedTrainingState>();
+  ckpt::OpenedCheckpoint& checkpoint = **latest;
+  const ckpt::SafetensorsReader& file = *checkpoint.reader;
+  std::map<std::string, std::string> meta = file.metadata();
   if (meta.count("model") && meta["model"] != model) {
     return absl::FailedPreconditionError(absl::StrCat(checkpoint.path, " holds model '", meta["model"],
                                                       "' but this run trains '", model,
                                                       "'; use another --checkpoint_dir or --model=", meta["model"]));
+  }
+  if (check_first) {
+    if (absl::Status s = check_first(file); !s.ok()) return s;
   }
   TrainingState state;
   state.global_step = checkpoint.global_step;
@@ -55,22 +78,27 @@ absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string
                      optimizer.name(), "; restoring variables only, fresh optimizer state"));
   }
   for (const dist::VariableSpec& p : variables) {
-    auto it = tensors.find(p.name);
-    if (it == tensors.end()) {
+    const ckpt::TensorEntry* entry = file.Find(p.name);
+    if (entry == nullptr || entry->dtype != ckpt::Dtype::kF32) {
       return absl::FailedPreconditionError(absl::StrCat(checkpoint.path, " lacks variable ", p.name));
     }
-    if (it->second.shape() != p.shape) {
+    if (entry->shape != p.shape) {
       return absl::FailedPreconditionError(absl::StrCat(checkpoint.path, ": variable ", p.name, " has shape ",
-                                                        ShapeToString(it->second.shape()), ", the model needs ",
+                                                        ShapeToString(entry->shape), ", the model needs ",
                                                         ShapeToString(p.shape)));
     }
     VariableState v;
-    v.value = std::move(it->second);
+    auto value = file.ReadF32(p.name);
+    if (!value.ok()) return value.status();
+    v.value = *std::move(value);
     optim::SlotState fresh = optimizer.NewState(v.value.size());
     for (size_t s = 0; s < optimizer.slot_names().size(); ++s) {
-      auto slot = same_optimizer ? tensors.find(ckpt::SlotTensorName(p.name, optimizer.slot_names()[s])) : tensors.end();
-      if (slot != tensors.end() && slot->second.size() == v.value.size()) {
-        v.slots.push_back(std::move(slot->second).Reshaped(v.value.shape()));
+      const std::string slot_name = ckpt::SlotTensorName(p.name, optimizer.slot_names()[s]);
+      const ckpt::TensorEntry* slot = same_optimizer ? file.Find(slot_name) : nullptr;
+      if (slot != nullptr && slot->dtype == ckpt::Dtype::kF32 && slot->elements() == v.value.size()) {
+        auto slot_value = file.ReadF32(slot_name);
+        if (!slot_value.ok()) return slot_value.status();
+        v.slots.push_back(std::move(*slot_value).Reshaped(v.value.shape()));
       } else {
         v.slots.emplace_back(v.value.shape(), std::vector<float>(fresh.slots[s].begin(), fresh.slots[s].end()));
       }
@@ -80,7 +108,8 @@ absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string
     state.variables.emplace(p.name, std::move(v));
   }
   log(absl::StrCat("restored ", checkpoint.path, " at global step ", state.global_step));
-  return std::optional<TrainingState>(std::move(state));
+  return std::optional<OpenedTrainingState>(
+      OpenedTrainingState{std::move(state), checkpoint.path, std::move(checkpoint.reader)});
 }
 
 }  // namespace psflow::train

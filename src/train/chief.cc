@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ps/common/retry.h"
+#include "train/table_checkpoint.h"
 
 namespace psflow::train {
 namespace {
@@ -24,10 +25,10 @@ ps::ModelSnapshot ToSnapshot(TrainingState state, const std::vector<dist::Variab
 
 Chief::Chief(const TrainOptions& options, std::string model_name, ps::PsClient& client,
              std::vector<dist::VariableSpec> variables, InitialValues initial, const ps::TrainingConfig& config,
-             const optim::Optimizer& optimizer, const LogSink& log)
+             const optim::Optimizer& optimizer, const LogSink& log, std::vector<dist::TableSpec> tables)
     : options_(options), model_name_(std::move(model_name)), client_(client), variables_(std::move(variables)),
       initial_(std::move(initial)), config_(config), optimizer_(optimizer), log_(log),
-      schedule_(options.save_checkpoint_steps, options.save_checkpoint_secs, 0) {
+      schedule_(options.save_checkpoint_steps, options.save_checkpoint_secs, 0), tables_(std::move(tables)) {
   if (!initial_.rebuild) {
     for (const Tensor* t : initial_.at_start) initial_copy_.push_back(*t);
   }
@@ -35,10 +36,29 @@ Chief::Chief(const TrainOptions& options, std::string model_name, ps::PsClient& 
 
 absl::StatusOr<std::optional<ps::ModelSnapshot>> Chief::CheckpointState() {
   if (options_.checkpoint_dir.empty()) return std::nullopt;
-  auto restored = LoadTrainingState(options_.checkpoint_dir, model_name_, variables_, optimizer_, log_, options_.env);
+  restore_file_.reset();
+  auto layout = TableLayoutOf(config_);
+  if (!layout.ok()) return layout.status();
+  // The tables are checked first: a table of another dim is named as such (its model's dense
+  // layers around it usually change shape too).
+  auto check_tables = [&](const ckpt::SafetensorsReader& file) { return TableSources(file, tables_, *layout).status(); };
+  auto restored = OpenTrainingState(options_.checkpoint_dir, model_name_, variables_, optimizer_, log_, options_.env,
+                                    check_tables);
   if (!restored.ok()) return restored.status();
   if (!restored->has_value()) return std::nullopt;
-  return ToSnapshot(std::move(**restored), variables_);
+  if (!tables_.empty()) restore_file_ = std::move((*restored)->file);
+  return ToSnapshot(std::move((*restored)->state), variables_);
+}
+
+absl::Status Chief::InitializeWith(const ps::ModelSnapshot& state, bool from_checkpoint) {
+  std::unique_ptr<ckpt::SafetensorsReader> file = std::move(restore_file_);
+  if (!from_checkpoint || tables_.empty()) return client_.Initialize(state, config_);
+  if (file == nullptr) return absl::InternalError("the chief restores tables without their checkpoint file");
+  auto layout = TableLayoutOf(config_);
+  if (!layout.ok()) return layout.status();
+  auto sources = TableSources(*file, tables_, *layout);
+  if (!sources.ok()) return sources.status();
+  return client_.Initialize(state, config_, *sources);
 }
 
 absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState(bool* from_checkpoint) {
@@ -111,7 +131,7 @@ absl::Status Chief::TryInitializeCluster() {
   config_.initial_global_step = step;
   schedule_ = CheckpointSchedule(options_.save_checkpoint_steps, options_.save_checkpoint_secs, step);
   if (checkpoint->has_value()) {
-    if (auto s = client_.Initialize(**checkpoint, config_); !s.ok()) return s;
+    if (auto s = InitializeWith(**checkpoint, /*from_checkpoint=*/true); !s.ok()) return s;
   } else {
     // A fresh job: the chief's buffers still hold the initial values (nothing was pulled yet);
     // they go alone, and each ps makes the optimizer's initial slots itself (materialized slots
@@ -122,7 +142,8 @@ absl::Status Chief::TryInitializeCluster() {
   }
   // A restore says so: the job continues at `step`, it does not start again.
   log_(absl::StrCat("chief: ", checkpoint->has_value() ? "restored " : "initialized ", variables_.size(),
-                    " variables at global step ", step));
+                    " variables", tables_.empty() ? "" : absl::StrCat(" and ", tables_.size(), " tables"),
+                    " at global step ", step));
   return absl::OkStatus();
 }
 
@@ -160,7 +181,17 @@ absl::Status Chief::PullAndWriteCheckpoint() {
   for (ps::VariableSnapshot& v : snapshot->variables) {
     state.variables.emplace(v.name, VariableState{std::move(v.value), std::move(v.slots), v.updates});
   }
-  auto path = SaveTrainingState(options_.checkpoint_dir, state, optimizer_.slot_names(), 5, options_.env);
+  std::function<absl::Status(ckpt::SafetensorsWriter&)> tables;
+  if (!tables_.empty()) {
+    // The tables are scanned after the dense pull: as in any async checkpoint, their rows may be a
+    // few steps newer than the variables (in sync mode the chief's own step holds the job back).
+    tables = [this](ckpt::SafetensorsWriter& writer) {
+      auto layout = TableLayoutOf(config_);
+      if (!layout.ok()) return layout.status();
+      return WriteTables(client_, tables_, *layout, writer);
+    };
+  }
+  auto path = SaveTrainingState(options_.checkpoint_dir, state, optimizer_.slot_names(), 5, options_.env, tables);
   if (!path.ok()) return path.status();
   schedule_.Saved(state.global_step);
   saved_step_ = state.global_step;
@@ -187,7 +218,7 @@ absl::Status Chief::RestorePs(int task) {
                                     : " from the initial values (no checkpoint saved yet: the job starts over)"));
   // Another ps task down meanwhile is waited for by the client's own retries, as long as a worker
   // waits for an unreachable ps (--ps_timeout_secs; ps/client/fan_out.h), not twice that.
-  if (auto s = client_.Initialize(*state, config_); !s.ok()) return s;
+  if (auto s = InitializeWith(*state, from_checkpoint); !s.ok()) return s;
   schedule_ = CheckpointSchedule(options_.save_checkpoint_steps, options_.save_checkpoint_secs, state->global_step);
   return absl::OkStatus();
 }

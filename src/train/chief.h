@@ -1,11 +1,13 @@
 // The chief's duties beyond training (worker 0): bring the ps tasks up — resume a job that is
 // already running, restore the newest checkpoint, or initialize fresh values — save checkpoints
 // of the whole training state on schedule and at the end, and roll the job back to the newest
-// checkpoint when a ps task restarted without its variables. Used by the chief's training thread only.
+// checkpoint when a ps task restarted without its variables. Embedding tables are in the files too
+// (train/table_checkpoint.h), scanned and restored in parts. Used by the chief's training thread only.
 #ifndef PSFLOW_TRAIN_CHIEF_H_
 #define PSFLOW_TRAIN_CHIEF_H_
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,7 +35,7 @@ class Chief {
   // "model" metadata. The rest is borrowed and outlives the Chief.
   Chief(const TrainOptions& options, std::string model_name, ps::PsClient& client,
         std::vector<dist::VariableSpec> variables, InitialValues initial, const ps::TrainingConfig& config,
-        const optim::Optimizer& optimizer, const LogSink& log);
+        const optim::Optimizer& optimizer, const LogSink& log, std::vector<dist::TableSpec> tables = {});
 
   absl::Status InitializeCluster();
   // Saves a checkpoint when the schedule says so (no-op without --checkpoint_dir).
@@ -57,7 +59,11 @@ class Chief {
   // `from_checkpoint` (optional) says which.
   absl::StatusOr<ps::ModelSnapshot> RestorableState(bool* from_checkpoint = nullptr);
   // The newest checkpoint as a snapshot, or nullopt when there is none (or no --checkpoint_dir).
+  // Keeps the file open in restore_file_ for its tables.
   absl::StatusOr<std::optional<ps::ModelSnapshot>> CheckpointState();
+  // Initializes every ps task with `state`; the tables' rows come from restore_file_ when
+  // `from_checkpoint` (fresh initial values otherwise). Closes restore_file_.
+  absl::Status InitializeWith(const ps::ModelSnapshot& state, bool from_checkpoint);
 
   const TrainOptions& options_;
   const std::string model_name_;
@@ -70,6 +76,8 @@ class Chief {
   const LogSink& log_;
   CheckpointSchedule schedule_;
   int64_t saved_step_ = -1;  // global step of the last checkpoint this chief wrote
+  const std::vector<dist::TableSpec> tables_;  // embedding tables: scanned into / restored from the files
+  std::unique_ptr<ckpt::SafetensorsReader> restore_file_;  // CheckpointState's file, until InitializeWith
 };
 
 }  // namespace psflow::train

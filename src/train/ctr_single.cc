@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "psflow/core/threading.h"
 #include "psflow/data/ctr_metrics.h"
+#include "train/checkpointing.h"
 #include "train/progress.h"
 #include "train/sparse_rule_config.h"
 #include "train/telemetry.h"
@@ -215,14 +216,26 @@ absl::StatusOr<CtrFigures> CtrTrainer::Evaluate(int64_t n) const {
 }
 
 absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, const LogSink& log) {
-  if (!options.checkpoint_dir.empty()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "--checkpoint_dir=", options.checkpoint_dir,
-        ": the ctr model does not write checkpoints in single-process mode yet; leave --checkpoint_dir out"));
-  }
   SetIntraOpThreads(options.intra_op_threads);
   auto trainer = CtrTrainer::Create(options);
   if (!trainer.ok()) return trainer.status();
+  int64_t start_step = 0;
+  if (!options.checkpoint_dir.empty()) {
+    if (auto s = PrepareCheckpointDir(options.checkpoint_dir, options.env); !s.ok()) return s;
+    auto restored = (*trainer)->RestoreCheckpoint(log);
+    if (!restored.ok()) return restored.status();
+    start_step = *restored;
+  }
+  CheckpointSchedule schedule(options.save_checkpoint_steps, options.save_checkpoint_secs, start_step);
+  int64_t saved_step = start_step;
+  auto save = [&](int64_t step) -> absl::Status {
+    auto path = (*trainer)->SaveCheckpoint(step);
+    if (!path.ok()) return path.status();
+    log("saved checkpoint " + *path);
+    schedule.Saved(step);
+    saved_step = step;
+    return absl::OkStatus();
+  };
   const int64_t steps = *options.train_steps, batch = *options.batch_size;
   log(absl::StrCat("training ctr in one process: ", options.ctr_fields, " fields of dim ", options.ctr_dim, " (",
                    options.ctr_vocab > 0 ? absl::StrCat("fixed div tables of ", options.ctr_vocab, " rows")
@@ -234,20 +247,28 @@ absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, cons
   if (!telemetry.ok()) return telemetry.status();
   const optim::OptimizerConfig dense_config = OptimizerConfigFrom(options);
   ProgressLog progress(log, "", steps, batch);
-  for (int64_t step = 0; step < steps; ++step) {
+  for (int64_t step = start_step; step < steps; ++step) {
     auto result = (*trainer)->Step(step);
     if (!result.ok()) return result.status();
     if (!std::isfinite(result->loss)) return DivergedError(step, result->loss, *options.learning_rate);
     progress.Step(step + 1, result->loss, result->accuracy, options.log_every);
     (*telemetry)->OnStep(step + 1, result->loss, result->accuracy, optim::LearningRateAt(dense_config, step),
                          batch);
+    if (!options.checkpoint_dir.empty() && step + 1 < steps && schedule.Due(step + 1)) {
+      // As on the chief: a periodic save that fails (a full disk) is logged and training goes on.
+      if (auto s = save(step + 1); !s.ok()) log(absl::StrCat("checkpoint failed: ", s.message()));
+      schedule.Saved(step + 1);
+    }
+  }
+  if (!options.checkpoint_dir.empty() && saved_step != steps) {
+    if (auto s = save(steps); !s.ok()) return s;
   }
   RunSummary summary;
   summary.model = options.model;
   summary.mode = "single";
   summary.global_step = steps;
   summary.train_seconds = progress.ElapsedSeconds();
-  summary.examples_per_sec = steps * batch / std::max(summary.train_seconds, 1e-9);
+  summary.examples_per_sec = (steps - start_step) * batch / std::max(summary.train_seconds, 1e-9);
   auto figures = (*trainer)->Evaluate(options.ctr_test_examples);
   if (!figures.ok()) return figures.status();
   summary.ctr = *figures;

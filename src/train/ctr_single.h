@@ -71,6 +71,14 @@ class CtrTrainer {
   // Bayes values, and the rows the tables hold.
   absl::StatusOr<CtrFigures> Evaluate(int64_t n) const;
 
+  // Checkpoints (train/ctr_single_checkpoint.cc), the cluster's layout: the dense layers with the
+  // optimizer's slots, and each field's table (train/table_checkpoint.h) scanned from its shard in
+  // parts; a file written by either mode restores in the other. Save writes
+  // DIR/model.ckpt-STEP.safetensors (--checkpoint_dir) and returns its path; Restore loads the
+  // newest valid checkpoint of --checkpoint_dir and returns its step (0 when there is none).
+  absl::StatusOr<std::string> SaveCheckpoint(int64_t step) const;
+  absl::StatusOr<int64_t> RestoreCheckpoint(const LogSink& log);
+
   const data::CtrGenerator& generator() const { return *generator_; }
   const nn::CtrModel& model() const { return *model_; }
   const std::vector<std::unique_ptr<ps::table::TableShard>>& tables() const { return tables_; }
@@ -96,8 +104,8 @@ class CtrTrainer {
 };
 
 // `psflow train --model=ctr` without a cluster: trains, logs progress, evaluates on the test set
-// and returns the summary with its ctr figures. Checkpoints are not written in this mode yet
-// (--checkpoint_dir is refused with one line saying so).
+// and returns the summary with its ctr figures. With --checkpoint_dir it resumes from the newest
+// checkpoint and saves on --save_checkpoint_steps/--save_checkpoint_secs and at the end.
 absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, const LogSink& log);
 
 // `psflow train --model=ctr --job_name=worker`: a worker of a cluster (worker 0 is the chief)

@@ -10,6 +10,10 @@
 #include <cstdio>
 #include <cstring>
 #include <vector>
+#include <filesystem>
+#include <unistd.h>
+
+#include "psflow/ckpt/checkpoint.h"
 
 #include "psflow/data/ctr_metrics.h"
 #include "psflow/train/train.h"
@@ -123,13 +127,48 @@ TEST(CtrSingleTest, FixedTablesHoldTheirRows) {
   EXPECT_EQ(figures->table_rows, 1000 * options.ctr_fields);
 }
 
-TEST(CtrSingleTest, CliEntryRefusesCheckpointsInOneLine) {
-  TrainOptions options = CtrOptions(1);
-  options.checkpoint_dir = "/tmp/unused";
-  auto summary = TrainSingleProcess(options, [](const std::string&) {});
-  ASSERT_FALSE(summary.ok());
-  EXPECT_EQ(summary.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(std::string(summary.status().message()).find('\n'), std::string::npos);
+// Checkpoints in one process: the tables' rows in the file are the trainer's own (every admitted
+// row of each dynamic table, ids ascending, values equal to a lookup of the trained shard), and a
+// trainer restored from it holds the same rows and dense values.
+TEST(CtrSingleTest, CheckpointHoldsTheTablesAndRestoresThem) {
+  TrainOptions options = CtrOptions(3);
+  options.ctr_fields = 2;
+  options.checkpoint_dir = (std::filesystem::temp_directory_path() /
+                            ("ctr_single_ckpt_" + std::to_string(getpid()))).string();
+  std::filesystem::remove_all(options.checkpoint_dir);
+  auto trainer = CtrTrainer::Create(options);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  for (int64_t step = 0; step < 20; ++step) ASSERT_TRUE((*trainer)->Step(step).ok());
+  auto path = (*trainer)->SaveCheckpoint(20);
+  ASSERT_TRUE(path.ok()) << path.status();
+  auto ck = ckpt::ReadCheckpoint(*path);
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  auto restored = CtrTrainer::Create(options);
+  ASSERT_TRUE(restored.ok());
+  auto step = (*restored)->RestoreCheckpoint([](const std::string&) {});
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 20);
+  for (int f = 0; f < 2; ++f) {
+    const std::string name = nn::CtrModel::TableName(f);
+    const std::vector<int64_t>& ids = ck->contents.int64s.at(name + "/ids");
+    const Tensor& rows = ck->contents.tensors.at(name);
+    ASSERT_EQ(static_cast<int64_t>(ids.size()), (*trainer)->tables()[f]->stats().rows);
+    ASSERT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+    std::vector<float> saved(ids.size() * 8), back(ids.size() * 8);
+    ASSERT_TRUE((*trainer)->tables()[f]->Gather(ids, absl::MakeSpan(saved)).ok());
+    ASSERT_TRUE((*restored)->tables()[f]->Gather(ids, absl::MakeSpan(back)).ok());
+    for (size_t i = 0; i < saved.size(); ++i) {
+      ASSERT_EQ(rows[static_cast<int64_t>(i)], saved[i]);
+      ASSERT_EQ(back[i], saved[i]);
+    }
+    EXPECT_EQ((*restored)->tables()[f]->stats().rows, static_cast<int64_t>(ids.size()));
+  }
+  for (size_t i = 0; i < (*trainer)->model().parameters().size(); ++i) {
+    const Tensor& a = (*trainer)->model().parameters()[i]->value;
+    const Tensor& b = (*restored)->model().parameters()[i]->value;
+    ASSERT_EQ(a.size(), b.size());
+    for (int64_t k = 0; k < a.size(); ++k) ASSERT_EQ(a[k], b[k]);
+  }
 }
 
 TEST(CtrSingleTest, BadSparseOptimizerNamesTheFlag) {

@@ -84,9 +84,7 @@ class WorkerSession::Impl {
     }
     cluster_ = setup->cluster;
     index_ = setup->task.index;
-    std::vector<dist::TableSpec> specs;
-    for (const SessionTable& t : tables_) specs.push_back(t.spec);
-    auto plan = PlanFor(variables_, specs, options_.train, cluster_.num_ps());
+    auto plan = PlanFor(variables_, table_specs(), options_.train, cluster_.num_ps());
     if (!plan.ok()) return plan.status();
     plan_ = *std::move(plan);
     auto config = TrainingConfigFor(options_.train, cluster_.num_workers());
@@ -123,7 +121,7 @@ class WorkerSession::Impl {
       for (const SessionParameter& p : params_) initial.at_start.push_back(p.value);
       initial.rebuild = options_.rebuild_initial_values;
       chief_ = std::make_unique<Chief>(o, options_.model_name, *client_, variables_, std::move(initial), config_,
-                                       *optimizer_, options_.log);
+                                       *optimizer_, options_.log, table_specs());
     }
     if (is_chief() || o.log_device_placement) log("variable placement:\n" + plan_.Format());
     if (is_chief()) {
@@ -384,6 +382,11 @@ class WorkerSession::Impl {
     return batches_[t];
   }
   int num_tables() const { return static_cast<int>(tables_.size()); }
+  std::vector<dist::TableSpec> table_specs() const {
+    std::vector<dist::TableSpec> specs;
+    for (const SessionTable& t : tables_) specs.push_back(t.spec);
+    return specs;
+  }
 
   bool opened() const { return opened_; }
   bool ended() const { return ended_; }
@@ -502,11 +505,6 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Create(Options opt
       return absl::InvalidArgumentError(absl::StrCat("table '", t.name, "' is given twice (or is also a parameter's name); ",
                                                      "names must be unique"));
     }
-  }
-  if (!tables.empty() && !options.train.checkpoint_dir.empty()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "--checkpoint_dir=", options.train.checkpoint_dir, ": checkpoints do not hold embedding tables yet (table '",
-        tables[0].name, "'); leave --checkpoint_dir out"));
   }
   auto impl = std::make_unique<Impl>(std::move(options), std::move(params), std::move(tables));
   if (auto s = impl->Prepare(); !s.ok()) return s;

@@ -10,7 +10,9 @@
 #ifndef PSFLOW_CKPT_CHECKPOINT_H_
 #define PSFLOW_CKPT_CHECKPOINT_H_
 
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -18,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "psflow/ckpt/safetensors.h"
+#include "psflow/ckpt/safetensors_stream.h"
 
 namespace psflow::ckpt {
 
@@ -38,6 +41,27 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t globa
                                            const std::vector<std::pair<std::string, const Tensor*>>& tensors,
                                            std::map<std::string, std::string> metadata, int keep = 5,
                                            io::Env* env = io::Env::Default());
+
+// The same, streamed: `fill` adds the tensors to the writer (whole or in parts, e.g. an embedding
+// table scanned from the ps tasks); the file's checksum is computed on the way. The same errors.
+absl::StatusOr<std::string> SaveCheckpointStreamed(const std::string& dir, int64_t global_step,
+                                                   const std::function<absl::Status(SafetensorsWriter&)>& fill,
+                                                   std::map<std::string, std::string> metadata, int keep = 5,
+                                                   io::Env* env = io::Env::Default());
+
+// A checkpoint file opened for streamed reading, its checksum checked (one pass over the file).
+absl::StatusOr<std::unique_ptr<SafetensorsReader>> OpenCheckpoint(const std::string& path,
+                                                                  io::Env* env = io::Env::Default());
+struct OpenedCheckpoint {
+  std::string path;
+  int64_t global_step = 0;
+  std::unique_ptr<SafetensorsReader> reader;
+};
+// The newest checkpoint of `dir` that passes its checksum, opened (nothing read beyond the header
+// and the checksum pass); nullopt when there is none. `skipped` as below.
+absl::StatusOr<std::optional<OpenedCheckpoint>> OpenLatestCheckpoint(const std::string& dir,
+                                                                     std::vector<std::string>* skipped = nullptr,
+                                                                     io::Env* env = io::Env::Default());
 
 // The newest checkpoint in `dir` that reads back and passes its checksum; nullopt when the
 // directory has none (or does not exist). `skipped` receives one message per file refused.

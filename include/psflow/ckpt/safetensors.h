@@ -22,6 +22,7 @@ namespace psflow::ckpt {
 
 struct TensorFile {
   std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::vector<int64_t>> int64s;  // I64 tensors (ReadCheckpoint only), flattened
   std::map<std::string, std::string> metadata;
 };
 

@@ -47,6 +47,9 @@ class SequentialFile {
   // Reads up to `n` bytes into `buf`: fewer only at the end of the file (0 there). An error names
   // the file: "cannot read PATH: Input/output error".
   virtual absl::StatusOr<size_t> Read(char* buf, size_t n) = 0;
+  // Moves `n` bytes forward (reading and dropping them unless the file can seek). OutOfRange
+  // naming the file when it ends first.
+  virtual absl::Status Skip(uint64_t n);
   virtual const std::string& path() const = 0;
 };
 

@@ -1,0 +1,99 @@
+// `psflow eval --model=ctr`: the newest valid checkpoint of --checkpoint_dir evaluated on the
+// generator's test set (test log-loss and AUC beside Bayes), without any ps task. The dense layers
+// are read whole; each field's table is never read whole: per chunk of test examples, the unique
+// ids of each field are looked up in the file (train/table_checkpoint.h ReadTableRows: the ids
+// column streamed, the wanted rows read, the others skipped). A dynamic id the file does not hold
+// (never admitted, or evicted) gets the table's initial value for it, as a ps's lookup would.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "ps/server/table/row_init.h"
+#include "ps/server/table/table_config.h"
+#include "psflow/ckpt/checkpoint.h"
+#include "train/ctr_single.h"
+#include "train/eval_ctr.h"
+#include "train/table_checkpoint.h"
+
+namespace psflow::train {
+
+absl::StatusOr<CtrCheckpointEval> EvaluateCtrCheckpoint(const TrainOptions& options, const LogSink& log) {
+  if (options.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError("psflow eval needs --checkpoint_dir=DIR (a directory the chief saved checkpoints to)");
+  }
+  std::vector<std::string> skipped;
+  auto latest = ckpt::OpenLatestCheckpoint(options.checkpoint_dir, &skipped);
+  if (!latest.ok()) return latest.status();
+  for (const std::string& s : skipped) log(s);
+  if (!latest->has_value()) {
+    return absl::NotFoundError(absl::StrCat("no valid checkpoint in --checkpoint_dir=", options.checkpoint_dir));
+  }
+  const ckpt::SafetensorsReader& file = *(*latest)->reader;
+  const std::string& path = (*latest)->path;
+  auto model_name = file.metadata().find("model");
+  if (model_name != file.metadata().end() && model_name->second != options.model) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " holds model '", model_name->second, "', not --model=",
+                                                   options.model, "; pass --model=", model_name->second));
+  }
+  auto model = MakeCtrModel(options);
+  if (!model.ok()) return model.status();
+  for (const Var& p : (*model)->parameters()) {
+    const ckpt::TensorEntry* e = file.Find(p->name);
+    if (e == nullptr || e->shape != p->value.shape()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, e == nullptr ? " has no variable " : ": another shape of variable ", p->name,
+          " (check --ctr_fields and --ctr_dim against the training job's)"));
+    }
+    auto value = file.ReadF32(p->name);
+    if (!value.ok()) return value.status();
+    p->value = *std::move(value);
+  }
+  std::vector<dist::TableSpec> specs;
+  std::vector<ps::table::RowInitializer> initial;
+  for (int f = 0; f < options.ctr_fields; ++f) {
+    specs.push_back(CtrTableSpec(options, f));
+    auto init = ps::table::ParseInitializer(specs.back().initializer);
+    if (!init.ok()) return init.status();
+    initial.emplace_back(*init, specs.back().seed);
+  }
+  auto generator = MakeCtrGenerator(options);
+  if (!generator.ok()) return generator.status();
+  std::vector<std::vector<int64_t>> index(specs.size());
+  int64_t missing = 0;
+  auto figures = EvaluateCtrModel(
+      options, *generator, **model, options.ctr_test_examples,
+      [&](const std::vector<std::vector<int64_t>>& columns) -> absl::StatusOr<std::vector<nn::FieldRows>> {
+        std::vector<nn::FieldRows> fields;
+        for (size_t f = 0; f < specs.size(); ++f) {
+          std::vector<int64_t> ids = columns[f];
+          std::sort(ids.begin(), ids.end());
+          ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+          std::vector<bool> found;
+          auto rows = ReadTableRows(file, specs[f], ids, &found);
+          if (!rows.ok()) return rows.status();
+          for (size_t q = 0; q < ids.size(); ++q) {
+            if (!found[q]) {
+              initial[f].Fill(ids[q], rows->data() + q * specs[f].dim, specs[f].dim);
+              ++missing;
+            }
+          }
+          index[f].resize(columns[f].size());
+          for (size_t i = 0; i < columns[f].size(); ++i) {
+            index[f][i] = std::lower_bound(ids.begin(), ids.end(), columns[f][i]) - ids.begin();
+          }
+          fields.push_back({Constant(*std::move(rows)), index[f]});
+        }
+        return fields;
+      });
+  if (!figures.ok()) return figures.status();
+  CtrCheckpointEval result;
+  result.path = path;
+  result.global_step = (*latest)->global_step;
+  result.figures = *figures;
+  result.rows_not_in_file = missing;
+  for (const dist::TableSpec& t : specs) {
+    if (const ckpt::TensorEntry* e = file.Find(t.name)) result.figures.table_rows += e->shape[0];
+  }
+  return result;
+}
+
+}  // namespace psflow::train

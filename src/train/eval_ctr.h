@@ -1,0 +1,28 @@
+// train/eval_ctr.h — `psflow eval --model=ctr`: a ctr checkpoint (dense layers and embedding tables,
+// train/table_checkpoint.h) evaluated from the file alone, no ps task (see eval_ctr.cc).
+#ifndef PSFLOW_SRC_TRAIN_EVAL_CTR_H_
+#define PSFLOW_SRC_TRAIN_EVAL_CTR_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "psflow/train/options.h"
+#include "psflow/train/summary.h"
+#include "psflow/train/train.h"
+
+namespace psflow::train {
+
+struct CtrCheckpointEval {
+  std::string path;
+  int64_t global_step = 0;
+  CtrFigures figures;            // test log-loss and AUC beside Bayes; table_rows: rows in the file
+  int64_t rows_not_in_file = 0;  // looked-up dynamic ids the file lacks (initial values used)
+};
+
+// The newest valid checkpoint of options.checkpoint_dir (resolved options: --ctr_fields, --ctr_dim,
+// --ctr_vocab, --seed, --ctr_test_examples as in training).
+absl::StatusOr<CtrCheckpointEval> EvaluateCtrCheckpoint(const TrainOptions& options, const LogSink& log);
+
+}  // namespace psflow::train
+
+#endif  // PSFLOW_SRC_TRAIN_EVAL_CTR_H_

@@ -1,0 +1,289 @@
+// Embedding tables in checkpoint files (train/table_checkpoint.h).
+#include "train/table_checkpoint.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "psflow/ckpt/checkpoint.h"
+#include "ps/server/ps_tables.h"
+#include "ps/server/table/sparse_rule.h"
+
+namespace psflow::train {
+namespace {
+
+// Rows per part: about 4 MiB of values and slots, at least 256 rows.
+int64_t PartRows(int64_t dim, size_t slots) {
+  return std::max<int64_t>(256, (int64_t{4} << 20) / (dim * 4 * static_cast<int64_t>(1 + slots)));
+}
+
+struct Names {
+  std::string ids, values, last_step, count;
+  std::vector<std::string> slots;
+};
+
+Names NamesOf(const dist::TableSpec& t, const TableLayout& layout) {
+  Names n;
+  n.values = t.name;
+  n.count = t.name + "/count";
+  if (t.dynamic) {
+    n.ids = t.name + "/ids";
+    n.last_step = t.name + "/last_step";
+    for (const std::string& s : layout.slot_names) n.slots.push_back(t.name + "/" + s);
+  } else {
+    for (const std::string& s : layout.slot_names) n.slots.push_back(ckpt::SlotTensorName(t.name, s));
+  }
+  return n;
+}
+
+bool HasCount(const dist::TableSpec& t, const TableLayout& layout) { return t.dynamic || layout.fixed_count; }
+
+}  // namespace
+
+absl::StatusOr<TableLayout> TableLayoutOf(const ps::TrainingConfig& config) {
+  return TableLayoutOf(ps::SparseRuleOf(config));
+}
+
+absl::StatusOr<TableLayout> TableLayoutOf(const ps::table::SparseRuleConfig& config) {
+  auto rule = ps::table::SparseRule::Make(config);
+  if (!rule.ok()) return rule.status();
+  return TableLayout{rule->slot_names(), rule->kind() == ps::table::SparseRuleKind::kAdam};
+}
+
+absl::Status WriteTables(ps::PsClient& client, const std::vector<dist::TableSpec>& tables, const TableLayout& layout,
+                         ckpt::SafetensorsWriter& writer) {
+  return WriteTables(
+      [&client](const std::string& table, int64_t max_rows,
+                const std::function<absl::Status(ps::TableRowsPart part)>& sink) {
+        return client.ScanTable(table, max_rows, sink);
+      },
+      tables, layout, writer);
+}
+
+absl::Status WriteTables(const TableScan& scan, const std::vector<dist::TableSpec>& tables, const TableLayout& layout,
+                         ckpt::SafetensorsWriter& writer) {
+  for (const dist::TableSpec& t : tables) {
+    const Names names = NamesOf(t, layout);
+    const size_t num_slots = layout.slot_names.size();
+    int ids = -1, last = -1, count = -1;
+    std::vector<int> slots;
+    auto begin = [&](const std::string& name, ckpt::Dtype dtype, Shape row, int* handle) -> absl::Status {
+      auto h = writer.BeginStreamed(name, dtype, std::move(row));
+      if (!h.ok()) return h.status();
+      *handle = *h;
+      return absl::OkStatus();
+    };
+    int values = -1;
+    if (t.dynamic) {
+      if (auto s = begin(names.ids, ckpt::Dtype::kI64, {}, &ids); !s.ok()) return s;
+    }
+    if (auto s = begin(names.values, ckpt::Dtype::kF32, {t.dim}, &values); !s.ok()) return s;
+    for (const std::string& slot : names.slots) {
+      slots.push_back(-1);
+      if (auto s = begin(slot, ckpt::Dtype::kF32, {t.dim}, &slots.back()); !s.ok()) return s;
+    }
+    if (t.dynamic) {
+      if (auto s = begin(names.last_step, ckpt::Dtype::kI64, {}, &last); !s.ok()) return s;
+    }
+    if (HasCount(t, layout)) {
+      if (auto s = begin(names.count, ckpt::Dtype::kI64, {}, &count); !s.ok()) return s;
+    }
+    int64_t next_fixed = 0;  // a fixed table's rows come as ids 0..N-1
+    absl::Status scanned = scan(t.name, PartRows(t.dim, num_slots), [&](ps::TableRowsPart part) -> absl::Status {
+      const size_t n = part.ids.size();
+      if (part.slots.size() != num_slots) {
+        return absl::DataLossError(absl::StrCat("table '", t.name, "': the ps tasks keep ", part.slots.size(),
+                                                " slots a row, the sparse rule has ", num_slots));
+      }
+      if (!t.dynamic) {
+        for (size_t q = 0; q < n; ++q) {
+          if (part.ids[q] != next_fixed++) {
+            return absl::DataLossError(absl::StrCat("table '", t.name, "': the scan gave row ", part.ids[q],
+                                                    " where row ", next_fixed - 1, " was due"));
+          }
+        }
+      } else if (auto s = writer.Append(ids, part.ids.data(), n); !s.ok()) {
+        return s;
+      }
+      if (auto s = writer.Append(values, part.values.data(), n * static_cast<size_t>(t.dim)); !s.ok()) return s;
+      for (size_t j = 0; j < num_slots; ++j) {
+        if (auto s = writer.Append(slots[j], part.slots[j].data(), n * static_cast<size_t>(t.dim)); !s.ok()) return s;
+      }
+      if (last >= 0) {
+        if (auto s = writer.Append(last, part.last_step.data(), n); !s.ok()) return s;
+      }
+      if (count >= 0) {
+        if (auto s = writer.Append(count, part.count.data(), n); !s.ok()) return s;
+      }
+      return absl::OkStatus();
+    });
+    if (!scanned.ok()) return scanned;
+    if (!t.dynamic && next_fixed != t.num_embeddings) {
+      return absl::DataLossError(absl::StrCat("table '", t.name, "': the scan gave ", next_fixed, " rows of ",
+                                              t.num_embeddings));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Checks that `name` is in the file with `dtype` and shape [rows, dim...]; rows < 0: any.
+absl::Status Expect(const ckpt::SafetensorsReader& reader, const std::string& table, const std::string& name,
+                    ckpt::Dtype dtype, int64_t rows, int64_t dim, int64_t* rows_found) {
+  const ckpt::TensorEntry* e = reader.Find(name);
+  auto bad = [&](auto&&... parts) {
+    return absl::FailedPreconditionError(absl::StrCat(reader.path(), ": table '", table, "': ", parts...));
+  };
+  if (e == nullptr) return bad("the file has no tensor '", name, "' (another --sparse_optimizer or model?)");
+  if (e->dtype != dtype) return bad("'", name, "' is ", ckpt::DtypeName(e->dtype), ", not ", ckpt::DtypeName(dtype));
+  if (dim > 0 && (e->shape.size() != 2 || e->shape[1] != dim)) {
+    return bad("'", name, "' has shape ", ShapeToString(e->shape), ", the table's dim is ", dim,
+               "; use another --checkpoint_dir or the checkpoint's dim");
+  }
+  if (dim == 0 && e->shape.size() != 1) return bad("'", name, "' has shape ", ShapeToString(e->shape), ", not [n]");
+  if (rows >= 0 && e->shape[0] != rows) {
+    return bad("'", name, "' has ", e->shape[0], " rows, the table has ", rows,
+               "; use another --checkpoint_dir or the checkpoint's size");
+  }
+  if (rows_found != nullptr) *rows_found = e->shape[0];
+  return absl::OkStatus();
+}
+
+// A table's columns read side by side.
+struct TableReader {
+  const ckpt::SafetensorsReader* reader = nullptr;
+  dist::TableSpec spec;
+  Names names;
+  bool has_count = false;
+  int64_t rows = 0, next = 0;
+  std::unique_ptr<ckpt::SafetensorsReader::Stream> ids, values, last_step, count;
+  std::vector<std::unique_ptr<ckpt::SafetensorsReader::Stream>> slots;
+
+  absl::Status Open() {
+    auto open = [&](const std::string& name, ckpt::Dtype dtype, std::unique_ptr<ckpt::SafetensorsReader::Stream>* to) {
+      auto s = reader->OpenStream(name, dtype);
+      if (!s.ok()) return s.status();
+      *to = *std::move(s);
+      return absl::OkStatus();
+    };
+    if (spec.dynamic) {
+      if (auto s = open(names.ids, ckpt::Dtype::kI64, &ids); !s.ok()) return s;
+      if (auto s = open(names.last_step, ckpt::Dtype::kI64, &last_step); !s.ok()) return s;
+    }
+    if (auto s = open(names.values, ckpt::Dtype::kF32, &values); !s.ok()) return s;
+    if (has_count) {
+      if (auto s = open(names.count, ckpt::Dtype::kI64, &count); !s.ok()) return s;
+    }
+    slots.resize(names.slots.size());
+    for (size_t j = 0; j < slots.size(); ++j) {
+      if (auto s = open(names.slots[j], ckpt::Dtype::kF32, &slots[j]); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<bool> NextPart(ps::TableRowsPart* part) {
+    if (values == nullptr) {
+      if (auto s = Open(); !s.ok()) return s;
+    }
+    const int64_t n = std::min(rows - next, PartRows(spec.dim, slots.size()));
+    if (n <= 0) {
+      ids.reset(), values.reset(), last_step.reset(), count.reset(), slots.clear();  // closes the file handles
+      return false;
+    }
+    part->table = spec.name;
+    part->ids.resize(n);
+    part->last_step.assign(n, 0);
+    part->count.assign(n, 0);
+    if (spec.dynamic) {
+      if (auto s = ids->Read(part->ids.data(), n); !s.ok()) return s;
+      if (auto s = last_step->Read(part->last_step.data(), n); !s.ok()) return s;
+    } else {
+      for (int64_t q = 0; q < n; ++q) part->ids[q] = next + q;
+    }
+    if (count != nullptr) {
+      if (auto s = count->Read(part->count.data(), n); !s.ok()) return s;
+    }
+    part->values = Tensor::Uninitialized({n, spec.dim});
+    if (auto s = values->Read(part->values.data(), n * spec.dim); !s.ok()) return s;
+    part->slots.clear();
+    for (auto& slot : slots) {
+      part->slots.push_back(Tensor::Uninitialized({n, spec.dim}));
+      if (auto s = slot->Read(part->slots.back().data(), n * spec.dim); !s.ok()) return s;
+    }
+    next += n;
+    return true;
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::pair<std::string, ps::TablePartSource>>> TableSources(
+    const ckpt::SafetensorsReader& reader, const std::vector<dist::TableSpec>& tables, const TableLayout& layout) {
+  std::vector<std::pair<std::string, ps::TablePartSource>> sources;
+  for (const dist::TableSpec& t : tables) {
+    auto r = std::make_shared<TableReader>();
+    r->reader = &reader;
+    r->spec = t;
+    r->names = NamesOf(t, layout);
+    r->has_count = HasCount(t, layout);
+    const int64_t want = t.dynamic ? -1 : t.num_embeddings;
+    if (auto s = Expect(reader, t.name, r->names.values, ckpt::Dtype::kF32, want, t.dim, &r->rows); !s.ok()) return s;
+    for (const std::string& slot : r->names.slots) {
+      if (auto s = Expect(reader, t.name, slot, ckpt::Dtype::kF32, r->rows, t.dim, nullptr); !s.ok()) return s;
+    }
+    if (t.dynamic) {
+      for (const std::string& name : {r->names.ids, r->names.last_step}) {
+        if (auto s = Expect(reader, t.name, name, ckpt::Dtype::kI64, r->rows, 0, nullptr); !s.ok()) return s;
+      }
+    }
+    if (r->has_count) {
+      if (auto s = Expect(reader, t.name, r->names.count, ckpt::Dtype::kI64, r->rows, 0, nullptr); !s.ok()) return s;
+    }
+    sources.emplace_back(t.name, [r](ps::TableRowsPart* part) { return r->NextPart(part); });
+  }
+  return sources;
+}
+
+absl::StatusOr<Tensor> ReadTableRows(const ckpt::SafetensorsReader& reader, const dist::TableSpec& table,
+                                     const std::vector<int64_t>& ids, std::vector<bool>* found) {
+  int64_t rows = 0;
+  const int64_t want = table.dynamic ? -1 : table.num_embeddings;
+  if (auto s = Expect(reader, table.name, table.name, ckpt::Dtype::kF32, want, table.dim, &rows); !s.ok()) return s;
+  Tensor out({static_cast<int64_t>(ids.size()), table.dim});
+  found->assign(ids.size(), false);
+  // Positions of the wanted ids in the file (ascending, as the ids are).
+  std::vector<std::pair<int64_t, size_t>> at;  // (row in file, index in ids)
+  if (table.dynamic) {
+    auto file_ids = reader.OpenStream(table.name + "/ids", ckpt::Dtype::kI64);
+    if (!file_ids.ok()) return file_ids.status();
+    std::vector<int64_t> chunk;
+    size_t q = 0;
+    int64_t row = 0;
+    while ((*file_ids)->remaining() > 0 && q < ids.size()) {
+      chunk.resize(std::min<int64_t>((*file_ids)->remaining(), 1 << 16));
+      if (auto s = (*file_ids)->Read(chunk.data(), chunk.size()); !s.ok()) return s;
+      for (int64_t id : chunk) {
+        while (q < ids.size() && ids[q] < id) ++q;
+        if (q < ids.size() && ids[q] == id) at.emplace_back(row, q++);
+        ++row;
+      }
+    }
+  } else {
+    for (size_t q = 0; q < ids.size(); ++q) {
+      if (ids[q] >= 0 && ids[q] < rows) at.emplace_back(ids[q], q);
+    }
+  }
+  auto values = reader.OpenStream(table.name, ckpt::Dtype::kF32);
+  if (!values.ok()) return values.status();
+  int64_t row = 0;
+  for (const auto& [r, q] : at) {
+    if (auto s = (*values)->Skip(static_cast<size_t>((r - row) * table.dim)); !s.ok()) return s;
+    if (auto s = (*values)->Read(out.data() + q * table.dim, table.dim); !s.ok()) return s;
+    row = r + 1;
+    (*found)[q] = true;
+  }
+  return out;
+}
+
+}  // namespace psflow::train
