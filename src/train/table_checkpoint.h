@@ -1,4 +1,4 @@
-// Embedding tables in the chief's checkpoint files (DESIGN.md §10 "Checkpoints"), streamed:
+// Embedding tables in the chief's checkpoint files (docs/tables.md#semantics, checkpoints), streamed:
 // - a fixed table [N, dim] is a variable like any other: NAME [N, dim] and its sparse rule's slots
 //   NAME/slot/SLOT [N, dim] (plus NAME/count int64 [N] under lazy adam), written row part by row
 //   part as PsClient::ScanTable hands them over (ids 0..N-1 in order);

@@ -1,6 +1,6 @@
 // psflow/ckpt/safetensors_stream.h — the safetensors layout (safetensors.h) written and read in
-// parts, for tensors bigger than anyone should hold twice (embedding tables, DESIGN.md §10
-// "Checkpoints"), with float32 (F32) and int64 (I64) tensors.
+// parts, for tensors bigger than anyone should hold twice (embedding tables: docs/tables.md#semantics,
+// checkpoints), with float32 (F32) and int64 (I64) tensors.
 //
 // Writing: the header comes first in the file but needs every tensor's size, which a streamed
 // tensor only knows at its end. SafetensorsWriter therefore appends each streamed tensor's data to
