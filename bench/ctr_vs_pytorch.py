@@ -12,7 +12,7 @@ trained the ways a CTR engineer on CPU can train it, side by side in one invocat
   (d) psflow_single psflow's C++ `psflow train --model=ctr`, one process (in-process tables);
   (e, f) psflow_cluster_async / _sync: C++ workers, 2 ps + 2 workers, the tables on the ps.
   (g, h) psflow_torch_async / _sync: PyTorch workers (examples/pytorch/ctr_dlrm.py, psflow.torch.EmbeddingBag)
-                    on 2 ps + 2 workers, the tables on the ps (issue 19).
+                    on 2 ps + 2 workers, the tables on the ps.
 
 Every run covers the same examples: S global steps of 1024 (one process: S steps of 1024; DDP: S
 steps of 512 per rank; parameter servers: S/2 steps of 1024 per trainer, async), 26 fields, dim 16.

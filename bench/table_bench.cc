@@ -3,7 +3,7 @@
 // sparse update rule, at dim 16, 64 and 256, on a fixed shard and a dynamic share, beside a memcpy
 // of the same bytes (rows · dim · 4) in the same run. Each call takes 4096 unique ids drawn at
 // random from a table of 2^25 bytes of weights (bigger than the last-level cache; the rule's
-// slots come on top), all rows present. The figure is rows/s; the goals (issue 18) are gather
+// slots come on top), all rows present. The figure is rows/s; the goals are gather
 // >= 0.5x and adagrad apply >= 0.25x the memcpy's rows/s at the same dim.
 // Run: build/bench/psflow_table_bench --benchmark_format=json | python3 bench/table_bench_ratios.py
 // One thread; timings only (correctness: ps_table_test).

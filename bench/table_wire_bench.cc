@@ -1,4 +1,4 @@
-// Embedding rows end to end (issue 18's "rows per second end to end"): one in-process ps task and
+// Embedding rows end to end (rows per second end to end): one in-process ps task and
 // one client, 4096 unique random ids of dim 64 per call on a fixed table of 2^18 rows (64 MiB),
 // pulled (PsClient::Pull with a TableStep) or pushed with sgd (PushAndPull), over gRPC and over the
 // shared-memory transport, beside a memcpy of the same bytes in the same run. items/s = rows/s.

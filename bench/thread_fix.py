@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Steps/s of a PyTorch job on psflow before and after the compute-thread fix (issue 22 item 1).
+"""Steps/s of a PyTorch job on psflow before and after the compute-thread fix.
 
 Before: a build without the fix (e.g. main's, --before=/work/main/build): OpenBLAS keeps its own
 pool of one thread per core beside torch's. After: this build, where `psflow local` and the

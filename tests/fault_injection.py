@@ -11,7 +11,7 @@ accuracy is checked against the C++ baseline of their mode within --pytorch_accu
   tests/fault_injection.py --build build [--runs 20] [--pytorch_runs 3] [--seed 1]
   tests/fault_injection.py --build build --model ctr [--runs 8]
 
-With --model ctr the job is the ctr model (issue 18): embedding tables on the ps tasks (dynamic by
+With --model ctr the job is the ctr model: embedding tables on the ps tasks (dynamic by
 default, --ctr_vocab=N for fixed ones) checkpointed with the dense layers; a killed ps rolls every
 ps back to the last checkpoint, tables included, and the run's test AUC must stay within
 --auc_tolerance of the undisturbed run's.

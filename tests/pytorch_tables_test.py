@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""psflow.torch.Embedding / EmbeddingBag end to end (issue 19): real processes, real PyTorch.
+"""psflow.torch.Embedding / EmbeddingBag end to end: real processes, real PyTorch.
 
   /usr/bin/python3 tests/pytorch_tables_test.py --build build [unittest args]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A character-level GRU language model on psflow (issue 22's job): Embedding -> GRU -> Linear with
+"""A character-level GRU language model on psflow: Embedding -> GRU -> Linear with
 the output weight tied to the embedding, trained on a corpus this script generates (a
 deterministic grammar of English-like sentences, --corpus_chars characters from --corpus_seed),
 read through psflow.DistributedBatchSampler; evaluate() reports the validation perplexity.

@@ -1,4 +1,4 @@
-"""psflow.read_checkpoint / psflow.load_checkpoint (issue 22 item 7) on checkpoints written by a real
+"""psflow.read_checkpoint / psflow.load_checkpoint on checkpoints written by a real
 PyTorch job (loop_script.py, standalone): the tensors equal the job's own final state_dict
 (torch.save'd by the script) and what an independent safetensors parser (json + numpy, below)
 reads from the file; load_checkpoint fills a fresh module in place; mismatches (missing,

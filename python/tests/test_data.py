@@ -1,4 +1,4 @@
-"""psflow.DistributedBatchSampler with a DataLoader (issue 22 item 2), real processes (data_script.py,
+"""psflow.DistributedBatchSampler with a DataLoader, real processes (data_script.py,
 `psflow local` for the clusters): sync 2 workers × B take, step by step, exactly the examples one
 process takes with 2·B and train to the same parameters; async workers' streams are disjoint;
 epochs cover every example once; a killed async job, restarted from its checkpoint, continues its

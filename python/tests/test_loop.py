@@ -1,4 +1,4 @@
-"""The training loop around a PyTorch model (issue 22): psflow.parse_flags(parser), standalone
+"""The training loop around a PyTorch model: psflow.parse_flags(parser), standalone
 training (no cluster flags, no TF_CONFIG: an in-process ps task), the same script under `psflow
 local`, evaluate()'s own scalar names (summary line, --metrics_json, TensorBoard read back by the
 independent decoder src/tboard/decode_events.py), --eval_every_steps, sess.log_scalar, refusals

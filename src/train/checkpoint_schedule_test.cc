@@ -30,7 +30,7 @@ TEST(CheckpointScheduleTest, SavesOnEveryMultiple) {
 
 TEST(CheckpointScheduleTest, AStepPastTheBoundaryDoesNotShiftTheNextOnes) {
   // An async chief that first sees 501 (another worker pushed step 500): then 1000, 1500, 2000 —
-  // counting 500 from the save made it 1001, 1501 (issue 22's model.ckpt-501, -1001).
+  // counting 500 from the save made it 1001, 1501 (files were named model.ckpt-501, -1001).
   std::vector<int64_t> seen;
   for (int64_t s = 501; s <= 2000; ++s) seen.push_back(s);
   EXPECT_EQ(SavesAt(CheckpointSchedule(500, 0, 0), seen), (std::vector<int64_t>{501, 1000, 1500, 2000}));

@@ -1,4 +1,4 @@
-// Checkpoints with embedding tables (issue 18 items 5 and 6, docs/tables.md#semantics "Checkpoints"), real
+// Checkpoints with embedding tables (docs/tables.md#semantics, checkpoints), real
 // processes and files: a sync ctr job written with 1 ps and restored on 3 ends with a checkpoint
 // byte-identical to the uninterrupted run's (dynamic and fixed tables), and an async one's state
 // restored on 3 saves back to the same bytes; the file holds the §10

@@ -1,4 +1,4 @@
-// psflow/nn/ctr_model.h — the DLRM-style click-through-rate network (issue 18 item 8): a bottom MLP
+// psflow/nn/ctr_model.h — the DLRM-style click-through-rate network: a bottom MLP
 // over the D dense features down to dim k, one embedding of dim k per categorical field, the
 // pairwise dot products of those F + 1 vectors (ops::DotInteraction), and a top MLP over
 // [bottom output, dots] to one logit; the loss is the sigmoid cross-entropy.

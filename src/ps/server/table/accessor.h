@@ -1,5 +1,5 @@
-// ps/server/table/accessor.h — what a table row is and how it lives (issue 18 §10 "Life cycle of a
-// dynamic row"; Paddle's accessor role): a row's initial value (create / select of an absent row),
+// ps/server/table/accessor.h — what a table row is and how it lives (docs/tables.md#semantics, Life cycle of a
+// dynamic row; Paddle's accessor role): a row's initial value (create / select of an absent row),
 // whether a push's gradient is admitted, a row's update count for the rule, and which rows a
 // removal pass drops. The table stores rows and calls these; a new policy changes this file only.
 //

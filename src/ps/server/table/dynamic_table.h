@@ -1,5 +1,5 @@
 // ps/server/table/dynamic_table.h — one ps task's share of a dynamic (hash-keyed) table
-// (issue 18 §10): the rows whose int64 id routes here (dist::RouteDynamicId), found through a hash
+// (docs/tables.md#semantics): the rows whose int64 id routes here (dist::RouteDynamicId), found through a hash
 // map id -> slot, stored as records [w | slots] in slabs of rows allocated a slab at a time (no
 // allocation per row; a removed row's slot is reused). A row is created by its first admitted
 // gradient; a gather of an absent id answers its initial value without storing it. Ids waiting for

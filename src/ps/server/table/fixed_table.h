@@ -1,4 +1,4 @@
-// ps/server/table/fixed_table.h — one shard of a fixed-vocabulary table [N, dim] (issue 18 §10):
+// ps/server/table/fixed_table.h — one shard of a fixed-vocabulary table [N, dim] (docs/tables.md#semantics):
 // all of its rows, created at construction from their initial values (a function of (seed, id),
 // so the same on any number of shards), each stored as a record [w | slots] of (1 + slots)·dim
 // floats. Ids are global; the shard holds those that dist::RouteFixedId sends to it. A row's update

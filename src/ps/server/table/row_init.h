@@ -1,5 +1,5 @@
 // ps/server/table/row_init.h — a table row's initial value as a function of (table seed, id) only
-// (issue 18 §10): never sent by the chief, the same on any number of ps tasks, whatever the shard,
+// (docs/tables.md#semantics): never sent by the chief, the same on any number of ps tasks, whatever the shard,
 // the partitioner or the order in which rows are first touched.
 //
 // Each row has its own counter-based stream: state0 = Rng::Mix(seed, uint64(id)), then splitmix64

@@ -1,5 +1,5 @@
 // ps/server/table/sparse_rule.h — the update rules applied to a table's touched rows on the ps
-// (issue 18 §10 "Sparse update rules"; Paddle's SGD rule role): a closed set of six formulas, one
+// (docs/tables.md#semantics, Sparse update rules; Paddle's SGD rule role): a closed set of six formulas, one
 // file. A rule owns its slots' names, their initial values, and one row's update; the table stores
 // the row and its slots ([w | slot 0 | slot 1], each `dim` floats), the accessor owns the row's life.
 //   sgd       w -= lr·g

@@ -1,4 +1,4 @@
-// Each sparse update rule against a scalar reference of issue 18 §10's formula (in double, one
+// Each sparse update rule against a scalar reference of docs/tables.md's formula (in double, one
 // element at a time), over several steps, on fixed and dynamic tables: rows touched at different
 // steps (lazy adam's per-row counts), untouched rows unchanged, the learning rate decaying with the
 // global step.

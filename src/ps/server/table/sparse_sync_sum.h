@@ -1,5 +1,5 @@
 // ps/server/table/sparse_sync_sum.h — a sync step's table gradients combined into one update
-// (issue 18 §10 "Sync mode"): each id's rows are summed over the gradients applied in the step, in
+// (docs/tables.md#semantics, Sync mode): each id's rows are summed over the gradients applied in the step, in
 // worker order (so the bits do not depend on the order in which pushes arrived), then divided by
 // R, the number of gradients applied (--sparse_sync_mean=workers, the dense variables' mean, so N
 // workers × B equals one process with N·B), or by the number of those gradients that held the row

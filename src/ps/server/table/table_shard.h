@@ -35,7 +35,7 @@ struct TableStats {
   int64_t rows_dropped = 0;   // gradient rows dropped before admission
 };
 
-// A run of rows in ascending id order, as a checkpoint stores them (issue 18 §10): ids, values
+// A run of rows in ascending id order, as a checkpoint stores them (docs/tables.md#semantics): ids, values
 // [n, dim], each slot [n, dim] (the rule's slot_names order), and per-row last update step and push
 // count.
 struct RowsPart {
