@@ -1,5 +1,5 @@
-// `psflow train --model=ctr` on a cluster, real processes over loopback gRPC (
-// and 8): 2 ps + 2 workers async learn the generator's interactions (test AUC clearly above the
+// `psflow train --model=ctr` on a cluster, real processes over loopback gRPC:
+// 2 ps + 2 workers async learn the generator's interactions (test AUC clearly above the
 // best any dense-only model can reach, computed here from the teacher) and the summary reports
 // the figures beside Bayes; a worker's peak RSS (VmHWM from /proc, polled while it runs) is the
 // same with a 1e5-row and a 1e7-row fixed table, since it holds only its batch's rows.
