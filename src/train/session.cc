@@ -184,6 +184,7 @@ class WorkerSession::Impl {
     auto step = client_->Pull(pull_into_);
     if (!step.ok()) return step.status();
     if (auto s = chief_->SaveCheckpoint(); !s.ok()) return s;
+    if (auto s = chief_->MarkTrainingDone(); !s.ok()) return s;
     summary.global_step = *step;
     summary.train_seconds = train_seconds;
     summary.examples_per_sec =
@@ -225,6 +226,7 @@ class WorkerSession::Impl {
     // The chief giving up ends the job: the ps tasks exit non-zero with its reason rather than
     // waiting for a chief that will not come back. (Aborted means a ps told us the job is over.)
     if (is_chief() && !absl::IsAborted(reason)) client_->Abort(std::string(reason.message()));
+    if (is_chief() && chief_ != nullptr) chief_->MarkTrainingFailed(std::string(reason.message()));
     // Told the job was aborted: leave, so the ps tasks need not wait for us. Giving up (a ps task
     // silent past --ps_timeout_secs, a script that raised, ...): say why, so no ps task waits
     // --worker_timeout_secs for us.

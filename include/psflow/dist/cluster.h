@@ -42,7 +42,8 @@ class ClusterSpec {
   // A chief entry (at most one address) becomes worker 0 and the worker list follows it. Task type
   // "chief" (index 0) -> worker 0; "worker" index i -> worker i+1 when a chief exists, else worker i;
   // "ps" index i -> ps i. An "evaluator" list in the cluster is ignored (it is not part of the training
-  // cluster); task type "evaluator" and any other job are errors ("unsupported").
+  // cluster); task type "evaluator" (index 0) gives an empty cluster and task {"evaluator", 0}
+  // (the evaluator reads checkpoints, it joins no cluster); any other job is an error.
   static absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> FromTfConfig(std::string_view json);
 
   const std::vector<std::string>& ps() const { return ps_; }
@@ -77,7 +78,8 @@ class ClusterSpec {
 //  - else the TF_CONFIG text (tf_config_env non-empty); job_name / task_index may be left at their
 //    defaults ("" / 0) and, if given, must agree with TF_CONFIG's task;
 //  - else the empty cluster (single-process training); job_name must be "" or "worker" with index 0.
-// Both flags and TF_CONFIG given is an error naming both.
+// Both flags and TF_CONFIG given is an error naming both. job_name "evaluator" (index 0) resolves
+// to the empty cluster and task {"evaluator", 0} whatever the host flags say.
 absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ResolveCluster(std::string_view ps_hosts,
                                                                 std::string_view worker_hosts,
                                                                 std::string_view job_name, int task_index,
