@@ -47,6 +47,7 @@ void RegisterServer(pybind11::module_& m);
 void RegisterData(pybind11::module_& m);
 void RegisterCtrData(pybind11::module_& m);
 void RegisterSession(pybind11::module_& m);
+void RegisterEvaluator(pybind11::module_& m);
 
 }  // namespace psflow::python
 

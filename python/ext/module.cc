@@ -85,4 +85,5 @@ PYBIND11_MODULE(_psflow, m) {
   RegisterData(m);
   RegisterCtrData(m);
   RegisterSession(m);
+  RegisterEvaluator(m);
 }

@@ -45,10 +45,11 @@ from ._psflow import (  # noqa: F401  (the C++ extension)
 )
 from .server import Server  # noqa: F401
 from .session import WorkerSession  # noqa: F401
+from .evaluator import Evaluator, evaluate_checkpoints  # noqa: F401
 
 __all__ = [
     "__version__", "Error", "InvalidArgumentError", "NotFoundError", "FailedPreconditionError",
     "UnavailableError", "DeadlineExceededError", "AbortedError", "OutOfRangeError", "CancelledError",
     "ClusterSpec", "Flags", "parse_flags", "Server", "WorkerSession", "BatchSampler", "load_mnist",
-    "CtrGenerator", "log_loss", "auc",
+    "CtrGenerator", "log_loss", "auc", "Evaluator", "evaluate_checkpoints",
 ]
