@@ -54,6 +54,17 @@ def _check_parameter(name, p):
             "the session")
 
 
+def _script_model_name():
+    """The running script's name without .py ("mnist_mlp"), or None (an interactive session): a
+    module's class name says little ("Sequential")."""
+    import os
+
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if not script or script in ("-c", "-m") or script.startswith("<"):
+        return None
+    return script[:-3] if script.endswith(".py") else script
+
+
 class WorkerSession:
     """WorkerSession(module, flags, evaluate=None, model_name=None): a context manager.
 
@@ -70,8 +81,9 @@ class WorkerSession:
     evaluate: called by the chief at close() with the final values in the parameters; returns a
       dict with any of validation_accuracy, validation_cross_entropy, test_accuracy,
       test_cross_entropy (for the summary, --metrics_json, TensorBoard).
-    model_name: the summary's "model" and the checkpoints' metadata (default: the module's class
-      name); a checkpoint of another model name is refused at restore.
+    model_name: the summary's "model" and the checkpoints' metadata (default: the script's name
+      without .py, e.g. "mnist_mlp"; the module's class name when there is no script); a
+      checkpoint of another model name is refused at restore.
     An exception inside the `with` block aborts the job when raised on the chief (the ps tasks exit
     non-zero with its message); other workers just leave.
     """
@@ -98,7 +110,7 @@ class WorkerSession:
         self._trainable = [p.requires_grad for _, p in self._params]
         self._session = _psflow._Session(
             flags, [n for n, _ in self._params], [list(p.shape) for _, p in self._params],
-            self._trainable, model_name or type(module).__name__)
+            self._trainable, model_name or _script_model_name() or type(module).__name__)
         self._values = []
         self._grads = []
         self._samplers = {}

@@ -192,7 +192,8 @@ class WorkerSession::Impl {
     if (evaluate) {
       auto eval = evaluate();
       if (!eval.ok()) return eval.status();
-      auto value = [](double v) { return std::isnan(v) ? 0.0 : v; };
+      // NaN: not measured, absent from the summary.
+      auto value = [](double v) { return std::isnan(v) ? std::nullopt : std::optional<double>(v); };
       summary.validation_accuracy = value(eval->validation_accuracy);
       summary.validation_cross_entropy = value(eval->validation_cross_entropy);
       summary.test_accuracy = value(eval->test_accuracy);
@@ -208,6 +209,7 @@ class WorkerSession::Impl {
     }
     if (auto s = client_->Shutdown(); !s.ok()) return s;
     ended_ = true;  // the job is over: nothing left to abort
+    log(absl::StrCat("worker ", index_, ": done after ", progress_->local_steps(), " local steps"));
     if (options_.report_summary) {
       std::string text = FormatSummary(summary);
       if (!text.empty() && text.back() == '\n') text.pop_back();

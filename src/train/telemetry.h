@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -28,8 +29,8 @@ class Telemetry {
   // A worker's step: updates gauges, and every --save_summaries_steps global steps writes loss,
   // batch accuracy, learning rate, global_step/sec and examples/sec.
   void OnStep(int64_t global_step, double loss, double accuracy, float learning_rate, int64_t examples_per_step);
-  // Final accuracies (chief / single process).
-  void OnFinal(int64_t global_step, double validation_accuracy, double test_accuracy);
+  // Final accuracies (chief / single process); absent ones are not written.
+  void OnFinal(int64_t global_step, std::optional<double> validation_accuracy, std::optional<double> test_accuracy);
   // A ps task's counters: traffic rates as TensorBoard curves, totals as Prometheus counters.
   void OnPsStats(int task, int64_t global_step, int64_t bytes_in, int64_t bytes_out, int64_t stale, int64_t refused,
                  int64_t connected_workers);
