@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "psflow/ps/ps_client.h"
 #include "psflow/train/train.h"
+#include "train/worker_roster.h"
 #include "train/chief.h"
 #include "train/cluster_setup.h"
 #include "train/option_value.h"
@@ -111,6 +112,7 @@ class WorkerSession::Impl {
     auto telemetry = Telemetry::Create(o, /*write_events=*/is_chief(), "", options_.log);
     if (!telemetry.ok()) return telemetry.status();
     telemetry_ = *std::move(telemetry);
+    if (is_chief()) roster_ = std::make_unique<WorkerRoster>(cluster_.num_workers());
     progress_ = std::make_unique<ProgressLog>(options_.log, "", OptionValue(o.train_steps), OptionValue(o.batch_size));
 
     auto first = PullCurrent();
@@ -157,6 +159,7 @@ class WorkerSession::Impl {
                        examples_per_global_step());
     if (is_chief()) {
       if (auto s = chief_->MaybeCheckpoint(global_step_); !s.ok()) log(absl::StrCat("checkpoint failed: ", s.message()));
+      CheckWorkers();
     }
     return absl::OkStatus();
   }
@@ -201,6 +204,12 @@ class WorkerSession::Impl {
     }
     telemetry_->OnFinal(summary.global_step, summary.validation_accuracy, summary.test_accuracy);
     if (auto stats = client_->Stats(); stats.ok()) {
+      // The workers that took part: those that pushed (a worker that never came is not counted).
+      if (const int pushed = WorkerRoster::PushedWorkers(*stats); pushed > 0) summary.workers = pushed;
+      if (const std::string never = WorkerRoster::NeverPushed(*stats, cluster_.num_workers()); !never.empty()) {
+        log(absl::StrCat("chief: ", never, " never pushed a gradient; the summary counts the ", summary.workers,
+                         " worker(s) that did"));
+      }
       for (const ps::PsTaskStats& s : *stats) {
         summary.ps_traffic.push_back({s.task, s.bytes_in, s.bytes_out, s.num_params});
         // Every ps drops the same stale push; count it once, where the global step lives.
@@ -235,6 +244,19 @@ class WorkerSession::Impl {
     if (!is_chief()) {
       (void)client_->Goodbye(absl::IsAborted(reason) ? "" : std::string(reason.message()));
     }
+  }
+
+  // The chief, every kWorkerCheckSecs: which workers are connected (its /metrics gauge, and a line
+  // for those that are not: train/worker_roster.h).
+  void CheckWorkers() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_worker_check_) return;
+    next_worker_check_ = now + std::chrono::seconds(kWorkerCheckSecs);
+    auto stats = client_->Stats();
+    if (!stats.ok()) return;  // a silent ps task: the next push reports it
+    const std::string line = roster_->Update(*stats, progress_->ElapsedSeconds());
+    telemetry_->registry().SetGauge(metrics::kConnectedWorkers, {}, double(roster_->connected()));
+    if (!line.empty()) log(line);
   }
 
   bool opened() const { return opened_; }
@@ -298,6 +320,9 @@ class WorkerSession::Impl {
   std::unique_ptr<Chief> chief_;
   std::unique_ptr<Telemetry> telemetry_;
   std::unique_ptr<ProgressLog> progress_;
+  static constexpr int kWorkerCheckSecs = 5;
+  std::unique_ptr<WorkerRoster> roster_;  // the chief's
+  std::chrono::steady_clock::time_point next_worker_check_{};  // the first step checks
   // closed_: Close or Abort was called; ended_: this task's part of the job is over (Shutdown or
   // Goodbye sent, or aborted), so there is nothing left to abort.
   bool opened_ = false, closed_ = false, ended_ = false, finished_ = false;

@@ -63,6 +63,8 @@ wire::StatsResponse ToWire(const PsTaskStats& s) {
   w.set_pushes_refused(s.pushes_refused);
   w.set_calls_unauthenticated(s.calls_unauthenticated);
   w.set_connected_workers(s.connected_workers);
+  for (int32_t i : s.connected_worker_indices) w.add_connected_worker_indices(i);
+  for (int32_t i : s.pushed_worker_indices) w.add_pushed_worker_indices(i);
   return w;
 }
 
@@ -77,6 +79,8 @@ PsTaskStats FromWire(const wire::StatsResponse& w) {
   s.pushes_refused = w.pushes_refused();
   s.calls_unauthenticated = w.calls_unauthenticated();
   s.connected_workers = w.connected_workers();
+  s.connected_worker_indices.assign(w.connected_worker_indices().begin(), w.connected_worker_indices().end());
+  s.pushed_worker_indices.assign(w.pushed_worker_indices().begin(), w.pushed_worker_indices().end());
   return s;
 }
 
