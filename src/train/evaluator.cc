@@ -109,7 +109,9 @@ absl::StatusOr<std::optional<ckpt::Checkpoint>> CheckpointWatcher::Next(const Lo
       std::vector<std::string> skipped;
       auto latest = ckpt::LoadLatestCheckpoint(dir, &skipped, options_.env);
       if (!latest.ok()) return latest.status();
-      for (const std::string& s : skipped) log("evaluator: " + s);
+      for (const std::string& s : skipped) {
+        if (skipped_logged_.insert(s).second) log("evaluator: " + s);
+      }
       if (latest->has_value() && (**latest).global_step > last_step_) {
         last_step_ = (**latest).global_step;
         return latest;

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,6 +72,7 @@ class CheckpointWatcher {
  private:
   WatchOptions options_;
   int64_t last_step_ = -1;
+  std::set<std::string> skipped_logged_;  // corrupt files already named (each is named once)
 };
 
 // Named metrics of one checkpoint, in print order: "validation_accuracy", "test_cross_entropy",
