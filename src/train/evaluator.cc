@@ -59,7 +59,7 @@ absl::Status WriteTrainingEnd(const std::string& dir, const TrainingEnd& end, io
   const std::string text = j.dump() + "\n";
   if (absl::Status s = io::WriteFileAtomically(env, MarkerPath(dir), {text}); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("cannot write the end-of-training marker ", MarkerPath(dir), ": ",
-                                               s.message()));
+                                               s.message(), "; an evaluator will not know training ended"));
   }
   return absl::OkStatus();
 }
