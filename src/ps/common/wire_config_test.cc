@@ -30,7 +30,13 @@ void FillDistinct(pb::Message* m, int* k) {
   const pb::Reflection* r = m->GetReflection();
   for (int i = 0; i < d->field_count(); ++i) {
     const pb::FieldDescriptor* f = d->field(i);
-    ASSERT_FALSE(f->is_repeated()) << f->full_name() << ": extend FillDistinct for repeated fields";
+    if (f->is_repeated()) {  // two distinct elements
+      ASSERT_EQ(f->cpp_type(), pb::FieldDescriptor::CPPTYPE_INT32)
+          << f->full_name() << ": extend FillDistinct for repeated fields of its type";
+      r->AddInt32(m, f, 100 + ++*k);
+      r->AddInt32(m, f, 100 + ++*k);
+      continue;
+    }
     const int v = ++*k;
     switch (f->cpp_type()) {
       case pb::FieldDescriptor::CPPTYPE_INT32: r->SetInt32(m, f, 100 + v); break;
@@ -113,14 +119,19 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
 
 TEST(WireConfigTest, StatsToTheWireAndBackKeepsEveryField) {
   PsTaskStats s;
-  auto& [task, bytes_in, bytes_out, num_params, global_step, stale, refused, unauthenticated, connected] = s;
-  EXPECT_EQ(wire::StatsResponse::descriptor()->field_count(), 9);
+  auto& [task, bytes_in, bytes_out, num_params, global_step, stale, refused, unauthenticated, connected,
+         connected_indices, pushed_indices] = s;
+  EXPECT_EQ(wire::StatsResponse::descriptor()->field_count(), 11);
   int k = 0;
   Set(task, ++k), Set(bytes_in, ++k), Set(bytes_out, ++k), Set(num_params, ++k), Set(global_step, ++k);
   Set(stale, ++k), Set(refused, ++k), Set(unauthenticated, ++k), Set(connected, ++k);
+  connected_indices = {0, 2, 5};
+  pushed_indices = {1, 2};
   const PsTaskStats back = FromWire(ToWire(s));
   const auto& [b_task, b_bytes_in, b_bytes_out, b_num_params, b_global_step, b_stale, b_refused, b_unauthenticated,
-               b_connected] = back;
+               b_connected, b_connected_indices, b_pushed_indices] = back;
+  EXPECT_EQ(b_connected_indices, connected_indices);
+  EXPECT_EQ(b_pushed_indices, pushed_indices);
   EXPECT_EQ(b_task, task);
   EXPECT_EQ(b_bytes_in, bytes_in);
   EXPECT_EQ(b_bytes_out, bytes_out);
@@ -158,6 +169,32 @@ TEST(StatsOverTheWireTest, ClientReportsTheConnectedWorkers) {
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ((*stats)[0].connected_workers, 1);
   EXPECT_EQ((*stats)[0].connected_workers, cluster->servers[0]->Stats().connected_workers);
+}
+
+// Which workers are connected and which pushed: the chief names the missing ones and the summary
+// counts the ones that pushed (train/worker_roster.h).
+TEST(StatsOverTheWireTest, ClientReportsWhichWorkersAreConnectedAndWhichPushed) {
+  const dist::PlacementPlan plan = Plan({{"w", {4}}}, 1);
+  auto cluster = TestCluster::Start(1, 3);
+  auto w0 = cluster->Client(plan, 0), w2 = cluster->Client(plan, 2);
+  PSFLOW_ASSERT_OK(w0->Connect());
+  PSFLOW_ASSERT_OK(w2->Connect());
+  const Tensor w({4}, 1.0f), g({4}, 0.5f);
+  PSFLOW_ASSERT_OK(w0->Initialize({{"w", &w}}, Sgd(0.1f)));
+  auto stats = w0->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ((*stats)[0].connected_worker_indices, (std::vector<int32_t>{0, 2}));
+  EXPECT_TRUE((*stats)[0].pushed_worker_indices.empty());
+  ASSERT_TRUE(w2->Push({{"w", &g, nullptr}}, 0).ok());
+  ASSERT_TRUE(w2->Push({{"w", &g, nullptr}}, 1).ok());
+  stats = w0->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ((*stats)[0].pushed_worker_indices, (std::vector<int32_t>{2}));
+  PSFLOW_ASSERT_OK(w2->Goodbye());
+  stats = w0->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ((*stats)[0].connected_worker_indices, (std::vector<int32_t>{0}));
+  EXPECT_EQ((*stats)[0].pushed_worker_indices, (std::vector<int32_t>{2}));  // it did push
 }
 
 // The chief's traffic table (its final Stats call) and the ps's final counters differ by exactly
