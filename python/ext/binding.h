@@ -54,6 +54,7 @@ void RegisterCtrData(pybind11::module_& m);
 void RegisterSession(pybind11::module_& m);
 void RegisterOptim(pybind11::module_& m);
 void RegisterCheckpoint(pybind11::module_& m);
+void RegisterEvaluator(pybind11::module_& m);
 
 }  // namespace psflow::python
 

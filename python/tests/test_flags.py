@@ -50,7 +50,7 @@ class FlagSurfacesTest(unittest.TestCase):
     def test_local_takes_the_same_flags_hiding_the_ones_it_sets_itself(self):
         local = help_flags("local")
         hidden = {"job_name", "task_index", "ps_hosts", "worker_hosts", "slurm_jobs", "slurm_port_base"}
-        self.assertEqual(sorted(local), sorted((set(self.help) - hidden) | {"ps", "workers"}))
+        self.assertEqual(sorted(local), sorted((set(self.help) - hidden) | {"ps", "workers", "evaluator"}))
 
     def test_defaults_shown_are_the_defaults_python_gets(self):
         flags = psflow.Flags()  # TrainOptions' own defaults, before any model resolution
