@@ -21,7 +21,8 @@ HELP_LINE = re.compile(r"^  --([a-z0-9_]+)(?: (INT|UINT|FLOAT|TEXT)(?:=(\S+))?)?
 
 # Values the flags' own checks accept, for the text flags that take only some (others: any text).
 TEXT_VALUES = {"model": "cnn", "optimizer": "momentum", "transport": "shm", "placement": "greedy",
-               "partitioner": "fixed:2", "job_name": "worker", "slurm_jobs": "ps:1,worker:2"}
+               "partitioner": "fixed:2", "job_name": "worker", "slurm_jobs": "ps:1,worker:2",
+               "sparse_optimizer": "ftrl", "sparse_sync_mean": "row_count"}
 
 
 def help_flags(*subcommand):
@@ -88,9 +89,12 @@ class FlagSurfacesTest(unittest.TestCase):
                 self.assertIsInstance(parsed[name], type(expected))
                 # Nothing but that flag (and, for --model, the values the model defaults) moved.
                 moved = {k for k in parsed if parsed[k] != defaults[k]}
+                # (The tables' rule and rate default to --optimizer's and --learning_rate's.)
                 model_defaulted = {"train_steps", "batch_size", "optimizer", "learning_rate", "lr_decay_steps",
-                                   "lr_decay_rate"}
-                self.assertEqual(moved - (model_defaulted if name == "model" else set()), {name})
+                                   "lr_decay_rate", "sparse_optimizer", "sparse_learning_rate"}
+                follows = {"model": model_defaulted, "optimizer": {"sparse_optimizer"},
+                           "learning_rate": {"sparse_learning_rate"}}
+                self.assertEqual(moved - follows.get(name, set()), {name})
                 # as_argv gives it back through the same parser.
                 self.assertEqual(psflow.parse_flags(psflow.parse_flags([arg]).as_argv()).as_dict(), parsed)
 

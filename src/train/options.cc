@@ -63,6 +63,8 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
   if (absl::Status s = CheckFlagRules(*o, *defaults); !s.ok()) return s;
   FillModelDefaults(*defaults, o);
   if (absl::Status s = ResolveModelSettings(*defaults, o); !s.ok()) return s;
+  // --optimizer first: the tables' rule defaults to it, and a bad value is --optimizer's mistake.
+  if (auto optimizer = optim::MakeOptimizer(OptimizerConfigFrom(*o)); !optimizer.ok()) return optimizer.status();
   if (o->sparse_optimizer.empty()) o->sparse_optimizer = o->optimizer;
   if (!absl::c_linear_search(std::vector<std::string>{"sgd", "momentum", "adagrad", "ftrl", "adam", "rmsprop"},
                              o->sparse_optimizer)) {
@@ -77,8 +79,6 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat("--local_replicas=", o->local_replicas, " must be at most --batch_size=",
                                                    *o->batch_size, ": each replica needs at least one example"));
   }
-  auto optimizer = optim::MakeOptimizer(OptimizerConfigFrom(*o));
-  if (!optimizer.ok()) return optimizer.status();
   auto rule = ps::table::SparseRule::Make(SparseRuleConfigFrom(*o));
   if (!rule.ok()) return rule.status();
   return absl::OkStatus();

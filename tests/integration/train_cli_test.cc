@@ -186,8 +186,8 @@ TEST(TrainCliTest, HelpShowsEveryDefault) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* line : {"--hidden_units INT=100", "--data_dir TEXT=data/mnist", "--ps_timeout_secs FLOAT=120",
                            "--max_message_mb INT=1024", "--transport TEXT=grpc", "--log_every INT=100",
-                           "(default: the model's: softmax 1000, mlp 10000, cnn 2000, vgg19 100)",
-                           "(default: the model's: softmax sgd, mlp adam, cnn rmsprop, vgg19 sgd)"}) {
+                           "(default: the model's: softmax 1000, mlp 10000, cnn 2000, vgg19 100, ctr 1000)",
+                           "(default: the model's: softmax sgd, mlp adam, cnn rmsprop, vgg19 sgd, ctr adam)"}) {
     EXPECT_NE(r.output.find(line), std::string::npos) << line << " missing from:\n" << r.output;
   }
 }
