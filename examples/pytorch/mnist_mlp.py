@@ -2,7 +2,8 @@
 """The seeds' mlp (784-100 ReLU-10, Adam 0.01, batch 100, 10000 global steps) in PyTorch, trained
 on psflow's parameter servers.
 
-On one machine, the whole cluster with one command:
+On one machine, the whole cluster with one command (--evaluator --checkpoint_dir=DIR: this script
+also evaluates each checkpoint as the evaluator task):
     psflow local --ps=1 --workers=2 -- python3 examples/pytorch/mnist_mlp.py
 By hand, the seeds' way (one command per task, the same flags everywhere):
     python3 examples/pytorch/mnist_mlp.py --job_name=ps --task_index=0 --ps_hosts=H:P --worker_hosts=H:P,H:P
@@ -68,6 +69,9 @@ def main(argv):
     images = torch.from_numpy(mnist["train"]["images"])
     labels = torch.from_numpy(mnist["train"]["labels"])
     model = Mlp(flags.hidden_units)
+    if flags.job_name == "evaluator":  # psflow local --evaluator: each new checkpoint, until training ends
+        psflow.evaluate_checkpoints(model, flags, evaluate_fn(model, mnist))
+        return
     loss_fn = nn.CrossEntropyLoss()
     with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, mnist),
                               model_name=MODEL_NAME) as session:

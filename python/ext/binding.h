@@ -60,6 +60,7 @@ void RegisterCtrData(pybind11::module_& m);
 void RegisterSession(pybind11::module_& m);
 void RegisterOptim(pybind11::module_& m);
 void RegisterCheckpoint(pybind11::module_& m);
+void RegisterEvaluator(pybind11::module_& m);
 
 // Embedding tables of the worker session (table_binding.cc).
 // A table's declaration from a dict (name, dim, num_embeddings (None: dynamic), partition_strategy,

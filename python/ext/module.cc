@@ -87,4 +87,5 @@ PYBIND11_MODULE(_psflow, m) {
   RegisterSession(m);
   RegisterOptim(m);
   RegisterCheckpoint(m);
+  RegisterEvaluator(m);
 }

@@ -49,13 +49,14 @@ from .flags import parse_flags  # noqa: F401
 from .server import Server  # noqa: F401
 from .session import WorkerSession  # noqa: F401
 from . import optim  # noqa: F401
+from .evaluator import Evaluator, evaluate_checkpoints  # noqa: F401
 
 __all__ = [
     "__version__", "Error", "InvalidArgumentError", "NotFoundError", "FailedPreconditionError",
     "UnavailableError", "DeadlineExceededError", "AbortedError", "OutOfRangeError", "CancelledError",
     "ClusterSpec", "Flags", "parse_flags", "Server", "WorkerSession", "BatchSampler", "load_mnist",
     "CtrGenerator", "log_loss", "auc", "optim", "read_checkpoint", "load_checkpoint", "checkpoint_info",
-    "DistributedBatchSampler",
+    "DistributedBatchSampler", "Evaluator", "evaluate_checkpoints",
 ]
 
 

@@ -169,8 +169,19 @@ def _check_parameter(name, p):
             "which would cut it loose from its base: make it a tensor of its own (nn.Parameter(t.clone()))")
 
 
+def _script_model_name():
+    """The running script's name without .py ("mnist_mlp"), or None (an interactive session): a
+    module's class name says little ("Sequential")."""
+    import os
+
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if not script or script in ("-c", "-m") or script.startswith("<"):
+        return None
+    return script[:-3] if script.endswith(".py") else script
+
+
 class WorkerSession:
-    """WorkerSession(module, flags, evaluate=None, model_name=None): a context manager.
+    """WorkerSession(module, flags, evaluate=None, model_name=None, optimizer=None): a context manager.
 
     Entering it (or open()) connects; the chief (worker 0) initializes the ps variables from the
     module's values, or restores the newest checkpoint of --checkpoint_dir; the other workers wait
@@ -186,9 +197,11 @@ class WorkerSession:
       --eval_every_steps global steps during training; returns a dict of name -> number. Every
       name reaches the summary line, --metrics_json and TensorBoard as given (validation_accuracy,
       validation_cross_entropy, test_accuracy and test_cross_entropy are the summary's own
-      fields). Anything but a dict of numbers is refused at the call with one line.
-    model_name: the summary's "model" and the checkpoints' metadata (default: the module's class
-      name); a checkpoint of another model name is refused at restore.
+      fields; those not returned are absent, never 0). Anything but a dict of numbers is refused
+      at the call with one line.
+    model_name: the summary's "model" and the checkpoints' metadata (default: the script's name
+      without .py, e.g. "mnist_mlp"; the module's class name when there is no script); a
+      checkpoint of another model name is refused at restore.
     optimizer: a psflow.optim optimizer (torch.optim's arguments, parameter groups and a schedule)
       the ps tasks apply, instead of --optimizer / --learning_rate / --lr_decay_* (docs/pytorch.md).
     An exception inside the `with` block aborts the job when raised on the chief (the ps tasks exit
@@ -236,7 +249,7 @@ class WorkerSession:
             optimizer_config = optimizer._bind(self._params)
         self._session = _psflow._Session(
             session_flags, [n for n, _ in self._params], [list(p.shape) for _, p in self._params],
-            self._trainable, model_name or type(module).__name__,
+            self._trainable, model_name or _script_model_name() or type(module).__name__,
             _checked_evaluate(evaluate) if evaluate is not None else None, optimizer_config,
             [m._spec(n) for n, m in self._table_modules])
         self._tables = tables._Tables(self._session, self._table_modules) if self._table_modules else None

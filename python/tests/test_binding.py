@@ -282,7 +282,8 @@ class TrainingTest(unittest.TestCase):
         summary = json.loads(read(self.path("summary.json")))
         self.assertEqual((summary["mode"], summary["workers"], summary["ps"], summary["global_step"]),
                          ("async", 2, 1, 400))
-        self.assertEqual(summary["model"], "Mlp")
+        # Named after the script (torch_worker.py), not the module's class (issue 20.4).
+        self.assertEqual(summary["model"], "torch_worker")
         self.assertEqual(len(summary["ps_traffic"]), 1)
         self.assertGreater(summary["ps_traffic"][0]["bytes_in"], 0)
         # The loss dropped: the initial model (same seed) is at chance, the trained one is not.
@@ -299,7 +300,7 @@ class TrainingTest(unittest.TestCase):
         # The chief's parameters after close are the values on the ps: its final checkpoint.
         step, tensors, meta = load_checkpoint(ckpt)
         self.assertEqual(step, 400)
-        self.assertEqual(meta.get("model"), "Mlp")
+        self.assertEqual(meta.get("model"), "torch_worker")
         chief = torch.load(self.path("w0.pt"))
         self.assertEqual(set(chief), {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"})
         for name, value in chief.items():

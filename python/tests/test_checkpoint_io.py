@@ -71,7 +71,7 @@ class CheckpointIoTest(unittest.TestCase):
             self.assertTrue(torch.equal(state[name], t), name)
         path, step, meta = psflow.checkpoint_info(self.ckpt)
         self.assertEqual((os.path.basename(path), step), ("model.ckpt-25.safetensors", 25))
-        self.assertEqual((meta["model"], meta["optimizer"], meta["global_step"]), ("Sequential", "adam", "25"))
+        self.assertEqual((meta["model"], meta["optimizer"], meta["global_step"]), ("loop_script", "adam", "25"))  # the script's name
 
     def test_files_are_named_by_the_step_of_their_values(self):
         # --save_checkpoint_steps=10 of 25: the multiples and the final step, not -11, -21.

@@ -53,7 +53,7 @@ class FlagSurfacesTest(unittest.TestCase):
     def test_local_takes_the_same_flags_hiding_the_ones_it_sets_itself(self):
         local = help_flags("local")
         hidden = {"job_name", "task_index", "ps_hosts", "worker_hosts", "slurm_jobs", "slurm_port_base"}
-        self.assertEqual(sorted(local), sorted((set(self.help) - hidden) | {"ps", "workers"}))
+        self.assertEqual(sorted(local), sorted((set(self.help) - hidden) | {"ps", "workers", "evaluator"}))
 
     def test_defaults_shown_are_the_defaults_python_gets(self):
         flags = psflow.Flags()  # TrainOptions' own defaults, before any model resolution
@@ -91,6 +91,7 @@ class FlagSurfacesTest(unittest.TestCase):
                 self.assertIsInstance(parsed[name], type(expected))
                 # Nothing but that flag (and, for --model, the values the model defaults) moved.
                 moved = {k for k in parsed if parsed[k] != defaults[k]}
+                # (The tables' rule and rate default to --optimizer's and --learning_rate's.)
                 model_defaulted = {"train_steps", "batch_size", "optimizer", "learning_rate", "lr_decay_steps",
                                    "lr_decay_rate", "sparse_optimizer", "sparse_learning_rate"}
                 allowed = (model_defaulted if name == "model" else set()) | FOLLOWERS.get(name, set())

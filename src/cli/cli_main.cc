@@ -2,6 +2,7 @@
 //   psflow train  [flags]                    one task of a cluster, or single-process training
 //   psflow local  --ps=N --workers=M [flags] a whole cluster as processes on 127.0.0.1
 //   psflow local  ... [flags] -- CMD ARGS... the same with CMD (e.g. a PyTorch script) as the workers
+//   psflow eval   --checkpoint_dir=DIR [--watch] the newest checkpoint's metrics; --watch: the evaluator task
 //   psflow bench transport [--ps_hosts=h:p]  push/pull throughput beside raw TCP
 //   psflow --version                         the version
 // Errors are one line on stderr and a non-zero exit: 2 for bad flags or values (a usage error,
@@ -28,6 +29,7 @@
 #include "psflow/train/train.h"
 #include "train/cluster_setup.h"
 #include "train/eval_ctr.h"
+#include "train/evaluator.h"
 
 namespace psflow::cli {
 namespace {
@@ -52,13 +54,29 @@ void LogLine(const std::string& line) {
   }
 }
 
+// The evaluator task (train/evaluator.h): a "done" marker below an explicitly given --train_steps
+// is an earlier run's.
+int RunEvaluatorTask(const train::TrainOptions& options, bool train_steps_given) {
+  train::WatchOptions watch;
+  watch.checkpoint_dir = options.checkpoint_dir;
+  if (train_steps_given) watch.final_step = options.train_steps;
+  watch.timeout_secs = options.eval_timeout_secs;
+  if (auto s = train::RunEvaluator(options, watch, LogLine); !s.ok()) {
+    return Fail(s, absl::IsInvalidArgument(s) ? 2 : 1);
+  }
+  return 0;
+}
+
 int RunTrain(train::TrainOptions options) {
+  const bool train_steps_given = options.train_steps.has_value();
   if (auto s = train::ResolveTrainOptions(&options); !s.ok()) return Fail(s, 2);
   // The role comes from --job_name or from the environment: $TF_CONFIG's task (Kubeflow) or the
   // Slurm step's rank. A cluster that the flags or the environment describe wrongly is a usage error
   // (2), whichever gave it.
   auto resolved = train::ResolveTaskCluster(options);
   if (!resolved.ok()) return Fail(resolved.status(), 2);
+  // The evaluator (--job_name=evaluator or TF_CONFIG's task type) talks to no task of the cluster.
+  if (resolved->second.job == "evaluator") return RunEvaluatorTask(options, train_steps_given);
   const bool distributed = !options.job_name.empty() || !resolved->first.empty();
   if (!distributed) {
     auto summary = train::TrainSingleProcess(options, LogLine);
@@ -80,8 +98,10 @@ int RunTrain(train::TrainOptions options) {
   return 0;
 }
 
-int RunEval(train::TrainOptions options) {
+int RunEval(train::TrainOptions options, bool watch) {
+  const bool train_steps_given = options.train_steps.has_value();
   if (auto s = train::ResolveTrainOptions(&options); !s.ok()) return Fail(s, 2);
+  if (watch) return RunEvaluatorTask(options, train_steps_given);
   if (options.model == "ctr") {  // tables: rows read from the file for the test set's ids
     auto ctr = train::EvaluateCtrCheckpoint(options, LogLine);
     if (!ctr.ok()) return Fail(ctr.status());
@@ -208,6 +228,9 @@ int psflow::cli::Main(int argc, char** argv) {
                "(e.g. -- python3 train.py) with TF_CONFIG and PSFLOW_FLAGS set");
   local_cmd->add_option("--ps", local.num_ps, "number of ps tasks")->check(CLI::Range(1, 64));
   local_cmd->add_option("--workers", local.num_workers, "number of worker tasks")->check(CLI::Range(1, 64));
+  local_cmd->add_flag("--evaluator", local.evaluator,
+                      "also run an evaluator task: it evaluates each new checkpoint of --checkpoint_dir (needed) "
+                      "and writes eval/ summaries under --logdir (docs/evaluator.md)");
   cli::AddTrainFlags(local_cmd, &local_options);
   // The launcher chooses each task's role and the cluster: these stay parsed (to refuse them
   // with a clear message) but out of `psflow local --help`.
@@ -217,11 +240,16 @@ int psflow::cli::Main(int argc, char** argv) {
   }
 
   train::TrainOptions eval_options;
+  bool eval_watch = false;
   CLI::App* eval_cmd = app.add_subcommand(
-      "eval", "test accuracy and cross-entropy of the newest checkpoint (ctr: test log-loss and AUC beside Bayes)");
+      "eval", "test accuracy and cross-entropy of the newest checkpoint (ctr: test log-loss and AUC beside Bayes); "
+              "with --watch, of each new one until training ends (the evaluator task)");
+  eval_cmd->add_flag("--watch", eval_watch,
+                     "evaluate each new checkpoint as it appears, write eval/ summaries under --logdir, and exit "
+                     "after the final one (docs/evaluator.md)");
   cli::AddTrainFlags(eval_cmd, &eval_options,
                      {"checkpoint_dir", "model", "hidden_units", "data_dir", "intra_op_threads", "seed", "ctr_fields",
-                      "ctr_dim", "ctr_vocab", "ctr_test_examples"});
+                      "ctr_dim", "ctr_vocab", "ctr_test_examples", "logdir", "train_steps", "eval_timeout_secs"});
   eval_cmd->get_option("--checkpoint_dir")->required();
 
   CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks");
@@ -286,9 +314,15 @@ int psflow::cli::Main(int argc, char** argv) {
       return 2;
     }
     local.worker_command = worker_command;
+    local.checkpoint_dir = local_options.checkpoint_dir;
+    if (local.evaluator && local.checkpoint_dir.empty()) {
+      std::cerr << "psflow: error: psflow local --evaluator needs --checkpoint_dir=DIR: the evaluator reads the "
+                   "chief's checkpoints from it" << std::endl;
+      return 2;
+    }
     return cli::RunLocalCluster(local);
   }
-  if (eval_cmd->parsed()) return cli::RunEval(eval_options);
+  if (eval_cmd->parsed()) return cli::RunEval(eval_options, eval_watch);
   if (transport_cmd->parsed()) {
     auto status = cli::RunTransportBenchCommand(cli::SelfPath(argv[0]), bench_ps, std::cout, bench_transport);
     if (!status.ok()) return cli::Fail(status);

@@ -153,6 +153,15 @@ TEST_F(ParseFlagsTest, EveryFlagSurvivesARoundTripThroughItsText) {
   o.lr_decay_steps = 9;
   o.lr_decay_rate = 0.3f;
   o.lr_staircase = true;
+  o.sparse_optimizer = "ftrl";
+  o.sparse_learning_rate = 0.2f;
+  o.ftrl_l1 = 0.5;
+  o.ftrl_l2 = 0.25;
+  o.ctr_vocab = 1000;
+  o.ctr_fields = 3;
+  o.ctr_dim = 8;
+  o.ctr_test_examples = 100;
+  o.sparse_sync_mean = "row_count";
   o.sync_replicas = true;
   o.replicas_to_aggregate = 2;
   o.total_num_replicas = 2;
@@ -168,6 +177,8 @@ TEST_F(ParseFlagsTest, EveryFlagSurvivesARoundTripThroughItsText) {
   o.save_summaries_steps = 13;
   o.metrics_json = "/m.json";
   o.metrics_port = 9100;
+  o.eval_every_steps = 50;
+  o.eval_timeout_secs = 7.5;
   o.seed = 18446744073709551615ull;
   o.intra_op_threads = 4;
   o.log_every = 7;

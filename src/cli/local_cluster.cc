@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
+#include "train/evaluator.h"
 
 namespace psflow::cli {
 namespace {
@@ -210,9 +211,10 @@ void Signal(const Child& c, int sig) {
 
 }  // namespace
 
-std::string WorkerTfConfig(const std::vector<std::string>& ps, const std::vector<std::string>& workers, int index) {
+std::string WorkerTfConfig(const std::vector<std::string>& ps, const std::vector<std::string>& workers, int index,
+                           const std::string& type) {
   nlohmann::json config = {{"cluster", {{"ps", ps}, {"worker", workers}}},
-                           {"task", {{"type", "worker"}, {"index", index}}}};
+                           {"task", {{"type", type}, {"index", index}}}};
   return config.dump();
 }
 
@@ -222,9 +224,18 @@ int RunLocalCluster(const LocalClusterOptions& options) {
   for (int i = 0; i < options.num_ps; ++i) ps.push_back(absl::StrCat("127.0.0.1:", ports[i]));
   for (int i = 0; i < options.num_workers; ++i) workers.push_back(absl::StrCat("127.0.0.1:", ports[options.num_ps + i]));
   const std::string ps_hosts = absl::StrJoin(ps, ","), worker_hosts = absl::StrJoin(workers, ",");
-  std::cout << "psflow local: ps " << ps_hosts << "; workers " << worker_hosts;
-  if (!options.worker_command.empty()) std::cout << " running: " << absl::StrJoin(options.worker_command, " ");
-  std::cout << std::endl;
+  std::cout << "psflow local: ps " << ps_hosts << "; workers " << worker_hosts << std::endl;
+  if (!options.worker_command.empty()) {
+    std::cout << "psflow local: the workers run: " << absl::StrJoin(options.worker_command, " ") << std::endl;
+  }
+  if (options.evaluator) {
+    std::cout << "psflow local: an evaluator reads the checkpoints of " << options.checkpoint_dir << std::endl;
+    // A new run: an earlier run's end marker would end the evaluator at once.
+    if (absl::Status s = train::ClearTrainingEnd(options.checkpoint_dir); !s.ok()) {
+      std::cerr << "psflow local: " << s.message() << std::endl;
+      return 1;
+    }
+  }
 
   struct sigaction action {};
   action.sa_handler = OnSignal;
@@ -235,14 +246,30 @@ int RunLocalCluster(const LocalClusterOptions& options) {
   const std::string threads = absl::StrCat(options.intra_op_threads);
   const std::vector<std::string> thread_env = {"OMP_NUM_THREADS=" + threads, "OPENBLAS_NUM_THREADS=" + threads,
                                                "MKL_NUM_THREADS=" + threads};
-  std::vector<Child> children(options.num_ps + options.num_workers);
+  std::vector<Child> children(options.num_ps + options.num_workers + (options.evaluator ? 1 : 0));
   for (size_t i = 0; i < children.size(); ++i) {
     const bool is_ps = static_cast<int>(i) < options.num_ps;
+    const bool is_evaluator = static_cast<int>(i) == options.num_ps + options.num_workers;
     const int index = is_ps ? i : i - options.num_ps;
     Child& c = children[i];
-    c.name = absl::StrCat(is_ps ? "ps" : "worker", index);
+    c.name = is_evaluator ? "evaluator" : absl::StrCat(is_ps ? "ps" : "worker", index);
     Command command;
-    if (is_ps || options.worker_command.empty()) {
+    if (is_evaluator) {
+      // It reads checkpoints only: no cluster, no metrics port.
+      if (options.worker_command.empty()) {
+        command.argv = {options.binary, "train", "--job_name=evaluator"};
+        command.argv.insert(command.argv.end(), options.train_flags.begin(), options.train_flags.end());
+        command.env = EnvironmentWith(thread_env);
+      } else {
+        command.argv = options.worker_command;
+        nlohmann::json flags = options.train_flags;
+        std::vector<std::string> env = {"TF_CONFIG=" + WorkerTfConfig(ps, workers, 0, "evaluator"),
+                                        "PSFLOW_FLAGS=" + flags.dump()};
+        if (!python_unbuffered_set) env.push_back("PYTHONUNBUFFERED=1");
+        env.insert(env.end(), thread_env.begin(), thread_env.end());
+        command.env = EnvironmentWith(env);
+      }
+    } else if (is_ps || options.worker_command.empty()) {
       command.argv = {options.binary, "train", absl::StrCat("--job_name=", is_ps ? "ps" : "worker"),
                       absl::StrCat("--task_index=", index), "--ps_hosts=" + ps_hosts, "--worker_hosts=" + worker_hosts};
       command.argv.insert(command.argv.end(), options.train_flags.begin(), options.train_flags.end());

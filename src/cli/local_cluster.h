@@ -7,7 +7,9 @@
 // The ps tasks are always this binary's `psflow train --job_name=ps`. The workers are either the
 // same (`psflow local [flags]`) or, after `--`, any command (`psflow local [flags] -- python3
 // train.py`), started with TF_CONFIG naming its task and PSFLOW_FLAGS (a JSON array of the train
-// flags) that the psflow Python package applies as defaults.
+// flags) that the psflow Python package applies as defaults. With `evaluator`, one more task
+// ("[evaluator] ") evaluates the chief's checkpoints; it talks to no other task. Any earlier
+// end-of-training marker in --checkpoint_dir is removed before the tasks start (a new run).
 //
 // Every child runs in its own process group with PR_SET_PDEATHSIG=SIGKILL, so none outlives the
 // launcher, even when the launcher is killed with SIGKILL. RunLocalCluster is called once per
@@ -32,13 +34,19 @@ struct LocalClusterOptions {
   int intra_op_threads = 1;
   // Non-empty: the workers run this command (argv[0] looked up in PATH) instead of `psflow train`.
   std::vector<std::string> worker_command;
+  // Also start an evaluator task (train/evaluator.h) reading `checkpoint_dir`: `psflow train
+  // --job_name=evaluator`, or the worker command with TF_CONFIG's task type "evaluator".
+  bool evaluator = false;
+  std::string checkpoint_dir;
 };
 
 int RunLocalCluster(const LocalClusterOptions& options);
 
 // The TF_CONFIG of worker `index` of a cluster: {"cluster": {"ps": [...], "worker": [...]},
 // "task": {"type": "worker", "index": index}}.
-std::string WorkerTfConfig(const std::vector<std::string>& ps, const std::vector<std::string>& workers, int index);
+// `type` "evaluator" (index 0) names the evaluator task of that cluster instead.
+std::string WorkerTfConfig(const std::vector<std::string>& ps, const std::vector<std::string>& workers, int index,
+                           const std::string& type = "worker");
 
 }  // namespace psflow::cli
 

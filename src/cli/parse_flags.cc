@@ -80,7 +80,8 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, con
   if (environment && o.ps_hosts.empty() && o.worker_hosts.empty()) {
     auto resolved = train::ResolveTaskCluster(o);
     if (!resolved.ok()) return resolved.status();
-    if (!resolved->first.empty()) {
+    // A role from a cluster, or the evaluator (TF_CONFIG's task type "evaluator": no cluster of its own).
+    if (!resolved->first.empty() || resolved->second.job == "evaluator") {
       o.job_name = resolved->second.job;
       o.task_index = resolved->second.index;
     }

@@ -109,8 +109,13 @@ Dataset SplitTail(Dataset& set, int64_t keep) {
 absl::StatusOr<MnistData> LoadMnist(const std::string& dir, int64_t validation_size) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
-    return absl::NotFoundError(absl::StrCat("data directory '", dir,
-                                            "' not found; run scripts/setup.sh (it downloads "
+    // The absolute path tried: a relative --data_dir is resolved against the current directory,
+    // which is the usual surprise (issue 20.4).
+    const std::filesystem::path absolute = std::filesystem::absolute(dir, ec);
+    const std::string tried = ec || absolute.string() == dir ? std::string()
+                                                             : absl::StrCat(" (", absolute.lexically_normal().string(), ")");
+    return absl::NotFoundError(absl::StrCat("data directory '", dir, "'", tried,
+                                            " not found; run scripts/setup.sh (it downloads "
                                             "MNIST) or pass --data_dir"));
   }
   absl::StatusOr<Dataset> train = LoadPart(dir, "train");

@@ -92,6 +92,17 @@ TEST_F(MnistTest, MissingDirectory) {
                 "' not found; run scripts/setup.sh (it downloads MNIST) or pass --data_dir");
 }
 
+// A relative --data_dir is resolved against the current directory: the error says where that
+// led (issue 20.4: "data/mnist not found" from another directory).
+TEST_F(MnistTest, MissingRelativeDirectoryNamesTheAbsolutePathTried) {
+  absl::StatusOr<MnistData> mnist = LoadMnist("no_such_dir/mnist");
+  EXPECT_EQ(mnist.status().code(), absl::StatusCode::kNotFound);
+  const std::string cwd = std::filesystem::current_path().string();
+  EXPECT_EQ(mnist.status().message(), "data directory 'no_such_dir/mnist' (" + cwd +
+                                          "/no_such_dir/mnist) not found; run scripts/setup.sh (it downloads "
+                                          "MNIST) or pass --data_dir");
+}
+
 TEST_F(MnistTest, MissingFileNamesIt) {
   WriteTinyMnist();
   std::filesystem::remove(Path("t10k-labels-idx1-ubyte"));

@@ -233,7 +233,8 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ClusterSpec::FromTfConfig(std::
   }
   auto type_it = task_it->find("type");
   if (type_it == task_it->end() || !type_it->is_string()) {
-    return absl::InvalidArgumentError("TF_CONFIG task has no \"type\" string: use \"chief\", \"worker\" or \"ps\"");
+    return absl::InvalidArgumentError(
+        "TF_CONFIG task has no \"type\" string: use \"chief\", \"worker\", \"ps\" or \"evaluator\"");
   }
   auto index_it = task_it->find("index");
   if (index_it == task_it->end() || !index_it->is_number_integer()) {
@@ -262,10 +263,16 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ClusterSpec::FromTfConfig(std::
     if (index < 0 || index >= static_cast<int64_t>(ps.size()))
       return out_of_range("ps", ps.size(), "ps task", "ps tasks");
     task = {"ps", static_cast<int>(index)};
+  } else if (type == "evaluator") {
+    // The evaluator reads the chief's checkpoints and talks to no task: the cluster is not its concern.
+    if (index != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG task evaluator index ", index,
+                                                     " is out of range: a job has one evaluator (index 0)"));
+    }
+    return std::pair{ClusterSpec(), TaskSpec{"evaluator", 0}};
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TF_CONFIG task type \"", type, "\" is unsupported: psflow runs chief, worker and ps tasks",
-                     type == "evaluator" ? " (evaluate checkpoints with `psflow eval`)" : ""));
+    return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG task type \"", type,
+                                                   "\" is unsupported: psflow runs chief, worker, ps and evaluator tasks"));
   }
 
   std::vector<SourcedAddress> workers = chief;
@@ -355,6 +362,14 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ResolveCluster(const ClusterSou
         "--slurm_jobs=", slurm_jobs,
         " but this process is not a task of a Slurm job step (SLURM_PROCID or SLURM_STEP_NODELIST is unset): "
         "start the tasks with srun, or drop --slurm_jobs"));
+  }
+  // The evaluator (train/evaluator.h) reads checkpoints only; the cluster, if given, is not its concern.
+  if (job_name == "evaluator" && !tf_config_given) {
+    if (task_index != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--job_name=evaluator --task_index=", task_index, ": a job has one evaluator, index 0"));
+    }
+    return std::pair{ClusterSpec(), TaskSpec{"evaluator", 0}};
   }
   // A one-task step (an interactive `srun --pty bash`, `srun -n1 psflow train`) trains in one
   // process unless --slurm_jobs asks for its cluster; a step whose task count does not parse is

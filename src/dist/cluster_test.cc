@@ -168,6 +168,37 @@ TEST(TfConfigTest, WithoutChiefWorkersKeepTheirIndex) {
   EXPECT_EQ(r->first.Fingerprint(), flags->Fingerprint());
 }
 
+// TF's Evaluator replica (Kubeflow TFJob): a task of its own that evaluates the chief's checkpoints;
+// it joins no cluster, so the cluster it is given does not matter (even one without ps tasks).
+TEST(TfConfigTest, EvaluatorTaskIsAccepted) {
+  for (const char* json :
+       {R"({"cluster": {"chief": ["c:1"], "worker": ["w:2"], "ps": ["p:4"], "evaluator": ["e:9"]},
+            "task": {"type": "evaluator", "index": 0}})",
+        R"({"cluster": {"evaluator": ["e:9"]}, "task": {"type": "evaluator", "index": 0}})"}) {
+    auto r = ClusterSpec::FromTfConfig(json);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->second, (TaskSpec{"evaluator", 0}));
+    EXPECT_EQ(r->first.num_workers(), 0);
+    EXPECT_EQ(r->first.num_ps(), 0);
+  }
+  auto resolved = ResolveCluster("", "", "", 0,
+                                 R"({"cluster": {"worker": ["w:2"], "ps": ["p:4"]}, "task": {"type": "evaluator", "index": 0}})");
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ(resolved->second.job, "evaluator");
+}
+
+TEST(ResolveClusterTest, EvaluatorByFlagWithOrWithoutCluster) {
+  auto alone = ResolveCluster("", "", "evaluator", 0, "");
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(alone->second, (TaskSpec{"evaluator", 0}));
+  auto with_cluster = ResolveCluster("p:1", "w:2", "evaluator", 0, "");
+  ASSERT_TRUE(with_cluster.ok()) << with_cluster.status();
+  EXPECT_EQ(with_cluster->second, (TaskSpec{"evaluator", 0}));
+  auto second = ResolveCluster("", "", "evaluator", 1, "");
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("one evaluator"));
+}
+
 struct BadTfConfigCase {
   std::string json;
   std::vector<std::string> must_mention;
@@ -192,8 +223,10 @@ TEST(TfConfigTest, RejectsBadConfigs) {
        {"chief index 1 is out of range"}},
       {R"({"cluster": {"worker": ["w:1"], "ps": ["p:2"]}, "task": {"type": "chief", "index": 0}})",
        {"cluster.chief is missing"}},
-      {R"({"cluster": {"worker": ["w:1"], "ps": ["p:2"]}, "task": {"type": "evaluator", "index": 0}})",
-       {"\"evaluator\" is unsupported"}},
+      {R"({"cluster": {"worker": ["w:1"], "ps": ["p:2"]}, "task": {"type": "evaluator", "index": 1}})",
+       {"evaluator index 1 is out of range", "one evaluator"}},
+      {R"({"cluster": {"worker": ["w:1"], "ps": ["p:2"]}, "task": {"type": "master", "index": 0}})",
+       {"\"master\" is unsupported", "evaluator"}},
       {R"({"cluster": {"master": ["m:1"], "ps": ["p:2"]}, "task": {"type": "ps", "index": 0}})",
        {"\"master\" is unsupported"}},
       {R"({"cluster": {"chief": ["c:0", "c:1"], "ps": ["p:2"]}, "task": {"type": "ps", "index": 0}})",

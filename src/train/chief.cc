@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "ps/common/retry.h"
 #include "train/table_checkpoint.h"
+#include "train/evaluator.h"
 
 namespace psflow::train {
 namespace {
@@ -110,6 +111,8 @@ absl::Status Chief::RetryWhileUnavailable(const std::function<absl::Status()>& a
 absl::Status Chief::InitializeCluster() {
   if (!options_.checkpoint_dir.empty()) {
     if (auto s = PrepareCheckpointDir(options_.checkpoint_dir, options_.env); !s.ok()) return s;
+    // An earlier run's end marker would end a new evaluator at once.
+    if (auto s = ClearTrainingEnd(options_.checkpoint_dir, options_.env); !s.ok()) return s;
   }
   // A ps task that dies while it is being initialized is waited for (bounded), then initialized again.
   return RetryWhileUnavailable([this] { return TryInitializeCluster(); }, options_.init_timeout_secs);
@@ -197,6 +200,21 @@ absl::Status Chief::PullAndWriteCheckpoint() {
   saved_step_ = state.global_step;
   log_("saved checkpoint " + *path);
   return absl::OkStatus();
+}
+
+absl::Status Chief::MarkTrainingDone() {
+  if (options_.checkpoint_dir.empty() || saved_step_ < 0) return absl::OkStatus();
+  return WriteTrainingEnd(options_.checkpoint_dir, {.failed = false, .global_step = saved_step_, .reason = ""},
+                          options_.env);
+}
+
+void Chief::MarkTrainingFailed(const std::string& reason) {
+  if (options_.checkpoint_dir.empty()) return;
+  if (auto s = WriteTrainingEnd(options_.checkpoint_dir, {.failed = true, .global_step = 0, .reason = reason},
+                                options_.env);
+      !s.ok()) {
+    log_(absl::StrCat("chief: ", s.message()));
+  }
 }
 
 absl::Status Chief::RestorePs(int task) {

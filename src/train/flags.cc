@@ -47,7 +47,8 @@ constexpr FlagRule kSeconds = Finite(Positive("a positive number of seconds"));
 // clang-format off
 constexpr Flag kFlags[] = {
   // Cluster (empty: one process trains alone).
-  {"job_name", &O::job_name, "this task's role: ps or worker (empty: train in one process)"},
+  {"job_name", &O::job_name,
+   "this task's role: ps, worker, or evaluator (evaluates each new checkpoint; empty: train in one process)"},
   {"task_index", &O::task_index, "index of this task in its job; worker 0 is the chief"},
   {"ps_hosts", &O::ps_hosts, "comma-separated host:port of the ps tasks"},
   {"worker_hosts", &O::worker_hosts, "comma-separated host:port of the worker tasks"},
@@ -106,6 +107,8 @@ constexpr Flag kFlags[] = {
   {"eval_every_steps", &O::eval_every_steps,
    "the chief runs the evaluation every N global steps during training (0: only at the end)",
    AtLeast(0, "0 (only at the end) or positive")},
+  {"eval_timeout_secs", &O::eval_timeout_secs,
+   "an evaluator that sees no new checkpoint and no end of training for this long exits non-zero", kSeconds},
   {"metrics_port", &O::metrics_port, "serve Prometheus /metrics on this port (0: none)",
    Between(0, 65535, "a port in 1..65535 (or 0: no metrics server)")},
   // Runtime.

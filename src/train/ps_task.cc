@@ -13,13 +13,12 @@
 namespace psflow::train {
 namespace {
 
-// The traffic as the chief's table shows it (its final Stats call), and what came after: that
-// call's answer, the Shutdown and any Goodbye (ps_server.h, ReportedStats).
+// The traffic as the chief's table shows it (its final Stats call; ps_server.h, ReportedStats):
+// the calls after it (that Stats answer, the Shutdown, Goodbyes: a few dozen bytes) are left out,
+// so that the two agree for a reader.
 std::string TrafficText(const ps::PsTaskStats& now, const std::optional<ps::PsTaskStats>& reported) {
-  if (!reported.has_value()) return absl::StrCat(now.bytes_in, " bytes in, ", now.bytes_out, " bytes out");
-  return absl::StrCat(reported->bytes_in, " bytes in, ", reported->bytes_out, " bytes out as in the chief's table (+",
-                      now.bytes_in - reported->bytes_in, " in, +", now.bytes_out - reported->bytes_out,
-                      " out after it: its Stats answer, Shutdown, Goodbyes)");
+  const ps::PsTaskStats& shown = reported.has_value() ? *reported : now;
+  return absl::StrCat(shown.bytes_in, " bytes in, ", shown.bytes_out, " bytes out");
 }
 
 }  // namespace

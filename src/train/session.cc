@@ -16,6 +16,7 @@
 #include "psflow/ps/ps_client.h"
 #include "psflow/train/train.h"
 #include "core/check.h"
+#include "train/worker_roster.h"
 #include "train/chief.h"
 #include "train/cluster_setup.h"
 #include "train/option_value.h"
@@ -133,6 +134,7 @@ class WorkerSession::Impl {
     auto telemetry = Telemetry::Create(o, /*write_events=*/is_chief(), "", options_.log);
     if (!telemetry.ok()) return telemetry.status();
     telemetry_ = *std::move(telemetry);
+    if (is_chief()) roster_ = std::make_unique<WorkerRoster>(cluster_.num_workers());
     progress_ = std::make_unique<ProgressLog>(options_.log, "", OptionValue(o.train_steps), OptionValue(o.batch_size));
 
     auto first = PullCurrent();
@@ -199,6 +201,7 @@ class WorkerSession::Impl {
       if (every > 0 && options_.evaluate && global_step_ / every != step_before / every) {
         if (auto s = EvaluateNow(); !s.ok()) return s;
       }
+      CheckWorkers();
     }
     return absl::OkStatus();
   }
@@ -246,6 +249,9 @@ class WorkerSession::Impl {
     auto step = client_->Pull(pull_into_);
     if (!step.ok()) return step.status();
     if (auto s = chief_->SaveFinalCheckpoint(*step); !s.ok()) return s;
+    // The job succeeded even if the marker cannot be written: say so (an evaluator then waits for
+    // --eval_timeout_secs).
+    if (auto s = chief_->MarkTrainingDone(); !s.ok()) log(absl::StrCat("chief: ", s.message()));
     summary.global_step = *step;
     summary.train_seconds = train_seconds;
     summary.examples_per_sec =
@@ -271,7 +277,8 @@ class WorkerSession::Impl {
         }
       }
       telemetry_->OnScalars(eval->scalars, *step);
-      auto value = [](double v) { return std::isnan(v) ? 0.0 : v; };
+      // NaN: not measured, absent from the summary.
+      auto value = [](double v) { return std::isnan(v) ? std::nullopt : std::optional<double>(v); };
       summary.validation_accuracy = value(eval->validation_accuracy);
       summary.validation_cross_entropy = value(eval->validation_cross_entropy);
       summary.test_accuracy = value(eval->test_accuracy);
@@ -280,6 +287,12 @@ class WorkerSession::Impl {
     }
     telemetry_->OnFinal(summary.global_step, summary.validation_accuracy, summary.test_accuracy);
     if (auto stats = client_->Stats(); stats.ok()) {
+      // The workers that took part: those that pushed (a worker that never came is not counted).
+      if (const int pushed = WorkerRoster::PushedWorkers(*stats); pushed > 0) summary.workers = pushed;
+      if (const std::string never = WorkerRoster::NeverPushed(*stats, cluster_.num_workers()); !never.empty()) {
+        log(absl::StrCat("chief: ", never, " never pushed a gradient; the summary counts the ", summary.workers,
+                         " worker(s) that did"));
+      }
       for (const ps::PsTaskStats& s : *stats) {
         std::vector<TableTraffic> tables;
         for (const ps::TableTaskStats& t : s.tables) {
@@ -295,6 +308,7 @@ class WorkerSession::Impl {
     }
     if (auto s = client_->Shutdown(); !s.ok()) return s;
     ended_ = true;  // the job is over: nothing left to abort
+    log(absl::StrCat("worker ", index_, ": done after ", local_step_, " local steps"));
     if (options_.report_summary) {
       std::string text = FormatSummary(summary);
       if (!text.empty() && text.back() == '\n') text.pop_back();
@@ -313,6 +327,7 @@ class WorkerSession::Impl {
     // The chief giving up ends the job: the ps tasks exit non-zero with its reason rather than
     // waiting for a chief that will not come back. (Aborted means a ps told us the job is over.)
     if (is_chief() && !absl::IsAborted(reason)) client_->Abort(std::string(reason.message()));
+    if (is_chief() && chief_ != nullptr) chief_->MarkTrainingFailed(std::string(reason.message()));
     // Told the job was aborted: leave, so the ps tasks need not wait for us. Giving up (a ps task
     // silent past --ps_timeout_secs, a script that raised, ...): say why, so no ps task waits
     // --worker_timeout_secs for us.
@@ -386,6 +401,19 @@ class WorkerSession::Impl {
     std::vector<dist::TableSpec> specs;
     for (const SessionTable& t : tables_) specs.push_back(t.spec);
     return specs;
+  }
+
+  // The chief, every kWorkerCheckSecs: which workers are connected (its /metrics gauge, and a line
+  // for those that are not: train/worker_roster.h).
+  void CheckWorkers() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_worker_check_) return;
+    next_worker_check_ = now + std::chrono::seconds(kWorkerCheckSecs);
+    auto stats = client_->Stats();
+    if (!stats.ok()) return;  // a silent ps task: the next push reports it
+    const std::string line = roster_->Update(*stats, progress_->ElapsedSeconds());
+    telemetry_->registry().SetGauge(metrics::kConnectedWorkers, {}, double(roster_->connected()));
+    if (!line.empty()) log(line);
   }
 
   bool opened() const { return opened_; }
@@ -471,6 +499,9 @@ class WorkerSession::Impl {
   std::unique_ptr<Chief> chief_;
   std::unique_ptr<Telemetry> telemetry_;
   std::unique_ptr<ProgressLog> progress_;
+  static constexpr int kWorkerCheckSecs = 5;
+  std::unique_ptr<WorkerRoster> roster_;  // the chief's
+  std::chrono::steady_clock::time_point next_worker_check_{};  // the first step checks
   // closed_: Close or Abort was called; ended_: this task's part of the job is over (Shutdown or
   // Goodbye sent, or aborted), so there is nothing left to abort.
   bool opened_ = false, closed_ = false, ended_ = false, finished_ = false;

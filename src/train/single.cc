@@ -12,6 +12,7 @@
 #include "train/checkpointing.h"
 #include "train/ctr_single.h"
 #include "train/cluster_setup.h"
+#include "train/evaluator.h"
 #include "train/progress.h"
 #include "train/telemetry.h"
 
@@ -63,6 +64,7 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
   int64_t start_step = 0;
   if (!options.checkpoint_dir.empty()) {
     if (auto s = PrepareCheckpointDir(options.checkpoint_dir, options.env); !s.ok()) return s;
+    if (auto s = ClearTrainingEnd(options.checkpoint_dir, options.env); !s.ok()) return s;
     auto restored = LoadTrainingState(options.checkpoint_dir, options.model, VariableSpecsOf(params), **optimizer, log,
                                       options.env);
     if (!restored.ok()) return restored.status();
@@ -141,6 +143,12 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
   (*telemetry)->OnFinal(summary.global_step, validation.accuracy, test.accuracy);
   if (!options.checkpoint_dir.empty()) {
     if (auto s = save(*options.train_steps); !s.ok()) return s;
+    // An evaluator watching the directory (train/evaluator.h) ends after this checkpoint.
+    if (auto s = WriteTrainingEnd(options.checkpoint_dir, {.failed = false, .global_step = *options.train_steps,
+                                                           .reason = ""}, options.env);
+        !s.ok()) {
+      log(std::string(s.message()));  // training succeeded; an evaluator will wait for --eval_timeout_secs
+    }
   }
   return summary;
 }

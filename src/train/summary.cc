@@ -1,5 +1,11 @@
 #include "psflow/train/summary.h"
 
+#include <cmath>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
@@ -32,6 +38,29 @@ absl::Status CheckMetricName(const std::string& name) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// 7 significant digits: float32's precision, and what the figures mean; nlohmann prints the
+// shortest text of the rounded double ("0.9696", not "0.9696000218391418").
+double Rounded(double v) {
+  if (!std::isfinite(v) || v == 0) return v;
+  return std::stod(absl::StrFormat("%.7g", v));
+}
+
+// The measured metrics present, in print order.
+std::vector<std::pair<const char*, double>> Measured(const RunSummary& s) {
+  std::vector<std::pair<const char*, double>> out;
+  for (const auto& [name, value] : {std::pair{"validation_accuracy", s.validation_accuracy},
+                                    std::pair{"validation_cross_entropy", s.validation_cross_entropy},
+                                    std::pair{"test_accuracy", s.test_accuracy},
+                                    std::pair{"test_cross_entropy", s.test_cross_entropy}}) {
+    if (value.has_value()) out.emplace_back(name, *value);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string SummaryToJson(const RunSummary& s) {
   nlohmann::json traffic = nlohmann::json::array();
   for (const PsTraffic& t : s.ps_traffic) {
@@ -52,30 +81,32 @@ std::string SummaryToJson(const RunSummary& s) {
                       {"workers", s.workers},
                       {"ps", s.ps},
                       {"global_step", s.global_step},
-                      {"train_seconds", s.train_seconds},
-                      {"examples_per_sec", s.examples_per_sec},
-                      {"test_accuracy", s.test_accuracy},
-                      {"validation_accuracy", s.validation_accuracy},
-                      {"validation_cross_entropy", s.validation_cross_entropy},
-                      {"test_cross_entropy", s.test_cross_entropy},
+                      {"train_seconds", Rounded(s.train_seconds)},
+                      {"examples_per_sec", Rounded(s.examples_per_sec)},
                       {"stale_gradients_dropped", s.stale_gradients_dropped},
                       {"ps_traffic", traffic}};
-  for (const auto& [name, value] : s.metrics) j[name] = value;
+  for (const auto& [name, value] : Measured(s)) j[name] = Rounded(value);
+  for (const auto& [name, value] : s.metrics) j[name] = Rounded(value);
   if (s.ctr.has_value()) {
     const CtrFigures& c = *s.ctr;
-    j["ctr"] = {{"test_examples", c.test_examples}, {"test_log_loss", c.test_log_loss}, {"test_auc", c.test_auc},
-                {"bayes_log_loss", c.bayes_log_loss}, {"bayes_auc", c.bayes_auc}, {"table_rows", c.table_rows}};
+    j["ctr"] = {{"test_examples", c.test_examples}, {"test_log_loss", Rounded(c.test_log_loss)},
+                {"test_auc", Rounded(c.test_auc)}, {"bayes_log_loss", Rounded(c.bayes_log_loss)},
+                {"bayes_auc", Rounded(c.bayes_auc)}, {"table_rows", c.table_rows}};
   }
   return j.dump();
 }
 
 std::string FormatSummary(const RunSummary& s) {
-  std::string out = absl::StrFormat(
-      "final: model=%s mode=%s workers=%d ps=%d global_step=%d train_seconds=%.2f global_examples_per_sec=%.0f "
-      "validation_accuracy=%.4f validation_cross_entropy=%.4f test_accuracy=%.4f stale_gradients_dropped=%d",
-      s.model, s.mode, s.workers, s.ps, s.global_step, s.train_seconds, s.examples_per_sec,
-      s.validation_accuracy, s.validation_cross_entropy, s.test_accuracy, s.stale_gradients_dropped);
-  // The evaluation's own scalars continue the final line.
+  std::string out = absl::StrFormat("final: model=%s mode=%s workers=%d ps=%d global_step=%d train_seconds=%.2f "
+                                    "global_examples_per_sec=%.0f",
+                                    s.model, s.mode, s.workers, s.ps, s.global_step, s.train_seconds,
+                                    s.examples_per_sec);
+  // The line shows the accuracies and the validation cross-entropy that were measured (the JSON has
+  // every one), then the evaluation's own scalars.
+  for (const auto& [name, value] : Measured(s)) {
+    if (std::string_view(name) != "test_cross_entropy") absl::StrAppendFormat(&out, " %s=%.4f", name, value);
+  }
+  absl::StrAppendFormat(&out, " stale_gradients_dropped=%d", s.stale_gradients_dropped);
   for (const auto& [name, value] : s.metrics) absl::StrAppendFormat(&out, " %s=%.6g", name, value);
   out += "\n";
   for (const PsTraffic& t : s.ps_traffic) {

@@ -67,10 +67,13 @@ void Telemetry::OnStep(int64_t global_step, double loss, double accuracy, float 
   last_time_ = now;
 }
 
-void Telemetry::OnFinal(int64_t global_step, double validation_accuracy, double test_accuracy) {
+void Telemetry::OnFinal(int64_t global_step, std::optional<double> validation_accuracy,
+                        std::optional<double> test_accuracy) {
   registry_.SetGauge(metrics::kGlobalStep, {}, double(global_step));
-  WriteScalars({{"accuracy/validation", float(validation_accuracy)}, {"accuracy/test", float(test_accuracy)}},
-               global_step);
+  std::vector<std::pair<std::string, float>> scalars;
+  if (validation_accuracy.has_value()) scalars.emplace_back("accuracy/validation", float(*validation_accuracy));
+  if (test_accuracy.has_value()) scalars.emplace_back("accuracy/test", float(*test_accuracy));
+  if (!scalars.empty()) WriteScalars(scalars, global_step);
   if (events_) (void)events_->Flush();
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,8 +33,8 @@ class Telemetry {
   // A worker's step: updates gauges, and every --save_summaries_steps global steps writes loss,
   // batch accuracy, learning rate, global_step/sec and examples/sec.
   void OnStep(int64_t global_step, double loss, double accuracy, float learning_rate, int64_t examples_per_step);
-  // Final accuracies (chief / single process).
-  void OnFinal(int64_t global_step, double validation_accuracy, double test_accuracy);
+  // Final accuracies (chief / single process); absent ones are not written.
+  void OnFinal(int64_t global_step, std::optional<double> validation_accuracy, std::optional<double> test_accuracy);
   // The caller's own scalars (an evaluation, WorkerSession::LogScalars) at `global_step`, flushed.
   void OnScalars(const std::vector<std::pair<std::string, double>>& scalars, int64_t global_step);
   // A ps task's counters: traffic rates as TensorBoard curves, totals as Prometheus counters.

@@ -41,6 +41,9 @@ echo "installed: configure+build $(echo "$t1 - $t0" | bc) s, objects: $objects"
 
 psflow="$work/prefix/bin/psflow"
 app="$work/installed/regression"
+# The summary counts the workers that pushed: in a job this short one worker may push none (the
+# other took every step), and the chief then says so.
+pushers() { grep -q "never pushed a gradient; the summary counts the 1 worker(s) that did" "$1" && echo 1 || echo 2; }
 run() {  # run LOG ARGS...: the cluster, its output in LOG and on stdout
   local log=$1; shift
   "$psflow" local --ps=1 --workers=2 "$@" > "$log" 2>&1 || { cat "$log"; fail "psflow local $* exited non-zero"; }
@@ -48,7 +51,8 @@ run() {  # run LOG ARGS...: the cluster, its output in LOG and on stdout
 }
 ckpt="$work/ckpt"
 run "$work/async.log" --train_steps=300 --log_every=100 --checkpoint_dir="$ckpt" --save_checkpoint_steps=100 -- "$app"
-final=$(grep -o "final: model=regression mode=async workers=2 ps=1 global_step=[0-9]*" "$work/async.log") \
+final=$(grep -o "final: model=regression mode=async workers=$(pushers "$work/async.log") ps=1 global_step=[0-9]*" \
+        "$work/async.log") \
   || fail "no async summary line for the regression"
 [[ ${final##*=} -ge 300 ]] || fail "async run stopped at ${final##*=} < 300"
 [[ $(grep -c "saved checkpoint .*model.ckpt-300\." "$work/async.log") -eq 1 ]] \
@@ -80,6 +84,7 @@ ctest --test-dir "$work/subdir" -N | grep -q "Total Tests: 0" || fail "add_subdi
 psflow="$subdir_psflow/psflow"
 app="$work/subdir/regression"
 run "$work/subdir.log" --train_steps=100 --log_every=50 -- "$app"
-grep -q "final: model=regression mode=async workers=2 ps=1 global_step=1[0-9][0-9]" "$work/subdir.log" \
+grep -q "final: model=regression mode=async workers=$(pushers "$work/subdir.log") ps=1 global_step=1[0-9][0-9]" \
+        "$work/subdir.log" \
   || fail "no summary line from the add_subdirectory build"
 echo "PASS"

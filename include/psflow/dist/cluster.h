@@ -43,7 +43,8 @@ class ClusterSpec {
   // A chief entry (at most one address) becomes worker 0 and the worker list follows it. Task type
   // "chief" (index 0) -> worker 0; "worker" index i -> worker i+1 when a chief exists, else worker i;
   // "ps" index i -> ps i. An "evaluator" list in the cluster is ignored (it is not part of the training
-  // cluster); task type "evaluator" and any other job are errors ("unsupported").
+  // cluster); task type "evaluator" (index 0) gives an empty cluster and task {"evaluator", 0}
+  // (the evaluator reads checkpoints, it joins no cluster); any other job is an error.
   static absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> FromTfConfig(std::string_view json);
 
   const std::vector<std::string>& ps() const { return ps_; }
@@ -95,7 +96,8 @@ struct ClusterSources {
 //    as for TF_CONFIG (ClusterFromSlurm, psflow/dist/slurm.h);
 //  - else the empty cluster (single-process training); job_name must be "" or "worker" with index 0.
 // Two sources given (flags and TF_CONFIG, or --slurm_jobs and either) is an error naming both;
-// --slurm_jobs outside a Slurm step is an error.
+// --slurm_jobs outside a Slurm step is an error. job_name "evaluator" (index 0) resolves to the
+// empty cluster and task {"evaluator", 0} whatever the host flags say.
 absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ResolveCluster(const ClusterSources& sources);
 // The same without Slurm.
 absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ResolveCluster(std::string_view ps_hosts,

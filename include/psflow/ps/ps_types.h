@@ -88,6 +88,8 @@ struct PsTaskStats {
   int64_t calls_unauthenticated = 0;    // calls refused for a missing or wrong secret
   int64_t connected_workers = 0;        // clients that said Hello and not yet Goodbye (this task only)
   std::vector<TableTaskStats> tables;   // one per table shard this task holds
+  std::vector<int32_t> connected_worker_indices;  // their worker indices, sorted, without repeats
+  std::vector<int32_t> pushed_worker_indices;     // workers whose push this task accepted, sorted
 };
 
 }  // namespace psflow::ps

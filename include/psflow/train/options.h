@@ -20,7 +20,7 @@ struct ModelConfig;
 namespace psflow::train {
 
 struct TrainOptions {
-  // Cluster (empty: one process trains alone).
+  // Cluster (empty: one process trains alone). job_name "evaluator": evaluate the checkpoints.
   std::string job_name;
   int task_index = 0;
   std::string ps_hosts, worker_hosts;
@@ -84,6 +84,7 @@ struct TrainOptions {
   std::string metrics_json;
   int metrics_port = 0;
   int64_t eval_every_steps = 0;  // the chief evaluates every N global steps (0: only at the end)
+  double eval_timeout_secs = 3600;  // an evaluator with no new checkpoint for this long gives up
   // The file system checkpoints, event files and --metrics_json are written through (borrowed,
   // never null; not a flag): tests hand in a fault-injecting one.
   io::Env* env = io::Env::Default();

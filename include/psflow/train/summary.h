@@ -42,8 +42,10 @@ struct RunSummary {
   int workers = 1, ps = 0;
   int64_t global_step = 0;
   double train_seconds = 0, examples_per_sec = 0;
-  double test_accuracy = 0, validation_accuracy = 0;
-  double validation_cross_entropy = 0, test_cross_entropy = 0;
+  // Absent when not measured (a PyTorch evaluate() may return only some): left out of the summary
+  // line and the JSON, never printed as 0.
+  std::optional<double> test_accuracy, validation_accuracy;
+  std::optional<double> validation_cross_entropy, test_cross_entropy;
   int64_t stale_gradients_dropped = 0;
   std::vector<PsTraffic> ps_traffic;
   // The evaluation's other scalars (SessionEval::scalars), by their own names, after the fixed
@@ -57,6 +59,7 @@ struct RunSummary {
 // names are the summary's own fields and are accepted). InvalidArgument naming it otherwise.
 absl::Status CheckMetricName(const std::string& name);
 
+// Measured figures are rounded to 7 significant digits (float32's precision: no "0.9696000218391418").
 std::string SummaryToJson(const RunSummary& summary);
 // Human-readable block ("final: model=mlp mode=async ... test_accuracy=0.9791") plus the JSON.
 std::string FormatSummary(const RunSummary& summary);

@@ -180,6 +180,8 @@ wire::StatsResponse ToWire(const PsTaskStats& s) {
     o->set_rows_pushed(t.rows_pushed);
     o->set_rows_dropped(t.rows_dropped);
   }
+  for (int32_t i : s.connected_worker_indices) w.add_connected_worker_indices(i);
+  for (int32_t i : s.pushed_worker_indices) w.add_pushed_worker_indices(i);
   return w;
 }
 
@@ -205,6 +207,8 @@ PsTaskStats FromWire(const wire::StatsResponse& w) {
                         .rows_pushed = o.rows_pushed(),
                         .rows_dropped = o.rows_dropped()});
   }
+  s.connected_worker_indices.assign(w.connected_worker_indices().begin(), w.connected_worker_indices().end());
+  s.pushed_worker_indices.assign(w.pushed_worker_indices().begin(), w.pushed_worker_indices().end());
   return s;
 }
 

@@ -34,6 +34,7 @@ void FillDistinct(pb::Message* m, int* k) {
       for (int e = 0; e < 2; ++e) {
         const int v = ++*k;
         switch (f->cpp_type()) {
+          case pb::FieldDescriptor::CPPTYPE_INT32: r->AddInt32(m, f, 100 + v); break;
           case pb::FieldDescriptor::CPPTYPE_INT64: r->AddInt64(m, f, (int64_t{1} << 40) + v); break;
           case pb::FieldDescriptor::CPPTYPE_FLOAT: r->AddFloat(m, f, 0.5f + v); break;
           case pb::FieldDescriptor::CPPTYPE_STRING: r->AddString(m, f, "value" + std::to_string(v)); break;
@@ -190,8 +191,9 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
 
 TEST(WireConfigTest, StatsToTheWireAndBackKeepsEveryField) {
   PsTaskStats s;
-  auto& [task, bytes_in, bytes_out, num_params, global_step, stale, refused, unauthenticated, connected, tables] = s;
-  EXPECT_EQ(wire::StatsResponse::descriptor()->field_count(), 10);
+  auto& [task, bytes_in, bytes_out, num_params, global_step, stale, refused, unauthenticated, connected, tables,
+         connected_indices, pushed_indices] = s;
+  EXPECT_EQ(wire::StatsResponse::descriptor()->field_count(), 12);
   EXPECT_EQ(wire::TableStatsWire::descriptor()->field_count(), 9);
   int k = 0;
   Set(task, ++k), Set(bytes_in, ++k), Set(bytes_out, ++k), Set(num_params, ++k), Set(global_step, ++k);
@@ -199,9 +201,11 @@ TEST(WireConfigTest, StatsToTheWireAndBackKeepsEveryField) {
   auto& [table, rows, pending, bytes, admissions, evictions, pulled, pushed, dropped] = tables.emplace_back();
   Set(table, ++k), Set(rows, ++k), Set(pending, ++k), Set(bytes, ++k), Set(admissions, ++k), Set(evictions, ++k);
   Set(pulled, ++k), Set(pushed, ++k), Set(dropped, ++k);
+  connected_indices = {0, 2, 5};
+  pushed_indices = {1, 2};
   const PsTaskStats back = FromWire(ToWire(s));
   const auto& [b_task, b_bytes_in, b_bytes_out, b_num_params, b_global_step, b_stale, b_refused, b_unauthenticated,
-               b_connected, b_tables] = back;
+               b_connected, b_tables, b_connected_indices, b_pushed_indices] = back;
   ASSERT_EQ(b_tables.size(), 1u);
   const auto& [b_table, b_rows, b_pending, b_bytes, b_admissions, b_evictions, b_pulled, b_pushed, b_dropped] =
       b_tables[0];
@@ -214,6 +218,8 @@ TEST(WireConfigTest, StatsToTheWireAndBackKeepsEveryField) {
   EXPECT_EQ(b_pulled, pulled);
   EXPECT_EQ(b_pushed, pushed);
   EXPECT_EQ(b_dropped, dropped);
+  EXPECT_EQ(b_connected_indices, connected_indices);
+  EXPECT_EQ(b_pushed_indices, pushed_indices);
   EXPECT_EQ(b_task, task);
   EXPECT_EQ(b_bytes_in, bytes_in);
   EXPECT_EQ(b_bytes_out, bytes_out);
@@ -251,6 +257,32 @@ TEST(StatsOverTheWireTest, ClientReportsTheConnectedWorkers) {
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ((*stats)[0].connected_workers, 1);
   EXPECT_EQ((*stats)[0].connected_workers, cluster->servers[0]->Stats().connected_workers);
+}
+
+// Which workers are connected and which pushed: the chief names the missing ones and the summary
+// counts the ones that pushed (train/worker_roster.h).
+TEST(StatsOverTheWireTest, ClientReportsWhichWorkersAreConnectedAndWhichPushed) {
+  const dist::PlacementPlan plan = Plan({{"w", {4}}}, 1);
+  auto cluster = TestCluster::Start(1, 3);
+  auto w0 = cluster->Client(plan, 0), w2 = cluster->Client(plan, 2);
+  PSFLOW_ASSERT_OK(w0->Connect());
+  PSFLOW_ASSERT_OK(w2->Connect());
+  const Tensor w({4}, 1.0f), g({4}, 0.5f);
+  PSFLOW_ASSERT_OK(w0->Initialize({{"w", &w}}, Sgd(0.1f)));
+  auto stats = w0->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ((*stats)[0].connected_worker_indices, (std::vector<int32_t>{0, 2}));
+  EXPECT_TRUE((*stats)[0].pushed_worker_indices.empty());
+  ASSERT_TRUE(w2->Push({{"w", &g, nullptr}}, 0).ok());
+  ASSERT_TRUE(w2->Push({{"w", &g, nullptr}}, 1).ok());
+  stats = w0->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ((*stats)[0].pushed_worker_indices, (std::vector<int32_t>{2}));
+  PSFLOW_ASSERT_OK(w2->Goodbye());
+  stats = w0->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ((*stats)[0].connected_worker_indices, (std::vector<int32_t>{0}));
+  EXPECT_EQ((*stats)[0].pushed_worker_indices, (std::vector<int32_t>{2}));  // it did push
 }
 
 // The chief's traffic table (its final Stats call) and the ps's final counters differ by exactly

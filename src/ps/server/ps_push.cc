@@ -126,6 +126,9 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
     return responder.Respond(absl::InvalidArgumentError(
         absl::StrCat("refused push from worker ", header.worker_index(), ": ", valid.message())));
   }
+  if (const int w = header.worker_index(); w >= 0 && w < num_pushed_flags_ && !pushed_[w].load(std::memory_order_relaxed)) {
+    pushed_[w].store(true, std::memory_order_relaxed);
+  }
   if (m->config.sync) {
     PushInSyncMode(*m, gradients, header, std::move(pulls), std::move(tables), std::move(responder));
   } else {

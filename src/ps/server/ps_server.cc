@@ -1,5 +1,6 @@
 // PsServer: lifecycle, control RPCs (Hello, WaitInitialized, Goodbye, Shutdown,
 // Stats) and pulls. Initialize is in ps_initialize.cc, pushes and the sync quorum in ps_push.cc.
+#include <algorithm>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -9,7 +10,18 @@
 
 namespace psflow::ps {
 
-PsServer::Impl::Impl(Options options) : options_(std::move(options)) {}
+namespace {
+// Workers whose pushes a task without a cluster (tests, benchmarks) tells apart.
+constexpr int kPushFlagsWithoutCluster = 1024;
+int PushFlags(const PsServer::Options& o) {
+  return o.cluster.num_workers() > 0 ? o.cluster.num_workers() : kPushFlagsWithoutCluster;
+}
+}  // namespace
+
+PsServer::Impl::Impl(Options options)
+    : options_(std::move(options)),
+      pushed_(new std::atomic<bool>[PushFlags(options_)]()),
+      num_pushed_flags_(PushFlags(options_)) {}
 
 PsServer::Impl::~Impl() { Stop(); }
 
@@ -371,6 +383,14 @@ PsTaskStats PsServer::Impl::Stats() const {
   {
     absl::MutexLock lock(&mu_);
     stats.connected_workers = static_cast<int64_t>(connected_.size());
+    for (const auto& [client, worker] : connected_) stats.connected_worker_indices.push_back(worker);
+  }
+  std::sort(stats.connected_worker_indices.begin(), stats.connected_worker_indices.end());
+  stats.connected_worker_indices.erase(
+      std::unique(stats.connected_worker_indices.begin(), stats.connected_worker_indices.end()),
+      stats.connected_worker_indices.end());
+  for (int i = 0; i < num_pushed_flags_; ++i) {
+    if (pushed_[i].load(std::memory_order_relaxed)) stats.pushed_worker_indices.push_back(i);
   }
   return stats;
 }

@@ -156,6 +156,10 @@ class PsServer::Impl final : public rpc::Handler {
   std::atomic<bool> shutdown_flag_{false};
   std::atomic<int64_t> step_{0};  // async: the global step (on its ps); sync: this task's step
   std::atomic<int64_t> pushes_refused_{0};
+  // pushed_[i]: worker i had a push accepted (Stats' pushed_worker_indices); one flag per worker
+  // of the cluster, set once, read by Stats.
+  std::unique_ptr<std::atomic<bool>[]> pushed_;
+  int num_pushed_flags_ = 0;
 
   mutable absl::Mutex mu_;
   std::vector<rpc::Responder> init_waiters_ ABSL_GUARDED_BY(mu_);
