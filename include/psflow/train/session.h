@@ -42,9 +42,11 @@
 //            (ShouldStop() is then true). The chief may also call it inside Close's `evaluate`.
 //   the caller computes and writes table_batch(t).grads [U, dim]: each unique id's gradient,
 //            summed over the examples that hold it (an empty Tensor: the table is not pushed).
-//   Prefetch(next_ids)   optional, before Step: the next batch's ids ride on Step's push and their
-//            rows come back with its answer (one round trip per step); the next Lookup with the
-//            same ids uses them (other ids: Lookup pulls them instead).
+//   Prefetch(next_ids)   optional, after this step's Lookup and before Step: the next batch's ids
+//            ride on Step's push and their rows come back with its answer (one round trip per
+//            step); the next Lookup with the same ids uses them (other ids: Lookup pulls them
+//            instead). Called before this step's Lookup, it would drop the rows the last Step
+//            prefetched for it.
 //   Step()   pushes the dense gradients and each table's (ids, grads) in the same call per ps
 //            (PushAndPull), the dense values and the prefetched rows coming back with its answer;
 //            the tables' rules run on the ps (--sparse_optimizer; sync: summed over the step's
