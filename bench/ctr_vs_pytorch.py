@@ -294,10 +294,12 @@ def psflow_single(args):
         "peak_rss_mb": [resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0]}
 
 
-def run_psflow_cluster(args, sync):
-    """C++ workers (`psflow train --model=ctr`) on 2 ps + 2 workers over gRPC on 127.0.0.1, the
-    tables on the ps (fixed div [N, 16] per field, adagrad there). Async: S global steps of 1024
-    (each worker about S/2); sync: S global steps of 2 x 512. Peak RSS of each process (wait4)."""
+def run_cluster(program, sync):
+    """`program` (the command that runs one task, before its flags) on 2 ps + 2 workers over gRPC on
+    127.0.0.1, each task its own process, the tables on the ps (fixed div [N, 16] per field,
+    adagrad there, Adam on the dense layers). Async: S global steps of 1024 (each worker about
+    S/2); sync: S global steps of 2 x 512. Peak RSS of each process (wait4)."""
+    args = program.args
     ports = [free_port() for _ in range(4)]
     ps = ",".join(f"127.0.0.1:{p}" for p in ports[:2])
     workers = ",".join(f"127.0.0.1:{p}" for p in ports[2:])
@@ -306,77 +308,55 @@ def run_psflow_cluster(args, sync):
         out = os.path.join(tmp, "m.json")
 
         def task(job, index):
-            cmd = [os.path.join(args.build, "psflow"), "train", f"--job_name={job}", f"--task_index={index}",
-                   f"--ps_hosts={ps}", f"--worker_hosts={workers}", "--model=ctr", f"--train_steps={args.steps}",
-                   f"--batch_size={batch}", f"--ctr_fields={FIELDS}", f"--ctr_dim={DIM}", f"--ctr_vocab={args.vocab}",
-                   "--optimizer=adam", f"--learning_rate={DENSE_LR}", "--sparse_optimizer=adagrad",
-                   f"--sparse_learning_rate={SPARSE_LR}", f"--ctr_test_examples={TEST_EXAMPLES}",
-                   "--intra_op_threads=1", f"--seed={args.seed}", f"--log_every={args.steps}"]
+            cmd = program.command + [
+                f"--job_name={job}", f"--task_index={index}", f"--ps_hosts={ps}", f"--worker_hosts={workers}",
+                f"--train_steps={args.steps}", f"--batch_size={batch}", f"--ctr_fields={FIELDS}", f"--ctr_dim={DIM}",
+                f"--ctr_vocab={args.vocab}", "--optimizer=adam", f"--learning_rate={DENSE_LR}",
+                "--sparse_optimizer=adagrad", f"--sparse_learning_rate={SPARSE_LR}",
+                f"--ctr_test_examples={TEST_EXAMPLES}", "--intra_op_threads=1", f"--seed={args.seed}",
+                f"--log_every={args.steps}"]
             if sync:
                 cmd.append("--sync_replicas")
             if job == "worker" and index == 0:
                 cmd.append(f"--metrics_json={out}")
-            return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), job, index
 
         procs = [task("ps", 0), task("ps", 1), task("worker", 0), task("worker", 1)]
         peaks = []
-        for p in procs:
+        for p, job, index in procs:
             _, status, usage = os.wait4(p.pid, 0)
             p.returncode = os.waitstatus_to_exitcode(status)
             peaks.append(round(usage.ru_maxrss / 1024.0, 1))
             if p.returncode != 0:
-                raise RuntimeError(f"{p.args[3]} {p.args[4]} exited {p.returncode}: {p.stderr.read()[-2000:]}")
+                raise RuntimeError(f"{job} {index} exited {p.returncode}: {p.stderr.read()[-2000:]}")
         summary = json.load(open(out))
     c = summary["ctr"]
     return {k: c[k] for k in ("test_log_loss", "test_auc", "bayes_log_loss", "bayes_auc")} | {
         "train_examples_per_sec": round(summary["examples_per_sec"]), "peak_rss_mb": peaks}
 
 
-def run_psflow_torch_cluster(args, sync):
-    """PyTorch workers (examples/pytorch/ctr_dlrm.py: psflow.torch.EmbeddingBag, fixed div [N, 16] per
-    field on the ps, adagrad there, Adam on the dense layers, next batch prefetched) on 2 ps + 2
-    workers over gRPC on 127.0.0.1, each task its own process started by hand. Same steps and
-    batches as run_psflow_cluster; peak RSS of each process (wait4)."""
-    ports = [free_port() for _ in range(4)]
-    ps = ",".join(f"127.0.0.1:{p}" for p in ports[:2])
-    workers = ",".join(f"127.0.0.1:{p}" for p in ports[2:])
-    batch = BATCH // 2 if sync else BATCH
-    script = os.path.join(ROOT, "examples/pytorch/ctr_dlrm.py")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "m.json")
+class Program:
+    """The command that runs one task of the cluster runs, and the bench's arguments."""
 
-        def task(job, index):
-            cmd = ["/usr/bin/python3", script, f"--job_name={job}", f"--task_index={index}", f"--ps_hosts={ps}",
-                   f"--worker_hosts={workers}", f"--train_steps={args.steps}", f"--batch_size={batch}",
-                   f"--ctr_fields={FIELDS}", f"--ctr_dim={DIM}", f"--ctr_vocab={args.vocab}", "--optimizer=adam",
-                   f"--learning_rate={DENSE_LR}", "--sparse_optimizer=adagrad", f"--sparse_learning_rate={SPARSE_LR}",
-                   f"--ctr_test_examples={TEST_EXAMPLES}", "--intra_op_threads=1", f"--seed={args.seed}",
-                   f"--log_every={args.steps}"]
-            if sync:
-                cmd.append("--sync_replicas")
-            if job == "worker" and index == 0:
-                cmd.append(f"--metrics_json={out}")
-            return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    def __init__(self, args, command):
+        self.args, self.command = args, command
 
-        procs = [task("ps", 0), task("ps", 1), task("worker", 0), task("worker", 1)]
-        peaks = []
-        for p in procs:
-            _, status, usage = os.wait4(p.pid, 0)
-            p.returncode = os.waitstatus_to_exitcode(status)
-            peaks.append(round(usage.ru_maxrss / 1024.0, 1))
-            if p.returncode != 0:
-                raise RuntimeError(f"{p.args[2]} {p.args[3]} exited {p.returncode}: {p.stderr.read()[-2000:]}")
-        summary = json.load(open(out))
-    c = summary["ctr"]
-    return {k: c[k] for k in ("test_log_loss", "test_auc", "bayes_log_loss", "bayes_auc")} | {
-        "train_examples_per_sec": round(summary["examples_per_sec"]), "peak_rss_mb": peaks}
+
+def cpp_workers(args):
+    """C++ workers: `psflow train --model=ctr`."""
+    return Program(args, [os.path.join(args.build, "psflow"), "train", "--model=ctr"])
+
+
+def torch_workers(args):
+    """PyTorch workers: examples/pytorch/ctr_dlrm.py (psflow.torch.EmbeddingBag, next batch prefetched)."""
+    return Program(args, ["/usr/bin/python3", os.path.join(ROOT, "examples/pytorch/ctr_dlrm.py")])
 
 
 RUNS = {"a": ("torch_single", torch_single), "b": ("torch_ddp", torch_ddp), "c": ("torch_rpc", torch_rpc),
-        "d": ("psflow_single", psflow_single), "e": ("psflow_cluster_async", lambda a: run_psflow_cluster(a, False)),
-        "f": ("psflow_cluster_sync", lambda a: run_psflow_cluster(a, True)),
-        "g": ("psflow_torch_async", lambda a: run_psflow_torch_cluster(a, False)),
-        "h": ("psflow_torch_sync", lambda a: run_psflow_torch_cluster(a, True))}
+        "d": ("psflow_single", psflow_single), "e": ("psflow_cluster_async", lambda a: run_cluster(cpp_workers(a), False)),
+        "f": ("psflow_cluster_sync", lambda a: run_cluster(cpp_workers(a), True)),
+        "g": ("psflow_torch_async", lambda a: run_cluster(torch_workers(a), False)),
+        "h": ("psflow_torch_sync", lambda a: run_cluster(torch_workers(a), True))}
 
 
 def main():
