@@ -1,0 +1,130 @@
+// table_scale_worker — the worker of bench/table_scale.py: one embedding table on the ps tasks,
+// driven at full speed by one worker that holds only each step's rows. It measures what a table's
+// size costs the tasks (peak RSS, read by the driver) and how fast a dynamic table creates rows.
+//
+//   --table=fixed    a fixed [--rows, --dim] div table; each step looks up --ids_per_step ids drawn
+//                    uniformly from [0, rows) (a stream of (seed, step)) and pushes a gradient row
+//                    for each: the update rule touches rows all over the table.
+//   --table=dynamic  a dynamic table of --dim with --max_rows and --evict_every; each step's ids are
+//                    new ids never seen before (step·U + i, scrambled so they spread over the ps
+//                    tasks like hashed ids): every push creates U rows, eviction keeps each ps's
+//                    share at most ⌈max_rows/P⌉ (+ the rows created between two passes).
+// Any psflow flag applies (--sparse_optimizer, --train_steps, the cluster's flags). The chief's
+// summary (--metrics_json) carries the tables' rows, evictions and rows pushed per ps.
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "psflow/cli/flags.h"
+#include "psflow/core/random.h"
+#include "psflow/dist/table_routing.h"
+#include "psflow/train/session.h"
+
+namespace {
+
+struct Args {
+  std::string table = "fixed";
+  int64_t rows = 100000, dim = 64, ids_per_step = 4096, max_rows = 0, evict_every = 100;
+};
+
+// The program's own flags (psflow's are parsed by ParseFlags); one line on a bad one.
+absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& unparsed) {
+  Args a;
+  for (const std::string& arg : unparsed) {
+    const size_t eq = arg.find('=');
+    const std::string key = arg.substr(0, eq), value = eq == std::string::npos ? "" : arg.substr(eq + 1);
+    int64_t* target = key == "--rows"           ? &a.rows
+                      : key == "--dim"          ? &a.dim
+                      : key == "--ids_per_step" ? &a.ids_per_step
+                      : key == "--max_rows"     ? &a.max_rows
+                      : key == "--evict_every"  ? &a.evict_every
+                                                : nullptr;
+    if (key == "--table" && (value == "fixed" || value == "dynamic")) {
+      a.table = value;
+    } else if (target != nullptr && !value.empty() && value.find_first_not_of("0123456789") == std::string::npos) {
+      *target = std::stoll(value);
+    } else {
+      return absl::InvalidArgumentError("unknown or bad argument '" + arg +
+                                        "'; give --table=fixed|dynamic, --rows=N, --dim=N, --ids_per_step=N, "
+                                        "--max_rows=N, --evict_every=N (non-negative integers)");
+    }
+  }
+  if (a.rows < 1 || a.dim < 1 || a.ids_per_step < 1) {
+    return absl::InvalidArgumentError("--rows, --dim and --ids_per_step must be positive");
+  }
+  return a;
+}
+
+int Run(int argc, char** argv) {
+  auto flags = psflow::cli::ParseFlags(argc, argv);
+  if (!flags.ok()) {
+    std::cerr << "table_scale_worker: " << flags.status().message() << "\n";
+    return 2;
+  }
+  auto args = ParseArgs(flags->unparsed);
+  if (!args.ok()) {
+    std::cerr << "table_scale_worker: " << args.status().message() << "\n";
+    return 2;
+  }
+  const psflow::train::TrainOptions& o = flags->options;
+  psflow::train::SessionTable table;
+  table.name = "scale";
+  table.spec.name = "scale";
+  table.spec.dim = args->dim;
+  table.spec.dynamic = args->table == "dynamic";
+  table.spec.num_embeddings = table.spec.dynamic ? 0 : args->rows;
+  table.spec.max_rows = args->max_rows;
+  table.spec.evict_every = args->evict_every;
+  table.spec.seed = o.seed;
+
+  // A dense parameter beside the table, as in any model (its gradient is zero).
+  psflow::Tensor bias({1}, 0.0f), bias_grad({1}, 0.0f);
+  psflow::train::WorkerSession::Options options;
+  options.train = o;
+  options.model_name = "table_scale";
+  auto session = psflow::train::WorkerSession::Create(options, {{"bias", &bias, &bias_grad}}, {table});
+  if (!session.ok()) {
+    std::cerr << "table_scale_worker: " << session.status().message() << "\n";
+    return 2;
+  }
+  psflow::train::WorkerSession& s = **session;
+  auto loop = [&]() -> absl::Status {
+    if (auto st = s.Open(); !st.ok()) return st;
+    std::vector<int64_t> ids(static_cast<size_t>(args->ids_per_step));
+    int64_t pushes = 0;  // this worker's: dynamic ids are new on every push
+    while (!s.ShouldStop()) {
+      const int64_t step = s.data_step();
+      psflow::Rng rng(psflow::Rng::Mix(o.seed, static_cast<uint64_t>(step)));
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (table.spec.dynamic) {
+          const uint64_t n = static_cast<uint64_t>(pushes) * ids.size() + i;
+          ids[i] = static_cast<int64_t>(psflow::dist::Mix64(n));  // distinct: Mix64 is a bijection
+        } else {
+          ids[i] = static_cast<int64_t>(rng.UniformInt(static_cast<uint64_t>(args->rows)));
+        }
+      }
+      ++pushes;
+      if (auto st = s.Lookup({ids}); !st.ok()) return st;
+      psflow::train::TableBatch& b = s.table_batch(0);
+      b.grads = psflow::Tensor(b.rows.shape(), 0.01f);
+      if (auto st = s.Step(0.0); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  };
+  if (auto st = loop(); !st.ok()) {
+    s.Abort(st);
+    std::cerr << "table_scale_worker: " << st.message() << "\n";
+    return 1;
+  }
+  auto summary = s.Close();
+  if (!summary.ok()) {
+    std::cerr << "table_scale_worker: " << summary.status().message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return Run(argc, argv); }
