@@ -5,7 +5,7 @@
 // ids, last steps and counts, docs/tables.md#semantics). psflow.read_checkpoint / load_checkpoint
 // (python/psflow/checkpoint.py) are built on it. psflow._read_table_rows: some rows of one table,
 // by id, streamed from the file by train/table_checkpoint.h's ReadTableRows (the table is never
-// read whole), for psflow.read_table_rows. Stateless; the GIL is released while files are read.
+// held in memory), for psflow.read_table_rows. Stateless; the GIL is released while files are read.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

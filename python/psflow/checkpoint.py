@@ -148,7 +148,8 @@ def load_checkpoint(module, path, strict=True):
 
 def read_table_rows(path, table, ids, model=None):
     """(rows, found) of embedding table `table` for `ids`, read from the checkpoint at `path` (a
-    file, or a directory: its newest valid checkpoint) without reading the table whole: rows
+    file, or a directory: its newest valid checkpoint) without holding the table in memory (one
+    streamed checksum pass over the file, then the ids column and the wanted rows): rows
     float32 [*ids.shape, dim], found bool [*ids.shape] (the file holds that id's row).
 
     table: the table's name in the checkpoint, or a psflow.torch.Embedding / EmbeddingBag (its
