@@ -75,6 +75,10 @@ class TablesCheckpointTest(unittest.TestCase):
                                       ("on3", 3, 60, cls.resumed), ("straight", 1, 60, cls.straight)):
             cls.runs[name] = launch(ps, steps, ckpt)
 
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
     def ok(self, name):
         run = self.runs[name]
         self.assertEqual(run.returncode, 0, f"{name}: {run.stdout[-3000:]}")
