@@ -10,11 +10,17 @@ accuracy is checked against the C++ baseline of their mode within --pytorch_accu
 
   tests/fault_injection.py --build build [--runs 20] [--pytorch_runs 3] [--seed 1]
   tests/fault_injection.py --build build --model ctr [--runs 8]
+  tests/fault_injection.py --build build --model ctr --runs 3 --pytorch_runs 3 --modes sync --steps 400
 
 With --model ctr the job is the ctr model: embedding tables on the ps tasks (dynamic by
 default, --ctr_vocab=N for fixed ones) checkpointed with the dense layers; a killed ps rolls every
 ps back to the last checkpoint, tables included, and the run's test AUC must stay within
---auc_tolerance of the undisturbed run's.
+--auc_tolerance of the undisturbed run's. Its PyTorch runs use examples/pytorch/ctr_dlrm.py
+(psflow.torch.EmbeddingBag tables) and compare with an undisturbed PyTorch run of their mode.
+
+Every run whose fault rolled the job back (a ps killed, or the chief resuming) must restart from
+the newest checkpoint the chief had saved before the kill, or later: it loses at most the steps
+since the last checkpoint.
 
 Prints one JSON line per run and a final summary line (runs, faults, hangs, steps lost per fault);
 exits 1 if any run failed or hung. A run that fails keeps its logs and names their directory.
@@ -32,8 +38,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS = 1500
-CKPT_EVERY = 100
+STEPS = 1500  # --steps
+CKPT_EVERY = 100  # --checkpoint_every
 RUN_TIMEOUT = 120  # far above a disturbed run (~10 s); reaching it is a hang
 TASKS = ["ps:0", "ps:1", "worker:0", "worker:1"]
 PYTORCH_VICTIMS = ["worker:1", "worker:0", "ps:0"]  # in turn, for the PyTorch runs
@@ -67,7 +73,7 @@ class Cluster:
             self.common.append("--sync_replicas")
         self.common.append(f"--transport={transport}")
         self.procs, self.logs, self.starts = {}, {}, {}
-        self.pytorch = pytorch
+        self.pytorch, self.model = pytorch, model
 
     def start(self, task):
         job, index = task.split(":")
@@ -76,7 +82,8 @@ class Cluster:
         extra = [f"--metrics_json={self.workdir}/summary.json"] if task == "worker:0" else []
         program, env = [self.psflow, "train"], None
         if self.pytorch and job == "worker":
-            program = [PYTHON, os.path.join(ROOT, "examples/pytorch/mnist_mlp.py")]
+            script = "ctr_dlrm.py" if self.model == "ctr" else "mnist_mlp.py"
+            program = [PYTHON, os.path.join(ROOT, "examples/pytorch", script)]
             env = dict(os.environ, PYTHONUNBUFFERED="1")  # psflow from the install or $PYTHONPATH
         self.procs[task] = subprocess.Popen(
             program + [f"--job_name={job}", f"--task_index={index}", f"--ps_hosts={self.ps_hosts}",
@@ -110,6 +117,12 @@ def latest_step(cluster):
     return max(steps) if steps else 0
 
 
+def last_saved_step(cluster):
+    """The newest checkpoint the chief has logged as saved (0: none)."""
+    steps = [int(m) for m in re.findall(r"saved checkpoint \S*model\.ckpt-(\d+)\.safetensors", cluster.text("worker:0"))]
+    return max(steps) if steps else 0
+
+
 def run_once(psflow, data_dir, mode, victim, during_startup, kill_after, transport="grpc", kill_at_step=None,
              pytorch=False, model="mlp", ctr_vocab=0):
     workdir = tempfile.mkdtemp(prefix="psflow_fault_")
@@ -117,7 +130,7 @@ def run_once(psflow, data_dir, mode, victim, during_startup, kill_after, transpo
     for task in TASKS:
         c.start(task)
     start = time.time()
-    killed_at_step, first_step_secs = None, None
+    killed_at_step, first_step_secs, saved_at_kill = None, None, 0
     if not during_startup:
         # Strike while training runs (a worker has logged a step), after a random delay.
         while time.time() - start < RUN_TIMEOUT / 2 and not re.search(r"step \d+/", c.text("worker:1")):
@@ -131,6 +144,7 @@ def run_once(psflow, data_dir, mode, victim, during_startup, kill_after, transpo
         time.sleep(kill_after)
         if c.procs[victim].poll() is None:
             killed_at_step = latest_step(c)
+            saved_at_kill = last_saved_step(c)
             c.kill(victim)
             time.sleep(0.3)
             c.start(victim)
@@ -159,6 +173,11 @@ def run_once(psflow, data_dir, mode, victim, during_startup, kill_after, transpo
         result["restored_at_step"] = resumed[-1]
         result["steps_lost"] = max(0, killed_at_step - resumed[-1])
     ok = all(v == 0 for v in codes.values()) and (summary.get("global_step") or 0) >= STEPS
+    if "restored_at_step" in result:
+        # Rolled back no further than the newest checkpoint saved before the kill.
+        result["last_checkpoint_at_kill"] = saved_at_kill
+        result["lost_at_most_since_checkpoint"] = result["restored_at_step"] >= saved_at_kill
+        ok = ok and result["lost_at_most_since_checkpoint"]
     if not ok:
         result["logs"] = workdir
     else:
@@ -167,6 +186,7 @@ def run_once(psflow, data_dir, mode, victim, during_startup, kill_after, transpo
 
 
 def main():
+    global STEPS, CKPT_EVERY
     p = argparse.ArgumentParser()
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--data_dir", default=os.path.join(ROOT, "data/mnist"))
@@ -184,9 +204,10 @@ def main():
                    help="ctr: largest test-AUC difference from the undisturbed run that passes")
     p.add_argument("--pytorch_accuracy_tolerance", type=float, default=0.01,
                    help="largest test-accuracy difference of a PyTorch run from the C++ baseline of its mode")
+    p.add_argument("--steps", type=int, default=STEPS, help="global steps of each run")
+    p.add_argument("--checkpoint_every", type=int, default=CKPT_EVERY, help="--save_checkpoint_steps of each run")
     a = p.parse_args()
-    if a.model == "ctr" and a.pytorch_runs:
-        p.error("--pytorch_runs: the PyTorch workers train the mlp; use --model mlp")
+    STEPS, CKPT_EVERY = a.steps, a.checkpoint_every
     psflow = os.path.join(a.build, "psflow")
     rng = random.Random(a.seed)
     modes = a.modes.split(",")
@@ -194,7 +215,8 @@ def main():
     # runs vary with the interleaving of the workers (about 0.13 points standard deviation at
     # 1500 steps), so take the mean of five.
     baseline = {}
-    for mode in modes:
+    cpp_runs = a.runs > a.pytorch_runs or a.model == "mlp"  # mlp's PyTorch runs compare with C++'s
+    for mode in modes if cpp_runs else []:
         runs = []
         for _ in range(5 if mode == "async" else 1):
             ok, base = run_once(psflow, a.data_dir, mode, None, False, 0, model=a.model, ctr_vocab=a.ctr_vocab)
@@ -203,6 +225,16 @@ def main():
                 sys.exit(1)
             runs.append(base)
         baseline[mode] = sum(r["test_accuracy"] for r in runs) / len(runs)
+    # ctr's PyTorch workers train another model (ctr_dlrm.py) than the C++ ones: their own baseline.
+    pytorch_baseline = {}
+    if a.model == "ctr" and a.pytorch_runs:
+        for mode in modes:
+            ok, base = run_once(psflow, a.data_dir, mode, None, False, 0, pytorch=True, model="ctr",
+                                ctr_vocab=a.ctr_vocab)
+            print(json.dumps({"baseline": base}), flush=True)
+            if not ok:
+                sys.exit(1)
+            pytorch_baseline[mode] = base["test_accuracy"]
     failures, hangs, off, injected, lost = 0, 0, 0, 0, []
     for i in range(a.runs):
         mode = modes[i % len(modes)]
@@ -222,8 +254,12 @@ def main():
         ok, r = run_once(psflow, a.data_dir, mode, victim, during_startup, kill_after, transport, kill_at_step,
                          pytorch, a.model, a.ctr_vocab)
         acc = r["test_accuracy"]
-        tolerance = a.pytorch_accuracy_tolerance if pytorch else (a.auc_tolerance if a.model == "ctr" else a.accuracy_tolerance)
-        acc_ok = acc is not None and abs(acc - baseline[mode]) <= tolerance
+        if a.model == "ctr":
+            tolerance = a.auc_tolerance
+        else:
+            tolerance = a.pytorch_accuracy_tolerance if pytorch else a.accuracy_tolerance
+        reference = pytorch_baseline[mode] if pytorch and a.model == "ctr" else baseline[mode]
+        acc_ok = acc is not None and abs(acc - reference) <= tolerance
         r["accuracy_within_tolerance"] = acc_ok
         injected += r["killed_at_step"] is not None  # the victim may have finished already
         if "steps_lost" in r:
@@ -235,7 +271,8 @@ def main():
     print(json.dumps({"model": a.model, "runs": a.runs, "faults_injected": injected, "failed_runs": failures, "hangs": hangs,
                       "accuracy_outside_tolerance": off,
                       "accuracy_tolerance": a.auc_tolerance if a.model == "ctr" else a.accuracy_tolerance,
-                      "baseline_accuracy": {m: round(baseline[m], 4) for m in modes},
+                      "baseline_accuracy": {m: round(v, 4) for m, v in baseline.items()},
+                      "pytorch_baseline_accuracy": {m: round(v, 4) for m, v in pytorch_baseline.items()},
                       "max_steps_lost_per_fault": max(lost) if lost else 0, "faults_with_rollback": len(lost),
                       "checkpoint_interval": CKPT_EVERY}), flush=True)
     sys.exit(1 if failures or hangs else 0)

@@ -17,6 +17,8 @@ one round trip per ps per step.
 
     psflow local -- /usr/bin/python3 examples/pytorch/ctr_dlrm.py
     psflow local --ps=2 --workers=2 --sync_replicas -- /usr/bin/python3 examples/pytorch/ctr_dlrm.py
+    with --checkpoint_dir=DIR the chief saves the tables with the dense layers; the same command
+    again (any --ps) resumes from DIR's newest checkpoint (docs/recommendation.md#checkpoints)
     by hand, one process per task: ctr_dlrm.py --job_name=ps|worker --task_index=I --ps_hosts=... --worker_hosts=...
 """
 import sys

@@ -43,7 +43,7 @@ from ._psflow import (  # noqa: F401  (the C++ extension)
     log_loss,
     auc,
 )
-from .checkpoint import checkpoint_info, load_checkpoint, read_checkpoint  # noqa: F401
+from .checkpoint import checkpoint_info, load_checkpoint, read_checkpoint, read_table_rows  # noqa: F401
 from .data import DistributedBatchSampler  # noqa: F401
 from .flags import parse_flags  # noqa: F401
 from .server import Server  # noqa: F401
@@ -56,6 +56,7 @@ __all__ = [
     "UnavailableError", "DeadlineExceededError", "AbortedError", "OutOfRangeError", "CancelledError",
     "ClusterSpec", "Flags", "parse_flags", "Server", "WorkerSession", "BatchSampler", "load_mnist",
     "CtrGenerator", "log_loss", "auc", "optim", "read_checkpoint", "load_checkpoint", "checkpoint_info",
+    "read_table_rows",
     "DistributedBatchSampler", "Evaluator", "evaluate_checkpoints",
 ]
 
