@@ -47,4 +47,29 @@ std::vector<size_t> RowAccessor::SelectRemovals(const std::vector<RowAge>& rows,
   return removed;
 }
 
+RowAccessor::Cut RowAccessor::CutFor(const std::vector<std::pair<int64_t, int64_t>>& rows_per_step,
+                                     int64_t global_step) const {
+  int64_t total = 0, expired = 0;
+  for (const auto& [step, rows] : rows_per_step) {
+    total += rows;
+    if (steps_to_live_ > 0 && global_step - step >= steps_to_live_) expired += rows;
+  }
+  // As SelectRemovals: the expired rows, then, if more than the cap remain, down to 90 % of it.
+  int64_t remove = expired;
+  if (row_cap_ > 0 && total - expired > row_cap_) remove = total - row_cap_ * 9 / 10;
+  Cut cut;
+  cut.count = remove;
+  int64_t before = 0;  // rows with a smaller last step than the current one
+  for (const auto& [step, rows] : rows_per_step) {
+    if (before + rows > remove) {
+      cut.before_step = step;
+      cut.ties = remove - before;
+      return cut;
+    }
+    before += rows;
+  }
+  cut.before_step = rows_per_step.empty() ? 0 : rows_per_step.back().first + 1;  // every row
+  return cut;
+}
+
 }  // namespace psflow::ps::table

@@ -15,6 +15,7 @@
 #define PSFLOW_PS_SERVER_TABLE_ACCESSOR_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "ps/server/table/row_init.h"
@@ -54,6 +55,19 @@ class RowAccessor {
   // more than row_cap() remain, the least recently updated down to 90 % of row_cap(). In ascending
   // index order. `rows` in any order; ids unique.
   std::vector<size_t> SelectRemovals(const std::vector<RowAge>& rows, int64_t global_step) const;
+
+  // The same choice for a table too large to list: both criteria remove a prefix of the rows in
+  // (last_step, id) order, so a pass is a cut in that order, found from the number of rows per last
+  // step (ascending steps, counts > 0). The pass removes every row with last_step < before_step and
+  // the `ties` lowest ids among those with last_step == before_step: `count` rows in all.
+  struct Cut {
+    int64_t before_step = 0;
+    int64_t ties = 0;
+    int64_t count = 0;
+  };
+  Cut CutFor(const std::vector<std::pair<int64_t, int64_t>>& rows_per_step, int64_t global_step) const;
+  // Whether a pass over `rows` stored rows can remove any (false: skip the scan).
+  bool MayRemove(int64_t rows) const { return steps_to_live_ > 0 || (row_cap_ > 0 && rows > row_cap_); }
 
  private:
   RowInitializer init_;

@@ -5,6 +5,7 @@
 #include "ps/server/table/accessor.h"
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <set>
 #include <vector>
@@ -157,6 +158,50 @@ TEST(AccessorTest, SelectRemovalsMatchesSortingByAgeThenId) {
     if (live.size() > 101) expected.insert(expected.end(), live.begin(), live.end() - 90);
     std::sort(expected.begin(), expected.end());
     EXPECT_EQ(accessor.SelectRemovals(rows, now), expected) << "trial " << trial;
+  }
+}
+
+// The pass over a large table (a cut from the rows per last step) removes exactly the rows of the
+// brute force above, with and without steps_to_live.
+TEST(AccessorTest, CutForRemovesTheRowsSelectRemovalsDoes) {
+  std::mt19937_64 rng(11);
+  for (int64_t steps_to_live : {0, 50}) {
+    TableConfig c = testing::DynamicConfig(1);
+    c.lifecycle.max_rows = 301;  // P = 3: cap 101, down to 90
+    c.lifecycle.steps_to_live = steps_to_live;
+    const RowAccessor accessor(c, 3);
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<RowAge> rows;
+      std::set<int64_t> used;
+      const int n = 20 + trial * 5;
+      while (static_cast<int>(rows.size()) < n) {
+        const int64_t id = static_cast<int64_t>(rng() % 100000) - 50000;
+        if (used.insert(id).second) rows.push_back(RowAge{id, static_cast<int64_t>(rng() % (trial % 2 ? 60 : 4))});
+      }
+      const int64_t now = 70;
+      std::map<int64_t, int64_t> per_step;
+      for (const RowAge& r : rows) ++per_step[r.last_step];
+      const RowAccessor::Cut cut = accessor.CutFor({per_step.begin(), per_step.end()}, now);
+      // The cut's rows: every row older than before_step, and the lowest `ties` ids at it.
+      std::vector<int64_t> tied;
+      std::vector<size_t> by_cut;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (rows[i].last_step < cut.before_step) by_cut.push_back(i);
+        if (rows[i].last_step == cut.before_step) tied.push_back(rows[i].id);
+      }
+      std::sort(tied.begin(), tied.end());
+      ASSERT_LE(cut.ties, static_cast<int64_t>(tied.size()));
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (rows[i].last_step == cut.before_step &&
+            std::find(tied.begin(), tied.begin() + cut.ties, rows[i].id) != tied.begin() + cut.ties) {
+          by_cut.push_back(i);
+        }
+      }
+      std::sort(by_cut.begin(), by_cut.end());
+      EXPECT_EQ(by_cut, accessor.SelectRemovals(rows, now)) << "steps_to_live " << steps_to_live << " trial " << trial;
+      EXPECT_EQ(cut.count, static_cast<int64_t>(by_cut.size()));
+      EXPECT_EQ(accessor.MayRemove(n), steps_to_live > 0 || n > 101);
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
@@ -172,19 +173,33 @@ int64_t DynamicTableShard::RemoveNow(int64_t global_step) {
   if (!accessor_.removes_anything()) return 0;
   absl::MutexLock lock(&mu_);
   int64_t removed = 0;
-  {
-    std::vector<RowAge> rows;
-    std::vector<int64_t> slots;
-    rows.reserve(index_.size());
-    slots.reserve(index_.size());
-    for (const auto& [id, slot] : index_) {
-      rows.push_back(RowAge{id, Meta(slot).last_step});
-      slots.push_back(slot);
+  if (accessor_.MayRemove(static_cast<int64_t>(index_.size()))) {
+    // Two passes over the map and no per-row array: a table near max_rows holds millions of rows,
+    // and a copy of their ages would add tens of MB to the ps at every pass.
+    absl::btree_map<int64_t, int64_t> rows_per_step;
+    for (const auto& [id, slot] : index_) ++rows_per_step[Meta(slot).last_step];
+    const RowAccessor::Cut cut =
+        accessor_.CutFor({rows_per_step.begin(), rows_per_step.end()}, global_step);
+    std::vector<int64_t> tied;  // ids at the cut's step: the lowest `ties` go
+    for (auto it = index_.begin(); cut.count > 0 && it != index_.end();) {
+      const int64_t last_step = Meta(it->second).last_step;
+      if (last_step < cut.before_step) {
+        free_slots_.push_back(it->second);
+        index_.erase(it++);
+        ++removed;
+        continue;
+      }
+      if (last_step == cut.before_step && cut.ties > 0) tied.push_back(it->first);
+      ++it;
     }
-    for (size_t i : accessor_.SelectRemovals(rows, global_step)) {
-      index_.erase(rows[i].id);
-      free_slots_.push_back(slots[i]);
-      ++removed;
+    if (cut.ties > 0) {
+      std::nth_element(tied.begin(), tied.begin() + (cut.ties - 1), tied.end());
+      for (auto id = tied.begin(); id != tied.begin() + cut.ties; ++id) {
+        auto it = index_.find(*id);
+        free_slots_.push_back(it->second);
+        index_.erase(it);
+        ++removed;
+      }
     }
   }
   if (!pending_.empty()) {
