@@ -111,6 +111,9 @@ void PsServer::Impl::HandleHello(const rpc::IncomingMessage& request, rpc::Respo
       }
     }
     connected_[hello.client_id()] = hello.worker_index();
+    if (hello.worker_index() >= 0 && hello.worker_index() < options_.cluster.num_workers()) {
+      greeted_.insert(hello.worker_index());
+    }
   }
   if (!hello.probe()) {
     sync_.Rejoin(hello.worker_index());  // a worker that comes back rejoins the sync quorum
@@ -460,8 +463,10 @@ absl::Status PsServer::Impl::Wait() {
     if ((result.ok() || aborted) && !stopped_) {
       const absl::Time give_up = shutdown_time_ + absl::Seconds(options_.shutdown_grace_secs);
       if (!mu_.AwaitWithDeadline(absl::Condition(this, &Impl::DoneWaiting), give_up)) {
-        Log(absl::StrCat(connected_.size(), " worker(s) did not say goodbye within ",
-                         options_.shutdown_grace_secs, " s of the shutdown; exiting anyway"));
+        const int never = options_.cluster.num_workers() - static_cast<int>(greeted_.size());
+        Log(absl::StrCat(connected_.size(), " worker(s) did not say goodbye and ", std::max(never, 0),
+                         " never connected within ", options_.shutdown_grace_secs,
+                         " s of the shutdown; exiting anyway"));
       }
     }
   }

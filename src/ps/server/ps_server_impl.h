@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/psflow.pb.h"
@@ -145,7 +146,12 @@ class PsServer::Impl final : public rpc::Handler {
   // Why Wait() should give up now (a bound passed), or OK.
   absl::Status GiveUpReason() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  bool DoneWaiting() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || connected_.empty(); }
+  // After the shutdown: every connected worker said Goodbye, and every worker of the cluster said
+  // Hello at least once (a worker that starts after a short job ended learns it is over from
+  // this task's answer, instead of retrying a closed port until --ps_timeout_secs).
+  bool DoneWaiting() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopped_ || (connected_.empty() && static_cast<int>(greeted_.size()) >= options_.cluster.num_workers());
+  }
   bool ShutdownOrStopped() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || shutdown_; }
 
   const Options options_;
@@ -165,6 +171,8 @@ class PsServer::Impl final : public rpc::Handler {
   std::vector<rpc::Responder> init_waiters_ ABSL_GUARDED_BY(mu_);
   // Client id -> worker index of the clients that said Hello and not yet Goodbye.
   absl::flat_hash_map<uint64_t, int> connected_ ABSL_GUARDED_BY(mu_);
+  // Worker indices that ever said Hello (of the cluster's: others are not counted).
+  absl::flat_hash_set<int> greeted_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time shutdown_time_ ABSL_GUARDED_BY(mu_);
