@@ -9,8 +9,8 @@ trained on a local cluster of 2 ps + 2 workers, real processes:
   the test set's noise), the fixed `mod` table's parts are spread over both ps tasks and together
   hold every bucket, and the dynamic table's rows per ps stay near ⌈max_rows / P⌉ (without the
   bound each ps holds several times more) with rows admitted and evicted on each ps;
-- sync with checkpoints, then resumed from the checkpoint (which holds both tables) to a later
-  step: the resumed job restores, ends at its step and still beats the base rate.
+- sync on 2 ps with checkpoints, then resumed from the checkpoint (which holds both tables) on 3 ps
+  to a later step: the resumed job restores the tables, ends at its step and learnt more.
 The independent expectations are the generator's: the base rate's entropy from the test set's
 click rate and the Bayes figures from its true probabilities (the summary prints both).
 """
@@ -31,8 +31,8 @@ MAX_ROWS = 20000
 BUCKETS = 1 << 18  # the program's --wide_buckets default
 
 
-def run_cluster(*flags, program_args=()):
-    r = subprocess.run([ARGS.psflow, "local", "--ps=2", "--workers=2"] + list(flags) + ["--", ARGS.binary] +
+def run_cluster(*flags, program_args=(), ps=2):
+    r = subprocess.run([ARGS.psflow, "local", f"--ps={ps}", "--workers=2"] + list(flags) + ["--", ARGS.binary] +
                        list(program_args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        timeout=TIMEOUT)
     return r
@@ -93,12 +93,18 @@ class CtrFmExampleTest(unittest.TestCase):
         # In sync mode the next batch is known: every batch but the first had its rows prefetched.
         for w in (0, 1):
             self.assertRegex(r.stdout, rf"ctr_fm: worker {w}: 599 of 600 batches had their rows prefetched")
+        # Resumed onto 3 ps tasks: the dynamic table's rows re-routed to Mix64(id) % 3, the fixed
+        # table's 8 shards placed again.
         r = run_cluster("--sync_replicas", "--train_steps=1200", f"--checkpoint_dir={ckpt}",
-                        "--save_checkpoint_steps=300")
+                        "--save_checkpoint_steps=300", ps=3)
         self.assertEqual(r.returncode, 0, r.stdout[-5000:] + r.stderr)
         self.assertRegex(r.stdout, r"restored .*model\.ckpt-600.* at global step 600")
+        self.assertIn("chief: restored 2 variables and 2 tables at global step 600", r.stdout)
         s = summary_of(r.stdout)
-        self.assertEqual((s["mode"], s["global_step"]), ("sync", 1200))
+        self.assertEqual((s["mode"], s["ps"], s["global_step"]), ("sync", 3, 1200))
+        # The tables' shares on the 3 ps tasks hold every row of the fixed table.
+        self.assertEqual(sum(t["rows"] for task in s["ps_traffic"] for t in task["tables"]
+                             if t["table"].startswith("wide/")), BUCKETS)
         self.check_learnt(s)
         self.assertLess(s["test_log_loss"], first["test_log_loss"], "600 more steps did not improve the log-loss")
 
