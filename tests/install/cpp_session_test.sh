@@ -9,7 +9,7 @@
 # and logged once), then sync resumed from it to 400; the model must beat predicting the mean.
 # ctr_fm (a model with embedding tables) on 2 ps + 2 workers: tests/ctr_fm_example_test.py (it
 # learns, eviction bounds its dynamic table, sync checkpoints with tables resume), with the
-# installed build; with the add_subdirectory build, its async case.
+# installed build; with the add_subdirectory build, its first case.
 # Usage: cpp_session_test.sh SOURCE_DIR BUILD_DIR. Prints the configure+build times it measured.
 set -euo pipefail
 src=$1
@@ -93,5 +93,5 @@ grep -q "final: model=regression mode=async workers=$(pushers "$work/subdir.log"
         "$work/subdir.log" \
   || fail "no summary line from the add_subdirectory build"
 /usr/bin/python3 "$src/tests/ctr_fm_example_test.py" --psflow "$psflow" --binary "$work/subdir/ctr_fm" \
-    CtrFmExampleTest.test_async_learns_with_eviction || fail "ctr_fm built with add_subdirectory(psflow)"
+    CtrFmExampleTest.test_learns_with_eviction || fail "ctr_fm built with add_subdirectory(psflow)"
 echo "PASS"
