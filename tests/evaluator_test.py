@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The evaluator task (docs/evaluator.md) with real processes: `psflow local --evaluator` with C++
-and with PyTorch workers, `psflow eval --watch`, `--job_name=evaluator` and TF_CONFIG's evaluator
+and with PyTorch workers and on a ctr job (embedding tables), `psflow eval --watch`, `--job_name=evaluator` and TF_CONFIG's evaluator
 task on a finished job, a failed job, and the bounded wait.
 
   /usr/bin/python3 tests/evaluator_test.py --build build --data_dir data/mnist [unittest args]
@@ -140,6 +140,48 @@ class EvaluatorTest(unittest.TestCase):
         self.assertEqual([s for s, _, _ in evals(r.stdout)], [step])
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
         self.assertIn("--eval_timeout_secs", r.stderr)
+
+    def test_ctr_job_with_evaluator(self):
+        # A job with embedding tables on the ps: the evaluator reads each checkpoint's dense layers
+        # and, for the test set's ids only, its tables' rows; its figures of the final checkpoint
+        # are the chief's (evaluated on the ps tasks' rows), and the Bayes figures the generator's.
+        r = psflow("local", "--ps=1", "--workers=2", "--evaluator", "--model=ctr", "--train_steps=300",
+                   "--save_checkpoint_steps=100", "--ctr_test_examples=8192", f"--checkpoint_dir={self.ckpt}",
+                   f"--logdir={self.logdir}", "--log_every=100", f"--metrics_json={self.dir}/m.json")
+        self.assertEqual(r.returncode, 0, r.stdout[-5000:] + r.stderr)
+        with open(os.path.join(self.dir, "m.json")) as f:
+            ctr = json.load(f)["ctr"]
+        found = evals(r.stdout)
+        steps = [s for s, _, _ in found]
+        self.assertGreaterEqual(len(found), 1, r.stdout)
+        self.assertEqual(steps, sorted(set(steps)), "each checkpoint evaluated once, in order")
+        step, metrics, path = found[-1]
+        self.assertEqual(step, 300)
+        self.assertTrue(path.endswith("model.ckpt-300.safetensors"), path)
+        for name in ("test_log_loss", "test_auc", "bayes_log_loss", "bayes_auc"):
+            self.assertAlmostEqual(metrics[name], ctr[name], delta=1e-5 * max(1, abs(ctr[name])), msg=name)
+        self.assertEqual(metrics["table_rows"], ctr["table_rows"])
+        self.assertGreater(metrics["test_auc"], 0.55)  # it learnt (Bayes: about 0.77)
+        self.assertIn("[evaluator] evaluator: training ended at global step 300; evaluated "
+                      f"{len(found)} checkpoint(s)", r.stdout)
+        events = eval_events(self.logdir)
+        for s, m, _ in found:
+            self.assertAlmostEqual(events[(s, "log_loss/test")], m["test_log_loss"], delta=1e-5)
+            self.assertAlmostEqual(events[(s, "auc/test")], m["test_auc"], delta=1e-5)
+        with open(os.path.join(self.ckpt, "training_end.json")) as f:
+            self.assertEqual(json.load(f), {"outcome": "done", "global_step": 300})
+        # The finished directory again, by hand: the watcher evaluates the final checkpoint once;
+        # `psflow eval` (no --watch) gives the same figures.
+        common = ["--model=ctr", "--ctr_test_examples=8192", f"--checkpoint_dir={self.ckpt}"]
+        r = psflow("eval", "--watch", *common)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(evals(r.stdout), [(300, metrics, path)])
+        r = psflow("eval", *common)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        once = re.search(r"test_log_loss=([0-9.]+) \(bayes [0-9.]+\) test_auc=([0-9.]+)", r.stdout)
+        self.assertIsNotNone(once, r.stdout)
+        self.assertAlmostEqual(float(once.group(1)), metrics["test_log_loss"], delta=2e-5)
+        self.assertAlmostEqual(float(once.group(2)), metrics["test_auc"], delta=2e-5)
 
     def test_pytorch_job_with_pytorch_evaluator(self):
         self.check_job(self.local([], [PYTHON, os.path.join(ROOT, "examples/pytorch/mnist_mlp.py")]))

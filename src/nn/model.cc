@@ -138,8 +138,8 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelConfig& config) {
   if (config.name == "vgg19") return Vgg19(rng);
   if (config.name == "ctr") {
     return absl::InvalidArgumentError(
-        "model 'ctr' has embedding tables and is not an image classifier: train it with psflow train --model=ctr "
-        "in one process (nn::CtrModel; distributed ctr jobs land with the session's tables)");
+        "model 'ctr' has embedding tables and is not an image classifier: build it with nn::CtrModel "
+        "(psflow train, psflow local, psflow eval and the evaluator task take --model=ctr)");
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown model '", config.name, "'; choose one of ", KnownModels()));

@@ -4,7 +4,10 @@
 // ids of each field are looked up in the file (train/table_checkpoint.h ReadTableRows: the ids
 // column streamed, the wanted rows read, the others skipped). A dynamic id the file does not hold
 // (never admitted, or evicted) gets the table's initial value for it, as a ps's lookup would.
+// The evaluator task (train/evaluator.h) evaluates each new checkpoint the same way
+// (CtrCheckpointMetrics), the generator made once.
 #include <algorithm>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "ps/server/table/row_init.h"
@@ -12,23 +15,15 @@
 #include "psflow/ckpt/checkpoint.h"
 #include "train/ctr_single.h"
 #include "train/eval_ctr.h"
+#include "train/evaluator.h"
 #include "train/table_checkpoint.h"
 
 namespace psflow::train {
 
-absl::StatusOr<CtrCheckpointEval> EvaluateCtrCheckpoint(const TrainOptions& options, const LogSink& log) {
-  if (options.checkpoint_dir.empty()) {
-    return absl::InvalidArgumentError("psflow eval needs --checkpoint_dir=DIR (a directory the chief saved checkpoints to)");
-  }
-  std::vector<std::string> skipped;
-  auto latest = ckpt::OpenLatestCheckpoint(options.checkpoint_dir, &skipped);
-  if (!latest.ok()) return latest.status();
-  for (const std::string& s : skipped) log(s);
-  if (!latest->has_value()) {
-    return absl::NotFoundError(absl::StrCat("no valid checkpoint in --checkpoint_dir=", options.checkpoint_dir));
-  }
-  const ckpt::SafetensorsReader& file = *(*latest)->reader;
-  const std::string& path = (*latest)->path;
+absl::StatusOr<CtrCheckpointEval> EvaluateCtrFile(const TrainOptions& options, const data::CtrGenerator& generator,
+                                                  const ckpt::OpenedCheckpoint& checkpoint) {
+  const ckpt::SafetensorsReader& file = *checkpoint.reader;
+  const std::string& path = checkpoint.path;
   auto model_name = file.metadata().find("model");
   if (model_name != file.metadata().end() && model_name->second != options.model) {
     return absl::InvalidArgumentError(absl::StrCat(path, " holds model '", model_name->second, "', not --model=",
@@ -55,12 +50,10 @@ absl::StatusOr<CtrCheckpointEval> EvaluateCtrCheckpoint(const TrainOptions& opti
     if (!init.ok()) return init.status();
     initial.emplace_back(*init, specs.back().seed);
   }
-  auto generator = MakeCtrGenerator(options);
-  if (!generator.ok()) return generator.status();
   std::vector<std::vector<int64_t>> index(specs.size());
   int64_t missing = 0;
   auto figures = EvaluateCtrModel(
-      options, *generator, **model, options.ctr_test_examples,
+      options, generator, **model, options.ctr_test_examples,
       [&](const std::vector<std::vector<int64_t>>& columns) -> absl::StatusOr<std::vector<nn::FieldRows>> {
         std::vector<nn::FieldRows> fields;
         for (size_t f = 0; f < specs.size(); ++f) {
@@ -87,13 +80,45 @@ absl::StatusOr<CtrCheckpointEval> EvaluateCtrCheckpoint(const TrainOptions& opti
   if (!figures.ok()) return figures.status();
   CtrCheckpointEval result;
   result.path = path;
-  result.global_step = (*latest)->global_step;
+  result.global_step = checkpoint.global_step;
   result.figures = *figures;
   result.rows_not_in_file = missing;
   for (const dist::TableSpec& t : specs) {
     if (const ckpt::TensorEntry* e = file.Find(t.name)) result.figures.table_rows += e->shape[0];
   }
   return result;
+}
+
+absl::StatusOr<CtrCheckpointEval> EvaluateCtrCheckpoint(const TrainOptions& options, const LogSink& log) {
+  if (options.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError("psflow eval needs --checkpoint_dir=DIR (a directory the chief saved checkpoints to)");
+  }
+  std::vector<std::string> skipped;
+  auto latest = ckpt::OpenLatestCheckpoint(options.checkpoint_dir, &skipped);
+  if (!latest.ok()) return latest.status();
+  for (const std::string& s : skipped) log(s);
+  if (!latest->has_value()) {
+    return absl::NotFoundError(absl::StrCat("no valid checkpoint in --checkpoint_dir=", options.checkpoint_dir));
+  }
+  auto generator = MakeCtrGenerator(options);
+  if (!generator.ok()) return generator.status();
+  return EvaluateCtrFile(options, *generator, **latest);
+}
+
+absl::StatusOr<CheckpointMetricsFn> CtrCheckpointMetrics(const TrainOptions& options) {
+  auto generator = MakeCtrGenerator(options);
+  if (!generator.ok()) return generator.status();
+  auto shared = std::make_shared<const data::CtrGenerator>(*std::move(generator));
+  return CheckpointMetricsFn([options, shared](const ckpt::OpenedCheckpoint& checkpoint) -> absl::StatusOr<Metrics> {
+    auto eval = EvaluateCtrFile(options, *shared, checkpoint);
+    if (!eval.ok()) return eval.status();
+    const CtrFigures& f = eval->figures;
+    return Metrics{{"test_log_loss", f.test_log_loss},
+                   {"test_auc", f.test_auc},
+                   {"bayes_log_loss", f.bayes_log_loss},
+                   {"bayes_auc", f.bayes_auc},
+                   {"table_rows", static_cast<double>(f.table_rows)}};
+  });
 }
 
 }  // namespace psflow::train

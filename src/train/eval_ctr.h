@@ -6,6 +6,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "psflow/ckpt/checkpoint.h"
+#include "psflow/data/ctr.h"
 #include "psflow/train/options.h"
 #include "psflow/train/summary.h"
 #include "psflow/train/train.h"
@@ -22,6 +24,10 @@ struct CtrCheckpointEval {
 // The newest valid checkpoint of options.checkpoint_dir (resolved options: --ctr_fields, --ctr_dim,
 // --ctr_vocab, --seed, --ctr_test_examples as in training).
 absl::StatusOr<CtrCheckpointEval> EvaluateCtrCheckpoint(const TrainOptions& options, const LogSink& log);
+// One opened checkpoint file (the dense layers read whole, the tables' rows of the test set's ids
+// only), on `generator`'s test set.
+absl::StatusOr<CtrCheckpointEval> EvaluateCtrFile(const TrainOptions& options, const data::CtrGenerator& generator,
+                                                  const ckpt::OpenedCheckpoint& checkpoint);
 
 }  // namespace psflow::train
 

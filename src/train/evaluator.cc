@@ -30,8 +30,10 @@ absl::StatusOr<CheckpointMetricsFn> ImageModelMetrics(const TrainOptions& option
   auto data = LoadTrainingData(options);
   if (!data.ok()) return data.status();
   auto shared = std::make_shared<data::MnistData>(*std::move(data));
-  return CheckpointMetricsFn([options, shared](const ckpt::Checkpoint& checkpoint) -> absl::StatusOr<Metrics> {
-    auto model = ModelFromCheckpoint(options, checkpoint);
+  return CheckpointMetricsFn([options, shared](const ckpt::OpenedCheckpoint& opened) -> absl::StatusOr<Metrics> {
+    auto checkpoint = ckpt::ReadCheckpoint(opened.path, options.env);
+    if (!checkpoint.ok()) return checkpoint.status();
+    auto model = ModelFromCheckpoint(options, *checkpoint);
     if (!model.ok()) return model.status();
     const EvalResult validation = Evaluate(**model, shared->validation);
     const EvalResult test = Evaluate(**model, shared->test);
@@ -99,6 +101,15 @@ absl::StatusOr<std::optional<TrainingEnd>> ReadTrainingEnd(const std::string& di
 CheckpointWatcher::CheckpointWatcher(WatchOptions options) : options_(std::move(options)) {}
 
 absl::StatusOr<std::optional<ckpt::Checkpoint>> CheckpointWatcher::Next(const LogSink& log) {
+  auto opened = NextOpened(log);
+  if (!opened.ok()) return opened.status();
+  if (!opened->has_value()) return std::optional<ckpt::Checkpoint>();
+  auto checkpoint = ckpt::ReadCheckpoint((**opened).path, options_.env);
+  if (!checkpoint.ok()) return checkpoint.status();
+  return std::optional<ckpt::Checkpoint>(*std::move(checkpoint));
+}
+
+absl::StatusOr<std::optional<ckpt::OpenedCheckpoint>> CheckpointWatcher::NextOpened(const LogSink& log) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   Clock::time_point last_log = start;
@@ -107,7 +118,7 @@ absl::StatusOr<std::optional<ckpt::Checkpoint>> CheckpointWatcher::Next(const Lo
     const auto listed = ckpt::ListCheckpoints(dir, options_.env);
     if (!listed.empty() && listed.front().first > last_step_) {
       std::vector<std::string> skipped;
-      auto latest = ckpt::LoadLatestCheckpoint(dir, &skipped, options_.env);
+      auto latest = ckpt::OpenLatestCheckpoint(dir, &skipped, options_.env);
       if (!latest.ok()) return latest.status();
       for (const std::string& s : skipped) {
         if (skipped_logged_.insert(s).second) log("evaluator: " + s);
@@ -125,7 +136,7 @@ absl::StatusOr<std::optional<ckpt::Checkpoint>> CheckpointWatcher::Next(const Lo
         return absl::AbortedError(absl::StrCat("the training job failed: ", e.reason, " (", MarkerPath(dir), ")"));
       }
       const bool earlier_run = options_.final_step.has_value() && e.global_step < *options_.final_step;
-      if (!earlier_run && e.global_step <= last_step_) return std::optional<ckpt::Checkpoint>();
+      if (!earlier_run && e.global_step <= last_step_) return std::optional<ckpt::OpenedCheckpoint>();
     }
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();
     if (waited >= options_.timeout_secs) {
@@ -158,6 +169,7 @@ absl::StatusOr<CheckpointMetricsFn> CheckpointMetricsFor(const TrainOptions& opt
     if (it != Registry().end()) factory = it->second;
   }
   if (factory) return factory(options);
+  if (options.model == "ctr") return CtrCheckpointMetrics(options);
   return ImageModelMetrics(options);
 }
 
@@ -205,7 +217,7 @@ absl::Status RunEvaluator(const TrainOptions& options, const WatchOptions& watch
                    options.logdir.empty() ? "" : absl::StrCat("; summaries in ", options.logdir, "/eval")));
   CheckpointWatcher watcher(watch);
   while (true) {
-    auto next = watcher.Next(log);
+    auto next = watcher.NextOpened(log);
     if (!next.ok()) return next.status();
     if (!next->has_value()) break;
     auto metrics = (*metrics_of)(**next);

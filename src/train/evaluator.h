@@ -66,6 +66,10 @@ class CheckpointWatcher {
   // training ended and its final checkpoint was returned already. Errors: the job failed (the
   // chief's reason), or nothing new within timeout_secs. Checkpoints saved while the caller was
   // evaluating are skipped for the newest one (TF's checkpoints_iterator does the same).
+  // Opened only (the header read and the checksum checked): a model with embedding tables reads
+  // the rows it needs, never a whole table.
+  absl::StatusOr<std::optional<ckpt::OpenedCheckpoint>> NextOpened(const LogSink& log);
+  // The same checkpoint read whole (every tensor in memory).
   absl::StatusOr<std::optional<ckpt::Checkpoint>> Next(const LogSink& log);
   int64_t last_step() const { return last_step_; }
 
@@ -78,14 +82,15 @@ class CheckpointWatcher {
 // Named metrics of one checkpoint, in print order: "validation_accuracy", "test_cross_entropy",
 // "test_log_loss", "test_auc", ... ("SPLIT_WHAT" is written to TensorBoard as "WHAT/SPLIT").
 using Metrics = std::vector<std::pair<std::string, double>>;
-using CheckpointMetricsFn = std::function<absl::StatusOr<Metrics>(const ckpt::Checkpoint&)>;
+using CheckpointMetricsFn = std::function<absl::StatusOr<Metrics>(const ckpt::OpenedCheckpoint&)>;
 // Makes the evaluation function of a model (it may load its data once here).
 using CheckpointMetricsFactory = std::function<absl::StatusOr<CheckpointMetricsFn>(const TrainOptions&)>;
 // The hook for models whose metrics are not accuracy and cross-entropy on MNIST-like images (the
 // ctr models' log-loss and AUC): registered by model name, before the evaluator starts.
 void RegisterCheckpointMetrics(const std::string& model, CheckpointMetricsFactory factory);
-// The registered factory of options.model, or the image models' (validation and test accuracy and
-// cross-entropy of the model rebuilt from --model/--hidden_units with the checkpoint's values).
+// The registered factory of options.model; for --model=ctr, CtrCheckpointMetrics; else the image
+// models' (validation and test accuracy and cross-entropy of the model rebuilt from
+// --model/--hidden_units with the checkpoint's values).
 absl::StatusOr<CheckpointMetricsFn> CheckpointMetricsFor(const TrainOptions& options);
 
 // Logs "eval: global_step=N validation_accuracy=0.9 ... checkpoint=PATH" and writes the scalars
@@ -109,6 +114,11 @@ class EvalReporter {
 // the variable and the fix: another --model, --hidden_units).
 absl::StatusOr<std::unique_ptr<nn::Model>> ModelFromCheckpoint(const TrainOptions& options,
                                                               const ckpt::Checkpoint& checkpoint);
+
+// --model=ctr (train/eval_ctr.h): test_log_loss, test_auc, bayes_log_loss, bayes_auc and table_rows
+// (rows saved in the file) of each checkpoint on the generator's test set (--ctr_test_examples),
+// its tables' rows read for the test set's ids only.
+absl::StatusOr<CheckpointMetricsFn> CtrCheckpointMetrics(const TrainOptions& options);
 
 // The metrics line's text of one value: shortest of 6 significant digits.
 std::string MetricText(double value);

@@ -326,8 +326,10 @@ class WorkerSession::Impl {
     closed_ = true;
     // The chief giving up ends the job: the ps tasks exit non-zero with its reason rather than
     // waiting for a chief that will not come back. (Aborted means a ps told us the job is over.)
-    if (is_chief() && !absl::IsAborted(reason)) client_->Abort(std::string(reason.message()));
+    // The end marker is written first: a ps task that exits on the abort may get the chief killed
+    // (psflow local stops every task when one fails) before a later write.
     if (is_chief() && chief_ != nullptr) chief_->MarkTrainingFailed(std::string(reason.message()));
+    if (is_chief() && !absl::IsAborted(reason)) client_->Abort(std::string(reason.message()));
     // Told the job was aborted: leave, so the ps tasks need not wait for us. Giving up (a ps task
     // silent past --ps_timeout_secs, a script that raised, ...): say why, so no ps task waits
     // --worker_timeout_secs for us.

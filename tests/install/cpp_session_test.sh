@@ -7,6 +7,9 @@
 #      psflow's tests, benchmarks, examples or Python package.
 # Runs: async 1 ps + 2 workers with checkpoints every 100 steps to 300 (the final checkpoint saved
 # and logged once), then sync resumed from it to 400; the model must beat predicting the mean.
+# ctr_fm (a model with embedding tables) on 2 ps + 2 workers: tests/ctr_fm_example_test.py (it
+# learns, eviction bounds its dynamic table, sync checkpoints with tables resume), with the
+# installed build; with the add_subdirectory build, its first case.
 # Usage: cpp_session_test.sh SOURCE_DIR BUILD_DIR. Prints the configure+build times it measured.
 set -euo pipefail
 src=$1
@@ -34,9 +37,9 @@ cmake -S "$src/examples/cpp_session" -B "$work/installed" -DCMAKE_BUILD_TYPE=Rel
 cmake --build "$work/installed" > "$work/installed.build.log" 2>&1 \
   || { cat "$work/installed.build.log"; fail "building against the installed psflow failed"; }
 t1=$(now)
-objects=$(find "$work/installed" -name '*.o' | sed "s|$work/installed/||")
-[[ "$objects" == "CMakeFiles/regression.dir/regression.cc.o" ]] \
-  || fail "the build against the installed psflow compiled more than regression.cc: $objects"
+objects=$(find "$work/installed" -name '*.o' | sed "s|$work/installed/||" | sort | tr '\n' ' ')
+[[ "$objects" == "CMakeFiles/ctr_fm.dir/ctr_fm.cc.o CMakeFiles/regression.dir/regression.cc.o " ]] \
+  || fail "the build against the installed psflow compiled more than ctr_fm.cc and regression.cc: $objects"
 echo "installed: configure+build $(echo "$t1 - $t0" | bc) s, objects: $objects"
 
 psflow="$work/prefix/bin/psflow"
@@ -66,6 +69,8 @@ run "$work/sync.log" --train_steps=400 --log_every=50 --checkpoint_dir="$ckpt" -
 grep -q "restored .*model.ckpt-300.* at global step 300" "$work/sync.log" || fail "the sync run did not resume from step 300"
 grep -q "final: model=regression mode=sync workers=2 ps=1 global_step=400" "$work/sync.log" \
   || fail "no sync summary line at global step 400"
+/usr/bin/python3 "$src/tests/ctr_fm_example_test.py" --psflow "$psflow" --binary "$work/installed/ctr_fm" \
+  || fail "ctr_fm built against the installed psflow"
 
 # --- 2. add_subdirectory --------------------------------------------------------------------------
 t0=$(now)
@@ -76,7 +81,7 @@ cmake --build "$work/subdir" -j2 > "$work/subdir.build.log" 2>&1 \
   || { tail -50 "$work/subdir.build.log"; fail "building with add_subdirectory(psflow) failed"; }
 t1=$(now)
 echo "add_subdirectory: configure+build $(echo "$t1 - $t0" | bc) s"
-extra=$(find "$subdir_psflow" -type f -perm -u+x \( -name '*_test' -o -name '*_bench' -o -name custom_model \
+extra=$(find "$subdir_psflow" -type f -perm -u+x \( -name '*_test' -o -name '*_bench' -o -name custom_model -o -name ctr_fm \
          -o -name custom_op -o -name '_psflow*.so' -o -name psflow_ctr_dump \) | sed "s|$subdir_psflow/||")
 [[ -z "$extra" ]] || fail "add_subdirectory built psflow's tests/benchmarks/examples/python: $extra"
 ctest --test-dir "$work/subdir" -N | grep -q "Total Tests: 0" || fail "add_subdirectory registered psflow's tests"
@@ -87,4 +92,6 @@ run "$work/subdir.log" --train_steps=100 --log_every=50 -- "$app"
 grep -q "final: model=regression mode=async workers=$(pushers "$work/subdir.log") ps=1 global_step=1[0-9][0-9]" \
         "$work/subdir.log" \
   || fail "no summary line from the add_subdirectory build"
+/usr/bin/python3 "$src/tests/ctr_fm_example_test.py" --psflow "$psflow" --binary "$work/subdir/ctr_fm" \
+    CtrFmExampleTest.test_learns_with_eviction || fail "ctr_fm built with add_subdirectory(psflow)"
 echo "PASS"
