@@ -222,8 +222,10 @@ def _server_lookup(unique):
     return SERVER.lookup(unique)
 
 
-def _server_update(unique, grads):
+def _server_update_lookup(unique, grads, next_unique):
+    """The step's sparse update, then the next batch's rows (None at the end): one round trip per step."""
     SERVER.update(unique, grads)
+    return SERVER.lookup(next_unique) if next_unique is not None else None
 
 
 def rpc_rank(rank, args, rpc_port, pg_port, queue):
@@ -245,31 +247,39 @@ def rpc_rank(rank, args, rpc_port, pg_port, queue):
     rpc.init_rpc(f"trainer{worker}", rank=rank, world_size=3, rpc_backend_options=opts)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{pg_port}", rank=worker, world_size=2)
     torch.manual_seed(0)
-    dense = torch.nn.parallel.DistributedDataParallel(build_dense(torch))
+    dense = torch.nn.parallel.DistributedDataParallel(build_dense(torch), broadcast_buffers=False)
     opt_d = torch.optim.Adam(dense.parameters(), lr=DENSE_LR)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     gen = psflow.CtrGenerator(seed=args.seed, num_fields=FIELDS, num_dense=DENSE)
-    pending = None
 
-    def gathered(ids):  # unique ids per field, their rows from the server, and each example's index
+    def unique(ids):  # unique ids per field and each example's index into them
         uniq, inv = zip(*(torch.unique(ids[:, f], return_inverse=True) for f in range(FIELDS)))
-        rows = rpc.rpc_sync("ps", _server_lookup, args=(list(uniq),))
-        return list(uniq), list(inv), rows
+        return list(uniq), list(inv)
 
-    for step in range(args.steps // 2):
+    def gathered(ids):  # unique ids per field, each example's index, their rows from the server
+        uniq, inv = unique(ids)
+        return uniq, inv, rpc.rpc_sync("ps", _server_lookup, args=(uniq,))
+
+    steps = args.steps // 2
+
+    def batch(step):
         ids, x, y = gen.batch(step, BATCH, worker)
-        uniq, inv, rows = gathered(torch.from_numpy(ids) % args.vocab)
+        return (*unique(torch.from_numpy(ids) % args.vocab), torch.from_numpy(x), torch.from_numpy(y))
+
+    uniq, inv, x, y = batch(0)
+    rows = rpc.rpc_sync("ps", _server_lookup, args=(uniq,))
+    for step in range(steps):
         for r in rows:
             r.requires_grad_(True)
         embedded = torch.stack([rows[f][inv[f]] for f in range(FIELDS)], dim=1)
-        loss = loss_fn(dense(torch.from_numpy(x), embedded), torch.from_numpy(y))
+        loss = loss_fn(dense(x, embedded), y)
         opt_d.zero_grad(set_to_none=True)
         loss.backward()
         opt_d.step()
-        if pending is not None:
-            pending.wait()
-        pending = rpc.rpc_async("ps", _server_update, args=(uniq, [r.grad for r in rows]))
-    pending.wait()
+        following = batch(step + 1) if step + 1 < steps else (None,) * 4
+        # The update and the next batch's rows in one call (as psflow's prefetch: one round trip).
+        rows = rpc.rpc_sync("ps", _server_update_lookup, args=(uniq, [r.grad for r in rows], following[0]))
+        uniq, inv, x, y = following
     out = {"peak_rss_mb": peak_rss_mb()}
     dist.barrier()
     if worker == 0:
@@ -521,6 +531,7 @@ def main():
     for key in args.runs.split(","):
         name = RUNS[key][0]
         start = time.monotonic()  # a fresh interpreter per run: start-up included, RSS its own
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             proc = subprocess.run([PYTHON, __file__, f"--one={key}", f"--build={args.build}", f"--steps={args.steps}",
                                    f"--vocab={args.vocab}", f"--seed={args.seed}",
@@ -530,6 +541,8 @@ def main():
             print(json.dumps({"run": name, "error": f"no result within --timeout={args.timeout:.0f} s"}), flush=True)
             continue
         wall = time.monotonic() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # every process of the run, waited for
+        cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         if proc.returncode != 0:
             print(json.dumps({"run": name, "error": proc.stderr.strip().splitlines()[-3:]}), flush=True)
             continue
@@ -539,7 +552,7 @@ def main():
             continue
         samples = args.steps * BATCH
         print(json.dumps({"run": name, "global_steps": args.steps, "samples": samples, "wall_seconds": round(wall, 2),
-                          "samples_per_sec": round(samples / wall), **result,
+                          "samples_per_sec": round(samples / wall), "cpu_seconds": round(cpu, 1), **result,
                           "load_avg_1min": round(os.getloadavg()[0], 2)}), flush=True)
 
 
