@@ -5,23 +5,31 @@ trained the ways a CTR engineer on CPU can train it, side by side in one invocat
 
   (a) torch_single  one PyTorch process, 2 threads, nn.EmbeddingBag(sparse=True) + torch.optim.Adagrad
                     for the tables, Adam for the dense layers;
-  (b) torch_ddp     PyTorch DDP (gloo, 2 processes), every table replicated in both;
+  (b) torch_ddp     PyTorch DDP (gloo, 2 processes), every table replicated in both: the dense layers
+                    in DDP, the tables' sparse gradients in one all_gather (k: torch_ddp_naive, the
+                    whole model in DDP, each table's sparse gradient its own bucket);
   (c) torch_rpc     a torch.distributed.rpc parameter server holding the tables (1 server + 2 trainers:
-                    remote lookups, sparse adagrad updates applied on arrival; dense layers by DDP
-                    between the trainers, as PyTorch's "DDP + RPC" tutorial combines them);
+                    remote lookups, sparse adagrad updates applied on arrival, the update and the next
+                    batch's rows in one call; dense layers by DDP between the trainers, as PyTorch's
+                    "DDP + RPC" tutorial combines them);
   (d) psflow_single psflow's C++ `psflow train --model=ctr`, one process (in-process tables);
   (e, f) psflow_cluster_async / _sync: C++ workers, 2 ps + 2 workers, the tables on the ps.
   (g, h) psflow_torch_async / _sync: PyTorch workers (examples/pytorch/ctr_dlrm.py, psflow.torch.EmbeddingBag)
-                    on 2 ps + 2 workers, the tables on the ps.
+                    on 2 C++ ps tasks + 2 workers, the tables on the ps.
+  (i, j) psflow_torch_overhead_shm / _grpc: psflow's own time per step inside one PyTorch worker
+                    (2 ps tasks), over shared memory and over gRPC (figures per step, not per job).
 
-Every run covers the same examples: S global steps of 1024 (one process: S steps of 1024; DDP: S
-steps of 512 per rank; parameter servers: S/2 steps of 1024 per trainer, async), 26 fields, dim 16.
-Tables are fixed [N, 16] per field taking id mod N (nn.EmbeddingBag needs a vocabulary; psflow runs
-with --ctr_vocab=N to match). Adagrad is TF's on both sides (accumulator from 0.1, rate 2.0). Prints
-one JSON line per run: wall time including start-up, samples/s, test log-loss and AUC (65536 test
-examples) beside the Bayes values, and the peak RSS of each process. All traffic on 127.0.0.1.
+Every run covers the same number of examples: S global steps of 1024 (one process: S steps of 1024;
+DDP: S steps of 512 per rank; parameter servers: S/2 steps of 1024 per trainer, async; sync: S
+steps of 2 x 512), 26 fields, dim 16. Tables are fixed [N, 16] per field taking id mod N
+(nn.EmbeddingBag needs a vocabulary; psflow runs with --ctr_vocab=N to match). Adagrad is TF's on
+both sides (accumulator from 0.1, rate 2.0). Prints one JSON line per run: wall time including
+start-up, samples/s, the CPU seconds of all its processes, test log-loss and AUC (65536 test
+examples) beside the Bayes values, the peak RSS of each process, and the 1-minute load average at
+its end (the figures are only as quiet as the machine). All traffic on 127.0.0.1. The model's sizes
+and rates are the constants below, in one place; the C++ runs get them as flags.
 
-  bench/ctr_vs_pytorch.py [--build build] [--steps 400] [--vocab 100000] [--runs a,b,c,d,e,f,g,h]
+  bench/ctr_vs_pytorch.py [--build build] [--steps 400] [--vocab 100000] [--runs a,b,c,d,e,f,g,h,i,j]
 """
 import argparse
 import json
@@ -29,7 +37,6 @@ import os
 import resource
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -103,10 +110,10 @@ def evaluate(torch, psflow, gen, score):
 
 
 # ---- (a) one PyTorch process ----------------------------------------------------------------------
-def torch_single(args):
+def torch_single(args, threads=None):
     import torch
     import psflow
-    torch.set_num_threads(args.torch_threads)
+    torch.set_num_threads(threads or args.torch_threads)
     torch.manual_seed(0)
     gen = psflow.CtrGenerator(seed=args.seed, num_fields=FIELDS, num_dense=DENSE)
     dense, tables = build_dense(torch), make_tables(torch, args.vocab)
@@ -436,7 +443,7 @@ def psflow_torch_overhead(args, transport):
                       f"--learning_rate={DENSE_LR}", "--sparse_optimizer=adagrad",
                       f"--sparse_learning_rate={SPARSE_LR}", "--intra_op_threads=1", f"--seed={args.seed}",
                       f"--log_every={args.steps}"]
-    ps = [subprocess.Popen(cpp_ps(args) + [f"--job_name=ps", f"--task_index={i}"] + common,
+    ps = [subprocess.Popen(cpp_ps(args) + ["--job_name=ps", f"--task_index={i}"] + common,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
     clock = {"psflow": 0.0, "rpc": 0.0, "cpu": 0.0}
 
@@ -501,6 +508,7 @@ RUNS = {"a": ("torch_single", torch_single), "b": ("torch_ddp", torch_ddp), "c":
         "g": ("psflow_torch_async", lambda a: run_cluster(torch_workers(a), False)),
         "h": ("psflow_torch_sync", lambda a: run_cluster(torch_workers(a), True)),
         "k": ("torch_ddp_naive", lambda a: torch_ddp(a, naive=True)),
+        "l": ("torch_single_1thread", lambda a: torch_single(a, threads=1)),
         "i": ("psflow_torch_overhead_shm", lambda a: psflow_torch_overhead(a, "shm")),
         "j": ("psflow_torch_overhead_grpc", lambda a: psflow_torch_overhead(a, "grpc"))}
 OVERHEAD_RUNS = ("i", "j")  # their figures are per step, not a whole job's
@@ -512,7 +520,7 @@ def main():
     ap.add_argument("--steps", type=int, default=400, help="global steps of 1024 examples")
     ap.add_argument("--vocab", type=int, default=100000, help="rows per field's table (ids mod N)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--runs", default="a,b,c,d,e,f,g,h")
+    ap.add_argument("--runs", default="a,b,c,d,e,f,g,h,i,j")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one configuration in this process
     ap.add_argument("--torch_threads", type=int, default=TORCH_THREADS, help="intra-op threads of the one process")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds before a run is given up")
