@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The ctr model (DLRM-style: bottom MLP 13->64->16, one embedding of dim 16 per field, pairwise dots
 of the 27 vectors, top MLP 367->128->64->1) on docs/tables.md's synthetic data (psflow.CtrGenerator),
-trained the ways a CTR engineer on CPU can train it, side by side in one invocation (issues 18/19):
+trained the ways a CTR engineer on CPU can train it, side by side in one invocation:
 
   (a) torch_single  one PyTorch process, 2 threads, nn.EmbeddingBag(sparse=True) + torch.optim.Adagrad
                     for the tables, Adam for the dense layers;
@@ -528,7 +528,7 @@ def main():
     args.build = os.path.abspath(args.build)
     # Every child (the runs, their ranks and tasks) finds the binding of --build, and runs libgomp's
     # threads passive: with its default spin-then-sleep barrier, 2 intra-op threads on this shared
-    # 2-vCPU VM spent 0.65 s per step of the one process against 0.02 s passive (a 30x loss on every
+    # 2-vCPU VM spent 0.7 s per step of the one process against 0.023 s passive (a 30x loss on every
     # parallel op whenever the other vCPU is busy); 1-thread runs are unaffected either way.
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [os.path.join(args.build, "python")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
