@@ -1,27 +1,35 @@
 #!/usr/bin/python3
 """The ctr model (DLRM-style: bottom MLP 13->64->16, one embedding of dim 16 per field, pairwise dots
 of the 27 vectors, top MLP 367->128->64->1) on docs/tables.md's synthetic data (psflow.CtrGenerator),
-trained the ways a CTR engineer on CPU can train it, side by side in one invocation (issues 18/19):
+trained the ways a CTR engineer on CPU can train it, side by side in one invocation:
 
   (a) torch_single  one PyTorch process, 2 threads, nn.EmbeddingBag(sparse=True) + torch.optim.Adagrad
                     for the tables, Adam for the dense layers;
-  (b) torch_ddp     PyTorch DDP (gloo, 2 processes), every table replicated in both;
+  (b) torch_ddp     PyTorch DDP (gloo, 2 processes), every table replicated in both: the dense layers
+                    in DDP, the tables' sparse gradients in one all_gather (k: torch_ddp_naive, the
+                    whole model in DDP, each table's sparse gradient its own bucket);
   (c) torch_rpc     a torch.distributed.rpc parameter server holding the tables (1 server + 2 trainers:
-                    remote lookups, sparse adagrad updates applied on arrival; dense layers by DDP
-                    between the trainers, as PyTorch's "DDP + RPC" tutorial combines them);
+                    remote lookups, sparse adagrad updates applied on arrival, the update and the next
+                    batch's rows in one call; dense layers by DDP between the trainers, as PyTorch's
+                    "DDP + RPC" tutorial combines them);
   (d) psflow_single psflow's C++ `psflow train --model=ctr`, one process (in-process tables);
   (e, f) psflow_cluster_async / _sync: C++ workers, 2 ps + 2 workers, the tables on the ps.
   (g, h) psflow_torch_async / _sync: PyTorch workers (examples/pytorch/ctr_dlrm.py, psflow.torch.EmbeddingBag)
-                    on 2 ps + 2 workers, the tables on the ps.
+                    on 2 C++ ps tasks + 2 workers, the tables on the ps.
+  (i, j) psflow_torch_overhead_shm / _grpc: psflow's own time per step inside one PyTorch worker
+                    (2 ps tasks), over shared memory and over gRPC (figures per step, not per job).
 
-Every run covers the same examples: S global steps of 1024 (one process: S steps of 1024; DDP: S
-steps of 512 per rank; parameter servers: S/2 steps of 1024 per trainer, async), 26 fields, dim 16.
-Tables are fixed [N, 16] per field taking id mod N (nn.EmbeddingBag needs a vocabulary; psflow runs
-with --ctr_vocab=N to match). Adagrad is TF's on both sides (accumulator from 0.1, rate 2.0). Prints
-one JSON line per run: wall time including start-up, samples/s, test log-loss and AUC (65536 test
-examples) beside the Bayes values, and the peak RSS of each process. All traffic on 127.0.0.1.
+Every run covers the same number of examples: S global steps of 1024 (one process: S steps of 1024;
+DDP: S steps of 512 per rank; parameter servers: S/2 steps of 1024 per trainer, async; sync: S
+steps of 2 x 512), 26 fields, dim 16. Tables are fixed [N, 16] per field taking id mod N
+(nn.EmbeddingBag needs a vocabulary; psflow runs with --ctr_vocab=N to match). Adagrad is TF's on
+both sides (accumulator from 0.1, rate 2.0). Prints one JSON line per run: wall time including
+start-up, samples/s, the CPU seconds of all its processes, test log-loss and AUC (65536 test
+examples) beside the Bayes values, the peak RSS of each process, and the 1-minute load average at
+its end (the figures are only as quiet as the machine). All traffic on 127.0.0.1. The model's sizes
+and rates are the constants below, in one place; the C++ runs get them as flags.
 
-  bench/ctr_vs_pytorch.py [--build build] [--steps 400] [--vocab 100000] [--runs a,b,c,d,e,f,g,h]
+  bench/ctr_vs_pytorch.py [--build build] [--steps 400] [--vocab 100000] [--runs a,b,c,d,e,f,g,h,i,j]
 """
 import argparse
 import json
@@ -29,15 +37,17 @@ import os
 import resource
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+PYTHON = "/usr/bin/python3"  # Debian's, with its torch (a pyenv python3 on $PATH has none)
+# The model and its training hyper-parameters, for every run (the C++ runs get them as flags).
 FIELDS, DENSE, DIM, BATCH = 26, 13, 16, 1024
 DENSE_LR, SPARSE_LR, INIT_ACC, INIT_STD = 1e-3, 2.0, 0.1, 0.05
 TEST_EXAMPLES = 65536
+TORCH_THREADS = 2  # the one PyTorch process's intra-op threads (the issue's comparison: 2 threads)
 
 
 def free_port():
@@ -90,8 +100,9 @@ def lookup(torch, tables, ids):  # ids: LongTensor [B, F] already mod N; one id 
 def evaluate(torch, psflow, gen, score):
     """Test log-loss and AUC of score(ids, dense) -> logits, beside the Bayes values."""
     test = gen.test_set(TEST_EXAMPLES)
-    with torch.no_grad():
-        logits = score(torch.from_numpy(test["ids"]), torch.from_numpy(test["dense"]))
+    ids, dense = torch.from_numpy(test["ids"]), torch.from_numpy(test["dense"])
+    with torch.no_grad():  # in chunks of 8192, as ctr_dlrm.py evaluates
+        logits = torch.cat([score(ids[i:i + 8192], dense[i:i + 8192]) for i in range(0, len(ids), 8192)])
     p = torch.sigmoid(logits.double()).numpy()
     bayes = gen.bayes_metrics(TEST_EXAMPLES)
     return {"test_log_loss": psflow.log_loss(test["labels"], p), "test_auc": psflow.auc(test["labels"], p),
@@ -99,10 +110,10 @@ def evaluate(torch, psflow, gen, score):
 
 
 # ---- (a) one PyTorch process ----------------------------------------------------------------------
-def torch_single(args):
+def torch_single(args, threads=None):
     import torch
     import psflow
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads or args.torch_threads)
     torch.manual_seed(0)
     gen = psflow.CtrGenerator(seed=args.seed, num_fields=FIELDS, num_dense=DENSE)
     dense, tables = build_dense(torch), make_tables(torch, args.vocab)
@@ -124,7 +135,12 @@ def torch_single(args):
 
 
 # ---- (b) DDP, tables replicated --------------------------------------------------------------------
-def ddp_rank(rank, args, port, queue):
+def ddp_rank(rank, args, port, naive, queue):
+    """One of 2 DDP ranks, 512 examples per step each, every table replicated. naive: the whole
+    model in DDP (each table's sparse gradient its own bucket: gloo's sparse allreduce, several
+    collectives per table per step). Otherwise, as a user who profiled it writes it: the dense
+    layers in DDP, and the 26 tables' sparse gradients (a fixed 512 rows each: one id per bag) sent
+    in one all_gather of ids and one of rows, then averaged like DDP's (divided by the 2 ranks)."""
     import torch
     import torch.distributed as dist
     import psflow
@@ -132,6 +148,7 @@ def ddp_rank(rank, args, port, queue):
     torch.manual_seed(0)  # the same initial replicas
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     gen = psflow.CtrGenerator(seed=args.seed, num_fields=FIELDS, num_dense=DENSE)
+    ddp = torch.nn.parallel.DistributedDataParallel
 
     class Whole(torch.nn.Module):
         def __init__(self):
@@ -141,22 +158,44 @@ def ddp_rank(rank, args, port, queue):
         def forward(self, ids, x):
             return self.dense(x, lookup(torch, self.tables, ids))
 
-    model = torch.nn.parallel.DistributedDataParallel(Whole())
-    opt_d = torch.optim.Adam(model.module.dense.parameters(), lr=DENSE_LR)
-    opt_s = torch.optim.Adagrad(model.module.tables.parameters(), lr=SPARSE_LR, initial_accumulator_value=INIT_ACC)
+    whole = Whole()
+    dense = whole.dense
+    if naive:
+        model = ddp(whole)
+    else:  # no buffers to broadcast each step (the constant triu indices)
+        whole.dense = ddp(dense, broadcast_buffers=False)
+        model = whole
+    opt_d = torch.optim.Adam(dense.parameters(), lr=DENSE_LR)
+    opt_s = torch.optim.Adagrad(whole.tables.parameters(), lr=SPARSE_LR, initial_accumulator_value=INIT_ACC)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     half = BATCH // 2
+    shape = (args.vocab, DIM)
+
+    def all_gather_table_grads():
+        grads = [t.weight.grad for t in whole.tables]  # uncoalesced: 512 ids and rows each
+        ids = torch.stack([g._indices()[0] for g in grads])  # [F, 512]
+        rows = torch.stack([g._values() for g in grads])  # [F, 512, DIM]
+        all_ids, all_rows = [torch.empty_like(ids) for _ in range(2)], [torch.empty_like(rows) for _ in range(2)]
+        works = [dist.all_gather(all_ids, ids, async_op=True), dist.all_gather(all_rows, rows, async_op=True)]
+        for w in works:
+            w.wait()
+        all_ids, all_rows = torch.cat(all_ids, dim=1), torch.cat(all_rows, dim=1).mul_(0.5)
+        for f, t in enumerate(whole.tables):
+            t.weight.grad = torch.sparse_coo_tensor(all_ids[f].unsqueeze(0), all_rows[f], shape)
+
     for step in range(args.steps):
         ids, x, y = gen.batch(step, half, rank)
         loss = loss_fn(model(torch.from_numpy(ids) % args.vocab, torch.from_numpy(x)), torch.from_numpy(y))
         opt_d.zero_grad(set_to_none=True)
         opt_s.zero_grad(set_to_none=True)
         loss.backward()
+        if not naive:
+            all_gather_table_grads()
         opt_d.step()
         opt_s.step()
     out = {"peak_rss_mb": peak_rss_mb()}
     if rank == 0:
-        out.update(evaluate(torch, psflow, gen, lambda i, x: model.module(i % args.vocab, x)))
+        out.update(evaluate(torch, psflow, gen, lambda i, x: dense(x, lookup(torch, whole.tables, i % args.vocab))))
     queue.put((rank, out))
     dist.destroy_process_group()
 
@@ -190,8 +229,10 @@ def _server_lookup(unique):
     return SERVER.lookup(unique)
 
 
-def _server_update(unique, grads):
+def _server_update_lookup(unique, grads, next_unique):
+    """The step's sparse update, then the next batch's rows (None at the end): one round trip per step."""
     SERVER.update(unique, grads)
+    return SERVER.lookup(next_unique) if next_unique is not None else None
 
 
 def rpc_rank(rank, args, rpc_port, pg_port, queue):
@@ -213,31 +254,39 @@ def rpc_rank(rank, args, rpc_port, pg_port, queue):
     rpc.init_rpc(f"trainer{worker}", rank=rank, world_size=3, rpc_backend_options=opts)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{pg_port}", rank=worker, world_size=2)
     torch.manual_seed(0)
-    dense = torch.nn.parallel.DistributedDataParallel(build_dense(torch))
+    dense = torch.nn.parallel.DistributedDataParallel(build_dense(torch), broadcast_buffers=False)
     opt_d = torch.optim.Adam(dense.parameters(), lr=DENSE_LR)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     gen = psflow.CtrGenerator(seed=args.seed, num_fields=FIELDS, num_dense=DENSE)
-    pending = None
 
-    def gathered(ids):  # unique ids per field, their rows from the server, and each example's index
+    def unique(ids):  # unique ids per field and each example's index into them
         uniq, inv = zip(*(torch.unique(ids[:, f], return_inverse=True) for f in range(FIELDS)))
-        rows = rpc.rpc_sync("ps", _server_lookup, args=(list(uniq),))
-        return list(uniq), list(inv), rows
+        return list(uniq), list(inv)
 
-    for step in range(args.steps // 2):
+    def gathered(ids):  # unique ids per field, each example's index, their rows from the server
+        uniq, inv = unique(ids)
+        return uniq, inv, rpc.rpc_sync("ps", _server_lookup, args=(uniq,))
+
+    steps = args.steps // 2
+
+    def batch(step):
         ids, x, y = gen.batch(step, BATCH, worker)
-        uniq, inv, rows = gathered(torch.from_numpy(ids) % args.vocab)
+        return (*unique(torch.from_numpy(ids) % args.vocab), torch.from_numpy(x), torch.from_numpy(y))
+
+    uniq, inv, x, y = batch(0)
+    rows = rpc.rpc_sync("ps", _server_lookup, args=(uniq,))
+    for step in range(steps):
         for r in rows:
             r.requires_grad_(True)
         embedded = torch.stack([rows[f][inv[f]] for f in range(FIELDS)], dim=1)
-        loss = loss_fn(dense(torch.from_numpy(x), embedded), torch.from_numpy(y))
+        loss = loss_fn(dense(x, embedded), y)
         opt_d.zero_grad(set_to_none=True)
         loss.backward()
         opt_d.step()
-        if pending is not None:
-            pending.wait()
-        pending = rpc.rpc_async("ps", _server_update, args=(uniq, [r.grad for r in rows]))
-    pending.wait()
+        following = batch(step + 1) if step + 1 < steps else (None,) * 4
+        # The update and the next batch's rows in one call (as psflow's prefetch: one round trip).
+        rows = rpc.rpc_sync("ps", _server_update_lookup, args=(uniq, [r.grad for r in rows], following[0]))
+        uniq, inv, x, y = following
     out = {"peak_rss_mb": peak_rss_mb()}
     dist.barrier()
     if worker == 0:
@@ -258,7 +307,18 @@ def spawn(target, nprocs, extra):
     procs = [ctx.Process(target=target, args=(rank, *extra, queue)) for rank in range(nprocs)]
     for p in procs:
         p.start()
-    results = dict(queue.get() for _ in procs)
+    results = {}
+    while len(results) < nprocs:  # a rank that died (import error, crash) must not hang the bench
+        try:
+            rank, out = queue.get(timeout=5)
+            results[rank] = out
+        except Exception:  # queue.Empty
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                for p in procs:
+                    if p.is_alive():
+                        p.kill()
+                raise RuntimeError(f"{target.__name__}: a process exited {dead[0].exitcode}")
     for p in procs:
         p.join()
         if p.exitcode != 0:
@@ -270,8 +330,8 @@ def spawn(target, nprocs, extra):
     return merged
 
 
-def torch_ddp(args):
-    return spawn(ddp_rank, 2, (args, free_port()))
+def torch_ddp(args, naive=False):
+    return spawn(ddp_rank, 2, (args, free_port(), naive))
 
 
 def torch_rpc(args):
@@ -308,7 +368,7 @@ def run_cluster(program, sync):
         out = os.path.join(tmp, "m.json")
 
         def task(job, index):
-            cmd = program.command + [
+            cmd = (program.ps_command if job == "ps" else program.command) + [
                 f"--job_name={job}", f"--task_index={index}", f"--ps_hosts={ps}", f"--worker_hosts={workers}",
                 f"--train_steps={args.steps}", f"--batch_size={batch}", f"--ctr_fields={FIELDS}", f"--ctr_dim={DIM}",
                 f"--ctr_vocab={args.vocab}", "--optimizer=adam", f"--learning_rate={DENSE_LR}",
@@ -336,27 +396,122 @@ def run_cluster(program, sync):
 
 
 class Program:
-    """The command that runs one task of the cluster runs, and the bench's arguments."""
+    """The commands that run a worker and a ps task of the cluster runs, and the bench's arguments."""
 
-    def __init__(self, args, command):
-        self.args, self.command = args, command
+    def __init__(self, args, command, ps_command=None):
+        self.args, self.command, self.ps_command = args, command, ps_command or command
+
+
+def cpp_ps(args):
+    return [os.path.join(args.build, "psflow"), "train", "--model=ctr"]
 
 
 def cpp_workers(args):
     """C++ workers: `psflow train --model=ctr`."""
-    return Program(args, [os.path.join(args.build, "psflow"), "train", "--model=ctr"])
+    return Program(args, cpp_ps(args))
 
 
 def torch_workers(args):
-    """PyTorch workers: examples/pytorch/ctr_dlrm.py (psflow.torch.EmbeddingBag, next batch prefetched)."""
-    return Program(args, ["/usr/bin/python3", os.path.join(ROOT, "examples/pytorch/ctr_dlrm.py")])
+    """PyTorch workers: examples/pytorch/ctr_dlrm.py (psflow.torch.EmbeddingBag, next batch prefetched),
+    the ps tasks C++ (`psflow train --job_name=ps`: the tables and their rules are the C++ ps's
+    whoever runs it; a ps started from the script would serve the same, and hold PyTorch's ~250 MB)."""
+    return Program(args, [PYTHON, os.path.join(ROOT, "examples/pytorch/ctr_dlrm.py")], cpp_ps(args))
+
+
+# ---- psflow's own time per step inside a PyTorch worker ------------------------------------------
+def psflow_torch_overhead(args, transport):
+    """One PyTorch worker (ctr_dlrm.py's model and batches, in this process) against 2 C++ ps tasks
+    over `transport`, async, S/2 steps of 1024. Per step (after 20 warm-up steps), the wall time of
+    the loop and psflow's part of it: sess.step() (the binding, the push of the dense gradients and
+    the rows' gradients and the pull of the new values and of the next batch's rows, one call per
+    ps), the tables' forwards' session calls (taking the prefetched rows) and sess.batches'
+    announcing of ids; `rpc_ms` is the C++ Step alone (the round trip), `cpu_ms` the worker
+    thread's CPU in psflow's part. The rest is the model's own forward/backward."""
+    import importlib.util
+    import torch
+    import psflow
+    import psflow.session as session
+    import psflow.torch as ptables
+
+    spec = importlib.util.spec_from_file_location("ctr_dlrm", os.path.join(ROOT, "examples/pytorch/ctr_dlrm.py"))
+    ctr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ctr)
+    ports = [free_port() for _ in range(3)]
+    hosts = [f"--ps_hosts=127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}", f"--worker_hosts=127.0.0.1:{ports[2]}"]
+    common = hosts + [f"--transport={transport}", f"--train_steps={args.steps // 2}", f"--batch_size={BATCH}",
+                      f"--ctr_fields={FIELDS}", f"--ctr_dim={DIM}", f"--ctr_vocab={args.vocab}", "--optimizer=adam",
+                      f"--learning_rate={DENSE_LR}", "--sparse_optimizer=adagrad",
+                      f"--sparse_learning_rate={SPARSE_LR}", "--intra_op_threads=1", f"--seed={args.seed}",
+                      f"--log_every={args.steps}"]
+    ps = [subprocess.Popen(cpp_ps(args) + ["--job_name=ps", f"--task_index={i}"] + common,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
+    clock = {"psflow": 0.0, "rpc": 0.0, "cpu": 0.0}
+
+    def timed(fn, key, cpu=False):
+        def wrapper(*a, **k):
+            start, start_cpu = time.perf_counter(), time.thread_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                clock[key] += time.perf_counter() - start
+                if cpu:
+                    clock["cpu"] += time.thread_time() - start_cpu
+        return wrapper
+
+    class TimedSession:  # the C++ session, its Step timed
+        def __init__(self, inner):
+            self._inner = inner
+
+        def __getattr__(self, name):
+            attr = getattr(self._inner, name)
+            return timed(attr, "rpc") if name == "step" else attr
+
+    for cls, name in ((session.WorkerSession, "step"), (session.WorkerSession, "lookup"),
+                      (session.WorkerSession, "prefetch"), (ptables._Tables, "rows")):
+        setattr(cls, name, timed(getattr(cls, name), "psflow", cpu=True))
+    try:
+        flags = psflow.parse_flags(["--job_name=worker", "--task_index=0"] + common)
+        torch.set_num_threads(1)
+        torch.manual_seed(args.seed)
+        gen = psflow.CtrGenerator(seed=args.seed, num_fields=FIELDS, num_dense=DENSE)
+        model = ctr.DLRM(FIELDS, DIM, args.vocab, args.seed)
+        loss_fn = torch.nn.BCEWithLogitsLoss()
+        warmup, steps, wall = 20, 0, 0.0
+        with psflow.WorkerSession(model, flags, model_name=ctr.MODEL_NAME) as sess:
+            sess._session = TimedSession(sess._session)
+            start = time.perf_counter()
+            for ids, dense, labels in sess.batches(ctr.batches(gen, sess, BATCH), lambda b: model.table_ids(b[0])):
+                loss = loss_fn(model(ids, dense), labels)
+                loss.backward()
+                sess.step(loss.item())
+                steps += 1
+                if steps == warmup:
+                    clock.update(psflow=0.0, rpc=0.0, cpu=0.0)
+                    start = time.perf_counter()
+            wall = time.perf_counter() - start
+        for p in ps:
+            p.wait(timeout=60)
+    finally:
+        for p in ps:
+            if p.poll() is None:
+                p.kill()
+    n = steps - warmup
+    return {"transport": transport, "steps_timed": n, "step_ms": round(wall / n * 1e3, 3),
+            "psflow_ms": round(clock["psflow"] / n * 1e3, 3), "rpc_ms": round(clock["rpc"] / n * 1e3, 3),
+            "psflow_cpu_ms": round(clock["cpu"] / n * 1e3, 3), "load_avg_1min": os.getloadavg()[0],
+            "peak_rss_mb": [peak_rss_mb()]}
 
 
 RUNS = {"a": ("torch_single", torch_single), "b": ("torch_ddp", torch_ddp), "c": ("torch_rpc", torch_rpc),
         "d": ("psflow_single", psflow_single), "e": ("psflow_cluster_async", lambda a: run_cluster(cpp_workers(a), False)),
         "f": ("psflow_cluster_sync", lambda a: run_cluster(cpp_workers(a), True)),
         "g": ("psflow_torch_async", lambda a: run_cluster(torch_workers(a), False)),
-        "h": ("psflow_torch_sync", lambda a: run_cluster(torch_workers(a), True))}
+        "h": ("psflow_torch_sync", lambda a: run_cluster(torch_workers(a), True)),
+        "k": ("torch_ddp_naive", lambda a: torch_ddp(a, naive=True)),
+        "l": ("torch_single_1thread", lambda a: torch_single(a, threads=1)),
+        "i": ("psflow_torch_overhead_shm", lambda a: psflow_torch_overhead(a, "shm")),
+        "j": ("psflow_torch_overhead_grpc", lambda a: psflow_torch_overhead(a, "grpc"))}
+OVERHEAD_RUNS = ("i", "j")  # their figures are per step, not a whole job's
 
 
 def main():
@@ -365,26 +520,48 @@ def main():
     ap.add_argument("--steps", type=int, default=400, help="global steps of 1024 examples")
     ap.add_argument("--vocab", type=int, default=100000, help="rows per field's table (ids mod N)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--runs", default="a,b,c,d,e,f,g,h")
+    ap.add_argument("--runs", default="a,b,c,d,e,f,g,h,i,j")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one configuration in this process
+    ap.add_argument("--torch_threads", type=int, default=TORCH_THREADS, help="intra-op threads of the one process")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds before a run is given up")
     args = ap.parse_args()
+    args.build = os.path.abspath(args.build)
+    # Every child (the runs, their ranks and tasks) finds the binding of --build, and runs libgomp's
+    # threads passive: with its default spin-then-sleep barrier, 2 intra-op threads on this shared
+    # 2-vCPU VM spent 0.7 s per step of the one process against 0.023 s passive (a 30x loss on every
+    # parallel op whenever the other vCPU is busy); 1-thread runs are unaffected either way.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(args.build, "python")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if args.one:
         print(json.dumps(RUNS[args.one][1](args)))
         return
     for key in args.runs.split(","):
         name = RUNS[key][0]
         start = time.monotonic()  # a fresh interpreter per run: start-up included, RSS its own
-        proc = subprocess.run([sys.executable, __file__, f"--one={key}", f"--build={args.build}",
-                               f"--steps={args.steps}", f"--vocab={args.vocab}", f"--seed={args.seed}"],
-                              capture_output=True, text=True)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        try:
+            proc = subprocess.run([PYTHON, __file__, f"--one={key}", f"--build={args.build}", f"--steps={args.steps}",
+                                   f"--vocab={args.vocab}", f"--seed={args.seed}",
+                                   f"--torch_threads={args.torch_threads}"],
+                                  capture_output=True, text=True, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            print(json.dumps({"run": name, "error": f"no result within --timeout={args.timeout:.0f} s"}), flush=True)
+            continue
         wall = time.monotonic() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # every process of the run, waited for
+        cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         if proc.returncode != 0:
-            print(json.dumps({"run": name, "error": proc.stderr.strip().splitlines()[-1:]}), flush=True)
+            print(json.dumps({"run": name, "error": proc.stderr.strip().splitlines()[-3:]}), flush=True)
             continue
         result = json.loads(proc.stdout.strip().splitlines()[-1])
+        if key in OVERHEAD_RUNS:
+            print(json.dumps({"run": name, **result}), flush=True)
+            continue
         samples = args.steps * BATCH
         print(json.dumps({"run": name, "global_steps": args.steps, "samples": samples, "wall_seconds": round(wall, 2),
-                          "samples_per_sec": round(samples / wall), **result}), flush=True)
+                          "samples_per_sec": round(samples / wall), "cpu_seconds": round(cpu, 1), **result,
+                          "load_avg_1min": round(os.getloadavg()[0], 2)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -167,6 +167,14 @@ def tables_of(module):
     return found
 
 
+def _same(a, b):
+    """Equal id arrays; the same array (the usual case: the ids announced are the ones looked up)
+    without comparing them."""
+    import numpy as np
+
+    return a is b or np.array_equal(a, b)
+
+
 class _Tables:
     """The session's side of a model's tables for one worker session: per step, the ids each
     table's forward saw, the rows it was given (leaf tensors whose .grad backward fills), and what
@@ -198,16 +206,14 @@ class _Tables:
         self._announced = ids_list
 
     def rows(self, t, ids):
-        import numpy as np
-
         used = self._used.get(t)
-        if used is not None and np.array_equal(used[0], ids):  # a second call of the step, same ids
+        if used is not None and _same(used[0], ids):  # a second call of the step, same ids
             return used[1], used[2]
         if used is not None and torch.is_grad_enabled():
             raise _psflow.FailedPreconditionError(
                 f"table '{self._modules[t][0]}' was called twice in one step with different ids; call it once "
                 "per step with all its ids (concatenate them)")
-        if self._announced is not None and self._announced[t] is not None and np.array_equal(self._announced[t], ids):
+        if self._announced is not None and self._announced[t] is not None and _same(self._announced[t], ids):
             announced = self._announced
             self._announced = None
             looked = self._lookup(announced)
@@ -216,7 +222,7 @@ class _Tables:
                     leaf = torch.from_numpy(rows).requires_grad_(True)
                     self._used[u] = (announced[u], leaf, torch.from_numpy(index))
             used = self._used.get(t)
-            if used is not None and np.array_equal(used[0], ids):
+            if used is not None and _same(used[0], ids):
                 return used[1], used[2]
             self._used.pop(t, None)
         ids_list = [None] * self._n
@@ -231,10 +237,8 @@ class _Tables:
     def before_step(self):
         """Hands the step's unique rows' gradients to the C++ session (after a Lookup with the
         step's ids when the session's batches hold others)."""
-        import numpy as np
-
         pushed = {t: u for t, u in self._used.items() if u[1].grad is not None}
-        if any(self._held[t] is None or not np.array_equal(self._held[t], u[0]) for t, u in pushed.items()):
+        if any(self._held[t] is None or not _same(self._held[t], u[0]) for t, u in pushed.items()):
             self._lookup([pushed[t][0] if t in pushed else None for t in range(self._n)])
         for t, u in pushed.items():
             self._session.set_table_grads(t, u[1].grad.numpy())
