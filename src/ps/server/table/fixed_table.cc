@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
-#include "ps/server/table/row_copy.h"
+#include "ps/server/table/row_memory.h"
 #include "ps/server/table/shard_checks.h"
 
 namespace psflow::ps::table {
@@ -20,7 +20,7 @@ FixedTableShard::FixedTableShard(TableConfig config, SparseRule rule, int shard)
       num_rows_(dist::FixedShardRows(config_.layout, shard)),
       stride_((1 + rule_.num_slots()) * config_.dim),
       first_id_(dist::FixedRowId(config_.layout, shard, 0)),
-      storage_(new float[static_cast<size_t>(num_rows_ * stride_)]),
+      storage_(AllocateRows<float>(static_cast<size_t>(num_rows_ * stride_))),
       records_(storage_.get()) {
   CHECK(config_.kind == TableKind::kFixed);
   const int64_t dim = config_.dim;

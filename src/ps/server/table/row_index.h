@@ -1,5 +1,5 @@
-// ps/server/table/row_index.h — a dynamic table's id -> slot index (dynamic_table.h): open
-// addressing with linear probing over 16-byte entries {id, slot}, a power-of-two number of them,
+// ps/server/table/row_index.h — a dynamic table's id -> record index (dynamic_table.h): open
+// addressing with linear probing over 16-byte entries {id, record}, a power-of-two number of them,
 // at most 3/4 full, removals by backward shift (no tombstones). An id's home entry is the top bits
 // of dist::Mix64(id): the bits the routing's Mix64(id) % P leaves free, so the ids of one ps still
 // spread over every entry. Lookups of a batch compute the homes first and prefetch their entries,
@@ -12,8 +12,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 
+#include "ps/server/table/row_memory.h"
 #include "psflow/dist/table_routing.h"
 
 namespace psflow::ps::table {
@@ -43,42 +43,41 @@ class RowIndex {
   // Bytes held by the entries.
   int64_t bytes() const { return static_cast<int64_t>(capacity() * sizeof(Entry)); }
 
-  // The slot of `id`, or -1.
-  int64_t Find(int64_t id) const;
-  // slots[i] = Find(ids[i]) for i in [0, n), prefetching the entries of a block of ids before
+  // The record of `id`, or nullptr.
+  float* Find(int64_t id) const;
+  // records[i] = Find(ids[i]) for i in [0, n), prefetching the entries of a block of ids before
   // probing them.
-  void FindMany(const int64_t* ids, size_t n, int64_t* slots) const;
-  // Adds id -> slot (slot >= 0); the id must be absent.
-  void Insert(int64_t id, int64_t slot);
+  void FindMany(const int64_t* ids, size_t n, float** records) const;
+  // Adds id -> record (not null); the id must be absent.
+  void Insert(int64_t id, float* record);
   // Removes `id` if present.
   void Erase(int64_t id);
   // Room for `n` ids without growing.
   void Reserve(int64_t n);
-  // f(id, slot) for every entry, in no particular order. The index must not change meanwhile.
+  // f(id, record) for every entry, in no particular order. The index must not change meanwhile.
   template <typename F>
   void ForEach(F&& f) const {
     for (size_t e = 0; e < capacity(); ++e) {
-      if (entries_[e].slot >= 0) f(entries_[e].id, entries_[e].slot);
+      if (entries_[e].record != nullptr) f(entries_[e].id, entries_[e].record);
     }
   }
 
  private:
   struct Entry {
     int64_t id;
-    int64_t slot;  // -1: empty
+    float* record;  // nullptr: empty
   };
   size_t capacity() const { return mask_ + 1; }
   size_t Home(int64_t id) const { return static_cast<size_t>(dist::Mix64(static_cast<uint64_t>(id)) >> shift_); }
-  int64_t Probe(int64_t id, size_t e) const {
+  float* Probe(int64_t id, size_t e) const {
     for (;; e = (e + 1) & mask_) {
       const Entry& entry = entries_[e];
-      if (entry.slot < 0) return -1;
-      if (entry.id == id) return entry.slot;
+      if (entry.record == nullptr || entry.id == id) return entry.record;
     }
   }
   void Rehash(size_t capacity);
 
-  std::unique_ptr<Entry[]> entries_;
+  RowArray<Entry> entries_;
   size_t mask_ = 0;  // capacity - 1 (a power of two >= 16)
   int shift_ = 64;   // 64 - log2(capacity)
   int64_t size_ = 0;
