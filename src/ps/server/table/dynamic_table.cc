@@ -38,8 +38,7 @@ DynamicTableShard::DynamicTableShard(TableConfig config, SparseRule rule, int ps
       ps_(ps),
       num_ps_(num_ps),
       mod_num_ps_(static_cast<uint64_t>(std::max(num_ps, 1))),
-      meta_offset_(((1 + rule_.num_slots()) * config_.dim + 1) / 2 * 2),
-      stride_(meta_offset_ + static_cast<int64_t>(sizeof(RowMeta) / sizeof(float))),
+      stride_(kMetaFloats + ((1 + rule_.num_slots()) * config_.dim + 1) / 2 * 2),
       slab_rows_(std::max<int64_t>(16, kSlabBytes / (stride_ * static_cast<int64_t>(sizeof(float))))) {
   static_assert(sizeof(RowMeta) % sizeof(float) == 0 && alignof(RowMeta) <= 8);
   CHECK(config_.kind == TableKind::kDynamic);
@@ -69,7 +68,7 @@ float* DynamicTableShard::AllocateRecord() {
     slabs_.push_back(AllocateRows<float>(static_cast<size_t>(slab_rows_ * stride_)));
     last_slab_used_ = 0;
   }
-  return slabs_.back().get() + (last_slab_used_++) * stride_;
+  return slabs_.back().get() + (last_slab_used_++) * stride_ + kMetaFloats;
 }
 
 absl::Status DynamicTableShard::Gather(absl::Span<const int64_t> ids, absl::Span<float> out) const {
@@ -117,7 +116,7 @@ absl::Status DynamicTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<
   if (++epoch_ == 0) {  // wrapped: clear the marks once every 2^32 pushes
     for (size_t k = 0; k < slabs_.size(); ++k) {
       const int64_t used = k + 1 == slabs_.size() ? last_slab_used_ : slab_rows_;
-      for (int64_t r = 0; r < used; ++r) Meta(slabs_[k].get() + r * stride_).mark = 0;
+      for (int64_t r = 0; r < used; ++r) Meta(slabs_[k].get() + r * stride_ + kMetaFloats).mark = 0;
     }
     epoch_ = 1;
   }

@@ -1,6 +1,6 @@
 // ps/server/table/dynamic_table.h — one ps task's share of a dynamic (hash-keyed) table
 // (docs/tables.md#semantics): the rows whose int64 id routes here (dist::RouteDynamicId), found through an
-// index id -> record (row_index.h), stored as records [w | slots | meta] in slabs of about 2 MiB
+// index id -> record (row_index.h), stored as records [meta | w | slots] in slabs of about 2 MiB
 // of row memory (row_memory.h: huge pages; no allocation per row; a removed row's record is reused). A
 // row's metadata (last step, push count, duplicate mark) sits in its record, next to the floats a
 // push updates. A row is created by its first admitted gradient; a gather of an absent id answers
@@ -41,7 +41,7 @@ class DynamicTableShard final : public TableShard {
 
  private:
   class Scanner;
-  struct RowMeta {  // at the end of each record
+  struct RowMeta {  // at the start of each record, just before the row's floats
     int64_t last_step;
     int64_t count;  // pushes that held the id, the admitting one and those before it included
     uint32_t mark;  // the last push epoch that listed the row (duplicate detection)
@@ -53,21 +53,22 @@ class DynamicTableShard final : public TableShard {
 
   bool PassDue(int64_t global_step) const override { return accessor_.PassDue(global_step); }
   absl::Status CheckOwned(absl::Span<const int64_t> ids) const;
-  // A free record (reused, or a new one, adding a slab when the last is full).
+  // A free record's floats (reused, or a new one, adding a slab when the last is full).
   float* AllocateRecord() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  RowMeta& Meta(float* record) const { return *reinterpret_cast<RowMeta*>(record + meta_offset_); }
+  static constexpr int64_t kMetaFloats = sizeof(RowMeta) / sizeof(float);
+  // A row's metadata, from its floats (what the index and free list point to).
+  static RowMeta& Meta(float* row) { return *reinterpret_cast<RowMeta*>(row - kMetaFloats); }
 
   const TableConfig config_;
   const SparseRule rule_;
   const RowAccessor accessor_;
   const int ps_, num_ps_;
   const ModOf mod_num_ps_;     // x % num_ps_
-  const int64_t meta_offset_;  // floats before a record's RowMeta: (1 + slots) · dim, rounded up to 8 bytes
-  const int64_t stride_;       // floats per record (a multiple of 8 bytes)
+  const int64_t stride_;       // floats per record [meta | w | slots] (a multiple of 8 bytes)
   const int64_t slab_rows_;    // records per slab (a slab: about 2 MiB, one huge page)
 
   mutable absl::Mutex mu_;
-  RowIndex index_ ABSL_GUARDED_BY(mu_);  // id -> record
+  RowIndex index_ ABSL_GUARDED_BY(mu_);  // id -> the row's floats in its record
   std::vector<RowArray<float>> slabs_ ABSL_GUARDED_BY(mu_);
   int64_t last_slab_used_ ABSL_GUARDED_BY(mu_) = 0;  // records handed out of slabs_.back()
   std::vector<float*> free_records_ ABSL_GUARDED_BY(mu_);
