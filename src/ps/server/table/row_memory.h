@@ -2,11 +2,11 @@
 // table shards (fixed_table.h, dynamic_table.h, row_index.h).
 //
 // Rows are read and written at random, a few thousand per call, so beside the cache misses each
-// row costs a TLB miss on 4 KiB pages (a 64 MiB table spans 16384 of them). Blocks of 2 MiB and
-// more (from 1 MiB, rounded up) are therefore 2 MiB-aligned and advised to the kernel as
-// transparent huge pages (MADV_HUGEPAGE; a no-op where THP is off); smaller ones are 64-byte
-// aligned (cache lines).
-// CopyRow copies dim floats without a call into the C library per row. Pure functions.
+// row costs a TLB miss on 4 KiB pages (a 64 MiB table spans 16384 of them). Blocks of 1 MiB and
+// more are therefore rounded up to whole 2 MiB pages, 2 MiB-aligned and advised to the kernel as
+// transparent huge pages (MADV_HUGEPAGE; a no-op where THP is off: then correct, only slower);
+// smaller ones are 64-byte aligned (cache lines). CopyRow copies dim floats without a call into
+// the C library per row. Pure functions; thread-safe.
 #ifndef PSFLOW_PS_SERVER_TABLE_ROW_MEMORY_H_
 #define PSFLOW_PS_SERVER_TABLE_ROW_MEMORY_H_
 
