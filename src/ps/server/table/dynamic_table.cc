@@ -123,60 +123,71 @@ absl::Status DynamicTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<
   std::vector<float*> records(n);
   index_.FindMany(ids.data(), n, records.data());
   absl::flat_hash_set<int64_t> absent;
+  // A stored row is counted as soon as it is checked (its metadata line is at hand); an id listed
+  // twice then undoes the counts taken so far, so a refused push changes nothing.
+  std::unique_ptr<int64_t[]> previous_step(new int64_t[n]);
   for (size_t i = 0; i < n; ++i) {
     if (i + kAhead < n && records[i + kAhead] != nullptr) {
       __builtin_prefetch(&Meta(records[i + kAhead]), 1);
     }
     bool repeated;
     if (records[i] != nullptr) {
-      uint32_t& mark = Meta(records[i]).mark;
-      repeated = mark == epoch_;
-      mark = epoch_;
+      RowMeta& meta = Meta(records[i]);
+      repeated = meta.mark == epoch_;
+      if (!repeated) {
+        meta.mark = epoch_;
+        previous_step[i] = meta.last_step;
+        ++meta.count;
+        meta.last_step = global_step;
+      }
     } else {
       repeated = !absent.insert(ids[i]).second;
     }
     if (repeated) {
+      for (size_t j = 0; j < i; ++j) {
+        if (records[j] == nullptr) continue;
+        --Meta(records[j]).count;
+        Meta(records[j]).last_step = previous_step[j];
+      }
       return absl::InvalidArgumentError(absl::StrCat("table '", config_.name, "': id ", ids[i],
                                                      " listed twice in one push (sum its rows first)"));
     }
   }
-  // Pass 2: count the stored rows' pushes; count, admit and create absent ones (a row not admitted
-  // keeps a null record: the rule skips it).
-  if (!absent.empty()) index_.Reserve(index_.size() + static_cast<int64_t>(absent.size()));
+  // Pass 2 (when a push holds absent ids, or the rule reads counts): count, admit and create absent
+  // ids (one not admitted keeps a null record: the rule skips it); each row's update count.
   std::vector<int64_t> updates;
   if (rule_.needs_row_steps()) updates.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t id = ids[i];
-    float* rec = records[i];
-    if (rec != nullptr) {
-      RowMeta& meta = Meta(rec);
-      ++meta.count;
-      meta.last_step = global_step;
-    } else {
-      int64_t count = 1;
-      if (accessor_.counts_pending()) {
-        const auto p = pending_.find(id);
-        if (p != pending_.end()) count = p->second.count + 1;
-        if (!accessor_.Admits(count)) {
-          if (p != pending_.end()) {
-            p->second = Pending{count, global_step};
-          } else {
-            pending_.emplace(id, Pending{count, global_step});
+  if (!absent.empty() || !updates.empty()) {
+    if (!absent.empty()) index_.Reserve(index_.size() + static_cast<int64_t>(absent.size()));
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t id = ids[i];
+      float* rec = records[i];
+      if (rec == nullptr) {
+        int64_t count = 1;
+        if (accessor_.counts_pending()) {
+          const auto p = pending_.find(id);
+          if (p != pending_.end()) count = p->second.count + 1;
+          if (!accessor_.Admits(count)) {
+            if (p != pending_.end()) {
+              p->second = Pending{count, global_step};
+            } else {
+              pending_.emplace(id, Pending{count, global_step});
+            }
+            ++rows_dropped_;
+            continue;
           }
-          ++rows_dropped_;
-          continue;
+          if (p != pending_.end()) pending_.erase(p);
         }
-        if (p != pending_.end()) pending_.erase(p);
+        rec = AllocateRecord();
+        accessor_.InitialValue(id, rec);
+        rule_.InitSlots(rec + dim, dim);
+        Meta(rec) = RowMeta{global_step, count, epoch_};
+        index_.Insert(id, rec);
+        records[i] = rec;
+        ++admissions_;
       }
-      rec = AllocateRecord();
-      accessor_.InitialValue(id, rec);
-      rule_.InitSlots(rec + dim, dim);
-      Meta(rec) = RowMeta{global_step, count, epoch_};
-      index_.Insert(id, rec);
-      records[i] = rec;
-      ++admissions_;
+      if (!updates.empty()) updates[i] = accessor_.UpdatesOf(Meta(rec).count);
     }
-    if (!updates.empty()) updates[i] = accessor_.UpdatesOf(Meta(rec).count);
   }
   // Pass 3: the rule over every admitted row, in one call.
   rule_.ApplyRows(records.data(), grads.data(), updates.empty() ? nullptr : updates.data(),
