@@ -3,12 +3,14 @@
 // sparse update rule, at dim 16, 64 and 256, on a fixed shard and a dynamic share, beside a memcpy
 // of the same bytes (rows · dim · 4) in the same run. Each call takes 4096 unique ids drawn at
 // random from a table of 2^25 bytes of weights (bigger than the last-level cache; the rule's
-// slots come on top), all rows present. The figure is rows/s; the goals are gather
+// slots come on top), all rows present; the same ids every call (those rows stay in cache; the
+// Cold gather cycles through disjoint batches instead). The figure is rows/s; the goals are gather
 // >= 0.5x and adagrad apply >= 0.25x the memcpy's rows/s at the same dim.
 // Run: build/bench/psflow_table_bench --benchmark_format=json | python3 bench/table_bench_ratios.py
 // One thread; timings only (correctness: ps_table_test).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -28,8 +30,9 @@ int64_t TableRows(int64_t dim) { return kWeightBytes / (dim * static_cast<int64_
 
 struct Fixture {
   std::unique_ptr<TableShard> shard;
-  std::vector<int64_t> ids;  // a call's unique ids
-  std::vector<float> rows;   // [kBatch, dim]
+  std::vector<int64_t> ids;                 // a call's unique ids (the first of `batches`)
+  std::vector<std::vector<int64_t>> batches;  // disjoint calls covering the table (up to 64)
+  std::vector<float> rows;                  // [kBatch, dim]
 };
 
 // A table of TableRows(dim) rows (fixed, or dynamic with every row created), and a call's ids.
@@ -63,7 +66,11 @@ Fixture Make(bool dynamic, int64_t dim, const std::string& rule_name) {
   std::vector<int64_t> perm(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) perm[r] = r;
   std::shuffle(perm.begin(), perm.end(), rng);
-  for (int64_t i = 0; i < kBatch; ++i) f.ids.push_back(id_of(perm[i]));
+  for (int64_t b = 0; b < std::min<int64_t>(64, n / kBatch); ++b) {
+    f.batches.emplace_back();
+    for (int64_t i = b * kBatch; i < (b + 1) * kBatch; ++i) f.batches.back().push_back(id_of(perm[i]));
+  }
+  f.ids = f.batches[0];
   f.rows.assign(kBatch * dim, 1e-3f);
   return f;
 }
@@ -103,6 +110,23 @@ void BM_TableGather(benchmark::State& state) {
   SetRows(state, dim);
 }
 BENCHMARK(BM_TableGather)->ArgNames({"dynamic", "dim"})->ArgsProduct({{0, 1}, {16, 64, 256}});
+
+// The same gather with the rows out of cache: each call takes the next of up to 64 disjoint
+// batches of 4096 ids (together 2^18 rows, or the whole table at dim >= 64), as the memcpy takes
+// the next block of its buffer. (BM_TableGather repeats one batch: its rows stay in cache.)
+void BM_TableGatherCold(benchmark::State& state) {
+  const int64_t dim = state.range(1);
+  Fixture f = Make(state.range(0) == 1, dim, "sgd");
+  std::vector<float> out(static_cast<size_t>(kBatch * dim));
+  size_t b = 0;
+  for (auto _ : state) {
+    if (!f.shard->Gather(f.batches[b], absl::MakeSpan(out)).ok()) std::abort();
+    benchmark::DoNotOptimize(out.data());
+    b = b + 1 == f.batches.size() ? 0 : b + 1;
+  }
+  SetRows(state, dim);
+}
+BENCHMARK(BM_TableGatherCold)->ArgNames({"dynamic", "dim"})->ArgsProduct({{0, 1}, {16, 64, 256}});
 
 // A push's apply (validation included): range(0) = rule (kRules), range(1) = dynamic, range(2) = dim.
 void BM_TableApply(benchmark::State& state) {

@@ -9,16 +9,25 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "ps/server/table/row_memory.h"
 #include "ps/server/table/shard_checks.h"
 
 namespace psflow::ps::table {
 namespace {
 
-// Slabs of about 1 MiB (at least 16 rows), a power of two rows each.
-int SlabShift(int64_t record_bytes) {
-  int shift = 4;
-  while ((int64_t{2} << shift) * record_bytes <= (int64_t{1} << 20)) ++shift;
-  return shift;
+constexpr int64_t kSlabBytes = int64_t{2} << 20;  // one huge page (row_memory.h)
+constexpr size_t kAhead = 8;                      // rows whose records are prefetched ahead
+
+// Prefetches the cache lines of [p, p + bytes).
+void PrefetchBytes(const float* p, int64_t bytes, bool write) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int64_t b = 0; b < bytes; b += 64) {
+    if (write) {
+      __builtin_prefetch(c + b, 1);
+    } else {
+      __builtin_prefetch(c + b);
+    }
+  }
 }
 
 }  // namespace
@@ -29,16 +38,19 @@ DynamicTableShard::DynamicTableShard(TableConfig config, SparseRule rule, int ps
       accessor_(config_, num_ps),
       ps_(ps),
       num_ps_(num_ps),
-      stride_((1 + rule_.num_slots()) * config_.dim),
-      slab_shift_(SlabShift(stride_ * static_cast<int64_t>(sizeof(float)))),
-      slab_mask_((int64_t{1} << slab_shift_) - 1) {
+      mod_num_ps_(static_cast<uint64_t>(std::max(num_ps, 1))),
+      stride_(kMetaFloats + ((1 + rule_.num_slots()) * config_.dim + 1) / 2 * 2),
+      slab_rows_(std::max<int64_t>(16, kSlabBytes / (stride_ * static_cast<int64_t>(sizeof(float))))) {
+  static_assert(sizeof(RowMeta) % sizeof(float) == 0 && alignof(RowMeta) <= 8);
   CHECK(config_.kind == TableKind::kDynamic);
   CHECK(ps >= 0 && ps < num_ps);
 }
 
 absl::Status DynamicTableShard::CheckOwned(absl::Span<const int64_t> ids) const {
+  if (num_ps_ == 1) return absl::OkStatus();
   for (int64_t id : ids) {
-    const int owner = dist::RouteDynamicId(id, num_ps_);
+    // dist::RouteDynamicId without its division.
+    const int owner = static_cast<int>(mod_num_ps_(dist::Mix64(static_cast<uint64_t>(id))));
     if (owner != ps_) {
       return absl::InvalidArgumentError(absl::StrCat("table '", config_.name, "': id ", id,
                                                      " lives on ps ", owner, " of ", num_ps_, ", not ", ps_));
@@ -47,39 +59,36 @@ absl::Status DynamicTableShard::CheckOwned(absl::Span<const int64_t> ids) const 
   return absl::OkStatus();
 }
 
-int64_t DynamicTableShard::AllocateSlot() {
-  if (!free_slots_.empty()) {
-    const int64_t slot = free_slots_.back();
-    free_slots_.pop_back();
-    return slot;
+float* DynamicTableShard::AllocateRecord() {
+  if (!free_records_.empty()) {
+    float* record = free_records_.back();
+    free_records_.pop_back();
+    return record;
   }
-  if (next_slot_ == static_cast<int64_t>(slabs_.size()) << slab_shift_) {
-    const size_t rows = size_t{1} << slab_shift_;
-    slabs_.emplace_back(new float[rows * static_cast<size_t>(stride_)]);
-    meta_slabs_.emplace_back(new RowMeta[rows]);
+  if (slabs_.empty() || last_slab_used_ == slab_rows_) {
+    slabs_.push_back(AllocateRows<float>(static_cast<size_t>(slab_rows_ * stride_)));
+    last_slab_used_ = 0;
   }
-  return next_slot_++;
+  return slabs_.back().get() + (last_slab_used_++) * stride_ + kMetaFloats;
 }
 
 absl::Status DynamicTableShard::Gather(absl::Span<const int64_t> ids, absl::Span<float> out) const {
   if (auto s = CheckRowsSize(config_, "a gather's output", ids.size(), out.size()); !s.ok()) return s;
   if (auto s = CheckOwned(ids); !s.ok()) return s;
   const int64_t dim = config_.dim;
-  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
   {
-    // Two passes: find every slot first (prefetching its record), then copy, so the records'
-    // cache misses overlap instead of following one another.
-    std::vector<int64_t> slots(ids.size());
+    // Find every record first (the index prefetches its entries a block at a time), then copy,
+    // prefetching the rows a few ahead, so the cache misses overlap instead of following one another.
+    std::vector<float*> records(ids.size());
     absl::ReaderMutexLock lock(&mu_);
+    index_.FindMany(ids.data(), ids.size(), records.data());
     for (size_t i = 0; i < ids.size(); ++i) {
-      const auto it = index_.find(ids[i]);
-      slots[i] = it == index_.end() ? -1 : it->second;
-      if (slots[i] >= 0) __builtin_prefetch(Record(slots[i]));
-    }
-    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i + kAhead < ids.size() && records[i + kAhead] != nullptr) {
+        PrefetchBytes(records[i + kAhead], dim * static_cast<int64_t>(sizeof(float)), false);
+      }
       float* dst = out.data() + i * dim;
-      if (slots[i] >= 0) {
-        std::memcpy(dst, Record(slots[i]), row_bytes);
+      if (records[i] != nullptr) {
+        CopyRow(dst, records[i], dim);
       } else {
         accessor_.InitialValue(ids[i], dst);
       }
@@ -101,71 +110,90 @@ absl::Status DynamicTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<
   if (auto s = CheckFinite(config_, ids, grads); !s.ok()) return s;
   const float lr = rule_.LearningRate(global_step);
   const int64_t dim = config_.dim;
+  const size_t n = ids.size();
   absl::MutexLock lock(&mu_);
-  // Pass 1: find the stored rows (prefetching them) and refuse an id listed twice: stored rows by
-  // their mark, absent ids by a set of those only (few, once a table is warm).
+  // Pass 1: find the stored rows and refuse an id listed twice: stored rows by the mark in their
+  // record, absent ids by a set of those only (few, once a table is warm).
   if (++epoch_ == 0) {  // wrapped: clear the marks once every 2^32 pushes
-    for (int64_t slot = 0; slot < next_slot_; ++slot) Meta(slot).mark = 0;
+    for (size_t k = 0; k < slabs_.size(); ++k) {
+      const int64_t used = k + 1 == slabs_.size() ? last_slab_used_ : slab_rows_;
+      for (int64_t r = 0; r < used; ++r) Meta(slabs_[k].get() + r * stride_ + kMetaFloats).mark = 0;
+    }
     epoch_ = 1;
   }
-  std::vector<int64_t> slots(ids.size());
+  std::vector<float*> records(n);
+  index_.FindMany(ids.data(), n, records.data());
   absl::flat_hash_set<int64_t> absent;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const auto it = index_.find(ids[i]);
+  // A stored row is counted as soon as it is checked (its metadata line is at hand); an id listed
+  // twice then undoes the counts taken so far, so a refused push changes nothing.
+  std::unique_ptr<int64_t[]> previous_step(new int64_t[n]);
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kAhead < n && records[i + kAhead] != nullptr) {
+      __builtin_prefetch(&Meta(records[i + kAhead]), 1);
+    }
     bool repeated;
-    if (it != index_.end()) {
-      slots[i] = it->second;
-      __builtin_prefetch(Record(slots[i]), 1);
-      uint32_t& mark = Meta(slots[i]).mark;
-      repeated = mark == epoch_;
-      mark = epoch_;
+    if (records[i] != nullptr) {
+      RowMeta& meta = Meta(records[i]);
+      repeated = meta.mark == epoch_;
+      if (!repeated) {
+        meta.mark = epoch_;
+        previous_step[i] = meta.last_step;
+        ++meta.count;
+        meta.last_step = global_step;
+      }
     } else {
-      slots[i] = -1;
       repeated = !absent.insert(ids[i]).second;
     }
     if (repeated) {
+      for (size_t j = 0; j < i; ++j) {
+        if (records[j] == nullptr) continue;
+        --Meta(records[j]).count;
+        Meta(records[j]).last_step = previous_step[j];
+      }
       return absl::InvalidArgumentError(absl::StrCat("table '", config_.name, "': id ", ids[i],
                                                      " listed twice in one push (sum its rows first)"));
     }
   }
-  // Pass 2: update stored rows; count, admit and create absent ones.
-  if (!absent.empty()) index_.reserve(index_.size() + absent.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const int64_t id = ids[i];
-    const float* g = grads.data() + i * dim;
-    int64_t slot = slots[i];
-    if (slot >= 0) {
-      RowMeta& meta = Meta(slot);
-      ++meta.count;
-      meta.last_step = global_step;
-    } else {
-      int64_t count = 1;
-      if (accessor_.counts_pending()) {
-        const auto p = pending_.find(id);
-        if (p != pending_.end()) count = p->second.count + 1;
-        if (!accessor_.Admits(count)) {
-          if (p != pending_.end()) {
-            p->second = Pending{count, global_step};
-          } else {
-            pending_.emplace(id, Pending{count, global_step});
+  // Pass 2 (when a push holds absent ids, or the rule reads counts): count, admit and create absent
+  // ids (one not admitted keeps a null record: the rule skips it); each row's update count.
+  std::vector<int64_t> updates;
+  if (rule_.needs_row_steps()) updates.resize(n);
+  if (!absent.empty() || !updates.empty()) {
+    if (!absent.empty()) index_.Reserve(index_.size() + static_cast<int64_t>(absent.size()));
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t id = ids[i];
+      float* rec = records[i];
+      if (rec == nullptr) {
+        int64_t count = 1;
+        if (accessor_.counts_pending()) {
+          const auto p = pending_.find(id);
+          if (p != pending_.end()) count = p->second.count + 1;
+          if (!accessor_.Admits(count)) {
+            if (p != pending_.end()) {
+              p->second = Pending{count, global_step};
+            } else {
+              pending_.emplace(id, Pending{count, global_step});
+            }
+            ++rows_dropped_;
+            continue;
           }
-          ++rows_dropped_;
-          continue;
+          if (p != pending_.end()) pending_.erase(p);
         }
-        if (p != pending_.end()) pending_.erase(p);
+        rec = AllocateRecord();
+        accessor_.InitialValue(id, rec);
+        rule_.InitSlots(rec + dim, dim);
+        Meta(rec) = RowMeta{global_step, count, epoch_};
+        index_.Insert(id, rec);
+        records[i] = rec;
+        ++admissions_;
       }
-      slot = AllocateSlot();
-      float* rec = Record(slot);
-      accessor_.InitialValue(id, rec);
-      rule_.InitSlots(rec + dim, dim);
-      Meta(slot) = RowMeta{id, global_step, count, epoch_};
-      index_.emplace(id, slot);
-      ++admissions_;
+      if (!updates.empty()) updates[i] = accessor_.UpdatesOf(Meta(rec).count);
     }
-    float* rec = Record(slot);
-    rule_.Apply(rec, rec + dim, g, dim, lr, accessor_.UpdatesOf(Meta(slot).count));
   }
-  rows_pushed_.fetch_add(static_cast<int64_t>(ids.size()), std::memory_order_relaxed);
+  // Pass 3: the rule over every admitted row, in one call.
+  rule_.ApplyRows(records.data(), grads.data(), updates.empty() ? nullptr : updates.data(),
+                  static_cast<int64_t>(n), dim, lr);
+  rows_pushed_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
   return absl::OkStatus();
 }
 
@@ -173,33 +201,32 @@ int64_t DynamicTableShard::RemoveNow(int64_t global_step) {
   if (!accessor_.removes_anything()) return 0;
   absl::MutexLock lock(&mu_);
   int64_t removed = 0;
-  if (accessor_.MayRemove(static_cast<int64_t>(index_.size()))) {
-    // Two passes over the map and no per-row array: a table near max_rows holds millions of rows,
-    // and a copy of their ages would add tens of MB to the ps at every pass.
+  if (accessor_.MayRemove(index_.size())) {
+    // A pass over a table near max_rows (millions of rows) lists only the rows it removes: the cut
+    // comes from the rows per last step, so no array of every row's age is built.
     absl::btree_map<int64_t, int64_t> rows_per_step;
-    for (const auto& [id, slot] : index_) ++rows_per_step[Meta(slot).last_step];
-    const RowAccessor::Cut cut =
-        accessor_.CutFor({rows_per_step.begin(), rows_per_step.end()}, global_step);
-    std::vector<int64_t> tied;  // ids at the cut's step: the lowest `ties` go
-    for (auto it = index_.begin(); cut.count > 0 && it != index_.end();) {
-      const int64_t last_step = Meta(it->second).last_step;
-      if (last_step < cut.before_step) {
-        free_slots_.push_back(it->second);
-        index_.erase(it++);
-        ++removed;
-        continue;
-      }
-      if (last_step == cut.before_step && cut.ties > 0) tied.push_back(it->first);
-      ++it;
+    index_.ForEach([&](int64_t, float* record) { ++rows_per_step[Meta(record).last_step]; });
+    const RowAccessor::Cut cut = accessor_.CutFor({rows_per_step.begin(), rows_per_step.end()}, global_step);
+    std::vector<int64_t> doomed, tied;  // tied: ids at the cut's step, of which the lowest `ties` go
+    if (cut.count > 0) {
+      doomed.reserve(static_cast<size_t>(cut.count));
+      index_.ForEach([&](int64_t id, float* record) {
+        const int64_t last_step = Meta(record).last_step;
+        if (last_step < cut.before_step) {
+          doomed.push_back(id);
+        } else if (last_step == cut.before_step && cut.ties > 0) {
+          tied.push_back(id);
+        }
+      });
     }
     if (cut.ties > 0) {
       std::nth_element(tied.begin(), tied.begin() + (cut.ties - 1), tied.end());
-      for (auto id = tied.begin(); id != tied.begin() + cut.ties; ++id) {
-        auto it = index_.find(*id);
-        free_slots_.push_back(it->second);
-        index_.erase(it);
-        ++removed;
-      }
+      doomed.insert(doomed.end(), tied.begin(), tied.begin() + cut.ties);
+    }
+    for (int64_t id : doomed) {
+      free_records_.push_back(index_.Find(id));
+      index_.Erase(id);
+      ++removed;
     }
   }
   if (!pending_.empty()) {
@@ -220,7 +247,7 @@ class DynamicTableShard::Scanner final : public RowScan {
   explicit Scanner(const DynamicTableShard* shard) : shard_(shard) {
     absl::ReaderMutexLock lock(&shard_->mu_);
     ids_.reserve(shard_->index_.size());
-    for (const auto& entry : shard_->index_) ids_.push_back(entry.first);
+    shard_->index_.ForEach([this](int64_t id, float*) { ids_.push_back(id); });
     std::sort(ids_.begin(), ids_.end());
   }
 
@@ -234,10 +261,9 @@ class DynamicTableShard::Scanner final : public RowScan {
     absl::ReaderMutexLock lock(&s.mu_);
     while (next_ < ids_.size() && static_cast<int64_t>(part->ids.size()) < max_rows) {
       const int64_t id = ids_[next_++];
-      const auto it = s.index_.find(id);
-      if (it == s.index_.end()) continue;  // removed since the scan began
-      const float* rec = s.Record(it->second);
-      const RowMeta& meta = s.Meta(it->second);
+      float* rec = s.index_.Find(id);
+      if (rec == nullptr) continue;  // removed since the scan began
+      const RowMeta& meta = s.Meta(rec);
       part->ids.push_back(id);
       part->values.insert(part->values.end(), rec, rec + dim);
       for (int k = 0; k < slots; ++k) {
@@ -264,20 +290,17 @@ absl::Status DynamicTableShard::Load(const RowsPart& part) {
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < part.ids.size(); ++i) {
     const int64_t id = part.ids[i];
-    int64_t slot;
-    if (const auto it = index_.find(id); it != index_.end()) {
-      slot = it->second;
-    } else {
-      slot = AllocateSlot();
-      index_.emplace(id, slot);
+    float* rec = index_.Find(id);
+    if (rec == nullptr) {
+      rec = AllocateRecord();
+      index_.Insert(id, rec);
       pending_.erase(id);
     }
-    float* rec = Record(slot);
     std::memcpy(rec, part.values.data() + i * dim, dim * sizeof(float));
     for (size_t k = 0; k < part.slots.size(); ++k) {
       std::memcpy(rec + (1 + k) * dim, part.slots[k].data() + i * dim, dim * sizeof(float));
     }
-    Meta(slot) = RowMeta{id, part.last_step[i], part.count[i], 0};
+    Meta(rec) = RowMeta{part.last_step[i], part.count[i], 0};
   }
   return absl::OkStatus();
 }
@@ -285,14 +308,12 @@ absl::Status DynamicTableShard::Load(const RowsPart& part) {
 TableStats DynamicTableShard::stats() const {
   TableStats s;
   absl::ReaderMutexLock lock(&mu_);
-  s.rows = static_cast<int64_t>(index_.size());
+  s.rows = index_.size();
   s.pending_ids = static_cast<int64_t>(pending_.size());
-  const int64_t slab_rows = int64_t{1} << slab_shift_;
-  s.bytes = static_cast<int64_t>(slabs_.size()) * slab_rows *
-                (stride_ * static_cast<int64_t>(sizeof(float)) + static_cast<int64_t>(sizeof(RowMeta))) +
-            static_cast<int64_t>(index_.capacity() * (sizeof(std::pair<int64_t, int64_t>) + 1)) +
+  const int64_t slab_bytes = slab_rows_ * stride_ * static_cast<int64_t>(sizeof(float));
+  s.bytes = static_cast<int64_t>(slabs_.size()) * slab_bytes + index_.bytes() +
             static_cast<int64_t>(pending_.capacity() * (sizeof(std::pair<int64_t, Pending>) + 1)) +
-            static_cast<int64_t>(free_slots_.capacity() * sizeof(int64_t));
+            static_cast<int64_t>(free_records_.capacity() * sizeof(float*));
   s.admissions = admissions_;
   s.evictions = evictions_;
   s.rows_dropped = rows_dropped_;

@@ -1,10 +1,12 @@
 // ps/server/table/dynamic_table.h — one ps task's share of a dynamic (hash-keyed) table
-// (docs/tables.md#semantics): the rows whose int64 id routes here (dist::RouteDynamicId), found through a hash
-// map id -> slot, stored as records [w | slots] in slabs of rows allocated a slab at a time (no
-// allocation per row; a removed row's slot is reused). A row is created by its first admitted
-// gradient; a gather of an absent id answers its initial value without storing it. Ids waiting for
-// admission (admit_after) hold only a count and a step in a second map. The accessor decides
-// admission and removals. Thread-safe (table_shard.h).
+// (docs/tables.md#semantics): the rows whose int64 id routes here (dist::RouteDynamicId), found through an
+// index id -> record (row_index.h), stored as records [meta | w | slots] in slabs of about 2 MiB
+// of row memory (row_memory.h: huge pages; no allocation per row; a removed row's record is reused). A
+// row's metadata (last step, push count, duplicate mark) sits in its record, next to the floats a
+// push updates. A row is created by its first admitted gradient; a gather of an absent id answers
+// its initial value without storing it. Ids waiting for admission (admit_after) hold only a count
+// and a step in a second map. The accessor decides admission and removals. Thread-safe
+// (table_shard.h).
 #ifndef PSFLOW_PS_SERVER_TABLE_DYNAMIC_TABLE_H_
 #define PSFLOW_PS_SERVER_TABLE_DYNAMIC_TABLE_H_
 
@@ -16,6 +18,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "ps/server/table/accessor.h"
+#include "ps/server/table/row_index.h"
+#include "ps/server/table/row_memory.h"
 #include "ps/server/table/table_shard.h"
 
 namespace psflow::ps::table {
@@ -37,8 +41,7 @@ class DynamicTableShard final : public TableShard {
 
  private:
   class Scanner;
-  struct RowMeta {
-    int64_t id;
+  struct RowMeta {  // at the start of each record, just before the row's floats
     int64_t last_step;
     int64_t count;  // pushes that held the id, the admitting one and those before it included
     uint32_t mark;  // the last push epoch that listed the row (duplicate detection)
@@ -50,30 +53,26 @@ class DynamicTableShard final : public TableShard {
 
   bool PassDue(int64_t global_step) const override { return accessor_.PassDue(global_step); }
   absl::Status CheckOwned(absl::Span<const int64_t> ids) const;
-  // A free slot (reused, or a new one, adding a slab when the last is full).
-  int64_t AllocateSlot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  float* Record(int64_t slot) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return slabs_[slot >> slab_shift_].get() + (slot & slab_mask_) * stride_;
-  }
-  RowMeta& Meta(int64_t slot) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return meta_slabs_[slot >> slab_shift_][slot & slab_mask_];
-  }
+  // A free record's floats (reused, or a new one, adding a slab when the last is full).
+  float* AllocateRecord() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr int64_t kMetaFloats = sizeof(RowMeta) / sizeof(float);
+  // A row's metadata, from its floats (what the index and free list point to).
+  static RowMeta& Meta(float* row) { return *reinterpret_cast<RowMeta*>(row - kMetaFloats); }
 
   const TableConfig config_;
   const SparseRule rule_;
   const RowAccessor accessor_;
   const int ps_, num_ps_;
-  const int64_t stride_;  // floats per record
-  const int slab_shift_;  // rows per slab = 1 << slab_shift_
-  const int64_t slab_mask_;
+  const ModOf mod_num_ps_;     // x % num_ps_
+  const int64_t stride_;       // floats per record [meta | w | slots] (a multiple of 8 bytes)
+  const int64_t slab_rows_;    // records per slab (a slab: about 2 MiB, one huge page)
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<int64_t, int64_t> index_ ABSL_GUARDED_BY(mu_);  // id -> slot
-  std::vector<std::unique_ptr<float[]>> slabs_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<RowMeta[]>> meta_slabs_ ABSL_GUARDED_BY(mu_);
-  std::vector<int64_t> free_slots_ ABSL_GUARDED_BY(mu_);
-  int64_t next_slot_ ABSL_GUARDED_BY(mu_) = 0;
-  uint32_t epoch_ ABSL_GUARDED_BY(mu_) = 0;  // per push, for RowMeta::mark  // slots [0, next_slot_) have been handed out
+  RowIndex index_ ABSL_GUARDED_BY(mu_);  // id -> the row's floats in its record
+  std::vector<RowArray<float>> slabs_ ABSL_GUARDED_BY(mu_);
+  int64_t last_slab_used_ ABSL_GUARDED_BY(mu_) = 0;  // records handed out of slabs_.back()
+  std::vector<float*> free_records_ ABSL_GUARDED_BY(mu_);
+  uint32_t epoch_ ABSL_GUARDED_BY(mu_) = 0;  // per push, for RowMeta::mark
   absl::flat_hash_map<int64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
   int64_t admissions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "ps/server/table/row_memory.h"
 #include "ps/server/table/shard_checks.h"
 
 namespace psflow::ps::table {
@@ -19,7 +20,7 @@ FixedTableShard::FixedTableShard(TableConfig config, SparseRule rule, int shard)
       num_rows_(dist::FixedShardRows(config_.layout, shard)),
       stride_((1 + rule_.num_slots()) * config_.dim),
       first_id_(dist::FixedRowId(config_.layout, shard, 0)),
-      storage_(new float[static_cast<size_t>(num_rows_ * stride_)]),
+      storage_(AllocateRows<float>(static_cast<size_t>(num_rows_ * stride_))),
       records_(storage_.get()) {
   CHECK(config_.kind == TableKind::kFixed);
   const int64_t dim = config_.dim;
@@ -69,9 +70,13 @@ absl::Status FixedTableShard::Gather(absl::Span<const int64_t> ids, absl::Span<f
   {
     absl::ReaderMutexLock lock(&mu_);
     constexpr size_t kAhead = 8;  // rows prefetched ahead of the copy (random rows: DRAM latency)
+    const int64_t dim = config_.dim;
     for (size_t i = 0; i < rows.size(); ++i) {
-      if (i + kAhead < rows.size()) __builtin_prefetch(records_ + rows[i + kAhead] * stride_);
-      std::memcpy(out.data() + i * config_.dim, records_ + rows[i] * stride_, row_bytes);
+      if (i + kAhead < rows.size()) {
+        const char* next = reinterpret_cast<const char*>(records_ + rows[i + kAhead] * stride_);
+        for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(next + b);
+      }
+      CopyRow(out.data() + i * dim, records_ + rows[i] * stride_, dim);
     }
   }
   rows_gathered_.fetch_add(static_cast<int64_t>(ids.size()), std::memory_order_relaxed);
@@ -100,14 +105,16 @@ absl::Status FixedTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<co
       }
       mark = epoch_;
     }
-    const bool counted = !count_.empty();
-    constexpr size_t kAhead = 4;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (i + kAhead < rows.size()) __builtin_prefetch(records_ + rows[i + kAhead] * stride_, 1);
-      float* rec = records_ + rows[i] * stride_;
-      const int64_t t = counted ? ++count_[rows[i]] : 1;
-      rule_.Apply(rec, rec + dim, grads.data() + i * dim, dim, lr, t);
+    // One call of the rule for the push's rows (it prefetches the records ahead of the update).
+    std::vector<float*> records(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) records[i] = records_ + rows[i] * stride_;
+    std::vector<int64_t> counts;
+    if (!count_.empty()) {
+      counts.resize(rows.size());
+      for (size_t i = 0; i < rows.size(); ++i) counts[i] = ++count_[rows[i]];
     }
+    rule_.ApplyRows(records.data(), grads.data(), counts.empty() ? nullptr : counts.data(),
+                    static_cast<int64_t>(rows.size()), dim, lr);
   }
   rows_pushed_.fetch_add(static_cast<int64_t>(ids.size()), std::memory_order_relaxed);
   return absl::OkStatus();

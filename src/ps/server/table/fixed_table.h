@@ -1,7 +1,7 @@
 // ps/server/table/fixed_table.h — one shard of a fixed-vocabulary table [N, dim] (docs/tables.md#semantics):
 // all of its rows, created at construction from their initial values (a function of (seed, id),
 // so the same on any number of shards), each stored as a record [w | slots] of (1 + slots)·dim
-// floats. Ids are global; the shard holds those that dist::RouteFixedId sends to it. A row's update
+// floats, in one block of row memory (huge pages). Ids are global; the shard holds those that dist::RouteFixedId sends to it. A row's update
 // count is kept only for lazy adam. Rows are never removed. Thread-safe (table_shard.h).
 #ifndef PSFLOW_PS_SERVER_TABLE_FIXED_TABLE_H_
 #define PSFLOW_PS_SERVER_TABLE_FIXED_TABLE_H_
@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "ps/server/table/accessor.h"
+#include "ps/server/table/row_memory.h"
 #include "ps/server/table/table_shard.h"
 
 namespace psflow::ps::table {
@@ -48,7 +49,7 @@ class FixedTableShard final : public TableShard {
   mutable absl::Mutex mu_;
   // [num_rows_, stride_]: owned by storage_, read and written through records_ (set once; the
   // floats are guarded).
-  const std::unique_ptr<float[]> storage_;
+  const RowArray<float> storage_;
   float* const records_ ABSL_PT_GUARDED_BY(mu_);
   std::vector<int64_t> count_ ABSL_GUARDED_BY(mu_);  // per-row update count (adam only, else empty)
   // Duplicate detection without a set: a row is listed twice in a push when its mark already holds

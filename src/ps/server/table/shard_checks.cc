@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/simd_dispatch.h"
 
 namespace psflow::ps::table {
 
@@ -17,18 +18,26 @@ absl::Status CheckRowsSize(const TableConfig& config, std::string_view what, siz
                                                  " ids of dim ", config.dim));
 }
 
-absl::Status CheckFinite(const TableConfig& config, absl::Span<const int64_t> ids,
-                         absl::Span<const float> rows) {
-  // A float is NaN or ±Inf when its exponent bits are all ones: an integer OR over the rows
-  // (vectorized), then a search for the culprit only when something is wrong.
+namespace {
+
+// Whether any of p[0, n) is NaN or ±Inf (exponent bits all ones): an integer OR over the floats,
+// vectorized per ISA.
+PSFLOW_DISPATCH bool AnyNonFinite(const float* p, size_t n) {
   uint32_t bad = 0;
-  const float* p = rows.data();
-  for (size_t i = 0; i < rows.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     uint32_t bits;
     std::memcpy(&bits, p + i, sizeof(bits));
     bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
   }
-  if (bad == 0) return absl::OkStatus();
+  return bad != 0;
+}
+
+}  // namespace
+
+absl::Status CheckFinite(const TableConfig& config, absl::Span<const int64_t> ids,
+                         absl::Span<const float> rows) {
+  // A search for the culprit only when something is wrong.
+  if (!AnyNonFinite(rows.data(), rows.size())) return absl::OkStatus();
   const size_t dim = static_cast<size_t>(config.dim);
   for (size_t i = 0; i < ids.size(); ++i) {
     for (size_t k = 0; k < dim; ++k) {

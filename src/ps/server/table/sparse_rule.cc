@@ -1,11 +1,13 @@
-// The six sparse update rules (sparse_rule.h). Each kernel is a plain loop over __restrict
-// pointers, compiled per ISA by PSFLOW_DISPATCH (core/simd_dispatch.h; this library is built with
-// -ffp-contract=off, so every clone rounds the same way).
+// The six sparse update rules (sparse_rule.h). Each row kernel is a plain loop over __restrict
+// pointers, inlined into a loop over a push's rows that PSFLOW_DISPATCH compiles per ISA
+// (core/simd_dispatch.h; this library is built with -ffp-contract=off, so every clone rounds the
+// same way).
 #include "ps/server/table/sparse_rule.h"
 
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -14,11 +16,11 @@
 namespace psflow::ps::table {
 namespace {
 
-PSFLOW_DISPATCH void SgdRow(float* __restrict w, const float* __restrict g, int64_t n, float lr) {
+inline __attribute__((always_inline)) void SgdRow(float* __restrict w, const float* __restrict g, int64_t n, float lr) {
   for (int64_t i = 0; i < n; ++i) w[i] -= lr * g[i];
 }
 
-PSFLOW_DISPATCH void MomentumRow(float* __restrict w, float* __restrict a, const float* __restrict g,
+inline __attribute__((always_inline)) void MomentumRow(float* __restrict w, float* __restrict a, const float* __restrict g,
                                  int64_t n, float lr, float mu) {
   for (int64_t i = 0; i < n; ++i) {
     a[i] = a[i] * mu + g[i];
@@ -26,7 +28,7 @@ PSFLOW_DISPATCH void MomentumRow(float* __restrict w, float* __restrict a, const
   }
 }
 
-PSFLOW_DISPATCH void AdagradRow(float* __restrict w, float* __restrict acc, const float* __restrict g,
+inline __attribute__((always_inline)) void AdagradRow(float* __restrict w, float* __restrict acc, const float* __restrict g,
                                 int64_t n, float lr) {
   for (int64_t i = 0; i < n; ++i) {
     acc[i] += g[i] * g[i];
@@ -34,7 +36,7 @@ PSFLOW_DISPATCH void AdagradRow(float* __restrict w, float* __restrict acc, cons
   }
 }
 
-PSFLOW_DISPATCH void FtrlRow(float* __restrict w, float* __restrict acc, float* __restrict z,
+inline __attribute__((always_inline)) void FtrlRow(float* __restrict w, float* __restrict acc, float* __restrict z,
                              const float* __restrict g, int64_t n, float lr, float l1, float l2) {
   const float inv_lr = 1.0f / lr;
   for (int64_t i = 0; i < n; ++i) {
@@ -48,7 +50,7 @@ PSFLOW_DISPATCH void FtrlRow(float* __restrict w, float* __restrict acc, float* 
   }
 }
 
-PSFLOW_DISPATCH void AdamRow(float* __restrict w, float* __restrict m, float* __restrict v,
+inline __attribute__((always_inline)) void AdamRow(float* __restrict w, float* __restrict m, float* __restrict v,
                              const float* __restrict g, int64_t n, float alpha, float one_minus_beta1,
                              float one_minus_beta2, float eps) {
   for (int64_t i = 0; i < n; ++i) {
@@ -58,7 +60,7 @@ PSFLOW_DISPATCH void AdamRow(float* __restrict w, float* __restrict m, float* __
   }
 }
 
-PSFLOW_DISPATCH void RmsPropRow(float* __restrict w, float* __restrict ms, float* __restrict mom,
+inline __attribute__((always_inline)) void RmsPropRow(float* __restrict w, float* __restrict ms, float* __restrict mom,
                                 const float* __restrict g, int64_t n, float lr, float one_minus_rho,
                                 float mu, float eps) {
   for (int64_t i = 0; i < n; ++i) {
@@ -66,6 +68,76 @@ PSFLOW_DISPATCH void RmsPropRow(float* __restrict w, float* __restrict ms, float
     mom[i] = mom[i] * mu + (g[i] * lr) / std::sqrt(ms[i] + eps);
     w[i] -= mom[i];
   }
+}
+
+// Batched kernels, one dispatched call per push: rows r of recs ([w | slots], nullptr: skipped)
+// get gradient g + r·dim; the next rows' records are prefetched while one is updated. Each row's
+// arithmetic is the row kernel above, inlined into the clone, so results equal a per-row call's.
+constexpr int64_t kRowsAhead = 4;
+
+inline __attribute__((always_inline)) void PrefetchRecord(float* const* recs, int64_t r, int64_t n,
+                                                          int64_t record_bytes) {
+  if (r >= n || recs[r] == nullptr) return;
+  const char* p = reinterpret_cast<const char*>(recs[r]);
+  for (int64_t b = 0; b < record_bytes; b += 64) __builtin_prefetch(p + b, 1);
+}
+
+PSFLOW_DISPATCH void SgdRows(float* const* recs, const float* g, int64_t n, int64_t dim, float lr) {
+  for (int64_t r = 0; r < n; ++r) {
+    PrefetchRecord(recs, r + kRowsAhead, n, dim * 4);
+    if (recs[r] != nullptr) SgdRow(recs[r], g + r * dim, dim, lr);
+  }
+}
+
+PSFLOW_DISPATCH void MomentumRows(float* const* recs, const float* g, int64_t n, int64_t dim, float lr,
+                                  float mu) {
+  for (int64_t r = 0; r < n; ++r) {
+    PrefetchRecord(recs, r + kRowsAhead, n, dim * 8);
+    if (recs[r] != nullptr) MomentumRow(recs[r], recs[r] + dim, g + r * dim, dim, lr, mu);
+  }
+}
+
+PSFLOW_DISPATCH void AdagradRows(float* const* recs, const float* g, int64_t n, int64_t dim, float lr) {
+  for (int64_t r = 0; r < n; ++r) {
+    PrefetchRecord(recs, r + kRowsAhead, n, dim * 8);
+    if (recs[r] != nullptr) AdagradRow(recs[r], recs[r] + dim, g + r * dim, dim, lr);
+  }
+}
+
+PSFLOW_DISPATCH void FtrlRows(float* const* recs, const float* g, int64_t n, int64_t dim, float lr, float l1,
+                              float l2) {
+  for (int64_t r = 0; r < n; ++r) {
+    PrefetchRecord(recs, r + kRowsAhead, n, dim * 12);
+    if (recs[r] != nullptr) FtrlRow(recs[r], recs[r] + dim, recs[r] + 2 * dim, g + r * dim, dim, lr, l1, l2);
+  }
+}
+
+PSFLOW_DISPATCH void AdamRows(float* const* recs, const float* g, const float* alphas, int64_t n, int64_t dim,
+                              float one_minus_beta1, float one_minus_beta2, float eps) {
+  for (int64_t r = 0; r < n; ++r) {
+    PrefetchRecord(recs, r + kRowsAhead, n, dim * 12);
+    if (recs[r] != nullptr) {
+      AdamRow(recs[r], recs[r] + dim, recs[r] + 2 * dim, g + r * dim, dim, alphas[r], one_minus_beta1,
+              one_minus_beta2, eps);
+    }
+  }
+}
+
+PSFLOW_DISPATCH void RmsPropRows(float* const* recs, const float* g, int64_t n, int64_t dim, float lr,
+                                 float one_minus_rho, float mu, float eps) {
+  for (int64_t r = 0; r < n; ++r) {
+    PrefetchRecord(recs, r + kRowsAhead, n, dim * 12);
+    if (recs[r] != nullptr) {
+      RmsPropRow(recs[r], recs[r] + dim, recs[r] + 2 * dim, g + r * dim, dim, lr, one_minus_rho, mu, eps);
+    }
+  }
+}
+
+// Lazy adam's step size for a row's own count t (bias correction in double, as the dense Adam).
+float AdamAlpha(const optim::OptimizerConfig& c, float lr, int64_t t) {
+  const double td = static_cast<double>(t);
+  return static_cast<float>(lr * std::sqrt(1.0 - std::pow(static_cast<double>(c.beta2), td)) /
+                            (1.0 - std::pow(static_cast<double>(c.beta1), td)));
 }
 
 }  // namespace
@@ -164,17 +236,51 @@ void SparseRule::Apply(float* w, float* slots, const float* g, int64_t dim, floa
     case SparseRuleKind::kFtrl:
       FtrlRow(w, slots, slots + dim, g, dim, lr, config_.ftrl_l1, config_.ftrl_l2);
       return;
+    case SparseRuleKind::kAdam:
+      AdamRow(w, slots, slots + dim, g, dim, AdamAlpha(c, lr, t), 1.0f - c.beta1, 1.0f - c.beta2,
+              c.adam_epsilon);
+      return;
+    case SparseRuleKind::kRmsProp:
+      RmsPropRow(w, slots, slots + dim, g, dim, lr, 1.0f - c.rms_decay, c.rms_momentum, c.rms_epsilon);
+      return;
+  }
+}
+
+void SparseRule::ApplyRows(float* const* records, const float* grads, const int64_t* t, int64_t n, int64_t dim,
+                           float lr) const {
+  const optim::OptimizerConfig& c = config_.optimizer;
+  switch (kind_) {
+    case SparseRuleKind::kSgd:
+      SgdRows(records, grads, n, dim, lr);
+      return;
+    case SparseRuleKind::kMomentum:
+      MomentumRows(records, grads, n, dim, lr, c.momentum);
+      return;
+    case SparseRuleKind::kAdagrad:
+      AdagradRows(records, grads, n, dim, lr);
+      return;
+    case SparseRuleKind::kFtrl:
+      FtrlRows(records, grads, n, dim, lr, config_.ftrl_l1, config_.ftrl_l2);
+      return;
     case SparseRuleKind::kAdam: {
-      // Bias correction in double (as the dense Adam), from the row's own count.
-      const double td = static_cast<double>(t);
-      const float alpha = static_cast<float>(
-          lr * std::sqrt(1.0 - std::pow(static_cast<double>(c.beta2), td)) /
-          (1.0 - std::pow(static_cast<double>(c.beta1), td)));
-      AdamRow(w, slots, slots + dim, g, dim, alpha, 1.0f - c.beta1, 1.0f - c.beta2, c.adam_epsilon);
+      // One step size per row; rows pushed together often share their count, so the pow()s run once
+      // per distinct run of counts.
+      std::vector<float> alphas(static_cast<size_t>(n));
+      int64_t last_t = -1;
+      float alpha = 0.0f;
+      for (int64_t r = 0; r < n; ++r) {
+        if (records[r] == nullptr) continue;
+        if (t[r] != last_t) {
+          last_t = t[r];
+          alpha = AdamAlpha(c, lr, last_t);
+        }
+        alphas[r] = alpha;
+      }
+      AdamRows(records, grads, alphas.data(), n, dim, 1.0f - c.beta1, 1.0f - c.beta2, c.adam_epsilon);
       return;
     }
     case SparseRuleKind::kRmsProp:
-      RmsPropRow(w, slots, slots + dim, g, dim, lr, 1.0f - c.rms_decay, c.rms_momentum, c.rms_epsilon);
+      RmsPropRows(records, grads, n, dim, lr, 1.0f - c.rms_decay, c.rms_momentum, c.rms_epsilon);
       return;
   }
 }

@@ -51,6 +51,12 @@ class SparseRule {
   // One update of one row: w[0, dim), its slots at slots[0, num_slots·dim), gradient g[0, dim),
   // the decayed `lr`, and the row's update count `t` (1 at its first update; adam only).
   void Apply(float* w, float* slots, const float* g, int64_t dim, float lr, int64_t t) const;
+  // The same update for the n rows of one push, in one call (what the tables use): row r's record
+  // [w | slots] at records[r] (nullptr: row skipped), its gradient at grads[r·dim, (r+1)·dim), its
+  // update count t[r] (adam only; t may be null for the other rules). Records must not overlap.
+  // Bit-identical to n calls of Apply.
+  void ApplyRows(float* const* records, const float* grads, const int64_t* t, int64_t n, int64_t dim,
+                 float lr) const;
 
  private:
   SparseRule(SparseRuleKind kind, SparseRuleConfig config, std::vector<std::string> slot_names)

@@ -91,9 +91,27 @@ TEST(TableShardTest, BadPushesApplyNothing) {
     s = one[0]->Apply(stored_twice, g6, 2);
     EXPECT_TRUE(Mentions(s, "id 4 listed twice")) << s;
     EXPECT_EQ(GatherOne(one, 4), (std::vector<float>{b[0] - 2, b[1]}));
+    const int64_t absent_twice[] = {3, 4, 9, 9};
+    const float g8[] = {1, 1, 1, 1, 1, 1, 1, 1};
+    s = one[0]->Apply(absent_twice, g8, 2);
+    EXPECT_TRUE(Mentions(s, "id 9 listed twice")) << s;
+    if (config.kind == TableKind::kDynamic) {
+      // Nor did the refused pushes change a stored row's push count or last step.
+      RowsPart part;
+      ASSERT_TRUE(one[0]->Scan()->Next(10, &part));
+      EXPECT_EQ(part.ids, (std::vector<int64_t>{3, 4}));
+      EXPECT_EQ(part.count, (std::vector<int64_t>{1, 1}));
+      EXPECT_EQ(part.last_step, (std::vector<int64_t>{1, 1}));
+    }
     // The next push of those rows is not taken for a repeat.
     ASSERT_TRUE(one[0]->Apply(ids, g, 3).ok());
     EXPECT_EQ(GatherOne(one, 4), (std::vector<float>{b[0] - 4, b[1]}));
+    if (config.kind == TableKind::kDynamic) {
+      RowsPart part;
+      ASSERT_TRUE(one[0]->Scan()->Next(10, &part));
+      EXPECT_EQ(part.count, (std::vector<int64_t>{2, 2}));
+      EXPECT_EQ(part.last_step, (std::vector<int64_t>{3, 3}));
+    }
   }
 }
 
