@@ -191,9 +191,11 @@ void ExpectOnlyTimeLost(const std::vector<Exit>& exits, const std::string& dir, 
 
 void ExpectAsyncStallCostsOnlyTime(const std::string& transport) {
   const std::string dir = TempDir("stall_async_" + transport);
-  const std::vector<Exit> exits = RunJob(600, false, transport, dir, Stall::kPs);
+  // 3000 async steps (about 2 s idle): long enough that the chief is still training when worker 1
+  // has joined and ps task 0 freezes, even when the machine is slow to start worker 1.
+  const std::vector<Exit> exits = RunJob(3000, false, transport, dir, Stall::kPs);
   std::cout << "exit status@seconds (ps0 ps1 chief worker1): " << Figures(exits) << "\n";
-  ExpectOnlyTimeLost(exits, dir, 600);
+  ExpectOnlyTimeLost(exits, dir, 3000);
 }
 
 TEST(StallTest, PsFrozenPastTheRpcDeadlineCostsOnlyTimeAsyncGrpc) { ExpectAsyncStallCostsOnlyTime("grpc"); }
