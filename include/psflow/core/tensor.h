@@ -25,16 +25,21 @@ int64_t NumElements(const Shape& shape);
 std::string ShapeToString(const Shape& shape);
 
 namespace internal {
-// 64-byte aligned blocks. Large blocks are recycled by exact size (thread-safe, bounded): a
-// training step frees and re-allocates the same large activation and gradient buffers every
-// step, and handing them back to the kernel (glibc unmaps or trims big blocks) would page-fault
-// them in again each step, which costs more than 10% of a CNN step.
+// 64-byte aligned blocks. Large blocks (>= 256 KiB) are recycled by size class (thread-safe,
+// bounded: at most 1 GiB cached): a training step frees and re-allocates the same large
+// activation and gradient buffers every step, and handing them back to the kernel (glibc unmaps
+// or trims big blocks) would page-fault them in again each step, which costs more than 10% of a
+// CNN step. A class is the size rounded up to 1/16 of its power of two (a large block is at most
+// 6.25% bigger than asked), so buffers whose size varies a little from step to step (a table's
+// per-ps blocks) share a few blocks instead of caching one per size they ever had.
 void* AllocateAlignedBlock(std::size_t bytes);
 void FreeAlignedBlock(void* p, std::size_t bytes);
 // Hands every cached block back to the system: after a one-off burst of big tensors (a
 // checkpoint's snapshot) whose blocks would otherwise stay cached beside later allocations of
 // other sizes, raising the peak by up to the cache's bound.
 void ReleaseCachedBlocks();
+// Bytes of the blocks cached for reuse now (tests, diagnostics).
+std::size_t CachedBlockBytes();
 }  // namespace internal
 
 // Allocator handing out 64-byte aligned storage (cache lines, AVX-512 loads).
