@@ -1,6 +1,7 @@
 #include "psflow/core/tensor.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <sstream>
 #include <unordered_map>
@@ -8,6 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "core/block_cache.h"
 #include "core/check.h"
 
 namespace psflow {
@@ -19,6 +21,19 @@ constexpr std::size_t kAlignment = 64;
 constexpr std::size_t kMinRecycledBytes = 256 * 1024;
 // Upper bound of the bytes kept for reuse; beyond it, freed blocks go back to the system.
 constexpr std::size_t kMaxRecycledBytes = std::size_t{1} << 30;
+// Size classes per doubling: a recycled block is 2^k + j * 2^k / kClassesPerDoubling bytes.
+constexpr int kClassesPerDoubling = 16;
+
+// The size class of a recycled request: `bytes` rounded up to the next multiple of 1/16 of the
+// power of two below it (at most 6.25% more). Blocks are cached and handed out by class, not by
+// exact size: a buffer whose size jitters from step to step (a table block of however many of a
+// step's random ids one ps owns, ±a few hundred rows around the mean) reuses the few blocks of
+// its classes instead of leaving one cached block behind per size it ever had, which grew a
+// worker's and a ps's RSS with the number of steps until the 1 GiB bound.
+std::size_t ClassBytes(std::size_t bytes) {
+  const std::size_t step = (std::size_t{1} << (std::bit_width(bytes) - 1)) / kClassesPerDoubling;
+  return (bytes + step - 1) / step * step;
+}
 
 class BlockCache {
  public:
@@ -28,6 +43,7 @@ class BlockCache {
     if (it == free_.end() || it->second.empty()) return nullptr;
     void* p = it->second.back();
     it->second.pop_back();
+    if (it->second.empty()) free_.erase(it);
     cached_bytes_ -= bytes;
     return p;
   }
@@ -47,9 +63,14 @@ class BlockCache {
     free_.clear();
     cached_bytes_ = 0;
   }
+  std::size_t cached_bytes() {
+    absl::MutexLock lock(&mu_);
+    return cached_bytes_;
+  }
 
  private:
   absl::Mutex mu_;
+  // Free blocks by size class (ClassBytes).
   std::unordered_map<std::size_t, std::vector<void*>> free_ ABSL_GUARDED_BY(mu_);
   std::size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -63,16 +84,20 @@ BlockCache& Cache() {
 
 void* AllocateAlignedBlock(std::size_t bytes) {
   if (bytes >= kMinRecycledBytes) {
-    if (void* p = Cache().Take(bytes)) return p;
+    const std::size_t cls = ClassBytes(bytes);
+    if (void* p = Cache().Take(cls)) return p;
+    return ::operator new(cls, std::align_val_t(kAlignment));
   }
   return ::operator new(bytes, std::align_val_t(kAlignment));
 }
 
 void FreeAlignedBlock(void* p, std::size_t bytes) {
   if (p == nullptr) return;
-  if (bytes >= kMinRecycledBytes && Cache().Give(p, bytes)) return;
+  if (bytes >= kMinRecycledBytes && Cache().Give(p, ClassBytes(bytes))) return;
   ::operator delete(p, std::align_val_t(kAlignment));
 }
+
+std::size_t CachedBlockBytes() { return Cache().cached_bytes(); }
 
 void ReleaseCachedBlocks() { Cache().ReleaseAll(); }
 

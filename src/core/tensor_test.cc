@@ -1,9 +1,12 @@
 #include "psflow/core/tensor.h"
+#include "core/block_cache.h"
 
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <numeric>
 
@@ -41,6 +44,52 @@ TEST(TensorAllocatorTest, BigBlocksAreRecycledUntilReleased) {
   EXPECT_GT(ResidentBytes(), int64_t{200} << 20) << "the cached block is no longer resident";
   internal::ReleaseCachedBlocks();
   EXPECT_LT(ResidentBytes(), cached - (int64_t{200} << 20)) << "the released block is still resident";
+}
+
+// A buffer whose size jitters from step to step (a table's per-ps block: as many rows of dim 64
+// as a step's random ids fall on that ps) keeps the cache at the few blocks of its size classes,
+// not one cached block per size it ever had (which grew the RSS with the number of steps).
+TEST(TensorAllocatorTest, JitteringSizesShareAFewCachedBlocks) {
+  internal::ReleaseCachedBlocks();
+  const size_t row_floats = 64, mean_rows = 2048;  // 512 KiB blocks
+  size_t max_bytes = 0;
+  for (size_t step = 0; step < 600; ++step) {
+    const size_t rows = mean_rows - 150 + (step * 7919) % 301;  // 301 distinct sizes, ±150 rows
+    max_bytes = std::max(max_bytes, (rows * row_floats) * sizeof(float));
+    FloatBuffer a(rows * row_floats, 1.0f);  // freed at the end of the step
+    FloatBuffer b((mean_rows * 2 - rows) * row_floats, 2.0f);  // the other ps's share
+    ASSERT_EQ(a.back(), 1.0f);
+    ASSERT_EQ(b.back(), 2.0f);
+  }
+  // Both buffers lie within [1898, 2198] rows: 450 KiB .. 550 KiB, classes of 32 KiB (1/16 of
+  // 512 KiB) or 16 KiB (1/16 of 256 KiB): at most 8 classes, each holding at most the 2 blocks
+  // alive at once. Cached by exact size, the 301 sizes would keep ~150 MiB.
+  EXPECT_LE(internal::CachedBlockBytes(), 8 * 2 * (max_bytes + max_bytes / 16));
+  EXPECT_GT(internal::CachedBlockBytes(), 0u) << "the blocks were not recycled at all";
+  internal::ReleaseCachedBlocks();
+  EXPECT_EQ(internal::CachedBlockBytes(), 0u);
+}
+
+// A block is reused for a smaller or equal request of its class, and a request above the class
+// gets a block of its own (the recycled block is never too small).
+TEST(TensorAllocatorTest, ClassReuseNeverHandsOutATooSmallBlock) {
+  internal::ReleaseCachedBlocks();
+  const size_t kib = 1024;
+  // 1 MiB's class step is 64 KiB: 1 MiB + 1 byte .. 1 MiB + 64 KiB is one class.
+  void* p = internal::AllocateAlignedBlock(1024 * kib + 64 * kib);
+  std::memset(p, 7, 1024 * kib + 64 * kib);
+  internal::FreeAlignedBlock(p, 1024 * kib + 64 * kib);
+  EXPECT_EQ(internal::CachedBlockBytes(), 1024 * kib + 64 * kib);
+  void* q = internal::AllocateAlignedBlock(1024 * kib + 1);
+  EXPECT_EQ(q, p) << "a request of the same class did not reuse the cached block";
+  EXPECT_EQ(internal::CachedBlockBytes(), 0u);
+  internal::FreeAlignedBlock(q, 1024 * kib + 1);
+  void* r = internal::AllocateAlignedBlock(1024 * kib + 64 * kib + 1);  // the next class
+  EXPECT_NE(r, p) << "a larger request was given a block of a smaller class";
+  std::memset(r, 7, 1024 * kib + 64 * kib + 1);
+  internal::FreeAlignedBlock(r, 1024 * kib + 64 * kib + 1);
+  EXPECT_EQ(internal::CachedBlockBytes(), (1024 * kib + 64 * kib) + (1024 * kib + 128 * kib));
+  internal::ReleaseCachedBlocks();
 }
 
 TEST(TensorTest, ConstructionShapesAndAlignment) {
