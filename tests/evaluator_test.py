@@ -33,7 +33,7 @@ import torch
 import psflow
 flags = psflow.parse_flags(sys.argv[1:])
 if flags.job_name == "ps":
-    psflow.Server(psflow.ClusterSpec.from_flags(flags), job_name="ps", task_index=flags.task_index, flags=flags).join()
+    psflow.Server.from_flags(flags).join()
     sys.exit(0)
 model = torch.nn.Linear(4, 2)
 with psflow.WorkerSession(model, flags, model_name="linear") as s:

@@ -42,7 +42,7 @@ import torch.nn as nn
 import psflow
 flags = psflow.parse_flags(sys.argv[1:], defaults={"batch_size": 100, "optimizer": "adam", "learning_rate": 0.01})
 if flags.job_name == "ps":
-    psflow.Server(psflow.ClusterSpec.from_flags(flags), job_name="ps", task_index=flags.task_index, flags=flags).join()
+    psflow.Server.from_flags(flags).join()
     sys.exit(0)
 mnist = psflow.load_mnist(flags.data_dir)
 x, y = torch.from_numpy(mnist["train"]["images"]), torch.from_numpy(mnist["train"]["labels"])

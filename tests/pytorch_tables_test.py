@@ -119,8 +119,7 @@ class TablesFromPyTorchTest(unittest.TestCase):
                 import sys, torch, psflow
                 flags = psflow.parse_flags(sys.argv[1:])
                 if flags.job_name == "ps":
-                    psflow.Server(psflow.ClusterSpec.from_flags(flags), job_name="ps", task_index=flags.task_index,
-                                  flags=flags).join()
+                    psflow.Server.from_flags(flags).join()
                     sys.exit(0)
                 model = torch.nn.ModuleDict({"fixed": psflow.torch.EmbeddingBag(100, 4, mode="sum"),
                                              "linear": torch.nn.Linear(4, 1)})

@@ -79,7 +79,7 @@ def main():
     flags = psflow.parse_flags(parser, defaults={"batch_size": 32, "train_steps": 300, "optimizer": "adam",
                                                  "learning_rate": 3e-3, "log_every": 100})
     if flags.job_name == "ps":
-        psflow.Server(psflow.ClusterSpec.from_flags(flags), task_index=flags.task_index, flags=flags).join()
+        psflow.Server.from_flags(flags).join()
         return
     text = make_corpus(flags.corpus_chars, flags.corpus_seed)
     vocab = sorted(set(text))

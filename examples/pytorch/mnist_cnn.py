@@ -63,10 +63,8 @@ def main(argv):
         print(f"psflow: error: unknown flag {flags.unparsed[0]} (see psflow train --help)", file=sys.stderr)
         sys.exit(2)
     if flags.job_name == "ps":
-        psflow.Server(psflow.ClusterSpec.from_flags(flags), job_name="ps", task_index=flags.task_index,
-                      flags=flags).join()
+        psflow.Server.from_flags(flags).join()
         return
-    torch.set_num_threads(flags.intra_op_threads)
     torch.manual_seed(flags.seed)
     mnist = psflow.load_mnist(flags.data_dir)
     images = torch.from_numpy(mnist["train"]["images"])

@@ -2,9 +2,8 @@
 
     import psflow
     flags = psflow.parse_flags(defaults={"batch_size": 100})        # psflow train's flags
-    cluster = psflow.ClusterSpec.from_flags(flags)                   # or a dict, or TF_CONFIG
-    if flags.job_name == "ps":
-        psflow.Server(cluster, job_name="ps", task_index=flags.task_index, flags=flags).join()
+    if flags.job_name == "ps":                                       # cluster: ClusterSpec.from_flags
+        psflow.Server.from_flags(flags).join()
     else:
         with psflow.WorkerSession(model, flags) as sess:             # chief initializes / restores
             while not sess.should_stop():

@@ -3,7 +3,7 @@ from . import _psflow
 
 
 class Server:
-    """Server(cluster, job_name="ps", task_index=0, flags=None).join()
+    """Server(cluster, job_name="ps", task_index=0, flags=None).join(), or Server.from_flags(flags).join()
 
     join() serves the variables placed on this ps task until the chief ends training, then returns
     (the task's work is done: exit 0). It raises a psflow.Error with the reason when the job was
@@ -24,6 +24,13 @@ class Server:
         self.job_name = job_name
         self.task_index = int(task_index)
         self._flags = flags if flags is not None else _psflow._parse_flags(argv=[])
+
+    @classmethod
+    def from_flags(cls, flags):
+        """The ps task that flags (psflow.parse_flags(), job_name "ps") describe: its cluster
+        (ClusterSpec.from_flags), its task index and its own flags."""
+        return cls(_psflow.ClusterSpec.from_flags(flags), job_name=flags.job_name, task_index=flags.task_index,
+                   flags=flags)
 
     def join(self):
         _psflow._join_server(self.cluster, self.job_name, self.task_index, self._flags)

@@ -28,7 +28,7 @@ parser.add_argument("--start_together", default="", help="a directory: every wor
 flags = psflow.parse_flags(parser, defaults={"batch_size": 5, "train_steps": 20, "optimizer": "sgd",
                                              "learning_rate": 0.05, "log_every": 1000})
 if flags.job_name == "ps":
-    psflow.Server(psflow.ClusterSpec.from_flags(flags), task_index=flags.task_index, flags=flags).join()
+    psflow.Server.from_flags(flags).join()
     sys.exit(0)
 
 g = torch.Generator().manual_seed(1)

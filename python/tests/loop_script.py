@@ -22,7 +22,7 @@ parser.add_argument("--save_state", default="", help="torch.save(model.state_dic
 flags = psflow.parse_flags(parser, defaults={"batch_size": 16, "train_steps": 40, "optimizer": "sgd",
                                              "learning_rate": 0.05, "log_every": 10})
 if flags.job_name == "ps":
-    psflow.Server(psflow.ClusterSpec.from_flags(flags), task_index=flags.task_index, flags=flags).join()
+    psflow.Server.from_flags(flags).join()
     sys.exit(0)
 
 torch.manual_seed(flags.seed)

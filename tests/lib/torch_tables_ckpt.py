@@ -86,8 +86,7 @@ def main():
     flags = psflow.parse_flags(ap, defaults={"optimizer": "adam", "learning_rate": 0.01, "batch_size": 64,
                                              "sparse_optimizer": "adagrad", "sparse_learning_rate": 0.5})
     if flags.job_name == "ps":
-        psflow.Server(psflow.ClusterSpec.from_flags(flags), job_name="ps", task_index=flags.task_index,
-                      flags=flags).join()
+        psflow.Server.from_flags(flags).join()
         return
     torch.manual_seed(1)
     model = Model(flags.dyn_dim, flags.fixed_dim)

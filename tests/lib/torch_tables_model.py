@@ -59,8 +59,7 @@ def psflow_main(args, argv):
     flags = psflow.parse_flags(argv, defaults={"optimizer": "sgd", "learning_rate": DENSE_LR,
                                                "sparse_optimizer": "adagrad", "sparse_learning_rate": SPARSE_LR})
     if flags.job_name == "ps":
-        psflow.Server(psflow.ClusterSpec.from_flags(flags), job_name="ps", task_index=flags.task_index,
-                      flags=flags).join()
+        psflow.Server.from_flags(flags).join()
         return
     torch.manual_seed(1)
     gen = psflow.CtrGenerator(seed=5, num_fields=FIELDS, num_dense=DENSE)
