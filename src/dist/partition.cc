@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/check.h"
+#include "dist/next_ps.h"
 #include "psflow/dist/cluster.h"
 
 namespace psflow::dist {
@@ -212,12 +213,7 @@ PlacementPlan PlanPlacement(const std::vector<VariableSpec>& variables, const Pa
 
   int64_t round_robin_counter = 0;
   // Picks the ps for the next created variable (or shard) and advances the strategy's state.
-  auto next_ps = [&]() -> int {
-    if (strategy == PlacementStrategy::kRoundRobin) return static_cast<int>(round_robin_counter++ % num_ps);
-    // min_element returns the first minimum: ties go to the lowest index, like TF's list.index(min()).
-    return static_cast<int>(std::min_element(plan.bytes_per_ps.begin(), plan.bytes_per_ps.end()) -
-                            plan.bytes_per_ps.begin());
-  };
+  auto next_ps = [&] { return NextPs(strategy, round_robin_counter, plan.bytes_per_ps); };
 
   plan.global_step_ps = next_ps();
   plan.bytes_per_ps[plan.global_step_ps] += kGlobalStepBytes;

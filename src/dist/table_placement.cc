@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "dist/next_ps.h"
 #include "psflow/dist/partition.h"
 
 namespace psflow::dist {
@@ -75,12 +76,7 @@ absl::Status PlanTables(const std::vector<TableSpec>& tables, const PartitionerS
         shard.shard_index = i;
         shard.num_shards = n;
         shard.rows = FixedShardRows(placed.layout, i);
-        if (strategy == PlacementStrategy::kRoundRobin) {
-          shard.ps_task = static_cast<int>(counter++ % plan->num_ps);
-        } else {
-          shard.ps_task = static_cast<int>(std::min_element(plan->bytes_per_ps.begin(), plan->bytes_per_ps.end()) -
-                                           plan->bytes_per_ps.begin());
-        }
+        shard.ps_task = NextPs(strategy, counter, plan->bytes_per_ps);
         plan->bytes_per_ps[shard.ps_task] += shard.rows * spec.dim * kFloatBytes;
         plan->params_per_ps[shard.ps_task] += shard.rows * spec.dim;
         placed.shards.push_back(std::move(shard));
