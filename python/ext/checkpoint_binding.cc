@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "binding.h"
 #include "ps/server/table/row_init.h"
@@ -84,14 +83,7 @@ ckpt::OpenedCheckpoint OpenPath(const std::string& path) {
   }
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw StatusError(NoSuchFile(path));
-  ckpt::OpenedCheckpoint opened;
-  opened.path = path;
-  opened.reader = ValueOrThrow(ckpt::OpenCheckpoint(path));
-  const auto& meta = opened.reader->metadata();
-  if (auto it = meta.find("global_step"); it == meta.end() || !absl::SimpleAtoi(it->second, &opened.global_step)) {
-    opened.global_step = 0;
-  }
-  return opened;
+  return ValueOrThrow(ckpt::OpenCheckpointFile(path));
 }
 
 // Rows of `ids` (any order, repeats allowed) of table `name`, its kind and dim taken from the file:

@@ -107,6 +107,21 @@ absl::StatusOr<std::optional<OpenedCheckpoint>> OpenLatestCheckpoint(const std::
   return std::optional<OpenedCheckpoint>();
 }
 
+namespace {
+
+// A checkpoint file's step: from its name (model.ckpt-STEP.safetensors), else its metadata, else 0.
+int64_t StepOfFile(const std::string& path, const std::map<std::string, std::string>& metadata) {
+  static const std::regex kName(R"((^|.*/)model\.ckpt-(\d+)\.safetensors)");
+  std::smatch m;
+  int64_t step = 0;
+  if (std::regex_match(path, m, kName) && absl::SimpleAtoi(m[2].str(), &step)) return step;
+  auto it = metadata.find(kStepKey);
+  if (it == metadata.end() || !absl::SimpleAtoi(it->second, &step)) return 0;
+  return step;
+}
+
+}  // namespace
+
 absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path, io::Env* env) {
   auto reader = OpenCheckpoint(path, env);
   if (!reader.ok()) return reader.status();
@@ -123,15 +138,15 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path, io::Env* env)
       file.int64s.emplace(t.name, *std::move(value));
     }
   }
-  Checkpoint ckpt{path, 0, std::move(file)};
-  static const std::regex kName(R"((^|.*/)model\.ckpt-(\d+)\.safetensors)");
-  std::smatch m;
-  if (std::regex_match(path, m, kName) && absl::SimpleAtoi(m[2].str(), &ckpt.global_step)) return ckpt;
-  auto step = ckpt.contents.metadata.find(kStepKey);
-  if (step == ckpt.contents.metadata.end() || !absl::SimpleAtoi(step->second, &ckpt.global_step)) {
-    ckpt.global_step = 0;
-  }
-  return ckpt;
+  const int64_t step = StepOfFile(path, file.metadata);
+  return Checkpoint{path, step, std::move(file)};
+}
+
+absl::StatusOr<OpenedCheckpoint> OpenCheckpointFile(const std::string& path, io::Env* env) {
+  auto reader = OpenCheckpoint(path, env);
+  if (!reader.ok()) return reader.status();
+  const int64_t step = StepOfFile(path, (*reader)->metadata());
+  return OpenedCheckpoint{path, step, *std::move(reader)};
 }
 
 absl::StatusOr<std::optional<Checkpoint>> LoadLatestCheckpoint(const std::string& dir, std::vector<std::string>* skipped,

@@ -57,6 +57,9 @@ struct OpenedCheckpoint {
   int64_t global_step = 0;
   std::unique_ptr<SafetensorsReader> reader;
 };
+// One checkpoint file opened as above, its step taken as ReadCheckpoint takes it (the file's name,
+// else its metadata).
+absl::StatusOr<OpenedCheckpoint> OpenCheckpointFile(const std::string& path, io::Env* env = io::Env::Default());
 // The newest checkpoint of `dir` that passes its checksum, opened (nothing read beyond the header
 // and the checksum pass); nullopt when there is none. `skipped` as below.
 absl::StatusOr<std::optional<OpenedCheckpoint>> OpenLatestCheckpoint(const std::string& dir,
