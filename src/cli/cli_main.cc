@@ -28,8 +28,8 @@
 #include "rpc/tuning.h"
 #include "psflow/train/train.h"
 #include "train/cluster_setup.h"
-#include "train/eval_ctr.h"
-#include "train/evaluator.h"
+#include "programs/ctr/eval_ctr.h"
+#include "programs/eval/evaluator.h"
 
 namespace psflow::cli {
 namespace {
@@ -54,7 +54,7 @@ void LogLine(const std::string& line) {
   }
 }
 
-// The evaluator task (train/evaluator.h): a "done" marker below an explicitly given --train_steps
+// The evaluator task (programs/eval/evaluator.h): a "done" marker below an explicitly given --train_steps
 // is an earlier run's.
 int RunEvaluatorTask(const train::TrainOptions& options, bool train_steps_given) {
   train::WatchOptions watch;

@@ -23,7 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
-#include "train/evaluator.h"
+#include "train/training_end.h"
 
 namespace psflow::cli {
 namespace {

@@ -1,4 +1,4 @@
-// train/ctr_single.h — single-process training of the ctr model (nn::CtrModel) on the synthetic
+// programs/ctr/ctr_single.h — single-process training of the ctr model (nn::CtrModel) on the synthetic
 // generator's stream (data::CtrGenerator, worker 0), with its embedding tables held in-process by
 // the ps's own table blocks (ps/server/table: FixedTableShard / DynamicTableShard and their sparse
 // update rules, one shard per table), so single-process and ps training run one implementation of
@@ -6,8 +6,8 @@
 //
 // A CtrTrainer owns the generator, the network, the tables and the optimizer states; one thread
 // drives it. TrainSingleProcess calls RunCtrSingleProcess for --model=ctr.
-#ifndef PSFLOW_SRC_TRAIN_CTR_SINGLE_H_
-#define PSFLOW_SRC_TRAIN_CTR_SINGLE_H_
+#ifndef PSFLOW_PROGRAMS_CTR_CTR_SINGLE_H_
+#define PSFLOW_PROGRAMS_CTR_CTR_SINGLE_H_
 
 #include <cstdint>
 #include <functional>
@@ -27,7 +27,7 @@
 namespace psflow::train {
 
 // The ctr model's pieces shared by the single-process trainer and the distributed worker
-// (train/ctr_worker.cc), so both train the same model on the same data.
+// (programs/ctr/ctr_worker.cc), so both train the same model on the same data.
 inline constexpr int kCtrNumDense = 13;  // D, as Criteo's (the generator's default)
 // Field f's table: [--ctr_vocab, --ctr_dim] fixed div (ids taken mod N), or dynamic when
 // --ctr_vocab=0; rows N(0, 0.05²) truncated at 2 stddev from (seed, f).
@@ -71,7 +71,7 @@ class CtrTrainer {
   // Bayes values, and the rows the tables hold.
   absl::StatusOr<CtrFigures> Evaluate(int64_t n) const;
 
-  // Checkpoints (train/ctr_single_checkpoint.cc), the cluster's layout: the dense layers with the
+  // Checkpoints (programs/ctr/ctr_single_checkpoint.cc), the cluster's layout: the dense layers with the
   // optimizer's slots, and each field's table (train/table_checkpoint.h) scanned from its shard in
   // parts; a file written by either mode restores in the other. Save writes
   // DIR/model.ckpt-STEP.safetensors (--checkpoint_dir) and returns its path; Restore loads the
@@ -111,9 +111,9 @@ absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, cons
 // `psflow train --model=ctr --job_name=worker`: a worker of a cluster (worker 0 is the chief)
 // driving a WorkerSession with the model's dense layers as parameters and its fields' tables as
 // session tables (on the ps tasks, whose sparse rules update them), on the generator's stream of
-// this worker (train/ctr_worker.cc). The chief evaluates the final model on the test set.
+// this worker (programs/ctr/ctr_worker.cc). The chief evaluates the final model on the test set.
 absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSink& log);
 
 }  // namespace psflow::train
 
-#endif  // PSFLOW_SRC_TRAIN_CTR_SINGLE_H_
+#endif  // PSFLOW_PROGRAMS_CTR_CTR_SINGLE_H_

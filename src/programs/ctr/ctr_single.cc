@@ -1,5 +1,5 @@
-// Single-process training of the ctr model with in-process tables (train/ctr_single.h).
-#include "train/ctr_single.h"
+// Single-process training of the ctr model with in-process tables (programs/ctr/ctr_single.h).
+#include "programs/ctr/ctr_single.h"
 
 #include <algorithm>
 #include <cmath>

@@ -7,12 +7,12 @@
 #include "psflow/core/threading.h"
 #include "psflow/data/batcher.h"
 #include "psflow/optim/optimizer.h"
-#include "train/local_replicas.h"
+#include "programs/mnist/local_replicas.h"
+#include "programs/mnist/mnist.h"
 #include "psflow/train/train.h"
 #include "train/checkpointing.h"
-#include "train/ctr_single.h"
 #include "train/cluster_setup.h"
-#include "train/evaluator.h"
+#include "train/training_end.h"
 #include "train/progress.h"
 #include "train/telemetry.h"
 
@@ -47,8 +47,7 @@ void ApplyGradients(const optim::Optimizer& optimizer, const std::vector<Var>& p
 
 }  // namespace
 
-absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const LogSink& log) {
-  if (options.model == "ctr") return RunCtrSingleProcess(options, log);  // tables, not an image classifier
+absl::StatusOr<RunSummary> TrainImageSingleProcess(const TrainOptions& options, const LogSink& log) {
   SetIntraOpThreads(options.intra_op_threads);
   auto data = LoadTrainingData(options);
   if (!data.ok()) return data.status();
@@ -143,7 +142,7 @@ absl::StatusOr<RunSummary> TrainSingleProcess(const TrainOptions& options, const
   (*telemetry)->OnFinal(summary.global_step, validation.accuracy, test.accuracy);
   if (!options.checkpoint_dir.empty()) {
     if (auto s = save(*options.train_steps); !s.ok()) return s;
-    // An evaluator watching the directory (train/evaluator.h) ends after this checkpoint.
+    // An evaluator watching the directory (programs/eval/evaluator.h) ends after this checkpoint.
     if (auto s = WriteTrainingEnd(options.checkpoint_dir, {.failed = false, .global_step = *options.train_steps,
                                                            .reason = ""}, options.env);
         !s.ok()) {
