@@ -18,6 +18,7 @@
 #include "ps/server/table/table_shard.h"
 #include "psflow/dist/partition.h"
 #include "psflow/data/ctr.h"
+#include "psflow/core/unique_ids.h"
 #include "psflow/nn/ctr_model.h"
 #include "psflow/optim/optimizer.h"
 #include "psflow/train/options.h"
@@ -86,9 +87,9 @@ class CtrTrainer {
  private:
   CtrTrainer() = default;
   // Dedups each field's column of ids [batch, F] (fixed tables: ids mod N first) into unique_.
-  void DedupFields(const int64_t* ids, int64_t batch, std::vector<nn::UniqueIds>* unique) const;
+  void DedupFields(const int64_t* ids, int64_t batch, std::vector<UniqueIds>* unique) const;
   // Each field's unique rows gathered from its table as leaves (trainable: gradients wanted).
-  absl::StatusOr<std::vector<Var>> GatherRows(const std::vector<nn::UniqueIds>& unique, bool trainable) const;
+  absl::StatusOr<std::vector<Var>> GatherRows(const std::vector<UniqueIds>& unique, bool trainable) const;
 
   TrainOptions options_;
   std::unique_ptr<data::CtrGenerator> generator_;
@@ -100,7 +101,7 @@ class CtrTrainer {
   // Reused per step.
   std::vector<int64_t> ids_;
   std::vector<float> dense_, labels_;
-  std::vector<nn::UniqueIds> unique_;
+  std::vector<UniqueIds> unique_;
 };
 
 // `psflow train --model=ctr` without a cluster: trains, logs progress, evaluates on the test set
