@@ -45,110 +45,159 @@ void ApplyGradients(const optim::Optimizer& optimizer, const std::vector<Var>& p
   }
 }
 
+// One single-process run of an image model, as a few steps: Prepare, Restore, Train, Summarize,
+// FinishCheckpoint. Owns the data, the replicas, the optimizer and its slot states.
+class SingleProcessRun {
+ public:
+  SingleProcessRun(const TrainOptions& options, const LogSink& log) : options_(options), log_(log) {}
+
+  // The data, the replicas, the optimizer and one slot state per parameter.
+  absl::Status Prepare() {
+    auto data = LoadTrainingData(options_);
+    if (!data.ok()) return data.status();
+    data_ = *std::move(data);
+    auto replicas = LocalReplicas::Create(ModelConfigFrom(options_), options_.local_replicas);
+    if (!replicas.ok()) return replicas.status();
+    replicas_ = *std::move(replicas);
+    opt_config_ = OptimizerConfigFrom(options_);
+    auto optimizer = optim::MakeOptimizer(opt_config_);
+    if (!optimizer.ok()) return optimizer.status();
+    optimizer_ = *std::move(optimizer);
+    for (const Var& p : params()) states_.push_back(optimizer_->NewState(p->value.size()));
+    return absl::OkStatus();
+  }
+
+  // --checkpoint_dir: the directory made, an earlier run's end marker cleared, and the newest
+  // checkpoint's values and slots loaded (training resumes at its step).
+  absl::Status Restore() {
+    if (options_.checkpoint_dir.empty()) return absl::OkStatus();
+    if (auto s = PrepareCheckpointDir(options_.checkpoint_dir, options_.env); !s.ok()) return s;
+    if (auto s = ClearTrainingEnd(options_.checkpoint_dir, options_.env); !s.ok()) return s;
+    auto restored = LoadTrainingState(options_.checkpoint_dir, options_.model, VariableSpecsOf(params()), *optimizer_,
+                                      log_, options_.env);
+    if (!restored.ok()) return restored.status();
+    if (!restored->has_value()) return absl::OkStatus();
+    start_step_ = (*restored)->global_step;
+    for (size_t i = 0; i < params().size(); ++i) {
+      VariableState& v = (*restored)->variables.at(params()[i]->name);
+      params()[i]->value = std::move(v.value);
+      for (size_t s = 0; s < v.slots.size(); ++s) {
+        states_[i].slots[s].assign(v.slots[s].data(), v.slots[s].data() + v.slots[s].size());
+      }
+      states_[i].updates = v.updates;
+    }
+    return absl::OkStatus();
+  }
+
+  // The steps from the restored one to --train_steps, checkpointing on schedule.
+  absl::Status Train() {
+    const data::Dataset& train = data_.train;
+    const int batch_size = *options_.batch_size;
+    data::BatchSampler sampler(train.num_examples, batch_size, 0, 1, options_.seed);
+    std::vector<int64_t> indices;
+    std::vector<float> images(batch_size * train.example_size);
+    std::vector<int32_t> labels(batch_size);
+    log_(absl::StrCat("training ", options_.model, " in one process: ", replicas_->model().NumParameters(),
+                      " parameters, ", *options_.train_steps, " steps of batch ", batch_size, ", ", options_.optimizer,
+                      " lr ", *options_.learning_rate));
+    auto telemetry = Telemetry::Create(options_, /*write_events=*/true, "", log_);
+    if (!telemetry.ok()) return telemetry.status();
+    telemetry_ = *std::move(telemetry);
+    progress_ = std::make_unique<ProgressLog>(log_, "", *options_.train_steps, batch_size);
+    CheckpointSchedule schedule(options_.save_checkpoint_steps, options_.save_checkpoint_secs, start_step_);
+    for (int64_t step = start_step_; step < *options_.train_steps; ++step) {
+      sampler.BatchAt(step, &indices);
+      data::Gather(train, indices, images.data(), labels.data());
+      StepStats stats = replicas_->ComputeGradients(images.data(), labels.data(), batch_size, Rng::Mix(options_.seed, step));
+      // A diverged step is never applied: the model and the checkpoints on disk stay finite.
+      if (!std::isfinite(stats.loss)) return DivergedError(step, stats.loss, *options_.learning_rate);
+      const float lr = optim::LearningRateAt(opt_config_, step);
+      ApplyGradients(*optimizer_, params(), states_, lr);
+      progress_->Step(step + 1, stats.loss, stats.accuracy, options_.log_every);
+      telemetry_->OnStep(step + 1, stats.loss, stats.accuracy, lr, batch_size);
+      if (!options_.checkpoint_dir.empty() && schedule.Due(step + 1) && step + 1 < *options_.train_steps) {
+        // As on the chief: a periodic save that fails (a full disk) is logged and training goes on;
+        // the earlier checkpoints stay, and the final save below reports a lasting failure.
+        if (auto s = Save(step + 1); !s.ok()) log_(absl::StrCat("checkpoint failed: ", s.message()));
+        schedule.Saved(step + 1);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The run's summary, with the final model's validation and test figures.
+  RunSummary Summarize() {
+    const double train_seconds = progress_->ElapsedSeconds();
+    RunSummary summary;
+    summary.model = options_.model;
+    summary.mode = "single";
+    summary.global_step = *options_.train_steps;
+    summary.train_seconds = train_seconds;
+    summary.examples_per_sec =
+        (*options_.train_steps - start_step_) * *options_.batch_size / std::max(train_seconds, 1e-9);
+    EvalResult validation = Evaluate(replicas_->model(), data_.validation);
+    EvalResult test = Evaluate(replicas_->model(), data_.test);
+    summary.validation_accuracy = validation.accuracy;
+    summary.validation_cross_entropy = validation.cross_entropy;
+    summary.test_accuracy = test.accuracy;
+    summary.test_cross_entropy = test.cross_entropy;
+    telemetry_->OnFinal(summary.global_step, validation.accuracy, test.accuracy);
+    return summary;
+  }
+
+  // --checkpoint_dir: the final checkpoint, then the end marker an evaluator watching the
+  // directory (programs/eval/evaluator.h) ends after.
+  absl::Status FinishCheckpoint() {
+    if (options_.checkpoint_dir.empty()) return absl::OkStatus();
+    if (auto s = Save(*options_.train_steps); !s.ok()) return s;
+    if (auto s = WriteTrainingEnd(options_.checkpoint_dir,
+                                  {.failed = false, .global_step = *options_.train_steps, .reason = ""}, options_.env);
+        !s.ok()) {
+      log_(std::string(s.message()));  // training succeeded; an evaluator will wait for --eval_timeout_secs
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::vector<Var>& params() const { return replicas_->parameters(); }
+
+  absl::Status Save(int64_t step) {
+    TrainingState state{step, options_.model, optimizer_->name(), {}};
+    for (size_t i = 0; i < params().size(); ++i) {
+      VariableState v{params()[i]->value, {}, states_[i].updates};
+      for (const FloatBuffer& slot : states_[i].slots) {
+        v.slots.emplace_back(params()[i]->value.shape(), std::vector<float>(slot.begin(), slot.end()));
+      }
+      state.variables.emplace(params()[i]->name, std::move(v));
+    }
+    auto path = SaveTrainingState(options_.checkpoint_dir, state, optimizer_->slot_names(), 5, options_.env);
+    if (!path.ok()) return path.status();
+    log_("saved checkpoint " + *path);
+    return absl::OkStatus();
+  }
+
+  const TrainOptions& options_;
+  const LogSink& log_;
+  data::MnistData data_;
+  std::unique_ptr<LocalReplicas> replicas_;
+  optim::OptimizerConfig opt_config_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::vector<optim::SlotState> states_;
+  int64_t start_step_ = 0;
+  std::unique_ptr<Telemetry> telemetry_;
+  std::unique_ptr<ProgressLog> progress_;
+};
+
 }  // namespace
 
 absl::StatusOr<RunSummary> TrainImageSingleProcess(const TrainOptions& options, const LogSink& log) {
   SetIntraOpThreads(options.intra_op_threads);
-  auto data = LoadTrainingData(options);
-  if (!data.ok()) return data.status();
-  auto replicas = LocalReplicas::Create(ModelConfigFrom(options), options.local_replicas);
-  if (!replicas.ok()) return replicas.status();
-  const optim::OptimizerConfig opt_config = OptimizerConfigFrom(options);
-  auto optimizer = optim::MakeOptimizer(opt_config);
-  if (!optimizer.ok()) return optimizer.status();
-
-  const auto& params = (*replicas)->parameters();
-  std::vector<optim::SlotState> states;
-  for (const Var& p : params) states.push_back((*optimizer)->NewState(p->value.size()));
-  int64_t start_step = 0;
-  if (!options.checkpoint_dir.empty()) {
-    if (auto s = PrepareCheckpointDir(options.checkpoint_dir, options.env); !s.ok()) return s;
-    if (auto s = ClearTrainingEnd(options.checkpoint_dir, options.env); !s.ok()) return s;
-    auto restored = LoadTrainingState(options.checkpoint_dir, options.model, VariableSpecsOf(params), **optimizer, log,
-                                      options.env);
-    if (!restored.ok()) return restored.status();
-    if (restored->has_value()) {
-      start_step = (*restored)->global_step;
-      for (size_t i = 0; i < params.size(); ++i) {
-        VariableState& v = (*restored)->variables.at(params[i]->name);
-        params[i]->value = std::move(v.value);
-        for (size_t s = 0; s < v.slots.size(); ++s) {
-          states[i].slots[s].assign(v.slots[s].data(), v.slots[s].data() + v.slots[s].size());
-        }
-        states[i].updates = v.updates;
-      }
-    }
-  }
-  auto save = [&](int64_t step) -> absl::Status {
-    TrainingState state{step, options.model, (*optimizer)->name(), {}};
-    for (size_t i = 0; i < params.size(); ++i) {
-      VariableState v{params[i]->value, {}, states[i].updates};
-      for (const FloatBuffer& slot : states[i].slots) {
-        v.slots.emplace_back(params[i]->value.shape(), std::vector<float>(slot.begin(), slot.end()));
-      }
-      state.variables.emplace(params[i]->name, std::move(v));
-    }
-    auto path = SaveTrainingState(options.checkpoint_dir, state, (*optimizer)->slot_names(), 5, options.env);
-    if (!path.ok()) return path.status();
-    log("saved checkpoint " + *path);
-    return absl::OkStatus();
-  };
-  CheckpointSchedule schedule(options.save_checkpoint_steps, options.save_checkpoint_secs, start_step);
-
-  const data::Dataset& train = data->train;
-  data::BatchSampler sampler(train.num_examples, *options.batch_size, 0, 1, options.seed);
-  std::vector<int64_t> indices;
-  std::vector<float> images(*options.batch_size * train.example_size);
-  std::vector<int32_t> labels(*options.batch_size);
-  log(absl::StrCat("training ", options.model, " in one process: ", (*replicas)->model().NumParameters(),
-                   " parameters, ", *options.train_steps, " steps of batch ", *options.batch_size, ", ",
-                   options.optimizer, " lr ", *options.learning_rate));
-
-  auto telemetry = Telemetry::Create(options, /*write_events=*/true, "", log);
-  if (!telemetry.ok()) return telemetry.status();
-  ProgressLog progress(log, "", *options.train_steps, *options.batch_size);
-  for (int64_t step = start_step; step < *options.train_steps; ++step) {
-    sampler.BatchAt(step, &indices);
-    data::Gather(train, indices, images.data(), labels.data());
-    StepStats stats = (*replicas)->ComputeGradients(images.data(), labels.data(), *options.batch_size,
-                                                    Rng::Mix(options.seed, step));
-    // A diverged step is never applied: the model and the checkpoints on disk stay finite.
-    if (!std::isfinite(stats.loss)) return DivergedError(step, stats.loss, *options.learning_rate);
-    const float lr = optim::LearningRateAt(opt_config, step);
-    ApplyGradients(**optimizer, params, states, lr);
-    progress.Step(step + 1, stats.loss, stats.accuracy, options.log_every);
-    (*telemetry)->OnStep(step + 1, stats.loss, stats.accuracy, lr, *options.batch_size);
-    if (!options.checkpoint_dir.empty() && schedule.Due(step + 1) && step + 1 < *options.train_steps) {
-      // As on the chief: a periodic save that fails (a full disk) is logged and training goes on;
-      // the earlier checkpoints stay, and the final save below reports a lasting failure.
-      if (auto s = save(step + 1); !s.ok()) log(absl::StrCat("checkpoint failed: ", s.message()));
-      schedule.Saved(step + 1);
-    }
-  }
-  const double train_seconds = progress.ElapsedSeconds();
-
-  RunSummary summary;
-  summary.model = options.model;
-  summary.mode = "single";
-  summary.global_step = *options.train_steps;
-  summary.train_seconds = train_seconds;
-  summary.examples_per_sec = (*options.train_steps - start_step) * *options.batch_size / std::max(train_seconds, 1e-9);
-  EvalResult validation = Evaluate((*replicas)->model(), data->validation);
-  EvalResult test = Evaluate((*replicas)->model(), data->test);
-  summary.validation_accuracy = validation.accuracy;
-  summary.validation_cross_entropy = validation.cross_entropy;
-  summary.test_accuracy = test.accuracy;
-  summary.test_cross_entropy = test.cross_entropy;
-  (*telemetry)->OnFinal(summary.global_step, validation.accuracy, test.accuracy);
-  if (!options.checkpoint_dir.empty()) {
-    if (auto s = save(*options.train_steps); !s.ok()) return s;
-    // An evaluator watching the directory (programs/eval/evaluator.h) ends after this checkpoint.
-    if (auto s = WriteTrainingEnd(options.checkpoint_dir, {.failed = false, .global_step = *options.train_steps,
-                                                           .reason = ""}, options.env);
-        !s.ok()) {
-      log(std::string(s.message()));  // training succeeded; an evaluator will wait for --eval_timeout_secs
-    }
-  }
+  SingleProcessRun run(options, log);
+  if (auto s = run.Prepare(); !s.ok()) return s;
+  if (auto s = run.Restore(); !s.ok()) return s;
+  if (auto s = run.Train(); !s.ok()) return s;
+  RunSummary summary = run.Summarize();
+  if (auto s = run.FinishCheckpoint(); !s.ok()) return s;
   return summary;
 }
 
