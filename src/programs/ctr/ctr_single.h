@@ -5,7 +5,7 @@
 // the update rules. Dense layers use optim::Optimizer as every other model.
 //
 // A CtrTrainer owns the generator, the network, the tables and the optimizer states; one thread
-// drives it. TrainSingleProcess calls RunCtrSingleProcess for --model=ctr.
+// drives it. TrainSingleProcess (programs/programs.cc) calls RunCtrSingleProcess for --model=ctr.
 #ifndef PSFLOW_PROGRAMS_CTR_CTR_SINGLE_H_
 #define PSFLOW_PROGRAMS_CTR_CTR_SINGLE_H_
 

@@ -1,5 +1,5 @@
-// programs/mnist/local_replicas.h — K replicas of one model on K devices computing one step's gradient
-// together: each takes a contiguous slice of the batch, and their gradients are averaged
+// programs/mnist/local_replicas.h — K replicas of one model on K devices computing one step's
+// gradient together: each takes a contiguous slice of the batch, and their gradients are averaged
 // (weighted by slice size, so the result equals one replica on the whole batch). With K = 1 this
 // is plain forward/backward. Owns the replicas and devices; used by one training thread.
 #ifndef PSFLOW_PROGRAMS_MNIST_LOCAL_REPLICAS_H_
