@@ -254,7 +254,7 @@ class WorkerSession::Impl {
     if (evaluate) {
       state_.MoveTo(SessionState::kEvaluating);
       auto eval = evaluate();
-      state_.MoveTo(SessionState::kClosed);
+      if (state_.evaluating()) state_.MoveTo(SessionState::kClosed);  // (an Abort inside ended it)
       if (!eval.ok()) return eval.status();
       if (auto s = CheckEval(*eval); !s.ok()) return s;
       // The summary's four fields by name; every other scalar as the caller named it.
