@@ -1,0 +1,91 @@
+// SessionTables (train/session_tables.h) without a ps: what a Lookup still has to pull, what a Step
+// carries, and when the rows a Step prefetched are used — the same ids after a successful call —
+// or pulled again (a failed call, other ids, no Prefetch).
+#include "train/session_tables.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace psflow::train {
+namespace {
+
+SessionTables TwoTables() {
+  dist::TableSpec a, b;
+  a.dim = 2;
+  b.dim = 3;
+  b.dynamic = true;
+  return SessionTables({{"a", a}, {"b", b}});
+}
+
+std::vector<std::string> Names(const std::vector<ps::TableRowsRef>& refs) {
+  std::vector<std::string> names;
+  for (const ps::TableRowsRef& r : refs) names.push_back(r.table);
+  return names;
+}
+
+TEST(SessionTablesUnitTest, LookupDedupsAndPullsEveryTableWithIds) {
+  SessionTables tables = TwoTables();
+  const std::vector<int64_t> a = {4, 1, 4}, b = {};
+  ps::TableStep step;
+  tables.StartLookup({a, b}, &step);
+  EXPECT_EQ(Names(step.pulls), (std::vector<std::string>{"a"}));  // b has no ids: nothing to pull
+  EXPECT_EQ(tables.batch(0).ids, (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(tables.batch(0).index, (std::vector<int64_t>{0, 1, 0}));
+  EXPECT_EQ(tables.batch(0).rows.shape(), (Shape{2, 2}));
+  EXPECT_EQ(step.pulls[0].rows, &tables.batch(0).rows);
+  EXPECT_EQ(tables.batch(1).rows.shape(), (Shape{0, 3}));
+}
+
+TEST(SessionTablesUnitTest, PrefetchedRowsAreUsedForTheSameIdsAfterASuccessfulStep) {
+  SessionTables tables = TwoTables();
+  const std::vector<int64_t> a = {7, 8}, b = {-5};
+  ps::TableStep lookup;
+  tables.StartLookup({a, b}, &lookup);
+  tables.batch(0).grads = Tensor({2, 2}, 1.0f);  // table a pushes; b does not
+  tables.Prefetch({std::vector<int64_t>{8, 8, 9}, b});
+  ps::TableStep call = tables.StepCall();
+  EXPECT_EQ(Names(call.pushes), (std::vector<std::string>{"a"}));
+  ASSERT_EQ(Names(call.pulls), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(*call.pulls[0].ids, (std::vector<int64_t>{8, 9}));
+  call.pulls[0].rows->data()[0] = 42.0f;  // the answer fills the prefetch's rows
+  tables.EndStep(/*call_ok=*/true);
+  EXPECT_TRUE(tables.batch(0).grads.empty());  // consumed
+
+  ps::TableStep next;
+  tables.StartLookup({std::vector<int64_t>{8, 9, 9}, std::vector<int64_t>{-5, 6}}, &next);
+  EXPECT_EQ(Names(next.pulls), (std::vector<std::string>{"b"}));  // a's rows came with the step; b's ids differ
+  EXPECT_EQ(tables.batch(0).rows.data()[0], 42.0f);
+  // A prefetch is used once.
+  ps::TableStep again;
+  tables.StartLookup({std::vector<int64_t>{8, 9}, b}, &again);
+  EXPECT_EQ(Names(again.pulls), (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(SessionTablesUnitTest, AFailedStepLeavesNoPrefetchedRows) {
+  SessionTables tables = TwoTables();
+  const std::vector<int64_t> a = {1}, b = {2};
+  ps::TableStep lookup;
+  tables.StartLookup({a, b}, &lookup);
+  tables.Prefetch({a, b});
+  tables.EndStep(/*call_ok=*/false);
+  ps::TableStep next;
+  tables.StartLookup({a, b}, &next);
+  EXPECT_EQ(Names(next.pulls), (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(tables.StepCall().pulls.empty());  // nothing asked any more
+}
+
+TEST(SessionTablesUnitTest, SpecsCarryTheTablesNamesAndTheCountIsChecked) {
+  SessionTables tables = TwoTables();
+  ASSERT_EQ(tables.size(), 2);
+  EXPECT_EQ(tables.specs()[1].name, "b");
+  EXPECT_TRUE(tables.CheckCount("Lookup", 2).ok());
+  const absl::Status s = tables.CheckCount("Prefetch", 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "Prefetch got ids for 1 tables but the session declares 2; pass one span per table, in "
+                         "declaration order");
+}
+
+}  // namespace
+}  // namespace psflow::train
