@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <utility>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -118,159 +119,205 @@ Var Logits(const Var& w, const Var& b, const Batch& batch, int64_t n, int num_fi
   return ops::Add(ops::Add(linear, wide_sum), fm);
 }
 
-int Run(int argc, char** argv) {
+// The embedding tables: their rows live on the ps tasks, initialized there from (initializer,
+// seed, id).
+std::vector<psflow::train::SessionTable> Tables(const Settings& settings, uint64_t seed) {
+  psflow::dist::TableSpec wide;
+  wide.dim = 1;
+  wide.num_embeddings = settings.wide_buckets;
+  wide.strategy = psflow::dist::TableStrategy::kMod;  // bucket i on ps i % P
+  wide.initializer = "zeros";
+  psflow::dist::TableSpec fm;
+  fm.dim = settings.fm_dim;
+  fm.dynamic = true;  // any int64 id, rows created by their first applied gradient
+  fm.initializer = "truncated_normal:0:0.05";
+  fm.seed = seed + 1;
+  fm.admit_after = 2;        // an id's first push is counted, not applied (one-off ids make no row)
+  fm.steps_to_live = 2000;   // rows not updated for 2000 global steps are evicted
+  fm.max_rows = settings.fm_max_rows;  // each ps keeps at most ⌈max_rows / P⌉ rows
+  fm.evict_every = 100;
+  return {{"wide", wide}, {"fm", fm}};
+}
+
+// The model on one worker: the dense parameters (the same initial values on every worker, zeros;
+// the chief's become the job's), the data, and the steps that drive a session.
+class FmWorker {
+ public:
+  FmWorker(const Settings& settings, psflow::data::CtrGenerator generator)
+      : settings_(settings), generator_(std::move(generator)), F_(generator_.num_fields()), D_(generator_.num_dense()) {
+    w_ = psflow::MakeParameter("linear/weights", Tensor(Shape{D_, 1}, 0.0f));
+    b_ = psflow::MakeParameter("linear/bias", Tensor(Shape{1}, 0.0f));
+  }
+
+  std::vector<psflow::train::SessionParameter> Parameters() const {
+    return {{w_->name, &w_->value, &w_->grad}, {b_->name, &b_->value, &b_->grad}};
+  }
+
+  // Open, the steps until the session says stop, and Close with the chief's evaluation.
+  absl::StatusOr<psflow::train::RunSummary> Train(psflow::train::WorkerSession& session) {
+    if (auto s = session.Open(); !s.ok()) return s;
+    int64_t steps = 0, prefetched = 0;
+    while (!session.ShouldStop()) {
+      ++steps;
+      absl::StatusOr<bool> more = Step(session, &prefetched);
+      if (!more.ok()) return more.status();
+      if (!*more) break;  // training finished on the other workers
+    }
+    std::cout << "ctr_fm: worker " << session.worker_index() << ": " << prefetched << " of " << steps
+              << " batches had their rows prefetched" << std::endl;
+    return session.Close([&] { return Evaluate(session); });
+  }
+
+ private:
+  // This worker's stream's batch at `step`, its ids hashed for the tables.
+  absl::Status Fill(Batch& batch, int64_t step, int64_t n, int worker) {
+    batch.ids.resize(static_cast<size_t>(n * F_));
+    batch.dense.resize(static_cast<size_t>(n * D_));
+    batch.labels.resize(static_cast<size_t>(n));
+    if (auto s = generator_.FillBatch(worker, step, n, batch.ids.data(), batch.dense.data(), batch.labels.data());
+        !s.ok()) {
+      return s;
+    }
+    batch.HashIds(F_, settings_.wide_buckets);
+    batch.step = step;
+    return absl::OkStatus();
+  }
+
+  // One training step; false when training finished elsewhere (Lookup said so).
+  absl::StatusOr<bool> Step(psflow::train::WorkerSession& session, int64_t* prefetched) {
+    const int64_t n = *session.options().batch_size;
+    // This worker's batch: its stream's batch at the session's data step (sync: its slice of
+    // the global step's batch; async: the next batch of one stream shared by all workers).
+    const int64_t at = session.data_step();
+    if (next_.step == at) {
+      std::swap(current_, next_);
+      ++*prefetched;
+    } else if (auto s = Fill(current_, at, n, session.data_worker_index()); !s.ok()) {
+      return s;
+    }
+    absl::Status looked = session.Lookup(current_.TableIds());
+    if (absl::IsOutOfRange(looked)) return false;
+    if (!looked.ok()) return looked;
+    // Each table's unique rows become leaves of the graph; after Backward their gradients are
+    // the unique ids' gradients, summed over the examples holding them: what the tables take.
+    psflow::train::TableBatch& wide_batch = session.table_batch(0);
+    psflow::train::TableBatch& fm_batch = session.table_batch(1);
+    Var wide_rows = psflow::MakeParameter("wide", std::move(wide_batch.rows));
+    Var fm_rows = psflow::MakeParameter("fm", std::move(fm_batch.rows));
+    Var logits = Logits(w_, b_, current_, n, F_, D_, wide_rows, wide_batch.index, fm_rows, fm_batch.index);
+    Var loss = ops::SigmoidCrossEntropy(logits, current_.labels);
+    psflow::ZeroGrad({w_, b_});
+    psflow::Backward(loss);
+    wide_batch.grads = std::move(wide_rows->grad);
+    fm_batch.grads = std::move(fm_rows->grad);
+    // The next batch's ids ride on Step's push and their rows come back with its answer. Its
+    // step is known in sync mode (data_step + 1); async, where the workers' pushes interleave,
+    // it is usually data_step + N. A wrong guess costs one pull in the next Lookup, not a
+    // wrong row: Lookup uses prefetched rows only for the ids it was given.
+    const int64_t next_step = at + (session.sync() ? 1 : session.num_workers());
+    if (auto s = Fill(next_, next_step, n, session.data_worker_index()); !s.ok()) return s;
+    if (auto s = session.Prefetch(next_.TableIds()); !s.ok()) return s;
+    int64_t correct = 0;
+    for (int64_t i = 0; i < n; ++i) correct += (logits->value[i] > 0) == (current_.labels[static_cast<size_t>(i)] > 0.5f);
+    if (auto s = session.Step(loss->value[0], static_cast<double>(correct) / static_cast<double>(n)); !s.ok()) return s;
+    return true;
+  }
+
+  // The click probabilities of the test set, with the final rows (looked up from the ps tasks in
+  // chunks: the chief never holds a whole table either).
+  absl::StatusOr<std::vector<float>> TestProbabilities(psflow::train::WorkerSession& session,
+                                                       const psflow::data::CtrExamples& test) {
+    std::vector<float> probabilities;
+    constexpr int64_t kChunk = 4096;
+    Batch chunk;
+    for (int64_t first = 0; first < test.num_examples; first += kChunk) {
+      const int64_t m = std::min(kChunk, test.num_examples - first);
+      chunk.ids.assign(test.ids.begin() + first * F_, test.ids.begin() + (first + m) * F_);
+      chunk.dense.assign(test.dense.begin() + first * D_, test.dense.begin() + (first + m) * D_);
+      chunk.HashIds(F_, settings_.wide_buckets);
+      if (auto s = session.Lookup(chunk.TableIds()); !s.ok()) return s;
+      psflow::train::TableBatch& wr = session.table_batch(0);
+      psflow::train::TableBatch& fr = session.table_batch(1);
+      Var logits = Logits(w_, b_, chunk, m, F_, D_, psflow::Constant(std::move(wr.rows)), wr.index,
+                          psflow::Constant(std::move(fr.rows)), fr.index);
+      for (int64_t i = 0; i < m; ++i) probabilities.push_back(1.0f / (1.0f + std::exp(-logits->value[i])));
+    }
+    return probabilities;
+  }
+
+  // The chief's evaluation on the generator's fixed test set: log-loss and AUC beside Bayes and
+  // the base rate's log-loss.
+  absl::StatusOr<psflow::train::SessionEval> Evaluate(psflow::train::WorkerSession& session) {
+    auto test = generator_.TestSet(settings_.test_examples);
+    if (!test.ok()) return test.status();
+    auto bayes = psflow::data::BayesMetrics(*test);
+    if (!bayes.ok()) return bayes.status();
+    auto probabilities = TestProbabilities(session, *test);
+    if (!probabilities.ok()) return probabilities.status();
+    auto log_loss = psflow::data::LogLoss(test->labels, *probabilities);
+    auto auc = psflow::data::Auc(test->labels, *probabilities);
+    if (!log_loss.ok()) return log_loss.status();
+    if (!auc.ok()) return auc.status();
+    // Predicting the click rate for every example: the log-loss a model must beat to have learnt.
+    const double p = bayes->click_rate;
+    psflow::train::SessionEval eval;
+    eval.scalars = {{"test_log_loss", *log_loss},
+                    {"test_auc", *auc},
+                    {"bayes_log_loss", bayes->log_loss},
+                    {"bayes_auc", bayes->auc},
+                    {"base_rate_log_loss", -(p * std::log(p) + (1 - p) * std::log(1 - p))}};
+    return eval;
+  }
+
+  const Settings settings_;
+  psflow::data::CtrGenerator generator_;
+  const int F_, D_;
+  Var w_, b_;
+  Batch current_, next_;
+};
+
+// psflow's flags over the program's defaults: adam for w and b, adagrad for the tables' rows (on
+// the ps), and fixed tables split in up to 8 shards of at least 64 KiB (placed round robin over
+// the ps tasks; `mod`: id i in shard i % shards), which leaves the small dense variables whole.
+// Then the program's own settings from what psflow did not parse.
+absl::Status ParseCommandLine(int argc, char** argv, psflow::train::TrainOptions* options, Settings* settings) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  // psflow's flags over the program's defaults: adam for w and b, adagrad for the tables' rows (on
-  // the ps), and fixed tables split in up to 8 shards of at least 64 KiB (placed round robin over
-  // the ps tasks; `mod`: id i in shard i % shards), which leaves the small dense variables whole.
   auto flags = psflow::cli::ParseFlags(args, {"--optimizer=adam", "--learning_rate=0.01", "--sparse_optimizer=adagrad",
                                               "--sparse_learning_rate=0.5", "--batch_size=256",
                                               "--partitioner=min_max:8:65536", "--train_steps=3000",
                                               "--log_every=500"});
-  if (!flags.ok()) {
-    std::cerr << "ctr_fm: " << flags.status().message() << "\n";
+  if (!flags.ok()) return flags.status();
+  auto parsed = ParseSettings(flags->unparsed);
+  if (!parsed.ok()) return parsed.status();
+  *options = flags->options;
+  *settings = *parsed;
+  return absl::OkStatus();
+}
+
+int Run(int argc, char** argv) {
+  psflow::train::TrainOptions o;
+  Settings settings;
+  if (auto s = ParseCommandLine(argc, argv, &o, &settings); !s.ok()) {
+    std::cerr << "ctr_fm: " << s.message() << "\n";
     return 2;
   }
-  auto settings = ParseSettings(flags->unparsed);
-  if (!settings.ok()) {
-    std::cerr << "ctr_fm: " << settings.status().message() << "\n";
-    return 2;
-  }
-  const psflow::train::TrainOptions& o = flags->options;
   auto generator = psflow::data::CtrGenerator::Create(DataConfig(o.seed));
   if (!generator.ok()) {
     std::cerr << "ctr_fm: " << generator.status().message() << "\n";
     return 2;
   }
-  const int F = generator->num_fields(), D = generator->num_dense();
-
-  // Dense parameters: the same initial values on every worker (zeros); the chief's become the job's.
-  Var w = psflow::MakeParameter("linear/weights", Tensor(Shape{D, 1}, 0.0f));
-  Var b = psflow::MakeParameter("linear/bias", Tensor(Shape{1}, 0.0f));
-  const std::vector<Var> params = {w, b};
-  // The tables: their rows live on the ps tasks, initialized there from (initializer, seed, id).
-  psflow::dist::TableSpec wide;
-  wide.dim = 1;
-  wide.num_embeddings = settings->wide_buckets;
-  wide.strategy = psflow::dist::TableStrategy::kMod;  // bucket i on ps i % P
-  wide.initializer = "zeros";
-  psflow::dist::TableSpec fm;
-  fm.dim = settings->fm_dim;
-  fm.dynamic = true;  // any int64 id, rows created by their first applied gradient
-  fm.initializer = "truncated_normal:0:0.05";
-  fm.seed = o.seed + 1;
-  fm.admit_after = 2;        // an id's first push is counted, not applied (one-off ids make no row)
-  fm.steps_to_live = 2000;   // rows not updated for 2000 global steps are evicted
-  fm.max_rows = settings->fm_max_rows;  // each ps keeps at most ⌈max_rows / P⌉ rows
-  fm.evict_every = 100;
-
+  FmWorker worker(settings, *std::move(generator));
   psflow::train::WorkerSession::Options options;
   options.train = o;
   options.model_name = "ctr_fm";
-  auto session_or = psflow::train::WorkerSession::Create(
-      options, {{w->name, &w->value, &w->grad}, {b->name, &b->value, &b->grad}}, {{"wide", wide}, {"fm", fm}});
-  if (!session_or.ok()) {
-    std::cerr << "ctr_fm: " << session_or.status().message() << "\n";
+  auto session = psflow::train::WorkerSession::Create(options, worker.Parameters(), Tables(settings, o.seed));
+  if (!session.ok()) {
+    std::cerr << "ctr_fm: " << session.status().message() << "\n";
     return 2;
   }
-  psflow::train::WorkerSession& session = **session_or;
-
-  auto train = [&]() -> absl::StatusOr<psflow::train::RunSummary> {
-    if (auto s = session.Open(); !s.ok()) return s;
-    const int64_t n = *session.options().batch_size;
-    auto fill = [&](Batch& batch, int64_t step) -> absl::Status {
-      batch.ids.resize(static_cast<size_t>(n * F));
-      batch.dense.resize(static_cast<size_t>(n * D));
-      batch.labels.resize(static_cast<size_t>(n));
-      if (auto s = generator->FillBatch(session.data_worker_index(), step, n, batch.ids.data(), batch.dense.data(),
-                                        batch.labels.data());
-          !s.ok()) {
-        return s;
-      }
-      batch.HashIds(F, settings->wide_buckets);
-      batch.step = step;
-      return absl::OkStatus();
-    };
-    Batch current, next;
-    int64_t steps = 0, prefetched = 0;
-    while (!session.ShouldStop()) {
-      ++steps;
-      // This worker's batch: its stream's batch at the session's data step (sync: its slice of
-      // the global step's batch; async: the next batch of one stream shared by all workers).
-      const int64_t at = session.data_step();
-      if (next.step == at) {
-        std::swap(current, next);
-        ++prefetched;
-      } else if (auto s = fill(current, at); !s.ok()) {
-        return s;
-      }
-      absl::Status looked = session.Lookup(current.TableIds());
-      if (absl::IsOutOfRange(looked)) break;  // training finished on the other workers
-      if (!looked.ok()) return looked;
-      // Each table's unique rows become leaves of the graph; after Backward their gradients are
-      // the unique ids' gradients, summed over the examples holding them: what the tables take.
-      psflow::train::TableBatch& wide_batch = session.table_batch(0);
-      psflow::train::TableBatch& fm_batch = session.table_batch(1);
-      Var wide_rows = psflow::MakeParameter("wide", std::move(wide_batch.rows));
-      Var fm_rows = psflow::MakeParameter("fm", std::move(fm_batch.rows));
-      Var logits = Logits(w, b, current, n, F, D, wide_rows, wide_batch.index, fm_rows, fm_batch.index);
-      Var loss = ops::SigmoidCrossEntropy(logits, current.labels);
-      psflow::ZeroGrad(params);
-      psflow::Backward(loss);
-      wide_batch.grads = std::move(wide_rows->grad);
-      fm_batch.grads = std::move(fm_rows->grad);
-      // The next batch's ids ride on Step's push and their rows come back with its answer. Its
-      // step is known in sync mode (data_step + 1); async, where the workers' pushes interleave,
-      // it is usually data_step + N. A wrong guess costs one pull in the next Lookup, not a
-      // wrong row: Lookup uses prefetched rows only for the ids it was given.
-      if (auto s = fill(next, at + (session.sync() ? 1 : session.num_workers())); !s.ok()) return s;
-      if (auto s = session.Prefetch(next.TableIds()); !s.ok()) return s;
-      int64_t correct = 0;
-      for (int64_t i = 0; i < n; ++i) correct += (logits->value[i] > 0) == (current.labels[static_cast<size_t>(i)] > 0.5f);
-      if (auto s = session.Step(loss->value[0], static_cast<double>(correct) / static_cast<double>(n)); !s.ok()) return s;
-    }
-    std::cout << "ctr_fm: worker " << session.worker_index() << ": " << prefetched << " of " << steps
-              << " batches had their rows prefetched" << std::endl;
-    // The chief's evaluation on the generator's fixed test set, with the final rows (looked up
-    // from the ps tasks in chunks: the chief never holds a whole table either).
-    return session.Close([&]() -> absl::StatusOr<psflow::train::SessionEval> {
-      auto test = generator->TestSet(settings->test_examples);
-      if (!test.ok()) return test.status();
-      auto bayes = psflow::data::BayesMetrics(*test);
-      if (!bayes.ok()) return bayes.status();
-      std::vector<float> probabilities;
-      constexpr int64_t kChunk = 4096;
-      Batch chunk;
-      for (int64_t first = 0; first < test->num_examples; first += kChunk) {
-        const int64_t m = std::min(kChunk, test->num_examples - first);
-        chunk.ids.assign(test->ids.begin() + first * F, test->ids.begin() + (first + m) * F);
-        chunk.dense.assign(test->dense.begin() + first * D, test->dense.begin() + (first + m) * D);
-        chunk.HashIds(F, settings->wide_buckets);
-        if (auto s = session.Lookup(chunk.TableIds()); !s.ok()) return s;
-        psflow::train::TableBatch& wr = session.table_batch(0);
-        psflow::train::TableBatch& fr = session.table_batch(1);
-        Var logits = Logits(w, b, chunk, m, F, D, psflow::Constant(std::move(wr.rows)), wr.index,
-                            psflow::Constant(std::move(fr.rows)), fr.index);
-        for (int64_t i = 0; i < m; ++i) probabilities.push_back(1.0f / (1.0f + std::exp(-logits->value[i])));
-      }
-      auto log_loss = psflow::data::LogLoss(test->labels, probabilities);
-      auto auc = psflow::data::Auc(test->labels, probabilities);
-      if (!log_loss.ok()) return log_loss.status();
-      if (!auc.ok()) return auc.status();
-      // Predicting the click rate for every example: the log-loss a model must beat to have learnt.
-      const double p = bayes->click_rate;
-      psflow::train::SessionEval eval;
-      eval.scalars = {{"test_log_loss", *log_loss},
-                      {"test_auc", *auc},
-                      {"bayes_log_loss", bayes->log_loss},
-                      {"bayes_auc", bayes->auc},
-                      {"base_rate_log_loss", -(p * std::log(p) + (1 - p) * std::log(1 - p))}};
-      return eval;
-    });
-  };
-  auto summary = train();
+  auto summary = worker.Train(**session);
   if (!summary.ok()) {
-    session.Abort(summary.status());
+    (*session)->Abort(summary.status());
     std::cerr << "ctr_fm: " << summary.status().message() << "\n";
     return 1;
   }

@@ -1,4 +1,4 @@
-// psflow._CheckpointWatcher: the evaluator task of train/evaluator.h for a Python script (a PyTorch
+// psflow._CheckpointWatcher: the evaluator task of programs/eval/evaluator.h for a Python script (a PyTorch
 // evaluator started by `psflow local --evaluator -- python3 ...` or by TF_CONFIG's task type
 // "evaluator"). next() waits (GIL released) for the next new checkpoint and hands its variables to
 // Python as numpy copies; report() prints the metrics line and writes them under --logdir/eval/.
@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "binding.h"
-#include "train/evaluator.h"
+#include "programs/eval/evaluator.h"
 
 namespace py = pybind11;
 

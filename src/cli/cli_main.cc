@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -28,8 +29,8 @@
 #include "rpc/tuning.h"
 #include "psflow/train/train.h"
 #include "train/cluster_setup.h"
-#include "train/eval_ctr.h"
-#include "train/evaluator.h"
+#include "programs/ctr/eval_ctr.h"
+#include "programs/eval/evaluator.h"
 
 namespace psflow::cli {
 namespace {
@@ -54,7 +55,7 @@ void LogLine(const std::string& line) {
   }
 }
 
-// The evaluator task (train/evaluator.h): a "done" marker below an explicitly given --train_steps
+// The evaluator task (programs/eval/evaluator.h): a "done" marker below an explicitly given --train_steps
 // is an earlier run's.
 int RunEvaluatorTask(const train::TrainOptions& options, bool train_steps_given) {
   train::WatchOptions watch;
@@ -191,11 +192,152 @@ std::string UnknownSubcommand(const CLI::App& app) {
   return absl::StrCat("unknown subcommand '", *word, "'; the closest is '", closest, "'");
 }
 
+// The command line: each subcommand and the options app.parse fills in.
+struct CommandLine {
+  CLI::App app{"psflow: distributed training on parameter servers"};
+  CLI::App* train_cmd = nullptr;
+  train::TrainOptions train_options;
+  CLI::App* local_cmd = nullptr;
+  train::TrainOptions local_options;
+  LocalClusterOptions local;
+  CLI::App* eval_cmd = nullptr;
+  train::TrainOptions eval_options;
+  bool eval_watch = false;
+  CLI::App* transport_cmd = nullptr;
+  std::string bench_ps;
+  std::string bench_transport = "grpc";
+};
+
+void AddTrainCommand(CommandLine& c) {
+  c.train_cmd = c.app.add_subcommand("train", "run one task of a cluster, or train in one process");
+  AddTrainFlags(c.train_cmd, &c.train_options);
+}
+
+void AddLocalCommand(CommandLine& c) {
+  // Every task of psflow local shares this host: tensors go through shared memory unless asked
+  // otherwise (set before the flags are added, so that `psflow local --help` shows it).
+  c.local_options.transport = "shm";
+  c.local_cmd = c.app.add_subcommand(
+      "local", "run a whole cluster as processes on 127.0.0.1; after `--`, a command to run as each worker "
+               "(e.g. -- python3 train.py) with TF_CONFIG and PSFLOW_FLAGS set");
+  c.local_cmd->add_option("--ps", c.local.num_ps, "number of ps tasks")->check(CLI::Range(1, 64));
+  c.local_cmd->add_option("--workers", c.local.num_workers, "number of worker tasks")->check(CLI::Range(1, 64));
+  c.local_cmd->add_flag("--evaluator", c.local.evaluator,
+                        "also run an evaluator task: it evaluates each new checkpoint of --checkpoint_dir (needed) "
+                        "and writes eval/ summaries under --logdir (docs/evaluator.md)");
+  AddTrainFlags(c.local_cmd, &c.local_options);
+  // The launcher chooses each task's role and the cluster: these stay parsed (to refuse them
+  // with a clear message) but out of `psflow local --help`.
+  for (const char* name : {"--job_name", "--task_index", "--ps_hosts", "--worker_hosts", "--slurm_jobs",
+                           "--slurm_port_base"}) {
+    c.local_cmd->get_option(name)->group("");
+  }
+}
+
+void AddEvalCommand(CommandLine& c) {
+  c.eval_cmd = c.app.add_subcommand(
+      "eval", "test accuracy and cross-entropy of the newest checkpoint (ctr: test log-loss and AUC beside Bayes); "
+              "with --watch, of each new one until training ends (the evaluator task)");
+  c.eval_cmd->add_flag("--watch", c.eval_watch,
+                       "evaluate each new checkpoint as it appears, write eval/ summaries under --logdir, and exit "
+                       "after the final one (docs/evaluator.md)");
+  AddTrainFlags(c.eval_cmd, &c.eval_options,
+                {"checkpoint_dir", "model", "hidden_units", "data_dir", "intra_op_threads", "seed", "ctr_fields",
+                 "ctr_dim", "ctr_vocab", "ctr_test_examples", "logdir", "train_steps", "eval_timeout_secs"});
+  c.eval_cmd->get_option("--checkpoint_dir")->required();
+}
+
+void AddBenchCommand(CommandLine& c) {
+  CLI::App* bench_cmd = c.app.add_subcommand("bench", "benchmarks");
+  bench_cmd->require_subcommand(1);
+  c.transport_cmd = bench_cmd->add_subcommand("transport", "push/pull throughput against a ps, beside raw TCP");
+  c.transport_cmd->add_option("--ps_hosts", c.bench_ps, "a running ps task (default: start one on loopback)");
+  c.transport_cmd->add_option("--transport", c.bench_transport, "grpc | shm (shared memory, same host only)")
+      ->check(CLI::IsMember({"grpc", "shm"}));
+}
+
+// Parses argv into `c`: nullopt when the command line names something to run, else the exit code
+// (help and version printed: 0; a usage error: 2, with the house line).
+std::optional<int> Parse(CommandLine& c, int argc, char** argv) {
+  try {
+    c.app.parse(argc, argv);
+    return std::nullopt;
+  } catch (const CLI::CallForHelp& e) {
+    return c.app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return c.app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return c.app.exit(e);
+  } catch (const FlagValueError& e) {
+    std::cerr << "psflow: error: " << e.what() << std::endl;  // the house line, as for any bad value
+    return 2;
+  } catch (const CLI::ExtrasError& e) {
+    const std::vector<std::string> extras = c.local_cmd->remaining();
+    if (c.local_cmd->parsed() && std::any_of(extras.begin(), extras.end(), [](const std::string& a) {
+          return !a.starts_with("-");  // `psflow local ... python3 train.py`: the `--` is missing
+        })) {
+      std::cerr << "psflow: error: " << e.what() << "; put the command the workers run after `--` "
+                << "(psflow local --ps=1 --workers=2 -- python3 train.py)" << std::endl;
+      return 2;
+    }
+    std::cerr << "psflow: error: " << e.what() << " (see " << CommandPath(c.app) << " --help)" << std::endl;
+    return 2;
+  } catch (const CLI::ParseError& e) {
+    const std::string unknown = UnknownSubcommand(c.app);
+    std::cerr << "psflow: error: " << (unknown.empty() ? std::string(e.what()) : unknown) << " (see "
+              << CommandPath(c.app) << " --help)" << std::endl;
+    return 2;
+  }
+}
+
 std::string SelfPath(const char* argv0) {
   char buf[4096];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n > 0) return std::string(buf, n);
   return argv0;
+}
+
+// `psflow local`: the given flags checked once here rather than in every task, then the cluster.
+// `has_worker_command`: argv had a `--`; `worker_command`: what followed it.
+int RunLocal(CommandLine& c, bool has_worker_command, const std::vector<std::string>& worker_command,
+             const char* argv0) {
+  const train::TrainOptions& o = c.local_options;
+  if (!o.job_name.empty() || c.local_cmd->count("--task_index") > 0 || !o.ps_hosts.empty() ||
+      !o.worker_hosts.empty() || c.local_cmd->count("--slurm_jobs") > 0 ||
+      c.local_cmd->count("--slurm_port_base") > 0) {
+    std::cerr << "psflow: error: psflow local chooses the cluster itself; drop --job_name, --task_index, --ps_hosts, "
+                 "--worker_hosts, --slurm_jobs and --slurm_port_base (use psflow train to run one task, or "
+                 "srun psflow train under Slurm)" << std::endl;
+    return 2;
+  }
+  if (auto s = train::ResolveTrainOptions(&c.local_options); !s.ok()) return Fail(s, 2);
+  LocalClusterOptions& local = c.local;
+  local.binary = SelfPath(argv0);
+  // The flags given, as parsed; --metrics_port is set per task. The tasks' own --transport
+  // default is grpc, so local's is always passed on.
+  local.train_flags = GivenFlagArgs(*c.local_cmd, o, {"metrics_port", "transport"});
+  local.train_flags.push_back("--transport=" + o.transport);
+  local.metrics_port = o.metrics_port;
+  local.intra_op_threads = o.intra_op_threads;
+  if (has_worker_command && worker_command.empty()) {
+    std::cerr << "psflow: error: psflow local: nothing after `--`; give the command each worker runs, e.g. "
+                 "psflow local --ps=1 --workers=2 -- python3 train.py" << std::endl;
+    return 2;
+  }
+  local.worker_command = worker_command;
+  local.checkpoint_dir = o.checkpoint_dir;
+  if (local.evaluator && local.checkpoint_dir.empty()) {
+    std::cerr << "psflow: error: psflow local --evaluator needs --checkpoint_dir=DIR: the evaluator reads the "
+                 "chief's checkpoints from it" << std::endl;
+    return 2;
+  }
+  return RunLocalCluster(local);
+}
+
+int RunBenchTransport(const CommandLine& c, const char* argv0) {
+  auto status = RunTransportBenchCommand(SelfPath(argv0), c.bench_ps, std::cout, c.bench_transport);
+  if (!status.ok()) return Fail(status);
+  return 0;
 }
 
 }  // namespace
@@ -209,124 +351,19 @@ int psflow::cli::Main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const bool has_worker_command = std::find(argv, argv + argc, std::string_view("--")) != argv + argc;
   const std::vector<std::string> worker_command = cli::SplitWorkerCommand(&argc, argv);
-  CLI::App app{"psflow: distributed training on parameter servers"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "psflow " PSFLOW_VERSION);
-  app.option_defaults()->always_capture_default();  // every --help line shows its default
+  cli::CommandLine c;
+  c.app.require_subcommand(1);
+  c.app.set_version_flag("--version", "psflow " PSFLOW_VERSION);
+  c.app.option_defaults()->always_capture_default();  // every --help line shows its default
+  cli::AddTrainCommand(c);
+  cli::AddLocalCommand(c);
+  cli::AddEvalCommand(c);
+  cli::AddBenchCommand(c);
+  if (std::optional<int> code = cli::Parse(c, argc, argv)) return *code;
 
-  train::TrainOptions train_options;
-  CLI::App* train_cmd = app.add_subcommand("train", "run one task of a cluster, or train in one process");
-  cli::AddTrainFlags(train_cmd, &train_options);
-
-  train::TrainOptions local_options;
-  // Every task of psflow local shares this host: tensors go through shared memory unless asked
-  // otherwise (set before the flags are added, so that `psflow local --help` shows it).
-  local_options.transport = "shm";
-  cli::LocalClusterOptions local;
-  CLI::App* local_cmd = app.add_subcommand(
-      "local", "run a whole cluster as processes on 127.0.0.1; after `--`, a command to run as each worker "
-               "(e.g. -- python3 train.py) with TF_CONFIG and PSFLOW_FLAGS set");
-  local_cmd->add_option("--ps", local.num_ps, "number of ps tasks")->check(CLI::Range(1, 64));
-  local_cmd->add_option("--workers", local.num_workers, "number of worker tasks")->check(CLI::Range(1, 64));
-  local_cmd->add_flag("--evaluator", local.evaluator,
-                      "also run an evaluator task: it evaluates each new checkpoint of --checkpoint_dir (needed) "
-                      "and writes eval/ summaries under --logdir (docs/evaluator.md)");
-  cli::AddTrainFlags(local_cmd, &local_options);
-  // The launcher chooses each task's role and the cluster: these stay parsed (to refuse them
-  // with a clear message) but out of `psflow local --help`.
-  for (const char* name : {"--job_name", "--task_index", "--ps_hosts", "--worker_hosts", "--slurm_jobs",
-                           "--slurm_port_base"}) {
-    local_cmd->get_option(name)->group("");
-  }
-
-  train::TrainOptions eval_options;
-  bool eval_watch = false;
-  CLI::App* eval_cmd = app.add_subcommand(
-      "eval", "test accuracy and cross-entropy of the newest checkpoint (ctr: test log-loss and AUC beside Bayes); "
-              "with --watch, of each new one until training ends (the evaluator task)");
-  eval_cmd->add_flag("--watch", eval_watch,
-                     "evaluate each new checkpoint as it appears, write eval/ summaries under --logdir, and exit "
-                     "after the final one (docs/evaluator.md)");
-  cli::AddTrainFlags(eval_cmd, &eval_options,
-                     {"checkpoint_dir", "model", "hidden_units", "data_dir", "intra_op_threads", "seed", "ctr_fields",
-                      "ctr_dim", "ctr_vocab", "ctr_test_examples", "logdir", "train_steps", "eval_timeout_secs"});
-  eval_cmd->get_option("--checkpoint_dir")->required();
-
-  CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks");
-  bench_cmd->require_subcommand(1);
-  std::string bench_ps;
-  CLI::App* transport_cmd = bench_cmd->add_subcommand("transport", "push/pull throughput against a ps, beside raw TCP");
-  transport_cmd->add_option("--ps_hosts", bench_ps, "a running ps task (default: start one on loopback)");
-  std::string bench_transport = "grpc";
-  transport_cmd->add_option("--transport", bench_transport, "grpc | shm (shared memory, same host only)")
-      ->check(CLI::IsMember({"grpc", "shm"}));
-
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const cli::FlagValueError& e) {
-    std::cerr << "psflow: error: " << e.what() << std::endl;  // the house line, as for any bad value
-    return 2;
-  } catch (const CLI::ExtrasError& e) {
-    const std::vector<std::string> extras = local_cmd->remaining();
-    if (local_cmd->parsed() && std::any_of(extras.begin(), extras.end(), [](const std::string& a) {
-          return !a.starts_with("-");  // `psflow local ... python3 train.py`: the `--` is missing
-        })) {
-      std::cerr << "psflow: error: " << e.what() << "; put the command the workers run after `--` "
-                << "(psflow local --ps=1 --workers=2 -- python3 train.py)" << std::endl;
-      return 2;
-    }
-    std::cerr << "psflow: error: " << e.what() << " (see " << cli::CommandPath(app) << " --help)" << std::endl;
-    return 2;
-  } catch (const CLI::ParseError& e) {
-    const std::string unknown = cli::UnknownSubcommand(app);
-    std::cerr << "psflow: error: " << (unknown.empty() ? std::string(e.what()) : unknown) << " (see " << cli::CommandPath(app) << " --help)" << std::endl;
-    return 2;
-  }
-
-  if (train_cmd->parsed()) return cli::RunTrain(train_options);
-  if (local_cmd->parsed()) {
-    if (!local_options.job_name.empty() || local_cmd->count("--task_index") > 0 || !local_options.ps_hosts.empty() ||
-        !local_options.worker_hosts.empty() || local_cmd->count("--slurm_jobs") > 0 ||
-        local_cmd->count("--slurm_port_base") > 0) {
-      std::cerr << "psflow: error: psflow local chooses the cluster itself; drop --job_name, --task_index, --ps_hosts, "
-                   "--worker_hosts, --slurm_jobs and --slurm_port_base (use psflow train to run one task, or "
-                   "srun psflow train under Slurm)" << std::endl;
-      return 2;
-    }
-    // Validate the training flags once here rather than in every task.
-    if (auto s = train::ResolveTrainOptions(&local_options); !s.ok()) return cli::Fail(s, 2);
-    local.binary = cli::SelfPath(argv[0]);
-    // The flags given, as parsed; --metrics_port is set per task. The tasks' own --transport
-    // default is grpc, so local's is always passed on.
-    local.train_flags = cli::GivenFlagArgs(*local_cmd, local_options, {"metrics_port", "transport"});
-    local.train_flags.push_back("--transport=" + local_options.transport);
-    local.metrics_port = local_options.metrics_port;
-    local.intra_op_threads = local_options.intra_op_threads;
-    if (has_worker_command && worker_command.empty()) {
-      std::cerr << "psflow: error: psflow local: nothing after `--`; give the command each worker runs, e.g. "
-                   "psflow local --ps=1 --workers=2 -- python3 train.py" << std::endl;
-      return 2;
-    }
-    local.worker_command = worker_command;
-    local.checkpoint_dir = local_options.checkpoint_dir;
-    if (local.evaluator && local.checkpoint_dir.empty()) {
-      std::cerr << "psflow: error: psflow local --evaluator needs --checkpoint_dir=DIR: the evaluator reads the "
-                   "chief's checkpoints from it" << std::endl;
-      return 2;
-    }
-    return cli::RunLocalCluster(local);
-  }
-  if (eval_cmd->parsed()) return cli::RunEval(eval_options, eval_watch);
-  if (transport_cmd->parsed()) {
-    auto status = cli::RunTransportBenchCommand(cli::SelfPath(argv[0]), bench_ps, std::cout, bench_transport);
-    if (!status.ok()) return cli::Fail(status);
-    return 0;
-  }
+  if (c.train_cmd->parsed()) return cli::RunTrain(c.train_options);
+  if (c.local_cmd->parsed()) return cli::RunLocal(c, has_worker_command, worker_command, argv[0]);
+  if (c.eval_cmd->parsed()) return cli::RunEval(c.eval_options, c.eval_watch);
+  if (c.transport_cmd->parsed()) return cli::RunBenchTransport(c, argv[0]);
   return 2;
 }

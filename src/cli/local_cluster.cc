@@ -23,7 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
-#include "train/evaluator.h"
+#include "train/training_end.h"
 
 namespace psflow::cli {
 namespace {
@@ -209,6 +209,241 @@ void Signal(const Child& c, int sig) {
   if (kill(-c.pid, sig) != 0) kill(c.pid, sig);
 }
 
+// The tasks' addresses on 127.0.0.1, one free port each.
+struct Addresses {
+  std::vector<std::string> ps, workers;
+  std::string ps_hosts, worker_hosts;  // comma-joined, as the flags take them
+};
+
+Addresses AssignAddresses(const LocalClusterOptions& options) {
+  const std::vector<int> ports = FreePorts(options.num_ps + options.num_workers);
+  Addresses a;
+  for (int i = 0; i < options.num_ps; ++i) a.ps.push_back(absl::StrCat("127.0.0.1:", ports[i]));
+  for (int i = 0; i < options.num_workers; ++i) a.workers.push_back(absl::StrCat("127.0.0.1:", ports[options.num_ps + i]));
+  a.ps_hosts = absl::StrJoin(a.ps, ",");
+  a.worker_hosts = absl::StrJoin(a.workers, ",");
+  return a;
+}
+
+// Says what runs where; with an evaluator, clears an earlier run's end marker (which would end it
+// at once). False when that fails.
+bool Announce(const LocalClusterOptions& options, const Addresses& a) {
+  std::cout << "psflow local: ps " << a.ps_hosts << "; workers " << a.worker_hosts << std::endl;
+  if (!options.worker_command.empty()) {
+    std::cout << "psflow local: the workers run: " << absl::StrJoin(options.worker_command, " ") << std::endl;
+  }
+  if (!options.evaluator) return true;
+  std::cout << "psflow local: an evaluator reads the checkpoints of " << options.checkpoint_dir << std::endl;
+  if (absl::Status s = train::ClearTrainingEnd(options.checkpoint_dir); !s.ok()) {
+    std::cerr << "psflow local: " << s.message() << std::endl;
+    return false;
+  }
+  return true;
+}
+
+void InstallSignalHandlers() {
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+// Task i's command: ps tasks first, then workers, then the evaluator (when asked for).
+class TaskCommands {
+ public:
+  TaskCommands(const LocalClusterOptions& options, const Addresses& addresses)
+      : options_(options), a_(addresses), python_unbuffered_set_(std::getenv("PYTHONUNBUFFERED") != nullptr) {
+    const std::string threads = absl::StrCat(options.intra_op_threads);
+    thread_env_ = {"OMP_NUM_THREADS=" + threads, "OPENBLAS_NUM_THREADS=" + threads, "MKL_NUM_THREADS=" + threads};
+  }
+
+  int count() const { return options_.num_ps + options_.num_workers + (options_.evaluator ? 1 : 0); }
+  bool is_ps(int i) const { return i < options_.num_ps; }
+  bool is_evaluator(int i) const { return i == options_.num_ps + options_.num_workers; }
+  int index(int i) const { return is_ps(i) ? i : i - options_.num_ps; }
+  std::string name(int i) const {
+    return is_evaluator(i) ? "evaluator" : absl::StrCat(is_ps(i) ? "ps" : "worker", index(i));
+  }
+
+  Command For(int i) const {
+    // The evaluator reads checkpoints only: no cluster, no metrics port.
+    if (is_evaluator(i)) {
+      if (options_.worker_command.empty()) return Psflow({"--job_name=evaluator"}, -1);
+      return Program(WorkerTfConfig(a_.ps, a_.workers, 0, "evaluator"), -1);
+    }
+    if (is_ps(i) || options_.worker_command.empty()) {
+      return Psflow({absl::StrCat("--job_name=", is_ps(i) ? "ps" : "worker"), absl::StrCat("--task_index=", index(i)),
+                     "--ps_hosts=" + a_.ps_hosts, "--worker_hosts=" + a_.worker_hosts},
+                    i);
+    }
+    return Program(WorkerTfConfig(a_.ps, a_.workers, index(i)), i);
+  }
+
+ private:
+  // `psflow train` with the role flags, the given flags, and task i's metrics port (i >= 0).
+  Command Psflow(std::vector<std::string> role, int i) const {
+    Command command;
+    command.argv = {options_.binary, "train"};
+    command.argv.insert(command.argv.end(), role.begin(), role.end());
+    command.argv.insert(command.argv.end(), options_.train_flags.begin(), options_.train_flags.end());
+    if (i >= 0 && options_.metrics_port > 0) command.argv.push_back(absl::StrCat("--metrics_port=", options_.metrics_port + i));
+    command.env = EnvironmentWith(thread_env_);
+    return command;
+  }
+  // The worker's own program: its cluster and role through TF_CONFIG, the train flags through
+  // PSFLOW_FLAGS, and Python's output unbuffered so that the merged log interleaves as it happens.
+  Command Program(const std::string& tf_config, int i) const {
+    Command command;
+    command.argv = options_.worker_command;
+    nlohmann::json flags = options_.train_flags;
+    if (i >= 0 && options_.metrics_port > 0) flags.push_back(absl::StrCat("--metrics_port=", options_.metrics_port + i));
+    std::vector<std::string> env = {"TF_CONFIG=" + tf_config, "PSFLOW_FLAGS=" + flags.dump()};
+    if (!python_unbuffered_set_) env.push_back("PYTHONUNBUFFERED=1");
+    env.insert(env.end(), thread_env_.begin(), thread_env_.end());
+    command.env = EnvironmentWith(env);
+    return command;
+  }
+
+  const LocalClusterOptions& options_;
+  const Addresses& a_;
+  const bool python_unbuffered_set_;
+  std::vector<std::string> thread_env_;
+};
+
+// Kills and reaps the tasks started so far (one could not be started).
+void KillStarted(std::vector<Child>& children) {
+  for (Child& started : children) {
+    if (started.pid > 0) Signal(started, SIGKILL);
+  }
+  for (Child& started : children) {
+    if (started.pid > 0) waitpid(started.pid, nullptr, 0);
+    if (started.reader.joinable()) started.reader.join();
+  }
+}
+
+// Starts every task with a thread pumping its output; false (every started task killed) when one
+// cannot be started.
+bool StartAll(const TaskCommands& commands, std::vector<Child>& children) {
+  for (int i = 0; i < commands.count(); ++i) {
+    Child& c = children[i];
+    c.name = commands.name(i);
+    c.pid = Spawn(commands.For(i), &c.out_fd);
+    if (c.pid < 0) {
+      std::cerr << "psflow local: cannot start " << c.name << ": " << strerror(errno) << std::endl;
+      KillStarted(children);
+      return false;
+    }
+    c.reader = std::thread(PumpLines, c.out_fd, "[" + c.name + "] ", &c.eof);
+  }
+  return true;
+}
+
+// Waits for every task; on the first failure (or the user's interruption) stops the rest: SIGTERM,
+// then SIGKILL after 5 s or a second Ctrl-C.
+class Supervisor {
+ public:
+  explicit Supervisor(std::vector<Child>& children) : children_(children), remaining_(children.size()) {}
+
+  void Run() {
+    while (remaining_ > 0) {
+      // An interruption is seen before any task's status, so that the tasks we then stop are not
+      // reported as failures.
+      if (!stopping_ && g_interrupted != 0) OnInterrupted();
+      if (stopping_ && !killed_ &&
+          (g_interrupt_count > 1 || std::chrono::steady_clock::now() - stop_started_ > std::chrono::seconds(5))) {
+        killed_ = true;
+        StopAll(SIGKILL);
+      }
+      int status = 0;
+      const pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid > 0) {
+        Reaped(pid, status);
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  int worst() const { return worst_; }
+  int interrupted_by() const { return interrupted_by_; }  // the signal, when the user interrupted the run
+
+ private:
+  void StopAll(int sig) {
+    for (Child& c : children_) {
+      if (!c.done) Signal(c, sig);
+    }
+  }
+  void StartStopping() {
+    stopping_ = true;
+    stop_started_ = std::chrono::steady_clock::now();
+    StopAll(SIGTERM);
+  }
+  void OnInterrupted() {
+    interrupted_by_ = g_interrupted;
+    StartStopping();
+    absl::MutexLock lock(&g_out_mu);
+    std::cout << "\npsflow local: interrupted (" << (interrupted_by_ == SIGINT ? "Ctrl-C" : strsignal(interrupted_by_))
+              << "); stopping every task" << std::endl;
+  }
+  void Reaped(pid_t pid, int status) {
+    for (Child& c : children_) {
+      if (c.pid != pid) continue;
+      c.done = true;
+      c.status = status;
+      c.reaped_at = std::chrono::steady_clock::now();
+      --remaining_;
+      // Tasks we stopped ourselves do not hide the status of the one that failed first.
+      if (stopping_) continue;
+      worst_ = std::max(worst_, ExitCode(status));
+      if (ExitCode(status) == 0) continue;
+      StartStopping();
+      // The failed task's last lines (its error) come before the launcher's verdict.
+      while (!c.eof && std::chrono::steady_clock::now() - c.reaped_at < std::chrono::seconds(1)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      absl::MutexLock lock(&g_out_mu);
+      std::cout << "psflow local: " << c.name << " " << Describe(status) << "; stopping the other tasks" << std::endl;
+    }
+  }
+
+  std::vector<Child>& children_;
+  size_t remaining_;
+  int worst_ = 0, interrupted_by_ = 0;
+  bool stopping_ = false, killed_ = false;
+  std::chrono::steady_clock::time_point stop_started_ = std::chrono::steady_clock::now();
+};
+
+// A task's output ends when the last process holding its pipe exits: anything it started and left
+// behind in its process group is stopped after 2 s.
+void JoinOutputs(std::vector<Child>& children) {
+  for (Child& c : children) {
+    while (!c.eof && std::chrono::steady_clock::now() - c.reaped_at < std::chrono::seconds(2)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!c.eof) kill(-c.pid, SIGKILL);
+    c.reader.join();
+  }
+}
+
+// The closing lines and the launcher's exit status.
+int Verdict(const Supervisor& run) {
+  if (run.interrupted_by() != 0) {
+    std::cout << "psflow local: interrupted by the user (" << strsignal(run.interrupted_by())
+              << "); every task stopped; exit status " << 128 + run.interrupted_by() << std::endl;
+    return 128 + run.interrupted_by();
+  }
+  std::string summary_json;
+  {
+    absl::MutexLock lock(&g_out_mu);
+    summary_json = g_summary_json;
+  }
+  const int worst = run.worst();
+  if (worst == 0 && !summary_json.empty()) PrintTrafficTable(summary_json);
+  std::cout << "psflow local: " << (worst == 0 ? "all tasks exited 0" : absl::StrCat("worst exit status ", worst))
+            << std::endl;
+  return worst;
+}
+
 }  // namespace
 
 std::string WorkerTfConfig(const std::vector<std::string>& ps, const std::vector<std::string>& workers, int index,
@@ -219,169 +454,16 @@ std::string WorkerTfConfig(const std::vector<std::string>& ps, const std::vector
 }
 
 int RunLocalCluster(const LocalClusterOptions& options) {
-  const std::vector<int> ports = FreePorts(options.num_ps + options.num_workers);
-  std::vector<std::string> ps, workers;
-  for (int i = 0; i < options.num_ps; ++i) ps.push_back(absl::StrCat("127.0.0.1:", ports[i]));
-  for (int i = 0; i < options.num_workers; ++i) workers.push_back(absl::StrCat("127.0.0.1:", ports[options.num_ps + i]));
-  const std::string ps_hosts = absl::StrJoin(ps, ","), worker_hosts = absl::StrJoin(workers, ",");
-  std::cout << "psflow local: ps " << ps_hosts << "; workers " << worker_hosts << std::endl;
-  if (!options.worker_command.empty()) {
-    std::cout << "psflow local: the workers run: " << absl::StrJoin(options.worker_command, " ") << std::endl;
-  }
-  if (options.evaluator) {
-    std::cout << "psflow local: an evaluator reads the checkpoints of " << options.checkpoint_dir << std::endl;
-    // A new run: an earlier run's end marker would end the evaluator at once.
-    if (absl::Status s = train::ClearTrainingEnd(options.checkpoint_dir); !s.ok()) {
-      std::cerr << "psflow local: " << s.message() << std::endl;
-      return 1;
-    }
-  }
-
-  struct sigaction action {};
-  action.sa_handler = OnSignal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-  const bool python_unbuffered_set = std::getenv("PYTHONUNBUFFERED") != nullptr;
-  const std::string threads = absl::StrCat(options.intra_op_threads);
-  const std::vector<std::string> thread_env = {"OMP_NUM_THREADS=" + threads, "OPENBLAS_NUM_THREADS=" + threads,
-                                               "MKL_NUM_THREADS=" + threads};
-  std::vector<Child> children(options.num_ps + options.num_workers + (options.evaluator ? 1 : 0));
-  for (size_t i = 0; i < children.size(); ++i) {
-    const bool is_ps = static_cast<int>(i) < options.num_ps;
-    const bool is_evaluator = static_cast<int>(i) == options.num_ps + options.num_workers;
-    const int index = is_ps ? i : i - options.num_ps;
-    Child& c = children[i];
-    c.name = is_evaluator ? "evaluator" : absl::StrCat(is_ps ? "ps" : "worker", index);
-    Command command;
-    if (is_evaluator) {
-      // It reads checkpoints only: no cluster, no metrics port.
-      if (options.worker_command.empty()) {
-        command.argv = {options.binary, "train", "--job_name=evaluator"};
-        command.argv.insert(command.argv.end(), options.train_flags.begin(), options.train_flags.end());
-        command.env = EnvironmentWith(thread_env);
-      } else {
-        command.argv = options.worker_command;
-        nlohmann::json flags = options.train_flags;
-        std::vector<std::string> env = {"TF_CONFIG=" + WorkerTfConfig(ps, workers, 0, "evaluator"),
-                                        "PSFLOW_FLAGS=" + flags.dump()};
-        if (!python_unbuffered_set) env.push_back("PYTHONUNBUFFERED=1");
-        env.insert(env.end(), thread_env.begin(), thread_env.end());
-        command.env = EnvironmentWith(env);
-      }
-    } else if (is_ps || options.worker_command.empty()) {
-      command.argv = {options.binary, "train", absl::StrCat("--job_name=", is_ps ? "ps" : "worker"),
-                      absl::StrCat("--task_index=", index), "--ps_hosts=" + ps_hosts, "--worker_hosts=" + worker_hosts};
-      command.argv.insert(command.argv.end(), options.train_flags.begin(), options.train_flags.end());
-      if (options.metrics_port > 0) command.argv.push_back(absl::StrCat("--metrics_port=", options.metrics_port + i));
-      command.env = EnvironmentWith(thread_env);
-    } else {
-      // The worker's own program: its cluster and role through TF_CONFIG, the train flags
-      // through PSFLOW_FLAGS, and Python's output unbuffered so that the merged log interleaves
-      // as it happens.
-      command.argv = options.worker_command;
-      nlohmann::json flags = options.train_flags;
-      if (options.metrics_port > 0) flags.push_back(absl::StrCat("--metrics_port=", options.metrics_port + i));
-      std::vector<std::string> env = {"TF_CONFIG=" + WorkerTfConfig(ps, workers, index), "PSFLOW_FLAGS=" + flags.dump()};
-      if (!python_unbuffered_set) env.push_back("PYTHONUNBUFFERED=1");
-      env.insert(env.end(), thread_env.begin(), thread_env.end());
-      command.env = EnvironmentWith(env);
-    }
-    c.pid = Spawn(command, &c.out_fd);
-    if (c.pid < 0) {
-      std::cerr << "psflow local: cannot start " << c.name << ": " << strerror(errno) << std::endl;
-      for (Child& started : children) {
-        if (started.pid > 0) Signal(started, SIGKILL);
-      }
-      for (Child& started : children) {
-        if (started.pid > 0) waitpid(started.pid, nullptr, 0);
-        if (started.reader.joinable()) started.reader.join();
-      }
-      return 1;
-    }
-    c.reader = std::thread(PumpLines, c.out_fd, "[" + c.name + "] ", &c.eof);
-  }
-
-  // Wait for every task; on the first failure (or our own interruption) stop the rest.
-  int worst = 0;
-  int interrupted_by = 0;  // the signal that stopped the run, when the user interrupted it
-  size_t remaining = children.size();
-  bool stopping = false, killed = false;
-  auto stop_started = std::chrono::steady_clock::now();
-  auto stop_all = [&](int sig) {
-    for (Child& c : children) {
-      if (!c.done) Signal(c, sig);
-    }
-  };
-  while (remaining > 0) {
-    // An interruption is seen before any task's status, so that the tasks we then stop are not
-    // reported as failures.
-    if (!stopping && g_interrupted != 0) {
-      stopping = true;
-      interrupted_by = g_interrupted;
-      stop_started = std::chrono::steady_clock::now();
-      stop_all(SIGTERM);
-      absl::MutexLock lock(&g_out_mu);
-      std::cout << "\npsflow local: interrupted (" << (interrupted_by == SIGINT ? "Ctrl-C" : strsignal(interrupted_by))
-                << "); stopping every task" << std::endl;
-    }
-    if (stopping && !killed &&
-        (g_interrupt_count > 1 || std::chrono::steady_clock::now() - stop_started > std::chrono::seconds(5))) {
-      killed = true;
-      stop_all(SIGKILL);
-    }
-    int status = 0;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      for (Child& c : children) {
-        if (c.pid != pid) continue;
-        c.done = true;
-        c.status = status;
-        c.reaped_at = std::chrono::steady_clock::now();
-        --remaining;
-        // Tasks we stopped ourselves do not hide the status of the one that failed first.
-        if (stopping) continue;
-        worst = std::max(worst, ExitCode(status));
-        if (ExitCode(status) != 0) {
-          stopping = true;
-          stop_started = std::chrono::steady_clock::now();
-          stop_all(SIGTERM);
-          // The failed task's last lines (its error) come before the launcher's verdict.
-          while (!c.eof && std::chrono::steady_clock::now() - c.reaped_at < std::chrono::seconds(1)) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-          }
-          absl::MutexLock lock(&g_out_mu);
-          std::cout << "psflow local: " << c.name << " " << Describe(status) << "; stopping the other tasks"
-                    << std::endl;
-        }
-      }
-      continue;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  // A task's output ends when the last process holding its pipe exits: anything it started and
-  // left behind in its process group is stopped after 2 s.
-  for (Child& c : children) {
-    while (!c.eof && std::chrono::steady_clock::now() - c.reaped_at < std::chrono::seconds(2)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (!c.eof) kill(-c.pid, SIGKILL);
-    c.reader.join();
-  }
-  if (interrupted_by != 0) {
-    std::cout << "psflow local: interrupted by the user (" << strsignal(interrupted_by)
-              << "); every task stopped; exit status " << 128 + interrupted_by << std::endl;
-    return 128 + interrupted_by;
-  }
-  std::string summary_json;
-  {
-    absl::MutexLock lock(&g_out_mu);
-    summary_json = g_summary_json;
-  }
-  if (worst == 0 && !summary_json.empty()) PrintTrafficTable(summary_json);
-  std::cout << "psflow local: " << (worst == 0 ? "all tasks exited 0" : absl::StrCat("worst exit status ", worst))
-            << std::endl;
-  return worst;
+  const Addresses addresses = AssignAddresses(options);
+  if (!Announce(options, addresses)) return 1;
+  InstallSignalHandlers();
+  const TaskCommands commands(options, addresses);
+  std::vector<Child> children(commands.count());
+  if (!StartAll(commands, children)) return 1;
+  Supervisor run(children);
+  run.Run();
+  JoinOutputs(children);
+  return Verdict(run);
 }
 
 }  // namespace psflow::cli

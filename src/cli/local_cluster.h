@@ -34,7 +34,7 @@ struct LocalClusterOptions {
   int intra_op_threads = 1;
   // Non-empty: the workers run this command (argv[0] looked up in PATH) instead of `psflow train`.
   std::vector<std::string> worker_command;
-  // Also start an evaluator task (train/evaluator.h) reading `checkpoint_dir`: `psflow train
+  // Also start an evaluator task (programs/eval/evaluator.h) reading `checkpoint_dir`: `psflow train
   // --job_name=evaluator`, or the worker command with TF_CONFIG's task type "evaluator".
   bool evaluator = false;
   std::string checkpoint_dir;

@@ -190,6 +190,120 @@ int FreeLoopbackPort() {
   return port;
 }
 
+namespace {
+
+// The ps task under test: its cluster (so the client passes its cluster check) and its index.
+struct PsTarget {
+  dist::ClusterSpec cluster;
+  int ps_index = 0;
+};
+
+// The cluster the ps's Hello names ("ps=a:1,b:2;worker=c:3"), or, when it names none, one of this
+// ps alone.
+absl::StatusOr<dist::ClusterSpec> ClusterOfHello(const wire::HelloResponse& hello, const std::string& ps_address) {
+  if (hello.cluster_text().empty()) return dist::ClusterSpec::FromHostLists(ps_address, "127.0.0.1:1");
+  std::string ps_hosts, worker_hosts;
+  for (absl::string_view part : absl::StrSplit(hello.cluster_text(), ';')) {
+    if (absl::ConsumePrefix(&part, "ps=")) ps_hosts = std::string(part);
+    if (absl::ConsumePrefix(&part, "worker=")) worker_hosts = std::string(part);
+  }
+  return dist::ClusterSpec::FromHostLists(ps_hosts, worker_hosts);
+}
+
+// Asks the ps at `ps_address` (waiting up to 30 s for it) who it is.
+absl::StatusOr<PsTarget> ProbePs(const std::string& ps_address) {
+  absl::StatusOr<std::unique_ptr<ClientChannel>> channel =
+      MakeGrpcChannel(ps_address, absl::StrCat("ps ", ps_address), TransportOptions{});
+  if (!channel.ok()) return channel.status();
+  wire::HelloRequest probe;
+  probe.set_probe(true);
+  CallOptions call;
+  call.timeout_secs = 30;
+  call.wait_for_ready = true;
+  absl::StatusOr<IncomingMessage> hello = (*channel)->CallBlocking(Method::kHello, OutgoingMessage::Of(probe), call);
+  if (!hello.ok()) return hello.status();
+  wire::HelloResponse response;
+  if (absl::Status s = hello->ParseHeader(&response); !s.ok()) return s;
+  absl::StatusOr<dist::ClusterSpec> cluster = ClusterOfHello(response, ps_address);
+  if (!cluster.ok()) return cluster.status();
+  PsTarget target{*cluster, -1};
+  for (int k = 0; k < target.cluster.num_ps(); ++k) {
+    if (target.cluster.ps()[k] == ps_address) target.ps_index = k;
+  }
+  if (target.ps_index < 0) target.ps_index = response.ps_task();
+  return target;
+}
+
+// A client of one variable "bench/v" of n floats on the target ps, initialized from `values` with
+// an SGD whose updates leave the values unchanged.
+absl::StatusOr<std::unique_ptr<ps::PsClient>> BenchClient(const PsTarget& target, int64_t n,
+                                                          const std::string& transport, Tensor* values) {
+  dist::PlacementPlan plan;
+  plan.num_ps = target.cluster.num_ps();
+  plan.global_step_ps = target.ps_index;
+  plan.variables = {{"bench/v", Shape{n}}};
+  dist::ShardSpec shard;
+  shard.variable = "bench/v";
+  shard.name = "bench/v";
+  shard.shape = Shape{n};
+  shard.ps_task = target.ps_index;
+  plan.shards = {shard};
+  ps::PsClient::Options client_options;
+  client_options.cluster = target.cluster;
+  client_options.plan = plan;
+  client_options.worker_index = 0;
+  client_options.security.transport = transport;
+  absl::StatusOr<std::unique_ptr<ps::PsClient>> client = ps::PsClient::Create(client_options);
+  if (!client.ok()) return client.status();
+  if (absl::Status s = (*client)->Connect(); !s.ok()) return s;
+  ps::TrainingConfig config;
+  config.optimizer.name = "sgd";
+  config.optimizer.learning_rate = 1e-30f;  // the ps runs the update, which leaves the values unchanged
+  if (absl::Status s = (*client)->Initialize({{"bench/v", values}}, config); !s.ok()) return s;
+  return client;
+}
+
+struct SizeFigures {
+  Measurement tcp, push, pull;
+};
+
+// Rounds of TCP, push and pull side by side, so load from elsewhere on the machine hits all three
+// alike; each figure is the median over the rounds.
+absl::StatusOr<SizeFigures> MeasureSize(TcpBaseline& tcp, ps::PsClient& client, int64_t size, Tensor& values,
+                                        double seconds) {
+  const Tensor grad(values.shape(), 1e-3f);
+  constexpr int kRounds = 3;
+  const double slice = seconds / kRounds;
+  std::vector<Measurement> t_rounds, push_rounds, pull_rounds;
+  for (int round = 0; round < kRounds; ++round) {
+    absl::StatusOr<Measurement> m_tcp = tcp.Measure(size, slice);
+    if (!m_tcp.ok()) return m_tcp.status();
+    absl::StatusOr<Measurement> m_push = Measure(size, slice, [&]() -> absl::Status {
+      return client.Push({ps::Gradient{"bench/v", &grad, nullptr}}, 0).status();
+    });
+    if (!m_push.ok()) return m_push.status();
+    absl::StatusOr<Measurement> m_pull =
+        Measure(size, slice, [&]() -> absl::Status { return client.Pull({{"bench/v", &values}}).status(); });
+    if (!m_pull.ok()) return m_pull.status();
+    t_rounds.push_back(*m_tcp);
+    push_rounds.push_back(*m_push);
+    pull_rounds.push_back(*m_pull);
+  }
+  return SizeFigures{MedianOf(t_rounds), MedianOf(push_rounds), MedianOf(pull_rounds)};
+}
+
+// One JSON line per size.
+void PrintFigures(std::ostream& out, int64_t size, const SizeFigures& f) {
+  out << absl::StrFormat(
+             "{\"size\":%d,\"push_gbps\":%.3f,\"pull_gbps\":%.3f,\"tcp_gbps\":%.3f,\"push_ratio\":%.3f,"
+             "\"pull_ratio\":%.3f,\"push_latency_ms\":%.4f,\"pull_latency_ms\":%.4f,\"tcp_latency_ms\":%.4f}",
+             size, f.push.gbps, f.pull.gbps, f.tcp.gbps, f.push.gbps / f.tcp.gbps, f.pull.gbps / f.tcp.gbps,
+             f.push.latency_ms, f.pull.latency_ms, f.tcp.latency_ms)
+      << std::endl;
+}
+
+}  // namespace
+
 absl::Status RunTransportBench(const std::string& ps_address, std::ostream& out,
                                const TransportBenchOptions& options) {
   if (options.sizes.empty()) return absl::InvalidArgumentError("transport bench: no sizes");
@@ -198,126 +312,40 @@ absl::Status RunTransportBench(const std::string& ps_address, std::ostream& out,
   if (absl::Status s = tcp.Start(*std::max_element(options.sizes.begin(), options.sizes.end())); !s.ok()) {
     return s;
   }
-
-  // Learn the ps's cluster so the client passes its cluster check.
-  absl::StatusOr<std::unique_ptr<ClientChannel>> probe_channel =
-      MakeGrpcChannel(ps_address, absl::StrCat("ps ", ps_address), TransportOptions{});
-  if (!probe_channel.ok()) return probe_channel.status();
-  wire::HelloRequest probe;
-  probe.set_probe(true);
-  CallOptions probe_options;
-  probe_options.timeout_secs = 30;
-  probe_options.wait_for_ready = true;
-  absl::StatusOr<IncomingMessage> hello =
-      (*probe_channel)->CallBlocking(Method::kHello, OutgoingMessage::Of(probe), probe_options);
-  if (!hello.ok()) return hello.status();
-  wire::HelloResponse hello_response;
-  if (absl::Status s = hello->ParseHeader(&hello_response); !s.ok()) return s;
-  dist::ClusterSpec cluster;
-  if (!hello_response.cluster_text().empty()) {
-    // "ps=a:1,b:2;worker=c:3"
-    std::string ps_hosts, worker_hosts;
-    for (absl::string_view part : absl::StrSplit(hello_response.cluster_text(), ';')) {
-      if (absl::ConsumePrefix(&part, "ps=")) ps_hosts = std::string(part);
-      if (absl::ConsumePrefix(&part, "worker=")) worker_hosts = std::string(part);
-    }
-    absl::StatusOr<dist::ClusterSpec> parsed = dist::ClusterSpec::FromHostLists(ps_hosts, worker_hosts);
-    if (!parsed.ok()) return parsed.status();
-    cluster = *parsed;
-  } else {
-    absl::StatusOr<dist::ClusterSpec> parsed = dist::ClusterSpec::FromHostLists(ps_address, "127.0.0.1:1");
-    if (!parsed.ok()) return parsed.status();
-    cluster = *parsed;
-  }
-  int ps_index = -1;
-  for (int k = 0; k < cluster.num_ps(); ++k) {
-    if (cluster.ps()[k] == ps_address) ps_index = k;
-  }
-  if (ps_index < 0) ps_index = hello_response.ps_task();
-
+  absl::StatusOr<PsTarget> target = ProbePs(ps_address);
+  if (!target.ok()) return target.status();
   for (int64_t size : options.sizes) {
-    const int64_t n = size / static_cast<int64_t>(sizeof(float));
-    dist::PlacementPlan plan;
-    plan.num_ps = cluster.num_ps();
-    plan.global_step_ps = ps_index;
-    plan.variables = {{"bench/v", Shape{n}}};
-    dist::ShardSpec shard;
-    shard.variable = "bench/v";
-    shard.name = "bench/v";
-    shard.shape = Shape{n};
-    shard.ps_task = ps_index;
-    plan.shards = {shard};
-    ps::PsClient::Options client_options;
-    client_options.cluster = cluster;
-    client_options.plan = plan;
-    client_options.worker_index = 0;
-    client_options.security.transport = options.transport;
-    absl::StatusOr<std::unique_ptr<ps::PsClient>> client = ps::PsClient::Create(client_options);
+    Tensor values(Shape{size / static_cast<int64_t>(sizeof(float))}, 0.5f);
+    auto client = BenchClient(*target, values.size(), options.transport, &values);
     if (!client.ok()) return client.status();
-    if (absl::Status s = (*client)->Connect(); !s.ok()) return s;
-    Tensor values(Shape{n}, 0.5f);
-    ps::TrainingConfig config;
-    config.optimizer.name = "sgd";
-    config.optimizer.learning_rate = 1e-30f;  // the ps runs the update, which leaves the values unchanged
-    if (absl::Status s = (*client)->Initialize({{"bench/v", &values}}, config); !s.ok()) return s;
-    Tensor grad(Shape{n}, 1e-3f);
-    // Rounds of TCP, push and pull side by side, so load from elsewhere on the machine hits all
-    // three alike; each figure is the median over the rounds.
-    constexpr int kRounds = 3;
-    const double slice = options.seconds_per_measurement / kRounds;
-    std::vector<Measurement> t_rounds, push_rounds, pull_rounds;
-    for (int round = 0; round < kRounds; ++round) {
-      absl::StatusOr<Measurement> m_tcp = tcp.Measure(size, slice);
-      if (!m_tcp.ok()) return m_tcp.status();
-      absl::StatusOr<Measurement> m_push = Measure(size, slice, [&]() -> absl::Status {
-        return (*client)->Push({ps::Gradient{"bench/v", &grad, nullptr}}, 0).status();
-      });
-      if (!m_push.ok()) return m_push.status();
-      absl::StatusOr<Measurement> m_pull = Measure(size, slice, [&]() -> absl::Status {
-        return (*client)->Pull({{"bench/v", &values}}).status();
-      });
-      if (!m_pull.ok()) return m_pull.status();
-      t_rounds.push_back(*m_tcp);
-      push_rounds.push_back(*m_push);
-      pull_rounds.push_back(*m_pull);
-    }
-    const Measurement t = MedianOf(t_rounds), push = MedianOf(push_rounds), pull = MedianOf(pull_rounds);
-    const bool last = size == options.sizes.back();
-    if (last && options.shutdown_ps) {
+    absl::StatusOr<SizeFigures> figures = MeasureSize(tcp, **client, size, values, options.seconds_per_measurement);
+    if (!figures.ok()) return figures.status();
+    if (size == options.sizes.back() && options.shutdown_ps) {
       if (absl::Status s = (*client)->Shutdown(); !s.ok()) return s;
     } else {
       (void)(*client)->Goodbye();
     }
-    out << absl::StrFormat(
-               "{\"size\":%d,\"push_gbps\":%.3f,\"pull_gbps\":%.3f,\"tcp_gbps\":%.3f,\"push_ratio\":%.3f,"
-               "\"pull_ratio\":%.3f,\"push_latency_ms\":%.4f,\"pull_latency_ms\":%.4f,\"tcp_latency_ms\":%.4f}",
-               size, push.gbps, pull.gbps, t.gbps, push.gbps / t.gbps, pull.gbps / t.gbps, push.latency_ms,
-               pull.latency_ms, t.latency_ms)
-        << std::endl;
+    PrintFigures(out, size, *figures);
   }
   return absl::OkStatus();
 }
 
-absl::Status RunTransportBenchCommand(const std::string& self_path, const std::string& ps_hosts,
-                                      std::ostream& out, const std::string& transport) {
-  TransportBenchOptions options;
-  options.transport = transport;
-  if (!ps_hosts.empty()) {
-    const std::vector<std::string> hosts = absl::StrSplit(ps_hosts, ',');
-    return RunTransportBench(hosts[0], out, options);
-  }
+namespace {
+
+// Starts `psflow train --job_name=ps` on a free loopback port (its log on stderr, so that stdout
+// carries only the JSON lines); the ps's address in *address.
+absl::StatusOr<pid_t> StartBenchPs(const std::string& self_path, const std::string& transport, std::string* address) {
   const int ps_port = FreeLoopbackPort();
   const int worker_port = FreeLoopbackPort();
   if (ps_port == 0 || worker_port == 0) return absl::InternalError("no free loopback port for the bench ps");
-  const std::string address = absl::StrCat("127.0.0.1:", ps_port);
+  *address = absl::StrCat("127.0.0.1:", ps_port);
   std::vector<std::string> args = {self_path, "train", "--job_name=ps", "--task_index=0",
-                                   absl::StrCat("--ps_hosts=", address),
+                                   absl::StrCat("--ps_hosts=", *address),
                                    absl::StrCat("--worker_hosts=127.0.0.1:", worker_port),
                                    absl::StrCat("--transport=", transport)};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  // The ps's log goes to stderr so stdout carries only the JSON lines.
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
@@ -327,10 +355,13 @@ absl::Status RunTransportBenchCommand(const std::string& self_path, const std::s
   if (spawned != 0) {
     return absl::InternalError(absl::StrCat("cannot start a ps task (", self_path, "): ", std::strerror(spawned)));
   }
-  options.shutdown_ps = true;
-  absl::Status status = RunTransportBench(address, out, options);
-  // The ps exits after the Shutdown; end it ourselves if the bench failed before that.
-  if (!status.ok()) ::kill(child, SIGTERM);
+  return child;
+}
+
+// The ps exits after the bench's Shutdown; it is ended here if the bench failed before that, and
+// killed after 10 s.
+void StopBenchPs(pid_t child, bool bench_ok) {
+  if (!bench_ok) ::kill(child, SIGTERM);
   int wstatus = 0;
   for (int i = 0; i < 100 && ::waitpid(child, &wstatus, WNOHANG) == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -339,6 +370,24 @@ absl::Status RunTransportBenchCommand(const std::string& self_path, const std::s
     ::kill(child, SIGKILL);
     ::waitpid(child, &wstatus, 0);
   }
+}
+
+}  // namespace
+
+absl::Status RunTransportBenchCommand(const std::string& self_path, const std::string& ps_hosts,
+                                      std::ostream& out, const std::string& transport) {
+  TransportBenchOptions options;
+  options.transport = transport;
+  if (!ps_hosts.empty()) {
+    const std::vector<std::string> hosts = absl::StrSplit(ps_hosts, ',');
+    return RunTransportBench(hosts[0], out, options);
+  }
+  std::string address;
+  absl::StatusOr<pid_t> child = StartBenchPs(self_path, transport, &address);
+  if (!child.ok()) return child.status();
+  options.shutdown_ps = true;
+  absl::Status status = RunTransportBench(address, out, options);
+  StopBenchPs(*child, status.ok());
   return status;
 }
 

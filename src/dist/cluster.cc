@@ -363,7 +363,7 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ResolveCluster(const ClusterSou
         " but this process is not a task of a Slurm job step (SLURM_PROCID or SLURM_STEP_NODELIST is unset): "
         "start the tasks with srun, or drop --slurm_jobs"));
   }
-  // The evaluator (train/evaluator.h) reads checkpoints only; the cluster, if given, is not its concern.
+  // The evaluator (programs/eval/evaluator.h) reads checkpoints only; the cluster, if given, is not its concern.
   if (job_name == "evaluator" && !tf_config_given) {
     if (task_index != 0) {
       return absl::InvalidArgumentError(

@@ -2,7 +2,6 @@
 // parameters, embeddings gathered from the caller's unique rows, dot interactions, one logit.
 #include "psflow/nn/ctr_model.h"
 
-#include "absl/container/flat_hash_map.h"
 #include "core/check.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -10,19 +9,6 @@
 #include "psflow/core/ops.h"
 
 namespace psflow::nn {
-
-void DedupIds(const int64_t* ids, int64_t count, int64_t stride, UniqueIds* out) {
-  out->ids.clear();
-  out->index.resize(count);
-  absl::flat_hash_map<int64_t, int64_t> position;
-  position.reserve(count);
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t id = ids[i * stride];
-    auto [it, inserted] = position.try_emplace(id, static_cast<int64_t>(out->ids.size()));
-    if (inserted) out->ids.push_back(id);
-    out->index[i] = it->second;
-  }
-}
 
 absl::StatusOr<std::unique_ptr<CtrModel>> CtrModel::Create(const CtrModelConfig& config) {
   if (config.num_dense < 0) {

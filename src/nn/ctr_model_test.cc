@@ -1,6 +1,6 @@
 // The CTR network: its gradients (dense parameters, each field's unique rows, with repeated ids)
 // against finite differences through the public gradient check; its logit against a forward
-// written out by hand for a tiny configuration; the dedup of a batch column.
+// written out by hand for a tiny configuration (the dedup of a batch column: core/unique_ids_test.cc).
 #include "psflow/nn/ctr_model.h"
 
 #include <gtest/gtest.h>
@@ -13,16 +13,6 @@
 
 namespace psflow::nn {
 namespace {
-
-TEST(DedupIdsTest, FirstAppearanceOrderAndIndex) {
-  // A [5, 2] batch; column 1 is 7, 3, 7, 9, 3.
-  const std::vector<int64_t> batch = {0, 7, 1, 3, 2, 7, 3, 9, 4, 3};
-  UniqueIds u;
-  DedupIds(batch.data() + 1, 5, 2, &u);
-  EXPECT_EQ(u.ids, (std::vector<int64_t>{7, 3, 9}));
-  EXPECT_EQ(u.index, (std::vector<int64_t>{0, 1, 0, 2, 1}));
-  for (size_t i = 0; i < u.index.size(); ++i) EXPECT_EQ(u.ids[u.index[i]], batch[2 * i + 1]);
-}
 
 TEST(CtrModelTest, BadConfigsAreRefused) {
   CtrModelConfig config;

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "ps/common/retry.h"
 #include "train/table_checkpoint.h"
-#include "train/evaluator.h"
+#include "train/training_end.h"
 
 namespace psflow::train {
 namespace {

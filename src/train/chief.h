@@ -48,7 +48,7 @@ class Chief {
   // Ps task `task` restarted empty: rolls every ps task back to the newest checkpoint (a consistent
   // model, global step included), or, without --checkpoint_dir, gives that task fresh values.
   absl::Status RestorePs(int task);
-  // The end-of-training marker for the evaluator (train/evaluator.h), with --checkpoint_dir only:
+  // The end-of-training marker for the evaluator (train/training_end.h), with --checkpoint_dir only:
   // done at the step of the last checkpoint saved (call it after the final save), or failed.
   absl::Status MarkTrainingDone();
   void MarkTrainingFailed(const std::string& reason);

@@ -1,6 +1,7 @@
 // WorkerSession (psflow/train/session.h): the worker's and chief's machinery, step by step. The
-// chief's duties beyond training (initialize / restore / checkpoint) live in train/chief.*; this
-// file holds the session's state machine: open, step with recovery, close, abort.
+// chief's duties beyond training (initialize / restore / checkpoint) live in train/chief.*, the
+// tables' batches and prefetches in train/session_tables.*, the life cycle's states and legal moves
+// in train/session_state.*; this file drives them: open, step with recovery, close, abort.
 #include "psflow/train/session.h"
 
 #include <algorithm>
@@ -12,15 +13,15 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "psflow/nn/ctr_model.h"
 #include "psflow/ps/ps_client.h"
 #include "psflow/train/train.h"
-#include "core/check.h"
 #include "train/worker_roster.h"
 #include "train/chief.h"
 #include "train/cluster_setup.h"
 #include "train/option_value.h"
 #include "train/progress.h"
+#include "train/session_state.h"
+#include "train/session_tables.h"
 #include "train/telemetry.h"
 #include "ps/common/retry.h"
 
@@ -63,9 +64,6 @@ class WorkerSession::Impl {
  public:
   Impl(Options options, std::vector<SessionParameter> params, std::vector<SessionTable> tables)
       : options_(std::move(options)), params_(std::move(params)), tables_(std::move(tables)) {
-    batches_.resize(tables_.size());
-    prefetched_.resize(tables_.size());
-    for (SessionTable& t : tables_) t.spec.name = t.name;
     if (options_.model_name.empty()) options_.model_name = options_.train.model;
     if (!options_.log) options_.log = [](const std::string& line) { std::cout << line << std::endl; };
     for (const SessionParameter& p : params_) {
@@ -112,9 +110,9 @@ class WorkerSession::Impl {
   }
 
   absl::Status Open() {
-    if (opened_) return absl::FailedPreconditionError("the worker session is already open");
+    if (state_.opened()) return absl::FailedPreconditionError("the worker session is already open");
     const TrainOptions& o = options_.train;
-    opened_ = true;  // from here on, a failure aborts the job (chief)
+    state_.MoveTo(SessionState::kOpen);  // from here on, a failure aborts the job (chief)
     if (auto s = client_->Connect(); !s.ok()) return s;
     if (is_chief()) {
       // The chief's values at Open are the job's initial values.
@@ -138,18 +136,24 @@ class WorkerSession::Impl {
     progress_ = std::make_unique<ProgressLog>(options_.log, "", OptionValue(o.train_steps), OptionValue(o.batch_size));
 
     auto first = PullCurrent();
-    finished_ = absl::IsOutOfRange(first.status());
-    if (!first.ok() && !finished_) return first.status();
-    if (first.ok()) global_step_ = *first;
+    if (absl::IsOutOfRange(first.status())) {
+      state_.MoveTo(SessionState::kFinished);
+    } else if (!first.ok()) {
+      return first.status();
+    } else {
+      global_step_ = *first;
+    }
     start_step_ = global_step_;
     return absl::OkStatus();
   }
 
-  bool ShouldStop() const { return finished_ || closed_ || global_step_ >= OptionValue(options_.train.train_steps); }
+  bool ShouldStop() const {
+    return state_.finished() || state_.closed() || global_step_ >= OptionValue(options_.train.train_steps);
+  }
 
   absl::Status Step(double loss, double accuracy) {
-    if (!opened_) return absl::FailedPreconditionError("step before the worker session is open: call Open() first");
-    if (closed_) return absl::FailedPreconditionError("step after the worker session was closed");
+    if (!state_.opened()) return absl::FailedPreconditionError("step before the worker session is open: call Open() first");
+    if (state_.closed()) return absl::FailedPreconditionError("step after the worker session was closed");
     if (ShouldStop()) {
       return absl::FailedPreconditionError(absl::StrCat("step after training finished at global step ", global_step_,
                                                         ": stop when should_stop() is true"));
@@ -159,39 +163,28 @@ class WorkerSession::Impl {
     ++local_step_;
     // One call per ps: the gradients (dense and the tables' rows) go in, the variables as they
     // stand after the update and the next batch's rows (prefetch) come back.
-    ps::TableStep tables;
-    for (size_t t = 0; t < tables_.size(); ++t) {
-      TableBatch& b = batches_[t];
-      if (!b.grads.empty() && !b.ids.empty()) tables.pushes.push_back({tables_[t].name, &b.ids, nullptr, &b.grads});
-      Prefetched& p = prefetched_[t];
-      if (p.asked && !p.ids.empty()) tables.pulls.push_back({tables_[t].name, &p.ids, &p.rows, nullptr});
-    }
-    auto pushed = client_->PushAndPull(Gradients(), global_step_, pull_into_, tables);
-    for (size_t t = 0; t < tables_.size(); ++t) {
-      batches_[t].grads = Tensor();  // consumed, whatever the outcome
-      prefetched_[t].valid = pushed.ok() && prefetched_[t].asked;
-      prefetched_[t].asked = false;
-    }
+    auto pushed = client_->PushAndPull(Gradients(), global_step_, pull_into_, tables_.StepCall());
+    tables_.EndStep(pushed.ok());
     if (absl::IsOutOfRange(pushed.status())) {  // training finished elsewhere
-      finished_ = true;
+      state_.MoveTo(SessionState::kFinished);
       return absl::OkStatus();
     }
     if (!pushed.ok()) {
       if (auto s = Recover(pushed.status()); !s.ok()) return s;
       auto step = PullCurrent();  // continue from the restored state
       if (absl::IsOutOfRange(step.status())) {
-        finished_ = true;
+        state_.MoveTo(SessionState::kFinished);
         return absl::OkStatus();
       }
       if (!step.ok()) return step.status();
       global_step_ = *step;
-      claimed_ = false;
+      state_.MoveTo(SessionState::kOpen);  // a pulled step, not one this worker's push claimed
       return absl::OkStatus();
     }
     stale_ += pushed->stale;
     const int64_t step_before = global_step_;
     global_step_ = pushed->global_step;
-    claimed_ = true;
+    state_.MoveTo(SessionState::kStepped);
     progress_->Step(global_step_, loss, accuracy, options_.train.log_every);
     telemetry_->OnStep(global_step_, loss, accuracy, learning_rate(),
                        examples_per_global_step());
@@ -217,7 +210,9 @@ class WorkerSession::Impl {
   }
 
   absl::Status LogScalars(const std::vector<std::pair<std::string, double>>& scalars) {
-    if (!opened_ || !telemetry_) return absl::FailedPreconditionError("log_scalar before the worker session is open");
+    if (!state_.opened() || !telemetry_) {
+      return absl::FailedPreconditionError("log_scalar before the worker session is open");
+    }
     for (const auto& [name, value] : scalars) {
       if (auto s = CheckMetricName(name); !s.ok()) return s;
     }
@@ -226,9 +221,9 @@ class WorkerSession::Impl {
   }
 
   absl::StatusOr<RunSummary> Close(const std::function<absl::StatusOr<SessionEval>()>& evaluate) {
-    if (!opened_) return absl::FailedPreconditionError("close before the worker session is open: call Open() first");
-    if (closed_) return absl::FailedPreconditionError("the worker session is already closed");
-    closed_ = true;
+    if (!state_.opened()) return absl::FailedPreconditionError("close before the worker session is open: call Open() first");
+    if (state_.closed()) return absl::FailedPreconditionError("the worker session is already closed");
+    state_.MoveTo(SessionState::kClosed);
     const double train_seconds = progress_->ElapsedSeconds();
     RunSummary summary;
     summary.model = options_.model_name;
@@ -241,7 +236,7 @@ class WorkerSession::Impl {
       // The session's count (sess.local_step): every Step() call, recoveries included.
       log(absl::StrCat("worker ", index_, ": done after ", local_step_, " local steps"));
       (void)client_->Goodbye();
-      ended_ = true;
+      state_.MoveTo(SessionState::kEnded);
       return summary;
     }
 
@@ -257,9 +252,9 @@ class WorkerSession::Impl {
     summary.examples_per_sec =
         (*step - start_step_) * examples_per_global_step() / std::max(train_seconds, 1e-9);
     if (evaluate) {
-      evaluating_ = true;
+      state_.MoveTo(SessionState::kEvaluating);
       auto eval = evaluate();
-      evaluating_ = false;
+      state_.MoveTo(SessionState::kClosed);
       if (!eval.ok()) return eval.status();
       if (auto s = CheckEval(*eval); !s.ok()) return s;
       // The summary's four fields by name; every other scalar as the caller named it.
@@ -307,7 +302,7 @@ class WorkerSession::Impl {
       }
     }
     if (auto s = client_->Shutdown(); !s.ok()) return s;
-    ended_ = true;  // the job is over: nothing left to abort
+    state_.MoveTo(SessionState::kEnded);  // the job is over: nothing left to abort
     log(absl::StrCat("worker ", index_, ": done after ", local_step_, " local steps"));
     if (options_.report_summary) {
       std::string text = FormatSummary(summary);
@@ -321,9 +316,8 @@ class WorkerSession::Impl {
   }
 
   void Abort(const absl::Status& reason) {
-    if (!opened_ || ended_) return;
-    ended_ = true;
-    closed_ = true;
+    if (!state_.opened() || state_.ended()) return;
+    state_.MoveTo(SessionState::kEnded);
     // The chief giving up ends the job: the ps tasks exit non-zero with its reason rather than
     // waiting for a chief that will not come back. (Aborted means a ps told us the job is over.)
     // The end marker is written first: a ps task that exits on the abort may get the chief killed
@@ -339,27 +333,12 @@ class WorkerSession::Impl {
   }
 
   absl::Status Lookup(const std::vector<absl::Span<const int64_t>>& ids) {
-    if (!opened_ || (closed_ && !evaluating_)) {
+    if (!state_.is_open() && !state_.evaluating()) {
       return absl::FailedPreconditionError("Lookup needs an open worker session (after Open(), before Close())");
     }
-    if (auto s = CheckTableCount("Lookup", ids.size()); !s.ok()) return s;
+    if (auto s = tables_.CheckCount("Lookup", ids.size()); !s.ok()) return s;
     ps::TableStep step;
-    for (size_t t = 0; t < tables_.size(); ++t) {
-      TableBatch& b = batches_[t];
-      nn::DedupIds(ids[t].data(), static_cast<int64_t>(ids[t].size()), 1, &dedup_);
-      b.ids.swap(dedup_.ids);
-      b.index.swap(dedup_.index);
-      b.grads = Tensor();
-      Prefetched& p = prefetched_[t];
-      if (p.valid && p.ids == b.ids) {  // the rows came back with the last step's answer
-        b.rows = std::move(p.rows);
-        p.rows = Tensor();
-      } else {
-        b.rows = Tensor::Uninitialized({static_cast<int64_t>(b.ids.size()), tables_[t].spec.dim});
-        if (!b.ids.empty()) step.pulls.push_back({tables_[t].name, &b.ids, &b.rows, nullptr});
-      }
-      p.valid = false;
-    }
+    tables_.StartLookup(ids, &step);
     if (step.pulls.empty()) return absl::OkStatus();
     // The rows only (the dense values came with the last step); after a ps restart, both.
     static const std::vector<std::pair<std::string, Tensor*>> kNoDense;
@@ -370,40 +349,25 @@ class WorkerSession::Impl {
         if (with_dense) global_step_ = *pulled;
         return absl::OkStatus();
       }
-      if (absl::IsOutOfRange(pulled.status())) finished_ = true;
-      if (!ps::IsPsRestarted(pulled.status()) || evaluating_) return pulled.status();
+      if (absl::IsOutOfRange(pulled.status()) && state_.is_open()) state_.MoveTo(SessionState::kFinished);
+      if (!ps::IsPsRestarted(pulled.status()) || state_.evaluating()) return pulled.status();
       if (auto s = Recover(pulled.status()); !s.ok()) return s;
       with_dense = true;
     }
   }
 
   absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids) {
-    if (!opened_ || closed_) {
+    if (!state_.is_open()) {
       return absl::FailedPreconditionError("Prefetch needs an open worker session (after Open(), before Close())");
     }
-    if (auto s = CheckTableCount("Prefetch", next_ids.size()); !s.ok()) return s;
-    for (size_t t = 0; t < tables_.size(); ++t) {
-      Prefetched& p = prefetched_[t];
-      nn::DedupIds(next_ids[t].data(), static_cast<int64_t>(next_ids[t].size()), 1, &dedup_);
-      p.ids.swap(dedup_.ids);
-      const int64_t rows = static_cast<int64_t>(p.ids.size());
-      if (p.rows.shape() != Shape{rows, tables_[t].spec.dim}) p.rows = Tensor::Uninitialized({rows, tables_[t].spec.dim});
-      p.asked = true;
-      p.valid = false;
-    }
+    if (auto s = tables_.CheckCount("Prefetch", next_ids.size()); !s.ok()) return s;
+    tables_.Prefetch(next_ids);
     return absl::OkStatus();
   }
 
-  TableBatch& table_batch(int t) {
-    CHECK(t >= 0 && t < static_cast<int>(batches_.size())) << "table_batch(" << t << ") of " << batches_.size();
-    return batches_[t];
-  }
-  int num_tables() const { return static_cast<int>(tables_.size()); }
-  std::vector<dist::TableSpec> table_specs() const {
-    std::vector<dist::TableSpec> specs;
-    for (const SessionTable& t : tables_) specs.push_back(t.spec);
-    return specs;
-  }
+  TableBatch& table_batch(int t) { return tables_.batch(t); }
+  int num_tables() const { return tables_.size(); }
+  std::vector<dist::TableSpec> table_specs() const { return tables_.specs(); }
 
   // The chief, every kWorkerCheckSecs: which workers are connected (its /metrics gauge, and a line
   // for those that are not: train/worker_roster.h).
@@ -418,9 +382,9 @@ class WorkerSession::Impl {
     if (!line.empty()) log(line);
   }
 
-  bool opened() const { return opened_; }
-  bool ended() const { return ended_; }
-  bool closed() const { return closed_; }
+  bool opened() const { return state_.opened(); }
+  bool ended() const { return state_.ended(); }
+  bool is_open() const { return state_.is_open(); }
   bool is_chief() const { return index_ == 0; }
   int index() const { return index_; }
   const dist::ClusterSpec& cluster() const { return cluster_; }
@@ -431,7 +395,7 @@ class WorkerSession::Impl {
   float learning_rate() const { return optim::LearningRateAt(config_.optimizer, global_step_); }
   int64_t local_step() const { return local_step_; }
   // Async: whether global_step() is the step the last push claimed (not a pulled one).
-  bool claimed() const { return claimed_; }
+  bool claimed() const { return state_.claimed(); }
   int64_t examples_per_global_step() const {
     return int64_t{OptionValue(options_.train.batch_size)} * (config_.sync ? config_.replicas_to_aggregate : 1);
   }
@@ -469,27 +433,9 @@ class WorkerSession::Impl {
     }
   }
 
-  absl::Status CheckTableCount(const char* call, size_t given) const {
-    if (given == tables_.size()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(call, " got ids for ", given, " tables but the session declares ",
-                                                   tables_.size(), "; pass one span per table, in declaration order"));
-  }
-
-  // A table's next batch: the ids given to Prefetch (`asked`: ride on the next Step), and the rows
-  // that came back with its answer (`valid`).
-  struct Prefetched {
-    std::vector<int64_t> ids;
-    Tensor rows;
-    bool asked = false, valid = false;
-  };
-
   Options options_;
   std::vector<SessionParameter> params_;
-  std::vector<SessionTable> tables_;
-  std::vector<TableBatch> batches_;
-  std::vector<Prefetched> prefetched_;
-  nn::UniqueIds dedup_;
-  bool evaluating_ = false;
+  SessionTables tables_;
   std::vector<dist::VariableSpec> variables_;
   std::vector<std::pair<std::string, Tensor*>> pull_into_;
   dist::ClusterSpec cluster_;
@@ -504,11 +450,8 @@ class WorkerSession::Impl {
   static constexpr int kWorkerCheckSecs = 5;
   std::unique_ptr<WorkerRoster> roster_;  // the chief's
   std::chrono::steady_clock::time_point next_worker_check_{};  // the first step checks
-  // closed_: Close or Abort was called; ended_: this task's part of the job is over (Shutdown or
-  // Goodbye sent, or aborted), so there is nothing left to abort.
-  bool opened_ = false, closed_ = false, ended_ = false, finished_ = false;
+  SessionState state_;  // open, stepped, finished, closed, evaluating, ended (train/session_state.h)
   int64_t global_step_ = 0, start_step_ = 0, local_step_ = 0, stale_ = 0;
-  bool claimed_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -569,7 +512,7 @@ absl::Status WorkerSession::Prefetch(const std::vector<absl::Span<const int64_t>
 }
 TableBatch& WorkerSession::table_batch(int t) { return impl_->table_batch(t); }
 int WorkerSession::num_tables() const { return impl_->num_tables(); }
-bool WorkerSession::is_open() const { return impl_->opened() && !impl_->closed(); }
+bool WorkerSession::is_open() const { return impl_->is_open(); }
 bool WorkerSession::is_chief() const { return impl_->is_chief(); }
 int WorkerSession::worker_index() const { return impl_->index(); }
 int WorkerSession::num_workers() const { return impl_->cluster().num_workers(); }

@@ -9,7 +9,7 @@
 // them (ops::GatherRows), so after Backward each leaf's `grad` [U_f, k] is the gradient of each
 // unique id, summed over the examples holding it: what a table's sparse update takes.
 //
-// A CtrModel owns its dense parameters; one thread uses it at a time. Dedup is a pure function.
+// A CtrModel owns its dense parameters; one thread uses it at a time. Dedup (psflow/core/unique_ids.h) is a pure function.
 #ifndef PSFLOW_NN_CTR_MODEL_H_
 #define PSFLOW_NN_CTR_MODEL_H_
 
@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "psflow/core/autodiff.h"
 #include "psflow/core/random.h"
+#include "psflow/core/unique_ids.h"
 
 namespace psflow::nn {
 
@@ -41,15 +42,14 @@ struct FieldRows {
   std::span<const int64_t> index;
 };
 
-// A batch column's ids deduplicated: `ids` in order of first appearance, `index[i]` the position
-// of example i's id in `ids`.
-struct UniqueIds {
-  std::vector<int64_t> ids;
-  std::vector<int64_t> index;
-};
-// Dedups ids[i * stride] for i in [0, count) (one field's column of a row-major [count, stride]
-// batch) into `out` (its buffers are reused).
-void DedupIds(const int64_t* ids, int64_t count, int64_t stride, UniqueIds* out);
+// Moved to psflow/core/unique_ids.h (the worker session dedups a lookup's ids without the nn
+// library); these names stay for one release.
+using UniqueIds [[deprecated("use psflow::UniqueIds (psflow/core/unique_ids.h)")]] = psflow::UniqueIds;
+[[deprecated("use psflow::DedupIds (psflow/core/unique_ids.h)")]] inline void DedupIds(const int64_t* ids, int64_t count,
+                                                                                 int64_t stride,
+                                                                                 psflow::UniqueIds* out) {
+  psflow::DedupIds(ids, count, stride, out);
+}
 
 class CtrModel {
  public:

@@ -1,6 +1,6 @@
 // psflow/train/session.h — a worker session: the one implementation of a psflow worker's and
 // chief's machinery (docs/design.md#the-worker-session-and-the-python-package), driven step by step by whoever computes the gradients —
-// `psflow train`'s C++ worker (train/worker.cc) and the Python binding (python/psflow) alike.
+// `psflow train`'s C++ worker (programs/mnist/worker.cc) and the Python binding (python/psflow) alike.
 //
 // It is handed named parameter buffers (name, value memory, dense gradient memory and/or a
 // row-sparse gradient), which become the ps variables: the placement plan is made from their

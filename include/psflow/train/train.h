@@ -2,6 +2,8 @@
 // worker (task 0 is the chief: it initializes the ps tasks, evaluates and reports at the end, and
 // tells the ps tasks to exit), or run a parameter server until training ends. Each call blocks
 // until its task is done and returns the task's outcome; errors name what went wrong.
+// RunParameterServer is in the psflow::train library (the runtime); the programs (training alone, a
+// worker, evaluation) are in psflow::programs (src/programs, by model); psflow::psflow has both.
 #ifndef PSFLOW_TRAIN_TRAIN_H_
 #define PSFLOW_TRAIN_TRAIN_H_
 

@@ -1,4 +1,4 @@
-#include "train/local_replicas.h"
+#include "programs/mnist/local_replicas.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,9 +1,9 @@
-// psflow/train/device.h — where a model replica computes. The training loop only sees Device:
+// programs/mnist/device.h — where a model replica computes. The training loop only sees Device:
 // today every device is a CPU core set with its own executor thread ("/cpu:0", "/cpu:1", …); a
 // GPU backend adds a Device subclass (and tensors that live on it) without touching the loop.
 // A Device runs one closure at a time; Run/Wait may be called from one controlling thread.
-#ifndef PSFLOW_TRAIN_DEVICE_H_
-#define PSFLOW_TRAIN_DEVICE_H_
+#ifndef PSFLOW_PROGRAMS_MNIST_DEVICE_H_
+#define PSFLOW_PROGRAMS_MNIST_DEVICE_H_
 
 #include <functional>
 #include <memory>
@@ -29,4 +29,4 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> MakeDevices(const std::stri
 
 }  // namespace psflow::train
 
-#endif  // PSFLOW_TRAIN_DEVICE_H_
+#endif  // PSFLOW_PROGRAMS_MNIST_DEVICE_H_

@@ -1,4 +1,4 @@
-// CtrTrainer's checkpoints (train/ctr_single.h): the dense layers and their optimizer state as
+// CtrTrainer's checkpoints (programs/ctr/ctr_single.h): the dense layers and their optimizer state as
 // TrainingState (train/checkpointing.h), the tables streamed from / to the process's own shards in
 // the cluster's layout (train/table_checkpoint.h), so a file of either mode restores in the other.
 #include <memory>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "train/checkpointing.h"
 #include "train/cluster_setup.h"
-#include "train/ctr_single.h"
+#include "programs/ctr/ctr_single.h"
 #include "train/sparse_rule_config.h"
 #include "train/table_checkpoint.h"
 

@@ -4,7 +4,7 @@
 // ids of each field are looked up in the file (train/table_checkpoint.h ReadTableRows: the ids
 // column streamed, the wanted rows read, the others skipped). A dynamic id the file does not hold
 // (never admitted, or evicted) gets the table's initial value for it, as a ps's lookup would.
-// The evaluator task (train/evaluator.h) evaluates each new checkpoint the same way
+// The evaluator task (programs/eval/evaluator.h) evaluates each new checkpoint the same way
 // (CtrCheckpointMetrics), the generator made once.
 #include <algorithm>
 #include <memory>
@@ -13,9 +13,9 @@
 #include "ps/server/table/row_init.h"
 #include "ps/server/table/table_config.h"
 #include "psflow/ckpt/checkpoint.h"
-#include "train/ctr_single.h"
-#include "train/eval_ctr.h"
-#include "train/evaluator.h"
+#include "programs/ctr/ctr_single.h"
+#include "programs/ctr/eval_ctr.h"
+#include "programs/eval/checkpoint_metrics.h"
 #include "train/table_checkpoint.h"
 
 namespace psflow::train {

@@ -1,4 +1,4 @@
-// A worker task of `psflow train --model=ctr` (train/ctr_single.h, RunCtrWorker): the ctr model's
+// A worker task of `psflow train --model=ctr` (programs/ctr/ctr_single.h, RunCtrWorker): the ctr model's
 // dense layers are the session's parameters and its fields' embedding tables the session's tables,
 // which live on the ps tasks (the update rules run there, one implementation for every mode).
 // Per step the worker takes its stream's batch at the session's data step (data::CtrGenerator:
@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "psflow/core/threading.h"
 #include "psflow/train/session.h"
-#include "train/ctr_single.h"
+#include "programs/ctr/ctr_single.h"
 #include "train/option_value.h"
 
 namespace psflow::train {

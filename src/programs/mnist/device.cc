@@ -1,5 +1,5 @@
-// CPU devices for local replicas (psflow/train/device.h): one executor thread per device.
-#include "train/device.h"
+// CPU devices for local replicas (programs/mnist/device.h): one executor thread per device.
+#include "programs/mnist/device.h"
 
 #include <thread>
 

@@ -1,7 +1,7 @@
-// train/eval_ctr.h — `psflow eval --model=ctr`: a ctr checkpoint (dense layers and embedding tables,
+// programs/ctr/eval_ctr.h — `psflow eval --model=ctr`: a ctr checkpoint (dense layers and embedding tables,
 // train/table_checkpoint.h) evaluated from the file alone, no ps task (see eval_ctr.cc).
-#ifndef PSFLOW_SRC_TRAIN_EVAL_CTR_H_
-#define PSFLOW_SRC_TRAIN_EVAL_CTR_H_
+#ifndef PSFLOW_PROGRAMS_CTR_EVAL_CTR_H_
+#define PSFLOW_PROGRAMS_CTR_EVAL_CTR_H_
 
 #include <string>
 
@@ -11,6 +11,7 @@
 #include "psflow/train/options.h"
 #include "psflow/train/summary.h"
 #include "psflow/train/train.h"
+#include "programs/eval/checkpoint_metrics.h"
 
 namespace psflow::train {
 
@@ -29,6 +30,11 @@ absl::StatusOr<CtrCheckpointEval> EvaluateCtrCheckpoint(const TrainOptions& opti
 absl::StatusOr<CtrCheckpointEval> EvaluateCtrFile(const TrainOptions& options, const data::CtrGenerator& generator,
                                                   const ckpt::OpenedCheckpoint& checkpoint);
 
+// The evaluator task's metrics of --model=ctr (programs/eval/evaluator.h): test_log_loss, test_auc,
+// bayes_log_loss, bayes_auc and table_rows (rows saved in the file) of each checkpoint on the
+// generator's test set (--ctr_test_examples), its tables' rows read for the test set's ids only.
+absl::StatusOr<CheckpointMetricsFn> CtrCheckpointMetrics(const TrainOptions& options);
+
 }  // namespace psflow::train
 
-#endif  // PSFLOW_SRC_TRAIN_EVAL_CTR_H_
+#endif  // PSFLOW_PROGRAMS_CTR_EVAL_CTR_H_

@@ -8,16 +8,15 @@
 #include "psflow/core/threading.h"
 #include "psflow/data/batcher.h"
 #include "psflow/nn/model.h"
-#include "train/ctr_single.h"
-#include "train/local_replicas.h"
+#include "programs/mnist/local_replicas.h"
+#include "programs/mnist/mnist.h"
 #include "psflow/train/session.h"
 #include "psflow/train/train.h"
 #include "train/option_value.h"
 
 namespace psflow::train {
 
-absl::StatusOr<RunSummary> RunWorker(const TrainOptions& options, const LogSink& log) {
-  if (options.model == "ctr") return RunCtrWorker(options, log);  // tables on the ps, not an image classifier
+absl::StatusOr<RunSummary> RunImageWorker(const TrainOptions& options, const LogSink& log) {
   SetIntraOpThreads(options.intra_op_threads);
   auto replicas = LocalReplicas::Create(ModelConfigFrom(options), options.local_replicas);
   if (!replicas.ok()) return replicas.status();

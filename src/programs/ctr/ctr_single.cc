@@ -1,5 +1,5 @@
-// Single-process training of the ctr model with in-process tables (train/ctr_single.h).
-#include "train/ctr_single.h"
+// Single-process training of the ctr model with in-process tables (programs/ctr/ctr_single.h).
+#include "programs/ctr/ctr_single.h"
 
 #include <algorithm>
 #include <cmath>
@@ -106,20 +106,20 @@ absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(const TrainOption
   return t;
 }
 
-void CtrTrainer::DedupFields(const int64_t* ids, int64_t batch, std::vector<nn::UniqueIds>* unique) const {
+void CtrTrainer::DedupFields(const int64_t* ids, int64_t batch, std::vector<UniqueIds>* unique) const {
   const int fields = options_.ctr_fields;
   if (options_.ctr_vocab > 0) {  // the hashing trick: a fixed table of N rows takes id mod N
     std::vector<int64_t> column(batch);
     for (int f = 0; f < fields; ++f) {
       for (int64_t i = 0; i < batch; ++i) column[i] = ids[i * fields + f] % options_.ctr_vocab;
-      nn::DedupIds(column.data(), batch, 1, &(*unique)[f]);
+      DedupIds(column.data(), batch, 1, &(*unique)[f]);
     }
     return;
   }
-  for (int f = 0; f < fields; ++f) nn::DedupIds(ids + f, batch, fields, &(*unique)[f]);
+  for (int f = 0; f < fields; ++f) DedupIds(ids + f, batch, fields, &(*unique)[f]);
 }
 
-absl::StatusOr<std::vector<Var>> CtrTrainer::GatherRows(const std::vector<nn::UniqueIds>& unique,
+absl::StatusOr<std::vector<Var>> CtrTrainer::GatherRows(const std::vector<UniqueIds>& unique,
                                                        bool trainable) const {
   std::vector<Var> rows;
   for (size_t f = 0; f < tables_.size(); ++f) {
@@ -197,12 +197,12 @@ absl::StatusOr<CtrFigures> EvaluateCtrModel(const TrainOptions& options, const d
 }
 
 absl::StatusOr<CtrFigures> CtrTrainer::Evaluate(int64_t n) const {
-  std::vector<nn::UniqueIds> unique(tables_.size());
+  std::vector<UniqueIds> unique(tables_.size());
   auto figures = EvaluateCtrModel(
       options_, *generator_, *model_, n,
       [&](const std::vector<std::vector<int64_t>>& columns) -> absl::StatusOr<std::vector<nn::FieldRows>> {
         for (size_t f = 0; f < tables_.size(); ++f) {
-          nn::DedupIds(columns[f].data(), static_cast<int64_t>(columns[f].size()), 1, &unique[f]);
+          DedupIds(columns[f].data(), static_cast<int64_t>(columns[f].size()), 1, &unique[f]);
         }
         auto rows = GatherRows(unique, /*trainable=*/false);
         if (!rows.ok()) return rows.status();

@@ -3,17 +3,15 @@
 // --logdir/eval/ (beside the chief's curves, same tags) and ends when the chief says training ended.
 // It reads checkpoint files only and never talks to the ps tasks, so it cannot slow training down.
 //
-// How it knows training ended: the chief writes DIR/training_end.json once it has saved the final
-// checkpoint ({"outcome": "done", "global_step": N}) or when it aborts the job ({"outcome":
-// "failed", "reason": "..."}), and removes it when it initializes a job (psflow local removes it
-// before starting the tasks). The evaluator ends (OK) once it has evaluated the checkpoint of step
+// How it knows training ended: the chief's end-of-training marker (train/training_end.h). The
+// evaluator ends (OK) once it has evaluated the checkpoint of step
 // N, or fails with the chief's reason. A "done" marker of step N < --train_steps (when the
 // evaluator was given --train_steps) is an earlier run's and is ignored.
 //
 // CheckpointWatcher and EvalReporter are used by one thread each (not thread-safe); the metrics
 // registry is written at start-up (static initializers, main) and read afterwards.
-#ifndef PSFLOW_TRAIN_EVALUATOR_H_
-#define PSFLOW_TRAIN_EVALUATOR_H_
+#ifndef PSFLOW_PROGRAMS_EVAL_EVALUATOR_H_
+#define PSFLOW_PROGRAMS_EVAL_EVALUATOR_H_
 
 #include <chrono>
 #include <functional>
@@ -30,22 +28,10 @@
 #include "psflow/tboard/event_writer.h"
 #include "psflow/train/options.h"
 #include "psflow/train/train.h"
+#include "programs/eval/checkpoint_metrics.h"
+#include "train/training_end.h"
 
 namespace psflow::train {
-
-// The chief's end-of-training marker in a checkpoint directory.
-inline constexpr char kTrainingEndFile[] = "training_end.json";
-struct TrainingEnd {
-  bool failed = false;
-  int64_t global_step = 0;  // done: the step of the final checkpoint
-  std::string reason;       // failed: why
-};
-// Writes DIR/training_end.json atomically.
-absl::Status WriteTrainingEnd(const std::string& dir, const TrainingEnd& end, io::Env* env = io::Env::Default());
-// Removes it (a missing file is fine).
-absl::Status ClearTrainingEnd(const std::string& dir, io::Env* env = io::Env::Default());
-// nullopt when there is none; an error when it exists but does not parse.
-absl::StatusOr<std::optional<TrainingEnd>> ReadTrainingEnd(const std::string& dir, io::Env* env = io::Env::Default());
 
 struct WatchOptions {
   std::string checkpoint_dir;
@@ -79,16 +65,11 @@ class CheckpointWatcher {
   std::set<std::string> skipped_logged_;  // corrupt files already named (each is named once)
 };
 
-// Named metrics of one checkpoint, in print order: "validation_accuracy", "test_cross_entropy",
-// "test_log_loss", "test_auc", ... ("SPLIT_WHAT" is written to TensorBoard as "WHAT/SPLIT").
-using Metrics = std::vector<std::pair<std::string, double>>;
-using CheckpointMetricsFn = std::function<absl::StatusOr<Metrics>(const ckpt::OpenedCheckpoint&)>;
-// Makes the evaluation function of a model (it may load its data once here).
-using CheckpointMetricsFactory = std::function<absl::StatusOr<CheckpointMetricsFn>(const TrainOptions&)>;
 // The hook for models whose metrics are not accuracy and cross-entropy on MNIST-like images (the
 // ctr models' log-loss and AUC): registered by model name, before the evaluator starts.
 void RegisterCheckpointMetrics(const std::string& model, CheckpointMetricsFactory factory);
-// The registered factory of options.model; for --model=ctr, CtrCheckpointMetrics; else the image
+// The registered factory of options.model; for --model=ctr, CtrCheckpointMetrics
+// (programs/ctr/eval_ctr.h); else the image
 // models' (validation and test accuracy and cross-entropy of the model rebuilt from
 // --model/--hidden_units with the checkpoint's values).
 absl::StatusOr<CheckpointMetricsFn> CheckpointMetricsFor(const TrainOptions& options);
@@ -110,16 +91,6 @@ class EvalReporter {
   int reported_ = 0;
 };
 
-// The model of --model/--hidden_units with the checkpoint's values (errors name the checkpoint,
-// the variable and the fix: another --model, --hidden_units).
-absl::StatusOr<std::unique_ptr<nn::Model>> ModelFromCheckpoint(const TrainOptions& options,
-                                                              const ckpt::Checkpoint& checkpoint);
-
-// --model=ctr (train/eval_ctr.h): test_log_loss, test_auc, bayes_log_loss, bayes_auc and table_rows
-// (rows saved in the file) of each checkpoint on the generator's test set (--ctr_test_examples),
-// its tables' rows read for the test set's ids only.
-absl::StatusOr<CheckpointMetricsFn> CtrCheckpointMetrics(const TrainOptions& options);
-
 // The metrics line's text of one value: shortest of 6 significant digits.
 std::string MetricText(double value);
 
@@ -128,4 +99,4 @@ absl::Status RunEvaluator(const TrainOptions& options, const WatchOptions& watch
 
 }  // namespace psflow::train
 
-#endif  // PSFLOW_TRAIN_EVALUATOR_H_
+#endif  // PSFLOW_PROGRAMS_EVAL_EVALUATOR_H_

@@ -1,8 +1,8 @@
-// The ctr model trained in one process (train/ctr_single.h): a short run on small vocabularies
+// The ctr model trained in one process (programs/ctr/ctr_single.h): a short run on small vocabularies
 // learns the factorization machine's interactions (test AUC clearly above what any dense-only
 // model can reach, and near the Bayes AUC), a run is bit-reproducible from its seed, fixed tables
 // hold their N rows, and the CLI entry refuses what it cannot do with one line.
-#include "train/ctr_single.h"
+#include "programs/ctr/ctr_single.h"
 
 #include <gtest/gtest.h>
 

@@ -1,13 +1,13 @@
-// train/ctr_single.h — single-process training of the ctr model (nn::CtrModel) on the synthetic
+// programs/ctr/ctr_single.h — single-process training of the ctr model (nn::CtrModel) on the synthetic
 // generator's stream (data::CtrGenerator, worker 0), with its embedding tables held in-process by
 // the ps's own table blocks (ps/server/table: FixedTableShard / DynamicTableShard and their sparse
 // update rules, one shard per table), so single-process and ps training run one implementation of
 // the update rules. Dense layers use optim::Optimizer as every other model.
 //
 // A CtrTrainer owns the generator, the network, the tables and the optimizer states; one thread
-// drives it. TrainSingleProcess calls RunCtrSingleProcess for --model=ctr.
-#ifndef PSFLOW_SRC_TRAIN_CTR_SINGLE_H_
-#define PSFLOW_SRC_TRAIN_CTR_SINGLE_H_
+// drives it. TrainSingleProcess (programs/programs.cc) calls RunCtrSingleProcess for --model=ctr.
+#ifndef PSFLOW_PROGRAMS_CTR_CTR_SINGLE_H_
+#define PSFLOW_PROGRAMS_CTR_CTR_SINGLE_H_
 
 #include <cstdint>
 #include <functional>
@@ -18,6 +18,7 @@
 #include "ps/server/table/table_shard.h"
 #include "psflow/dist/partition.h"
 #include "psflow/data/ctr.h"
+#include "psflow/core/unique_ids.h"
 #include "psflow/nn/ctr_model.h"
 #include "psflow/optim/optimizer.h"
 #include "psflow/train/options.h"
@@ -27,7 +28,7 @@
 namespace psflow::train {
 
 // The ctr model's pieces shared by the single-process trainer and the distributed worker
-// (train/ctr_worker.cc), so both train the same model on the same data.
+// (programs/ctr/ctr_worker.cc), so both train the same model on the same data.
 inline constexpr int kCtrNumDense = 13;  // D, as Criteo's (the generator's default)
 // Field f's table: [--ctr_vocab, --ctr_dim] fixed div (ids taken mod N), or dynamic when
 // --ctr_vocab=0; rows N(0, 0.05²) truncated at 2 stddev from (seed, f).
@@ -71,7 +72,7 @@ class CtrTrainer {
   // Bayes values, and the rows the tables hold.
   absl::StatusOr<CtrFigures> Evaluate(int64_t n) const;
 
-  // Checkpoints (train/ctr_single_checkpoint.cc), the cluster's layout: the dense layers with the
+  // Checkpoints (programs/ctr/ctr_single_checkpoint.cc), the cluster's layout: the dense layers with the
   // optimizer's slots, and each field's table (train/table_checkpoint.h) scanned from its shard in
   // parts; a file written by either mode restores in the other. Save writes
   // DIR/model.ckpt-STEP.safetensors (--checkpoint_dir) and returns its path; Restore loads the
@@ -86,9 +87,9 @@ class CtrTrainer {
  private:
   CtrTrainer() = default;
   // Dedups each field's column of ids [batch, F] (fixed tables: ids mod N first) into unique_.
-  void DedupFields(const int64_t* ids, int64_t batch, std::vector<nn::UniqueIds>* unique) const;
+  void DedupFields(const int64_t* ids, int64_t batch, std::vector<UniqueIds>* unique) const;
   // Each field's unique rows gathered from its table as leaves (trainable: gradients wanted).
-  absl::StatusOr<std::vector<Var>> GatherRows(const std::vector<nn::UniqueIds>& unique, bool trainable) const;
+  absl::StatusOr<std::vector<Var>> GatherRows(const std::vector<UniqueIds>& unique, bool trainable) const;
 
   TrainOptions options_;
   std::unique_ptr<data::CtrGenerator> generator_;
@@ -100,7 +101,7 @@ class CtrTrainer {
   // Reused per step.
   std::vector<int64_t> ids_;
   std::vector<float> dense_, labels_;
-  std::vector<nn::UniqueIds> unique_;
+  std::vector<UniqueIds> unique_;
 };
 
 // `psflow train --model=ctr` without a cluster: trains, logs progress, evaluates on the test set
@@ -111,9 +112,9 @@ absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, cons
 // `psflow train --model=ctr --job_name=worker`: a worker of a cluster (worker 0 is the chief)
 // driving a WorkerSession with the model's dense layers as parameters and its fields' tables as
 // session tables (on the ps tasks, whose sparse rules update them), on the generator's stream of
-// this worker (train/ctr_worker.cc). The chief evaluates the final model on the test set.
+// this worker (programs/ctr/ctr_worker.cc). The chief evaluates the final model on the test set.
 absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSink& log);
 
 }  // namespace psflow::train
 
-#endif  // PSFLOW_SRC_TRAIN_CTR_SINGLE_H_
+#endif  // PSFLOW_PROGRAMS_CTR_CTR_SINGLE_H_

@@ -1,9 +1,9 @@
-// train/local_replicas.h — K replicas of one model on K devices computing one step's gradient
-// together: each takes a contiguous slice of the batch, and their gradients are averaged
+// programs/mnist/local_replicas.h — K replicas of one model on K devices computing one step's
+// gradient together: each takes a contiguous slice of the batch, and their gradients are averaged
 // (weighted by slice size, so the result equals one replica on the whole batch). With K = 1 this
 // is plain forward/backward. Owns the replicas and devices; used by one training thread.
-#ifndef PSFLOW_TRAIN_REPLICAS_H_
-#define PSFLOW_TRAIN_REPLICAS_H_
+#ifndef PSFLOW_PROGRAMS_MNIST_LOCAL_REPLICAS_H_
+#define PSFLOW_PROGRAMS_MNIST_LOCAL_REPLICAS_H_
 
 #include <cstdint>
 #include <memory>
@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "psflow/nn/model.h"
-#include "train/device.h"
+#include "programs/mnist/device.h"
 
 namespace psflow::train {
 
@@ -45,4 +45,4 @@ class LocalReplicas {
 
 }  // namespace psflow::train
 
-#endif  // PSFLOW_TRAIN_REPLICAS_H_
+#endif  // PSFLOW_PROGRAMS_MNIST_LOCAL_REPLICAS_H_

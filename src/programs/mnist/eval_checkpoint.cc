@@ -1,10 +1,10 @@
 // `psflow eval`: the test and validation accuracy and cross-entropy of the newest valid
 // checkpoint in --checkpoint_dir; and the model of a checkpoint, which the evaluator task
-// (train/evaluator.h) evaluates the same way.
+// (programs/eval/evaluator.h) evaluates the same way.
 #include "absl/strings/str_cat.h"
 #include "psflow/ckpt/checkpoint.h"
 #include "psflow/train/train.h"
-#include "train/evaluator.h"
+#include "programs/mnist/mnist.h"
 
 namespace psflow::train {
 

@@ -1,6 +1,6 @@
-// The evaluator task (train/evaluator.h): the end marker, the checkpoint watcher, the metrics of a
+// The evaluator task (programs/eval/evaluator.h): the checkpoint watcher, the metrics of a
 // checkpoint, the report, and the loop that ties them.
-#include "train/evaluator.h"
+#include "programs/eval/evaluator.h"
 
 #include <charconv>
 #include <cmath>
@@ -11,12 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "nlohmann/json.hpp"
+#include "programs/ctr/eval_ctr.h"
+#include "programs/mnist/mnist.h"
 
 namespace psflow::train {
 namespace {
-
-std::string MarkerPath(const std::string& dir) { return dir + "/" + kTrainingEndFile; }
 
 absl::Mutex g_registry_mu;
 std::map<std::string, CheckpointMetricsFactory>& Registry() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_registry_mu) {
@@ -55,49 +54,6 @@ std::string TagOf(const std::string& metric) {
 
 }  // namespace
 
-absl::Status WriteTrainingEnd(const std::string& dir, const TrainingEnd& end, io::Env* env) {
-  nlohmann::json j = end.failed ? nlohmann::json{{"outcome", "failed"}, {"reason", end.reason}}
-                                : nlohmann::json{{"outcome", "done"}, {"global_step", end.global_step}};
-  const std::string text = j.dump() + "\n";
-  if (absl::Status s = io::WriteFileAtomically(env, MarkerPath(dir), {text}); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("cannot write the end-of-training marker ", MarkerPath(dir), ": ",
-                                               s.message(), "; an evaluator will not know training ended"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ClearTrainingEnd(const std::string& dir, io::Env* env) {
-  const std::string path = MarkerPath(dir);
-  if (!env->FileExists(path)) return absl::OkStatus();
-  if (absl::Status s = env->RemoveFile(path); !s.ok() && !absl::IsNotFound(s)) {
-    return absl::Status(s.code(), absl::StrCat("cannot remove the previous run's end-of-training marker ", path, ": ",
-                                               s.message(), "; remove it by hand"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::optional<TrainingEnd>> ReadTrainingEnd(const std::string& dir, io::Env* env) {
-  const std::string path = MarkerPath(dir);
-  auto text = env->ReadFileToString(path);
-  if (absl::IsNotFound(text.status())) return std::optional<TrainingEnd>();
-  if (!text.ok()) return text.status();
-  auto j = nlohmann::json::parse(*text, nullptr, false);
-  TrainingEnd end;
-  if (j.is_object() && j.value("outcome", "") == "failed" && j.contains("reason") && j["reason"].is_string()) {
-    end.failed = true;
-    end.reason = j["reason"].get<std::string>();
-    return std::optional<TrainingEnd>(end);
-  }
-  if (j.is_object() && j.value("outcome", "") == "done" && j.contains("global_step") &&
-      j["global_step"].is_number_integer()) {
-    end.global_step = j["global_step"].get<int64_t>();
-    return std::optional<TrainingEnd>(end);
-  }
-  return absl::DataLossError(absl::StrCat(path, " is not an end-of-training marker ({\"outcome\": \"done\", "
-                                          "\"global_step\": N} or {\"outcome\": \"failed\", \"reason\": ...}); "
-                                          "remove it"));
-}
-
 CheckpointWatcher::CheckpointWatcher(WatchOptions options) : options_(std::move(options)) {}
 
 absl::StatusOr<std::optional<ckpt::Checkpoint>> CheckpointWatcher::Next(const LogSink& log) {
@@ -133,7 +89,7 @@ absl::StatusOr<std::optional<ckpt::OpenedCheckpoint>> CheckpointWatcher::NextOpe
     if (end->has_value()) {
       const TrainingEnd& e = **end;
       if (e.failed) {
-        return absl::AbortedError(absl::StrCat("the training job failed: ", e.reason, " (", MarkerPath(dir), ")"));
+        return absl::AbortedError(absl::StrCat("the training job failed: ", e.reason, " (", dir, "/", kTrainingEndFile, ")"));
       }
       const bool earlier_run = options_.final_step.has_value() && e.global_step < *options_.final_step;
       if (!earlier_run && e.global_step <= last_step_) return std::optional<ckpt::OpenedCheckpoint>();

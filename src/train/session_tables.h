@@ -1,0 +1,67 @@
+// train/session_tables.h — a worker session's embedding tables on this worker (psflow/train/session.h,
+// docs/tables.md): each declared table's current batch (its unique ids, each example's position
+// among them, the rows looked up, the gradients the caller wrote) and the next batch's prefetched
+// rows. It decides what rides on the session's calls — which rows a Lookup still has to pull, which
+// gradients and prefetches a Step carries — and never calls a ps itself: the session does. Owns its
+// buffers (the TableBatch the caller reads and writes between Lookup and Step); the session's one
+// thread uses it.
+#ifndef PSFLOW_TRAIN_SESSION_TABLES_H_
+#define PSFLOW_TRAIN_SESSION_TABLES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "psflow/core/tensor.h"
+#include "psflow/core/unique_ids.h"
+#include "psflow/dist/partition.h"
+#include "psflow/ps/ps_client.h"
+#include "psflow/train/session.h"
+
+namespace psflow::train {
+
+class SessionTables {
+ public:
+  explicit SessionTables(std::vector<SessionTable> tables);
+
+  int size() const { return static_cast<int>(tables_.size()); }
+  std::vector<dist::TableSpec> specs() const;
+  // InvalidArgument unless `given` spans were passed for the declared tables (`call` names the call).
+  absl::Status CheckCount(const char* call, size_t given) const;
+
+  // Lookup: each table's ids deduplicated into its batch (gradients cleared); the rows the last
+  // step prefetched for exactly these ids are taken, the others' pulls are added to `step` (their
+  // destination the batch's rows). Any prefetch is used up.
+  void StartLookup(const std::vector<absl::Span<const int64_t>>& ids, ps::TableStep* step);
+  // Prefetch: the next batch's unique ids, to ride on the next step's call.
+  void Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids);
+  // Step: the tables' part of the step's call — each table's gradients (when the caller wrote
+  // some) and the prefetch asked for.
+  ps::TableStep StepCall();
+  // After the step's call: the gradients are consumed whatever the outcome; the prefetched rows
+  // are valid only when the call succeeded.
+  void EndStep(bool call_ok);
+
+  // Table `t` (declaration order) of the current batch; CHECKs t.
+  TableBatch& batch(int t);
+
+ private:
+  // A table's next batch: the ids given to Prefetch (`asked`: ride on the next Step), and the rows
+  // that came back with its answer (`valid`).
+  struct Prefetched {
+    std::vector<int64_t> ids;
+    Tensor rows;
+    bool asked = false, valid = false;
+  };
+
+  std::vector<SessionTable> tables_;
+  std::vector<TableBatch> batches_;
+  std::vector<Prefetched> prefetched_;
+  UniqueIds dedup_;  // reused per call
+};
+
+}  // namespace psflow::train
+
+#endif  // PSFLOW_TRAIN_SESSION_TABLES_H_
