@@ -59,7 +59,10 @@ bool Torch(const OptimizerConfig& c) { return c.convention == "torch"; }
 // wrapped in weight decay. "adamw" is adam's kernel after the decoupled decay.
 class Rule final : public Optimizer {
  public:
-  explicit Rule(OptimizerConfig config) : kernel_(kernels::KernelFor(config)), config_(std::move(config)) {}
+  explicit Rule(OptimizerConfig config)
+      : kernel_(kernels::KernelFor(config)),
+        config_(std::move(config)),
+        scalars_(kernels::Prepare(kernel_, config_, config_.learning_rate, 1)) {}
   const std::string& name() const override { return config_.name; }
   const std::vector<std::string>& slot_names() const override { return kernels::SlotNames(kernel_); }
   const OptimizerConfig& config() const override { return config_; }
@@ -98,11 +101,19 @@ class Rule final : public Optimizer {
     const size_t slots = state.slots.size();
     float* s0 = slots > 0 ? state.slots[0].data() + offset : nullptr;
     float* s1 = slots > 1 ? state.slots[1].data() + offset : nullptr;
-    kernels::ApplySlice(kernel_, kernels::Prepare(kernel_, config_, lr, t), w + offset, s0, s1, g, n);
+    // The scalars made once, but for the learning rate (and adam's, which also reads t).
+    kernels::Scalars scalars = scalars_;
+    if (kernels::ReadsStep(kernel_)) {
+      scalars = kernels::Prepare(kernel_, config_, lr, t);
+    } else {
+      scalars.lr = lr;
+    }
+    kernels::ApplySlice(kernel_, scalars, w + offset, s0, s1, g, n);
   }
 
   kernels::Kernel kernel_;
   OptimizerConfig config_;
+  kernels::Scalars scalars_;
 };
 
 absl::Status Invalid(const OptimizerConfig& c, const std::string& field, float value,

@@ -61,6 +61,9 @@ struct Scalars {
 // adam's bias correction only), ftrl's l1 and l2 from the table's rule.
 Scalars Prepare(Kernel kernel, const OptimizerConfig& config, float lr, int64_t t, float ftrl_l1 = 0,
                 float ftrl_l2 = 0);
+// Whether Prepare's scalars depend on t (adam's bias correction); for the other kernels only
+// Scalars::lr changes from one update to the next.
+inline bool ReadsStep(Kernel kernel) { return kernel == Kernel::kAdam || kernel == Kernel::kTorchAdam; }
 // TF adam's α for step t (bias corrections in double, so β^t for large t is not rounded step by step).
 float AdamStepSize(const OptimizerConfig& config, float lr, int64_t t);
 
