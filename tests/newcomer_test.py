@@ -9,7 +9,10 @@
 - every worker, the chief too, prints `done after N local steps`; the ps's last line carries the
   chief's table's figures and nothing after them; the launcher's header lines are apart;
 - JSON figures without float32 noise (at most 7 significant digits);
-- a missing relative --data_dir names the absolute path tried.
+- a missing relative --data_dir names the absolute path tried;
+and of issue 29.7: --optimizer=adamw on a model without tables; --placement and --partitioner
+checked before anything trains or starts; psflow eval without --model; a missing --checkpoint_dir;
+ctr in --help, table flags' defaults, a suggestion for a mistyped flag; every worker's gauge.
 
   /usr/bin/python3 tests/newcomer_test.py --build build --data_dir data/mnist [unittest args]
 """
@@ -143,24 +146,70 @@ class NewcomerTest(unittest.TestCase):
                                      f"--data_dir={ARGS.data_dir}", "--train_steps=100000000", "--log_every=100000",
                                      f"--metrics_port={base}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     text=True, start_new_session=True)
-        chief_url = f"http://127.0.0.1:{base + 1}/metrics"  # task 1: ps first, then worker 0
-        seen = None
+        # Tasks in order: ps 0, then worker 0 (the chief), then worker 1. Issue 29: worker 1 read 0.
+        urls = {"chief": f"http://127.0.0.1:{base + 1}/metrics", "worker 1": f"http://127.0.0.1:{base + 2}/metrics"}
+        seen = {who: None for who in urls}
         try:
             deadline = time.time() + 90
-            while time.time() < deadline:
-                try:
-                    body = urllib.request.urlopen(chief_url, timeout=5).read().decode()
-                    found = re.search(r"^psflow_connected_workers (\S+)$", body, re.M)
-                    seen = found.group(1) if found else None
-                    if seen == "2":
-                        break
-                except OSError:
-                    pass
+            while time.time() < deadline and any(v != "2" for v in seen.values()):
+                for who, url in urls.items():
+                    try:
+                        body = urllib.request.urlopen(url, timeout=5).read().decode()
+                        found = re.search(r"^psflow_connected_workers (\S+)$", body, re.M)
+                        seen[who] = found.group(1) if found else None
+                    except OSError:
+                        pass
                 time.sleep(0.2)
         finally:
             os.killpg(launcher.pid, signal.SIGTERM)
             out = launcher.communicate(timeout=TIMEOUT)[0]
-        self.assertEqual(seen, "2", out[-3000:])
+        self.assertEqual(seen, {"chief": "2", "worker 1": "2"}, out[-3000:])
+
+    # Issue 29.7: what the second newcomer tripped on.
+    def test_adamw_trains_a_model_without_tables_and_is_named_for_one_with_tables(self):
+        r = psflow("train", "--model=mlp", "--optimizer=adamw", "--train_steps=20", f"--data_dir={ARGS.data_dir}")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = psflow("train", "--model=ctr", "--optimizer=adamw", "--sparse_optimizer=adamw", "--train_steps=2")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("--sparse_optimizer=adamw must be one of sgd, momentum, adagrad, ftrl, adam, rmsprop", r.stderr)
+        help_text = psflow("train", "--help").stdout
+        self.assertRegex(help_text, r"--optimizer TEXT +sgd \| momentum \| adagrad \| adam \| adamw \| rmsprop")
+
+    def test_bad_placement_and_partitioner_are_refused_before_training_or_starting_tasks(self):
+        for flag, message in (("--placement=greedyy", "--placement=greedyy is not a placement strategy"),
+                              ("--partitioner=fixed:0", "--partitioner=fixed:0")):
+            r = psflow("train", "--model=mlp", "--train_steps=50", f"--data_dir={ARGS.data_dir}", flag)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn(message, r.stderr)
+            self.assertNotIn("step", r.stdout)
+            r = psflow("local", "--ps=1", "--workers=2", "--train_steps=50", f"--data_dir={ARGS.data_dir}", flag)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn(message, r.stderr)
+            self.assertNotIn("[ps0]", r.stdout)  # no task was started
+
+    def test_eval_takes_the_model_from_the_checkpoint_and_names_a_missing_directory(self):
+        ckpt = os.path.join(self.dir, "ckpt")
+        r = psflow("train", "--model=softmax", "--train_steps=30", f"--data_dir={ARGS.data_dir}",
+                   f"--checkpoint_dir={ckpt}")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = psflow("eval", f"--checkpoint_dir={ckpt}", f"--data_dir={ARGS.data_dir}")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertRegex(r.stdout, r"eval: .* global_step=30 test_accuracy=0\.\d+")
+        missing = os.path.join(self.dir, "no_such_dir")
+        r = psflow("eval", f"--checkpoint_dir={missing}", f"--data_dir={ARGS.data_dir}")
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.strip(), f"psflow: error: --checkpoint_dir={missing} does not exist or is not a "
+                         "directory (give the directory the chief saved its checkpoints to)")
+
+    def test_help_lists_ctr_and_a_mistyped_flag_gets_a_suggestion(self):
+        help_text = psflow("train", "--help").stdout
+        self.assertRegex(help_text, r"--model TEXT.*softmax \| mlp \| cnn \| vgg19 \| ctr")
+        self.assertNotIn("softmax ,", help_text)
+        self.assertRegex(help_text, r"--sparse_optimizer TEXT .*\(default: --optimizer's rule; the model's: ctr \w+\)")
+        r = psflow("train", "--modle=ctr")
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.stderr.strip(),
+                         "psflow: error: unknown flag --modle; did you mean --model? (see psflow train --help)")
 
     def test_relative_data_dir_names_the_absolute_path(self):
         r = psflow("train", "--model=mlp", "--train_steps=10", "--data_dir=no/such/mnist", cwd=self.dir)

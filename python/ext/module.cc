@@ -4,6 +4,9 @@
 // GIL. See python/psflow/__init__.py for the Python-facing API.
 #include <pybind11/pybind11.h>
 
+#include <string>
+#include <vector>
+
 #include "absl/synchronization/mutex.h"
 #include "binding.h"
 #include "rpc/tuning.h"
@@ -13,29 +16,35 @@ namespace py = pybind11;
 namespace psflow::python {
 namespace {
 
+// Each class is also the Python built-in exception its status means, so `except ValueError` catches
+// a bad argument as it would from any Python library; the rest derive from psflow.Error alone.
 struct ErrorClass {
   absl::StatusCode code;
   const char* name;
+  PyObject* builtin;  // nullptr: no built-in means the same thing
 };
 
-constexpr ErrorClass kErrorClasses[] = {
-    {absl::StatusCode::kCancelled, "CancelledError"},
-    {absl::StatusCode::kUnknown, "UnknownError"},
-    {absl::StatusCode::kInvalidArgument, "InvalidArgumentError"},
-    {absl::StatusCode::kDeadlineExceeded, "DeadlineExceededError"},
-    {absl::StatusCode::kNotFound, "NotFoundError"},
-    {absl::StatusCode::kAlreadyExists, "AlreadyExistsError"},
-    {absl::StatusCode::kPermissionDenied, "PermissionDeniedError"},
-    {absl::StatusCode::kResourceExhausted, "ResourceExhaustedError"},
-    {absl::StatusCode::kFailedPrecondition, "FailedPreconditionError"},
-    {absl::StatusCode::kAborted, "AbortedError"},
-    {absl::StatusCode::kOutOfRange, "OutOfRangeError"},
-    {absl::StatusCode::kUnimplemented, "UnimplementedError"},
-    {absl::StatusCode::kInternal, "InternalError"},
-    {absl::StatusCode::kUnavailable, "UnavailableError"},
-    {absl::StatusCode::kDataLoss, "DataLossError"},
-    {absl::StatusCode::kUnauthenticated, "UnauthenticatedError"},
-};
+const std::vector<ErrorClass>& ErrorClasses() {
+  static const std::vector<ErrorClass> classes = {
+      {absl::StatusCode::kCancelled, "CancelledError", nullptr},
+      {absl::StatusCode::kUnknown, "UnknownError", PyExc_RuntimeError},
+      {absl::StatusCode::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError},
+      {absl::StatusCode::kDeadlineExceeded, "DeadlineExceededError", PyExc_TimeoutError},
+      {absl::StatusCode::kNotFound, "NotFoundError", PyExc_LookupError},
+      {absl::StatusCode::kAlreadyExists, "AlreadyExistsError", nullptr},
+      {absl::StatusCode::kPermissionDenied, "PermissionDeniedError", PyExc_PermissionError},
+      {absl::StatusCode::kResourceExhausted, "ResourceExhaustedError", nullptr},
+      {absl::StatusCode::kFailedPrecondition, "FailedPreconditionError", PyExc_RuntimeError},
+      {absl::StatusCode::kAborted, "AbortedError", PyExc_RuntimeError},
+      {absl::StatusCode::kOutOfRange, "OutOfRangeError", nullptr},
+      {absl::StatusCode::kUnimplemented, "UnimplementedError", PyExc_NotImplementedError},
+      {absl::StatusCode::kInternal, "InternalError", PyExc_RuntimeError},
+      {absl::StatusCode::kUnavailable, "UnavailableError", PyExc_ConnectionError},
+      {absl::StatusCode::kDataLoss, "DataLossError", PyExc_OSError},
+      {absl::StatusCode::kUnauthenticated, "UnauthenticatedError", PyExc_PermissionError},
+  };
+  return classes;
+}
 
 // Class objects, owned by the module (kept alive by it for the process's life).
 PyObject* g_error = nullptr;
@@ -48,9 +57,11 @@ void RegisterErrors(py::module_& m) {
                                       "Base of every psflow error; .code is the absl status code name.",
                                       PyExc_Exception, nullptr);
   m.attr("Error") = py::handle(g_error);
-  for (const ErrorClass& e : kErrorClasses) {
+  for (const ErrorClass& e : ErrorClasses()) {
     const std::string qualified = std::string("psflow.") + e.name;
-    PyObject* cls = PyErr_NewException(qualified.c_str(), g_error, nullptr);
+    PyObject* bases = e.builtin != nullptr ? PyTuple_Pack(2, g_error, e.builtin) : PyTuple_Pack(1, g_error);
+    PyObject* cls = PyErr_NewException(qualified.c_str(), bases, nullptr);
+    Py_DECREF(bases);
     PyObject_SetAttrString(cls, "code", py::str(absl::StatusCodeToString(e.code)).ptr());
     g_error_by_code[static_cast<int>(e.code)] = cls;
     m.attr(e.name) = py::handle(cls);

@@ -530,11 +530,6 @@ class WorkerSession:
         return self._session.local_step
 
     @property
-    def data_step(self):
-        """The global batch this worker's next batch is sliced from (docs/design.md#data-order)."""
-        return self._session.data_step
-
-    @property
     def is_chief(self):
         return self._session.is_chief
 

@@ -140,10 +140,29 @@ class ClusterSpecAndFlagsTest(unittest.TestCase):
                 psflow.ClusterSpec(jobs)
             self.assertEqual(str(e.exception), cli_error("--job_name=worker", *flags))
             self.assertIsInstance(e.exception, psflow.Error)
-        with self.assertRaises(psflow.InvalidArgumentError):
+            self.assertIsInstance(e.exception, ValueError)  # Python's own meaning of a bad argument
+        with self.assertRaises(ValueError):
             psflow.ClusterSpec({"ps": ["h:1"], "worker": ["h:2"], "parameter_servers": ["h:3"]})
         with self.assertRaises(psflow.InvalidArgumentError):
             psflow.ClusterSpec.from_tf_config("{not json")
+
+    def test_errors_are_also_the_python_builtins_they_mean(self):
+        expected = {
+            "InvalidArgumentError": ValueError, "NotFoundError": LookupError,
+            "DeadlineExceededError": TimeoutError, "UnavailableError": ConnectionError,
+            "PermissionDeniedError": PermissionError, "UnauthenticatedError": PermissionError,
+            "UnimplementedError": NotImplementedError, "FailedPreconditionError": RuntimeError,
+            "InternalError": RuntimeError, "DataLossError": OSError,
+        }
+        for name, builtin in expected.items():
+            cls = getattr(psflow, name)
+            self.assertTrue(issubclass(cls, psflow.Error), name)
+            self.assertTrue(issubclass(cls, builtin), f"{name} is not a {builtin.__name__}")
+            with self.assertRaises(builtin):
+                raise cls("x")
+        for name in ("CancelledError", "AbortedError", "OutOfRangeError", "ResourceExhaustedError"):
+            self.assertTrue(issubclass(getattr(psflow, name), psflow.Error), name)
+        self.assertFalse(issubclass(psflow.CancelledError, ValueError))
 
     def test_parse_flags_layers(self):
         old = os.environ.pop("PSFLOW_FLAGS", None)

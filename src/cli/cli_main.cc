@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <iostream>
 #include <string>
@@ -23,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "cli/local_cluster.h"
 #include "cli/train_flags.h"
+#include "psflow/ckpt/checkpoint.h"
 #include "psflow/cli/main.h"
 #include "psflow/dist/cluster.h"
 #include "cli/transport_bench.h"
@@ -99,8 +101,29 @@ int RunTrain(train::TrainOptions options) {
   return 0;
 }
 
-int RunEval(train::TrainOptions options, bool watch) {
+// `psflow eval` without --model: the model the newest checkpoint names (its metadata's "model"),
+// so a checkpoint is evaluated as what it is. A directory that does not exist is said as such.
+absl::Status ModelOfCheckpoint(train::TrainOptions* options) {
+  if (!std::filesystem::is_directory(options->checkpoint_dir)) {
+    return absl::NotFoundError(absl::StrCat("--checkpoint_dir=", options->checkpoint_dir,
+                                            " does not exist or is not a directory (give the directory the chief "
+                                            "saved its checkpoints to)"));
+  }
+  auto latest = ckpt::OpenLatestCheckpoint(options->checkpoint_dir);
+  if (!latest.ok()) return latest.status();
+  if (!latest->has_value()) {
+    return absl::NotFoundError(absl::StrCat("no valid checkpoint in --checkpoint_dir=", options->checkpoint_dir));
+  }
+  const auto& metadata = (*latest)->reader->metadata();
+  if (auto it = metadata.find("model"); it != metadata.end()) options->model = it->second;
+  return absl::OkStatus();
+}
+
+int RunEval(train::TrainOptions options, bool watch, bool model_given) {
   const bool train_steps_given = options.train_steps.has_value();
+  if (!watch && !model_given) {
+    if (auto s = ModelOfCheckpoint(&options); !s.ok()) return Fail(s);
+  }
   if (auto s = train::ResolveTrainOptions(&options); !s.ok()) return Fail(s, 2);
   if (watch) return RunEvaluatorTask(options, train_steps_given);
   if (options.model == "ctr") {  // tables: rows read from the file for the test set's ids
@@ -192,6 +215,37 @@ std::string UnknownSubcommand(const CLI::App& app) {
   return absl::StrCat("unknown subcommand '", *word, "'; the closest is '", closest, "'");
 }
 
+// "unknown flag --modle; did you mean --model?" for the first extra flag of the subcommand being
+// parsed whose name is close to one of its flags (edit distance at most a third of the name, and
+// at least 2); "" when there is none.
+std::string UnknownFlag(const CLI::App& app) {
+  const CLI::App* at = &app;
+  while (true) {
+    std::vector<const CLI::App*> chosen = at->get_subcommands([](const CLI::App* sub) { return sub->parsed(); });
+    if (chosen.empty()) break;
+    at = chosen.front();
+  }
+  for (const std::string& extra : at->remaining()) {
+    if (!extra.starts_with("--") || extra == "--") continue;
+    const std::string name = extra.substr(2, extra.find('=') == std::string::npos ? std::string::npos : extra.find('=') - 2);
+    std::string closest;
+    size_t best = std::string::npos;
+    for (const CLI::Option* option : at->get_options()) {
+      for (const std::string& long_name : option->get_lnames()) {
+        const size_t d = EditDistance(name, long_name);
+        if (d < best) {
+          best = d;
+          closest = long_name;
+        }
+      }
+    }
+    if (!closest.empty() && best <= std::max<size_t>(2, name.size() / 3)) {
+      return absl::StrCat("unknown flag --", name, "; did you mean --", closest, "?");
+    }
+  }
+  return "";
+}
+
 // The command line: each subcommand and the options app.parse fills in.
 struct CommandLine {
   CLI::App app{"psflow: distributed training on parameter servers"};
@@ -280,7 +334,9 @@ std::optional<int> Parse(CommandLine& c, int argc, char** argv) {
                 << "(psflow local --ps=1 --workers=2 -- python3 train.py)" << std::endl;
       return 2;
     }
-    std::cerr << "psflow: error: " << e.what() << " (see " << CommandPath(c.app) << " --help)" << std::endl;
+    const std::string unknown = UnknownFlag(c.app);
+    std::cerr << "psflow: error: " << (unknown.empty() ? std::string(e.what()) : unknown) << " (see "
+              << CommandPath(c.app) << " --help)" << std::endl;
     return 2;
   } catch (const CLI::ParseError& e) {
     const std::string unknown = UnknownSubcommand(c.app);
@@ -363,7 +419,7 @@ int psflow::cli::Main(int argc, char** argv) {
 
   if (c.train_cmd->parsed()) return cli::RunTrain(c.train_options);
   if (c.local_cmd->parsed()) return cli::RunLocal(c, has_worker_command, worker_command, argv[0]);
-  if (c.eval_cmd->parsed()) return cli::RunEval(c.eval_options, c.eval_watch);
+  if (c.eval_cmd->parsed()) return cli::RunEval(c.eval_options, c.eval_watch, c.eval_cmd->count("--model") > 0);
   if (c.transport_cmd->parsed()) return cli::RunBenchTransport(c, argv[0]);
   return 2;
 }

@@ -37,18 +37,24 @@ std::string TypeName(const train::Flag& flag) {
       flag.field);
 }
 
-// " (default: the model's: softmax X, mlp Y, cnn Z, vgg19 W[, registered models])", or "".
+// " (default: the model's: softmax X, mlp Y, cnn Z, vgg19 W[, registered models])", or "". A
+// model that leaves a table flag unset (no tables) is not listed; the flag's own fallback is named.
 std::string ModelDefaultsHelp(const train::Flag& flag) {
   if (std::holds_alternative<std::monostate>(flag.model_default)) return "";
-  std::string out = " (default: the model's:";
-  const char* sep = " ";
+  const std::string name(flag.name);
+  const char* fallback = name == "sparse_optimizer"       ? "--optimizer's rule"
+                         : name == "sparse_learning_rate" ? "--learning_rate"
+                                                          : nullptr;
+  std::string listed;
   for (const std::string& model : nn::ModelNames()) {
     auto defaults = nn::DefaultsFor(model);
     if (!defaults.ok()) continue;
-    absl::StrAppend(&out, sep, model, " ", train::ModelDefaultText(flag, *defaults));
-    sep = ", ";
+    const std::string text = train::ModelDefaultText(flag, *defaults);
+    if (fallback != nullptr && (text.empty() || text == "0")) continue;
+    absl::StrAppend(&listed, listed.empty() ? "" : ", ", model, " ", text);
   }
-  return out + ")";
+  if (fallback == nullptr) return absl::StrCat(" (default: the model's: ", listed, ")");
+  return absl::StrCat(" (default: ", fallback, listed.empty() ? "" : absl::StrCat("; the model's: ", listed), ")");
 }
 
 void AddModelSettings(CLI::App* app, train::TrainOptions* o) {

@@ -288,8 +288,8 @@ struct MethodInfo {
 const MethodInfo* Methods() {
   static const MethodInfo* methods = [] {
     static constexpr const char* kNames[kNumMethods] = {
-        "Hello", "Initialize", "MarkInitialized", "WaitInitialized", "Pull",
-        "PullRows", "Push", "Goodbye", "Shutdown", "Stats"};
+        "Hello",   "Initialize", "MarkInitialized", "WaitInitialized", "Pull",     "Push",
+        "Goodbye", "Shutdown",   "Stats",           "LoadTable",       "ScanTable"};
     auto* m = new MethodInfo[kNumMethods];
     for (int i = 0; i < kNumMethods; ++i) {
       m[i].name = kNames[i];

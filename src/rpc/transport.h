@@ -37,13 +37,14 @@ enum class Method {
   kMarkInitialized,
   kWaitInitialized,
   kPull,
-  kPullRows,
   kPush,
   kGoodbye,
   kShutdown,
   kStats,
+  kLoadTable,
+  kScanTable,
 };
-inline constexpr int kNumMethods = 10;
+inline constexpr int kNumMethods = 11;
 // "/psflow.wire.Ps/Push"
 const std::string& MethodPath(Method method);
 // "Push"

@@ -58,13 +58,13 @@ constexpr Flag kFlags[] = {
   {"slurm_port_base", &O::slurm_port_base, "under srun: each task listens on this port plus its rank on its node",
    Between(1, 65535, "a port in 1..65535")},
   // Model and data.
-  {"model", &O::model, "softmax | mlp | cnn | vgg19, or a model the program registered (nn::RegisterModel)"},
+  {"model", &O::model, "softmax | mlp | cnn | vgg19 | ctr, or a model the program registered (nn::RegisterModel)"},
   {"hidden_units", &O::hidden_units, "hidden units of the mlp", kPositive},
   {"data_dir", &O::data_dir, "directory of the MNIST IDX files"},
   // Training: left out, the --model's own value.
   {"train_steps", &O::train_steps, "stop when the global step reaches this", kPositive, &M::train_steps},
   {"batch_size", &O::batch_size, "examples per step per worker", kPositive, &M::batch_size},
-  {"optimizer", &O::optimizer, "sgd | momentum | adagrad | adam | rmsprop", {}, &M::optimizer},
+  {"optimizer", &O::optimizer, "sgd | momentum | adagrad | adam | adamw | rmsprop", {}, &M::optimizer},
   {"learning_rate", &O::learning_rate, "initial learning rate", kPositiveNumber, &M::learning_rate},
   {"lr_decay_steps", &O::lr_decay_steps, "exponential decay period in steps, 0: constant",
    AtLeast(0, "0 (no decay) or positive"), &M::lr_decay_steps},

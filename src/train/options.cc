@@ -11,6 +11,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "psflow/dist/partition.h"
 #include "psflow/dist/slurm.h"
 #include "psflow/nn/model.h"
 #include "ps/server/table/sparse_rule.h"
@@ -67,12 +68,20 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
   // The dense rule first: the tables' rule defaults to it, and a bad --optimizer is named as such.
   auto optimizer = optim::MakeOptimizer(OptimizerConfigFrom(*o));
   if (!optimizer.ok()) return optimizer.status();
-  if (o->sparse_optimizer.empty()) o->sparse_optimizer = o->optimizer;
-  if (!absl::c_linear_search(std::vector<std::string>{"sgd", "momentum", "adagrad", "ftrl", "adam", "rmsprop"},
-                             o->sparse_optimizer)) {
+  // The tables' rule defaults to the dense one when a table rule of that name exists; a dense-only
+  // rule (adamw) leaves it unset, so a model without tables trains, and one with tables is refused
+  // where they are declared, naming both flags.
+  const std::vector<std::string> table_rules = {"sgd", "momentum", "adagrad", "ftrl", "adam", "rmsprop"};
+  const bool sparse_given = !o->sparse_optimizer.empty();
+  if (!sparse_given && absl::c_linear_search(table_rules, o->optimizer)) o->sparse_optimizer = o->optimizer;
+  if (sparse_given && !absl::c_linear_search(table_rules, o->sparse_optimizer)) {
     return absl::InvalidArgumentError(absl::StrCat("--sparse_optimizer=", o->sparse_optimizer,
                                                    " must be one of sgd, momentum, adagrad, ftrl, adam, rmsprop"));
   }
+  // The partitioner and placement are read where the variables are placed (each task); checked here
+  // too, so a bad one is refused before anything trains or any task starts (psflow local).
+  if (auto partitioner = dist::ParsePartitioner(o->partitioner); !partitioner.ok()) return partitioner.status();
+  if (auto placement = dist::ParsePlacement(o->placement); !placement.ok()) return placement.status();
   if (*o->sparse_learning_rate == 0.0f) o->sparse_learning_rate = o->learning_rate;
   if (!o->slurm_jobs.empty()) {
     if (auto jobs = dist::ParseSlurmJobs(o->slurm_jobs); !jobs.ok()) return jobs.status();
@@ -81,8 +90,10 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat("--local_replicas=", o->local_replicas, " must be at most --batch_size=",
                                                    *o->batch_size, ": each replica needs at least one example"));
   }
-  auto rule = ps::table::SparseRule::Make(SparseRuleConfigFrom(*o));
-  if (!rule.ok()) return rule.status();
+  if (!o->sparse_optimizer.empty()) {
+    auto rule = ps::table::SparseRule::Make(SparseRuleConfigFrom(*o));
+    if (!rule.ok()) return rule.status();
+  }
   return absl::OkStatus();
 }
 

@@ -132,7 +132,7 @@ class WorkerSession::Impl {
     auto telemetry = Telemetry::Create(o, /*write_events=*/is_chief(), "", options_.log);
     if (!telemetry.ok()) return telemetry.status();
     telemetry_ = *std::move(telemetry);
-    if (is_chief()) roster_ = std::make_unique<WorkerRoster>(cluster_.num_workers());
+    roster_ = std::make_unique<WorkerRoster>(cluster_.num_workers(), index_);
     progress_ = std::make_unique<ProgressLog>(options_.log, "", OptionValue(o.train_steps), OptionValue(o.batch_size));
 
     auto first = PullCurrent();
@@ -194,8 +194,8 @@ class WorkerSession::Impl {
       if (every > 0 && options_.evaluate && global_step_ / every != step_before / every) {
         if (auto s = EvaluateNow(); !s.ok()) return s;
       }
-      CheckWorkers();
     }
+    CheckWorkers();
     return absl::OkStatus();
   }
 
@@ -369,8 +369,8 @@ class WorkerSession::Impl {
   int num_tables() const { return tables_.size(); }
   std::vector<dist::TableSpec> table_specs() const { return tables_.specs(); }
 
-  // The chief, every kWorkerCheckSecs: which workers are connected (its /metrics gauge, and a line
-  // for those that are not: train/worker_roster.h).
+  // Every worker, every kWorkerCheckSecs: which workers are connected (its /metrics gauge); the
+  // chief also logs a line for those that are not (train/worker_roster.h).
   void CheckWorkers() {
     const auto now = std::chrono::steady_clock::now();
     if (now < next_worker_check_) return;
@@ -379,7 +379,7 @@ class WorkerSession::Impl {
     if (!stats.ok()) return;  // a silent ps task: the next push reports it
     const std::string line = roster_->Update(*stats, progress_->ElapsedSeconds());
     telemetry_->registry().SetGauge(metrics::kConnectedWorkers, {}, double(roster_->connected()));
-    if (!line.empty()) log(line);
+    if (!line.empty() && is_chief()) log(line);
   }
 
   bool opened() const { return state_.opened(); }
@@ -447,8 +447,9 @@ class WorkerSession::Impl {
   std::unique_ptr<Chief> chief_;
   std::unique_ptr<Telemetry> telemetry_;
   std::unique_ptr<ProgressLog> progress_;
-  static constexpr int kWorkerCheckSecs = 5;
-  std::unique_ptr<WorkerRoster> roster_;  // the chief's
+  // One Stats call per ps task a second: the gauge follows workers joining a short job.
+  static constexpr int kWorkerCheckSecs = 1;
+  std::unique_ptr<WorkerRoster> roster_;
   std::chrono::steady_clock::time_point next_worker_check_{};  // the first step checks
   SessionState state_;  // open, stepped, finished, closed, evaluating, ended (train/session_state.h)
   int64_t global_step_ = 0, start_step_ = 0, local_step_ = 0, stale_ = 0;

@@ -23,7 +23,7 @@ std::set<int> Union(const std::vector<ps::PsTaskStats>& stats, std::vector<int32
 
 std::string WorkerRoster::Update(const std::vector<ps::PsTaskStats>& stats, double elapsed_secs) {
   std::set<int> connected = Union(stats, &ps::PsTaskStats::connected_worker_indices);
-  connected.insert(0);  // the chief asks: it is connected
+  connected.insert(self_);  // the asking worker is connected
   std::vector<int> missing;
   for (int i = 0; i < num_workers_; ++i) {
     if (!connected.contains(i)) missing.push_back(i);

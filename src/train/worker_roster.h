@@ -1,8 +1,9 @@
-// The chief's view of the job's workers (train/session.cc), from the ps tasks' Stats answers:
-// which workers are connected (the chief's /metrics psflow_connected_workers), which have not
+// A worker's view of the job's workers (train/session.cc), from the ps tasks' Stats answers:
+// which workers are connected (each worker's /metrics psflow_connected_workers), which have not
 // connected — said once a worker is missing past a grace period, again when the set changes or
 // at most once a minute, and "all N workers connected" when the last one arrives — and how many
-// pushed (the summary's workers). A value type used by the chief's training thread only.
+// pushed (the summary's workers). The chief logs its lines; every worker exports the gauge. A value
+// type used by one worker's training thread only.
 #ifndef PSFLOW_TRAIN_WORKER_ROSTER_H_
 #define PSFLOW_TRAIN_WORKER_ROSTER_H_
 
@@ -15,13 +16,14 @@ namespace psflow::train {
 
 class WorkerRoster {
  public:
-  explicit WorkerRoster(int num_workers, double grace_secs = 10, double repeat_secs = 60)
-      : num_workers_(num_workers), grace_secs_(grace_secs), repeat_secs_(repeat_secs) {}
+  // `self`: the index of the worker that asks (connected, whatever the ps tasks say).
+  explicit WorkerRoster(int num_workers, int self = 0, double grace_secs = 10, double repeat_secs = 60)
+      : num_workers_(num_workers), self_(self), grace_secs_(grace_secs), repeat_secs_(repeat_secs) {}
 
   // The ps tasks' stats, `elapsed_secs` after the chief opened its session; returns the line to
   // log ("" for none).
   std::string Update(const std::vector<ps::PsTaskStats>& stats, double elapsed_secs);
-  // Workers connected at the last Update (the chief itself included).
+  // Workers connected at the last Update (the asking worker included).
   int connected() const { return connected_; }
 
   // Workers that pushed to any ps task (the union over the tasks); 0 when no task tells.
@@ -31,6 +33,7 @@ class WorkerRoster {
 
  private:
   int num_workers_;
+  int self_;
   double grace_secs_, repeat_secs_;
   int connected_ = 1;
   std::vector<int> reported_missing_;  // as last said

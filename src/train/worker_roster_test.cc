@@ -16,7 +16,7 @@ ps::PsTaskStats Task(std::vector<int32_t> connected, std::vector<int32_t> pushed
 }
 
 TEST(WorkerRosterTest, SaysWhoIsMissingAfterTheGraceThenOnChangeOrOncePerRepeat) {
-  WorkerRoster roster(3, /*grace_secs=*/10, /*repeat_secs=*/60);
+  WorkerRoster roster(3, /*self=*/0, /*grace_secs=*/10, /*repeat_secs=*/60);
   // Within the grace period: counted, not said.
   EXPECT_EQ(roster.Update({Task({0}, {})}, 2), "");
   EXPECT_EQ(roster.connected(), 1);
@@ -46,6 +46,16 @@ TEST(WorkerRosterTest, AllConnectedFromTheStartSaysNothing) {
   WorkerRoster alone(1);
   EXPECT_EQ(alone.Update({Task({}, {})}, 100), "");
   EXPECT_EQ(alone.connected(), 1);
+}
+
+// Issue 29: psflow_connected_workers read 0 on worker 1 (only the chief kept a roster) and 1 on
+// the chief while 2 ran. Every worker counts, itself included.
+TEST(WorkerRosterTest, ANonChiefWorkerCountsItselfAndTheOthers) {
+  WorkerRoster worker1(2, /*self=*/1);
+  EXPECT_EQ(worker1.Update({Task({}, {})}, 1), "");
+  EXPECT_EQ(worker1.connected(), 1);
+  EXPECT_EQ(worker1.Update({Task({0}, {})}, 2), "");
+  EXPECT_EQ(worker1.connected(), 2);
 }
 
 TEST(WorkerRosterTest, CountsTheWorkersThatPushedOnAnyPsTask) {

@@ -11,7 +11,7 @@
 // Errors name the ps task and its address.
 //
 // Failures: every call has a deadline sized to the bytes it moves (rpc_timeout_secs + 1 s per MiB,
-// src/ps/client/call_deadline.h). A data or control call (Pull, PullRows, Push, PushAndPull, PullState,
+// src/ps/client/call_deadline.h). A data or control call (Pull, Push, PushAndPull, PullState,
 // Initialize, IsInitialized, Stats, Shutdown, Abort) to a ps task that is silent — it missed the
 // deadline (frozen, link down) or is unreachable (killed) — is retried with exponential back-off
 // (50 ms doubling to 2 s) for up to ps_unavailable_timeout_secs (--ps_timeout_secs) from the call's
@@ -173,7 +173,9 @@ class PsClient {
   absl::StatusOr<int64_t> Pull(const std::vector<std::pair<std::string, Tensor*>>& out, const TableStep& tables);
   void PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out, const TableStep& tables,
                  std::function<void(absl::StatusOr<int64_t>)> done);
-  // Rows of axis 0 of one variable: a [rows.size(), other dims...] tensor.
+  // Rows of axis 0 of one variable: a [rows.size(), other dims...] tensor. Pulls the whole variable
+  // (the ps no longer has a call for rows); removed in the release after 0.2.0.
+  [[deprecated("Pull the variable and index its rows; PullRows is removed after 0.2.0")]]
   absl::StatusOr<Tensor> PullRows(const std::string& variable, const std::vector<int64_t>& rows);
 
   // Pushes gradients tagged with the global step they were computed at (dense sliced per shard,

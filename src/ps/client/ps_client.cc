@@ -1,5 +1,5 @@
 // PsClient: a worker's calls to every ps task, fanned out in parallel over rpc::ClientChannel.
-// This file has the data path (Pull, PullRows, Push, PushAndPull) and PsClient's forwarding
+// This file has the data path (Pull, Push, PushAndPull; the deprecated PullRows) and PsClient's forwarding
 // functions; connecting and the control calls are in ps_client_control.cc, the shared state in
 // ps/client/ps_client_impl.h.
 #include <algorithm>
@@ -236,59 +236,20 @@ absl::StatusOr<Tensor> PsClient::Impl::PullRows(const std::string& variable, con
   out_shape[0] = static_cast<int64_t>(rows.size());
   Tensor out(out_shape);
   if (rows.empty()) return out;
-  const bool by_rows = route.shards.size() == 1 || route.shards[0].axis == 0;
-  // Per shard: the positions in `rows` it answers (all of them when split along an inner axis).
-  std::vector<std::vector<size_t>> positions(route.shards.size());
-  for (size_t p = 0; p < rows.size(); ++p) {
-    if (!by_rows) {
-      for (auto& pos : positions) pos.push_back(p);
-      continue;
-    }
-    size_t s = 0;
-    while (s + 1 < route.shards.size() && rows[p] >= route.shards[s + 1].offset) ++s;
-    positions[s].push_back(p);
-  }
-  std::vector<rpc::ClientChannel*> channels;
-  std::vector<rpc::OutgoingMessage> requests;
-  std::vector<size_t> shard_of_call;
-  for (size_t s = 0; s < route.shards.size(); ++s) {
-    if (positions[s].empty()) continue;
-    const dist::ShardSpec& shard = route.shards[s];
-    wire::PullRowsRequest pull;
-    pull.set_shard(shard.name);
-    for (size_t p : positions[s]) pull.add_rows(by_rows ? rows[p] - shard.offset : rows[p]);
-    channels.push_back(channel(shard.ps_task));
-    requests.push_back(rpc::OutgoingMessage::Of(pull));
-    shard_of_call.push_back(s);
-  }
+  // The whole variable, then its rows (no call of its own: this is only a convenience, deprecated).
+  Tensor whole(route.spec.shape);
+  absl::Notification done;
+  absl::StatusOr<int64_t> pulled;
+  PullAsync({{variable, &whole}}, nullptr, [&](absl::StatusOr<int64_t> r) {
+    pulled = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  if (!pulled.ok()) return pulled.status();
   const int64_t row_size = out.size() / out_shape[0];
-  rpc::CallOptions o = Control(options_.rpc_timeout_secs);
-  o.pull_direction = true;
-  absl::Status s = CallAndWait(
-      channels, rpc::Method::kPullRows, std::move(requests), o, [&](int i, const rpc::IncomingMessage& r) {
-        const dist::ShardSpec& shard = route.shards[shard_of_call[i]];
-        const std::vector<size_t>& pos = positions[shard_of_call[i]];
-        const int64_t shard_row = NumElements(shard.shape) / std::max<int64_t>(shard.shape[0], 1);
-        if (r.num_tensors() != 1 || r.num_floats(0) != static_cast<int64_t>(pos.size()) * shard_row) {
-          return absl::DataLossError(absl::StrCat(channels[i]->peer_name(), ": PullRows of '", shard.name,
-                                                  "' returned the wrong size"));
-        }
-        if (by_rows) {
-          // Rows come back in request order; place each at its position.
-          std::vector<float> buffer(static_cast<size_t>(r.num_floats(0)));
-          r.CopyTo(0, buffer.data());
-          for (size_t q = 0; q < pos.size(); ++q) {
-            std::copy_n(buffer.data() + q * row_size, row_size, out.data() + pos[q] * row_size);
-          }
-        } else {
-          const int64_t inner = InnerSize(out_shape, shard.axis);
-          r.CopyStrided(0, out.data() + shard.offset * inner, shard.shape[shard.axis] * inner,
-                        out_shape[shard.axis] * inner);
-        }
-        return absl::OkStatus();
-      },
-      retrier_.get());
-  if (!s.ok()) return s;
+  for (size_t p = 0; p < rows.size(); ++p) {
+    std::copy_n(whole.data() + rows[p] * row_size, row_size, out.data() + static_cast<int64_t>(p) * row_size);
+  }
   return out;
 }
 
@@ -591,6 +552,7 @@ void PsClient::PullAsync(const std::vector<std::pair<std::string, Tensor*>>& out
 }
 
 absl::StatusOr<Tensor> PsClient::PullRows(const std::string& variable, const std::vector<int64_t>& rows) {
+  CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
   return impl_->PullRows(variable, rows);
 }
 

@@ -4,7 +4,7 @@
 //
 // Its methods live in two files: ps_client_control.cc has connecting and the control calls (Init,
 // Connect, the chief's Initialize and restores, PullState, WaitForInitialization, IsInitialized,
-// Goodbye, Shutdown, Abort, Stats); ps_client.cc has the data path (Pull, PullRows, Push,
+// Goodbye, Shutdown, Abort, Stats); ps_client.cc has the data path (Pull, Push,
 // PushAndPull, and the fan-out helpers they share) and PsClient's forwarding functions.
 //
 // Thread-safe. options_, client_id_, channels_, retrier_ and routes_ are set by Init(), before the

@@ -1,10 +1,10 @@
 // PsClient: tables in checkpoints (docs/tables.md#semantics, checkpoints). ScanTable reads every shard of a
-// table through its ps task's scan cursor (PullRequest.table_scan), one part per shard at a time,
+// table through its ps task's scan cursor (the ScanTable call), one part per shard at a time,
 // and merges them into one stream of parts in ascending id order (div shards hold ranges, mod
 // shards and dynamic shares interleave: the merge serves both). LoadTable routes each restored row
 // to the shard that owns it under this client's plan — Mix64(id) % P' for a dynamic table, div/mod
-// over the new shards for a fixed one — and sends each ps task its rows (PushRequest.table_load)
-// part by part, between the chief's Initialize and MarkInitialized.
+// over the new shards for a fixed one — and sends each ps task its rows (the LoadTable call) part
+// by part, between the chief's Initialize and MarkInitialized.
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -64,6 +64,46 @@ void CutTo(TableRowsPart* part, int64_t dim) {
   for (Tensor& s : part->slots) cut(s);
 }
 
+// A scan part's size at most (values and up to two slots, ids, last steps and counts), which sizes the
+// call's deadline (call_deadline.h).
+int64_t ScanAnswerBytes(int64_t max_rows, int64_t dim) {
+  return max_rows * (3 * dim * static_cast<int64_t>(sizeof(float)) + 3 * static_cast<int64_t>(sizeof(int64_t)));
+}
+
+// Cursor c's next part from a ScanTable answer of `peer` (a shard of `table`, rows of `dim`).
+absl::Status ReadScanPart(const rpc::IncomingMessage& m, const std::string& table, const std::string& shard,
+                          int64_t dim, const std::string& peer, ShardCursor* c) {
+  wire::ScanTableResponse response;
+  if (absl::Status s = Parse(m, &response, peer); !s.ok()) return s;
+  const wire::TableRows& rows = response.part().rows();
+  TableRowsPart part;
+  part.table = table;
+  part.ids = Int64s(rows.ids());
+  part.last_step = Int64s(rows.last_step());
+  part.count = Int64s(rows.count());
+  const int64_t n = static_cast<int64_t>(part.ids.size());
+  if (m.num_tensors() < 1 || static_cast<int64_t>(part.last_step.size()) != n ||
+      static_cast<int64_t>(part.count.size()) != n) {
+    return absl::DataLossError(absl::StrCat(peer, ": a malformed scan part of '", shard, "'"));
+  }
+  for (int i = 0; i < m.num_tensors(); ++i) {
+    if (m.num_floats(i) != n * dim) {
+      return absl::DataLossError(absl::StrCat(peer, ": scan part of '", shard, "' has the wrong size"));
+    }
+    Tensor rows_tensor({n, dim});
+    if (n > 0) m.CopyTo(i, rows_tensor.data());
+    if (i == 0) {
+      part.values = std::move(rows_tensor);
+    } else {
+      part.slots.push_back(std::move(rows_tensor));
+    }
+  }
+  c->part = std::move(part);
+  c->next = 0;
+  c->done = response.part().done();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status PsClient::Impl::ScanTable(const std::string& table, int64_t max_rows,
@@ -80,48 +120,18 @@ absl::Status PsClient::Impl::ScanTable(const std::string& table, int64_t max_row
   }
   // Reads cursor c's next part from its ps task (not retried: see ps_client.h).
   auto refill = [&](ShardCursor& c) -> absl::Status {
-    wire::PullRequest pull;
-    wire::TableScan* scan = pull.mutable_table_scan();
-    scan->set_table(c.shard->name);
-    scan->set_scan_id(c.scan_id);
-    scan->set_max_rows(max_rows);
+    wire::TableScan scan;
+    scan.set_table(c.shard->name);
+    scan.set_scan_id(c.scan_id);
+    scan.set_max_rows(max_rows);
     std::vector<rpc::OutgoingMessage> requests;
-    requests.push_back(rpc::OutgoingMessage::Of(pull));
+    requests.push_back(rpc::OutgoingMessage::Of(scan));
     const int k = c.shard->ps_task;
-    return CallAndWait({channel(k)}, rpc::Method::kPull, std::move(requests), Control(options_.rpc_timeout_secs),
-                       [&](int, const rpc::IncomingMessage& m) -> absl::Status {
-                         wire::PullResponse response;
-                         if (absl::Status s = Parse(m, &response, channel(k)->peer_name()); !s.ok()) return s;
-                         const wire::TableRows& rows = response.scan().rows();
-                         TableRowsPart part;
-                         part.table = table;
-                         part.ids = Int64s(rows.ids());
-                         part.last_step = Int64s(rows.last_step());
-                         part.count = Int64s(rows.count());
-                         const int64_t n = static_cast<int64_t>(part.ids.size());
-                         if (m.num_tensors() < 1 || static_cast<int64_t>(part.last_step.size()) != n ||
-                             static_cast<int64_t>(part.count.size()) != n) {
-                           return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": a malformed scan part of '",
-                                                                   c.shard->name, "'"));
-                         }
-                         for (int i = 0; i < m.num_tensors(); ++i) {
-                           if (m.num_floats(i) != n * dim) {
-                             return absl::DataLossError(absl::StrCat(channel(k)->peer_name(), ": scan part of '",
-                                                                     c.shard->name, "' has the wrong size"));
-                           }
-                           Tensor rows_tensor({n, dim});
-                           if (n > 0) m.CopyTo(i, rows_tensor.data());
-                           if (i == 0) {
-                             part.values = std::move(rows_tensor);
-                           } else {
-                             part.slots.push_back(std::move(rows_tensor));
-                           }
-                         }
-                         c.part = std::move(part);
-                         c.next = 0;
-                         c.done = response.scan().done();
-                         return absl::OkStatus();
-                       });
+    return CallAndWait({channel(k)}, rpc::Method::kScanTable, std::move(requests), Control(options_.rpc_timeout_secs),
+                       [&](int, const rpc::IncomingMessage& m) {
+                         return ReadScanPart(m, table, c.shard->name, dim, channel(k)->peer_name(), &c);
+                       },
+                       /*retrier=*/nullptr, {ScanAnswerBytes(max_rows, dim)});
   };
   for (ShardCursor& c : cursors) {
     if (absl::Status s = refill(c); !s.ok()) return s;
@@ -190,7 +200,7 @@ absl::Status PsClient::Impl::LoadTable(const std::string& table, const TablePart
       }
       picks[static_cast<size_t>(shard)].push_back(q);
     }
-    std::vector<wire::PushRequest> headers(channels_.size());
+    std::vector<wire::LoadTableRequest> headers(channels_.size());
     std::vector<std::vector<rpc::OutgoingTensor>> tensors(channels_.size());
     for (size_t s = 0; s < picks.size(); ++s) {
       if (picks[s].empty()) continue;
@@ -198,7 +208,7 @@ absl::Status PsClient::Impl::LoadTable(const std::string& table, const TablePart
       const int k = shard.ps_task;
       std::vector<int64_t> ids, last, count;
       for (size_t q : picks[s]) ids.push_back(part.ids[q]), last.push_back(part.last_step[q]), count.push_back(part.count[q]);
-      wire::TableRows* block = headers[k].add_table_load();
+      wire::TableRows* block = headers[k].add_rows();
       block->set_table(shard.name);
       block->set_ids(Int64Bytes(ids.data(), ids.size()));
       block->set_last_step(Int64Bytes(last.data(), last.size()));
@@ -224,7 +234,7 @@ absl::Status PsClient::Impl::LoadTable(const std::string& table, const TablePart
     std::vector<rpc::ClientChannel*> channels;
     std::vector<rpc::OutgoingMessage> requests;
     for (int k = 0; k < num_ps(); ++k) {
-      if (headers[k].table_load_size() == 0) continue;
+      if (headers[k].rows_size() == 0) continue;
       headers[k].set_worker_index(options_.worker_index);
       rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(headers[k]);
       message.tensors = std::move(tensors[k]);
@@ -232,7 +242,7 @@ absl::Status PsClient::Impl::LoadTable(const std::string& table, const TablePart
       requests.push_back(std::move(message));
     }
     // A retried load stores the same rows again (a ps's Load overwrites): safe to retry.
-    if (absl::Status s = CallAndWait(channels, rpc::Method::kPush, std::move(requests),
+    if (absl::Status s = CallAndWait(channels, rpc::Method::kLoadTable, std::move(requests),
                                      Control(options_.rpc_timeout_secs), nullptr, retrier_.get());
         !s.ok()) {
       return s;

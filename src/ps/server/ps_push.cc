@@ -1,4 +1,4 @@
-// PsServer: pushes. HandlePush (the entry: parse, validate) hands each push to its mode: async
+// PsServer: pushes. HandlePush (the entry: parse, admit, validate) hands each push to its mode: async
 // mode applies it on arrival; sync mode (SyncReplicasOptimizer) gives it to the sync accumulator
 // (ps/server/sync_accumulator.h), which holds the push's call open (its Responder) until the step's
 // quorum is complete and its mean applied — no thread blocks per waiting worker. Every answer
@@ -37,91 +37,15 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
   std::shared_ptr<const Model> m = model();
   wire::PushRequest header;
   if (absl::Status s = request.ParseHeader(&header); !s.ok()) return responder.Respond(s);
-  if (m != nullptr && header.table_load_size() > 0) {
-    // The chief restoring tables: after Initialize, before MarkInitialized (a retry stores the
-    // same rows again, which Load allows).
-    if (initialized()) {
-      return responder.Respond(absl::FailedPreconditionError("table rows loaded after MarkInitialized"));
-    }
-    absl::Status s = m->tables->Load(header.table_load(), request);
-    if (!s.ok()) return responder.Respond(absl::InvalidArgumentError(absl::StrCat("restore: ", s.message())));
-    wire::PushResponse answer;
-    answer.set_step(step_.load());
-    return responder.Respond(rpc::OutgoingMessage::Of(answer));
-  }
   if (m == nullptr || !initialized()) {
     return responder.Respond(absl::FailedPreconditionError(kNotInitializedMessage));
   }
-  // A retried push (its answer was lost) is answered with the first answer, never applied twice.
-  std::optional<rpc::Responder> admitted =
-      dedup_.Admit(header.client_id(), header.seq(), std::move(responder), [m, &header](const std::string& first) {
-        std::vector<std::shared_ptr<Shard>> pulls;
-        for (const std::string& name : header.pull_shards()) {
-          if (auto it = m->by_name.find(name); it != m->by_name.end()) pulls.push_back(it->second);
-        }
-        // A retry's prefetch rows are gathered again (the current rows, as a late pull reads them).
-        absl::StatusOr<std::vector<TableBlock>> prefetch = m->tables->Decode(header.table_prefetch(), nullptr, 0);
-        rpc::OutgoingMessage answer = PushAnswer(pulls, 0, false, prefetch.ok() ? &*prefetch : nullptr);
-        answer.header = first;
-        return answer;
-      });
+  std::optional<rpc::Responder> admitted = AdmitPush(m, header, std::move(responder));
   if (!admitted.has_value()) return;
   responder = *std::move(admitted);
   if (Finished(*m)) return responder.Respond(FinishedError());
-
-  // Validate (and copy off the wire) everything before applying anything: a refused push changes
-  // nothing.
-  // The last table_pushes_size() tensors are the table blocks' rows; the others dense gradients.
-  const int num_dense = request.num_tensors() - header.table_pushes_size();
-  auto tables = std::make_shared<TablePush>();
-  absl::Status valid = num_dense >= 0 ? absl::OkStatus()
-                                      : absl::InvalidArgumentError(absl::StrCat(
-                                            header.table_pushes_size(), " table blocks but only ",
-                                            request.num_tensors(), " tensors"));
-  if (valid.ok() && (header.table_pushes_size() > 0 || header.table_prefetch_size() > 0)) {
-    if (header.more_parts()) {
-      valid = absl::InvalidArgumentError("table rows in a push's part other than its last");
-    } else {
-      absl::StatusOr<std::vector<TableBlock>> rows = m->tables->Decode(header.table_pushes(), &request, num_dense);
-      absl::StatusOr<std::vector<TableBlock>> prefetch = m->tables->Decode(header.table_prefetch(), nullptr, 0);
-      if (!rows.ok()) valid = rows.status();
-      if (valid.ok() && !prefetch.ok()) valid = prefetch.status();
-      if (valid.ok()) tables->rows = *std::move(rows), tables->prefetch = *std::move(prefetch);
-    }
-  }
-  std::vector<ShardGradient> gradients(static_cast<size_t>(std::max(num_dense, 0)));
-  absl::flat_hash_map<std::string, int> seen;
-  for (int i = 0; i < num_dense && valid.ok(); ++i) {
-    const std::string& name = request.meta(i).name();
-    auto it = m->by_name.find(name);
-    if (it == m->by_name.end()) {
-      valid = absl::InvalidArgumentError(absl::StrCat("gradient for unknown shard '", name, "'"));
-    } else if (!seen.emplace(name, i).second) {
-      valid = absl::InvalidArgumentError(absl::StrCat("two gradients for shard '", name, "' in one push"));
-    } else {
-      valid = it->second->DecodeGradient(request, i, &gradients[i]);
-      gradients[i].client_id = header.client_id();
-      gradients[i].worker = header.worker_index();
-      if (valid.ok() && gradients[i].slice && (m->config.sync || header.client_id() == 0)) {
-        valid = absl::InvalidArgumentError(absl::StrCat(
-            "slice of shard '", name, "': only async pushes from clients with an id come in parts"));
-      }
-    }
-  }
-  if (valid.ok() && header.more_parts() && m->config.sync) {
-    valid = absl::InvalidArgumentError("a push in parts in sync mode (a sync step counts whole pushes)");
-  }
-  std::vector<std::shared_ptr<Shard>> pulls;
-  for (const std::string& name : header.pull_shards()) {
-    if (!valid.ok()) break;
-    auto it = m->by_name.find(name);
-    if (it == m->by_name.end()) {
-      valid = absl::InvalidArgumentError(absl::StrCat("asks to pull unknown shard '", name, "'"));
-    } else {
-      pulls.push_back(it->second);
-    }
-  }
-  if (!valid.ok()) {
+  ValidPush push;
+  if (absl::Status valid = ValidatePush(*m, request, header, &push); !valid.ok()) {
     pushes_refused_.fetch_add(1);
     return responder.Respond(absl::InvalidArgumentError(
         absl::StrCat("refused push from worker ", header.worker_index(), ": ", valid.message())));
@@ -130,10 +54,89 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
     pushed_[w].store(true, std::memory_order_relaxed);
   }
   if (m->config.sync) {
-    PushInSyncMode(*m, gradients, header, std::move(pulls), std::move(tables), std::move(responder));
+    PushInSyncMode(*m, push.gradients, header, std::move(push.pulls), std::move(push.tables), std::move(responder));
   } else {
-    PushInAsyncMode(*m, gradients, header, std::move(pulls), std::move(tables), std::move(responder));
+    PushInAsyncMode(*m, push.gradients, header, std::move(push.pulls), std::move(push.tables), std::move(responder));
   }
+}
+
+std::optional<rpc::Responder> PsServer::Impl::AdmitPush(const std::shared_ptr<const Model>& m,
+                                                        const wire::PushRequest& header, rpc::Responder responder) {
+  // A retried push (its answer was lost) is answered with the first answer, never applied twice.
+  return dedup_.Admit(header.client_id(), header.seq(), std::move(responder), [m, &header](const std::string& first) {
+    std::vector<std::shared_ptr<Shard>> pulls;
+    for (const std::string& name : header.pull_shards()) {
+      if (auto it = m->by_name.find(name); it != m->by_name.end()) pulls.push_back(it->second);
+    }
+    // A retry's prefetch rows are gathered again (the current rows, as a late pull reads them).
+    absl::StatusOr<std::vector<TableBlock>> prefetch = m->tables->Decode(header.table_prefetch(), nullptr, 0);
+    rpc::OutgoingMessage answer = PushAnswer(pulls, 0, false, prefetch.ok() ? &*prefetch : nullptr);
+    answer.header = first;
+    return answer;
+  });
+}
+
+absl::Status PsServer::Impl::ValidatePush(const Model& m, const rpc::IncomingMessage& request,
+                                          const wire::PushRequest& header, ValidPush* push) {
+  // The last table_pushes_size() tensors are the table blocks' rows; the others dense gradients.
+  const int num_dense = request.num_tensors() - header.table_pushes_size();
+  if (num_dense < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(header.table_pushes_size(), " table blocks but only ",
+                                                   request.num_tensors(), " tensors"));
+  }
+  push->tables = std::make_shared<TablePush>();
+  if (absl::Status s = DecodeTableBlocks(m, request, header, num_dense, push->tables.get()); !s.ok()) return s;
+  if (absl::Status s = DecodeGradients(m, request, header, num_dense, &push->gradients); !s.ok()) return s;
+  if (header.more_parts() && m.config.sync) {
+    return absl::InvalidArgumentError("a push in parts in sync mode (a sync step counts whole pushes)");
+  }
+  for (const std::string& name : header.pull_shards()) {
+    auto it = m.by_name.find(name);
+    if (it == m.by_name.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("asks to pull unknown shard '", name, "'"));
+    }
+    push->pulls.push_back(it->second);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsServer::Impl::DecodeTableBlocks(const Model& m, const rpc::IncomingMessage& request,
+                                               const wire::PushRequest& header, int num_dense, TablePush* tables) {
+  if (header.table_pushes_size() == 0 && header.table_prefetch_size() == 0) return absl::OkStatus();
+  if (header.more_parts()) return absl::InvalidArgumentError("table rows in a push's part other than its last");
+  absl::StatusOr<std::vector<TableBlock>> rows = m.tables->Decode(header.table_pushes(), &request, num_dense);
+  absl::StatusOr<std::vector<TableBlock>> prefetch = m.tables->Decode(header.table_prefetch(), nullptr, 0);
+  if (!rows.ok()) return rows.status();
+  if (!prefetch.ok()) return prefetch.status();
+  tables->rows = *std::move(rows);
+  tables->prefetch = *std::move(prefetch);
+  return absl::OkStatus();
+}
+
+absl::Status PsServer::Impl::DecodeGradients(const Model& m, const rpc::IncomingMessage& request,
+                                             const wire::PushRequest& header, int num_dense,
+                                             std::vector<ShardGradient>* gradients) {
+  gradients->resize(static_cast<size_t>(num_dense));
+  absl::flat_hash_map<std::string, int> seen;
+  for (int i = 0; i < num_dense; ++i) {
+    const std::string& name = request.meta(i).name();
+    auto it = m.by_name.find(name);
+    if (it == m.by_name.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient for unknown shard '", name, "'"));
+    }
+    if (!seen.emplace(name, i).second) {
+      return absl::InvalidArgumentError(absl::StrCat("two gradients for shard '", name, "' in one push"));
+    }
+    ShardGradient& g = (*gradients)[i];
+    if (absl::Status s = it->second->DecodeGradient(request, i, &g); !s.ok()) return s;
+    g.client_id = header.client_id();
+    g.worker = header.worker_index();
+    if (g.slice && (m.config.sync || header.client_id() == 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slice of shard '", name, "': only async pushes from clients with an id come in parts"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void PsServer::Impl::PushInAsyncMode(const Model& m, std::vector<ShardGradient>& gradients,

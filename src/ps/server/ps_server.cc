@@ -53,11 +53,12 @@ void PsServer::Impl::Handle(rpc::Method method, rpc::IncomingMessage request, rp
     case rpc::Method::kMarkInitialized: return HandleMarkInitialized(std::move(responder));
     case rpc::Method::kWaitInitialized: return HandleWaitInitialized(std::move(responder));
     case rpc::Method::kPull: return HandlePull(request, std::move(responder));
-    case rpc::Method::kPullRows: return HandlePullRows(request, std::move(responder));
     case rpc::Method::kPush: return HandlePush(request, std::move(responder));
     case rpc::Method::kGoodbye: return HandleGoodbye(request, std::move(responder));
     case rpc::Method::kShutdown: return HandleShutdown(request, std::move(responder));
     case rpc::Method::kStats: return HandleStats(std::move(responder));
+    case rpc::Method::kLoadTable: return HandleLoadTable(request, std::move(responder));
+    case rpc::Method::kScanTable: return HandleScanTable(request, std::move(responder));
   }
   responder.Respond(absl::UnimplementedError("unknown method"));
 }
@@ -175,15 +176,6 @@ void PsServer::Impl::HandlePull(const rpc::IncomingMessage& request, rpc::Respon
   }
   wire::PullRequest pull;
   if (absl::Status s = request.ParseHeader(&pull); !s.ok()) return responder.Respond(s);
-  if (pull.has_table_scan()) {
-    wire::PullResponse header;
-    header.set_step(step_.load(std::memory_order_acquire));
-    rpc::OutgoingMessage response;
-    absl::Status s = m->tables->ScanPart(pull.table_scan(), header.step(), header.mutable_scan(), &response);
-    if (!s.ok()) return responder.Respond(s);
-    response.header = header.SerializeAsString();
-    return responder.Respond(std::move(response));
-  }
   absl::StatusOr<std::vector<TableBlock>> table_pulls = m->tables->Decode(pull.table_pulls(), nullptr, 0);
   if (!table_pulls.ok()) return responder.Respond(table_pulls.status());
   if (pull.slices_size() > 0) {
@@ -272,43 +264,6 @@ void PsServer::Impl::HandlePullSlices(const Model& m, const wire::PullRequest& p
     if (pull.with_slots()) header.add_updates(updates);
   }
   response.header = header.SerializeAsString();
-  responder.Respond(std::move(response));
-}
-
-void PsServer::Impl::HandlePullRows(const rpc::IncomingMessage& request, rpc::Responder responder) {
-  std::shared_ptr<const Model> m = model();
-  if (m == nullptr || !initialized()) {
-    return responder.Respond(absl::FailedPreconditionError(kNotInitializedMessage));
-  }
-  wire::PullRowsRequest pull;
-  if (absl::Status s = request.ParseHeader(&pull); !s.ok()) return responder.Respond(s);
-  auto it = m->by_name.find(pull.shard());
-  if (it == m->by_name.end()) {
-    return responder.Respond(absl::NotFoundError(absl::StrCat("no shard '", pull.shard(), "' on this ps task")));
-  }
-  const Shard& shard = *it->second;
-  if (shard.shape().empty()) {
-    return responder.Respond(absl::InvalidArgumentError(absl::StrCat("'", pull.shard(), "' is a scalar: no rows")));
-  }
-  std::vector<int64_t> rows(pull.rows().begin(), pull.rows().end());
-  for (int64_t r : rows) {
-    if (r < 0 || r >= shard.num_rows()) {
-      return responder.Respond(absl::InvalidArgumentError(absl::StrCat(
-          "row ", r, " of '", pull.shard(), "' is out of range 0..", shard.num_rows() - 1)));
-    }
-  }
-  auto values = std::make_shared<FloatBuffer>(shard.GatherRows(rows));
-  wire::PullRowsResponse header;
-  header.set_step(step_.load());
-  rpc::OutgoingMessage response = rpc::OutgoingMessage::Of(header);
-  rpc::OutgoingTensor t;
-  t.meta.set_name(pull.shard());
-  t.meta.add_shape(static_cast<int64_t>(rows.size()));
-  for (size_t d = 1; d < shard.shape().size(); ++d) t.meta.add_shape(shard.shape()[d]);
-  t.data = values->data();
-  t.num_floats = static_cast<int64_t>(values->size());
-  t.owner = std::move(values);
-  response.tensors.push_back(std::move(t));
   responder.Respond(std::move(response));
 }
 

@@ -107,11 +107,15 @@ class PsServer::Impl final : public rpc::Handler {
   void HandlePull(const rpc::IncomingMessage& request, rpc::Responder responder);
   // A pull in parts (PullRequest.slices): copies of the runs asked for.
   void HandlePullSlices(const Model& m, const wire::PullRequest& pull, rpc::Responder responder);
-  void HandlePullRows(const rpc::IncomingMessage& request, rpc::Responder responder);
   void HandleGoodbye(const rpc::IncomingMessage& request, rpc::Responder responder);
   void HandleShutdown(const rpc::IncomingMessage& request, rpc::Responder responder);
   void HandleStats(rpc::Responder responder);
   wire::WaitInitializedResponse InitializedResponse(const Model& model) const;
+
+  // Table checkpoint RPCs (ps_table_calls.cc): a checkpoint's rows stored (the chief restoring,
+  // before MarkInitialized), and one part of a table shard's scan.
+  void HandleLoadTable(const rpc::IncomingMessage& request, rpc::Responder responder);
+  void HandleScanTable(const rpc::IncomingMessage& request, rpc::Responder responder);
 
   // Data RPCs (ps_push.cc). HandlePush is the push path's entry: it parses and validates, then
   // hands the push to one of the two modes (not to be confused with PsClient::PushAsync, a
@@ -121,6 +125,26 @@ class PsServer::Impl final : public rpc::Handler {
   struct TablePush {
     std::vector<TableBlock> rows, prefetch;
   };
+  // A push checked against the model and copied off the wire: what the modes apply and answer.
+  struct ValidPush {
+    std::vector<ShardGradient> gradients;
+    std::vector<std::shared_ptr<Shard>> pulls;
+    std::shared_ptr<TablePush> tables;
+  };
+  // HandlePush's steps. AdmitPush: the push's responder, or nullopt for a retry of a push already
+  // applied (answered with its first answer, push_dedup.h). ValidatePush: everything checked and
+  // copied before anything is applied (a refused push changes nothing) — the table blocks
+  // (DecodeTableBlocks), the dense gradients (DecodeGradients), the shards it pulls; the error
+  // names what is wrong.
+  std::optional<rpc::Responder> AdmitPush(const std::shared_ptr<const Model>& model, const wire::PushRequest& header,
+                                          rpc::Responder responder);
+  static absl::Status ValidatePush(const Model& model, const rpc::IncomingMessage& request,
+                                   const wire::PushRequest& header, ValidPush* push);
+  static absl::Status DecodeTableBlocks(const Model& model, const rpc::IncomingMessage& request,
+                                        const wire::PushRequest& header, int num_dense, TablePush* tables);
+  static absl::Status DecodeGradients(const Model& model, const rpc::IncomingMessage& request,
+                                      const wire::PushRequest& header, int num_dense,
+                                      std::vector<ShardGradient>* gradients);
   void PushInAsyncMode(const Model& model, std::vector<ShardGradient>& gradients, const wire::PushRequest& header,
                        std::vector<std::shared_ptr<Shard>> pulls, std::shared_ptr<TablePush> tables,
                        rpc::Responder responder);

@@ -91,7 +91,7 @@ class PsTables {
   // into `part` (ids, last_step, count) and `out`'s tensors (values, then each slot).
   absl::Status ScanPart(const wire::TableScan& scan, int64_t global_step, wire::TableScanPart* part,
                         rpc::OutgoingMessage* out) ABSL_LOCKS_EXCLUDED(scans_mu_);
-  // Stores checkpoint rows (PushRequest.table_load; tensors from `first_tensor` on: per block the
+  // Stores checkpoint rows (a LoadTable call; its tensors in order: per block the
   // values, then each slot). InvalidArgument naming the table (a wrong dim or slot count, an id
   // this shard does not own, ...); the blocks before the bad one are stored.
   absl::Status Load(const google::protobuf::RepeatedPtrField<wire::TableRows>& blocks,

@@ -133,16 +133,6 @@ std::shared_ptr<const FloatBuffer> Shard::SnapshotWithState(optim::SlotState* st
   return values_;
 }
 
-FloatBuffer Shard::GatherRows(const std::vector<int64_t>& rows) const {
-  FloatBuffer out(rows.size() * static_cast<size_t>(row_size_));
-  absl::MutexLock lock(&mu_);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    std::memcpy(out.data() + i * row_size_, values_->data() + rows[i] * row_size_,
-                static_cast<size_t>(row_size_) * sizeof(float));
-  }
-  return out;
-}
-
 int64_t Shard::CopySlice(int64_t offset, int64_t count, bool with_slots, float* out) const {
   CHECK(offset >= 0 && count >= 0 && offset + count <= size_);
   const size_t bytes = static_cast<size_t>(count) * sizeof(float);

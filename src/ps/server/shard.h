@@ -67,8 +67,6 @@ class Shard {
   // The current values (shared) and a copy of the optimizer state, consistent with each other
   // (checkpoints).
   std::shared_ptr<const FloatBuffer> SnapshotWithState(optim::SlotState* state) const;
-  // Copies of the given rows (validated by the caller), [rows.size(), row_size].
-  FloatBuffer GatherRows(const std::vector<int64_t>& rows) const;
   // Copies elements [offset, offset + count) (validated by the caller: a pull in parts) to
   // out[0, count) and, `with_slots`, the same run of each optimizer slot after them (out holds
   // count x (1 + slots) floats), consistent with each other (a checkpoint in parts); returns the

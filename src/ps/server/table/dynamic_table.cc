@@ -98,8 +98,7 @@ absl::Status DynamicTableShard::Gather(absl::Span<const int64_t> ids, absl::Span
   return absl::OkStatus();
 }
 
-absl::Status DynamicTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads,
-                                      int64_t global_step) {
+absl::Status DynamicTableShard::CheckPush(absl::Span<const int64_t> ids, absl::Span<const float> grads) const {
   if (auto s = CheckRowsSize(config_, "a gradient", ids.size(), grads.size()); !s.ok()) return s;
   if (auto s = CheckOwned(ids); !s.ok()) return s;
   if (const int64_t cap = accessor_.row_cap(); cap > 0 && static_cast<int64_t>(ids.size()) > cap) {
@@ -107,23 +106,22 @@ absl::Status DynamicTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<
         "table '", config_.name, "': one push holds ", ids.size(), " ids but max_rows allows ", cap,
         " rows on this ps; raise max_rows above a batch's unique ids per ps"));
   }
-  if (auto s = CheckFinite(config_, ids, grads); !s.ok()) return s;
-  const float lr = rule_.LearningRate(global_step);
-  const int64_t dim = config_.dim;
-  const size_t n = ids.size();
-  absl::MutexLock lock(&mu_);
-  // Pass 1: find the stored rows and refuse an id listed twice: stored rows by the mark in their
-  // record, absent ids by a set of those only (few, once a table is warm).
-  if (++epoch_ == 0) {  // wrapped: clear the marks once every 2^32 pushes
-    for (size_t k = 0; k < slabs_.size(); ++k) {
-      const int64_t used = k + 1 == slabs_.size() ? last_slab_used_ : slab_rows_;
-      for (int64_t r = 0; r < used; ++r) Meta(slabs_[k].get() + r * stride_ + kMetaFloats).mark = 0;
-    }
-    epoch_ = 1;
+  return CheckFinite(config_, ids, grads);
+}
+
+void DynamicTableShard::NextEpoch() {
+  if (++epoch_ != 0) return;
+  // Wrapped: clear the marks once every 2^32 pushes.
+  for (size_t k = 0; k < slabs_.size(); ++k) {
+    const int64_t used = k + 1 == slabs_.size() ? last_slab_used_ : slab_rows_;
+    for (int64_t r = 0; r < used; ++r) Meta(slabs_[k].get() + r * stride_ + kMetaFloats).mark = 0;
   }
-  std::vector<float*> records(n);
-  index_.FindMany(ids.data(), n, records.data());
-  absl::flat_hash_set<int64_t> absent;
+  epoch_ = 1;
+}
+
+absl::Status DynamicTableShard::CountStored(absl::Span<const int64_t> ids, absl::Span<float* const> records,
+                                            int64_t global_step, absl::flat_hash_set<int64_t>* absent) {
+  const size_t n = ids.size();
   // A stored row is counted as soon as it is checked (its metadata line is at hand); an id listed
   // twice then undoes the counts taken so far, so a refused push changes nothing.
   std::unique_ptr<int64_t[]> previous_step(new int64_t[n]);
@@ -142,7 +140,7 @@ absl::Status DynamicTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<
         meta.last_step = global_step;
       }
     } else {
-      repeated = !absent.insert(ids[i]).second;
+      repeated = !absent->insert(ids[i]).second;
     }
     if (repeated) {
       for (size_t j = 0; j < i; ++j) {
@@ -154,45 +152,61 @@ absl::Status DynamicTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<
                                                      " listed twice in one push (sum its rows first)"));
     }
   }
+  return absl::OkStatus();
+}
+
+float* DynamicTableShard::AdmitAbsent(int64_t id, int64_t global_step) {
+  int64_t count = 1;
+  if (accessor_.counts_pending()) {
+    const auto p = pending_.find(id);
+    if (p != pending_.end()) count = p->second.count + 1;
+    if (!accessor_.Admits(count)) {
+      if (p != pending_.end()) {
+        p->second = Pending{count, global_step};
+      } else {
+        pending_.emplace(id, Pending{count, global_step});
+      }
+      ++rows_dropped_;
+      return nullptr;
+    }
+    if (p != pending_.end()) pending_.erase(p);
+  }
+  float* rec = AllocateRecord();
+  accessor_.InitialValue(id, rec);
+  rule_.InitSlots(rec + config_.dim, config_.dim);
+  Meta(rec) = RowMeta{global_step, count, epoch_};
+  index_.Insert(id, rec);
+  ++admissions_;
+  return rec;
+}
+
+absl::Status DynamicTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads,
+                                      int64_t global_step) {
+  if (absl::Status s = CheckPush(ids, grads); !s.ok()) return s;
+  const float lr = rule_.LearningRate(global_step);
+  const size_t n = ids.size();
+  absl::MutexLock lock(&mu_);
+  // Pass 1: find the stored rows and refuse an id listed twice: stored rows by the mark in their
+  // record, absent ids by a set of those only (few, once a table is warm).
+  NextEpoch();
+  std::vector<float*> records(n);
+  index_.FindMany(ids.data(), n, records.data());
+  absl::flat_hash_set<int64_t> absent;
+  if (absl::Status s = CountStored(ids, records, global_step, &absent); !s.ok()) return s;
   // Pass 2 (when a push holds absent ids, or the rule reads counts): count, admit and create absent
   // ids (one not admitted keeps a null record: the rule skips it); each row's update count.
   std::vector<int64_t> updates;
   if (rule_.needs_row_steps()) updates.resize(n);
+  if (!absent.empty()) index_.Reserve(index_.size() + static_cast<int64_t>(absent.size()));
   if (!absent.empty() || !updates.empty()) {
-    if (!absent.empty()) index_.Reserve(index_.size() + static_cast<int64_t>(absent.size()));
     for (size_t i = 0; i < n; ++i) {
-      const int64_t id = ids[i];
-      float* rec = records[i];
-      if (rec == nullptr) {
-        int64_t count = 1;
-        if (accessor_.counts_pending()) {
-          const auto p = pending_.find(id);
-          if (p != pending_.end()) count = p->second.count + 1;
-          if (!accessor_.Admits(count)) {
-            if (p != pending_.end()) {
-              p->second = Pending{count, global_step};
-            } else {
-              pending_.emplace(id, Pending{count, global_step});
-            }
-            ++rows_dropped_;
-            continue;
-          }
-          if (p != pending_.end()) pending_.erase(p);
-        }
-        rec = AllocateRecord();
-        accessor_.InitialValue(id, rec);
-        rule_.InitSlots(rec + dim, dim);
-        Meta(rec) = RowMeta{global_step, count, epoch_};
-        index_.Insert(id, rec);
-        records[i] = rec;
-        ++admissions_;
-      }
-      if (!updates.empty()) updates[i] = accessor_.UpdatesOf(Meta(rec).count);
+      if (records[i] == nullptr && (records[i] = AdmitAbsent(ids[i], global_step)) == nullptr) continue;
+      if (!updates.empty()) updates[i] = accessor_.UpdatesOf(Meta(records[i]).count);
     }
   }
   // Pass 3: the rule over every admitted row, in one call.
   rule_.ApplyRows(records.data(), grads.data(), updates.empty() ? nullptr : updates.data(),
-                  static_cast<int64_t>(n), dim, lr);
+                  static_cast<int64_t>(n), config_.dim, lr);
   rows_pushed_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
   return absl::OkStatus();
 }

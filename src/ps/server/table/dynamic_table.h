@@ -16,6 +16,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/types/span.h"
 #include "absl/synchronization/mutex.h"
 #include "ps/server/table/accessor.h"
 #include "ps/server/table/row_index.h"
@@ -53,6 +55,17 @@ class DynamicTableShard final : public TableShard {
 
   bool PassDue(int64_t global_step) const override { return accessor_.PassDue(global_step); }
   absl::Status CheckOwned(absl::Span<const int64_t> ids) const;
+  // Apply's steps. The checks that need no lock: sizes, owner, the row cap, finiteness.
+  absl::Status CheckPush(absl::Span<const int64_t> ids, absl::Span<const float> grads) const;
+  // A new push epoch for RowMeta::mark (clearing every mark when it wraps).
+  void NextEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts the push on each stored row (records[i] non-null) and collects the absent ids into
+  // `absent`; an id listed twice undoes the counts and is refused (InvalidArgument naming the table).
+  absl::Status CountStored(absl::Span<const int64_t> ids, absl::Span<float* const> records, int64_t global_step,
+                           absl::flat_hash_set<int64_t>* absent) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An absent id pushed at global_step: counted as pending, or admitted and created from its
+  // initial value (its record returned); nullptr while it is not admitted.
+  float* AdmitAbsent(int64_t id, int64_t global_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A free record's floats (reused, or a new one, adding a slab when the last is full).
   float* AllocateRecord() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static constexpr int64_t kMetaFloats = sizeof(RowMeta) / sizeof(float);

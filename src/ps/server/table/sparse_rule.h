@@ -1,6 +1,7 @@
 // ps/server/table/sparse_rule.h — the update rules applied to a table's touched rows on the ps
 // (docs/tables.md#semantics, Sparse update rules; Paddle's SGD rule role): a closed set of six formulas, one
-// file. A rule owns its slots' names, their initial values, and one row's update; the table stores
+// file (the arithmetic is optim/update_kernels.h's, shared with the dense optimizer). A rule owns
+// its slots' names, their initial values, and one row's update; the table stores
 // the row and its slots ([w | slot 0 | slot 1], each `dim` floats), the accessor owns the row's life.
 //   sgd       w -= lr·g
 //   momentum  a = μ·a + g; w -= lr·a                                       (TF SparseApplyMomentum)
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "optim/update_kernels.h"
 #include "ps/server/table/table_config.h"
 
 namespace psflow::ps::table {
@@ -39,8 +41,8 @@ class SparseRule {
   const SparseRuleConfig& config() const { return config_; }
   // Slot names in storage order ("momentum"; "accumulator"; "accumulator", "linear"; "m", "v";
   // "ms", "mom").
-  const std::vector<std::string>& slot_names() const { return slot_names_; }
-  int num_slots() const { return static_cast<int>(slot_names_.size()); }
+  const std::vector<std::string>& slot_names() const { return optim::kernels::SlotNames(kernel_); }
+  int num_slots() const { return static_cast<int>(slot_names().size()); }
   // Whether the rule reads the row's own update count (lazy adam): tables keep one per row then.
   bool needs_row_steps() const { return kind_ == SparseRuleKind::kAdam; }
 
@@ -59,12 +61,14 @@ class SparseRule {
                  float lr) const;
 
  private:
-  SparseRule(SparseRuleKind kind, SparseRuleConfig config, std::vector<std::string> slot_names)
-      : kind_(kind), config_(std::move(config)), slot_names_(std::move(slot_names)) {}
+  SparseRule(SparseRuleKind kind, SparseRuleConfig config)
+      : kind_(kind), kernel_(optim::kernels::KernelFor(config.optimizer)), config_(std::move(config)) {}
+  // The kernel's scalars for learning rate lr at row count t.
+  optim::kernels::Scalars Scalars(float lr, int64_t t) const;
 
   SparseRuleKind kind_;
+  optim::kernels::Kernel kernel_;
   SparseRuleConfig config_;
-  std::vector<std::string> slot_names_;
 };
 
 }  // namespace psflow::ps::table

@@ -1,0 +1,191 @@
+// The table checkpoint calls, LoadTable and ScanTable, over real gRPC as a peer sends them: a scan's
+// parts carry the rows in id order with their slots and the ps's step; loading before Initialize,
+// after MarkInitialized, or rows of a table the ps does not hold is refused with one line saying so;
+// rows loaded come back from a scan; the calls are their own (a Push or Pull never carries them).
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/psflow.pb.h"
+#include "ps/tests/ps_tables_test_util.h"
+#include "rpc/transport.h"
+
+namespace psflow::ps {
+namespace {
+
+using namespace table_testing;  // NOLINT: the table tests' helpers
+using ::testing::HasSubstr;
+using testing::Sgd;
+using testing::TestCluster;
+
+std::string Int64Bytes(const std::vector<int64_t>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+}
+
+std::vector<int64_t> Int64s(const std::string& bytes) {
+  std::vector<int64_t> out(bytes.size() / sizeof(int64_t));
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(int64_t));
+  return out;
+}
+
+std::unique_ptr<rpc::ClientChannel> ChannelTo(const TestCluster& cluster) {
+  auto made = rpc::MakeGrpcChannel(cluster.cluster.ps()[0], "ps task 0", {});
+  EXPECT_TRUE(made.ok()) << made.status();
+  return made.ok() ? *std::move(made) : nullptr;
+}
+
+rpc::CallOptions Deadline() {
+  rpc::CallOptions o;
+  o.timeout_secs = 10;
+  return o;
+}
+
+absl::StatusOr<rpc::IncomingMessage> Scan(rpc::ClientChannel& channel, const std::string& table, uint64_t scan_id,
+                                          int64_t max_rows) {
+  wire::TableScan scan;
+  scan.set_table(table);
+  scan.set_scan_id(scan_id);
+  scan.set_max_rows(max_rows);
+  return channel.CallBlocking(rpc::Method::kScanTable, rpc::OutgoingMessage::Of(scan), Deadline());
+}
+
+// A LoadTable of `ids` into table `table` (dim `dim`, `slots` slots), every float `value`.
+absl::Status Load(rpc::ClientChannel& channel, const std::string& table, const std::vector<int64_t>& ids,
+                  int64_t dim, int slots, float value) {
+  wire::LoadTableRequest load;
+  wire::TableRows* rows = load.add_rows();
+  rows->set_table(table);
+  rows->set_ids(Int64Bytes(ids));
+  rows->set_last_step(Int64Bytes(std::vector<int64_t>(ids.size(), 4)));
+  rows->set_count(Int64Bytes(std::vector<int64_t>(ids.size(), 2)));
+  rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(load);
+  for (int k = 0; k <= slots; ++k) {
+    auto floats = std::make_shared<FloatBuffer>(ids.size() * static_cast<size_t>(dim), value + k);
+    rpc::OutgoingTensor t;
+    t.meta.set_name(table);
+    t.meta.add_shape(static_cast<int64_t>(ids.size()));
+    t.meta.add_shape(dim);
+    t.meta.set_slot(k);
+    t.data = floats->data();
+    t.num_floats = static_cast<int64_t>(floats->size());
+    t.owner = std::move(floats);
+    message.tensors.push_back(std::move(t));
+  }
+  return channel.CallBlocking(rpc::Method::kLoadTable, std::move(message), Deadline()).status();
+}
+
+TEST(TableCallsTest, ScanTableAnswersPartsInIdOrderWithSlotsAndStep) {
+  TrainingConfig config = Sgd(0.1f);
+  config.sparse_optimizer = "adagrad";
+  Job job = StartJob(TablePlan({Dynamic("hashed", 3)}, 1, 1), 1, config);
+  const std::vector<int64_t> ids = {42, -7, 5};
+  const Tensor g({3, 3}, 0.5f);
+  TableStep t;
+  t.pushes.push_back({"hashed", &ids, nullptr, &g});
+  ASSERT_TRUE(job.workers[0]->PushAndPull({}, 0, {}, t).ok());
+
+  auto channel = ChannelTo(*job.cluster);
+  ASSERT_NE(channel, nullptr);
+  std::vector<int64_t> seen;
+  bool done = false;
+  for (int part = 0; part < 3 && !done; ++part) {
+    auto answer = Scan(*channel, "hashed", 77, 2);
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    wire::ScanTableResponse response;
+    ASSERT_TRUE(answer->ParseHeader(&response).ok());
+    EXPECT_EQ(response.step(), 1);  // the ps's global step after the one push
+    const std::vector<int64_t> part_ids = Int64s(response.part().rows().ids());
+    EXPECT_LE(part_ids.size(), 2u);
+    ASSERT_EQ(answer->num_tensors(), 2);  // values, adagrad's accumulator
+    EXPECT_EQ(answer->num_floats(0), static_cast<int64_t>(part_ids.size()) * 3);
+    EXPECT_EQ(Int64s(response.part().rows().count()), std::vector<int64_t>(part_ids.size(), 1));
+    seen.insert(seen.end(), part_ids.begin(), part_ids.end());
+    done = response.part().done();
+  }
+  EXPECT_TRUE(done);
+  EXPECT_EQ(seen, (std::vector<int64_t>{-7, 5, 42}));
+
+  auto unknown = Scan(*channel, "nope", 78, 2);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("nope"));
+}
+
+TEST(TableCallsTest, LoadTableStoresRowsBeforeMarkInitializedOnly) {
+  const dist::PlacementPlan plan = TablePlan({Dynamic("hashed", 2)}, 1, 1);
+  auto cluster = TestCluster::Start(1, 1);
+  auto channel = ChannelTo(*cluster);
+  ASSERT_NE(channel, nullptr);
+  // Before Initialize: no model to load into.
+  const absl::Status early = Load(*channel, "hashed", {1}, 2, 0, 0.5f);
+  EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition) << early;
+
+  // The chief's restore (PsClient::Initialize with table sources) sends LoadTable between Initialize
+  // and MarkInitialized; here a source of one part, then a scan of what the ps holds.
+  auto chief = cluster->Client(plan, 0);
+  PSFLOW_ASSERT_OK(chief->Connect());
+  TableRowsPart saved;
+  saved.table = "hashed";
+  saved.ids = {3, 9};
+  saved.last_step = {5, 6};
+  saved.count = {1, 2};
+  saved.values = Tensor({2, 2}, 0.25f);
+  bool given = false;
+  TablePartSource source = [&](TableRowsPart* out) -> absl::StatusOr<bool> {
+    if (given) return false;
+    given = true;
+    *out = saved;
+    return true;
+  };
+  ModelSnapshot state;
+  state.variables.push_back({"w", Tensor({2}, 0.0f), {}, 0});
+  PSFLOW_ASSERT_OK(chief->Initialize(state, Sgd(0.1f), {{"hashed", source}}));
+  auto answer = Scan(*channel, "hashed", 5, 10);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  wire::ScanTableResponse response;
+  ASSERT_TRUE(answer->ParseHeader(&response).ok());
+  EXPECT_EQ(Int64s(response.part().rows().ids()), saved.ids);
+  EXPECT_EQ(Int64s(response.part().rows().last_step()), saved.last_step);
+  EXPECT_EQ(Int64s(response.part().rows().count()), saved.count);
+  std::vector<float> values(4);
+  answer->CopyTo(0, values.data());
+  EXPECT_EQ(values, std::vector<float>(4, 0.25f));
+
+  // After MarkInitialized: refused, naming why.
+  const absl::Status late = Load(*channel, "hashed", {1}, 2, 0, 0.5f);
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
+  EXPECT_THAT(std::string(late.message()), HasSubstr("after MarkInitialized"));
+}
+
+TEST(TableCallsTest, LoadTableRefusesRowsTheTableCannotHold) {
+  TrainingConfig config = Sgd(0.1f);
+  config.sparse_optimizer = "adagrad";
+  const dist::PlacementPlan plan = TablePlan({Dynamic("hashed", 2)}, 1, 1);
+  auto cluster = TestCluster::Start(1, 1);
+  auto chief = cluster->Client(plan, 0);
+  PSFLOW_ASSERT_OK(chief->Connect());
+  TableRowsPart wrong;  // values only: adagrad's accumulator missing
+  wrong.table = "hashed";
+  wrong.ids = {3};
+  wrong.last_step = {1};
+  wrong.count = {1};
+  wrong.values = Tensor({1, 2}, 1.0f);
+  bool given = false;
+  TablePartSource source = [&](TableRowsPart* out) -> absl::StatusOr<bool> {
+    if (given) return false;
+    given = true;
+    *out = wrong;
+    return true;
+  };
+  ModelSnapshot state;
+  state.variables.push_back({"w", Tensor({2}, 0.0f), {}, 0});
+  const absl::Status s = chief->Initialize(state, config, {{"hashed", source}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("restore: "));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("slots"));
+}
+
+}  // namespace
+}  // namespace psflow::ps
