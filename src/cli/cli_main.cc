@@ -103,12 +103,14 @@ int RunTrain(train::TrainOptions options) {
 
 // `psflow eval` without --model: the model the newest checkpoint names (its metadata's "model"),
 // so a checkpoint is evaluated as what it is. A directory that does not exist is said as such.
+absl::Status CheckpointDirExists(const train::TrainOptions& options) {
+  if (std::filesystem::is_directory(options.checkpoint_dir)) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("--checkpoint_dir=", options.checkpoint_dir,
+                                          " does not exist or is not a directory (give the directory the chief "
+                                          "saved its checkpoints to)"));
+}
+
 absl::Status ModelOfCheckpoint(train::TrainOptions* options) {
-  if (!std::filesystem::is_directory(options->checkpoint_dir)) {
-    return absl::NotFoundError(absl::StrCat("--checkpoint_dir=", options->checkpoint_dir,
-                                            " does not exist or is not a directory (give the directory the chief "
-                                            "saved its checkpoints to)"));
-  }
   auto latest = ckpt::OpenLatestCheckpoint(options->checkpoint_dir);
   if (!latest.ok()) return latest.status();
   if (!latest->has_value()) {
@@ -121,10 +123,13 @@ absl::Status ModelOfCheckpoint(train::TrainOptions* options) {
 
 int RunEval(train::TrainOptions options, bool watch, bool model_given) {
   const bool train_steps_given = options.train_steps.has_value();
-  if (!watch && !model_given) {
+  // Bad flag values are usage errors (2) before a missing directory (1) is looked at.
+  const bool dir_exists = CheckpointDirExists(options).ok();
+  if (!watch && !model_given && dir_exists) {
     if (auto s = ModelOfCheckpoint(&options); !s.ok()) return Fail(s);
   }
   if (auto s = train::ResolveTrainOptions(&options); !s.ok()) return Fail(s, 2);
+  if (!watch && !dir_exists) return Fail(CheckpointDirExists(options));
   if (watch) return RunEvaluatorTask(options, train_steps_given);
   if (options.model == "ctr") {  // tables: rows read from the file for the test set's ids
     auto ctr = train::EvaluateCtrCheckpoint(options, LogLine);
