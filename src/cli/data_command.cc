@@ -50,9 +50,9 @@ int DataCommand::Run() const {
     return absl::IsInvalidArgument(paths.status()) ? 2 : 1;
   }
   std::cout << absl::StrFormat(
-                   "wrote %d training files of %d examples (batches of %d from seed %d) and %s to %s; read them "
+                   "wrote %d training file%s of %d examples (batches of %d from seed %d) and %s to %s; read them "
                    "with --train_files='%s/train-*'",
-                   files_.files, files_.examples_per_file, files_.batch_size, seed_,
+                   files_.files, files_.files == 1 ? "" : "s", files_.examples_per_file, files_.batch_size, seed_,
                    files_.test_examples > 0 ? absl::StrFormat("a test file of %d examples", files_.test_examples)
                                             : std::string("no test file"),
                    files_.out_dir, files_.out_dir)
