@@ -238,6 +238,7 @@ void ParseCriteoChunk(const char* text, size_t size, const CriteoLayout& layout,
     out->bad.push_back({p - text, DescribeFault(std::string_view(p, line_end - p), fault, layout)});
     p = line_end + 1;
   }
+  out->lines = lines;
   out->examples = n;
 }
 

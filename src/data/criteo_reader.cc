@@ -89,6 +89,7 @@ class CriteoReader::Impl {
   // Parsing threads.
   void ParseLoop();
   // Read's helpers.
+  // `what` at text offset `offset` (-1: none) of chunk c's file, with the file's name and line number.
   absl::Status ErrorAt(const Chunk& c, const absl::Status& what, int64_t offset) const;
 
   const std::vector<CriteoSlice> slices_;
@@ -109,6 +110,10 @@ class CriteoReader::Impl {
   int64_t next_seq_ = 0;
   int current_ = -1;  // the chunk being handed out
   int64_t handed_ = 0;  // its examples handed out
+  // Line numbers without reading a file twice: the slice of the chunks taken so far, the text offset
+  // of its first chunk, and the lines of its chunks before the current one.
+  int slice_ = -1;
+  int64_t slice_offset_ = 0, slice_lines_ = 0;
   absl::Status error_;
   std::atomic<int64_t> examples_read_{0}, bad_lines_{0};
 
@@ -150,7 +155,11 @@ bool CriteoReader::Impl::ReadSlice(int index) {
   const CriteoSlice& slice = slices_[index];
   // Publishes `status` (after the lines of `c`, which may be empty) and stops reading.
   auto fail = [&](Chunk* c, absl::Status status, int64_t offset) {
-    if (c == nullptr && (c = AcquireFree()) == nullptr) return false;
+    if (c == nullptr) {  // a chunk of no lines
+      if ((c = AcquireFree()) == nullptr) return false;
+      c->size = 0;
+      c->text_offset = 0;
+    }
     c->error = std::move(status);
     c->error_offset = offset;
     c->slice = index;
@@ -287,7 +296,14 @@ void CriteoReader::Impl::ParseLoop() {
 
 absl::Status CriteoReader::Impl::ErrorAt(const Chunk& c, const absl::Status& what, int64_t offset) const {
   const std::string& path = slices_[c.slice].path;
-  const int64_t line = offset >= 0 ? internal::LineNumberAt(path, offset) : 0;
+  int64_t line = 0;
+  if (offset >= 0) {
+    // Lines before the slice (counted by reading the file only for a slice not at its start), in the
+    // slice's earlier chunks, and in this chunk before `offset`.
+    const int64_t before = slice_offset_ == 0 ? 0 : internal::LineNumberAt(path, slice_offset_) - 1;
+    const auto within = static_cast<size_t>(std::clamp<int64_t>(offset - c.text_offset, 0, c.size));
+    if (before >= 0) line = before + slice_lines_ + std::count(c.text.data(), c.text.data() + within, '\n') + 1;
+  }
   const std::string where = line > 0 ? absl::StrCat("data file ", path, " line ", line, ": ")
                                      : absl::StrCat("data file ", path, ": ");
   return absl::Status(what.code(), absl::StrCat(where, what.message()));
@@ -320,6 +336,11 @@ absl::StatusOr<int64_t> CriteoReader::Impl::Read(int64_t max_examples, int64_t* 
       }
       handed_ = 0;
       const Chunk& c = *chunks_[current_];
+      if (c.slice != slice_) {
+        slice_ = c.slice;
+        slice_offset_ = c.text_offset;
+        slice_lines_ = 0;
+      }
       for (const ParsedChunk::BadLine& bad : c.parsed.bad) {
         if (bad_lines_ >= options_.max_bad_lines) {
           const std::string allowance =
@@ -344,6 +365,7 @@ absl::StatusOr<int64_t> CriteoReader::Impl::Read(int64_t max_examples, int64_t* 
     }
     if (handed_ == c.parsed.examples || !error_.ok()) {
       if (error_.ok() && !c.error.ok()) error_ = ErrorAt(c, c.error, c.error_offset);
+      slice_lines_ += c.parsed.lines;
       absl::MutexLock lock(&mu_);
       state_[current_] = ChunkState::kFree;
       seq_[current_] = -1;
