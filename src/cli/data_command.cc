@@ -17,24 +17,36 @@ DataCommand::DataCommand(CLI::App* app) {
                    "(label, integers, hex categoricals; tab-separated), train-00000 … and test");
   CLI::App* c = ctr_files_;
   c->add_option("--out", files_.out_dir, "directory to write the files into (created if absent)")->required();
-  c->add_option("--files", files_.files, "training files")->check(CLI::Range(int64_t{1}, int64_t{100000}));
-  c->add_option("--examples_per_file", files_.examples_per_file, "examples in each training file")
-      ->required()
-      ->check(CLI::PositiveNumber);
+  c->add_option("--files", files_.files, "training files");
+  c->add_option("--examples_per_file", files_.examples_per_file, "examples in each training file")->required();
   c->add_option("--seed", seed_, "the generator's seed (the training job's --seed)");
   c->add_flag("--gzip", files_.gzip, "gzip the files (names end in .gz)");
   c->add_option("--batch_size", files_.batch_size,
                 "the global batch size the stream is cut for: one process training with this batch size on the "
-                "files in order sees the generator's batches bit for bit")
-      ->check(CLI::PositiveNumber);
-  c->add_option("--ctr_fields", num_fields_, "categorical fields per example")->check(CLI::Range(1, 4096));
-  c->add_option("--ctr_dense", num_dense_, "integer (dense) features per example")->check(CLI::Range(0, 4096));
-  c->add_option("--ctr_test_examples", files_.test_examples, "examples of the test file (0: no test file)")
-      ->check(CLI::NonNegativeNumber);
-  c->add_option("--threads", files_.threads, "files written at once (0: one per core)")->check(CLI::Range(0, 1024));
+                "files in order sees the generator's batches bit for bit");
+  c->add_option("--ctr_fields", num_fields_, "categorical fields per example");
+  c->add_option("--ctr_dense", num_dense_, "integer (dense) features per example");
+  c->add_option("--ctr_test_examples", files_.test_examples, "examples of the test file (0: no test file)");
+  c->add_option("--threads", files_.threads, "files written at once (0: one per core)");
 }
 
 int DataCommand::Run() const {
+  // Values out of range: the house line (docs/bad-input.md), exit 2.
+  auto out_of_range = [](const std::string& flag, int64_t value, const std::string& must) {
+    std::cerr << "psflow: error: --" << flag << "=" << value << " must be " << must << std::endl;
+    return 2;
+  };
+  if (files_.files < 1 || files_.files > 100000) return out_of_range("files", files_.files, "between 1 and 100000");
+  if (files_.examples_per_file < 1) return out_of_range("examples_per_file", files_.examples_per_file, "at least 1");
+  if (files_.batch_size < 1) return out_of_range("batch_size", files_.batch_size, "at least 1");
+  if (num_fields_ < 1 || num_fields_ > 4096) return out_of_range("ctr_fields", num_fields_, "between 1 and 4096");
+  if (num_dense_ < 0 || num_dense_ > 4096) return out_of_range("ctr_dense", num_dense_, "between 0 and 4096");
+  if (files_.test_examples < 0) {
+    return out_of_range("ctr_test_examples", files_.test_examples, "0 (no test file) or more");
+  }
+  if (files_.threads < 0 || files_.threads > 1024) {
+    return out_of_range("threads", files_.threads, "between 0 (one per core) and 1024");
+  }
   data::CtrConfig config;
   config.seed = seed_;
   config.num_fields = num_fields_;
