@@ -145,7 +145,9 @@ TEST_F(CtrFilesTest, BadFilesFailWithOneLine) {
   TrainOptions mlp;
   mlp.model = "mlp";
   mlp.train_files = "x";
-  EXPECT_NE(ResolveTrainOptions(&mlp).message().find("--train_files and --test_files are the ctr model's data"),
+  ASSERT_TRUE(ResolveTrainOptions(&mlp).ok());
+  EXPECT_NE(TrainSingleProcess(mlp, Quiet).status().message().find(
+                "--train_files and --test_files are the ctr model's data; --model=mlp reads --data_dir"),
             std::string::npos);
 }
 
