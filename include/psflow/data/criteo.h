@@ -109,12 +109,12 @@ class CriteoReader {
   // owned by the caller); returns n: below max_examples at the end of the slices (then 0 on every
   // later call), or just before an error. An error (bad input past max_bad_lines, an unreadable or
   // damaged file) is returned by the first call that meets it with nothing else to hand out, and by
-  // every later call; the examples handed out before it are the lines before it (whole chunks: a
-  // chunk holding a bad line is not handed out).
+  // every later call. The examples handed out before it all come from lines before it, though not
+  // every such line: the chunk (about chunk_bytes of text) holding a bad line is not handed out.
   absl::StatusOr<int64_t> Read(int64_t max_examples, int64_t* ids, float* dense, float* labels);
 
-  int64_t examples_read() const;  // examples handed out by Read so far
-  int64_t bad_lines() const;      // bad lines skipped so far
+  int64_t examples_read() const;  // examples handed out by Read so far (any thread may ask)
+  int64_t bad_lines() const;      // bad lines skipped so far (any thread may ask)
   const CriteoLayout& layout() const;
 
  private:
