@@ -203,7 +203,7 @@ void RegisterCtrData(py::module_& m) {
   py::class_<PyCtrGenerator>(m, "CtrGenerator", R"doc(Synthetic CTR data with a known answer (C++, deterministic).
 
 F categorical fields of Zipf(zipf_alpha) ids over vocab_sizes[f] ranks, hashed to non-negative int64;
-D dense N(0, 1) features; labels ~ Bernoulli(sigmoid(b + w.x + sum_{f<g} <E_f[id_f], E_g[id_g]>)), a
+D dense features log(1 + c) of integer counts c (as read from Criteo-layout files); labels ~ Bernoulli(sigmoid(b + w.x + sum_{f<g} <E_f[id_f], E_g[id_g]>)), a
 factorization-machine teacher of dim teacher_dim drawn from the seed. Example j of worker w's batch at
 step s depends on (seed, w, s, j) only; the test set is its own stream.
 

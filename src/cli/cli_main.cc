@@ -4,6 +4,7 @@
 //   psflow local  ... [flags] -- CMD ARGS... the same with CMD (e.g. a PyTorch script) as the workers
 //   psflow eval   --checkpoint_dir=DIR [--watch] the newest checkpoint's metrics; --watch: the evaluator task
 //   psflow bench transport [--ps_hosts=h:p]  push/pull throughput beside raw TCP
+//   psflow data ctr-files --out=DIR ...      the synthetic CTR data as files in Criteo's layout
 //   psflow --version                         the version
 // Errors are one line on stderr and a non-zero exit: 2 for bad flags or values (a usage error,
 // naming the subcommand whose --help lists the flags), 1 for everything else (docs/bad-input.md).
@@ -22,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_format.h"
+#include "cli/data_command.h"
 #include "cli/local_cluster.h"
 #include "cli/train_flags.h"
 #include "psflow/ckpt/checkpoint.h"
@@ -420,11 +422,13 @@ int psflow::cli::Main(int argc, char** argv) {
   cli::AddLocalCommand(c);
   cli::AddEvalCommand(c);
   cli::AddBenchCommand(c);
+  cli::DataCommand data_cmd(&c.app);
   if (std::optional<int> code = cli::Parse(c, argc, argv)) return *code;
 
   if (c.train_cmd->parsed()) return cli::RunTrain(c.train_options);
   if (c.local_cmd->parsed()) return cli::RunLocal(c, has_worker_command, worker_command, argv[0]);
   if (c.eval_cmd->parsed()) return cli::RunEval(c.eval_options, c.eval_watch, c.eval_cmd->count("--model") > 0);
   if (c.transport_cmd->parsed()) return cli::RunBenchTransport(c, argv[0]);
+  if (data_cmd.parsed()) return data_cmd.Run();
   return 2;
 }

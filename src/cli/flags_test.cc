@@ -161,6 +161,9 @@ TEST_F(ParseFlagsTest, EveryFlagSurvivesARoundTripThroughItsText) {
   o.ctr_fields = 3;
   o.ctr_dim = 8;
   o.ctr_test_examples = 100;
+  o.train_files = "/t/train-*,/u/x.gz";
+  o.test_files = "/t/test.gz";
+  o.max_bad_lines = 12;
   o.sparse_sync_mean = "row_count";
   o.sync_replicas = true;
   o.replicas_to_aggregate = 2;

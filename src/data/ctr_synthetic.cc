@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "psflow/data/criteo.h"
 #include "psflow/data/ctr.h"
 #include "psflow/data/ctr_metrics.h"
 
@@ -85,6 +86,25 @@ const std::array<float, 65536>& NormalTable() {
   static const std::array<float, 65536>* table = [] {
     auto* t = new std::array<float, 65536>;
     for (int i = 0; i < 65536; ++i) (*t)[i] = static_cast<float>(InverseNormalCdf((i + 0.5) / 65536.0));
+    return t;
+  }();
+  return *table;
+}
+
+// The dense counts: c = floor(exp(μ + σ·z)) at z = entry i of NormalTable(), i.e. the midpoint
+// quantiles of a log-normal, floored (Criteo's integer features are heavy-tailed counts, many 0).
+constexpr double kDenseLogMean = 1.0, kDenseLogStd = 1.5;
+
+// Entry i: the dense value log(1 + c) of the count at quantile i (CriteoDenseValue, which the reader
+// applies to the integers of a file, so the same float).
+const std::array<float, 65536>& DenseValueTable() {
+  static const std::array<float, 65536>* table = [] {
+    auto* t = new std::array<float, 65536>;
+    const auto& normal = NormalTable();
+    for (int i = 0; i < 65536; ++i) {
+      const auto count = static_cast<int64_t>(std::floor(std::exp(kDenseLogMean + kDenseLogStd * normal[i])));
+      (*t)[i] = CriteoDenseValue(count);
+    }
     return t;
   }();
   return *table;
@@ -208,7 +228,8 @@ CtrGenerator::CtrGenerator(CtrConfig config) : config_(std::move(config)) {
   }
 
   // Scales: Var(Σ_{f<g} ⟨e_f, e_g⟩) = pairs · k · σ_e^4 for independent N(0, σ_e^2) entries;
-  // w* a random direction of length dense_std, so Var(w*·x) = dense_std^2.
+  // w* a random direction of length dense_std / sd(x_d), so Var(w*·x) = dense_std^2 for the
+  // independent dense features (sd over their 65536 equiprobable values).
   const double pairs = 0.5 * num_fields * (num_fields - 1);
   embedding_scale_ =
       pairs > 0 ? static_cast<float>(std::sqrt(config_.interaction_std / std::sqrt(pairs * config_.teacher_dim)))
@@ -220,7 +241,16 @@ CtrGenerator::CtrGenerator(CtrConfig config) : config_(std::move(config)) {
     dense_weights_[d] = normal[Combine(root, 100 + d) & 0xffff];
     norm2 += static_cast<double>(dense_weights_[d]) * dense_weights_[d];
   }
-  for (float& w : dense_weights_) w = norm2 > 0 ? static_cast<float>(w * config_.dense_std / std::sqrt(norm2)) : 0.0f;
+  double mean = 0, mean2 = 0;
+  for (float x : DenseValueTable()) {
+    mean += x;
+    mean2 += static_cast<double>(x) * x;
+  }
+  mean /= 65536;
+  const double dense_sd = std::sqrt(mean2 / 65536 - mean * mean);
+  for (float& w : dense_weights_) {
+    w = norm2 > 0 ? static_cast<float>(w * config_.dense_std / (dense_sd * std::sqrt(norm2))) : 0.0f;
+  }
 
   // The head ranks' embeddings, the same values TeacherEmbedding computes.
   const int k = config_.teacher_dim;
@@ -331,10 +361,10 @@ double CtrGenerator::FillExample(uint64_t stream_key, int64_t index, int64_t* id
     ranks[f] = SampleRank(samplers_[f], state);
     ids[f] = static_cast<int64_t>(Bijection63(field_id_keys_[f] + static_cast<uint64_t>(ranks[f])));
   }
-  const auto& normal = NormalTable();
+  const auto& values = DenseValueTable();
   for (int d = 0; d < config_.num_dense; d += 4) {
     const uint64_t bits = Next(state);
-    for (int m = 0; m < 4 && d + m < config_.num_dense; ++m) dense[d + m] = normal[(bits >> (16 * m)) & 0xffff];
+    for (int m = 0; m < 4 && d + m < config_.num_dense; ++m) dense[d + m] = values[(bits >> (16 * m)) & 0xffff];
   }
   const double logit = Logit(ids, ranks, dense);
   if (logit_out != nullptr) *logit_out = logit;
@@ -368,6 +398,28 @@ absl::Status CtrGenerator::FillBatch(int64_t worker, int64_t step, int64_t batch
   }
   FillRange(TrainStream(worker, step), 0, batch_size, ids, dense, labels, probabilities);
   return absl::OkStatus();
+}
+
+absl::Status CtrGenerator::FillBatchPart(int64_t worker, int64_t step, int64_t first, int64_t count, int64_t* ids,
+                                         float* dense, float* labels, double* probabilities) const {
+  if (worker < 0 || step < 0 || first < 0 || count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("CTR batch part: worker ", worker, ", step ", step, ", first ",
+                                                   first, ", count ", count, "; none may be negative"));
+  }
+  if (count > 0 && (ids == nullptr || labels == nullptr || (dense == nullptr && config_.num_dense > 0))) {
+    return absl::InvalidArgumentError("CTR batch part: an output array (ids, dense or labels) is null; pass all three");
+  }
+  FillRange(TrainStream(worker, step), first, count, ids, dense, labels, probabilities);
+  return absl::OkStatus();
+}
+
+int64_t CtrGenerator::DenseCount(float value) {
+  if (!(value >= 0) || !(value < 43)) return -1;  // far above any count the generator draws
+  const auto guess = static_cast<int64_t>(std::llround(std::expm1(static_cast<double>(value))));
+  for (int64_t c = std::max<int64_t>(guess - 1, 0); c <= guess + 1; ++c) {
+    if (CriteoDenseValue(c) == value) return c;
+  }
+  return -1;
 }
 
 absl::Status CtrGenerator::FillTest(int64_t first, int64_t count, int64_t* ids, float* dense, float* labels,

@@ -253,22 +253,35 @@ TEST(CtrGeneratorTest, TeacherLogitIsThePairwiseFactorizationMachine) {
   EXPECT_NE(x, y);
 }
 
-TEST(CtrGeneratorTest, DenseFeaturesAreStandardNormal) {
+// Dense features are log(1 + c) of integer counts c = floor(exp(1 + 1.5 z)), z ~ N(0, 1) (what a
+// reader of Criteo's layout makes of the integers in a file), and w*·x has sd dense_std.
+TEST(CtrGeneratorTest, DenseFeaturesAreLogCounts) {
   const CtrGenerator gen = Make(Config([&](CtrConfig& c) { c.seed = 9; }));
   const Batch b = MakeBatch(gen, 0, 0, 20000);
-  double sum = 0, sum2 = 0, below_one = 0;
+  double zero = 0, at_most_one = 0, at_most_nine = 0;
   for (float x : b.dense) {
-    sum += x;
-    sum2 += static_cast<double>(x) * x;
-    below_one += x < 1.0f;
+    const int64_t c = CtrGenerator::DenseCount(x);
+    ASSERT_GE(c, 0) << x;
+    ASSERT_EQ(static_cast<float>(std::log1p(static_cast<double>(c))), x);
+    zero += c == 0;
+    at_most_one += c <= 1;
+    at_most_nine += c <= 9;
   }
   const double n = static_cast<double>(b.dense.size());
-  EXPECT_NEAR(sum / n, 0.0, 4 / std::sqrt(n));
-  EXPECT_NEAR(sum2 / n, 1.0, 4 * std::sqrt(2 / n));
-  EXPECT_NEAR(below_one / n, 0.8413447460685429, 4 * std::sqrt(0.134 / n));  // Φ(1)
-  const double norm = std::sqrt(
-      std::inner_product(gen.dense_weights().begin(), gen.dense_weights().end(), gen.dense_weights().begin(), 0.0));
-  EXPECT_NEAR(norm, 0.5, 1e-6);  // dense_std
+  // P(c < t) = P(exp(1 + 1.5 z) < t) = Φ((ln t − 1) / 1.5).
+  EXPECT_NEAR(zero / n, 0.2524925375469229, 4 * std::sqrt(0.19 / n));
+  EXPECT_NEAR(at_most_one / n, 0.41895461604176243, 4 * std::sqrt(0.25 / n));
+  EXPECT_NEAR(at_most_nine / n, 0.8074095832722965, 4 * std::sqrt(0.16 / n));
+  // sd(w*·x) over examples is dense_std.
+  double sum = 0, sum2 = 0;
+  for (int64_t i = 0; i < 20000; ++i) {
+    double z = 0;
+    for (int d = 0; d < 13; ++d) z += static_cast<double>(gen.dense_weights()[d]) * b.dense[i * 13 + d];
+    sum += z;
+    sum2 += z * z;
+  }
+  const double sd = std::sqrt(sum2 / 20000 - (sum / 20000) * (sum / 20000));
+  EXPECT_NEAR(sd, 0.5, 0.5 * 4 / std::sqrt(2 * 20000.0));  // dense_std, within 4 sd of its estimate
 }
 
 TEST(CtrGeneratorTest, BaseRateNearTarget) {

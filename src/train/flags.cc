@@ -82,6 +82,11 @@ constexpr Flag kFlags[] = {
   {"ctr_fields", &O::ctr_fields, "ctr model: categorical fields, one table each", Between(1, 1000, "between 1 and 1000")},
   {"ctr_dim", &O::ctr_dim, "ctr model: embedding dimension", Between(1, 256, "between 1 and 256")},
   {"ctr_test_examples", &O::ctr_test_examples, "ctr model: examples of the fixed test set", kPositive},
+  {"train_files", &O::train_files, "ctr model: training data, files in Criteo's layout (globs, comma-separated; "
+   "plain or gzip), read in order (one process only); empty: the synthetic generator"},
+  {"test_files", &O::test_files, "ctr model: test data, files in Criteo's layout; empty: the generator's test set"},
+  {"max_bad_lines", &O::max_bad_lines, "bad lines of --train_files/--test_files skipped (and counted) before the "
+   "job fails naming file and line", AtLeast(0, "0 or more")},
   {"sparse_sync_mean", &O::sparse_sync_mean, "sync: a table row's gradient sum divided by the gradients applied "
    "(workers) or by those holding the row (row_count)", OneOf("workers row_count", "workers or row_count")},
   // Synchronous replicas.

@@ -5,20 +5,23 @@
 // An example has F categorical fields and D dense features. Field f's id is a Zipf(α) draw of a
 // rank r in [1, V_f] (P(r) = r^-α / Σ_s s^-α, sampled exactly), mapped to a non-negative int64 by
 // a bijection of (seed, field, rank) on [0, 2^63), so ids look hashed and are unique per field.
-// Dense features are N(0, 1). The teacher is a factorization machine:
+// Dense features are integer counts c as the model sees them in Criteo's layout, log(1 + c)
+// (CriteoDenseValue in psflow/data/criteo.h), with c = floor(exp(1 + 1.5·z)) for z ~ N(0, 1): a
+// quarter are 0, the largest 1785. So the generator's files (WriteCtrFiles) read back to the same
+// bits. The teacher is a factorization machine:
 //   logit = b + w*·x + Σ_{f<g} ⟨E*_f[id_f], E*_g[id_g]⟩,   label ~ Bernoulli(σ(logit)),
 // where E*_f[id] ∈ R^k is a function of (seed, field, id) computed when needed (never stored, so a
 // vocabulary may hold 10^12 ranks), w* is drawn from the seed, and b is set at construction so that
 // the mean click rate is near `base_ctr`. The FM term is scaled so that its standard deviation over
-// examples is about `interaction_std`, and w*·x's about `dense_std`.
+// examples is about `interaction_std`, and w*·x's exactly `dense_std` (over the counts' distribution).
 //
 // Every value is a deterministic function of the seed and of where the example sits:
 //   - worker w's batch at step s: example j is a function of (seed, w, s, j) only, so the same
 //     (seed, w, s) gives the same bits whatever the batch size (a smaller batch is a prefix) and
 //     whoever asks, and different workers or steps are independent streams;
 //   - the test set: example j of one test stream, a function of (seed, j) only.
-// Normal draws (dense features, teacher entries) are inverse-CDF lookups at 16-bit resolution
-// (65536 equiprobable quantiles of N(0, 1), so |value| <= 4.17), from splitmix64 streams.
+// Normal draws (the z of dense features, teacher entries) are inverse-CDF lookups at 16-bit resolution
+// (65536 equiprobable quantiles of N(0, 1), so |value| <= 4.33), from splitmix64 streams.
 //
 // A CtrGenerator is immutable once created: any number of threads may call its const methods
 // concurrently. Filling a batch allocates nothing; the caller owns every output array.
@@ -80,11 +83,19 @@ class CtrGenerator {
   // array with batch_size > 0; nothing is written then.
   absl::Status FillBatch(int64_t worker, int64_t step, int64_t batch_size, int64_t* ids, float* dense,
                          float* labels, double* probabilities = nullptr) const;
+  // Examples [first, first + count) of worker `worker`'s batch at `step`: the same bits as those
+  // rows of any FillBatch(worker, step, batch_size >= first + count, ...), into arrays of `count` rows.
+  absl::Status FillBatchPart(int64_t worker, int64_t step, int64_t first, int64_t count, int64_t* ids, float* dense,
+                             float* labels, double* probabilities = nullptr) const;
   // Examples [first, first + count) of the test stream, in the same layout.
   absl::Status FillTest(int64_t first, int64_t count, int64_t* ids, float* dense, float* labels,
                         double* probabilities = nullptr) const;
   // The test set of n >= 1 examples: the first n of the test stream.
   absl::StatusOr<CtrExamples> TestSet(int64_t n) const;
+
+  // The integer count c >= 0 whose dense value (log(1 + c) as float) is `value`, or -1 if `value` is
+  // no such value: turns the generator's dense features back into the integers files hold.
+  static int64_t DenseCount(float value);
 
   // The teacher, for checks and for a model's diagnostics.
   // Field f's id of rank r in [1, V_f] (CHECKed); a bijection of r onto a subset of [0, 2^63).

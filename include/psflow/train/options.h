@@ -59,6 +59,13 @@ struct TrainOptions {
   int ctr_fields = 26;
   int ctr_dim = 16;
   int64_t ctr_test_examples = 65536;
+  // The ctr model's data from files in Criteo's layout (docs/data-files.md; one process so far):
+  // comma-separated globs read in order, global batch s being the s-th batch of their lines; empty:
+  // the generator's stream. The test set from files likewise (empty: the generator's), and how many
+  // bad lines the reader may skip (counted) before failing.
+  std::string train_files;
+  std::string test_files;
+  int64_t max_bad_lines = 0;
   // A sync step's row mean divides by the gradients applied ("workers") or by those that held the
   // row ("row_count", TF's).
   std::string sparse_sync_mean = "workers";

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "psflow/core/threading.h"
@@ -75,6 +76,16 @@ absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(const TrainOption
   auto model = MakeCtrModel(options);
   if (!model.ok()) return model.status();
   t->model_ = *std::move(model);
+  if (!options.train_files.empty()) {
+    auto files = CtrFileBatches::Open(options);
+    if (!files.ok()) return files.status();
+    t->files_ = *std::move(files);
+  }
+  if (!options.test_files.empty()) {
+    auto test = ReadCtrTestFiles(options);
+    if (!test.ok()) return test.status();
+    t->test_files_ = *std::move(test);
+  }
 
   const ps::table::SparseRuleConfig rule = SparseRuleConfigFrom(options);
   for (int f = 0; f < options.ctr_fields; ++f) {
@@ -133,7 +144,11 @@ absl::StatusOr<std::vector<Var>> CtrTrainer::GatherRows(const std::vector<Unique
 
 absl::StatusOr<CtrTrainer::StepResult> CtrTrainer::Step(int64_t step) {
   const int64_t batch = *options_.batch_size;
-  if (auto s = generator_->FillBatch(0, step, batch, ids_.data(), dense_.data(), labels_.data()); !s.ok()) return s;
+  if (auto s = files_ != nullptr ? files_->Fill(step, ids_.data(), dense_.data(), labels_.data())
+                                 : generator_->FillBatch(0, step, batch, ids_.data(), dense_.data(), labels_.data());
+      !s.ok()) {
+    return s;
+  }
   DedupFields(ids_.data(), batch, &unique_);
   auto rows = GatherRows(unique_, /*trainable=*/true);
   if (!rows.ok()) return rows.status();
@@ -170,8 +185,20 @@ absl::StatusOr<CtrFigures> EvaluateCtrModel(const TrainOptions& options, const d
                                             const nn::CtrModel& model, int64_t n, const CtrRowSource& rows) {
   auto test = generator.TestSet(n);
   if (!test.ok()) return test.status();
-  auto bayes = data::BayesMetrics(*test);
-  if (!bayes.ok()) return bayes.status();
+  return EvaluateCtrExamples(options, *test, model, rows);
+}
+
+absl::StatusOr<CtrFigures> EvaluateCtrExamples(const TrainOptions& options, const data::CtrExamples& examples,
+                                               const nn::CtrModel& model, const CtrRowSource& rows) {
+  const data::CtrExamples* test = &examples;
+  const int64_t n = test->num_examples;
+  data::CtrBayesMetrics bayes;
+  bayes.log_loss = bayes.auc = std::numeric_limits<double>::quiet_NaN();
+  if (!test->probabilities.empty()) {
+    auto metrics = data::BayesMetrics(*test);
+    if (!metrics.ok()) return metrics.status();
+    bayes = *metrics;
+  }
   std::vector<double> probabilities(n);
   std::vector<std::vector<int64_t>> columns;
   const int fields = options.ctr_fields;
@@ -191,15 +218,14 @@ absl::StatusOr<CtrFigures> EvaluateCtrModel(const TrainOptions& options, const d
   figures.test_examples = n;
   figures.test_log_loss = *log_loss;
   figures.test_auc = *auc;
-  figures.bayes_log_loss = bayes->log_loss;
-  figures.bayes_auc = bayes->auc;
+  figures.bayes_log_loss = bayes.log_loss;
+  figures.bayes_auc = bayes.auc;
   return figures;
 }
 
 absl::StatusOr<CtrFigures> CtrTrainer::Evaluate(int64_t n) const {
   std::vector<UniqueIds> unique(tables_.size());
-  auto figures = EvaluateCtrModel(
-      options_, *generator_, *model_, n,
+  const CtrRowSource rows =
       [&](const std::vector<std::vector<int64_t>>& columns) -> absl::StatusOr<std::vector<nn::FieldRows>> {
         for (size_t f = 0; f < tables_.size(); ++f) {
           DedupIds(columns[f].data(), static_cast<int64_t>(columns[f].size()), 1, &unique[f]);
@@ -209,7 +235,9 @@ absl::StatusOr<CtrFigures> CtrTrainer::Evaluate(int64_t n) const {
         std::vector<nn::FieldRows> field_rows;
         for (size_t f = 0; f < rows->size(); ++f) field_rows.push_back({(*rows)[f], unique[f].index});
         return field_rows;
-      });
+      };
+  auto figures = test_files_.has_value() ? EvaluateCtrExamples(options_, *test_files_, *model_, rows)
+                                         : EvaluateCtrModel(options_, *generator_, *model_, n, rows);
   if (!figures.ok()) return figures.status();
   for (const auto& table : tables_) figures->table_rows += table->stats().rows;
   return figures;
@@ -247,8 +275,13 @@ absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, cons
   if (!telemetry.ok()) return telemetry.status();
   const optim::OptimizerConfig dense_config = OptimizerConfigFrom(options);
   ProgressLog progress(log, "", steps, batch);
-  for (int64_t step = start_step; step < steps; ++step) {
+  int64_t step = start_step;
+  for (; step < steps; ++step) {
     auto result = (*trainer)->Step(step);
+    if (absl::IsOutOfRange(result.status())) {  // the end of --train_files ends training here
+      log(absl::StrCat(result.status().message(), ": training ends at step ", step, " of ", steps));
+      break;
+    }
     if (!result.ok()) return result.status();
     if (!std::isfinite(result->loss)) return DivergedError(step, result->loss, *options.learning_rate);
     progress.Step(step + 1, result->loss, result->accuracy, options.log_every);
@@ -260,20 +293,25 @@ absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, cons
       schedule.Saved(step + 1);
     }
   }
-  if (!options.checkpoint_dir.empty() && saved_step != steps) {
-    if (auto s = save(steps); !s.ok()) return s;
+  const int64_t end_step = step;  // `steps`, or where the training files ended
+  if (const CtrFileBatches* files = (*trainer)->training_files(); files != nullptr) {
+    log(absl::StrCat("training files: ", files->examples_read(), " examples read, ", files->bad_lines(),
+                     " bad lines skipped (--max_bad_lines=", options.max_bad_lines, ")"));
+  }
+  if (!options.checkpoint_dir.empty() && saved_step != end_step) {
+    if (auto s = save(end_step); !s.ok()) return s;
   }
   RunSummary summary;
   summary.model = options.model;
   summary.mode = "single";
-  summary.global_step = steps;
+  summary.global_step = end_step;
   summary.train_seconds = progress.ElapsedSeconds();
-  summary.examples_per_sec = (steps - start_step) * batch / std::max(summary.train_seconds, 1e-9);
+  summary.examples_per_sec = (end_step - start_step) * batch / std::max(summary.train_seconds, 1e-9);
   auto figures = (*trainer)->Evaluate(options.ctr_test_examples);
   if (!figures.ok()) return figures.status();
   summary.ctr = *figures;
   summary.test_cross_entropy = figures->test_log_loss;
-  (*telemetry)->OnFinal(steps, 0, 0);
+  (*telemetry)->OnFinal(end_step, 0, 0);
   return summary;
 }
 

@@ -12,9 +12,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "programs/ctr/ctr_files.h"
 #include "ps/server/table/table_shard.h"
 #include "psflow/dist/partition.h"
 #include "psflow/data/ctr.h"
@@ -49,6 +51,10 @@ using CtrRowSource =
 // examples, beside their Bayes values (table_rows left 0).
 absl::StatusOr<CtrFigures> EvaluateCtrModel(const TrainOptions& options, const data::CtrGenerator& generator,
                                             const nn::CtrModel& model, int64_t n, const CtrRowSource& rows);
+// The same on given test examples; the Bayes figures from their true probabilities, NaN when they
+// have none (examples read from files).
+absl::StatusOr<CtrFigures> EvaluateCtrExamples(const TrainOptions& options, const data::CtrExamples& test,
+                                               const nn::CtrModel& model, const CtrRowSource& rows);
 
 class CtrTrainer {
  public:
@@ -64,12 +70,15 @@ class CtrTrainer {
     double loss = 0;
     double accuracy = 0;  // batch accuracy at threshold 0.5
   };
-  // One step at global step `step`: the generator's batch (worker 0, step), forward, backward,
-  // the tables' sparse updates and the dense updates. A non-finite loss is returned unapplied.
+  // One step at global step `step`: the generator's batch (worker 0, step), or with --train_files
+  // the files' batch `step` (steps in increasing order), forward, backward, the tables' sparse
+  // updates and the dense updates. A non-finite loss is returned unapplied. OutOfRange: the
+  // training files hold no further whole batch (nothing applied).
   absl::StatusOr<StepResult> Step(int64_t step);
 
   // Test log-loss and AUC of the model on the generator's first `n` test examples, beside their
-  // Bayes values, and the rows the tables hold.
+  // Bayes values (with --test_files: on the files' test set, Bayes unknown: NaN), and the rows the
+  // tables hold.
   absl::StatusOr<CtrFigures> Evaluate(int64_t n) const;
 
   // Checkpoints (programs/ctr/ctr_single_checkpoint.cc), the cluster's layout: the dense layers with the
@@ -81,6 +90,7 @@ class CtrTrainer {
   absl::StatusOr<int64_t> RestoreCheckpoint(const LogSink& log);
 
   const data::CtrGenerator& generator() const { return *generator_; }
+  const CtrFileBatches* training_files() const { return files_.get(); }  // null: the generator's stream
   const nn::CtrModel& model() const { return *model_; }
   const std::vector<std::unique_ptr<ps::table::TableShard>>& tables() const { return tables_; }
 
@@ -93,6 +103,8 @@ class CtrTrainer {
 
   TrainOptions options_;
   std::unique_ptr<data::CtrGenerator> generator_;
+  std::unique_ptr<CtrFileBatches> files_;          // --train_files, or null
+  std::optional<data::CtrExamples> test_files_;    // --test_files, or none
   std::unique_ptr<nn::CtrModel> model_;
   std::vector<std::unique_ptr<ps::table::TableShard>> tables_;  // one per field
   optim::OptimizerConfig dense_config_;

@@ -58,6 +58,11 @@ std::vector<nn::FieldRows> FieldRowsOf(WorkerSession& session, std::vector<Var>*
 }  // namespace
 
 absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSink& log) {
+  if (!options.train_files.empty() || !options.test_files.empty()) {
+    return absl::UnimplementedError(
+        "--train_files/--test_files train in one process so far (psflow train without --job_name): the work "
+        "queue that hands file slices to a cluster's workers is not built yet");
+  }
   SetIntraOpThreads(options.intra_op_threads);
   auto generator = MakeCtrGenerator(options);
   if (!generator.ok()) return generator.status();
