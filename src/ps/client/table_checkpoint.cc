@@ -104,6 +104,72 @@ absl::Status ReadScanPart(const rpc::IncomingMessage& m, const std::string& tabl
   return absl::OkStatus();
 }
 
+// A restored part of `table` (dim `dim`) whose sizes agree, or InvalidArgument saying which do not.
+absl::Status CheckRestoredPart(const std::string& table, const TableRowsPart& part, int64_t dim) {
+  const size_t n = part.ids.size();
+  if (part.values.size() != static_cast<int64_t>(n) * dim || part.last_step.size() != n || part.count.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("restore: table '", table, "': a part of ", n, " ids has values ",
+                                                   ShapeToString(part.values.shape()), " (the table's dim is ", dim,
+                                                   ")"));
+  }
+  for (const Tensor& s : part.slots) {
+    if (s.size() != part.values.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("restore: table '", table, "': a slot of the wrong size"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The part's rows per owning shard of table `table`, placed as `t` on `num_ps` tasks (in part order:
+// ascending ids stay ascending): Mix64(id) % P for a dynamic table, div/mod over the shards for a
+// fixed one.
+absl::StatusOr<std::vector<std::vector<size_t>>> RowsPerShard(const std::string& table, const dist::TablePlacement& t,
+                                                              int num_ps, const TableRowsPart& part) {
+  std::vector<std::vector<size_t>> picks(t.shards.size());
+  for (size_t q = 0; q < part.ids.size(); ++q) {
+    int shard;
+    if (t.spec.dynamic) {
+      shard = dist::RouteDynamicId(part.ids[q], num_ps);
+    } else {
+      absl::StatusOr<dist::RowLocation> loc = dist::RouteFixedId(table, t.layout, part.ids[q]);
+      if (!loc.ok()) return absl::InvalidArgumentError(absl::StrCat("restore: ", loc.status().message()));
+      shard = loc->shard;
+    }
+    picks[static_cast<size_t>(shard)].push_back(q);
+  }
+  return picks;
+}
+
+// The rows `picks` of `part` as a block of `shard` in a LoadTable request: ids, last steps and counts
+// into `header`, the values then each slot into `tensors`.
+void AddLoadBlock(const dist::TableShardSpec& shard, const TableRowsPart& part, const std::vector<size_t>& picks,
+                  int64_t dim, wire::LoadTableRequest* header, std::vector<rpc::OutgoingTensor>* tensors) {
+  std::vector<int64_t> ids, last, count;
+  for (size_t q : picks) ids.push_back(part.ids[q]), last.push_back(part.last_step[q]), count.push_back(part.count[q]);
+  wire::TableRows* block = header->add_rows();
+  block->set_table(shard.name);
+  block->set_ids(Int64Bytes(ids.data(), ids.size()));
+  block->set_last_step(Int64Bytes(last.data(), last.size()));
+  block->set_count(Int64Bytes(count.data(), count.size()));
+  auto add = [&](const Tensor& from, int slot) {
+    auto rows = std::make_shared<FloatBuffer>(picks.size() * static_cast<size_t>(dim));
+    for (size_t r = 0; r < picks.size(); ++r) {
+      std::memcpy(rows->data() + r * dim, from.data() + picks[r] * dim, dim * sizeof(float));
+    }
+    rpc::OutgoingTensor o;
+    o.meta.set_name(shard.name);
+    o.meta.add_shape(static_cast<int64_t>(picks.size()));
+    o.meta.add_shape(dim);
+    o.meta.set_slot(slot);
+    o.data = rows->data();
+    o.num_floats = static_cast<int64_t>(rows->size());
+    o.owner = std::move(rows);
+    tensors->push_back(std::move(o));
+  };
+  add(part.values, 0);
+  for (size_t j = 0; j < part.slots.size(); ++j) add(part.slots[j], static_cast<int>(j) + 1);
+}
+
 }  // namespace
 
 absl::Status PsClient::Impl::ScanTable(const std::string& table, int64_t max_rows,
@@ -170,66 +236,20 @@ absl::Status PsClient::Impl::LoadTable(const std::string& table, const TablePart
   if (t == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("restore: table '", table, "' is not in the plan"));
   }
-  const int64_t dim = t->spec.dim;
   TableRowsPart part;
   while (true) {
     absl::StatusOr<bool> more = source(&part);
     if (!more.ok()) return more.status();
     if (!*more) return absl::OkStatus();
-    const size_t n = part.ids.size();
-    if (part.values.size() != static_cast<int64_t>(n) * dim || part.last_step.size() != n || part.count.size() != n) {
-      return absl::InvalidArgumentError(absl::StrCat("restore: table '", table, "': a part of ", n, " ids has values ",
-                                                     ShapeToString(part.values.shape()), " (the table's dim is ",
-                                                     dim, ")"));
-    }
-    for (const Tensor& s : part.slots) {
-      if (s.size() != part.values.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("restore: table '", table, "': a slot of the wrong size"));
-      }
-    }
-    // Rows per owning shard (in part order: ascending ids stay ascending).
-    std::vector<std::vector<size_t>> picks(t->shards.size());
-    for (size_t q = 0; q < n; ++q) {
-      int shard;
-      if (t->spec.dynamic) {
-        shard = dist::RouteDynamicId(part.ids[q], options_.plan.num_ps);
-      } else {
-        absl::StatusOr<dist::RowLocation> loc = dist::RouteFixedId(table, t->layout, part.ids[q]);
-        if (!loc.ok()) return absl::InvalidArgumentError(absl::StrCat("restore: ", loc.status().message()));
-        shard = loc->shard;
-      }
-      picks[static_cast<size_t>(shard)].push_back(q);
-    }
+    if (absl::Status s = CheckRestoredPart(table, part, t->spec.dim); !s.ok()) return s;
+    absl::StatusOr<std::vector<std::vector<size_t>>> picks = RowsPerShard(table, *t, options_.plan.num_ps, part);
+    if (!picks.ok()) return picks.status();
     std::vector<wire::LoadTableRequest> headers(channels_.size());
     std::vector<std::vector<rpc::OutgoingTensor>> tensors(channels_.size());
-    for (size_t s = 0; s < picks.size(); ++s) {
-      if (picks[s].empty()) continue;
-      const dist::TableShardSpec& shard = t->shards[s];
-      const int k = shard.ps_task;
-      std::vector<int64_t> ids, last, count;
-      for (size_t q : picks[s]) ids.push_back(part.ids[q]), last.push_back(part.last_step[q]), count.push_back(part.count[q]);
-      wire::TableRows* block = headers[k].add_rows();
-      block->set_table(shard.name);
-      block->set_ids(Int64Bytes(ids.data(), ids.size()));
-      block->set_last_step(Int64Bytes(last.data(), last.size()));
-      block->set_count(Int64Bytes(count.data(), count.size()));
-      auto add = [&](const Tensor& from, int slot) {
-        auto rows = std::make_shared<FloatBuffer>(picks[s].size() * static_cast<size_t>(dim));
-        for (size_t r = 0; r < picks[s].size(); ++r) {
-          std::memcpy(rows->data() + r * dim, from.data() + picks[s][r] * dim, dim * sizeof(float));
-        }
-        rpc::OutgoingTensor o;
-        o.meta.set_name(shard.name);
-        o.meta.add_shape(static_cast<int64_t>(picks[s].size()));
-        o.meta.add_shape(dim);
-        o.meta.set_slot(slot);
-        o.data = rows->data();
-        o.num_floats = static_cast<int64_t>(rows->size());
-        o.owner = std::move(rows);
-        tensors[k].push_back(std::move(o));
-      };
-      add(part.values, 0);
-      for (size_t j = 0; j < part.slots.size(); ++j) add(part.slots[j], static_cast<int>(j) + 1);
+    for (size_t s = 0; s < picks->size(); ++s) {
+      if ((*picks)[s].empty()) continue;
+      const int k = t->shards[s].ps_task;
+      AddLoadBlock(t->shards[s], part, (*picks)[s], t->spec.dim, &headers[k], &tensors[k]);
     }
     std::vector<rpc::ClientChannel*> channels;
     std::vector<rpc::OutgoingMessage> requests;
