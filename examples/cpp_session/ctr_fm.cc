@@ -150,25 +150,25 @@ int Run(int argc, char** argv) {
   const std::vector<Var> params = {w, b};
   // The tables: their rows live on the ps tasks, initialized there from (initializer, seed, id).
   psflow::dist::TableSpec wide;
+  wide.name = "wide";
   wide.dim = 1;
   wide.num_embeddings = settings->wide_buckets;
   wide.strategy = psflow::dist::TableStrategy::kMod;  // bucket i on ps i % P
-  wide.initializer = "zeros";
+  wide.initializer = psflow::dist::TableInitializer::Zeros();
   psflow::dist::TableSpec fm;
+  fm.name = "fm";
   fm.dim = settings->fm_dim;
-  fm.dynamic = true;  // any int64 id, rows created by their first applied gradient
-  fm.initializer = "truncated_normal:0:0.05";
-  fm.seed = o.seed + 1;
-  fm.admit_after = 2;        // an id's first push is counted, not applied (one-off ids make no row)
-  fm.steps_to_live = 2000;   // rows not updated for 2000 global steps are evicted
-  fm.max_rows = settings->fm_max_rows;  // each ps keeps at most ⌈max_rows / P⌉ rows
-  fm.evict_every = 100;
+  fm.kind = psflow::dist::TableKind::kDynamic;  // any int64 id, rows created by their first applied gradient
+  fm.initializer = psflow::dist::TableInitializer::TruncatedNormal(0, 0.05f, /*seed=*/o.seed + 1);
+  fm.lifecycle.admit_after = 2;        // an id's first push is counted, not applied (one-off ids make no row)
+  fm.lifecycle.steps_to_live = 2000;   // rows not updated for 2000 global steps are evicted
+  fm.lifecycle.max_rows = settings->fm_max_rows;  // each ps keeps at most ⌈max_rows / P⌉ rows
 
   psflow::train::WorkerSession::Options options;
   options.train = o;
   options.model_name = "ctr_fm";
   auto session_or = psflow::train::WorkerSession::Create(
-      options, {{w->name, &w->value, &w->grad}, {b->name, &b->value, &b->grad}}, {{"wide", wide}, {"fm", fm}});
+      options, {{w->name, &w->value, &w->grad}, {b->name, &b->value, &b->grad}}, {wide, fm});
   if (!session_or.ok()) {
     std::cerr << "ctr_fm: " << session_or.status().message() << "\n";
     return 2;

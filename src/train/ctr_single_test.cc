@@ -82,12 +82,12 @@ std::vector<float> Fingerprint(const CtrTrainer& trainer) {
     std::vector<int64_t> ids;
     for (int64_t i = 0; i < 64; ++i) ids.push_back(test->ids[i * test->num_fields + f]);
     std::sort(ids.begin(), ids.end());
-    if (trainer.tables()[f]->config().kind == ps::table::TableKind::kFixed) {
-      for (int64_t& id : ids) id %= trainer.tables()[f]->config().layout.num_embeddings;
+    if (trainer.tables()[f]->config().spec.kind == ps::table::TableKind::kFixed) {
+      for (int64_t& id : ids) id %= trainer.tables()[f]->config().layout().num_embeddings;
     }
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    std::vector<float> rows(ids.size() * trainer.tables()[f]->config().dim);
+    std::vector<float> rows(ids.size() * trainer.tables()[f]->config().spec.dim);
     EXPECT_TRUE(trainer.tables()[f]->Gather(ids, absl::Span<float>(rows)).ok());
     out.insert(out.end(), rows.begin(), rows.end());
   }

@@ -61,11 +61,10 @@ absl::Status WaitForChief(ps::PsClient& client, double timeout_secs) {
 
 class WorkerSession::Impl {
  public:
-  Impl(Options options, std::vector<SessionParameter> params, std::vector<SessionTable> tables)
+  Impl(Options options, std::vector<SessionParameter> params, std::vector<dist::TableSpec> tables)
       : options_(std::move(options)), params_(std::move(params)), tables_(std::move(tables)) {
     batches_.resize(tables_.size());
     prefetched_.resize(tables_.size());
-    for (SessionTable& t : tables_) t.spec.name = t.name;
     if (options_.model_name.empty()) options_.model_name = options_.train.model;
     if (!options_.log) options_.log = [](const std::string& line) { std::cout << line << std::endl; };
     for (const SessionParameter& p : params_) {
@@ -355,7 +354,7 @@ class WorkerSession::Impl {
         b.rows = std::move(p.rows);
         p.rows = Tensor();
       } else {
-        b.rows = Tensor::Uninitialized({static_cast<int64_t>(b.ids.size()), tables_[t].spec.dim});
+        b.rows = Tensor::Uninitialized({static_cast<int64_t>(b.ids.size()), tables_[t].dim});
         if (!b.ids.empty()) step.pulls.push_back({tables_[t].name, &b.ids, &b.rows, nullptr});
       }
       p.valid = false;
@@ -387,7 +386,7 @@ class WorkerSession::Impl {
       nn::DedupIds(next_ids[t].data(), static_cast<int64_t>(next_ids[t].size()), 1, &dedup_);
       p.ids.swap(dedup_.ids);
       const int64_t rows = static_cast<int64_t>(p.ids.size());
-      if (p.rows.shape() != Shape{rows, tables_[t].spec.dim}) p.rows = Tensor::Uninitialized({rows, tables_[t].spec.dim});
+      if (p.rows.shape() != Shape{rows, tables_[t].dim}) p.rows = Tensor::Uninitialized({rows, tables_[t].dim});
       p.asked = true;
       p.valid = false;
     }
@@ -399,11 +398,7 @@ class WorkerSession::Impl {
     return batches_[t];
   }
   int num_tables() const { return static_cast<int>(tables_.size()); }
-  std::vector<dist::TableSpec> table_specs() const {
-    std::vector<dist::TableSpec> specs;
-    for (const SessionTable& t : tables_) specs.push_back(t.spec);
-    return specs;
-  }
+  const std::vector<dist::TableSpec>& table_specs() const { return tables_; }
 
   // The chief, every kWorkerCheckSecs: which workers are connected (its /metrics gauge, and a line
   // for those that are not: train/worker_roster.h).
@@ -485,7 +480,7 @@ class WorkerSession::Impl {
 
   Options options_;
   std::vector<SessionParameter> params_;
-  std::vector<SessionTable> tables_;
+  std::vector<dist::TableSpec> tables_;
   std::vector<TableBatch> batches_;
   std::vector<Prefetched> prefetched_;
   nn::UniqueIds dedup_;
@@ -515,7 +510,7 @@ class WorkerSession::Impl {
 
 absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Create(Options options,
                                                                      std::vector<SessionParameter> params,
-                                                                     std::vector<SessionTable> tables) {
+                                                                     std::vector<dist::TableSpec> tables) {
   if (auto s = ResolveTrainOptions(&options.train); !s.ok()) return s;
   if (params.empty()) return absl::InvalidArgumentError("a worker session needs at least one parameter");
   absl::flat_hash_set<std::string> names;
@@ -532,7 +527,7 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Create(Options opt
     }
   }
   absl::flat_hash_set<std::string> table_names;
-  for (const SessionTable& t : tables) {
+  for (const dist::TableSpec& t : tables) {
     if (t.name.empty()) return absl::InvalidArgumentError("a table has an empty name; give every table a name");
     if (!table_names.insert(t.name).second || names.contains(t.name)) {
       return absl::InvalidArgumentError(absl::StrCat("table '", t.name, "' is given twice (or is also a parameter's name); ",
@@ -543,6 +538,20 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Create(Options opt
   if (auto s = impl->Prepare(); !s.ok()) return s;
   return std::unique_ptr<WorkerSession>(new WorkerSession(std::move(impl)));
 }
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Create(Options options,
+                                                                     std::vector<SessionParameter> params,
+                                                                     std::vector<SessionTable> tables) {
+  std::vector<dist::TableSpec> specs;
+  for (SessionTable& t : tables) {
+    specs.push_back(std::move(t.spec));
+    specs.back().name = std::move(t.name);
+  }
+  return Create(std::move(options), std::move(params), std::move(specs));
+}
+#pragma GCC diagnostic pop
 
 WorkerSession::WorkerSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 

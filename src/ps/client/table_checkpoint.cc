@@ -181,7 +181,7 @@ absl::Status PsClient::Impl::LoadTable(const std::string& table, const TablePart
     std::vector<std::vector<size_t>> picks(t->shards.size());
     for (size_t q = 0; q < n; ++q) {
       int shard;
-      if (t->spec.dynamic) {
+      if (t->spec.dynamic()) {
         shard = dist::RouteDynamicId(part.ids[q], options_.plan.num_ps);
       } else {
         absl::StatusOr<dist::RowLocation> loc = dist::RouteFixedId(table, t->layout, part.ids[q]);
