@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "psflow/dist/table_spec.h"
 
 namespace psflow::nn {
 
@@ -110,28 +109,6 @@ constexpr float kCtrSparseRate = 2.0f;
 
 std::string KnownModels() { return absl::StrJoin(ModelNames(), ", "); }
 
-// The ctr model's tables take the table fields (dist::TableFields(), psflow/dist/table_spec.h) as
-// its settings --table_<field>, defaults those of its tables' template (a truncated normal of
-// stddev 0.05); a field added there is a setting here. Not the seed (each table's is drawn from
-// --seed and its field) nor the rule (--sparse_optimizer is the job's).
-std::vector<ModelSetting> CtrTableSettings() {
-  dist::TableSpec ctr;
-  ctr.initializer = dist::TableInitializer::TruncatedNormal(0.0f, 0.05f);
-  std::vector<ModelSetting> settings;
-  for (const dist::TableField& f : dist::TableFields()) {
-    if (f.name == "seed" || f.name == "sparse_optimizer") continue;
-    const std::string field(f.name), must_be(f.must_be);
-    settings.push_back({absl::StrCat("table_", field), dist::TableFieldText(ctr, field),
-                        absl::StrCat("ctr tables: ", std::string(f.help)),
-                        [field, must_be](const std::string& value) {
-                          dist::TableSpec spec;
-                          return dist::SetTableField(&spec, field, value).ok() ? absl::OkStatus()
-                                                                               : absl::InvalidArgumentError(must_be);
-                        }});
-  }
-  return settings;
-}
-
 }  // namespace
 
 std::vector<std::string> ModelNames() {
@@ -174,9 +151,7 @@ absl::StatusOr<ModelDefaults> DefaultsFor(const std::string& model_name) {
   if (model_name == "mlp") return ModelDefaults{"adam", 0.01f, 100, 10000};
   if (model_name == "cnn") return ModelDefaults{"rmsprop", 1e-3f, 128, 2000, 1000, 0.5f};
   if (model_name == "vgg19") return ModelDefaults{"sgd", 0.01f, 32, 100, 0, 1.0f, true};
-  if (model_name == "ctr") {
-    return ModelDefaults{"adam", 1e-3f, 1024, 1000, 0, 1.0f, false, CtrTableSettings(), "adagrad", kCtrSparseRate};
-  }
+  if (model_name == "ctr") return ModelDefaults{"adam", 1e-3f, 1024, 1000, 0, 1.0f, false, {}, "adagrad", kCtrSparseRate};
   return absl::InvalidArgumentError(
       absl::StrCat("unknown model '", model_name, "'; choose one of ", KnownModels()));
 }

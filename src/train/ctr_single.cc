@@ -4,10 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
-#include "psflow/nn/model.h"
 #include "psflow/core/threading.h"
 #include "psflow/data/ctr_metrics.h"
 #include "train/checkpointing.h"
@@ -30,16 +28,11 @@ dist::TableSpec CtrTableSpec(const TrainOptions& options, int field) {
   spec.dim = options.ctr_dim;
   spec.kind = options.ctr_vocab == 0 ? dist::TableKind::kDynamic : dist::TableKind::kFixed;
   spec.num_embeddings = options.ctr_vocab;
-  spec.initializer.seed = Rng::Mix(options.seed, 0x7ab1e000 + field);
-  // The model's --table_<field> settings (nn's ctr defaults hold the tables' template; checked by
-  // ResolveTrainOptions; options never resolved take the defaults).
-  absl::StatusOr<nn::ModelDefaults> defaults = nn::DefaultsFor("ctr");
-  CHECK(defaults.ok());
-  for (const nn::ModelSetting& s : defaults->settings) {
-    if (!absl::StartsWith(s.name, "table_")) continue;
-    auto given = options.model_settings.find(s.name);
-    const std::string& text = given != options.model_settings.end() ? given->second : s.default_value;
-    const absl::Status set = dist::SetTableField(&spec, s.name.substr(6), text);
+  // The ctr tables' template: a truncated normal of stddev 0.05, each field's own seed.
+  spec.initializer = dist::TableInitializer::TruncatedNormal(0.0f, 0.05f, Rng::Mix(options.seed, 0x7ab1e000 + field));
+  // Then the --table_<field> flags given (checked by ResolveTrainOptions: CHECKed here).
+  for (const auto& [name, text] : options.table_options) {
+    const absl::Status set = dist::SetTableField(&spec, name, text);
     CHECK(set.ok()) << set.message();
   }
   return spec;

@@ -8,8 +8,9 @@
 //
 // The defaults live in one place: TableSpec's member initializers. TableFields() lists the fields a
 // user sets by name (name, help, text form, default taken from TableSpec{}); Python's keyword
-// arguments and the ctr model's --table_* settings are made from it, so a new field is one member,
-// one row there and its wire field (wire_config_test.cc fails until the wire carries it).
+// arguments and psflow train's --table_* flags (train/flags.cc) are made from it, so a new field
+// is one member, one row there and its wire field (wire_config_test.cc fails until the wire
+// carries it).
 //
 // Plain values and pure functions; safe to copy and call from any thread.
 #ifndef PSFLOW_DIST_TABLE_SPEC_H_
@@ -149,7 +150,7 @@ absl::StatusOr<InitKind> ParseInitKind(std::string_view text);
 inline constexpr std::string_view kTableRules = "sgd momentum adagrad ftrl adam rmsprop";
 
 // A field a user sets by name: Python's keyword arguments of psflow.torch.Embedding/EmbeddingBag
-// and the ctr model's --table_<name> settings are made from these rows. The kind, dim and
+// and psflow train's --table_<name> flags are made from these rows. The kind, dim and
 // num_embeddings are not among them (they are the modules' positional arguments and the model's
 // --ctr_* flags), nor the name.
 struct TableField {
