@@ -40,12 +40,12 @@ Fixture Make(bool dynamic, int64_t dim, const std::string& rule_name) {
   Fixture f;
   const int64_t n = TableRows(dim);
   TableConfig config;
-  config.name = "bench";
-  config.dim = dim;
-  config.initializer.kind = InitKind::kUniform;
-  config.seed = 1;
-  config.kind = dynamic ? TableKind::kDynamic : TableKind::kFixed;
-  config.layout = dist::FixedTableLayout{n, 1, dist::TableStrategy::kDiv};
+  config.spec.name = "bench";
+  config.spec.dim = dim;
+  config.spec.initializer.kind = InitKind::kUniform;
+  config.spec.initializer.seed = 1;
+  config.spec.kind = dynamic ? TableKind::kDynamic : TableKind::kFixed;
+  config.spec.num_embeddings = n;
   SparseRuleConfig rule;
   rule.optimizer.name = rule_name;
   rule.optimizer.learning_rate = 1e-3f;

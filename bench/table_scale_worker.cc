@@ -68,15 +68,14 @@ int Run(int argc, char** argv) {
     return 2;
   }
   const psflow::train::TrainOptions& o = flags->options;
-  psflow::train::SessionTable table;
+  psflow::dist::TableSpec table;
   table.name = "scale";
-  table.spec.name = "scale";
-  table.spec.dim = args->dim;
-  table.spec.dynamic = args->table == "dynamic";
-  table.spec.num_embeddings = table.spec.dynamic ? 0 : args->rows;
-  table.spec.max_rows = args->max_rows;
-  table.spec.evict_every = args->evict_every;
-  table.spec.seed = o.seed;
+  table.dim = args->dim;
+  table.kind = args->table == "dynamic" ? psflow::dist::TableKind::kDynamic : psflow::dist::TableKind::kFixed;
+  table.num_embeddings = table.dynamic() ? 0 : args->rows;
+  table.lifecycle.max_rows = args->max_rows;
+  table.lifecycle.evict_every = args->evict_every;
+  table.initializer.seed = o.seed;
 
   // A dense parameter beside the table, as in any model (its gradient is zero).
   psflow::Tensor bias({1}, 0.0f), bias_grad({1}, 0.0f);
@@ -97,7 +96,7 @@ int Run(int argc, char** argv) {
       const int64_t step = s.data_step();
       psflow::Rng rng(psflow::Rng::Mix(o.seed, static_cast<uint64_t>(step)));
       for (size_t i = 0; i < ids.size(); ++i) {
-        if (table.spec.dynamic) {
+        if (table.dynamic()) {
           const uint64_t n = static_cast<uint64_t>(pushes) * ids.size() + i;
           ids[i] = static_cast<int64_t>(psflow::dist::Mix64(n));  // distinct: Mix64 is a bijection
         } else {

@@ -56,7 +56,7 @@ std::unique_ptr<Rig> StartRig(const std::string& transport) {
   table.name = "emb";
   table.dim = kDim;
   table.num_embeddings = kRows;
-  table.initializer = "uniform:-1:1";
+  table.initializer = dist::TableInitializer::Uniform(-1, 1);
   if (!dist::PlanTables({table}, {}, dist::PlacementStrategy::kRoundRobin, &plan).ok()) return nullptr;
   PsClient::Options co;
   co.cluster = *cluster;

@@ -121,22 +121,22 @@ Var Logits(const Var& w, const Var& b, const Batch& batch, int64_t n, int num_fi
 
 // The embedding tables: their rows live on the ps tasks, initialized there from (initializer,
 // seed, id).
-std::vector<psflow::train::SessionTable> Tables(const Settings& settings, uint64_t seed) {
+std::vector<psflow::dist::TableSpec> Tables(const Settings& settings, uint64_t seed) {
   psflow::dist::TableSpec wide;
+  wide.name = "wide";
   wide.dim = 1;
   wide.num_embeddings = settings.wide_buckets;
   wide.strategy = psflow::dist::TableStrategy::kMod;  // bucket i on ps i % P
-  wide.initializer = "zeros";
+  wide.initializer = psflow::dist::TableInitializer::Zeros();
   psflow::dist::TableSpec fm;
+  fm.name = "fm";
   fm.dim = settings.fm_dim;
-  fm.dynamic = true;  // any int64 id, rows created by their first applied gradient
-  fm.initializer = "truncated_normal:0:0.05";
-  fm.seed = seed + 1;
-  fm.admit_after = 2;        // an id's first push is counted, not applied (one-off ids make no row)
-  fm.steps_to_live = 2000;   // rows not updated for 2000 global steps are evicted
-  fm.max_rows = settings.fm_max_rows;  // each ps keeps at most ⌈max_rows / P⌉ rows
-  fm.evict_every = 100;
-  return {{"wide", wide}, {"fm", fm}};
+  fm.kind = psflow::dist::TableKind::kDynamic;  // any int64 id, rows created by their first applied gradient
+  fm.initializer = psflow::dist::TableInitializer::TruncatedNormal(0, 0.05f, /*seed=*/seed + 1);
+  fm.lifecycle.admit_after = 2;       // an id's first push is counted, not applied (one-off ids make no row)
+  fm.lifecycle.steps_to_live = 2000;  // rows not updated for 2000 global steps are evicted
+  fm.lifecycle.max_rows = settings.fm_max_rows;  // each ps keeps at most ⌈max_rows / P⌉ rows
+  return {wide, fm};
 }
 
 // The model on one worker: the dense parameters (the same initial values on every worker, zeros;

@@ -63,9 +63,11 @@ void RegisterCheckpoint(pybind11::module_& m);
 void RegisterEvaluator(pybind11::module_& m);
 
 // Embedding tables of the worker session (table_binding.cc).
-// A table's declaration from a dict (name, dim, num_embeddings (None: dynamic), partition_strategy,
-// initializer, seed, admit_after, steps_to_live, max_rows, evict_every).
+// A table's declaration from a dict: name, dim, num_embeddings (None: dynamic) and any of
+// dist::TableFields() by name (None: the default); a bad value is refused naming table and field.
 dist::TableSpec TableSpecFromPython(const pybind11::dict& spec);
+// _table_fields() and _check_table_options(what, options): psflow.torch's keyword arguments.
+void RegisterTableFields(pybind11::module_& m);
 // Lookup / Prefetch with one 1-D int64 array (or None) per table; Lookup returns one (rows
 // float32 [U, dim], index int64 [batch]) per table, moved out of the session without a copy.
 pybind11::list TablesLookup(train::WorkerSession& session, const pybind11::list& ids);

@@ -123,8 +123,8 @@ TableRows ReadRows(const std::string& path, const std::string& name, std::vector
   dist::TableSpec spec;
   spec.name = name;
   spec.dim = values->shape[1];
-  spec.dynamic = reader.Find(name + "/ids") != nullptr;
-  if (!spec.dynamic) {
+  spec.kind = reader.Find(name + "/ids") != nullptr ? dist::TableKind::kDynamic : dist::TableKind::kFixed;
+  if (!spec.dynamic()) {
     spec.num_embeddings = values->shape[0];
     for (int64_t id : ids) {
       if (id < 0 || id >= spec.num_embeddings) {

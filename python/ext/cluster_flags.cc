@@ -191,10 +191,34 @@ void RegisterFlags(py::module_& m) {
   for (const train::Flag& flag : train::TrainFlags()) {
     std::visit(
         [&](auto member) {
-          using Field = std::remove_cvref_t<decltype(std::declval<train::TrainOptions&>().*member)>;
-          flags.def_property(
-              std::string(flag.name).c_str(), [member](const Flags& f) { return f.options.*member; },
-              [member](Flags& f, Field value) { f.options.*member = std::move(value); }, std::string(flag.help).c_str());
+          if constexpr (std::is_same_v<decltype(member), train::TableOptionField>) {
+            // A table option: None until given, then an int or a str as its field's type.
+            const std::string field(member.field);
+            const bool integer = member.integer;
+            const train::Flag* row = &flag;
+            flags.def_property(
+                std::string(flag.name).c_str(),
+                [field, integer](const Flags& f) -> py::object {
+                  auto it = f.options.table_options.find(field);
+                  if (it == f.options.table_options.end()) return py::none();
+                  if (integer) return py::int_(py::str(it->second));
+                  return py::str(it->second);
+                },
+                [field, row](Flags& f, const py::object& value) {
+                  if (value.is_none()) {
+                    f.options.table_options.erase(field);
+                    return;
+                  }
+                  ThrowIfError(train::SetFlagFromText(*row, py::str(value).cast<std::string>(), &f.options));
+                },
+                std::string(flag.help).c_str());
+          } else {
+            using Field = std::remove_cvref_t<decltype(std::declval<train::TrainOptions&>().*member)>;
+            flags.def_property(
+                std::string(flag.name).c_str(), [member](const Flags& f) { return f.options.*member; },
+                [member](Flags& f, Field value) { f.options.*member = std::move(value); },
+                std::string(flag.help).c_str());
+          }
         },
         flag.field);
   }

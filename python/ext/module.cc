@@ -96,6 +96,7 @@ PYBIND11_MODULE(_psflow, m) {
   RegisterData(m);
   RegisterCtrData(m);
   RegisterSession(m);
+  RegisterTableFields(m);
   RegisterOptim(m);
   RegisterCheckpoint(m);
   RegisterEvaluator(m);

@@ -76,11 +76,8 @@ class PySession {
       params.push_back(sp);
       memory_->params.push_back(std::move(p));
     }
-    std::vector<train::SessionTable> tables;
-    for (const py::dict& d : table_specs) {
-      dist::TableSpec spec = TableSpecFromPython(d);
-      tables.push_back({spec.name, spec});
-    }
+    std::vector<dist::TableSpec> tables;
+    for (const py::dict& d : table_specs) tables.push_back(TableSpecFromPython(d));
     train::WorkerSession::Options session_options;
     session_options.train = options;
     session_options.model_name = model_name;

@@ -1,6 +1,8 @@
 // The worker session's embedding tables from Python (include/psflow/train/session.h: Lookup,
 // table_batch, Prefetch), used by psflow.torch.Embedding / EmbeddingBag through psflow.WorkerSession.
-// Thin: a table's declaration is turned into a dist::TableSpec (the plan refuses a bad one), ids
+// Thin: a table's declaration is turned into a dist::TableSpec field by field through the one
+// table of fields (psflow/dist/table_spec.h; the plan refuses a bad whole), which also gives
+// psflow.torch its keyword arguments and their defaults (_table_fields). Ids
 // cross as int64 numpy arrays read in place, a Lookup's rows [U, dim] and inverse index [batch] are
 // moved out of the session's TableBatch into numpy arrays without a copy (the session refills its
 // buffers next Lookup), the unique rows' gradients are copied once into the session's grads.
@@ -17,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "binding.h"
+#include "psflow/dist/table_spec.h"
 #include "psflow/train/session.h"
 
 namespace py = pybind11;
@@ -67,29 +70,76 @@ py::array Own(T value, std::vector<py::ssize_t> shape) {
 
 }  // namespace
 
+namespace {
+
+// A Python value as a table field's text form (dist::SetTableField reads it): str as is, int as
+// its digits; anything else (bool, float, ...) as its repr, which SetTableField refuses by name.
+std::string FieldText(const py::handle& value) {
+  if (py::isinstance<py::str>(value)) return value.cast<std::string>();
+  if (py::isinstance<py::int_>(value) && !py::isinstance<py::bool_>(value)) return py::str(value).cast<std::string>();
+  return py::repr(value).cast<std::string>();
+}
+
+// Sets every field of TableFields() that `options` gives (None: the default); a key that is not
+// one is refused by SetTableField, naming the known ones.
+void SetFields(const py::dict& options, dist::TableSpec* spec) {
+  for (const auto& [key, value] : options) {
+    if (value.is_none()) continue;
+    ThrowIfError(dist::SetTableField(spec, key.cast<std::string>(), FieldText(value)));
+  }
+}
+
+}  // namespace
+
 dist::TableSpec TableSpecFromPython(const py::dict& d) {
   dist::TableSpec spec;
-  spec.name = Get<std::string>(d, "name", "");
-  spec.dim = Get<int64_t>(d, "dim", 0);
-  const int64_t n = Get<int64_t>(d, "num_embeddings", -1);
-  spec.dynamic = n < 0;
-  if (!spec.dynamic) spec.num_embeddings = n;
-  const std::string strategy = Get<std::string>(d, "partition_strategy", "div");
-  if (strategy == "div") {
-    spec.strategy = dist::TableStrategy::kDiv;
-  } else if (strategy == "mod") {
-    spec.strategy = dist::TableStrategy::kMod;
-  } else {
-    throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-        "table '", spec.name, "': partition_strategy is '", strategy, "'; use \"div\" or \"mod\"")));
+  py::dict options;
+  for (const auto& [key, value] : d) {
+    const std::string k = key.cast<std::string>();
+    if (k == "name") {
+      spec.name = value.is_none() ? "" : value.cast<std::string>();
+    } else if (k == "dim") {
+      spec.dim = value.cast<int64_t>();
+    } else if (k == "num_embeddings") {
+      spec.kind = value.is_none() ? dist::TableKind::kDynamic : dist::TableKind::kFixed;
+      if (!value.is_none()) spec.num_embeddings = value.cast<int64_t>();
+    } else {
+      options[key] = value;
+    }
   }
-  spec.initializer = Get<std::string>(d, "initializer", spec.initializer);
-  spec.seed = Get<uint64_t>(d, "seed", 0);
-  spec.admit_after = Get<int64_t>(d, "admit_after", 0);
-  spec.steps_to_live = Get<int64_t>(d, "steps_to_live", 0);
-  spec.max_rows = Get<int64_t>(d, "max_rows", 0);
-  spec.evict_every = Get<int64_t>(d, "evict_every", 100);
+  SetFields(options, &spec);
   return spec;
+}
+
+void RegisterTableFields(py::module_& m) {
+  m.def(
+      "_table_fields",
+      [] {
+        py::list out;
+        for (const dist::TableField& f : dist::TableFields()) {
+          const std::string text = dist::TableFieldDefault(f.name);
+          py::object value = f.type == "int"   ? py::object(py::int_(py::str(text)))
+                             : text.empty()    ? py::object(py::none())
+                                               : py::object(py::str(text));
+          out.append(py::make_tuple(std::string(f.name), value, std::string(f.help)));
+        }
+        return out;
+      },
+      "[(name, default, help)] of a table's keyword arguments (psflow/dist/table_spec.h's TableFields), "
+      "in signature order; psflow.torch's Embedding and EmbeddingBag take them.");
+  m.def(
+      "_check_table_options",
+      [](const std::string& what, const py::dict& options) {
+        dist::TableSpec spec;
+        try {
+          SetFields(options, &spec);
+        } catch (const StatusError& e) {
+          throw StatusError(absl::Status(e.status().code(), absl::StrCat(what, ": ", e.status().message())));
+        }
+      },
+      py::arg("what"), py::arg("options"),
+      "Refuses (psflow.InvalidArgumentError, prefixed by `what`) a table keyword argument that is unknown or "
+      "whose value its field cannot read.");
 }
 
 py::list TablesLookup(train::WorkerSession& session, const py::list& ids) {

@@ -23,14 +23,38 @@ from . import _psflow
 
 _MODES = ("sum", "mean")
 
+# The table's keyword arguments, their defaults and help, from the one table of fields the C++
+# side declares (include/psflow/dist/table_spec.h's TableFields, which also gives the ctr model's
+# --table_* flags): [(name, default, help)]. A field added there is a keyword argument here.
+_FIELDS = [tuple(f) for f in _psflow._table_fields()]
+_DEFAULTS = {name: default for name, default, _ in _FIELDS}
+
+
+def _with_table_options(cls):
+    """Writes the table's keyword arguments into cls's signature and docstring (they arrive as
+    **table_options: the names and defaults are _FIELDS's)."""
+    import inspect
+
+    sig = inspect.signature(cls.__init__)
+    params = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+               for name, default, _ in _FIELDS]
+    cls.__init__.__signature__ = sig.replace(parameters=params)
+    cls.__doc__ += "\n    Table options (keyword only):\n" + "".join(
+        f"      {name}={default!r}: {help}\n" for name, default, help in _FIELDS)
+    return cls
+
 
 class _Table(torch.nn.Module):
     """What both modules share: the table's declaration and the link to the open session."""
 
-    def __init__(self, num_embeddings, embedding_dim, padding_idx, name, initializer, seed,
-                 partition_strategy, admit_after, steps_to_live, max_rows, evict_every, max_norm, kind):
+    def __init__(self, num_embeddings, embedding_dim, padding_idx, name, max_norm, kind, table_options):
         super().__init__()
         what = f"psflow.torch.{kind}"
+        for key in table_options:
+            if key not in _DEFAULTS:
+                raise TypeError(f"{what}() got an unexpected keyword argument {key!r} (table options: "
+                                f"{', '.join(_DEFAULTS)})")
         if max_norm is not None:
             raise _psflow.UnimplementedError(f"{what}: max_norm is not supported (the rows live on the ps tasks)")
         if num_embeddings is not None and (not isinstance(num_embeddings, int) or num_embeddings < 1):
@@ -38,9 +62,7 @@ class _Table(torch.nn.Module):
                 f"{what}: num_embeddings is {num_embeddings!r}; give a positive int, or None for a dynamic table")
         if not isinstance(embedding_dim, int) or embedding_dim < 1:
             raise _psflow.InvalidArgumentError(f"{what}: embedding_dim is {embedding_dim!r}; give a positive int")
-        if partition_strategy not in ("div", "mod"):
-            raise _psflow.InvalidArgumentError(
-                f"{what}: partition_strategy is {partition_strategy!r}; use \"div\" or \"mod\"")
+        _psflow._check_table_options(what, table_options)  # each value its field reads, or one line naming it
         if padding_idx is not None and num_embeddings is not None:
             if not -num_embeddings <= padding_idx < num_embeddings:
                 raise _psflow.InvalidArgumentError(
@@ -51,22 +73,16 @@ class _Table(torch.nn.Module):
         self.embedding_dim = embedding_dim
         self.padding_idx = padding_idx
         self.table_name = name
-        self.initializer = initializer
-        self.seed = seed
-        self.partition_strategy = partition_strategy
-        self.admit_after = admit_after
-        self.steps_to_live = steps_to_live
-        self.max_rows = max_rows
-        self.evict_every = evict_every
+        self.table_options = {**_DEFAULTS, **table_options}
+        for key, value in self.table_options.items():  # emb.initializer, emb.seed, ... as attributes
+            setattr(self, key, value)
         self._kind = kind
         self._tables = None  # the open session's _Tables, set by psflow.WorkerSession
         self._index = -1
 
     def _spec(self, name):
-        return {"name": name, "dim": self.embedding_dim, "num_embeddings": self.num_embeddings,
-                "partition_strategy": self.partition_strategy, "initializer": self.initializer,
-                "seed": self.seed, "admit_after": self.admit_after, "steps_to_live": self.steps_to_live,
-                "max_rows": self.max_rows, "evict_every": self.evict_every}
+        options = {key: getattr(self, key) for key in _DEFAULTS}
+        return {"name": name, "dim": self.embedding_dim, "num_embeddings": self.num_embeddings, **options}
 
     def _rows(self, ids):
         """(rows [U (+1 with padding), dim], index int64 like ids) for an integer tensor of ids."""
@@ -97,46 +113,45 @@ class _Table(torch.nn.Module):
         return s + (f", name={self.table_name!r}" if self.table_name else "")
 
 
+@_with_table_options
 class Embedding(_Table):
-    """Embedding(num_embeddings, embedding_dim, padding_idx=None, *, name=None,
-    initializer="truncated_normal:0:0.01", seed=0, partition_strategy="div", admit_after=0,
-    steps_to_live=0, max_rows=0, evict_every=100): nn.Embedding with its rows on the ps tasks.
+    """Embedding(num_embeddings, embedding_dim, padding_idx=None, *, name=None, initializer=..., seed=0,
+    partition_strategy="div", admit_after=0, steps_to_live=0, max_rows=0, evict_every=100, ...):
+    nn.Embedding with its rows on the ps tasks.
 
     num_embeddings=None: a dynamic table (any int64 id; rows created on first push, admitted after
     `admit_after` pushes, evicted after `steps_to_live` steps without update or beyond `max_rows`).
-    initializer: zeros | constant:V | uniform:MIN:MAX | normal:MEAN:STD | truncated_normal:MEAN:STD,
-    row `id`'s value a function of (seed, id) only. name: the table's name on the ps and in the
-    checkpoints (default: the module's name in the model). forward(input) -> [*input.shape, dim].
+    Row `id`'s initial value is a function of (initializer, seed, id) only. name: the table's name on
+    the ps and in the checkpoints (default: the module's name in the model).
+    forward(input) -> [*input.shape, dim].
     """
 
     def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None, norm_type=2.0,
                  scale_grad_by_freq=False, sparse=True, _weight=None, device=None, dtype=None, *, name=None,
-                 initializer="truncated_normal:0:0.01", seed=0, partition_strategy="div", admit_after=0,
-                 steps_to_live=0, max_rows=0, evict_every=100):
+                 **table_options):
         if scale_grad_by_freq:
             raise _psflow.UnimplementedError("psflow.torch.Embedding: scale_grad_by_freq is not supported")
         if _weight is not None:
             raise _psflow.InvalidArgumentError(
                 "psflow.torch.Embedding: _weight is not taken (the rows are made on the ps from initializer and seed)")
-        super().__init__(num_embeddings, embedding_dim, padding_idx, name, initializer, seed, partition_strategy,
-                         admit_after, steps_to_live, max_rows, evict_every, max_norm, "Embedding")
+        super().__init__(num_embeddings, embedding_dim, padding_idx, name, max_norm, "Embedding", table_options)
 
     def forward(self, input):
         rows, index = self._rows(input)
         return F.embedding(index, rows)
 
 
+@_with_table_options
 class EmbeddingBag(_Table):
     """EmbeddingBag(num_embeddings, embedding_dim, mode="mean", padding_idx=None, *, name=None, ...):
-    nn.EmbeddingBag with its rows on the ps tasks (mode "sum" or "mean"; the other options as for
+    nn.EmbeddingBag with its rows on the ps tasks (mode "sum" or "mean"; the table options as for
     psflow.torch.Embedding). forward(input, offsets=None, per_sample_weights=None) -> [bags, dim],
     as nn.EmbeddingBag's (1-D input with offsets, or 2-D input of equal bags; include_last_offset).
     """
 
     def __init__(self, num_embeddings, embedding_dim, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
                  mode="mean", sparse=True, _weight=None, include_last_offset=False, padding_idx=None, device=None,
-                 dtype=None, *, name=None, initializer="truncated_normal:0:0.01", seed=0, partition_strategy="div",
-                 admit_after=0, steps_to_live=0, max_rows=0, evict_every=100):
+                 dtype=None, *, name=None, **table_options):
         if mode not in _MODES:
             raise _psflow.UnimplementedError(
                 f"psflow.torch.EmbeddingBag: mode={mode!r} is not supported; use \"sum\" or \"mean\"")
@@ -146,8 +161,7 @@ class EmbeddingBag(_Table):
             raise _psflow.InvalidArgumentError(
                 "psflow.torch.EmbeddingBag: _weight is not taken (the rows are made on the ps from initializer "
                 "and seed)")
-        super().__init__(num_embeddings, embedding_dim, padding_idx, name, initializer, seed, partition_strategy,
-                         admit_after, steps_to_live, max_rows, evict_every, max_norm, "EmbeddingBag")
+        super().__init__(num_embeddings, embedding_dim, padding_idx, name, max_norm, "EmbeddingBag", table_options)
         self.mode = mode
         self.include_last_offset = include_last_offset
 

@@ -227,6 +227,50 @@ class ClusterSpecAndFlagsTest(unittest.TestCase):
             psflow.BatchSampler(1000, 20, 2, 2, 0)
 
 
+class TableOptionsTest(unittest.TestCase):
+    """psflow.torch's table keyword arguments are made from the C++ table of fields
+    (include/psflow/dist/table_spec.h): the same names, defaults and checks."""
+
+    def test_keyword_arguments_and_defaults_are_the_cpp_fields(self):
+        import inspect
+        fields = psflow._psflow._table_fields()
+        names = [name for name, _, _ in fields]
+        self.assertEqual(names[:7], ["initializer", "seed", "partition_strategy", "admit_after", "steps_to_live",
+                                     "max_rows", "evict_every"])
+        self.assertIn("storage", names)
+        self.assertIn("sparse_optimizer", names)
+        defaults = {name: default for name, default, _ in fields}
+        self.assertEqual(defaults["initializer"], "truncated_normal:0:0.01")
+        self.assertEqual(defaults["evict_every"], 100)
+        self.assertEqual(defaults["storage"], "memory")
+        self.assertIsNone(defaults["sparse_optimizer"])
+        for cls in (psflow.torch.Embedding, psflow.torch.EmbeddingBag):
+            params = inspect.signature(cls).parameters
+            for name, default, help in fields:
+                self.assertEqual(params[name].kind, inspect.Parameter.KEYWORD_ONLY, name)
+                self.assertEqual(params[name].default, default, name)
+                self.assertIn(name, cls.__doc__)
+        emb = psflow.torch.Embedding(None, 4, admit_after=2, storage="disk", sparse_optimizer="ftrl")
+        self.assertEqual((emb.admit_after, emb.storage, emb.sparse_optimizer, emb.evict_every), (2, "disk", "ftrl", 100))
+        spec = emb._spec("t")
+        self.assertEqual(set(spec), {"name", "dim", "num_embeddings", *names})
+
+    def test_a_bad_option_is_refused_at_construction_naming_it(self):
+        cases = [({"partition_strategy": "hash"}, "partition_strategy=hash must be div or mod"),
+                 ({"initializer": "gaussian"}, "initializer=gaussian must be one of zeros"),
+                 ({"evict_every": 0}, "evict_every=0 must be an integer >= 1"),
+                 ({"admit_after": 1.5}, "admit_after=1.5 must be an integer >= 0"),
+                 ({"storage": "tape"}, "storage=tape must be memory or disk"),
+                 ({"sparse_optimizer": "lbfgs"}, "sparse_optimizer=lbfgs must be one of sgd")]
+        for options, says in cases:
+            with self.assertRaises(psflow.InvalidArgumentError) as e:
+                psflow.torch.EmbeddingBag(10, 4, **options)
+            self.assertIn("psflow.torch.EmbeddingBag: " + says, str(e.exception))
+        with self.assertRaises(TypeError) as e:
+            psflow.torch.Embedding(10, 4, evict_evry=5)
+        self.assertIn("evict_evry", str(e.exception))
+
+
 class SessionMisuseTest(unittest.TestCase):
     def flags(self):
         return psflow.parse_flags(["--job_name=worker", "--task_index=0", *cluster_flags(1, 1)])

@@ -198,6 +198,8 @@ TEST_F(ParseFlagsTest, EveryFlagSurvivesARoundTripThroughItsText) {
   o.insecure = true;
   o.sparse_optimizer = "ftrl";
   o.sparse_learning_rate = 0.375f;
+  o.table_options = {{"initializer", "zeros"}, {"partition_strategy", "mod"}, {"admit_after", "2"},
+                     {"steps_to_live", "9"}, {"max_rows", "1000"}, {"evict_every", "5"}, {"storage", "disk"}};
   const std::vector<std::string> args = train::FlagArgs(o);
   EXPECT_EQ(args.size(), train::TrainFlags().size());  // every flag was given a value above
   auto f = ParseFlags(args);
@@ -224,7 +226,15 @@ TEST(FlagTableTest, EachRowHasItsOwnNameAndItsOwnMember) {
   train::TrainOptions o;
   for (const train::Flag& flag : train::TrainFlags()) {
     EXPECT_TRUE(names.insert(std::string(flag.name)).second) << flag.name << " is in the table twice";
-    const void* address = std::visit([&](auto m) -> const void* { return &(o.*m); }, flag.field);
+    const void* address = std::visit(
+        [&](auto m) -> const void* {
+          if constexpr (std::is_same_v<decltype(m), train::TableOptionField>) {
+            return m.field.data();  // a table option: its own field of dist::TableFields()
+          } else {
+            return &(o.*m);
+          }
+        },
+        flag.field);
     EXPECT_TRUE(members.emplace(flag.field.index(), address).second) << flag.name << " shares a member";
     EXPECT_EQ(train::FindFlag(flag.name), &flag);
     EXPECT_FALSE(flag.help.empty()) << flag.name;

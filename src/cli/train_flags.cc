@@ -23,6 +23,9 @@ bool Contains(std::initializer_list<absl::string_view> names, absl::string_view 
 std::string TypeName(const train::Flag& flag) {
   return std::visit(
       [](auto member) -> std::string {
+        if constexpr (std::is_same_v<decltype(member), train::TableOptionField>) {
+          return member.integer ? "INT" : "TEXT";
+        } else {
         using Field = std::remove_cvref_t<decltype(std::declval<train::TrainOptions&>().*member)>;
         if constexpr (std::is_same_v<Field, std::string>) {
           return "TEXT";
@@ -32,6 +35,7 @@ std::string TypeName(const train::Flag& flag) {
           return "FLOAT";
         } else {
           return "INT";
+        }
         }
       },
       flag.field);

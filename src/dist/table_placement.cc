@@ -18,21 +18,6 @@ absl::Status BadTable(const TableSpec& t, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("table '", t.name, "': ", why));
 }
 
-absl::Status CheckSpec(const TableSpec& t) {
-  if (t.name.empty()) return absl::InvalidArgumentError("a table without a name: give every table a name");
-  if (t.dim < 1) return BadTable(t, absl::StrCat("dim ", t.dim, " must be >= 1"));
-  if (!t.dynamic && t.num_embeddings < 1) {
-    return BadTable(t, absl::StrCat("a fixed table needs num_embeddings >= 1 (got ", t.num_embeddings, ")"));
-  }
-  if (t.admit_after < 0 || t.steps_to_live < 0 || t.max_rows < 0 || t.evict_every < 1) {
-    return BadTable(t, "admit_after, steps_to_live and max_rows must be >= 0 and evict_every >= 1");
-  }
-  if (!t.dynamic && (t.admit_after > 1 || t.steps_to_live > 0 || t.max_rows > 0)) {
-    return BadTable(t, "admit_after, steps_to_live and max_rows are for dynamic tables only");
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 const TablePlacement* PlacementPlan::Table(std::string_view name) const {
@@ -48,7 +33,7 @@ absl::Status PlanTables(const std::vector<TableSpec>& tables, const PartitionerS
   for (const VariableSpec& v : plan->variables) names.insert(v.name);
   for (const TablePlacement& t : plan->tables) names.insert(t.spec.name);
   for (const TableSpec& t : tables) {
-    if (absl::Status s = CheckSpec(t); !s.ok()) return s;
+    if (absl::Status s = ValidateTableSpec(t); !s.ok()) return s;
     if (!names.insert(t.name).second) {
       return BadTable(t, "declared twice (or named like a variable): give each table and variable its own name");
     }
@@ -56,12 +41,12 @@ absl::Status PlanTables(const std::vector<TableSpec>& tables, const PartitionerS
   // Round robin continues the counter PlanPlacement left: global_step and every shard advanced it.
   int64_t counter = 1 + static_cast<int64_t>(plan->shards.size());
   for (const TablePlacement& t : plan->tables) {
-    if (!t.spec.dynamic) counter += static_cast<int64_t>(t.shards.size());
+    if (!t.spec.dynamic()) counter += static_cast<int64_t>(t.shards.size());
   }
   for (const TableSpec& spec : tables) {
     TablePlacement placed;
     placed.spec = spec;
-    if (spec.dynamic) {
+    if (spec.dynamic()) {
       placed.layout.num_shards = plan->num_ps;
       for (int p = 0; p < plan->num_ps; ++p) {
         placed.shards.push_back({spec.name, spec.name, p, plan->num_ps, 0, p});
@@ -92,7 +77,7 @@ std::string FormatTables(const PlacementPlan& plan) {
   std::string out;
   for (const TablePlacement& t : plan.tables) {
     for (const TableShardSpec& s : t.shards) {
-      if (t.spec.dynamic) {
+      if (t.spec.dynamic()) {
         absl::StrAppendFormat(&out, "%-32s %-14s %16s -> /job:ps/task:%d (table dynamic mix64(id)%%%d)\n", s.name,
                               absl::StrCat("[?,", t.spec.dim, "]"), "rows on demand", s.ps_task, plan.num_ps);
       } else {
@@ -109,7 +94,7 @@ std::string TablesSignature(const PlacementPlan& plan) {
   std::string out;
   for (const TablePlacement& t : plan.tables) {
     absl::StrAppend(&out, "table ", t.spec.name, "[", t.spec.dim, "] ",
-                    t.spec.dynamic ? "dynamic" : absl::StrCat("fixed:", t.spec.num_embeddings), "\n");
+                    t.spec.dynamic() ? "dynamic" : absl::StrCat("fixed:", t.spec.num_embeddings), "\n");
   }
   return out;
 }

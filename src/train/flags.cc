@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "psflow/dist/table_spec.h"
 
 namespace psflow::train {
 namespace internal {
@@ -141,9 +142,37 @@ constexpr Flag kFlags[] = {
 };
 // clang-format on
 
-static_assert(internal::MemberCount<TrainOptions>() == std::size(kFlags) + 2,
-              "a TrainOptions member has no row in kFlags (train/flags.cc): every member but env and "
-              "model_settings (the models' own flags) is a flag");
+static_assert(internal::MemberCount<TrainOptions>() == std::size(kFlags) + 3,
+              "a TrainOptions member has no row in kFlags (train/flags.cc): every member but env, "
+              "model_settings (the models' own flags) and table_options (the rows made from "
+              "dist::TableFields()) is a flag");
+
+// The table fields that are no flag: the seed (each of the model's tables draws its own from
+// --seed) and the rule (--sparse_optimizer is the job's).
+bool IsTableFlag(std::string_view field) { return field != "seed" && field != "sparse_optimizer"; }
+
+// kFlags, then --table_<field> for each dist::TableFields() row IsTableFlag keeps.
+const std::vector<Flag>& AllFlags() {
+  static const std::vector<Flag>* const flags = [] {
+    static std::vector<std::string> names, helps;  // storage of the made rows' texts
+    auto* all = new std::vector<Flag>(std::begin(kFlags), std::end(kFlags));
+    const std::span<const dist::TableField> fields = dist::TableFields();
+    names.reserve(fields.size());
+    helps.reserve(fields.size());
+    for (const dist::TableField& f : fields) {
+      if (!IsTableFlag(f.name)) continue;
+      names.push_back(absl::StrCat("table_", std::string(f.name)));
+      helps.push_back(absl::StrCat("the model's tables (ctr): ", std::string(f.help), " (default: the model's; ",
+                                   "psflow's: ", dist::TableFieldDefault(f.name), ")"));
+      FlagRule rule;
+      rule.must_be = absl::string_view(f.must_be.data(), f.must_be.size());
+      all->push_back({names.back(), TableOptionField{absl::string_view(f.name.data(), f.name.size()), f.type == "int"},
+                      helps.back(), rule});
+    }
+    return all;
+  }();
+  return *flags;
+}
 
 template <typename T>
 struct Unoptional {
@@ -164,7 +193,8 @@ constexpr bool ModelDefaultsFitTheirFlags() {
   for (const Flag& flag : kFlags) {
     const bool fits = std::visit(
         [](auto member, auto model_member) {
-          if constexpr (std::is_same_v<decltype(model_member), std::monostate>) {
+          if constexpr (std::is_same_v<decltype(model_member), std::monostate> ||
+                        std::is_same_v<decltype(member), TableOptionField>) {
             return true;
           } else {
             using Field = std::remove_cvref_t<decltype(std::declval<TrainOptions&>().*member)>;
@@ -254,10 +284,10 @@ bool Accepts(const FlagRule& rule, const T& value) {
 
 }  // namespace
 
-std::span<const Flag> TrainFlags() { return kFlags; }
+std::span<const Flag> TrainFlags() { return AllFlags(); }
 
 const Flag* FindFlag(absl::string_view name) {
-  for (const Flag& flag : kFlags) {
+  for (const Flag& flag : AllFlags()) {
     if (flag.name == name) return &flag;
   }
   return nullptr;
@@ -266,12 +296,17 @@ const Flag* FindFlag(absl::string_view name) {
 std::string FlagValueText(const Flag& flag, const TrainOptions& options) {
   return std::visit(
       [&](auto member) -> std::string {
-        const auto& value = options.*member;
-        using T = std::remove_cvref_t<decltype(value)>;
-        if constexpr (std::is_same_v<T, typename Unoptional<T>::type>) {
-          return ValueText(value);
+        if constexpr (std::is_same_v<decltype(member), TableOptionField>) {
+          auto it = options.table_options.find(std::string(member.field));
+          return it == options.table_options.end() ? std::string() : it->second;
         } else {
-          return value.has_value() ? ValueText(*value) : std::string();
+          const auto& value = options.*member;
+          using T = std::remove_cvref_t<decltype(value)>;
+          if constexpr (std::is_same_v<T, typename Unoptional<T>::type>) {
+            return ValueText(value);
+          } else {
+            return value.has_value() ? ValueText(*value) : std::string();
+          }
         }
       },
       flag.field);
@@ -280,12 +315,21 @@ std::string FlagValueText(const Flag& flag, const TrainOptions& options) {
 absl::Status SetFlagFromText(const Flag& flag, absl::string_view text, TrainOptions* options) {
   return std::visit(
       [&](auto member) -> absl::Status {
-        auto& field = options->*member;
-        using T = typename Unoptional<std::remove_cvref_t<decltype(field)>>::type;
-        absl::StatusOr<T> value = ParseValue<T>(flag.name, text);
-        if (!value.ok()) return value.status();
-        field = *std::move(value);
-        return absl::OkStatus();
+        if constexpr (std::is_same_v<decltype(member), TableOptionField>) {
+          // Of the field's type here ("must be an integer"); its own checks at ResolveTrainOptions.
+          if (member.integer) {
+            if (absl::StatusOr<int64_t> v = ParseValue<int64_t>(flag.name, text); !v.ok()) return v.status();
+          }
+          options->table_options[std::string(member.field)] = std::string(text);
+          return absl::OkStatus();
+        } else {
+          auto& field = options->*member;
+          using T = typename Unoptional<std::remove_cvref_t<decltype(field)>>::type;
+          absl::StatusOr<T> value = ParseValue<T>(flag.name, text);
+          if (!value.ok()) return value.status();
+          field = *std::move(value);
+          return absl::OkStatus();
+        }
       },
       flag.field);
 }
@@ -299,7 +343,7 @@ std::string FlagArg(const Flag& flag, const TrainOptions& options) {
 
 std::vector<std::string> FlagArgs(const TrainOptions& options) {
   std::vector<std::string> args;
-  for (const Flag& flag : kFlags) {
+  for (const Flag& flag : AllFlags()) {
     if (!FlagValueText(flag, options).empty()) args.push_back(FlagArg(flag, options));
   }
   for (const auto& [name, value] : options.model_settings) args.push_back(absl::StrCat("--", name, "=", value));
@@ -319,15 +363,22 @@ std::string ModelDefaultText(const Flag& flag, const nn::ModelDefaults& defaults
 }
 
 absl::Status CheckFlagRules(const TrainOptions& options, const nn::ModelDefaults& defaults) {
-  for (const Flag& flag : kFlags) {
+  for (const Flag& flag : AllFlags()) {
     const bool accepted = std::visit(
         [&](auto member) {
-          const auto& value = options.*member;
-          using T = std::remove_cvref_t<decltype(value)>;
-          if constexpr (std::is_same_v<T, typename Unoptional<T>::type>) {
-            return Accepts(flag.rule, value);
+          if constexpr (std::is_same_v<decltype(member), TableOptionField>) {
+            auto it = options.table_options.find(std::string(member.field));
+            dist::TableSpec scratch;  // the field's own check (dist::SetTableField)
+            const std::string_view field(member.field.data(), member.field.size());
+            return it == options.table_options.end() || dist::SetTableField(&scratch, field, it->second).ok();
           } else {
-            return !value.has_value() || Accepts(flag.rule, *value);  // left out: the model's
+            const auto& value = options.*member;
+            using T = std::remove_cvref_t<decltype(value)>;
+            if constexpr (std::is_same_v<T, typename Unoptional<T>::type>) {
+              return Accepts(flag.rule, value);
+            } else {
+              return !value.has_value() || Accepts(flag.rule, *value);  // left out: the model's
+            }
           }
         },
         flag.field);
@@ -345,7 +396,8 @@ void FillModelDefaults(const nn::ModelDefaults& defaults, TrainOptions* options)
   for (const Flag& flag : kFlags) {
     std::visit(
         [&](auto member, auto model_member) {
-          if constexpr (!std::is_same_v<decltype(model_member), std::monostate>) {
+          if constexpr (!std::is_same_v<decltype(model_member), std::monostate> &&
+                        !std::is_same_v<decltype(member), TableOptionField>) {
             auto& field = options->*member;
             using Field = std::remove_cvref_t<decltype(field)>;
             using Value = std::remove_cvref_t<decltype(defaults.*model_member)>;

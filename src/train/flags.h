@@ -6,7 +6,9 @@
 //   - the CLI11 definitions of `train`, `local` and psflow::cli::ParseFlags (cli/train_flags.cc);
 //   - the Python psflow.Flags attributes (python/ext/cluster_flags.cc).
 // Adding a flag is one TrainOptions member plus one row here; a TrainOptions member without a row
-// fails to compile (the member count is checked in flags.cc). Internal; the table is immutable.
+// fails to compile (the member count is checked in flags.cc). The --table_<field> flags are made
+// from dist::TableFields() (a table field added there is a flag here, and a keyword argument of
+// psflow.torch's modules). Internal; the table is immutable.
 #ifndef PSFLOW_TRAIN_FLAGS_H_
 #define PSFLOW_TRAIN_FLAGS_H_
 
@@ -25,11 +27,18 @@
 
 namespace psflow::train {
 
+// A table option: --table_<field> for a row of dist::TableFields(), kept as text in
+// TrainOptions::table_options (absent: left out). Its rows are made from that table, not written here.
+struct TableOptionField {
+  absl::string_view field;  // "admit_after"
+  bool integer = false;     // the field's type is "int"
+};
+
 // The TrainOptions member a flag sets; std::optional members are the ones the model defaults.
 using FlagField = std::variant<bool TrainOptions::*, int TrainOptions::*, int64_t TrainOptions::*,
                                uint64_t TrainOptions::*, double TrainOptions::*, std::string TrainOptions::*,
                                std::optional<int> TrainOptions::*, std::optional<int64_t> TrainOptions::*,
-                               std::optional<float> TrainOptions::*>;
+                               std::optional<float> TrainOptions::*, TableOptionField>;
 
 // The nn::ModelDefaults member that fills a flag left out (monostate: the flag has its own default).
 using ModelDefaultField = std::variant<std::monostate, std::string nn::ModelDefaults::*, float nn::ModelDefaults::*,
@@ -82,7 +91,7 @@ struct Flag {
   ModelDefaultField model_default = {};
 };
 
-// Every flag of `psflow train`, in --help order.
+// Every flag of `psflow train`, in --help order (the table options last, in dist::TableFields() order).
 std::span<const Flag> TrainFlags();
 // The row named `name` (without "--"), or nullptr.
 const Flag* FindFlag(absl::string_view name);

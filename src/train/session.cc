@@ -62,7 +62,7 @@ absl::Status WaitForChief(ps::PsClient& client, double timeout_secs) {
 
 class WorkerSession::Impl {
  public:
-  Impl(Options options, std::vector<SessionParameter> params, std::vector<SessionTable> tables)
+  Impl(Options options, std::vector<SessionParameter> params, std::vector<dist::TableSpec> tables)
       : options_(std::move(options)), params_(std::move(params)), tables_(std::move(tables)) {
     if (options_.model_name.empty()) options_.model_name = options_.train.model;
     if (!options_.log) options_.log = [](const std::string& line) { std::cout << line << std::endl; };
@@ -459,7 +459,7 @@ class WorkerSession::Impl {
 
 absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Create(Options options,
                                                                      std::vector<SessionParameter> params,
-                                                                     std::vector<SessionTable> tables) {
+                                                                     std::vector<dist::TableSpec> tables) {
   if (auto s = ResolveTrainOptions(&options.train); !s.ok()) return s;
   if (params.empty()) return absl::InvalidArgumentError("a worker session needs at least one parameter");
   absl::flat_hash_set<std::string> names;
@@ -476,7 +476,7 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Create(Options opt
     }
   }
   absl::flat_hash_set<std::string> table_names;
-  for (const SessionTable& t : tables) {
+  for (const dist::TableSpec& t : tables) {
     if (t.name.empty()) return absl::InvalidArgumentError("a table has an empty name; give every table a name");
     if (!table_names.insert(t.name).second || names.contains(t.name)) {
       return absl::InvalidArgumentError(absl::StrCat("table '", t.name, "' is given twice (or is also a parameter's name); ",
@@ -487,6 +487,20 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Create(Options opt
   if (auto s = impl->Prepare(); !s.ok()) return s;
   return std::unique_ptr<WorkerSession>(new WorkerSession(std::move(impl)));
 }
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Create(Options options,
+                                                                     std::vector<SessionParameter> params,
+                                                                     std::vector<SessionTable> tables) {
+  std::vector<dist::TableSpec> specs;
+  for (SessionTable& t : tables) {
+    specs.push_back(std::move(t.spec));
+    specs.back().name = std::move(t.name);
+  }
+  return Create(std::move(options), std::move(params), std::move(specs));
+}
+#pragma GCC diagnostic pop
 
 WorkerSession::WorkerSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 

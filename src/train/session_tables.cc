@@ -8,16 +8,9 @@
 
 namespace psflow::train {
 
-SessionTables::SessionTables(std::vector<SessionTable> tables) : tables_(std::move(tables)) {
+SessionTables::SessionTables(std::vector<dist::TableSpec> tables) : tables_(std::move(tables)) {
   batches_.resize(tables_.size());
   prefetched_.resize(tables_.size());
-  for (SessionTable& t : tables_) t.spec.name = t.name;
-}
-
-std::vector<dist::TableSpec> SessionTables::specs() const {
-  std::vector<dist::TableSpec> specs;
-  for (const SessionTable& t : tables_) specs.push_back(t.spec);
-  return specs;
 }
 
 absl::Status SessionTables::CheckCount(const char* call, size_t given) const {
@@ -38,7 +31,7 @@ void SessionTables::StartLookup(const std::vector<absl::Span<const int64_t>>& id
       b.rows = std::move(p.rows);
       p.rows = Tensor();
     } else {
-      b.rows = Tensor::Uninitialized({static_cast<int64_t>(b.ids.size()), tables_[t].spec.dim});
+      b.rows = Tensor::Uninitialized({static_cast<int64_t>(b.ids.size()), tables_[t].dim});
       if (!b.ids.empty()) step->pulls.push_back({tables_[t].name, &b.ids, &b.rows, nullptr});
     }
     p.valid = false;
@@ -51,7 +44,7 @@ void SessionTables::Prefetch(const std::vector<absl::Span<const int64_t>>& next_
     DedupIds(next_ids[t].data(), static_cast<int64_t>(next_ids[t].size()), 1, &dedup_);
     p.ids.swap(dedup_.ids);
     const int64_t rows = static_cast<int64_t>(p.ids.size());
-    if (p.rows.shape() != Shape{rows, tables_[t].spec.dim}) p.rows = Tensor::Uninitialized({rows, tables_[t].spec.dim});
+    if (p.rows.shape() != Shape{rows, tables_[t].dim}) p.rows = Tensor::Uninitialized({rows, tables_[t].dim});
     p.asked = true;
     p.valid = false;
   }

@@ -24,10 +24,10 @@ namespace psflow::train {
 
 class SessionTables {
  public:
-  explicit SessionTables(std::vector<SessionTable> tables);
+  explicit SessionTables(std::vector<dist::TableSpec> tables);
 
   int size() const { return static_cast<int>(tables_.size()); }
-  std::vector<dist::TableSpec> specs() const;
+  const std::vector<dist::TableSpec>& specs() const { return tables_; }
   // InvalidArgument unless `given` spans were passed for the declared tables (`call` names the call).
   absl::Status CheckCount(const char* call, size_t given) const;
 
@@ -56,7 +56,7 @@ class SessionTables {
     bool asked = false, valid = false;
   };
 
-  std::vector<SessionTable> tables_;
+  std::vector<dist::TableSpec> tables_;
   std::vector<TableBatch> batches_;
   std::vector<Prefetched> prefetched_;
   UniqueIds dedup_;  // reused per call

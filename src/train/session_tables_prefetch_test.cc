@@ -13,10 +13,12 @@ namespace {
 
 SessionTables TwoTables() {
   dist::TableSpec a, b;
+  a.name = "a";
   a.dim = 2;
+  b.name = "b";
   b.dim = 3;
-  b.dynamic = true;
-  return SessionTables({{"a", a}, {"b", b}});
+  b.kind = dist::TableKind::kDynamic;
+  return SessionTables({a, b});
 }
 
 std::vector<std::string> Names(const std::vector<ps::TableRowsRef>& refs) {

@@ -17,6 +17,11 @@
 namespace psflow::train {
 namespace {
 
+dist::TableSpec Named(std::string name, dist::TableSpec spec) {
+  spec.name = std::move(name);
+  return spec;
+}
+
 using ps::testing::TestCluster;
 
 constexpr int64_t kDim = 3;
@@ -55,11 +60,11 @@ absl::StatusOr<Result> RunWorker(const dist::ClusterSpec& cluster, int index, in
   Tensor w_grad(Shape{kDim}, 0.0f);
   dist::TableSpec spec;
   spec.dim = kDim;
-  spec.dynamic = dynamic;
+  spec.kind = dynamic ? dist::TableKind::kDynamic : dist::TableKind::kFixed;
   spec.num_embeddings = dynamic ? 0 : kVocab * 7919;
-  spec.initializer = "uniform:-1:1";
-  spec.seed = 3;
-  auto session_or = WorkerSession::Create(options, {{"w", &w, &w_grad, nullptr}}, {{"emb", spec}});
+  spec.initializer = dist::TableInitializer::Uniform(-1, 1);
+  spec.initializer.seed = 3;
+  auto session_or = WorkerSession::Create(options, {{"w", &w, &w_grad, nullptr}}, {Named("emb", spec)});
   if (!session_or.ok()) return session_or.status();
   WorkerSession& session = **session_or;
   if (auto s = session.Open(); !s.ok()) return s;
@@ -153,11 +158,11 @@ TEST(SessionTablesTest, SyncTwoWorkersEqualOneWorkerWithTheirExamples) {
         Tensor w(Shape{kDim}, 0.0f);
         dist::TableSpec spec;
         spec.dim = kDim;
-        spec.dynamic = dynamic;
+        spec.kind = dynamic ? dist::TableKind::kDynamic : dist::TableKind::kFixed;
         spec.num_embeddings = dynamic ? 0 : kVocab * 7919;
-        spec.initializer = "uniform:-1:1";
-        spec.seed = 3;
-        auto session = WorkerSession::Create(options, {{"w", &w, nullptr, nullptr}}, {{"emb", spec}});
+        spec.initializer = dist::TableInitializer::Uniform(-1, 1);
+        spec.initializer.seed = 3;
+        auto session = WorkerSession::Create(options, {{"w", &w, nullptr, nullptr}}, {Named("emb", spec)});
         EXPECT_TRUE(session.ok()) << session.status();
         EXPECT_TRUE((*session)->Open().ok());
         std::vector<int64_t> all;
@@ -185,15 +190,38 @@ TEST(SessionTablesTest, MisuseIsRefusedWithOneLine) {
   Tensor w(Shape{2}, 0.0f);
   dist::TableSpec spec;
   spec.dim = 2;
-  spec.dynamic = true;
-  auto twice = WorkerSession::Create(options, {{"w", &w, nullptr, nullptr}}, {{"t", spec}, {"t", spec}});
+  spec.kind = dist::TableKind::kDynamic;
+  auto twice = WorkerSession::Create(options, {{"w", &w, nullptr, nullptr}}, {Named("t", spec), Named("t", spec)});
   EXPECT_TRUE(absl::IsInvalidArgument(twice.status())) << twice.status();
-  auto like_param = WorkerSession::Create(options, {{"w", &w, nullptr, nullptr}}, {{"w", spec}});
+  auto like_param = WorkerSession::Create(options, {{"w", &w, nullptr, nullptr}}, {Named("w", spec)});
   EXPECT_TRUE(absl::IsInvalidArgument(like_param.status())) << like_param.status();
-  auto session = WorkerSession::Create(options, {{"w", &w, nullptr, nullptr}}, {{"t", spec}});
+  auto session = WorkerSession::Create(options, {{"w", &w, nullptr, nullptr}}, {Named("t", spec)});
   ASSERT_TRUE(session.ok()) << session.status();
   const std::vector<int64_t> ids = {1, 2};
   EXPECT_TRUE(absl::IsFailedPrecondition((*session)->Lookup({ids})));
+  EXPECT_EQ((*session)->num_tables(), 1);
+  auto unnamed = WorkerSession::Create(options, {{"w", &w, nullptr, nullptr}}, {spec});
+  EXPECT_TRUE(absl::IsInvalidArgument(unnamed.status())) << unnamed.status();
+}
+
+// The deprecated SessionTable{name, spec} still declares a table for this release, named by `name`.
+TEST(SessionTablesTest, TheDeprecatedSessionTableFormStillWorks) {
+  WorkerSession::Options options;
+  options.train.job_name = "worker";
+  options.train.ps_hosts = "127.0.0.1:1";
+  options.train.worker_hosts = "127.0.0.1:2";
+  Tensor w(Shape{2}, 0.0f);
+  dist::TableSpec spec;
+  spec.dim = 2;
+  spec.kind = dist::TableKind::kDynamic;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  auto twice = WorkerSession::Create(options, {{"w", &w, nullptr, nullptr}},
+                                     std::vector<SessionTable>{{"t", spec}, {"t", spec}});
+  EXPECT_TRUE(absl::IsInvalidArgument(twice.status())) << twice.status();
+  auto session = WorkerSession::Create(options, {{"w", &w, nullptr, nullptr}}, std::vector<SessionTable>{{"t", spec}});
+#pragma GCC diagnostic pop
+  ASSERT_TRUE(session.ok()) << session.status();
   EXPECT_EQ((*session)->num_tables(), 1);
 }
 

@@ -26,7 +26,7 @@ Names NamesOf(const dist::TableSpec& t, const TableLayout& layout) {
   Names n;
   n.values = t.name;
   n.count = t.name + "/count";
-  if (t.dynamic) {
+  if (t.dynamic()) {
     n.ids = t.name + "/ids";
     n.last_step = t.name + "/last_step";
     for (const std::string& s : layout.slot_names) n.slots.push_back(t.name + "/" + s);
@@ -36,7 +36,7 @@ Names NamesOf(const dist::TableSpec& t, const TableLayout& layout) {
   return n;
 }
 
-bool HasCount(const dist::TableSpec& t, const TableLayout& layout) { return t.dynamic || layout.fixed_count; }
+bool HasCount(const dist::TableSpec& t, const TableLayout& layout) { return t.dynamic() || layout.fixed_count; }
 
 }  // namespace
 
@@ -74,7 +74,7 @@ absl::Status WriteTables(const TableScan& scan, const std::vector<dist::TableSpe
       return absl::OkStatus();
     };
     int values = -1;
-    if (t.dynamic) {
+    if (t.dynamic()) {
       if (auto s = begin(names.ids, ckpt::Dtype::kI64, {}, &ids); !s.ok()) return s;
     }
     if (auto s = begin(names.values, ckpt::Dtype::kF32, {t.dim}, &values); !s.ok()) return s;
@@ -82,7 +82,7 @@ absl::Status WriteTables(const TableScan& scan, const std::vector<dist::TableSpe
       slots.push_back(-1);
       if (auto s = begin(slot, ckpt::Dtype::kF32, {t.dim}, &slots.back()); !s.ok()) return s;
     }
-    if (t.dynamic) {
+    if (t.dynamic()) {
       if (auto s = begin(names.last_step, ckpt::Dtype::kI64, {}, &last); !s.ok()) return s;
     }
     if (HasCount(t, layout)) {
@@ -95,7 +95,7 @@ absl::Status WriteTables(const TableScan& scan, const std::vector<dist::TableSpe
         return absl::DataLossError(absl::StrCat("table '", t.name, "': the ps tasks keep ", part.slots.size(),
                                                 " slots a row, the sparse rule has ", num_slots));
       }
-      if (!t.dynamic) {
+      if (!t.dynamic()) {
         for (size_t q = 0; q < n; ++q) {
           if (part.ids[q] != next_fixed++) {
             return absl::DataLossError(absl::StrCat("table '", t.name, "': the scan gave row ", part.ids[q],
@@ -118,7 +118,7 @@ absl::Status WriteTables(const TableScan& scan, const std::vector<dist::TableSpe
       return absl::OkStatus();
     });
     if (!scanned.ok()) return scanned;
-    if (!t.dynamic && next_fixed != t.num_embeddings) {
+    if (!t.dynamic() && next_fixed != t.num_embeddings) {
       return absl::DataLossError(absl::StrCat("table '", t.name, "': the scan gave ", next_fixed, " rows of ",
                                               t.num_embeddings));
     }
@@ -167,7 +167,7 @@ struct TableReader {
       *to = *std::move(s);
       return absl::OkStatus();
     };
-    if (spec.dynamic) {
+    if (spec.dynamic()) {
       if (auto s = open(names.ids, ckpt::Dtype::kI64, &ids); !s.ok()) return s;
       if (auto s = open(names.last_step, ckpt::Dtype::kI64, &last_step); !s.ok()) return s;
     }
@@ -195,7 +195,7 @@ struct TableReader {
     part->ids.resize(n);
     part->last_step.assign(n, 0);
     part->count.assign(n, 0);
-    if (spec.dynamic) {
+    if (spec.dynamic()) {
       if (auto s = ids->Read(part->ids.data(), n); !s.ok()) return s;
       if (auto s = last_step->Read(part->last_step.data(), n); !s.ok()) return s;
     } else {
@@ -227,12 +227,12 @@ absl::StatusOr<std::vector<std::pair<std::string, ps::TablePartSource>>> TableSo
     r->spec = t;
     r->names = NamesOf(t, layout);
     r->has_count = HasCount(t, layout);
-    const int64_t want = t.dynamic ? -1 : t.num_embeddings;
+    const int64_t want = t.dynamic() ? -1 : t.num_embeddings;
     if (auto s = Expect(reader, t.name, r->names.values, ckpt::Dtype::kF32, want, t.dim, &r->rows); !s.ok()) return s;
     for (const std::string& slot : r->names.slots) {
       if (auto s = Expect(reader, t.name, slot, ckpt::Dtype::kF32, r->rows, t.dim, nullptr); !s.ok()) return s;
     }
-    if (t.dynamic) {
+    if (t.dynamic()) {
       for (const std::string& name : {r->names.ids, r->names.last_step}) {
         if (auto s = Expect(reader, t.name, name, ckpt::Dtype::kI64, r->rows, 0, nullptr); !s.ok()) return s;
       }
@@ -248,13 +248,13 @@ absl::StatusOr<std::vector<std::pair<std::string, ps::TablePartSource>>> TableSo
 absl::StatusOr<Tensor> ReadTableRows(const ckpt::SafetensorsReader& reader, const dist::TableSpec& table,
                                      const std::vector<int64_t>& ids, std::vector<bool>* found) {
   int64_t rows = 0;
-  const int64_t want = table.dynamic ? -1 : table.num_embeddings;
+  const int64_t want = table.dynamic() ? -1 : table.num_embeddings;
   if (auto s = Expect(reader, table.name, table.name, ckpt::Dtype::kF32, want, table.dim, &rows); !s.ok()) return s;
   Tensor out({static_cast<int64_t>(ids.size()), table.dim});
   found->assign(ids.size(), false);
   // Positions of the wanted ids in the file (ascending, as the ids are).
   std::vector<std::pair<int64_t, size_t>> at;  // (row in file, index in ids)
-  if (table.dynamic) {
+  if (table.dynamic()) {
     auto file_ids = reader.OpenStream(table.name + "/ids", ckpt::Dtype::kI64);
     if (!file_ids.ok()) return file_ids.status();
     std::vector<int64_t> chunk;

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "psflow/core/tensor.h"
 #include "psflow/dist/table_routing.h"
+#include "psflow/dist/table_spec.h"
 
 namespace psflow::dist {
 
@@ -72,24 +73,7 @@ struct ShardSpec {
   int64_t bytes() const;  // 4 * elements
 };
 
-// An embedding table (docs/tables.md): a kind of ps variable whose rows live on the
-// ps tasks only. Fixed: [num_embeddings, dim], split by the job's partitioner along axis 0 and
-// routed by `strategy` (div/mod). Dynamic: any int64 id, no size, row on ps Mix64(id) % P. Values
-// are never given: each ps computes a row's initial value from (initializer, seed, id).
-struct TableSpec {
-  std::string name;
-  int64_t dim = 0;
-  bool dynamic = false;
-  int64_t num_embeddings = 0;                    // fixed only
-  TableStrategy strategy = TableStrategy::kDiv;  // fixed only
-  // zeros | constant:V | uniform:MIN:MAX | normal:MEAN:STDDEV | truncated_normal:MEAN:STDDEV
-  std::string initializer = "truncated_normal:0:0.01";
-  uint64_t seed = 0;
-  // Dynamic rows' life cycle (0: off; evict_every: passes every so many global steps).
-  int64_t admit_after = 0, steps_to_live = 0, max_rows = 0, evict_every = 100;
-
-  bool operator==(const TableSpec&) const = default;
-};
+// Embedding tables are declared by TableSpec (psflow/dist/table_spec.h).
 
 // One ps task's part of a table: a fixed table's shard (rows [`rows`, dim], named NAME/part_I, or
 // NAME with one shard), or a dynamic table's share on `ps_task` (named NAME; `rows` 0: unknown).
@@ -148,8 +132,7 @@ PlacementPlan PlanPlacement(const std::vector<VariableSpec>& variables, const Pa
 // [N, dim]) shards (rows by ShardRows), placed by `strategy` after the variables (round robin
 // continues the counter; greedy adds each shard's weight bytes, slots not counted); a dynamic one a
 // share on every ps task. InvalidArgument, one line naming the table, for: two tables of one name,
-// a table named like a variable, dim < 1, a fixed table with N < 1, a bad initializer spelling
-// (checked on the ps too) or negative life-cycle numbers, life-cycle options on a fixed table.
+// a table named like a variable, or a spec ValidateTableSpec refuses.
 absl::Status PlanTables(const std::vector<TableSpec>& tables, const PartitionerSpec& partitioner,
                         PlacementStrategy strategy, PlacementPlan* plan);
 

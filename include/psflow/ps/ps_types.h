@@ -11,19 +11,16 @@
 
 #include "psflow/core/tensor.h"
 #include "psflow/dist/partition.h"
+#include "psflow/dist/table_spec.h"
 #include "psflow/optim/optimizer.h"
 #include "psflow/rpc/transport_options.h"
 
 namespace psflow::ps {
 
-// A table as the chief declares it to the ps tasks: its spec and (fixed) the plan's number of
-// shards. PsClient::Initialize fills TrainingConfig::tables from its plan.
-struct TableDeclaration {
-  dist::TableSpec spec;
-  int num_shards = 1;
-
-  bool operator==(const TableDeclaration&) const = default;
-};
+// A table as the chief declares it to the ps tasks (its spec and the plan's number of shards):
+// dist::TableDeclaration (psflow/dist/table_spec.h). PsClient::Initialize fills
+// TrainingConfig::tables from its plan.
+using TableDeclaration = dist::TableDeclaration;
 
 // Sent by the chief when it initializes the ps tasks.
 struct TrainingConfig {

@@ -58,6 +58,10 @@ struct TrainOptions {
   int64_t ctr_vocab = 0;
   int ctr_fields = 26;
   int ctr_dim = 16;
+  // The model's tables' options, --table_<field> for the fields of dist::TableFields()
+  // (psflow/dist/table_spec.h) but the seed and the rule: the given ones by field name, as text
+  // (checked by ResolveTrainOptions); a field left out keeps the model's (ctr: its tables' template).
+  std::map<std::string, std::string> table_options;
   int64_t ctr_test_examples = 65536;
   // The ctr model's data from files in Criteo's layout (docs/data-files.md; one process so far):
   // comma-separated globs read in order, global batch s being the s-th batch of their lines; empty:

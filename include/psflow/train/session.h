@@ -31,7 +31,7 @@
 //            (no Close(), or a Close() that failed before the end) aborts it the same way.
 //
 // Embedding tables (docs/tables.md) are declared beside the parameters
-// (SessionTable: name, spec) and live on the ps tasks only: the chief declares them (each ps
+// (dist::TableSpec, psflow/dist/table_spec.h) and live on the ps tasks only: the chief declares them (each ps
 // computes its rows' initial values; no one sends or holds a whole table), and a worker holds the
 // rows of its batch and nothing more, so its memory does not grow with a table's size. Per step:
 //   Lookup(ids)   one span of ids per table (declaration order; a fixed table's in [0, N)): each is
@@ -81,6 +81,7 @@
 #include "psflow/core/autodiff.h"
 #include "psflow/core/tensor.h"
 #include "psflow/dist/partition.h"
+#include "psflow/dist/table_spec.h"
 #include "psflow/optim/optimizer.h"
 #include "psflow/train/options.h"
 #include "psflow/train/summary.h"
@@ -98,9 +99,9 @@ struct SessionParameter {
   const bool* dense_grad_ready = nullptr;
 };
 
-// One embedding table: `spec` says its kind (fixed [N, dim] with div/mod, or dynamic), initializer,
-// seed and dynamic rows' life cycle; its name is `name` (spec.name is ignored).
-struct SessionTable {
+// The old form of a table: its name beside a spec whose own name was ignored. Use dist::TableSpec
+// (psflow/dist/table_spec.h), whose `name` is the table's name: Create(options, params, {spec, ...}).
+struct [[deprecated("declare tables as dist::TableSpec (its .name is the table's name)")]] SessionTable {
   std::string name;
   dist::TableSpec spec;
 };
@@ -157,9 +158,16 @@ class WorkerSession {
 
   // Checks the options and the parameters (non-null values, distinct non-empty names, gradient
   // shapes equal to the values'); InvalidArgument naming the parameter. Nothing is contacted yet.
-  // Tables: distinct names, none a parameter's; the plan refuses a bad spec (one line naming it).
+  // Tables (dist::TableSpec, each named by its .name): distinct names, none a parameter's; the plan
+  // refuses a bad spec (one line naming it).
   static absl::StatusOr<std::unique_ptr<WorkerSession>> Create(Options options, std::vector<SessionParameter> params,
-                                                               std::vector<SessionTable> tables = {});
+                                                               std::vector<dist::TableSpec> tables = {});
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  [[deprecated("declare tables as dist::TableSpec (its .name is the table's name)")]] static absl::StatusOr<
+      std::unique_ptr<WorkerSession>>
+  Create(Options options, std::vector<SessionParameter> params, std::vector<SessionTable> tables);
+#pragma GCC diagnostic pop
   ~WorkerSession();
   WorkerSession(const WorkerSession&) = delete;
   WorkerSession& operator=(const WorkerSession&) = delete;

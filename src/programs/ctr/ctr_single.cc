@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 #include "psflow/core/threading.h"
 #include "psflow/data/ctr_metrics.h"
 #include "train/checkpointing.h"
@@ -26,11 +27,15 @@ dist::TableSpec CtrTableSpec(const TrainOptions& options, int field) {
   dist::TableSpec spec;
   spec.name = nn::CtrModel::TableName(field);
   spec.dim = options.ctr_dim;
-  spec.dynamic = options.ctr_vocab == 0;
+  spec.kind = options.ctr_vocab == 0 ? dist::TableKind::kDynamic : dist::TableKind::kFixed;
   spec.num_embeddings = options.ctr_vocab;
-  spec.strategy = dist::TableStrategy::kDiv;
-  spec.initializer = "truncated_normal:0:0.05";
-  spec.seed = Rng::Mix(options.seed, 0x7ab1e000 + field);
+  // The ctr tables' template: a truncated normal of stddev 0.05, each field's own seed.
+  spec.initializer = dist::TableInitializer::TruncatedNormal(0.0f, 0.05f, Rng::Mix(options.seed, 0x7ab1e000 + field));
+  // Then the --table_<field> flags given (checked by ResolveTrainOptions: CHECKed here).
+  for (const auto& [name, text] : options.table_options) {
+    const absl::Status set = dist::SetTableField(&spec, name, text);
+    CHECK(set.ok()) << set.message();
+  }
   return spec;
 }
 
@@ -90,16 +95,7 @@ absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(const TrainOption
   const ps::table::SparseRuleConfig rule = SparseRuleConfigFrom(options);
   for (int f = 0; f < options.ctr_fields; ++f) {
     const dist::TableSpec spec = CtrTableSpec(options, f);
-    ps::table::TableConfig table;
-    table.name = spec.name;
-    table.dim = spec.dim;
-    table.kind = spec.dynamic ? ps::table::TableKind::kDynamic : ps::table::TableKind::kFixed;
-    table.layout = {spec.dynamic ? 1 : spec.num_embeddings, 1, spec.strategy};
-    auto initializer = ps::table::ParseInitializer(spec.initializer);
-    if (!initializer.ok()) return initializer.status();
-    table.initializer = *initializer;
-    table.seed = spec.seed;
-    auto shard = ps::table::MakeTableShard(table, rule, /*shard=*/0, /*num_ps=*/1);
+    auto shard = ps::table::MakeTableShard({spec, 1}, ps::table::RuleForTable(rule, spec), /*shard=*/0, /*num_ps=*/1);
     if (!shard.ok()) return shard.status();
     t->tables_.push_back(*std::move(shard));
   }
@@ -137,7 +133,7 @@ absl::StatusOr<std::vector<Var>> CtrTrainer::GatherRows(const std::vector<Unique
     const auto count = static_cast<int64_t>(unique[f].ids.size());
     Tensor value = Tensor::Uninitialized({count, static_cast<int64_t>(options_.ctr_dim)});
     if (auto s = tables_[f]->Gather(unique[f].ids, absl::Span<float>(value.data(), value.size())); !s.ok()) return s;
-    rows.push_back(trainable ? MakeParameter(tables_[f]->config().name, std::move(value)) : Constant(std::move(value)));
+    rows.push_back(trainable ? MakeParameter(tables_[f]->config().spec.name, std::move(value)) : Constant(std::move(value)));
   }
   return rows;
 }

@@ -82,12 +82,12 @@ std::vector<float> Fingerprint(const CtrTrainer& trainer) {
     std::vector<int64_t> ids;
     for (int64_t i = 0; i < 64; ++i) ids.push_back(test->ids[i * test->num_fields + f]);
     std::sort(ids.begin(), ids.end());
-    if (trainer.tables()[f]->config().kind == ps::table::TableKind::kFixed) {
-      for (int64_t& id : ids) id %= trainer.tables()[f]->config().layout.num_embeddings;
+    if (trainer.tables()[f]->config().spec.kind == ps::table::TableKind::kFixed) {
+      for (int64_t& id : ids) id %= trainer.tables()[f]->config().layout().num_embeddings;
     }
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    std::vector<float> rows(ids.size() * trainer.tables()[f]->config().dim);
+    std::vector<float> rows(ids.size() * trainer.tables()[f]->config().spec.dim);
     EXPECT_TRUE(trainer.tables()[f]->Gather(ids, absl::Span<float>(rows)).ok());
     out.insert(out.end(), rows.begin(), rows.end());
   }
@@ -125,6 +125,42 @@ TEST(CtrSingleTest, FixedTablesHoldTheirRows) {
   auto figures = (*trainer)->Evaluate(2048);
   ASSERT_TRUE(figures.ok());
   EXPECT_EQ(figures->table_rows, 1000 * options.ctr_fields);
+}
+
+// The --table_<field> flags (made from dist::TableFields()) reach every ctr table's spec; left out,
+// the ctr template's values; a bad one is refused naming the flag, and storage=disk by the table
+// (no disk tier in this build) naming the table.
+TEST(CtrSingleTest, TableSettingsReachTheTablesAndBadOnesAreRefused) {
+  TrainOptions o = CtrOptions(1);
+  dist::TableSpec plain = CtrTableSpec(o, 0);
+  EXPECT_EQ(plain.initializer.ToString(), "truncated_normal:0:0.05");
+  EXPECT_EQ(plain.lifecycle, dist::TableLifecycle{});
+  EXPECT_EQ(plain.storage, dist::TableStorage::kMemory);
+
+  TrainOptions given;
+  given.model = "ctr";
+  given.seed = o.seed;
+  given.table_options = {{"admit_after", "3"}, {"evict_every", "7"}, {"initializer", "zeros"}};
+  ASSERT_TRUE(ResolveTrainOptions(&given).ok());
+  dist::TableSpec spec = CtrTableSpec(given, 2);
+  EXPECT_EQ(spec.lifecycle.admit_after, 3);
+  EXPECT_EQ(spec.lifecycle.evict_every, 7);
+  EXPECT_EQ(spec.initializer.kind, dist::InitKind::kZeros);
+  EXPECT_EQ(spec.initializer.seed, CtrTableSpec(o, 2).initializer.seed);  // still the field's own seed
+
+  TrainOptions bad;
+  bad.model = "ctr";
+  bad.table_options = {{"storage", "tape"}};
+  absl::Status s = ResolveTrainOptions(&bad);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(s.message(), "--table_storage=tape must be memory or disk");
+
+  TrainOptions disk = CtrOptions(1);
+  disk.table_options["storage"] = "disk";
+  auto trainer = CtrTrainer::Create(disk);
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_NE(trainer.status().message().find("table '"), std::string::npos) << trainer.status();
+  EXPECT_NE(trainer.status().message().find("disk tier is not in this build"), std::string::npos);
 }
 
 // Checkpoints in one process: the tables' rows in the file are the trainer's own (every admitted

@@ -72,11 +72,8 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
 
   std::vector<SessionParameter> params;
   for (const Var& p : model.parameters()) params.push_back({p->name, &p->value, &p->grad, nullptr});
-  std::vector<SessionTable> tables;
-  for (int f = 0; f < options.ctr_fields; ++f) {
-    dist::TableSpec spec = CtrTableSpec(options, f);
-    tables.push_back({spec.name, spec});
-  }
+  std::vector<dist::TableSpec> tables;
+  for (int f = 0; f < options.ctr_fields; ++f) tables.push_back(CtrTableSpec(options, f));
   WorkerSession::Options session_options;
   session_options.train = options;
   session_options.model_name = options.model;

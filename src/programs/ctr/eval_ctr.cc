@@ -46,9 +46,7 @@ absl::StatusOr<CtrCheckpointEval> EvaluateCtrFile(const TrainOptions& options, c
   std::vector<ps::table::RowInitializer> initial;
   for (int f = 0; f < options.ctr_fields; ++f) {
     specs.push_back(CtrTableSpec(options, f));
-    auto init = ps::table::ParseInitializer(specs.back().initializer);
-    if (!init.ok()) return init.status();
-    initial.emplace_back(*init, specs.back().seed);
+    initial.emplace_back(specs.back().initializer, specs.back().initializer.seed);
   }
   std::vector<std::vector<int64_t>> index(specs.size());
   int64_t missing = 0;

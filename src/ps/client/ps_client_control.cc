@@ -361,7 +361,9 @@ absl::Status PsClient::Impl::WaitForInitialization(double timeout_secs) {
           "every task with the same --partitioner and --placement"));
     }
   }
-  SetConfig(FromWire(responses[0].config()));
+  absl::StatusOr<TrainingConfig> config = FromWire(responses[0].config());
+  if (!config.ok()) return config.status();
+  SetConfig(*std::move(config));
   return absl::OkStatus();
 }
 

@@ -37,7 +37,7 @@ absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, cons
     const int64_t id = (*ref.ids)[j];
     if (!seen.insert(id).second) return Bad(what, ref.table, absl::StrCat("id ", id, " listed twice (dedup first)"));
     int shard;
-    if (t->spec.dynamic) {
+    if (t->spec.dynamic()) {
       shard = dist::RouteDynamicId(id, plan.num_ps);
     } else {
       absl::StatusOr<dist::RowLocation> loc = dist::RouteFixedId(t->spec.name, t->layout, id);

@@ -128,7 +128,7 @@ absl::StatusOr<std::vector<std::vector<size_t>>> RowsPerShard(const std::string&
   std::vector<std::vector<size_t>> picks(t.shards.size());
   for (size_t q = 0; q < part.ids.size(); ++q) {
     int shard;
-    if (t.spec.dynamic) {
+    if (t.spec.dynamic()) {
       shard = dist::RouteDynamicId(part.ids[q], num_ps);
     } else {
       absl::StatusOr<dist::RowLocation> loc = dist::RouteFixedId(table, t.layout, part.ids[q]);

@@ -82,38 +82,60 @@ wire::TableConfig ToWire(const TableDeclaration& d) {
   const dist::TableSpec& t = d.spec;
   w.set_name(t.name);
   w.set_dim(t.dim);
-  w.set_dynamic(t.dynamic);
+  w.set_dynamic(t.dynamic());
   w.set_num_embeddings(t.num_embeddings);
   w.set_num_shards(d.num_shards);
-  { const std::string_view name = dist::TableStrategyName(t.strategy); w.set_strategy(std::string(name.data(), name.size())); }
-  w.set_initializer(t.initializer);
-  w.set_seed(t.seed);
-  w.set_admit_after(t.admit_after);
-  w.set_steps_to_live(t.steps_to_live);
-  w.set_max_rows(t.max_rows);
-  w.set_evict_every(t.evict_every);
+  w.set_strategy(std::string(dist::TableStrategyName(t.strategy)));
+  wire::TableInitializer* init = w.mutable_initializer();
+  init->set_kind(std::string(dist::InitKindName(t.initializer.kind)));
+  init->set_value(t.initializer.value);
+  init->set_minval(t.initializer.minval);
+  init->set_maxval(t.initializer.maxval);
+  init->set_mean(t.initializer.mean);
+  init->set_stddev(t.initializer.stddev);
+  init->set_seed(t.initializer.seed);
+  w.set_admit_after(t.lifecycle.admit_after);
+  w.set_steps_to_live(t.lifecycle.steps_to_live);
+  w.set_max_rows(t.lifecycle.max_rows);
+  w.set_evict_every(t.lifecycle.evict_every);
+  w.set_sparse_optimizer(t.sparse_optimizer);
+  w.set_storage(std::string(dist::TableStorageName(t.storage)));
   return w;
 }
 
 absl::StatusOr<TableDeclaration> FromWire(const wire::TableConfig& w) {
+  const auto bad = [&](absl::string_view field, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("table '", w.name(), "': ", field, ": ", why));
+  };
   TableDeclaration d;
   dist::TableSpec& t = d.spec;
   t.name = w.name();
   t.dim = w.dim();
-  t.dynamic = w.dynamic();
+  t.kind = w.dynamic() ? dist::TableKind::kDynamic : dist::TableKind::kFixed;
   t.num_embeddings = w.num_embeddings();
   d.num_shards = w.num_shards();
   absl::StatusOr<dist::TableStrategy> strategy = dist::ParseTableStrategy(w.strategy());
-  if (!strategy.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("table '", w.name(), "': ", strategy.status().message()));
-  }
+  if (!strategy.ok()) return bad("strategy", strategy.status().message());
   t.strategy = *strategy;
-  t.initializer = w.initializer();
-  t.seed = w.seed();
-  t.admit_after = w.admit_after();
-  t.steps_to_live = w.steps_to_live();
-  t.max_rows = w.max_rows();
-  t.evict_every = w.evict_every();
+  if (!w.has_initializer()) return bad("initializer", "missing (a declaration always carries one)");
+  const wire::TableInitializer& init = w.initializer();
+  absl::StatusOr<dist::InitKind> kind = dist::ParseInitKind(init.kind());
+  if (!kind.ok()) return bad("initializer", kind.status().message());
+  t.initializer = {.kind = *kind,
+                   .value = init.value(),
+                   .minval = init.minval(),
+                   .maxval = init.maxval(),
+                   .mean = init.mean(),
+                   .stddev = init.stddev(),
+                   .seed = init.seed()};
+  t.lifecycle = {.admit_after = w.admit_after(),
+                 .steps_to_live = w.steps_to_live(),
+                 .max_rows = w.max_rows(),
+                 .evict_every = w.evict_every()};
+  t.sparse_optimizer = w.sparse_optimizer();
+  absl::StatusOr<dist::TableStorage> storage = dist::ParseTableStorage(w.storage());
+  if (!storage.ok()) return bad("storage", storage.status().message());
+  t.storage = *storage;
   return d;
 }
 
@@ -135,7 +157,7 @@ wire::TrainingConfig ToWire(const TrainingConfig& c) {
   return w;
 }
 
-TrainingConfig FromWire(const wire::TrainingConfig& w) {
+absl::StatusOr<TrainingConfig> FromWire(const wire::TrainingConfig& w) {
   TrainingConfig c;
   c.optimizer = OptimizerFromWire(w.optimizer());
   c.sync = w.sync();
@@ -145,9 +167,9 @@ TrainingConfig FromWire(const wire::TrainingConfig& w) {
   c.sync_timeout_secs = w.sync_timeout_secs();
   c.initial_global_step = w.initial_global_step();
   for (const wire::TableConfig& t : w.tables()) {
-    // A bad strategy keeps the default here; the ps refuses it at Initialize (TablesOf).
     absl::StatusOr<TableDeclaration> d = FromWire(t);
-    c.tables.push_back(d.ok() ? *std::move(d) : TableDeclaration{});
+    if (!d.ok()) return d.status();
+    c.tables.push_back(*std::move(d));
   }
   c.sparse_optimizer = w.sparse_optimizer();
   c.ftrl_l1 = w.ftrl_l1();

@@ -16,10 +16,14 @@ namespace psflow::ps {
 inline constexpr char kNotInitializedMessage[] =
     "not initialized yet: the chief (worker 0) initializes the variables";
 
+// FromWire refuses a config holding a table declaration it cannot read (below).
 wire::TrainingConfig ToWire(const TrainingConfig& config);
-TrainingConfig FromWire(const wire::TrainingConfig& config);
+absl::StatusOr<TrainingConfig> FromWire(const wire::TrainingConfig& config);
 
-// A table's declaration; FromWire refuses (one line naming the table) an unknown strategy.
+// A table's declaration, every field of dist::TableSpec. FromWire refuses (InvalidArgument naming
+// the table and the field) what it cannot read: an unknown strategy, initializer kind or storage,
+// a missing initializer. It does not check the values (dim >= 1, ...): the ps does
+// (table::ValidateTableConfig), as it does for a declaration made in-process.
 wire::TableConfig ToWire(const TableDeclaration& table);
 absl::StatusOr<TableDeclaration> FromWire(const wire::TableConfig& table);
 

@@ -10,6 +10,7 @@
 // final numbers.
 #include "ps/common/wire_config.h"
 
+#include <functional>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -86,28 +87,89 @@ void Set(std::vector<optim::ParameterGroup>& x, int v) {
        optim::ParameterGroup{{"c"}, std::nullopt, 1.5f, 0.25f + v}};
 }
 
+// The enum-like strings of a filled TableConfig as names FromWire reads (variant v: each choice).
+void MakeReadable(wire::TableConfig* t, int v) {
+  t->set_strategy(v == 0 ? "div" : "mod");
+  t->mutable_initializer()->set_kind(v == 0 ? "uniform" : "truncated_normal");
+  t->set_storage(v == 0 ? "memory" : "disk");
+}
+
 TEST(WireConfigTest, TrainingConfigFromTheWireAndBack) {
   // A table's strategy must be one FromWire parses: fill, then name a real one.
   wire::TrainingConfig w;
   int k = 0;
   FillDistinct(&w, &k);
-  for (wire::TableConfig& t : *w.mutable_tables()) t.set_strategy(t.num_shards() % 2 ? "mod" : "div");
-  w.mutable_tables(0)->set_strategy("div");
-  w.mutable_tables(1)->set_strategy("mod");
-  const wire::TrainingConfig back = ToWire(FromWire(w));
+  // Its strategy, initializer kind and storage are names FromWire reads: fill, then name real ones.
+  MakeReadable(w.mutable_tables(0), 0);
+  MakeReadable(w.mutable_tables(1), 1);
+  const absl::StatusOr<TrainingConfig> read = FromWire(w);
+  ASSERT_TRUE(read.ok()) << read.status();
+  const wire::TrainingConfig back = ToWire(*read);
   std::string diff;
   pb::util::MessageDifferencer differ;
   differ.ReportDifferencesToString(&diff);
   EXPECT_TRUE(differ.Compare(w, back)) << diff;
 }
 
-TEST(WireConfigTest, TableConfigWithAnUnknownStrategyIsRefusedNamingTheTable) {
-  wire::TableConfig t;
-  t.set_name("emb");
-  t.set_strategy("hash");
-  const absl::StatusOr<TableDeclaration> d = FromWire(t);
-  ASSERT_FALSE(d.ok());
-  EXPECT_THAT(std::string(d.status().message()), ::testing::HasSubstr("table 'emb'"));
+TEST(WireConfigTest, TableConfigFromTheWireAndBackKeepsEveryField) {
+  for (int v = 0; v < 2; ++v) {
+    wire::TableConfig w;
+    int k = 0;
+    FillDistinct(&w, &k);
+    MakeReadable(&w, v);
+    const absl::StatusOr<TableDeclaration> d = FromWire(w);
+    ASSERT_TRUE(d.ok()) << d.status();
+    const wire::TableConfig back = ToWire(*d);
+    std::string diff;
+    pb::util::MessageDifferencer differ;
+    differ.ReportDifferencesToString(&diff);
+    EXPECT_TRUE(differ.Compare(w, back)) << diff;
+  }
+}
+
+// A declaration the ps cannot read is refused, naming the table and the field, never turned into
+// a default one (FromWire of the whole config once kept a default declaration in its place).
+TEST(WireConfigTest, ATableConfigItCannotReadIsRefusedNamingTheTableAndTheField) {
+  const auto good = [] {
+    wire::TableConfig t;
+    t.set_name("emb");
+    t.set_dim(4);
+    t.set_num_embeddings(10);
+    t.set_num_shards(1);
+    t.set_strategy("div");
+    t.mutable_initializer()->set_kind("zeros");
+    t.set_evict_every(100);
+    t.set_storage("memory");
+    return t;
+  };
+  ASSERT_TRUE(FromWire(good()).ok()) << FromWire(good()).status();
+  struct Case {
+    const char* field;
+    std::function<void(wire::TableConfig*)> spoil;
+  };
+  const Case cases[] = {
+      {"strategy", [](wire::TableConfig* t) { t->set_strategy("hash"); }},
+      {"initializer", [](wire::TableConfig* t) { t->mutable_initializer()->set_kind("gaussian"); }},
+      {"initializer", [](wire::TableConfig* t) { t->clear_initializer(); }},
+      {"storage", [](wire::TableConfig* t) { t->set_storage("tape"); }},
+      {"storage", [](wire::TableConfig* t) { t->clear_storage(); }},
+  };
+  for (const Case& c : cases) {
+    wire::TableConfig t = good();
+    c.spoil(&t);
+    const absl::StatusOr<TableDeclaration> d = FromWire(t);
+    ASSERT_FALSE(d.ok()) << c.field;
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(d.status().message()), ::testing::HasSubstr("table 'emb'"));
+    EXPECT_THAT(std::string(d.status().message()), ::testing::HasSubstr(c.field));
+    // In a whole config: the config is refused, not read with a default table in its place.
+    wire::TrainingConfig config;
+    *config.add_tables() = good();
+    *config.add_tables() = t;
+    const absl::StatusOr<TrainingConfig> read = FromWire(config);
+    ASSERT_FALSE(read.ok()) << c.field;
+    EXPECT_THAT(std::string(read.status().message()), ::testing::HasSubstr("table 'emb'"));
+  }
 }
 
 TEST(WireConfigTest, StatsFromTheWireAndBack) { ExpectProtoRoundTrip<wire::StatsResponse>(); }
@@ -121,7 +183,8 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
          rms_momentum, rms_eps, weight_decay, groups, schedule, decay_steps, decay_rate, staircase, cosine_steps,
          min_lr, boundaries, values, warmup_steps, warmup_start] = optimizer;
   EXPECT_EQ(wire::TrainingConfig::descriptor()->field_count(), 13);
-  EXPECT_EQ(wire::TableConfig::descriptor()->field_count(), 12);
+  EXPECT_EQ(wire::TableConfig::descriptor()->field_count(), 13);  // the lifecycle and initializer flattened
+  EXPECT_EQ(wire::TableInitializer::descriptor()->field_count(), 7);
   EXPECT_EQ(wire::OptimizerConfig::descriptor()->field_count(), 25);
   int k = 0;
   Set(name, ++k), Set(convention, ++k), Set(lr, ++k), Set(momentum, ++k), Set(nesterov, ++k), Set(init_acc, ++k);
@@ -135,15 +198,23 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
   for (int t = 0; t < 2; ++t) {
     TableDeclaration& d = tables.emplace_back();
     auto& [spec, num_shards] = d;
-    auto& [name_t, dim, dynamic, num_embeddings, strategy, initializer, seed, admit_after, steps_to_live, max_rows,
-           evict_every] = spec;
-    Set(name_t, ++k), Set(dim, ++k), dynamic = t == 1, Set(num_embeddings, ++k);
+    auto& [name_t, kind, dim, num_embeddings, strategy, initializer, lifecycle, rule, storage] = spec;
+    auto& [init_kind, value, minval, maxval, mean, stddev, seed] = initializer;
+    auto& [admit_after, steps_to_live, max_rows, evict_every] = lifecycle;
+    Set(name_t, ++k), kind = t == 1 ? dist::TableKind::kDynamic : dist::TableKind::kFixed, Set(dim, ++k);
+    Set(num_embeddings, ++k);
     strategy = t == 0 ? dist::TableStrategy::kMod : dist::TableStrategy::kDiv;
-    Set(initializer, ++k), seed = static_cast<uint64_t>(++k), Set(admit_after, ++k), Set(steps_to_live, ++k);
-    Set(max_rows, ++k), Set(evict_every, ++k), Set(num_shards, ++k);
+    init_kind = t == 0 ? dist::InitKind::kUniform : dist::InitKind::kNormal;
+    Set(value, ++k), Set(minval, ++k), Set(maxval, ++k), Set(mean, ++k), Set(stddev, ++k);
+    seed = (uint64_t{1} << 63) + static_cast<uint64_t>(++k);
+    Set(admit_after, ++k), Set(steps_to_live, ++k), Set(max_rows, ++k), Set(evict_every, ++k), Set(rule, ++k);
+    storage = t == 0 ? dist::TableStorage::kDisk : dist::TableStorage::kMemory;
+    Set(num_shards, ++k);
   }
 
-  const TrainingConfig back = FromWire(ToWire(c));
+  const absl::StatusOr<TrainingConfig> read = FromWire(ToWire(c));
+  ASSERT_TRUE(read.ok()) << read.status();
+  const TrainingConfig& back = *read;
   const auto& [b_optimizer, b_sync, b_replicas, b_total, b_train_steps, b_timeout, b_initial_step, b_tables,
                b_sparse_optimizer, b_ftrl_l1, b_ftrl_l2, b_sparse_sync_mean, b_sparse_learning_rate] = back;
   EXPECT_EQ(b_tables, tables);

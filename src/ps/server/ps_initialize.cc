@@ -24,7 +24,9 @@ absl::StatusOr<rpc::OutgoingMessage> Answer(const absl::Status& status) {
 
 absl::StatusOr<std::shared_ptr<PsServer::Impl::Model>> PsServer::Impl::NewModel(const wire::InitializeRequest& init) {
   auto model = std::make_shared<Model>();
-  model->config = FromWire(init.config());
+  absl::StatusOr<TrainingConfig> config = FromWire(init.config());
+  if (!config.ok()) return config.status();
+  model->config = *std::move(config);
   model->config_wire = init.config();
   absl::StatusOr<std::unique_ptr<optim::Optimizer>> optimizer = optim::MakeOptimizer(model->config.optimizer);
   if (!optimizer.ok()) return optimizer.status();

@@ -16,22 +16,6 @@ absl::Status Bad(absl::string_view table, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("table '", table, "': ", why));
 }
 
-absl::StatusOr<table::TableConfig> ToTableConfig(const TableDeclaration& d) {
-  table::TableConfig c;
-  c.name = d.spec.name;
-  c.dim = d.spec.dim;
-  c.kind = d.spec.dynamic ? table::TableKind::kDynamic : table::TableKind::kFixed;
-  if (!d.spec.dynamic) c.layout = {d.spec.num_embeddings, d.num_shards, d.spec.strategy};
-  absl::StatusOr<table::InitializerSpec> init = table::ParseInitializer(d.spec.initializer);
-  if (!init.ok()) return Bad(d.spec.name, init.status().message());
-  c.initializer = *init;
-  c.seed = d.spec.seed;
-  c.lifecycle = {d.spec.admit_after, d.spec.steps_to_live, d.spec.max_rows, d.spec.evict_every};
-  if (!d.spec.dynamic) c.lifecycle = {};
-  if (absl::Status s = table::ValidateTableConfig(c); !s.ok()) return s;
-  return c;
-}
-
 }  // namespace
 
 table::SparseRuleConfig SparseRuleOf(const TrainingConfig& config) {
@@ -48,17 +32,17 @@ absl::StatusOr<std::unique_ptr<PsTables>> PsTables::Create(const wire::Initializ
   auto tables = std::make_unique<PsTables>();
   tables->ps_task_ = ps_task;
   if (init.table_shards_size() == 0) return tables;
-  const TrainingConfig config = FromWire(init.config());
+  absl::StatusOr<TrainingConfig> read = FromWire(init.config());
+  if (!read.ok()) return read.status();
+  const TrainingConfig& config = *read;
   if (!config.sparse_sync_mean.empty()) {
     absl::StatusOr<table::SparseSyncMean> mean = table::ParseSparseSyncMean(config.sparse_sync_mean);
     if (!mean.ok()) return mean.status();
     tables->mean_ = *mean;
   }
   absl::flat_hash_map<std::string, TableDeclaration> declared;
-  for (const wire::TableConfig& t : init.config().tables()) {
-    absl::StatusOr<TableDeclaration> d = FromWire(t);
-    if (!d.ok()) return d.status();
-    if (!declared.emplace(t.name(), *d).second) return Bad(t.name(), "declared twice");
+  for (const TableDeclaration& d : config.tables) {
+    if (!declared.emplace(d.spec.name, d).second) return Bad(d.spec.name, "declared twice");
   }
   const table::SparseRuleConfig rule = SparseRuleOf(config);
   if (config.sparse_optimizer.empty() && rule.optimizer.name == "adamw") {
@@ -69,19 +53,18 @@ absl::StatusOr<std::unique_ptr<PsTables>> PsTables::Create(const wire::Initializ
   for (const wire::TableShardInfo& info : init.table_shards()) {
     auto it = declared.find(info.table());
     if (it == declared.end()) return Bad(info.table(), "a shard of a table the config does not declare");
-    absl::StatusOr<table::TableConfig> c = ToTableConfig(it->second);
-    if (!c.ok()) return c.status();
-    const bool dynamic = it->second.spec.dynamic;
+    const table::TableConfig* c = &it->second;
+    const bool dynamic = c->spec.dynamic();
     const int num_shards = dynamic ? info.num_ps() : it->second.num_shards;
     if (info.shard() < 0 || info.shard() >= num_shards) {
       return Bad(info.table(), absl::StrCat("shard ", info.shard(), " of ", num_shards));
     }
     absl::StatusOr<std::unique_ptr<table::TableShard>> shard =
-        table::MakeTableShard(*c, rule, info.shard(), dynamic ? info.num_ps() : 1);
+        table::MakeTableShard(*c, table::RuleForTable(rule, c->spec), info.shard(), dynamic ? info.num_ps() : 1);
     if (!shard.ok()) return shard.status();
     const std::string name = !dynamic && num_shards > 1 ? absl::StrCat(info.table(), "/part_", info.shard())
                                                         : info.table();
-    auto state = std::make_shared<TableState>(name, *std::move(shard), c->dim);
+    auto state = std::make_shared<TableState>(name, *std::move(shard), c->spec.dim);
     state->shard_index = info.shard();
     state->num_shards = num_shards;
     if (!tables->by_name_.emplace(name, state).second) return Bad(name, "listed twice in Initialize");
@@ -117,10 +100,10 @@ absl::StatusOr<std::vector<TableBlock>> PsTables::Decode(
     if (absl::Status s = table::CheckUnique(config, d.ids); !s.ok()) return s;
     for (int64_t id : d.ids) {
       int owner;
-      if (config.kind == table::TableKind::kDynamic) {
+      if (config.spec.kind == table::TableKind::kDynamic) {
         owner = dist::RouteDynamicId(id, t->num_shards);
       } else {
-        absl::StatusOr<dist::RowLocation> where = dist::RouteFixedId(config.name, config.layout, id);
+        absl::StatusOr<dist::RowLocation> where = dist::RouteFixedId(config.spec.name, config.layout(), id);
         if (!where.ok()) return where.status();
         owner = where->shard;
       }

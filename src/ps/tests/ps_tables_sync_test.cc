@@ -64,7 +64,7 @@ TEST(PsTablesTest, SyncMeansWorkersAndRowCount) {
     return c;
   };
   const dist::TableSpec spec = Fixed("emb", 10, 2, dist::TableStrategy::kMod);
-  table::RowInitializer init(*table::ParseInitializer(spec.initializer), spec.seed);
+  table::RowInitializer init(spec.initializer, spec.initializer.seed);
   // Per id: the two workers' gradient rows (absent: none).
   std::map<int64_t, std::vector<std::vector<float>>> held;
   for (size_t q = 0; q < ids0.size(); ++q) held[ids0[q]].push_back({g0.data()[q * 2], g0.data()[q * 2 + 1]});

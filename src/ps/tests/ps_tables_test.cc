@@ -59,7 +59,7 @@ TEST(PsTablesTest, PlacementListsTablesAndRefusesTwoOfOneName) {
 TEST(PsTablesTest, DivAndModRoutingOnOneAndThreePsGiveTheInitializersValues) {
   for (dist::TableStrategy strategy : {dist::TableStrategy::kDiv, dist::TableStrategy::kMod}) {
     const dist::TableSpec spec = Fixed("emb", 10, 3, strategy);
-    table::RowInitializer init(*table::ParseInitializer(spec.initializer), spec.seed);
+    table::RowInitializer init(spec.initializer, spec.initializer.seed);
     const std::vector<int64_t> ids = {9, 0, 4, 3, 7, 1, 2, 8, 6, 5};  // every id, in a shuffled order
     for (int num_ps : {1, 3}) {
       Job job = StartJob(TablePlan({spec}, num_ps, num_ps), 1, Sgd(0.1f));
@@ -91,16 +91,7 @@ TEST(PsTablesTest, EachSparseRuleThroughTheWireEqualsTheBlockAppliedLocally) {
     rule_config.optimizer.name = rule;
     rule_config.ftrl_l1 = config.ftrl_l1;
     rule_config.ftrl_l2 = config.ftrl_l2;
-    auto local_config = [](const dist::TableSpec& s) {
-      table::TableConfig c;
-      c.name = s.name;
-      c.dim = s.dim;
-      c.kind = s.dynamic ? table::TableKind::kDynamic : table::TableKind::kFixed;
-      if (!s.dynamic) c.layout = {s.num_embeddings, 1, s.strategy};
-      c.initializer = *table::ParseInitializer(s.initializer);
-      c.seed = s.seed;
-      return c;
-    };
+    auto local_config = [](const dist::TableSpec& s) { return table::TableConfig{s, 1}; };
     auto local_fixed = table::MakeTableShard(local_config(fixed), rule_config, 0, 1);
     auto local_dynamic = table::MakeTableShard(local_config(dynamic), rule_config, 0, 1);
     ASSERT_TRUE(local_fixed.ok() && local_dynamic.ok());
@@ -173,8 +164,8 @@ TEST(PsTablesTest, BadInputIsRefusedWithNothingApplied) {
 
 TEST(PsTablesTest, DynamicTableStaysWithinMaxRowsAndStatsCountIt) {
   dist::TableSpec spec = Dynamic("hashed", 4);
-  spec.max_rows = 100;
-  spec.evict_every = 1;
+  spec.lifecycle.max_rows = 100;
+  spec.lifecycle.evict_every = 1;
   Job job = StartJob(TablePlan({spec}, 2, 1), 1, Sgd(0.1f));
   int64_t next = 1000;
   for (int step = 0; step < 40; ++step) {
@@ -254,6 +245,47 @@ TEST(PsTablesTest, TablesRideAlongPullsAndPushesInParts) {
   EXPECT_EQ(dense[0], 0.75f);
   EXPECT_EQ(dense[999], 0.75f);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(after.data()[i], before.data()[i] - 0.5f) << i;
+}
+
+// storage=disk crosses the wire and the spec; until the disk tier is in the build the ps refuses
+// it at Initialize with one line naming the table.
+TEST(PsTablesTest, ADiskTableIsRefusedByThePsNamingTheTable) {
+  dist::TableSpec spec = Dynamic("cold", 2);
+  spec.storage = dist::TableStorage::kDisk;
+  const dist::PlacementPlan plan = TablePlan({spec}, 1, 1);
+  auto cluster = TestCluster::Start(1, 1);
+  auto client = cluster->Client(plan, 0);
+  PSFLOW_ASSERT_OK(client->Connect());
+  const Tensor w({2}, 0.0f);
+  const absl::Status s = client->Initialize({{"w", &w}}, Sgd(0.1f));
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("table 'cold'"));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("disk tier is not in this build"));
+  EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos);
+}
+
+// A table's own sparse_optimizer replaces the job's rule for its rows only.
+TEST(PsTablesTest, ATablesOwnRuleReplacesTheJobsForItsRows) {
+  dist::TableSpec own = Fixed("own", 4, 2, dist::TableStrategy::kDiv);
+  own.sparse_optimizer = "adagrad";
+  const dist::TableSpec job_rule = Fixed("job", 4, 2, dist::TableStrategy::kDiv);
+  Job job = StartJob(TablePlan({own, job_rule}, 1, 1), 1, Sgd(0.5f));
+  const std::vector<int64_t> ids = {1};
+  const Tensor g({1, 2}, 2.0f);
+  const Tensor before_own = PullRows(*job.workers[0], "own", ids, 2);
+  const Tensor before_job = PullRows(*job.workers[0], "job", ids, 2);
+  TableStep step;
+  step.pushes.push_back({"own", &ids, nullptr, &g});
+  step.pushes.push_back({"job", &ids, nullptr, &g});
+  auto pushed = job.workers[0]->PushAndPull({}, 0, {}, step);
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  const Tensor after_own = PullRows(*job.workers[0], "own", ids, 2);
+  const Tensor after_job = PullRows(*job.workers[0], "job", ids, 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_FLOAT_EQ(after_job.data()[i], before_job.data()[i] - 0.5f * 2.0f);  // sgd
+    // adagrad from the accumulator 0.1: acc = 0.1 + 4; w -= 0.5 * 2 / sqrt(4.1)
+    EXPECT_NEAR(after_own.data()[i], before_own.data()[i] - 0.5f * 2.0f / std::sqrt(4.1f), 1e-5) << i;
+  }
 }
 
 TEST(PsTablesTest, SharedMemoryTransportGivesTheSameRowsAsGrpc) {
@@ -359,7 +391,7 @@ TEST(PsTablesWireTest, PushBlocksAndPullAnswersRoundTripThroughTheEncoding) {
     EXPECT_EQ((received[{"hashed", hashed_ids[q]}]), std::vector<float>(gh.data() + q * 3, gh.data() + q * 3 + 3));
   }
   // Nothing applied: the scattered rows are the initializer's, in the caller's order.
-  table::RowInitializer init(*table::ParseInitializer(dynamic.initializer), dynamic.seed);
+  table::RowInitializer init(dynamic.initializer, dynamic.initializer.seed);
   for (size_t q = 0; q < hashed_ids.size(); ++q) {
     float want[3];
     init.Fill(hashed_ids[q], want, 3);

@@ -34,8 +34,7 @@ inline dist::TableSpec Fixed(const std::string& name, int64_t n, int64_t dim, di
   t.dim = dim;
   t.num_embeddings = n;
   t.strategy = strategy;
-  t.initializer = "uniform:-1:1";
-  t.seed = 7;
+  t.initializer = dist::TableInitializer::Uniform(-1, 1, /*seed=*/7);
   return t;
 }
 
@@ -43,9 +42,8 @@ inline dist::TableSpec Dynamic(const std::string& name, int64_t dim) {
   dist::TableSpec t;
   t.name = name;
   t.dim = dim;
-  t.dynamic = true;
-  t.initializer = "normal:0:0.5";
-  t.seed = 11;
+  t.kind = dist::TableKind::kDynamic;
+  t.initializer = dist::TableInitializer::Normal(0, 0.5f, /*seed=*/11);
   return t;
 }
 

@@ -8,12 +8,12 @@
 namespace psflow::ps::table {
 
 RowAccessor::RowAccessor(const TableConfig& config, int num_ps)
-    : init_(config.initializer, config.seed),
-      dim_(config.dim),
-      admit_after_(std::max<int64_t>(1, config.lifecycle.admit_after)),
-      steps_to_live_(config.lifecycle.steps_to_live),
-      row_cap_(config.lifecycle.max_rows > 0 ? (config.lifecycle.max_rows + num_ps - 1) / num_ps : 0),
-      evict_every_(std::max<int64_t>(1, config.lifecycle.evict_every)) {
+    : init_(config.spec.initializer, config.spec.initializer.seed),
+      dim_(config.spec.dim),
+      admit_after_(std::max<int64_t>(1, config.spec.lifecycle.admit_after)),
+      steps_to_live_(config.spec.lifecycle.steps_to_live),
+      row_cap_(config.spec.lifecycle.max_rows > 0 ? (config.spec.lifecycle.max_rows + num_ps - 1) / num_ps : 0),
+      evict_every_(std::max<int64_t>(1, config.spec.lifecycle.evict_every)) {
   CHECK_GE(num_ps, 1);
 }
 

@@ -21,14 +21,14 @@ namespace {
 using testing::GatherOne;
 
 std::vector<float> Initial(const TableConfig& c, int64_t id) {
-  std::vector<float> v(c.dim);
-  RowInitializer(c.initializer, c.seed).Fill(id, v.data(), c.dim);
+  std::vector<float> v(c.spec.dim);
+  RowInitializer(c.spec.initializer, c.spec.initializer.seed).Fill(id, v.data(), c.spec.dim);
   return v;
 }
 
 // Pushes gradient 1.0 rows for `ids` at `step` (sgd lr 1: an applied row drops by 1 per push).
 void Push(TableShard& shard, std::vector<int64_t> ids, int64_t step) {
-  std::vector<float> g(ids.size() * shard.config().dim, 1.0f);
+  std::vector<float> g(ids.size() * shard.config().spec.dim, 1.0f);
   ASSERT_TRUE(shard.Apply(ids, g, step).ok());
 }
 
@@ -42,7 +42,7 @@ std::set<int64_t> StoredIds(const TableShard& shard) {
 
 TEST(AccessorTest, AdmitAfterCountsPushesAndDropsGradientsUntilTheKth) {
   TableConfig c = testing::DynamicConfig(2);
-  c.lifecycle.admit_after = 3;
+  c.spec.lifecycle.admit_after = 3;
   std::vector<std::unique_ptr<TableShard>> t;
   t.push_back(testing::MakeOrDie(c, testing::Rule("adam", 0.5f), 0, 1));
   const std::vector<float> init = Initial(c, 42);
@@ -70,9 +70,9 @@ TEST(AccessorTest, AdmitAfterCountsPushesAndDropsGradientsUntilTheKth) {
 
 TEST(AccessorTest, StepsToLiveRemovesRowsAndPendingCountsNotUpdatedInTheLastSSteps) {
   TableConfig c = testing::DynamicConfig(2);
-  c.lifecycle.steps_to_live = 5;
-  c.lifecycle.admit_after = 2;
-  c.lifecycle.evict_every = 1;
+  c.spec.lifecycle.steps_to_live = 5;
+  c.spec.lifecycle.admit_after = 2;
+  c.spec.lifecycle.evict_every = 1;
   std::vector<std::unique_ptr<TableShard>> t;
   t.push_back(testing::MakeOrDie(c, testing::Rule("sgd", 1.0f), 0, 1));
   Push(*t[0], {1, 2}, 1);
@@ -98,8 +98,8 @@ TEST(AccessorTest, StepsToLiveRemovesRowsAndPendingCountsNotUpdatedInTheLastSSte
 
 TEST(AccessorTest, MaxRowsKeepsTheMostRecentlyUpdatedDownToNinetyPercentEveryEvictEverySteps) {
   TableConfig c = testing::DynamicConfig(1);
-  c.lifecycle.max_rows = 40;  // over 2 ps: 20 each, down to 18
-  c.lifecycle.evict_every = 10;
+  c.spec.lifecycle.max_rows = 40;  // over 2 ps: 20 each, down to 18
+  c.spec.lifecycle.evict_every = 10;
   auto ps0 = testing::MakeOrDie(c, testing::Rule("sgd"), 0, 2);
   std::vector<int64_t> mine;  // ids owned by ps 0, ascending
   for (int64_t id = 0; mine.size() < 25; ++id) {
@@ -133,8 +133,8 @@ TEST(AccessorTest, MaxRowsKeepsTheMostRecentlyUpdatedDownToNinetyPercentEveryEvi
 
 TEST(AccessorTest, SelectRemovalsMatchesSortingByAgeThenId) {
   TableConfig c = testing::DynamicConfig(1);
-  c.lifecycle.max_rows = 301;  // P = 3: cap 101, down to 90
-  c.lifecycle.steps_to_live = 50;
+  c.spec.lifecycle.max_rows = 301;  // P = 3: cap 101, down to 90
+  c.spec.lifecycle.steps_to_live = 50;
   const RowAccessor accessor(c, 3);
   ASSERT_EQ(accessor.row_cap(), 101);
   std::mt19937_64 rng(5);
@@ -167,8 +167,8 @@ TEST(AccessorTest, CutForRemovesTheRowsSelectRemovalsDoes) {
   std::mt19937_64 rng(11);
   for (int64_t steps_to_live : {0, 50}) {
     TableConfig c = testing::DynamicConfig(1);
-    c.lifecycle.max_rows = 301;  // P = 3: cap 101, down to 90
-    c.lifecycle.steps_to_live = steps_to_live;
+    c.spec.lifecycle.max_rows = 301;  // P = 3: cap 101, down to 90
+    c.spec.lifecycle.steps_to_live = steps_to_live;
     const RowAccessor accessor(c, 3);
     for (int trial = 0; trial < 40; ++trial) {
       std::vector<RowAge> rows;

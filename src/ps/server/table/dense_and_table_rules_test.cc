@@ -87,7 +87,7 @@ Rows ReadTable(const TableShard& shard, int num_slots) {
 // (rules the dense optimizer has) and into per-row records updated by SparseRule::Apply; checks
 // the bits of all three agree.
 void CheckRule(const std::string& name, const TableConfig& config, bool some_rows) {
-  SCOPED_TRACE(name + (config.kind == TableKind::kFixed ? " fixed" : " dynamic") +
+  SCOPED_TRACE(name + (config.spec.kind == TableKind::kFixed ? " fixed" : " dynamic") +
                (some_rows ? ", some rows per push" : ", every row per push"));
   const SparseRuleConfig rule_config = RuleConfig(name);
   auto rule = SparseRule::Make(rule_config);

@@ -39,10 +39,10 @@ DynamicTableShard::DynamicTableShard(TableConfig config, SparseRule rule, int ps
       ps_(ps),
       num_ps_(num_ps),
       mod_num_ps_(static_cast<uint64_t>(std::max(num_ps, 1))),
-      stride_(kMetaFloats + ((1 + rule_.num_slots()) * config_.dim + 1) / 2 * 2),
+      stride_(kMetaFloats + ((1 + rule_.num_slots()) * config_.spec.dim + 1) / 2 * 2),
       slab_rows_(std::max<int64_t>(16, kSlabBytes / (stride_ * static_cast<int64_t>(sizeof(float))))) {
   static_assert(sizeof(RowMeta) % sizeof(float) == 0 && alignof(RowMeta) <= 8);
-  CHECK(config_.kind == TableKind::kDynamic);
+  CHECK(config_.spec.kind == TableKind::kDynamic);
   CHECK(ps >= 0 && ps < num_ps);
 }
 
@@ -52,7 +52,7 @@ absl::Status DynamicTableShard::CheckOwned(absl::Span<const int64_t> ids) const 
     // dist::RouteDynamicId without its division.
     const int owner = static_cast<int>(mod_num_ps_(dist::Mix64(static_cast<uint64_t>(id))));
     if (owner != ps_) {
-      return absl::InvalidArgumentError(absl::StrCat("table '", config_.name, "': id ", id,
+      return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': id ", id,
                                                      " lives on ps ", owner, " of ", num_ps_, ", not ", ps_));
     }
   }
@@ -75,7 +75,7 @@ float* DynamicTableShard::AllocateRecord() {
 absl::Status DynamicTableShard::Gather(absl::Span<const int64_t> ids, absl::Span<float> out) const {
   if (auto s = CheckRowsSize(config_, "a gather's output", ids.size(), out.size()); !s.ok()) return s;
   if (auto s = CheckOwned(ids); !s.ok()) return s;
-  const int64_t dim = config_.dim;
+  const int64_t dim = config_.spec.dim;
   {
     // Find every record first (the index prefetches its entries a block at a time), then copy,
     // prefetching the rows a few ahead, so the cache misses overlap instead of following one another.
@@ -103,7 +103,7 @@ absl::Status DynamicTableShard::CheckPush(absl::Span<const int64_t> ids, absl::S
   if (auto s = CheckOwned(ids); !s.ok()) return s;
   if (const int64_t cap = accessor_.row_cap(); cap > 0 && static_cast<int64_t>(ids.size()) > cap) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "table '", config_.name, "': one push holds ", ids.size(), " ids but max_rows allows ", cap,
+        "table '", config_.spec.name, "': one push holds ", ids.size(), " ids but max_rows allows ", cap,
         " rows on this ps; raise max_rows above a batch's unique ids per ps"));
   }
   return CheckFinite(config_, ids, grads);
@@ -148,7 +148,7 @@ absl::Status DynamicTableShard::CountStored(absl::Span<const int64_t> ids, absl:
         --Meta(records[j]).count;
         Meta(records[j]).last_step = previous_step[j];
       }
-      return absl::InvalidArgumentError(absl::StrCat("table '", config_.name, "': id ", ids[i],
+      return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': id ", ids[i],
                                                      " listed twice in one push (sum its rows first)"));
     }
   }
@@ -173,7 +173,7 @@ float* DynamicTableShard::AdmitAbsent(int64_t id, int64_t global_step) {
   }
   float* rec = AllocateRecord();
   accessor_.InitialValue(id, rec);
-  rule_.InitSlots(rec + config_.dim, config_.dim);
+  rule_.InitSlots(rec + config_.spec.dim, config_.spec.dim);
   Meta(rec) = RowMeta{global_step, count, epoch_};
   index_.Insert(id, rec);
   ++admissions_;
@@ -206,7 +206,7 @@ absl::Status DynamicTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<
   }
   // Pass 3: the rule over every admitted row, in one call.
   rule_.ApplyRows(records.data(), grads.data(), updates.empty() ? nullptr : updates.data(),
-                  static_cast<int64_t>(n), config_.dim, lr);
+                  static_cast<int64_t>(n), config_.spec.dim, lr);
   rows_pushed_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
   return absl::OkStatus();
 }
@@ -267,7 +267,7 @@ class DynamicTableShard::Scanner final : public RowScan {
 
   bool Next(int64_t max_rows, RowsPart* part) override {
     const DynamicTableShard& s = *shard_;
-    const int64_t dim = s.config_.dim;
+    const int64_t dim = s.config_.spec.dim;
     const int slots = s.rule_.num_slots();
     *part = RowsPart();
     part->slots.resize(slots);
@@ -300,7 +300,7 @@ std::unique_ptr<RowScan> DynamicTableShard::Scan() const { return std::make_uniq
 absl::Status DynamicTableShard::Load(const RowsPart& part) {
   if (auto s = CheckPart(config_, rule_.num_slots(), part); !s.ok()) return s;
   if (auto s = CheckOwned(part.ids); !s.ok()) return s;
-  const int64_t dim = config_.dim;
+  const int64_t dim = config_.spec.dim;
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < part.ids.size(); ++i) {
     const int64_t id = part.ids[i];

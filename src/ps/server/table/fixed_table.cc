@@ -15,18 +15,18 @@ namespace psflow::ps::table {
 FixedTableShard::FixedTableShard(TableConfig config, SparseRule rule, int shard)
     : config_(std::move(config)),
       rule_(std::move(rule)),
-      accessor_(config_, config_.layout.num_shards),
+      accessor_(config_, config_.layout().num_shards),
       shard_(shard),
-      num_rows_(dist::FixedShardRows(config_.layout, shard)),
-      stride_((1 + rule_.num_slots()) * config_.dim),
-      first_id_(dist::FixedRowId(config_.layout, shard, 0)),
+      num_rows_(dist::FixedShardRows(config_.layout(), shard)),
+      stride_((1 + rule_.num_slots()) * config_.spec.dim),
+      first_id_(dist::FixedRowId(config_.layout(), shard, 0)),
       storage_(AllocateRows<float>(static_cast<size_t>(num_rows_ * stride_))),
       records_(storage_.get()) {
-  CHECK(config_.kind == TableKind::kFixed);
-  const int64_t dim = config_.dim;
+  CHECK(config_.spec.kind == TableKind::kFixed);
+  const int64_t dim = config_.spec.dim;
   for (int64_t r = 0; r < num_rows_; ++r) {
     float* rec = records_ + r * stride_;
-    accessor_.InitialValue(dist::FixedRowId(config_.layout, shard_, r), rec);
+    accessor_.InitialValue(dist::FixedRowId(config_.layout(), shard_, r), rec);
     rule_.InitSlots(rec + dim, dim);
   }
   absl::MutexLock lock(&mu_);
@@ -38,8 +38,8 @@ absl::Status FixedTableShard::LocalRows(absl::Span<const int64_t> ids, std::vect
   // dist::RouteFixedId's result for this shard without its divisions: a div shard holds a
   // contiguous range of ids, a mod shard the ids congruent to it. Errors take the general route.
   rows->resize(ids.size());
-  const int64_t p = config_.layout.num_shards;
-  const bool div = config_.layout.strategy == dist::TableStrategy::kDiv;
+  const int64_t p = config_.layout().num_shards;
+  const bool div = config_.layout().strategy == dist::TableStrategy::kDiv;
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t id = ids[i];
     int64_t row;
@@ -49,12 +49,12 @@ absl::Status FixedTableShard::LocalRows(absl::Span<const int64_t> ids, std::vect
       mine = row >= 0 && row < num_rows_;
     } else {
       row = id / p;
-      mine = id >= 0 && id < config_.layout.num_embeddings && id - row * p == shard_;
+      mine = id >= 0 && id < config_.layout().num_embeddings && id - row * p == shard_;
     }
     if (!mine) {
-      absl::StatusOr<dist::RowLocation> where = dist::RouteFixedId(config_.name, config_.layout, id);
+      absl::StatusOr<dist::RowLocation> where = dist::RouteFixedId(config_.spec.name, config_.layout(), id);
       if (!where.ok()) return where.status();
-      return absl::InvalidArgumentError(absl::StrCat("table '", config_.name, "': id ", id,
+      return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': id ", id,
                                                      " belongs to shard ", where->shard, ", not ", shard_));
     }
     (*rows)[i] = row;
@@ -66,11 +66,11 @@ absl::Status FixedTableShard::Gather(absl::Span<const int64_t> ids, absl::Span<f
   if (auto s = CheckRowsSize(config_, "a gather's output", ids.size(), out.size()); !s.ok()) return s;
   std::vector<int64_t> rows;
   if (auto s = LocalRows(ids, &rows); !s.ok()) return s;
-  const size_t row_bytes = static_cast<size_t>(config_.dim) * sizeof(float);
+  const size_t row_bytes = static_cast<size_t>(config_.spec.dim) * sizeof(float);
   {
     absl::ReaderMutexLock lock(&mu_);
     constexpr size_t kAhead = 8;  // rows prefetched ahead of the copy (random rows: DRAM latency)
-    const int64_t dim = config_.dim;
+    const int64_t dim = config_.spec.dim;
     for (size_t i = 0; i < rows.size(); ++i) {
       if (i + kAhead < rows.size()) {
         const char* next = reinterpret_cast<const char*>(records_ + rows[i + kAhead] * stride_);
@@ -90,7 +90,7 @@ absl::Status FixedTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<co
   if (auto s = LocalRows(ids, &rows); !s.ok()) return s;
   if (auto s = CheckFinite(config_, ids, grads); !s.ok()) return s;
   const float lr = rule_.LearningRate(global_step);
-  const int64_t dim = config_.dim;
+  const int64_t dim = config_.spec.dim;
   {
     absl::MutexLock lock(&mu_);
     if (++epoch_ == 0) {  // wrapped: clear the marks once every 2^32 pushes
@@ -100,7 +100,7 @@ absl::Status FixedTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<co
     for (size_t i = 0; i < rows.size(); ++i) {
       uint32_t& mark = mark_[rows[i]];
       if (mark == epoch_) {
-        return absl::InvalidArgumentError(absl::StrCat("table '", config_.name, "': id ", ids[i],
+        return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': id ", ids[i],
                                                        " listed twice in one push (sum its rows first)"));
       }
       mark = epoch_;
@@ -126,7 +126,7 @@ class FixedTableShard::Scanner final : public RowScan {
   bool Next(int64_t max_rows, RowsPart* part) override {
     const FixedTableShard& s = *shard_;
     const int64_t n = std::min(std::max<int64_t>(max_rows, 1), s.num_rows_ - next_);
-    const int64_t dim = s.config_.dim;
+    const int64_t dim = s.config_.spec.dim;
     const int slots = s.rule_.num_slots();
     *part = RowsPart();
     if (n <= 0) return false;
@@ -138,7 +138,7 @@ class FixedTableShard::Scanner final : public RowScan {
     absl::ReaderMutexLock lock(&s.mu_);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t row = next_ + i;
-      part->ids[i] = dist::FixedRowId(s.config_.layout, s.shard_, row);
+      part->ids[i] = dist::FixedRowId(s.config_.layout(), s.shard_, row);
       const float* rec = s.records_ + row * s.stride_;
       std::memcpy(part->values.data() + i * dim, rec, dim * sizeof(float));
       for (int k = 0; k < slots; ++k) {
@@ -161,7 +161,7 @@ absl::Status FixedTableShard::Load(const RowsPart& part) {
   if (auto s = CheckPart(config_, rule_.num_slots(), part); !s.ok()) return s;
   std::vector<int64_t> rows;
   if (auto s = LocalRows(part.ids, &rows); !s.ok()) return s;
-  const int64_t dim = config_.dim;
+  const int64_t dim = config_.spec.dim;
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < rows.size(); ++i) {
     float* rec = records_ + rows[i] * stride_;

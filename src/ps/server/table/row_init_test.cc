@@ -122,7 +122,7 @@ TEST(RowInitTest, EqualOnOneAndThreePartitions) {
                              testing::DynamicConfig(8)}) {
     auto one = AllShards(config, rule, 1);
     auto three = AllShards(config, rule, 3);
-    const RowInitializer init(config.initializer, config.seed);
+    const RowInitializer init(config.spec.initializer, config.spec.initializer.seed);
     std::vector<float> expected(8);
     for (int64_t id = 100; id >= 0; --id) {  // three reads ids in the opposite order
       init.Fill(id, expected.data(), 8);

@@ -71,9 +71,9 @@ float Grad(int64_t id, int64_t k, int64_t step) {
 }
 
 void CheckRuleOnTable(const SparseRuleConfig& rule, TableConfig config) {
-  SCOPED_TRACE(rule.optimizer.name + (config.kind == TableKind::kFixed ? " fixed" : " dynamic"));
+  SCOPED_TRACE(rule.optimizer.name + (config.spec.kind == TableKind::kFixed ? " fixed" : " dynamic"));
   const int kPs = 2;
-  const int64_t dim = config.dim;
+  const int64_t dim = config.spec.dim;
   auto shards = testing::AllShards(config, rule, kPs);
   auto made = SparseRule::Make(rule);
   ASSERT_TRUE(made.ok()) << made.status();
@@ -127,7 +127,7 @@ void CheckRuleOnTable(const SparseRuleConfig& rule, TableConfig config) {
       }
     }
   }
-  if (config.kind == TableKind::kDynamic) {
+  if (config.spec.kind == TableKind::kDynamic) {
     TableStats total;
     for (auto& s : shards) total.rows += s->stats().rows;
     EXPECT_EQ(total.rows, 3);  // id 5 was read, never pushed: not stored

@@ -20,8 +20,8 @@ absl::StatusOr<SparseSyncMean> ParseSparseSyncMean(std::string_view flag) {
 
 absl::Status SparseStepSum::Add(int worker, absl::Span<const int64_t> ids, absl::Span<const float> rows) {
   TableConfig config;  // the checks name the table and read dim only
-  config.name = table_;
-  config.dim = dim_;
+  config.spec.name = table_;
+  config.spec.dim = dim_;
   if (auto s = CheckRowsSize(config, "a gradient", ids.size(), rows.size()); !s.ok()) return s;
   if (auto s = CheckUnique(config, ids); !s.ok()) return s;
   if (auto s = CheckFinite(config, ids, rows); !s.ok()) return s;

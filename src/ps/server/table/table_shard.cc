@@ -17,17 +17,17 @@ absl::StatusOr<std::unique_ptr<TableShard>> MakeTableShard(const TableConfig& co
   if (auto s = ValidateTableConfig(config); !s.ok()) return s;
   absl::StatusOr<SparseRule> rule = SparseRule::Make(rule_config);
   if (!rule.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "': ", rule.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': ", rule.status().message()));
   }
-  if (config.kind == TableKind::kFixed) {
-    if (shard < 0 || shard >= config.layout.num_shards) {
-      return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "': shard ", shard,
-                                                     " is not in [0, ", config.layout.num_shards, ")"));
+  if (config.spec.kind == TableKind::kFixed) {
+    if (shard < 0 || shard >= config.layout().num_shards) {
+      return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': shard ", shard,
+                                                     " is not in [0, ", config.layout().num_shards, ")"));
     }
     return std::make_unique<FixedTableShard>(config, *std::move(rule), shard);
   }
   if (num_ps < 1 || shard < 0 || shard >= num_ps) {
-    return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "': ps ", shard,
+    return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': ps ", shard,
                                                    " is not in [0, ", num_ps, ")"));
   }
   return std::make_unique<DynamicTableShard>(config, *std::move(rule), shard, num_ps);

@@ -94,7 +94,7 @@ class TableShard {
   virtual bool PassDue(int64_t global_step) const = 0;
 };
 
-// A fixed table's shard `shard` of config.layout.num_shards, or a dynamic table's share on ps task
+// A fixed table's shard `shard` of config.layout().num_shards, or a dynamic table's share on ps task
 // `shard` of `num_ps`. InvalidArgument naming the table for a bad config or rule.
 absl::StatusOr<std::unique_ptr<TableShard>> MakeTableShard(const TableConfig& config,
                                                            const SparseRuleConfig& rule, int shard,

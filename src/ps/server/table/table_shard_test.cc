@@ -28,7 +28,7 @@ TEST(TableShardTest, FixedGatherAnswersItsRowsAndRefusesOthers) {
   std::vector<float> out(6);
   const int64_t mine[] = {6, 4};
   ASSERT_TRUE(shard1->Gather(mine, absl::MakeSpan(out)).ok());
-  const RowInitializer init(config.initializer, config.seed);
+  const RowInitializer init(config.spec.initializer, config.spec.initializer.seed);
   std::vector<float> six(3), four(3);
   init.Fill(6, six.data(), 3);
   init.Fill(4, four.data(), 3);
@@ -61,15 +61,15 @@ TEST(TableShardTest, BadPushesApplyNothing) {
     for (float bad : {nan, inf, -inf}) {
       const float g[] = {1, 1, 1, bad};
       absl::Status s = one[0]->Apply(ids, g, 1);
-      EXPECT_TRUE(Mentions(s, config.name) && Mentions(s, "id 4")) << s;
+      EXPECT_TRUE(Mentions(s, config.spec.name) && Mentions(s, "id 4")) << s;
     }
     const int64_t twice[] = {3, 3};
     const float g4[] = {1, 1, 1, 1};
     absl::Status s = one[0]->Apply(twice, g4, 1);
     EXPECT_TRUE(Mentions(s, "id 3 listed twice")) << s;
     s = one[0]->Apply(ids, absl::MakeConstSpan(g4, 3), 1);
-    EXPECT_TRUE(Mentions(s, config.name) && Mentions(s, "3 floats")) << s;
-    if (config.kind == TableKind::kFixed) {
+    EXPECT_TRUE(Mentions(s, config.spec.name) && Mentions(s, "3 floats")) << s;
+    if (config.spec.kind == TableKind::kFixed) {
       const int64_t outside[] = {3, 50};
       s = one[0]->Apply(outside, g4, 1);
       EXPECT_TRUE(Mentions(s, "id 50")) << s;
@@ -77,7 +77,7 @@ TEST(TableShardTest, BadPushesApplyNothing) {
     EXPECT_EQ(GatherOne(one, 3), a);
     EXPECT_EQ(GatherOne(one, 4), b);
     EXPECT_EQ(one[0]->stats().rows_pushed, 0);
-    if (config.kind == TableKind::kDynamic) {
+    if (config.spec.kind == TableKind::kDynamic) {
       EXPECT_EQ(one[0]->stats().rows, 0);
     }
     // A good push then applies: sgd with lr 1 subtracts the gradient.
@@ -95,7 +95,7 @@ TEST(TableShardTest, BadPushesApplyNothing) {
     const float g8[] = {1, 1, 1, 1, 1, 1, 1, 1};
     s = one[0]->Apply(absent_twice, g8, 2);
     EXPECT_TRUE(Mentions(s, "id 9 listed twice")) << s;
-    if (config.kind == TableKind::kDynamic) {
+    if (config.spec.kind == TableKind::kDynamic) {
       // Nor did the refused pushes change a stored row's push count or last step.
       RowsPart part;
       ASSERT_TRUE(one[0]->Scan()->Next(10, &part));
@@ -106,7 +106,7 @@ TEST(TableShardTest, BadPushesApplyNothing) {
     // The next push of those rows is not taken for a repeat.
     ASSERT_TRUE(one[0]->Apply(ids, g, 3).ok());
     EXPECT_EQ(GatherOne(one, 4), (std::vector<float>{b[0] - 4, b[1]}));
-    if (config.kind == TableKind::kDynamic) {
+    if (config.spec.kind == TableKind::kDynamic) {
       RowsPart part;
       ASSERT_TRUE(one[0]->Scan()->Next(10, &part));
       EXPECT_EQ(part.count, (std::vector<int64_t>{2, 2}));
@@ -156,7 +156,7 @@ TEST(TableShardTest, ScansReadRowsInIdOrderInPartsAndRestoreOntoAnotherNumberOfP
   for (TableConfig config : {testing::FixedConfig(23, 3, 1, dist::TableStrategy::kDiv),
                              testing::FixedConfig(23, 3, 1, dist::TableStrategy::kMod),
                              testing::DynamicConfig(3)}) {
-    SCOPED_TRACE(config.name);
+    SCOPED_TRACE(config.spec.name);
     const SparseRuleConfig rule = testing::Rule("adam");
     auto one = AllShards(config, rule, 1);
     std::vector<int64_t> ids;
@@ -173,7 +173,7 @@ TEST(TableShardTest, ScansReadRowsInIdOrderInPartsAndRestoreOntoAnotherNumberOfP
       scanned.insert(scanned.end(), p.ids.begin(), p.ids.end());
     }
     ASSERT_TRUE(std::is_sorted(scanned.begin(), scanned.end()));
-    EXPECT_EQ(scanned.size(), config.kind == TableKind::kFixed ? 23u : ids.size());
+    EXPECT_EQ(scanned.size(), config.spec.kind == TableKind::kFixed ? 23u : ids.size());
     // Restore on 3 ps: each row goes to its owner there; every row, slot and count equal.
     auto three = AllShards(config, rule, 3);
     for (const RowsPart& p : parts) {
@@ -213,7 +213,7 @@ TEST(TableShardTest, ScansReadRowsInIdOrderInPartsAndRestoreOntoAnotherNumberOfP
     RowsPart wrong = parts[0];
     wrong.values.pop_back();
     absl::Status s = one[0]->Load(wrong);
-    EXPECT_TRUE(Mentions(s, config.name)) << s;
+    EXPECT_TRUE(Mentions(s, config.spec.name)) << s;
   }
 }
 
@@ -223,7 +223,7 @@ TEST(TableShardTest, BadConfigsAreRefusedNamingTheTable) {
   config = testing::FixedConfig(2, 4, 3, dist::TableStrategy::kDiv);  // 3 shards of 2 rows
   EXPECT_TRUE(Mentions(MakeTableShard(config, testing::Rule("sgd"), 0, 3).status(), "emb"));
   config = testing::FixedConfig(20, 4, 2, dist::TableStrategy::kDiv);
-  config.lifecycle.max_rows = 5;
+  config.spec.lifecycle.max_rows = 5;
   EXPECT_FALSE(MakeTableShard(config, testing::Rule("sgd"), 0, 2).ok());
   config = testing::DynamicConfig(4);
   EXPECT_FALSE(MakeTableShard(config, testing::Rule("sgd"), 2, 2).ok());

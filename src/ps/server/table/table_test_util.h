@@ -15,24 +15,26 @@ namespace psflow::ps::table::testing {
 inline TableConfig FixedConfig(int64_t n, int64_t dim, int shards, dist::TableStrategy strategy,
                                uint64_t seed = 7) {
   TableConfig c;
-  c.name = "emb";
-  c.dim = dim;
-  c.kind = TableKind::kFixed;
-  c.layout = dist::FixedTableLayout{n, shards, strategy};
-  c.initializer.kind = InitKind::kTruncatedNormal;
-  c.initializer.stddev = 0.1f;
-  c.seed = seed;
+  c.spec.name = "emb";
+  c.spec.dim = dim;
+  c.spec.kind = TableKind::kFixed;
+  c.spec.num_embeddings = n;
+  c.spec.strategy = strategy;
+  c.num_shards = shards;
+  c.spec.initializer.kind = InitKind::kTruncatedNormal;
+  c.spec.initializer.stddev = 0.1f;
+  c.spec.initializer.seed = seed;
   return c;
 }
 
 inline TableConfig DynamicConfig(int64_t dim, uint64_t seed = 7) {
   TableConfig c;
-  c.name = "dyn";
-  c.dim = dim;
-  c.kind = TableKind::kDynamic;
-  c.initializer.kind = InitKind::kTruncatedNormal;
-  c.initializer.stddev = 0.1f;
-  c.seed = seed;
+  c.spec.name = "dyn";
+  c.spec.dim = dim;
+  c.spec.kind = TableKind::kDynamic;
+  c.spec.initializer.kind = InitKind::kTruncatedNormal;
+  c.spec.initializer.stddev = 0.1f;
+  c.spec.initializer.seed = seed;
   return c;
 }
 
@@ -54,24 +56,24 @@ inline std::unique_ptr<TableShard> MakeOrDie(const TableConfig& config, const Sp
 inline std::vector<std::unique_ptr<TableShard>> AllShards(TableConfig config, const SparseRuleConfig& rule,
                                                           int p) {
   std::vector<std::unique_ptr<TableShard>> shards;
-  if (config.kind == TableKind::kFixed) config.layout.num_shards = p;
+  if (config.spec.kind == TableKind::kFixed) config.num_shards = p;
   for (int s = 0; s < p; ++s) shards.push_back(MakeOrDie(config, rule, s, p));
   return shards;
 }
 
 // The shard that owns `id` among AllShards(config, rule, p).
 inline int Owner(const TableConfig& config, int p, int64_t id) {
-  if (config.kind == TableKind::kDynamic) return dist::RouteDynamicId(id, p);
-  dist::FixedTableLayout layout = config.layout;
+  if (config.spec.kind == TableKind::kDynamic) return dist::RouteDynamicId(id, p);
+  dist::FixedTableLayout layout = config.layout();
   layout.num_shards = p;
-  return dist::RouteFixedId(config.name, layout, id)->shard;
+  return dist::RouteFixedId(config.spec.name, layout, id)->shard;
 }
 
 // Row `id` gathered from the table's shards.
 inline std::vector<float> GatherOne(const std::vector<std::unique_ptr<TableShard>>& shards,
                                     int64_t id) {
   const TableConfig& c = shards[0]->config();
-  std::vector<float> row(static_cast<size_t>(c.dim));
+  std::vector<float> row(static_cast<size_t>(c.spec.dim));
   const int owner = Owner(c, static_cast<int>(shards.size()), id);
   const int64_t ids[] = {id};
   EXPECT_TRUE(shards[owner]->Gather(ids, absl::MakeSpan(row)).ok());
