@@ -234,10 +234,10 @@ TEST(GrpcTransportTest, ServerRefusesTensorsOfAnotherDtypeAndKeepsServing) {
   const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
   auto channel = MakeGrpcChannel(address, "ps task 0", {});
   const std::vector<float> data(100, 1.0f);
-  auto refused = (*channel)->CallBlocking(Method::kPush, PushOf(data, "float16"), Options());
+  auto refused = (*channel)->CallBlocking(Method::kPush, PushOf(data, "float64"), Options());
   ASSERT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
   EXPECT_THAT(std::string(refused.status().message()),
-              HasSubstr("ps task 0: refused Push: malformed message: tensor 0 ('w') has dtype 'float16'"));
+              HasSubstr("ps task 0: refused Push: malformed message: tensor 0 ('w') has dtype 'float64'"));
   EXPECT_TRUE((*channel)->CallBlocking(Method::kPush, PushOf(data), Options()).ok());
 }
 
