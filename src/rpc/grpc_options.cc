@@ -4,7 +4,6 @@
 #include "rpc/tuning.h"
 
 #include <malloc.h>
-#include <stdlib.h>
 
 #include <chrono>
 #include <cinttypes>
@@ -73,14 +72,10 @@ void TuneAllocatorForLargeMessages() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 64 << 20);
-  // gRPC 1.51's experiment "tcp_frame_size_tuning": the TCP endpoint reads a message whose size the
-  // HTTP/2 layer announced into one buffer of that size and completes the read only when it is all
-  // there, instead of waking the poller for every chunk and handing a list of small slices up.
-  // Measured with `psflow bench transport` on loopback: a 16 MiB push's median 21-25 ms -> 6.3 ms,
-  // its pull 8-28 ms -> 4.5-6.7 ms (beside raw TCP's 5.5-7.7 ms). gRPC reads the variable once, at
-  // its first use: hence here, before any channel or server exists. A GRPC_EXPERIMENTS the user
-  // set wins.
-  setenv("GRPC_EXPERIMENTS", "tcp_frame_size_tuning", /*overwrite=*/0);
+  // Not enabled here: gRPC 1.51's experiment "tcp_frame_size_tuning" (GRPC_EXPERIMENTS), which reads
+  // a message into one buffer of its announced size. On the shared 2-core machine it sped a 16 MiB
+  // push up in some runs (median 21-25 ms -> 6.3 ms) but made 4 KiB calls slower in about half of
+  // the runs (41 us -> 50-70 us), and 1.51's experiments are not production-tested.
 }
 
 grpc::ChannelArguments TunedChannelArguments(const std::string& connection_tag, int64_t max_message_bytes) {

@@ -18,8 +18,7 @@
 namespace psflow::rpc {
 namespace {
 
-// As every psflow process does at start (before gRPC is first used): the tests cover the tuned
-// read path.
+// As every psflow process does at start: the tests cover the tuned allocator.
 const bool kTuned = (TuneAllocatorForLargeMessages(), true);
 
 using ::testing::HasSubstr;

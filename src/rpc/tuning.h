@@ -5,9 +5,8 @@
 namespace psflow::rpc {
 
 // Sets the C allocator so large message buffers are not returned to the kernel on every free
-// (an mmap/munmap and page faults per 16 MiB RPC cost more than the copy itself), and has gRPC
-// read each message into one buffer of its size (grpc_options.cc). Call once at process start,
-// before threads exist and before gRPC is first used; idempotent.
+// (an mmap/munmap and page faults per 16 MiB RPC cost more than the copy itself). Call once at
+// process start, before threads exist; idempotent.
 void TuneAllocatorForLargeMessages();
 
 }  // namespace psflow::rpc
