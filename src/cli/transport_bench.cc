@@ -50,34 +50,61 @@ struct Measurement {
   double latency_ms = 0;  // median call time
 };
 
-Measurement MedianOf(const std::vector<Measurement>& rounds) {
-  std::vector<double> gbps, latency;
-  for (const Measurement& m : rounds) {
-    gbps.push_back(m.gbps);
-    latency.push_back(m.latency_ms);
+// Calls of one kind (TCP, push or pull) timed in many short rounds interleaved with the other
+// kinds', so load from elsewhere on the (shared) machine hits all of them alike.
+class Timings {
+ public:
+  template <typename Fn>
+  absl::Status Run(int calls, Fn&& call) {
+    for (int i = 0; i < calls; ++i) {
+      const auto t0 = Clock::now();
+      if (absl::Status s = call(); !s.ok()) return s;
+      times_.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      total_ += times_.back();
+    }
+    return absl::OkStatus();
   }
-  return {Median(gbps), Median(latency)};
-}
+  double total_secs() const { return total_; }
+  size_t calls() const { return times_.size(); }
+  // Throughput over every call's time, and the median call.
+  Measurement Of(int64_t bytes) const {
+    Measurement m;
+    m.gbps = static_cast<double>(bytes) * static_cast<double>(times_.size()) / total_ / 1e9;
+    m.latency_ms = Median(times_) * 1e3;
+    return m;
+  }
 
-// Repeats `call` for about `seconds` (at least 10 times, after 3 warm-up calls).
-template <typename Fn>
-absl::StatusOr<Measurement> Measure(int64_t bytes, double seconds, Fn&& call) {
+ private:
+  std::vector<double> times_;
+  double total_ = 0;
+};
+
+// Runs the three kinds of call in rounds of about kRoundSecs each, one kind after another in
+// every round, until each kind ran for about `seconds` (at least 10 calls each, after 3 warm-up
+// calls each).
+template <typename Tcp, typename Push, typename Pull>
+absl::Status MeasureInterleaved(double seconds, Tcp&& tcp, Push&& push, Pull&& pull, Timings* t_tcp,
+                                Timings* t_push, Timings* t_pull) {
+  constexpr double kRoundSecs = 0.02;
   for (int i = 0; i < 3; ++i) {
-    if (absl::Status s = call(); !s.ok()) return s;
+    for (absl::Status s : {tcp(), push(), pull()}) {
+      if (!s.ok()) return s;
+    }
   }
-  std::vector<double> times;
-  const auto start = Clock::now();
-  double total = 0;
-  while (times.size() < 10 || (total < seconds && times.size() < 100000)) {
-    const auto t0 = Clock::now();
-    if (absl::Status s = call(); !s.ok()) return s;
-    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-    total = std::chrono::duration<double>(Clock::now() - start).count();
+  // Calls per round for each kind, from the first round's single calls.
+  int n_tcp = 1, n_push = 1, n_pull = 1;
+  auto per_round = [](const Timings& t) {
+    const double each = t.total_secs() / static_cast<double>(std::max<size_t>(t.calls(), 1));
+    return static_cast<int>(std::clamp(kRoundSecs / std::max(each, 1e-9), 1.0, 10000.0));
+  };
+  while (t_tcp->calls() < 10 || t_push->calls() < 10 || t_pull->calls() < 10 ||
+         std::min({t_tcp->total_secs(), t_push->total_secs(), t_pull->total_secs()}) < seconds) {
+    if (absl::Status s = t_tcp->Run(n_tcp, tcp); !s.ok()) return s;
+    if (absl::Status s = t_push->Run(n_push, push); !s.ok()) return s;
+    if (absl::Status s = t_pull->Run(n_pull, pull); !s.ok()) return s;
+    n_tcp = per_round(*t_tcp), n_push = per_round(*t_push), n_pull = per_round(*t_pull);
   }
-  Measurement m;
-  m.gbps = static_cast<double>(bytes) * static_cast<double>(times.size()) / total / 1e9;
-  m.latency_ms = Median(times) * 1e3;
-  return m;
+  return absl::OkStatus();
 }
 
 bool WriteAll(int fd, const void* data, size_t n) {
@@ -148,15 +175,14 @@ class TcpBaseline {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<Measurement> Measure(int64_t size, double seconds) {
-    return cli::Measure(size, seconds, [&]() -> absl::Status {
-      const uint64_t n = static_cast<uint64_t>(size);
-      char ack = 0;
-      if (!WriteAll(fd_, &n, sizeof(n)) || !WriteAll(fd_, buffer_.data(), n) || !ReadAll(fd_, &ack, 1)) {
-        return absl::InternalError("TCP baseline: the sink closed the connection");
-      }
-      return absl::OkStatus();
-    });
+  // One message of `size` bytes and its one-byte answer.
+  absl::Status Call(int64_t size) {
+    const uint64_t n = static_cast<uint64_t>(size);
+    char ack = 0;
+    if (!WriteAll(fd_, &n, sizeof(n)) || !WriteAll(fd_, buffer_.data(), n) || !ReadAll(fd_, &ack, 1)) {
+      return absl::InternalError("TCP baseline: the sink closed the connection");
+    }
+    return absl::OkStatus();
   }
 
   ~TcpBaseline() {
@@ -267,29 +293,18 @@ struct SizeFigures {
   Measurement tcp, push, pull;
 };
 
-// Rounds of TCP, push and pull side by side, so load from elsewhere on the machine hits all three
-// alike; each figure is the median over the rounds.
+// TCP, push and pull side by side in short rounds (MeasureInterleaved), so load from elsewhere on
+// the machine hits all three alike.
 absl::StatusOr<SizeFigures> MeasureSize(TcpBaseline& tcp, ps::PsClient& client, int64_t size, Tensor& values,
                                         double seconds) {
   const Tensor grad(values.shape(), 1e-3f);
-  constexpr int kRounds = 3;
-  const double slice = seconds / kRounds;
-  std::vector<Measurement> t_rounds, push_rounds, pull_rounds;
-  for (int round = 0; round < kRounds; ++round) {
-    absl::StatusOr<Measurement> m_tcp = tcp.Measure(size, slice);
-    if (!m_tcp.ok()) return m_tcp.status();
-    absl::StatusOr<Measurement> m_push = Measure(size, slice, [&]() -> absl::Status {
-      return client.Push({ps::Gradient{"bench/v", &grad, nullptr}}, 0).status();
-    });
-    if (!m_push.ok()) return m_push.status();
-    absl::StatusOr<Measurement> m_pull =
-        Measure(size, slice, [&]() -> absl::Status { return client.Pull({{"bench/v", &values}}).status(); });
-    if (!m_pull.ok()) return m_pull.status();
-    t_rounds.push_back(*m_tcp);
-    push_rounds.push_back(*m_push);
-    pull_rounds.push_back(*m_pull);
-  }
-  return SizeFigures{MedianOf(t_rounds), MedianOf(push_rounds), MedianOf(pull_rounds)};
+  Timings t_tcp, t_push, t_pull;
+  absl::Status measured = MeasureInterleaved(
+      seconds, [&] { return tcp.Call(size); },
+      [&] { return client.Push({ps::Gradient{"bench/v", &grad, nullptr}}, 0).status(); },
+      [&] { return client.Pull({{"bench/v", &values}}).status(); }, &t_tcp, &t_push, &t_pull);
+  if (!measured.ok()) return measured;
+  return SizeFigures{t_tcp.Of(size), t_push.Of(size), t_pull.Of(size)};
 }
 
 // One JSON line per size.

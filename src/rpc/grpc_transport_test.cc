@@ -12,10 +12,14 @@
 #include "gtest/gtest.h"
 #include "rpc/test_handler.h"
 #include "rpc/transport.h"
+#include "rpc/tensor_coding.h"
 #include "rpc/test_certs.h"
 
 namespace psflow::rpc {
 namespace {
+
+// As every psflow process does at start: the tests cover the tuned allocator.
+const bool kTuned = (TuneAllocatorForLargeMessages(), true);
 
 using ::testing::HasSubstr;
 
@@ -65,6 +69,65 @@ TEST(GrpcTransportTest, TensorsTravelBothWays) {
   const ServerCounters counters = (*server)->counters();
   EXPECT_GT(counters.bytes_in, 2 * 4 * (int64_t{1} << 21));
   EXPECT_GT(counters.bytes_out, 2 * 4 * (int64_t{1} << 21));
+}
+
+// Several tensors per message, of sizes on both sides of the inline threshold (copied into the
+// header slice below it, zero-copy slices above) and of the 16 MiB read buffers, both directions:
+// every value arrives in place, read whole (CopyTo) and run by run (ForEachRun).
+TEST(GrpcTransportTest, ManySizesRoundTripThroughZeroCopySlices) {
+  ASSERT_TRUE(kTuned);
+  TestHandler handler;
+  auto server = StartGrpcServer("127.0.0.1:0", {}, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = MakeGrpcChannel(absl::StrCat("127.0.0.1:", (*server)->port()), "ps task 0", {});
+  ASSERT_TRUE(channel.ok());
+  constexpr int64_t kInline = static_cast<int64_t>(kInlineTensorBytes / sizeof(float));
+  const std::vector<std::vector<int64_t>> messages = {
+      {1, kInline - 1, kInline, kInline + 1},
+      {3, (int64_t{1} << 18) + 3, 5, kInline + 7},
+      {(int64_t{16} << 20) / 4 + 5, 1},
+      {(int64_t{4} << 20) / 4 - 1, (int64_t{4} << 20) / 4 + 1, 2},
+  };
+  for (const std::vector<int64_t>& sizes : messages) {
+    std::vector<std::vector<float>> data;
+    OutgoingMessage request;
+    request.header = "sizes";
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      data.emplace_back(static_cast<size_t>(sizes[k]));
+      for (int64_t i = 0; i < sizes[k]; ++i) data[k][i] = static_cast<float>((i * 7 + k) % 100003) * 0.5f - 3.0f;
+    }
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      OutgoingTensor t;
+      t.meta.set_name(absl::StrCat("t", k));
+      t.meta.add_shape(sizes[k]);
+      t.data = data[k].data();
+      t.num_floats = sizes[k];
+      request.tensors.push_back(std::move(t));
+    }
+    for (bool pull : {false, true}) {
+      CallOptions o = Options(60);
+      o.pull_direction = pull;
+      auto response = (*channel)->CallBlocking(Method::kStats, request, o);
+      ASSERT_TRUE(response.ok()) << response.status();
+      ASSERT_EQ(response->num_tensors(), static_cast<int>(sizes.size()));
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        ASSERT_EQ(response->num_floats(static_cast<int>(k)), sizes[k]);
+        std::vector<float> got(static_cast<size_t>(sizes[k]));
+        response->CopyTo(static_cast<int>(k), got.data());
+        int64_t wrong = 0, wrong_runs = 0, seen = 0;
+        for (int64_t i = 0; i < sizes[k]; ++i) wrong += got[i] != 2 * data[k][i];
+        response->ForEachRun(static_cast<int>(k), [&](const float* run, int64_t first, int64_t n) {
+          EXPECT_EQ(first, seen);
+          for (int64_t j = 0; j < n; ++j) wrong_runs += run[j] != 2 * data[k][first + j];
+          seen += n;
+          return true;
+        });
+        EXPECT_EQ(wrong, 0) << "tensor " << k << " of " << sizes[k];
+        EXPECT_EQ(wrong_runs, 0) << "tensor " << k << " of " << sizes[k];
+        EXPECT_EQ(seen, sizes[k]);
+      }
+    }
+  }
 }
 
 TEST(GrpcTransportTest, HeldCallsAnswerLaterAndDeadlinesNameThePeer) {
@@ -170,10 +233,10 @@ TEST(GrpcTransportTest, ServerRefusesTensorsOfAnotherDtypeAndKeepsServing) {
   const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
   auto channel = MakeGrpcChannel(address, "ps task 0", {});
   const std::vector<float> data(100, 1.0f);
-  auto refused = (*channel)->CallBlocking(Method::kPush, PushOf(data, "float16"), Options());
+  auto refused = (*channel)->CallBlocking(Method::kPush, PushOf(data, "float64"), Options());
   ASSERT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
   EXPECT_THAT(std::string(refused.status().message()),
-              HasSubstr("ps task 0: refused Push: malformed message: tensor 0 ('w') has dtype 'float16'"));
+              HasSubstr("ps task 0: refused Push: malformed message: tensor 0 ('w') has dtype 'float64'"));
   EXPECT_TRUE((*channel)->CallBlocking(Method::kPush, PushOf(data), Options()).ok());
 }
 

@@ -59,18 +59,20 @@ absl::StatusOr<IncomingMessage> IncomingMessage::Make(std::string header, wire::
     m.segments_.push_back(s);
     payload_bytes += static_cast<int64_t>(s.size);
   }
-  const int64_t payload_floats = payload_bytes / 4;
-  int64_t offset_floats = 0;
+  int64_t offset_bytes = 0;
   for (int i = 0; i < m.tensors_.tensors_size(); ++i) {
     // "" is what a sender from before the dtype field writes; its bytes are float32 too, and the
     // receiver sees the dtype named either way.
     if (m.tensors_.tensors(i).dtype().empty()) m.tensors_.mutable_tensors(i)->set_dtype(kWireDtype);
     const wire::TensorMeta& meta = m.tensors_.tensors(i);
-    if (meta.dtype() != kWireDtype) {
+    absl::StatusOr<WireDtype> dtype = ParseWireDtype(meta.dtype());
+    if (!dtype.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "malformed message: ", MetaLabel(meta, i), " has dtype '", Printable(meta.dtype()),
-          "' but psflow exchanges ", kWireDtype, " tensors only (is the peer a different psflow version?)"));
+          "' but psflow exchanges float32, bfloat16 or float16 tensors only (is the peer a different psflow "
+          "version?)"));
     }
+    const int64_t element_bytes = static_cast<int64_t>(WireDtypeBytes(*dtype));
     int64_t n = 1;
     for (int64_t d : meta.shape()) {
       if (d < 0 || d > kMaxDim) {
@@ -99,19 +101,20 @@ absl::StatusOr<IncomingMessage> IncomingMessage::Make(std::string header, wire::
       return absl::InvalidArgumentError(
           absl::StrCat("malformed message: dense ", MetaLabel(meta, i), " lists rows"));
     }
-    if (n > payload_floats - offset_floats) {
+    if (n > (payload_bytes - offset_bytes) / element_bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "malformed message: ", MetaLabel(meta, i), " needs ", n, " floats but only ",
-          payload_floats - offset_floats, " remain in the ", payload_bytes, "-byte payload"));
+          "malformed message: ", MetaLabel(meta, i), " needs ", n, " ", WireDtypeName(*dtype), " values but only ",
+          payload_bytes - offset_bytes, " bytes remain in the ", payload_bytes, "-byte payload"));
     }
     m.num_floats_.push_back(n);
-    m.tensor_offsets_.push_back(offset_floats * 4);
-    offset_floats += n;
+    m.tensor_offsets_.push_back(offset_bytes);
+    m.dtypes_.push_back(*dtype);
+    offset_bytes += n * element_bytes;
   }
-  if (offset_floats * 4 != payload_bytes) {
+  if (offset_bytes != payload_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("malformed message: payload has ", payload_bytes,
-                     " bytes but the tensor headers describe ", offset_floats * 4));
+                     " bytes but the tensor headers describe ", offset_bytes));
   }
   return m;
 }
@@ -145,6 +148,7 @@ void IncomingMessage::ForEachByteRange(int64_t begin, int64_t size, Fn&& fn) con
 }
 
 void IncomingMessage::CopyTo(int i, float* dst) const {
+  if (dtypes_[i] != WireDtype::kFloat32) return CopyRange(i, 0, num_floats_[i], dst);
   char* out = reinterpret_cast<char*>(dst);
   ForEachByteRange(tensor_offsets_[i], num_floats_[i] * 4,
                    [out](const char* p, size_t n, int64_t at) {
@@ -155,6 +159,13 @@ void IncomingMessage::CopyTo(int i, float* dst) const {
 
 void IncomingMessage::CopyRange(int i, int64_t first, int64_t count, float* dst) const {
   CHECK(first >= 0 && count >= 0 && first + count <= num_floats_[i]);
+  if (dtypes_[i] != WireDtype::kFloat32) {
+    ForEachRunInRange(i, first, count, [dst, first](const float* run, int64_t at, int64_t n) {
+      std::memcpy(dst + (at - first), run, static_cast<size_t>(n) * sizeof(float));
+      return true;
+    });
+    return;
+  }
   char* out = reinterpret_cast<char*>(dst);
   ForEachByteRange(tensor_offsets_[i] + first * 4, count * 4, [out](const char* p, size_t n, int64_t at) {
     std::memcpy(out + at, p, n);
@@ -168,6 +179,10 @@ void IncomingMessage::CopyStrided(int i, float* dst, int64_t block, int64_t stri
   CHECK_EQ(num_floats_[i] % block, 0);
   if (block == stride) return CopyTo(i, dst);
   const int64_t blocks = num_floats_[i] / block;
+  if (dtypes_[i] != WireDtype::kFloat32) {
+    for (int64_t k = 0; k < blocks; ++k) CopyRange(i, k * block, block, dst + k * stride);
+    return;
+  }
   for (int64_t k = 0; k < blocks; ++k) {
     char* out = reinterpret_cast<char*>(dst + k * stride);
     ForEachByteRange(tensor_offsets_[i] + k * block * 4, block * 4,
@@ -187,6 +202,7 @@ bool IncomingMessage::ForEachRunInRange(
     int i, int64_t range_first, int64_t range_count,
     const std::function<bool(const float* run, int64_t first, int64_t n)>& fn) const {
   CHECK(range_first >= 0 && range_count >= 0 && range_first + range_count <= num_floats_[i]);
+  if (dtypes_[i] != WireDtype::kFloat32) return ForEachWidenedRun(i, range_first, range_count, fn);
   // Received bytes may sit anywhere in a slice (TCP reads split the stream at arbitrary points), and
   // kernels may assume float alignment, so misaligned bytes go through this bounce buffer.
   constexpr size_t kBounceFloats = 4096;
@@ -235,12 +251,64 @@ bool IncomingMessage::ForEachRunInRange(
   return go_on;
 }
 
+bool IncomingMessage::ForEachWidenedRun(
+    int i, int64_t range_first, int64_t range_count,
+    const std::function<bool(const float* run, int64_t first, int64_t n)>& fn) const {
+  // 16-bit values gathered (a value may be split across two pieces) and widened a block at a time.
+  constexpr size_t kBlock = 4096;
+  alignas(64) uint16_t narrow[kBlock];
+  alignas(64) float wide[kBlock];
+  const WireDtype dtype = dtypes_[i];
+  char* narrow_bytes = reinterpret_cast<char*>(narrow);
+  size_t held = 0;  // bytes in `narrow`
+  int64_t next = range_first;
+  bool go_on = true;
+  ForEachByteRange(tensor_offsets_[i] + range_first * 2, range_count * 2, [&](const char* p, size_t len, int64_t) {
+    while (len > 0 && go_on) {
+      const size_t take = std::min(len, sizeof(narrow) - held);
+      std::memcpy(narrow_bytes + held, p, take);
+      held += take;
+      p += take;
+      len -= take;
+      if (held == sizeof(narrow)) {
+        DecodeFloats(dtype, narrow, kBlock, wide);
+        go_on = fn(wide, next, kBlock);
+        next += kBlock;
+        held = 0;
+      }
+    }
+    return go_on;
+  });
+  if (held >= 2 && go_on) {
+    const int64_t n = static_cast<int64_t>(held / 2);
+    DecodeFloats(dtype, narrow, n, wide);
+    go_on = fn(wide, next, n);
+  }
+  return go_on;
+}
+
 void IncomingMessage::AddTo(int i, float* dst) const {
   ForEachRun(i, [dst](const float* run, int64_t first, int64_t n) {
     float* out = dst + first;
     for (int64_t j = 0; j < n; ++j) out[j] += run[j];
     return true;
   });
+}
+
+WireBytes ToWireBytes(const OutgoingTensor& tensor) {
+  WireBytes out;
+  const absl::StatusOr<WireDtype> dtype = ParseWireDtype(tensor.meta.dtype());
+  if (!dtype.ok() || *dtype == WireDtype::kFloat32) {  // another dtype is a test's, to be refused: as float32
+    out.data = tensor.data;
+    out.bytes = static_cast<size_t>(tensor.num_floats) * sizeof(float);
+    return out;
+  }
+  auto converted = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(tensor.num_floats));
+  EncodeFloats(*dtype, tensor.data, tensor.num_floats, converted->data());
+  out.data = converted->data();
+  out.bytes = converted->size() * sizeof(uint16_t);
+  out.owner = std::move(converted);
+  return out;
 }
 
 absl::StatusOr<IncomingMessage> ClientChannel::CallBlocking(Method method, OutgoingMessage request,

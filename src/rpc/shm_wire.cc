@@ -147,8 +147,9 @@ PreparedMessage Prepare(OutgoingMessage& message) {
   for (OutgoingTensor& t : message.tensors) {
     if (t.meta.dtype().empty()) t.meta.set_dtype(kWireDtype);
     *list.add_tensors() = t.meta;
-    const size_t bytes = static_cast<size_t>(t.num_floats) * sizeof(float);
-    if (bytes > 0) out.payload.emplace_back(t.data, bytes);
+    WireBytes wire = ToWireBytes(t);  // a 16-bit dtype: a converted copy
+    if (wire.bytes > 0) out.payload.emplace_back(wire.data, wire.bytes);
+    if (wire.owner != nullptr) out.converted.push_back(std::move(wire.owner));
   }
   const std::string list_bytes = list.SerializeAsString();
   out.prefix.reserve(8 + message.header.size() + list_bytes.size() + 8);

@@ -119,5 +119,46 @@ TEST(ShmWireTest, MessageKeepsHeaderEveryTensorFieldAndTheFloats) {
   }
 }
 
+// A tensor named bfloat16 or float16 is written as its rounding (two bytes per value, from a copy
+// the prepared message holds) and read back widened; the float32 one beside it stays exact.
+TEST(ShmWireTest, SixteenBitTensorsAreWrittenRoundedAndReadWidened) {
+  for (WireDtype dtype : {WireDtype::kBFloat16, WireDtype::kFloat16}) {
+    std::vector<float> values = {1.0f + 0x1p-12f, -3.3e-3f, 65519.0f, 0x1p-20f, 0.0f, -7.0f, 1e-30f};
+    const std::vector<float> exact = {0.1f, 0.2f};
+    OutgoingMessage out;
+    out.header = "h";
+    OutgoingTensor t;
+    t.meta.set_name("w16");
+    t.meta.add_shape(static_cast<int64_t>(values.size()));
+    t.meta.set_dtype(WireDtypeName(dtype));
+    t.data = values.data();
+    t.num_floats = static_cast<int64_t>(values.size());
+    out.tensors.push_back(t);
+    OutgoingTensor e;
+    e.meta.set_name("w32");
+    e.meta.add_shape(2);
+    e.data = exact.data();
+    e.num_floats = 2;
+    out.tensors.push_back(e);
+    const PreparedMessage prepared = Prepare(out);
+    std::vector<float> want(values.size());
+    std::vector<uint16_t> narrow(values.size());
+    EncodeFloats(dtype, values.data(), static_cast<int64_t>(values.size()), narrow.data());
+    DecodeFloats(dtype, narrow.data(), static_cast<int64_t>(values.size()), want.data());
+    values.assign(values.size(), -1.0f);  // the prepared message holds its own rounded copy
+    auto region = Region::Create(prepared.total_bytes);
+    ASSERT_TRUE(region.ok()) << region.status();
+    WriteMessage(prepared, (*region)->data());
+    auto in = ReadMessage((*region)->data(), prepared.total_bytes, *region);
+    ASSERT_TRUE(in.ok()) << in.status();
+    EXPECT_EQ(in->dtype(0), dtype);
+    std::vector<float> got(want.size()), got_exact(2);
+    in->CopyTo(0, got.data());
+    in->CopyTo(1, got_exact.data());
+    EXPECT_EQ(got, want) << WireDtypeName(dtype);
+    EXPECT_EQ(got_exact, exact);
+  }
+}
+
 }  // namespace
 }  // namespace psflow::rpc::shm

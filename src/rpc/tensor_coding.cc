@@ -52,6 +52,9 @@ bool ReadBytes(const std::vector<IncomingMessage::Segment>& segments, size_t off
 
 grpc::ByteBuffer EncodeMessage(OutgoingMessage message,
                                const std::shared_ptr<const void>& release_guard) {
+  std::vector<WireBytes> wire;  // before the metas move into the list: a 16-bit dtype's converted copy
+  wire.reserve(message.tensors.size());
+  for (const OutgoingTensor& t : message.tensors) wire.push_back(ToWireBytes(t));
   wire::TensorList list;
   for (OutgoingTensor& t : message.tensors) {
     if (t.meta.dtype().empty()) t.meta.set_dtype(kWireDtype);  // a test may name another, to be refused
@@ -69,11 +72,13 @@ grpc::ByteBuffer EncodeMessage(OutgoingMessage message,
 
   std::vector<grpc::Slice> slices;
   slices.reserve(1 + message.tensors.size());
-  for (const OutgoingTensor& t : message.tensors) {
-    const size_t bytes = static_cast<size_t>(t.num_floats) * sizeof(float);
+  for (size_t k = 0; k < message.tensors.size(); ++k) {
+    const OutgoingTensor& t = message.tensors[k];
+    const WireBytes& w = wire[k];
+    const size_t bytes = w.bytes;
     if (bytes == 0) continue;
     if (bytes < kInlineTensorBytes) {
-      inline_bytes.append(reinterpret_cast<const char*>(t.data), bytes);
+      inline_bytes.append(static_cast<const char*>(w.data), bytes);
       continue;
     }
     if (!inline_bytes.empty()) {
@@ -81,8 +86,8 @@ grpc::ByteBuffer EncodeMessage(OutgoingMessage message,
       inline_bytes.clear();
     }
     // gRPC only reads through the pointer; the const_cast is for its C signature.
-    slices.emplace_back(const_cast<float*>(t.data), bytes, &DestroySliceOwner,
-                        new SliceOwner{t.owner, release_guard});
+    slices.emplace_back(const_cast<void*>(w.data), bytes, &DestroySliceOwner,
+                        new SliceOwner{w.owner != nullptr ? w.owner : t.owner, release_guard});
   }
   if (!inline_bytes.empty()) slices.emplace_back(inline_bytes);
   return grpc::ByteBuffer(slices.data(), slices.size());

@@ -272,7 +272,53 @@ TEST(TensorCodingTest, HeadersThatLieAreErrors) {
   EXPECT_FALSE(decode(lie).ok());
 }
 
-TEST(TensorCodingTest, DtypeIsWrittenAndAnythingButFloat32IsRefused) {
+// A tensor sent as bfloat16 or float16 arrives as the rounding of each value (rpc/wire_dtype.h),
+// whatever way the bytes are sliced and however it is read; float32 tensors beside it are exact.
+TEST(TensorCodingTest, SixteenBitTensorsRoundTripAsTheirRoundingOverManySizesAndSlicings) {
+  std::mt19937 rng(5);
+  for (WireDtype dtype : {WireDtype::kBFloat16, WireDtype::kFloat16}) {
+    for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{4097}, int64_t{40000}, int64_t{300001}}) {
+      Tensor t = Iota(n, 0.37f);
+      for (int64_t i = 0; i < n; i += 7) t[i] = -t[i] * 1e-6f;  // subnormal halves among them
+      const Tensor exact = Iota(5, 1.5f);
+      OutgoingMessage msg;
+      msg.header = "h16";
+      msg.tensors.push_back(Dense("a", t));
+      msg.tensors.back().meta.set_dtype(WireDtypeName(dtype));
+      msg.tensors.push_back(Dense("b", exact));
+      const std::string bytes = Flatten(EncodeMessage(std::move(msg)));
+      for (int offset : {0, 1, 3}) {
+        absl::StatusOr<IncomingMessage> in = DecodeMessage(Reslice(bytes, rng, offset));
+        ASSERT_TRUE(in.ok()) << in.status();
+        ASSERT_EQ(in->num_floats(0), n);
+        EXPECT_EQ(in->dtype(0), dtype);
+        EXPECT_EQ(in->meta(0).dtype(), WireDtypeName(dtype));
+        EXPECT_EQ(in->dtype(1), WireDtype::kFloat32);
+        std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n)), part(static_cast<size_t>(n));
+        std::vector<uint16_t> narrow(static_cast<size_t>(n));
+        EncodeFloats(dtype, t.data(), n, narrow.data());
+        DecodeFloats(dtype, narrow.data(), n, want.data());
+        in->CopyTo(0, got.data());
+        const int64_t first = n / 3, count = n - n / 3;
+        in->CopyRange(0, first, count, part.data());
+        std::vector<float> sum(static_cast<size_t>(n), 1.0f);
+        in->AddTo(0, sum.data());
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          wrong += FloatBits(got[i]) != FloatBits(want[i]);
+          wrong += sum[i] != 1.0f + want[i];
+          if (i < count) wrong += FloatBits(part[i]) != FloatBits(want[first + i]);
+        }
+        EXPECT_EQ(wrong, 0) << WireDtypeName(dtype) << " n=" << n << " offset=" << offset;
+        std::vector<float> b(5);
+        in->CopyTo(1, b.data());
+        for (int i = 0; i < 5; ++i) EXPECT_EQ(b[i], exact[i]);
+      }
+    }
+  }
+}
+
+TEST(TensorCodingTest, DtypeIsWrittenAndAnythingButTheWireDtypesIsRefused) {
   const Tensor t = Iota(10, 1.0f);
   auto encode = [&t](const std::string& dtype) {
     OutgoingMessage msg;
@@ -292,13 +338,14 @@ TEST(TensorCodingTest, DtypeIsWrittenAndAnythingButFloat32IsRefused) {
   ASSERT_TRUE(old.ok()) << old.status();
   EXPECT_EQ(old->meta(0).dtype(), "float32");
 
-  for (const std::string dtype : {"float16", "int64", "float64", "bfloat16", "Float32"}) {
+  for (const std::string dtype : {"int64", "float64", "half", "Float32"}) {
     absl::StatusOr<IncomingMessage> refused = DecodeMessage(FromString(encode(dtype)));
     ASSERT_FALSE(refused.ok()) << dtype;
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(refused.status().message(),
               "malformed message: tensor 0 ('layer/w') has dtype '" + dtype +
-                  "' but psflow exchanges float32 tensors only (is the peer a different psflow version?)");
+                  "' but psflow exchanges float32, bfloat16 or float16 tensors only (is the peer a different "
+                  "psflow version?)");
   }
   // Bytes from the peer are escaped: the error stays one line.
   absl::StatusOr<IncomingMessage> odd = DecodeMessage(FromString(encode("f\n32")));

@@ -27,6 +27,7 @@
 #include "proto/psflow.pb.h"
 #include "psflow/rpc/transport_options.h"
 #include "rpc/tuning.h"
+#include "rpc/wire_dtype.h"
 
 namespace psflow::rpc {
 
@@ -50,18 +51,32 @@ const std::string& MethodPath(Method method);
 // "Push"
 const std::string& MethodName(Method method);
 
-// The only element type on the wire (TensorMeta.dtype); received tensors of another are refused.
+// The default element type on the wire (TensorMeta.dtype). Dense tensors may also travel as
+// "bfloat16" or "float16" (rpc/wire_dtype.h): the sender names the dtype in TensorMeta.dtype and
+// the encoder rounds the floats; an IncomingMessage widens them back as it is read. Received
+// tensors of any other dtype are refused.
 inline constexpr char kWireDtype[] = "float32";
 
 // One tensor to send. `data` must stay valid and unchanged until the call's completion callback
 // runs (clients) or until `owner` is released (servers' responses); `owner` (may be null when the
 // caller guarantees the lifetime itself) is kept alive for as long as the transport needs the bytes.
 struct OutgoingTensor {
-  wire::TensorMeta meta;  // name, shape, sparse rows; dtype left empty (the encoder writes kWireDtype)
+  // name, shape, sparse rows; dtype empty (the encoder writes kWireDtype) or "bfloat16" / "float16"
+  // to send `data` rounded to that format (the encoder converts into a buffer of its own).
+  wire::TensorMeta meta;
   const float* data = nullptr;
   int64_t num_floats = 0;
   std::shared_ptr<const void> owner;
 };
+
+// The bytes a tensor travels as: its own floats, or (dtype "bfloat16" / "float16") a converted copy
+// that `owner` holds. Shared by the encoders of both transports.
+struct WireBytes {
+  const void* data = nullptr;
+  size_t bytes = 0;
+  std::shared_ptr<const void> owner;  // the converted copy, or null (the tensor's own memory)
+};
+WireBytes ToWireBytes(const OutgoingTensor& tensor);
 
 struct OutgoingMessage {
   std::string header;  // the serialized request or response proto of the method
@@ -97,6 +112,8 @@ class IncomingMessage {
   int num_tensors() const { return tensors_.tensors_size(); }
   const wire::TensorMeta& meta(int i) const { return tensors_.tensors(i); }
   int64_t num_floats(int i) const { return num_floats_[i]; }
+  // The dtype tensor i travelled in (its values are read as float32 whatever it is).
+  WireDtype dtype(int i) const { return dtypes_[i]; }
   // Bytes of the whole message on the wire (headers and payload).
   int64_t wire_bytes() const { return wire_bytes_; }
 
@@ -122,11 +139,15 @@ class IncomingMessage {
  private:
   template <typename Fn>
   void ForEachByteRange(int64_t begin, int64_t size, Fn&& fn) const;
+  // ForEachRunInRange of a 16-bit tensor.
+  bool ForEachWidenedRun(int i, int64_t first, int64_t count,
+                         const std::function<bool(const float* run, int64_t first, int64_t n)>& fn) const;
 
   std::string header_;
   wire::TensorList tensors_;
   std::vector<int64_t> num_floats_;
   std::vector<int64_t> tensor_offsets_;  // byte offset of each tensor in the payload
+  std::vector<WireDtype> dtypes_;
   std::vector<Segment> segments_;
   std::vector<int64_t> segment_starts_;  // payload offset of each segment
   std::shared_ptr<const void> keepalive_;

@@ -133,6 +133,10 @@ constexpr Flag kFlags[] = {
    Between(1, 2047, "between 1 and 2047 (gRPC's limit is 2 GiB)")},
   {"transport", &O::transport, "grpc, or shm: pushes and pulls to a ps on this host over shared memory",
    OneOf("grpc shm", "grpc or shm")},
+  {"wire_dtype", &O::wire_dtype,
+   "dtype of dense pulls and pushes on the wire: float32, or bfloat16 / float16 (half the bytes; the ps keeps "
+   "float32, workers carry their rounding into the next push); every task the same",
+   OneOf("float32 bfloat16 float16", "float32, bfloat16 or float16")},
   // Security.
   {"cluster_secret_file", &O::cluster_secret_file, "file holding the cluster's shared secret"},
   {"tls_cert", &O::tls_cert, "PEM certificate of this task"},

@@ -120,6 +120,12 @@ class PsClient {
     // message in flight (peak memory stays near the state); a pull's parts may see different
     // versions of a big shard, as async training reads it anyway. 0: never in parts.
     int64_t max_part_bytes = int64_t{16} << 20;
+    // --wire_dtype: "float32", "bfloat16" or "float16". Dense gradients are pushed rounded to it,
+    // each shard's rounding error kept here and added to that shard's next gradient before
+    // rounding (error feedback), so nothing is lost systematically. Must be the ps tasks' (the
+    // chief's TrainingConfig::wire_dtype): a ps refuses dense gradients in another. Pulls arrive in
+    // the ps's wire dtype whatever this is.
+    std::string wire_dtype = "float32";
     // Where the client reports waiting for an unreachable ps task. Default: stderr.
     std::function<void(const std::string&)> log;
   };

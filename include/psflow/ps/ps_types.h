@@ -43,6 +43,10 @@ struct TrainingConfig {
   std::string sparse_sync_mean = "workers";
   // The rule's initial learning rate (--sparse_learning_rate; decayed as optimizer's); 0: optimizer's.
   float sparse_learning_rate = 0.0f;
+  // --wire_dtype: "float32", "bfloat16" or "float16". Dense pulls are answered in it (values stay
+  // float32 on the ps; checkpoints' pulls stay float32) and dense gradients in any other are
+  // refused; the workers round their gradients to it with error feedback (PsClient::Options).
+  std::string wire_dtype = "float32";
 };
 
 // One variable's whole state, independent of how it is partitioned: its full value, each optimizer

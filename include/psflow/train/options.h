@@ -110,6 +110,7 @@ struct TrainOptions {
   double worker_timeout_secs = 600;   // a ps task with no call from any worker this long gives up
   int64_t max_message_mb = 1024;      // largest RPC message a task accepts
   std::string transport = "grpc";     // "shm": data calls to a ps on this host over shared memory
+  std::string wire_dtype = "float32";  // dense pulls and pushes as "bfloat16" / "float16" (ps::TrainingConfig)
 
   // Security.
   std::string cluster_secret_file, tls_cert, tls_key, tls_ca;

@@ -295,6 +295,23 @@ absl::StatusOr<PsClient::Impl::PerPs> PsClient::Impl::RouteGradients(const std::
   return per_ps;
 }
 
+void PsClient::Impl::RoundForWire(PerPs* per_ps) {
+  if (wire_dtype_ == rpc::WireDtype::kFloat32) return;
+  absl::MutexLock lock(&residual_mu_);
+  for (std::vector<rpc::OutgoingTensor>& tensors : *per_ps) {
+    for (rpc::OutgoingTensor& t : tensors) {
+      if (t.meta.sparse()) continue;  // sparse gradients (and table rows) travel as float32
+      std::vector<float>& residual = residuals_[t.meta.name()];
+      if (residual.size() != static_cast<size_t>(t.num_floats)) residual.assign(static_cast<size_t>(t.num_floats), 0.0f);
+      auto rounded = std::make_shared<std::vector<float>>(static_cast<size_t>(t.num_floats));
+      rpc::RoundWithFeedback(wire_dtype_, t.data, residual.data(), rounded->data(), t.num_floats);
+      t.data = rounded->data();
+      t.owner = std::move(rounded);
+      t.meta.set_dtype(rpc::WireDtypeName(wire_dtype_));
+    }
+  }
+}
+
 std::vector<CallRound> PsClient::Impl::PushRounds(PerPs per_ps, int64_t step_tag, const Targets* targets,
                                                  const TrainingConfig& config, const TableWork* tables) {
   // Async pushes bigger than a part go as parts, one round of calls after another
@@ -390,6 +407,7 @@ void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_
     }
   }
   const TrainingConfig config = GetConfig();
+  RoundForWire(&*per_ps);  // after every check: a refused push leaves the residuals alone
   auto rounds = std::make_shared<std::vector<CallRound>>(
       PushRounds(*std::move(per_ps), step_tag, targets.get(), config, work.get()));
   // Sync: the tasks that answered hear that this worker is alive while others keep it waiting.

@@ -48,6 +48,9 @@ uint64_t RandomClientId() {
 PsClient::Impl::Impl(Options options) : options_(std::move(options)), client_id_(RandomClientId()) {}
 
 absl::Status PsClient::Impl::Init() {
+  absl::StatusOr<rpc::WireDtype> wire_dtype = rpc::ParseWireDtype(options_.wire_dtype);
+  if (!wire_dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("--wire_dtype: ", wire_dtype.status().message()));
+  wire_dtype_ = *wire_dtype;
   const dist::PlacementPlan& plan = options_.plan;
   if (plan.num_ps != options_.cluster.num_ps()) {
     return absl::InvalidArgumentError(absl::StrCat("the placement plan is for ", plan.num_ps,

@@ -161,6 +161,9 @@ class PsClient::Impl {
   // tasks is refused as a whole, before any applies its part).
   using PerPs = std::vector<std::vector<rpc::OutgoingTensor>>;
   absl::StatusOr<PerPs> RouteGradients(const std::vector<Gradient>& grads) const;
+  // With a 16-bit --wire_dtype: replaces each dense gradient of `per_ps` by its rounding to the
+  // wire dtype with the shard's residual added (error feedback), named in that dtype.
+  void RoundForWire(PerPs* per_ps);
   // The rounds of calls of a push (parts when async and big) and of the pull of `targets` (when
   // given) that rides on it or follows it in parts.
   // `tables` (or null): each task's table pushes and prefetch ride on its last part.
@@ -214,6 +217,11 @@ class PsClient::Impl {
   mutable absl::Mutex mu_;
   TrainingConfig config_ ABSL_GUARDED_BY(mu_);  // learned from Initialize / WaitForInitialization
   std::atomic<int64_t> last_global_step_{0};     // see NoteGlobalStep
+  // --wire_dtype (Options::wire_dtype) and, when 16-bit, each dense shard's rounding residual
+  // (error feedback: added to its next gradient before rounding).
+  rpc::WireDtype wire_dtype_ = rpc::WireDtype::kFloat32;  // set by Init
+  absl::Mutex residual_mu_;
+  absl::flat_hash_map<std::string, std::vector<float>> residuals_ ABSL_GUARDED_BY(residual_mu_);
 };
 
 }  // namespace psflow::ps

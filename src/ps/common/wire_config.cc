@@ -154,6 +154,7 @@ wire::TrainingConfig ToWire(const TrainingConfig& c) {
   w.set_ftrl_l2(c.ftrl_l2);
   w.set_sparse_sync_mean(c.sparse_sync_mean);
   w.set_sparse_learning_rate(c.sparse_learning_rate);
+  if (c.wire_dtype != "float32") w.set_wire_dtype(c.wire_dtype);  // unset: float32, as before the field
   return w;
 }
 
@@ -176,6 +177,7 @@ absl::StatusOr<TrainingConfig> FromWire(const wire::TrainingConfig& w) {
   c.ftrl_l2 = w.ftrl_l2();
   c.sparse_sync_mean = w.sparse_sync_mean();
   c.sparse_learning_rate = w.sparse_learning_rate();
+  c.wire_dtype = w.wire_dtype().empty() ? "float32" : w.wire_dtype();
   return c;
 }
 

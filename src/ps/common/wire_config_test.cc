@@ -178,11 +178,11 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
   TrainingConfig c;
   // Exactly the struct's fields: adding one breaks this line until it is converted and listed.
   auto& [optimizer, sync, replicas, total, train_steps, timeout, initial_step, tables, sparse_optimizer, ftrl_l1,
-         ftrl_l2, sparse_sync_mean, sparse_learning_rate] = c;
+         ftrl_l2, sparse_sync_mean, sparse_learning_rate, wire_dtype] = c;
   auto& [name, convention, lr, momentum, nesterov, init_acc, adagrad_eps, beta1, beta2, adam_eps, rms_decay,
          rms_momentum, rms_eps, weight_decay, groups, schedule, decay_steps, decay_rate, staircase, cosine_steps,
          min_lr, boundaries, values, warmup_steps, warmup_start] = optimizer;
-  EXPECT_EQ(wire::TrainingConfig::descriptor()->field_count(), 13);
+  EXPECT_EQ(wire::TrainingConfig::descriptor()->field_count(), 14);
   EXPECT_EQ(wire::TableConfig::descriptor()->field_count(), 13);  // the lifecycle and initializer flattened
   EXPECT_EQ(wire::TableInitializer::descriptor()->field_count(), 7);
   EXPECT_EQ(wire::OptimizerConfig::descriptor()->field_count(), 25);
@@ -195,6 +195,7 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
   Set(sync, ++k), Set(replicas, ++k), Set(total, ++k), Set(train_steps, ++k), Set(timeout, ++k);
   Set(initial_step, ++k);
   Set(sparse_optimizer, ++k), Set(ftrl_l1, ++k), Set(ftrl_l2, ++k), Set(sparse_sync_mean, ++k), Set(sparse_learning_rate, ++k);
+  Set(wire_dtype, ++k);
   for (int t = 0; t < 2; ++t) {
     TableDeclaration& d = tables.emplace_back();
     auto& [spec, num_shards] = d;
@@ -216,13 +217,14 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
   ASSERT_TRUE(read.ok()) << read.status();
   const TrainingConfig& back = *read;
   const auto& [b_optimizer, b_sync, b_replicas, b_total, b_train_steps, b_timeout, b_initial_step, b_tables,
-               b_sparse_optimizer, b_ftrl_l1, b_ftrl_l2, b_sparse_sync_mean, b_sparse_learning_rate] = back;
+               b_sparse_optimizer, b_ftrl_l1, b_ftrl_l2, b_sparse_sync_mean, b_sparse_learning_rate, b_wire_dtype] = back;
   EXPECT_EQ(b_tables, tables);
   EXPECT_EQ(b_sparse_optimizer, sparse_optimizer);
   EXPECT_EQ(b_ftrl_l1, ftrl_l1);
   EXPECT_EQ(b_ftrl_l2, ftrl_l2);
   EXPECT_EQ(b_sparse_sync_mean, sparse_sync_mean);
   EXPECT_EQ(b_sparse_learning_rate, sparse_learning_rate);
+  EXPECT_EQ(b_wire_dtype, wire_dtype);
   const auto& [b_name, b_convention, b_lr, b_momentum, b_nesterov, b_init_acc, b_adagrad_eps, b_beta1, b_beta2,
                b_adam_eps, b_rms_decay, b_rms_momentum, b_rms_eps, b_weight_decay, b_groups, b_schedule,
                b_decay_steps, b_decay_rate, b_staircase, b_cosine_steps, b_min_lr, b_boundaries, b_values,

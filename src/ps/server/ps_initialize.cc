@@ -44,6 +44,9 @@ absl::StatusOr<std::shared_ptr<PsServer::Impl::Model>> PsServer::Impl::NewModel(
         absl::StrCat("sync mode needs 1 <= replicas_to_aggregate (", model->config.replicas_to_aggregate,
                      ") <= total_num_replicas (", model->config.total_num_replicas, ")"));
   }
+  absl::StatusOr<rpc::WireDtype> wire_dtype = rpc::ParseWireDtype(model->config.wire_dtype);
+  if (!wire_dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("Initialize: --wire_dtype: ", wire_dtype.status().message()));
+  model->wire_dtype = *wire_dtype;
   model->signature = init.model_signature();
   model->fingerprint = init.model_fingerprint();
   model->holds_global_step = init.holds_global_step();
@@ -57,6 +60,7 @@ void PsServer::Impl::AddShard(Model& model, const wire::ShardInfo& info, FloatBu
                               optim::SlotState state) {
   const Shape shape(info.shape().begin(), info.shape().end());
   auto shard = std::make_shared<Shard>(info.name(), shape, std::move(values), std::move(state));
+  shard->set_wire_dtype(model.wire_dtype);
   model.by_name[info.name()] = shard;
   if (auto it = model.rule_by_variable.find(info.variable().empty() ? info.name() : info.variable());
       it != model.rule_by_variable.end()) {

@@ -23,6 +23,7 @@ rpc::OutgoingMessage PsServer::Impl::PushAnswer(const std::vector<std::shared_pt
     std::shared_ptr<const FloatBuffer> snapshot = shard->Snapshot();
     rpc::OutgoingTensor t;
     t.meta.set_name(shard->name());
+    t.meta.set_dtype(rpc::WireDtypeName(shard->wire_dtype()));  // --wire_dtype
     for (int64_t d : shard->shape()) t.meta.add_shape(d);
     t.data = snapshot->data();
     t.num_floats = static_cast<int64_t>(snapshot->size());

@@ -204,6 +204,7 @@ void PsServer::Impl::HandlePull(const rpc::IncomingMessage& request, rpc::Respon
     };
     if (!pull.with_slots()) {
       add(shard.Snapshot());
+      response.tensors.back().meta.set_dtype(rpc::WireDtypeName(shard.wire_dtype()));  // --wire_dtype
       continue;
     }
     optim::SlotState state;
@@ -256,6 +257,7 @@ void PsServer::Impl::HandlePullSlices(const Model& m, const wire::PullRequest& p
       t.meta.set_slice(true);
       t.meta.set_slice_offset(slice.offset());
       if (slot > 0) t.meta.set_slot(slot);
+      if (!pull.with_slots()) t.meta.set_dtype(rpc::WireDtypeName(shards[i]->wire_dtype()));  // --wire_dtype
       t.data = out;
       t.num_floats = slice.count();
       t.owner = buffer;

@@ -63,6 +63,7 @@ class PsServer::Impl final : public rpc::Handler {
     std::string signature;
     uint64_t fingerprint = 0;
     bool holds_global_step = false;
+    rpc::WireDtype wire_dtype = rpc::WireDtype::kFloat32;  // config.wire_dtype (each shard has it too)
     int64_t num_params = 0;
     uint64_t sync_epoch = 0;  // sync mode: the accumulator's epoch of this model (its Push)
     std::unique_ptr<PsTables> tables;  // the embedding tables' shards on this task (ps_tables.h)

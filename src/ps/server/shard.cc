@@ -54,6 +54,11 @@ Shard::Shard(std::string name, Shape shape, FloatBuffer initial, optim::SlotStat
 
 absl::Status Shard::DecodeGradient(const rpc::IncomingMessage& message, int i, ShardGradient* out) {
   const wire::TensorMeta& meta = message.meta(i);
+  if (!meta.sparse() && message.dtype(i) != wire_dtype_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradient for '", name_, "' is ", rpc::WireDtypeName(message.dtype(i)), " but this ps exchanges ",
+        rpc::WireDtypeName(wire_dtype_), " (the chief's --wire_dtype): start every task with the same --wire_dtype"));
+  }
   if (meta.slice()) {
     const int64_t n = meta.shape_size() == 1 ? meta.shape(0) : -1;
     if (meta.sparse() || n < 1 || meta.slice_offset() < 0 || meta.slice_offset() > size_ - n) {

@@ -52,6 +52,10 @@ class Shard {
   Shard(std::string name, Shape shape, FloatBuffer initial, optim::SlotState state);
 
   const std::string& name() const { return name_; }
+  // The dtype its dense values travel in (--wire_dtype): pulls are answered in it and dense
+  // gradients in another are refused. Set once, before the shard is shared.
+  void set_wire_dtype(rpc::WireDtype dtype) { wire_dtype_ = dtype; }
+  rpc::WireDtype wire_dtype() const { return wire_dtype_; }
   const Shape& shape() const { return shape_; }
   int64_t size() const { return size_; }
   int64_t num_rows() const { return shape_.empty() ? 1 : shape_[0]; }
@@ -99,6 +103,7 @@ class Shard {
   static void DeduplicateRows(std::vector<int64_t>* rows, FloatBuffer* values, int64_t row_size);
 
   const std::string name_;
+  rpc::WireDtype wire_dtype_ = rpc::WireDtype::kFloat32;
   const Shape shape_;
   const int64_t size_;
   const int64_t row_size_;

@@ -149,6 +149,58 @@ TEST(AsyncPushTest, SgdGivesExactlyWMinusLrG) {
   for (int64_t i = 0; i < b.size(); ++i) EXPECT_EQ(b2[i], b[i] - 0.5f * gb[i]) << i;
 }
 
+// --wire_dtype=bfloat16 / float16: the ps keeps float32 (an SGD step of the rounded gradient),
+// pulls arrive rounded, the rounding of each push is carried into the next (error feedback), and
+// a worker whose wire dtype disagrees with the ps's is refused in one line naming both.
+TEST(AsyncPushTest, SixteenBitWireRoundsPullsAndPushesWithErrorFeedback) {
+  for (const std::string dtype_name : {"bfloat16", "float16"}) {
+    const rpc::WireDtype dtype = *rpc::ParseWireDtype(dtype_name);
+    auto round = [dtype](float x) {
+      uint16_t h;
+      rpc::EncodeFloats(dtype, &x, 1, &h);
+      float back;
+      rpc::DecodeFloats(dtype, &h, 1, &back);
+      return back;
+    };
+    const dist::PlacementPlan plan = Plan({{"w", {6, 4}}, {"b", {4}}}, 2, 2);
+    auto cluster = TestCluster::Start(2, 2);
+    auto client = cluster->Client(plan, 0, {}, nullptr, -1, dtype_name);
+    PSFLOW_ASSERT_OK(client->Connect());
+    const Tensor w = Filled({6, 4}, 1.0f, 0.1f), b = Filled({4}, 0.0f, 1.0f);
+    TrainingConfig config = Sgd(1.0f);
+    config.wire_dtype = dtype_name;
+    PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}, {"b", &b}}, config));
+    // The ps holds the exact initial values; a pull answers their rounding.
+    Tensor w2({6, 4}), b2({4});
+    ASSERT_TRUE(client->Pull({{"w", &w2}, {"b", &b2}}).ok());
+    for (int64_t i = 0; i < w.size(); ++i) EXPECT_EQ(w2[i], round(w[i])) << i;
+    // The same gradient pushed K times: the ps's values move by K * g within about one rounding of
+    // g plus the ps's own float32 rounding (bfloat16 without feedback would be off by up to
+    // K * 3.8e-6 = 2.4e-4 here).
+    const Tensor gw = Filled({6, 4}, 1e-3f + 1e-7f, 1e-6f), gb = Filled({4}, 0.0f, 0.0f);
+    constexpr int kPushes = 64;
+    for (int k = 0; k < kPushes; ++k) ASSERT_TRUE(client->Push({{"w", &gw, nullptr}, {"b", &gb, nullptr}}, k).ok());
+    auto state = client->PullState();  // a checkpoint's pull: float32, exact
+    ASSERT_TRUE(state.ok()) << state.status();
+    const Tensor& got = state->variables[0].name == "w" ? state->variables[0].value : state->variables[1].value;
+    for (int64_t i = 0; i < w.size(); ++i) {
+      const double moved = static_cast<double>(w[i]) - got[i];
+      const double want = static_cast<double>(gw[i]) * kPushes;
+      EXPECT_NEAR(moved, want, 1.5e-5) << dtype_name << " " << i;
+    }
+    // A worker pushing float32 to this ps is refused, naming both dtypes.
+    auto other = cluster->Client(plan, 1);
+    PSFLOW_ASSERT_OK(other->Connect());
+    PSFLOW_ASSERT_OK(other->WaitForInitialization(10));
+    auto refused = other->Push({{"w", &gw, nullptr}, {"b", &gb, nullptr}}, 0);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr("is float32 but this ps exchanges " + dtype_name + " (the chief's --wire_dtype)"));
+    EXPECT_EQ(std::string(refused.status().message()).find('\n'), std::string::npos);
+  }
+}
+
 TEST(AsyncPushTest, PushAndPullAnswersWithTheUpdatedValues) {
   // "w" split over both ps, "b" on one: the other ps answers with values for a push it got nothing
   // of... and the other way round.

@@ -82,8 +82,9 @@ struct TestCluster {
   std::unique_ptr<PsClient> Client(const dist::PlacementPlan& plan, int worker_index,
                                    rpc::TransportOptions security = {},
                                    std::function<void(const std::string&)> log = nullptr,
-                                   int64_t max_part_bytes = -1) const {
+                                   int64_t max_part_bytes = -1, const std::string& wire_dtype = "float32") const {
     PsClient::Options o;
+    o.wire_dtype = wire_dtype;
     if (max_part_bytes >= 0) o.max_part_bytes = max_part_bytes;
     if (log) o.log = std::move(log);
     o.cluster = cluster;
