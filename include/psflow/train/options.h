@@ -69,6 +69,13 @@ struct TrainOptions {
   // A sync step's row mean divides by the gradients applied ("workers") or by those that held the
   // row ("row_count", TF's).
   std::string sparse_sync_mean = "workers";
+  // Where a ps task keeps dynamic tables' rows (docs/tables.md#storage): "memory", or "disk" (RocksDB
+  // under table_dir/ps_<task>/<table>, a cache of the checkpoint, behind a hot-row cache of
+  // table_cache_bytes per ps task shared by its disk tables). table_dir: required with disk; an
+  // existing directory the ps tasks may write, one per job.
+  std::string table_storage = "memory";
+  std::string table_dir;
+  int64_t table_cache_bytes = int64_t{1} << 30;
 
   // Synchronous replicas; 0 means "the number of workers".
   bool sync_replicas = false;

@@ -346,7 +346,7 @@ TEST(PsTablesWireTest, PushBlocksAndPullAnswersRoundTripThroughTheEncoding) {
     auto prefetch = (*tables)->Decode(parsed.table_prefetch(), nullptr, 0);
     ASSERT_TRUE(prefetch.ok()) << prefetch.status();
     rpc::OutgoingMessage answer = rpc::OutgoingMessage::Of(wire::PushResponse());
-    PsTables::AppendGathered(*prefetch, &answer);
+    ASSERT_TRUE(PsTables::AppendGathered(*prefetch, &answer).ok());
     auto back = RoundTrip(std::move(answer));
     ASSERT_TRUE(back.ok()) << back.status();
     PSFLOW_ASSERT_OK(ScatterTableRows(*back, (*work)->pulls[k], "ps"));
