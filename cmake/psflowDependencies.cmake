@@ -30,6 +30,11 @@ _psflow_find(PkgConfig)
 if(NOT TARGET PkgConfig::HTTPLIB)
   pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 endif()
+# RocksDB (Debian's librocksdb-dev, 7.8): the disk tier of embedding tables (psflow_ps_table links it
+# privately), through its pkg-config file (Debian ships no CMake config for it).
+if(NOT TARGET PkgConfig::ROCKSDB)
+  pkg_check_modules(ROCKSDB REQUIRED IMPORTED_TARGET rocksdb)
+endif()
 
 # Debian's dnnl CMake package also demands OpenCL headers; the CPU path needs only the library.
 if(NOT TARGET DNNL::dnnl)

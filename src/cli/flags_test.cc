@@ -165,6 +165,8 @@ TEST_F(ParseFlagsTest, EveryFlagSurvivesARoundTripThroughItsText) {
   o.test_files = "/t/test.gz";
   o.max_bad_lines = 12;
   o.sparse_sync_mean = "row_count";
+  o.table_dir = "/t";
+  o.table_cache_bytes = 12345;
   o.sync_replicas = true;
   o.replicas_to_aggregate = 2;
   o.total_num_replicas = 2;

@@ -176,6 +176,11 @@ absl::Status DeclarePsflowMetrics(MetricsRegistry& registry) {
       {kTableRowsPushed, Type::kCounter, "Embedding table gradient rows received by task ps.", {"ps", "table"}},
       {kTableAdmissions, Type::kCounter, "Embedding table rows created on task ps.", {"ps", "table"}},
       {kTableEvictions, Type::kCounter, "Embedding table rows removed by eviction on task ps.", {"ps", "table"}},
+      {kTableCacheHits, Type::kCounter, "Disk table rows found in task ps's row cache.", {"ps", "table"}},
+      {kTableCacheMisses, Type::kCounter, "Disk table rows looked up on disk by task ps.", {"ps", "table"}},
+      {kTableDiskBytes, Type::kGauge, "Bytes of a disk table's files on task ps.", {"ps", "table"}},
+      {kTableDiskRowsRead, Type::kCounter, "Disk table rows read from disk into task ps's cache.", {"ps", "table"}},
+      {kTableDiskRowsWritten, Type::kCounter, "Disk table rows written back to disk by task ps.", {"ps", "table"}},
   };
   for (const auto& m : kMetrics) {
     if (absl::Status status = registry.Declare(m.name, m.type, m.help, m.labels); !status.ok()) return status;

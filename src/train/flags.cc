@@ -90,6 +90,10 @@ constexpr Flag kFlags[] = {
    "job fails naming file and line", AtLeast(0, "0 or more")},
   {"sparse_sync_mean", &O::sparse_sync_mean, "sync: a table row's gradient sum divided by the gradients applied "
    "(workers) or by those holding the row (row_count)", OneOf("workers row_count", "workers or row_count")},
+  {"table_dir", &O::table_dir, "disk tables (--table_storage=disk, or a table's storage=disk): an existing "
+   "directory; each ps task keeps its tables in ps_<task> inside it (wiped at start: a cache of the checkpoint)"},
+  {"table_cache_bytes", &O::table_cache_bytes, "disk tables: bytes of rows a ps task keeps in memory, shared by "
+   "its disk tables (least recently used rows leave)", kPositive},
   // Synchronous replicas.
   {"sync_replicas", &O::sync_replicas, "synchronous training (SyncReplicasOptimizer)"},
   {"replicas_to_aggregate", &O::replicas_to_aggregate, "gradients averaged per sync step (0: the number of workers)",

@@ -90,6 +90,16 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat("--local_replicas=", o->local_replicas, " must be at most --batch_size=",
                                                    *o->batch_size, ": each replica needs at least one example"));
   }
+  const auto storage = o->table_options.find("storage");
+  const bool disk_tables = storage != o->table_options.end() && storage->second == "disk";
+  if (disk_tables && o->table_dir.empty()) {
+    return absl::InvalidArgumentError("--table_storage=disk needs --table_dir: an existing directory the ps tasks "
+                                      "may write (each keeps its tables in ps_<task> inside it)");
+  }
+  if (disk_tables && o->model == "ctr" && o->ctr_vocab > 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--table_storage=disk holds dynamic tables only; --ctr_vocab=",
+                                                   o->ctr_vocab, " makes fixed tables (use --ctr_vocab=0)"));
+  }
   if (!o->sparse_optimizer.empty()) {
     auto rule = ps::table::SparseRule::Make(SparseRuleConfigFrom(*o));
     if (!rule.ok()) return rule.status();

@@ -37,6 +37,11 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log,
   server_options.security = setup->security;
   server_options.init_timeout_secs = options.init_timeout_secs;
   server_options.idle_timeout_secs = options.worker_timeout_secs;
+  // A ps task given a --table_dir opens its disk tier: the tables that declare storage=disk (the
+  // --table_storage flag's, or a PyTorch table's own) keep their rows there.
+  server_options.table_storage = options.table_dir.empty() ? "memory" : "disk";
+  server_options.table_dir = options.table_dir;
+  server_options.table_cache_bytes = options.table_cache_bytes;
   auto server = ps::PsServer::Start(server_options);
   if (!server.ok()) return server.status();
   log(absl::StrCat("ps task ", setup->task.index, " serving on ", server_options.listen_address));

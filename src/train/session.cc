@@ -292,7 +292,9 @@ class WorkerSession::Impl {
       for (const ps::PsTaskStats& s : *stats) {
         std::vector<TableTraffic> tables;
         for (const ps::TableTaskStats& t : s.tables) {
-          tables.push_back({t.table, t.rows, t.bytes, t.rows_pulled, t.rows_pushed, t.admissions, t.evictions});
+          tables.push_back({t.table, t.rows, t.bytes, t.rows_pulled, t.rows_pushed, t.admissions, t.evictions,
+                            t.storage, t.cache_hits, t.cache_misses, t.disk_bytes, t.disk_rows_read,
+                            t.disk_rows_written});
         }
         if (summary.ctr.has_value()) {
           for (const ps::TableTaskStats& t : s.tables) summary.ctr->table_rows += t.rows;

@@ -69,8 +69,20 @@ std::string SummaryToJson(const RunSummary& s) {
     if (!t.tables.empty()) {
       nlohmann::json tables = nlohmann::json::array();
       for (const TableTraffic& x : t.tables) {
-        tables.push_back({{"table", x.table}, {"rows", x.rows}, {"bytes", x.bytes}, {"rows_pulled", x.rows_pulled},
-                          {"rows_pushed", x.rows_pushed}, {"admissions", x.admissions}, {"evictions", x.evictions}});
+        nlohmann::json table = {{"table", x.table}, {"rows", x.rows}, {"bytes", x.bytes},
+                                {"rows_pulled", x.rows_pulled}, {"rows_pushed", x.rows_pushed},
+                                {"admissions", x.admissions}, {"evictions", x.evictions}};
+        if (x.storage == "disk") {
+          const int64_t lookups = x.cache_hits + x.cache_misses;
+          table["storage"] = x.storage;
+          table["cache_hits"] = x.cache_hits;
+          table["cache_misses"] = x.cache_misses;
+          table["cache_hit_rate"] = lookups > 0 ? Rounded(double(x.cache_hits) / double(lookups)) : 0.0;
+          table["disk_bytes"] = x.disk_bytes;
+          table["disk_rows_read"] = x.disk_rows_read;
+          table["disk_rows_written"] = x.disk_rows_written;
+        }
+        tables.push_back(std::move(table));
       }
       entry["tables"] = std::move(tables);
     }
@@ -114,8 +126,15 @@ std::string FormatSummary(const RunSummary& s) {
                           t.bytes_in, t.bytes_out);
     for (const TableTraffic& x : t.tables) {
       absl::StrAppendFormat(&out, "    table %s: rows=%d bytes=%d rows_pulled=%d rows_pushed=%d admissions=%d "
-                            "evictions=%d\n", x.table, x.rows, x.bytes, x.rows_pulled, x.rows_pushed, x.admissions,
+                            "evictions=%d", x.table, x.rows, x.bytes, x.rows_pulled, x.rows_pushed, x.admissions,
                             x.evictions);
+      if (x.storage == "disk") {
+        const int64_t lookups = x.cache_hits + x.cache_misses;
+        absl::StrAppendFormat(&out, " disk: cache_hit_rate=%.3f disk_bytes=%d disk_rows_read=%d disk_rows_written=%d",
+                              lookups > 0 ? double(x.cache_hits) / double(lookups) : 0.0, x.disk_bytes,
+                              x.disk_rows_read, x.disk_rows_written);
+      }
+      out += "\n";
     }
   }
   if (s.ctr.has_value()) {

@@ -120,14 +120,36 @@ void Telemetry::OnPsTableStats(int task, int64_t global_step, const std::vector<
     registry_.SetCounter(metrics::kTableAdmissions, labels, double(t.admissions));
     registry_.SetCounter(metrics::kTableEvictions, labels, double(t.evictions));
     scalars.push_back({absl::StrCat("table/", t.table, "/rows"), float(t.rows)});
-    auto [it, first] = table_rows_moved_.try_emplace(t.table, t.rows_pulled, t.rows_pushed);
+    const bool disk = t.storage == "disk";
+    if (disk) {
+      registry_.SetCounter(metrics::kTableCacheHits, labels, double(t.cache_hits));
+      registry_.SetCounter(metrics::kTableCacheMisses, labels, double(t.cache_misses));
+      registry_.SetGauge(metrics::kTableDiskBytes, labels, double(t.disk_bytes));
+      registry_.SetCounter(metrics::kTableDiskRowsRead, labels, double(t.disk_rows_read));
+      registry_.SetCounter(metrics::kTableDiskRowsWritten, labels, double(t.disk_rows_written));
+      scalars.push_back({absl::StrCat("table/", t.table, "/cache_bytes"), float(t.bytes)});
+      scalars.push_back({absl::StrCat("table/", t.table, "/disk_bytes"), float(t.disk_bytes)});
+    }
+    auto [it, first] = table_rows_moved_.try_emplace(t.table, TableCounters{});
+    TableCounters& last = it->second;
     if (!first && secs > 0) {
       scalars.push_back({absl::StrCat("table/", t.table, "/rows_pulled_per_sec"),
-                         float((t.rows_pulled - it->second.first) / secs)});
+                         float((t.rows_pulled - last.rows_pulled) / secs)});
       scalars.push_back({absl::StrCat("table/", t.table, "/rows_pushed_per_sec"),
-                         float((t.rows_pushed - it->second.second) / secs)});
+                         float((t.rows_pushed - last.rows_pushed) / secs)});
+      if (disk) {
+        const int64_t lookups = (t.cache_hits - last.cache_hits) + (t.cache_misses - last.cache_misses);
+        if (lookups > 0) {
+          scalars.push_back({absl::StrCat("table/", t.table, "/cache_hit_rate"),
+                             float(double(t.cache_hits - last.cache_hits) / double(lookups))});
+        }
+        scalars.push_back({absl::StrCat("table/", t.table, "/disk_rows_read_per_sec"),
+                           float((t.disk_rows_read - last.disk_rows_read) / secs)});
+        scalars.push_back({absl::StrCat("table/", t.table, "/disk_rows_written_per_sec"),
+                           float((t.disk_rows_written - last.disk_rows_written) / secs)});
+      }
     }
-    it->second = {t.rows_pulled, t.rows_pushed};
+    last = {t.rows_pulled, t.rows_pushed, t.cache_hits, t.cache_misses, t.disk_rows_read, t.disk_rows_written};
   }
   tables_time_ = now;
   WriteScalars(scalars, global_step);

@@ -63,9 +63,14 @@ class Telemetry {
   Clock::time_point last_time_ = Clock::now();
   int64_t last_step_ = -1;  // step of the last summary written (or of the first step seen)
   int64_t last_bytes_in_ = 0, last_bytes_out_ = 0;
-  // Tables: each shard's rows pulled and pushed at the last OnPsTableStats, and when.
+  // Tables: each shard's counters at the last OnPsTableStats (rows pulled and pushed; a disk
+  // table's cache hits and misses, rows read and written), and when.
+  struct TableCounters {
+    int64_t rows_pulled = 0, rows_pushed = 0, cache_hits = 0, cache_misses = 0, disk_rows_read = 0,
+            disk_rows_written = 0;
+  };
   Clock::time_point tables_time_ = Clock::now();
-  std::map<std::string, std::pair<int64_t, int64_t>> table_rows_moved_;
+  std::map<std::string, TableCounters> table_rows_moved_;
   double loss_sum_ = 0, accuracy_sum_ = 0;
   int64_t samples_ = 0;
 };

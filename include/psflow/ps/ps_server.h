@@ -47,9 +47,18 @@ class PsServer {
     double idle_timeout_secs = 0;
     // Where the task reports events (sync timeouts and the workers missing). Default: stderr.
     std::function<void(const std::string&)> log;
+    // Where dynamic tables keep their rows (docs/tables.md#storage): "memory", or "disk": RocksDB
+    // under table_dir/ps_<task_index>/<table> (created, locked while the task serves, wiped at
+    // start: a cache of the checkpoint), behind a hot-row cache of table_cache_bytes shared by the
+    // task's disk tables. Fixed tables stay in memory. A disk failure (a full disk, a cache smaller
+    // than one batch) ends the task: Wait() returns it, naming the ps and the table.
+    std::string table_storage = "memory";
+    std::string table_dir;
+    int64_t table_cache_bytes = int64_t{1} << 30;
   };
 
-  // Starts serving. Errors: cannot listen (names the address), unreadable TLS files. (Refusing a
+  // Starts serving. Errors: cannot listen (names the address), unreadable TLS files, a bad
+  // table_storage, with disk a table_dir missing, not writable or held by a running task. (Refusing a
   // non-loopback address without a secret is the caller's policy: see train's SetUpTask.)
   static absl::StatusOr<std::unique_ptr<PsServer>> Start(Options options);
   ~PsServer();

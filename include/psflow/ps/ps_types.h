@@ -77,6 +77,14 @@ struct TableTaskStats {
   int64_t rows_pulled = 0;   // rows answered to pulls
   int64_t rows_pushed = 0;   // gradient rows received
   int64_t rows_dropped = 0;  // gradient rows dropped before admission
+  // Storage (docs/tables.md#storage): "memory" or "disk". A disk table's `bytes` are its rows in the
+  // ps task's cache and its index; the counters below stay 0 for memory tables.
+  std::string storage = "memory";
+  int64_t cache_hits = 0;         // rows found in the cache (gathers, pushes)
+  int64_t cache_misses = 0;       // rows looked up on disk (found or absent)
+  int64_t disk_bytes = 0;         // the table's files on disk
+  int64_t disk_rows_read = 0;     // rows read from disk into the cache
+  int64_t disk_rows_written = 0;  // dirty rows written back to disk
 };
 
 struct PsTaskStats {

@@ -203,6 +203,12 @@ wire::StatsResponse ToWire(const PsTaskStats& s) {
     o->set_rows_pulled(t.rows_pulled);
     o->set_rows_pushed(t.rows_pushed);
     o->set_rows_dropped(t.rows_dropped);
+    o->set_storage(t.storage);
+    o->set_cache_hits(t.cache_hits);
+    o->set_cache_misses(t.cache_misses);
+    o->set_disk_bytes(t.disk_bytes);
+    o->set_disk_rows_read(t.disk_rows_read);
+    o->set_disk_rows_written(t.disk_rows_written);
   }
   for (int32_t i : s.connected_worker_indices) w.add_connected_worker_indices(i);
   for (int32_t i : s.pushed_worker_indices) w.add_pushed_worker_indices(i);
@@ -229,7 +235,13 @@ PsTaskStats FromWire(const wire::StatsResponse& w) {
                         .evictions = o.evictions(),
                         .rows_pulled = o.rows_pulled(),
                         .rows_pushed = o.rows_pushed(),
-                        .rows_dropped = o.rows_dropped()});
+                        .rows_dropped = o.rows_dropped(),
+                        .storage = o.storage().empty() ? "memory" : o.storage(),
+                        .cache_hits = o.cache_hits(),
+                        .cache_misses = o.cache_misses(),
+                        .disk_bytes = o.disk_bytes(),
+                        .disk_rows_read = o.disk_rows_read(),
+                        .disk_rows_written = o.disk_rows_written()});
   }
   s.connected_worker_indices.assign(w.connected_worker_indices().begin(), w.connected_worker_indices().end());
   s.pushed_worker_indices.assign(w.pushed_worker_indices().begin(), w.pushed_worker_indices().end());

@@ -267,21 +267,29 @@ TEST(WireConfigTest, StatsToTheWireAndBackKeepsEveryField) {
   auto& [task, bytes_in, bytes_out, num_params, global_step, stale, refused, unauthenticated, connected, tables,
          connected_indices, pushed_indices] = s;
   EXPECT_EQ(wire::StatsResponse::descriptor()->field_count(), 12);
-  EXPECT_EQ(wire::TableStatsWire::descriptor()->field_count(), 9);
+  EXPECT_EQ(wire::TableStatsWire::descriptor()->field_count(), 15);
   int k = 0;
   Set(task, ++k), Set(bytes_in, ++k), Set(bytes_out, ++k), Set(num_params, ++k), Set(global_step, ++k);
   Set(stale, ++k), Set(refused, ++k), Set(unauthenticated, ++k), Set(connected, ++k);
-  auto& [table, rows, pending, bytes, admissions, evictions, pulled, pushed, dropped] = tables.emplace_back();
+  auto& [table, rows, pending, bytes, admissions, evictions, pulled, pushed, dropped, storage, hits, misses,
+         disk_bytes, disk_read, disk_written] = tables.emplace_back();
   Set(table, ++k), Set(rows, ++k), Set(pending, ++k), Set(bytes, ++k), Set(admissions, ++k), Set(evictions, ++k);
-  Set(pulled, ++k), Set(pushed, ++k), Set(dropped, ++k);
+  Set(pulled, ++k), Set(pushed, ++k), Set(dropped, ++k), Set(storage, ++k), Set(hits, ++k), Set(misses, ++k);
+  Set(disk_bytes, ++k), Set(disk_read, ++k), Set(disk_written, ++k);
   connected_indices = {0, 2, 5};
   pushed_indices = {1, 2};
   const PsTaskStats back = FromWire(ToWire(s));
   const auto& [b_task, b_bytes_in, b_bytes_out, b_num_params, b_global_step, b_stale, b_refused, b_unauthenticated,
                b_connected, b_tables, b_connected_indices, b_pushed_indices] = back;
   ASSERT_EQ(b_tables.size(), 1u);
-  const auto& [b_table, b_rows, b_pending, b_bytes, b_admissions, b_evictions, b_pulled, b_pushed, b_dropped] =
-      b_tables[0];
+  const auto& [b_table, b_rows, b_pending, b_bytes, b_admissions, b_evictions, b_pulled, b_pushed, b_dropped,
+               b_storage, b_hits, b_misses, b_disk_bytes, b_disk_read, b_disk_written] = b_tables[0];
+  EXPECT_EQ(b_storage, storage);
+  EXPECT_EQ(b_hits, hits);
+  EXPECT_EQ(b_misses, misses);
+  EXPECT_EQ(b_disk_bytes, disk_bytes);
+  EXPECT_EQ(b_disk_read, disk_read);
+  EXPECT_EQ(b_disk_written, disk_written);
   EXPECT_EQ(b_table, table);
   EXPECT_EQ(b_rows, rows);
   EXPECT_EQ(b_pending, pending);

@@ -50,7 +50,8 @@ absl::StatusOr<std::shared_ptr<PsServer::Impl::Model>> PsServer::Impl::NewModel(
   model->signature = init.model_signature();
   model->fingerprint = init.model_fingerprint();
   model->holds_global_step = init.holds_global_step();
-  absl::StatusOr<std::unique_ptr<PsTables>> tables = PsTables::Create(init, options_.task_index);
+  absl::StatusOr<std::unique_ptr<PsTables>> tables = PsTables::Create(init, options_.task_index, disk_.get(),
+                                                                     [this](const absl::Status& s) { FailTask(s); });
   if (!tables.ok()) return absl::InvalidArgumentError(absl::StrCat("Initialize: ", tables.status().message()));
   model->tables = *std::move(tables);
   return model;

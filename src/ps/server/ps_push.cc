@@ -13,7 +13,7 @@
 
 namespace psflow::ps {
 
-rpc::OutgoingMessage PsServer::Impl::PushAnswer(const std::vector<std::shared_ptr<Shard>>& pulls,
+absl::StatusOr<rpc::OutgoingMessage> PsServer::Impl::PushAnswer(const std::vector<std::shared_ptr<Shard>>& pulls,
                                                 int64_t step, bool stale, const std::vector<TableBlock>* prefetch) {
   wire::PushResponse header;
   header.set_step(step);
@@ -30,7 +30,9 @@ rpc::OutgoingMessage PsServer::Impl::PushAnswer(const std::vector<std::shared_pt
     t.owner = std::move(snapshot);  // sent without a copy; an update meanwhile copies first
     message.tensors.push_back(std::move(t));
   }
-  if (prefetch != nullptr) PsTables::AppendGathered(*prefetch, &message);
+  if (prefetch != nullptr) {
+    if (absl::Status s = PsTables::AppendGathered(*prefetch, &message); !s.ok()) return s;
+  }
   return message;
 }
 
@@ -71,9 +73,11 @@ std::optional<rpc::Responder> PsServer::Impl::AdmitPush(const std::shared_ptr<co
     }
     // A retry's prefetch rows are gathered again (the current rows, as a late pull reads them).
     absl::StatusOr<std::vector<TableBlock>> prefetch = m->tables->Decode(header.table_prefetch(), nullptr, 0);
-    rpc::OutgoingMessage answer = PushAnswer(pulls, 0, false, prefetch.ok() ? &*prefetch : nullptr);
-    answer.header = first;
-    return answer;
+    absl::StatusOr<rpc::OutgoingMessage> answer = PushAnswer(pulls, 0, false, prefetch.ok() ? &*prefetch : nullptr);
+    // A disk table that failed to gather (the task is ending): the first answer without the rows.
+    if (!answer.ok()) answer = PushAnswer(pulls, 0, false, nullptr);
+    answer->header = first;
+    return *std::move(answer);
   });
 }
 
@@ -161,8 +165,11 @@ void PsServer::Impl::PushInAsyncMode(const Model& m, std::vector<ShardGradient>&
     pushes_refused_.fetch_add(1);
     return responder.Respond(s);
   }
-  responder.Respond(PushAnswer(pulls, m.holds_global_step && !header.more_parts() ? step : step_.load(),
-                               /*stale=*/false, &tables->prefetch));
+  absl::StatusOr<rpc::OutgoingMessage> answer =
+      PushAnswer(pulls, m.holds_global_step && !header.more_parts() ? step : step_.load(), /*stale=*/false,
+                 &tables->prefetch);
+  if (!answer.ok()) return responder.Respond(answer.status());
+  responder.Respond(*std::move(answer));
 }
 
 SyncAccumulator::Config PsServer::Impl::SyncConfig(std::shared_ptr<const Model> model) const {
@@ -194,7 +201,9 @@ void PsServer::Impl::PushInSyncMode(const Model& m, const std::vector<ShardGradi
       [pulls = std::move(pulls), tables, responder = std::move(responder)](
           absl::StatusOr<SyncAccumulator::Outcome> outcome) mutable {
         if (!outcome.ok()) return responder.Respond(outcome.status());
-        responder.Respond(PushAnswer(pulls, outcome->step, outcome->stale, &tables->prefetch));
+        absl::StatusOr<rpc::OutgoingMessage> answer = PushAnswer(pulls, outcome->step, outcome->stale, &tables->prefetch);
+        if (!answer.ok()) return responder.Respond(answer.status());
+        responder.Respond(*std::move(answer));
       });
 }
 

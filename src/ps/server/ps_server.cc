@@ -26,6 +26,19 @@ PsServer::Impl::Impl(Options options)
 PsServer::Impl::~Impl() { Stop(); }
 
 absl::Status PsServer::Impl::Start() {
+  if (options_.table_storage != "memory" && options_.table_storage != "disk") {
+    return absl::InvalidArgumentError(absl::StrCat("ps task ", options_.task_index, ": table storage '",
+                                                   options_.table_storage, "' is not memory or disk"));
+  }
+  if (options_.table_storage == "disk") {
+    absl::StatusOr<std::shared_ptr<table::DiskTier>> disk = table::DiskTier::Open(
+        {options_.table_dir, options_.table_cache_bytes, options_.task_index},
+        [this](const std::string& line) { Log(line.substr(line.find(": ") + 2)); });
+    if (!disk.ok()) {
+      return absl::Status(disk.status().code(), absl::StrCat("ps task ", options_.task_index, ": ", disk.status().message()));
+    }
+    disk_ = *std::move(disk);
+  }
   absl::StatusOr<std::unique_ptr<rpc::Server>> server =
       rpc::StartServer(options_.listen_address, options_.security, this);
   if (!server.ok()) {
@@ -213,7 +226,7 @@ void PsServer::Impl::HandlePull(const rpc::IncomingMessage& request, rpc::Respon
     header.add_updates(state.updates);
   }
   if (pull.with_slots()) response.header = header.SerializeAsString();
-  PsTables::AppendGathered(*table_pulls, &response);
+  if (absl::Status s = PsTables::AppendGathered(*table_pulls, &response); !s.ok()) return responder.Respond(s);
   responder.Respond(std::move(response));
 }
 
@@ -364,8 +377,24 @@ void PsServer::Impl::HandleStats(rpc::Responder responder) {
   responder.Respond(rpc::OutgoingMessage::Of(ToWire(stats)));
 }
 
+void PsServer::Impl::FailTask(const absl::Status& s) {
+  absl::MutexLock lock(&mu_);
+  if (!task_failure_.ok()) return;
+  task_failure_ = s;
+  // The message names the ps task already.
+  if (options_.log) {
+    options_.log(std::string(s.message()));
+  } else {
+    std::cerr << s.message() << std::endl;
+  }
+}
+
 absl::Status PsServer::Impl::GiveUpReason() const {
   const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!task_failure_.ok()) return task_failure_;  // a disk table's failure: the job cannot go on
+  }
   {
     // Every worker left, one of them because it gave up: nobody is coming back to finish the job.
     absl::MutexLock lock(&mu_);

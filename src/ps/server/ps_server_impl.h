@@ -24,6 +24,7 @@
 #include "ps/server/push_dedup.h"
 #include "ps/server/shard.h"
 #include "ps/server/sync_accumulator.h"
+#include "ps/server/table/disk_store.h"
 #include "psflow/ps/ps_server.h"
 #include "rpc/transport.h"
 
@@ -153,9 +154,11 @@ class PsServer::Impl final : public rpc::Handler {
                       const wire::PushRequest& header, std::vector<std::shared_ptr<Shard>> pulls,
                       std::shared_ptr<TablePush> tables, rpc::Responder responder);
   // The answer to a push: its step, the values of the shards it asked to pull, then the rows of
-  // its prefetch blocks (gathered now: after the push's step).
-  static rpc::OutgoingMessage PushAnswer(const std::vector<std::shared_ptr<Shard>>& pulls, int64_t step,
-                                         bool stale, const std::vector<TableBlock>* prefetch = nullptr);
+  // its prefetch blocks (gathered now: after the push's step). A disk table's failure to gather
+  // (the task is ending: TableState::on_failure) instead of the answer.
+  static absl::StatusOr<rpc::OutgoingMessage> PushAnswer(const std::vector<std::shared_ptr<Shard>>& pulls,
+                                                         int64_t step, bool stale,
+                                                         const std::vector<TableBlock>* prefetch = nullptr);
   // The sync accumulator's configuration for `model` (ps_push.cc).
   SyncAccumulator::Config SyncConfig(std::shared_ptr<const Model> model) const;
 
@@ -181,6 +184,11 @@ class PsServer::Impl final : public rpc::Handler {
 
   const Options options_;
   std::unique_ptr<rpc::Server> server_;
+  // Disk tables' directory and cache (options_.table_storage == "disk"), opened by Start.
+  std::shared_ptr<ps::table::DiskTier> disk_;
+  // A failure that ends the task (a disk table's): Wait() returns it.
+  void FailTask(const absl::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status task_failure_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<std::shared_ptr<const Model>> model_;
   std::atomic<bool> initialized_{false};

@@ -16,6 +16,18 @@ absl::Status Bad(absl::string_view table, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("table '", table, "': ", why));
 }
 
+// A table's storage failing (a disk table's read or write, its cache smaller than a batch): the
+// task cannot go on. Memory tables never fail so.
+bool IsStorageFailure(const absl::Status& s) {
+  return absl::IsResourceExhausted(s) || absl::IsInternal(s);
+}
+
+// `s`, told to the table's on_failure first when it is a storage failure.
+absl::Status Report(const TableState& t, absl::Status s) {
+  if (!s.ok() && IsStorageFailure(s) && t.on_failure) t.on_failure(s);
+  return s;
+}
+
 }  // namespace
 
 table::SparseRuleConfig SparseRuleOf(const TrainingConfig& config) {
@@ -28,7 +40,9 @@ table::SparseRuleConfig SparseRuleOf(const TrainingConfig& config) {
   return rule;
 }
 
-absl::StatusOr<std::unique_ptr<PsTables>> PsTables::Create(const wire::InitializeRequest& init, int ps_task) {
+absl::StatusOr<std::unique_ptr<PsTables>> PsTables::Create(const wire::InitializeRequest& init, int ps_task,
+                                                           table::DiskTier* disk,
+                                                           std::function<void(const absl::Status&)> on_failure) {
   auto tables = std::make_unique<PsTables>();
   tables->ps_task_ = ps_task;
   if (init.table_shards_size() == 0) return tables;
@@ -59,14 +73,20 @@ absl::StatusOr<std::unique_ptr<PsTables>> PsTables::Create(const wire::Initializ
     if (info.shard() < 0 || info.shard() >= num_shards) {
       return Bad(info.table(), absl::StrCat("shard ", info.shard(), " of ", num_shards));
     }
+    if (c->spec.storage == dist::TableStorage::kDisk && disk == nullptr) {
+      return Bad(info.table(), absl::StrCat("storage=disk, but ps task ", ps_task,
+                                            " has no disk tier: start every task with --table_dir=DIR"));
+    }
     absl::StatusOr<std::unique_ptr<table::TableShard>> shard =
-        table::MakeTableShard(*c, table::RuleForTable(rule, c->spec), info.shard(), dynamic ? info.num_ps() : 1);
+        table::MakeTableShard(*c, table::RuleForTable(rule, c->spec), info.shard(), dynamic ? info.num_ps() : 1,
+                              c->spec.storage == dist::TableStorage::kDisk ? disk : nullptr);
     if (!shard.ok()) return shard.status();
     const std::string name = !dynamic && num_shards > 1 ? absl::StrCat(info.table(), "/part_", info.shard())
                                                         : info.table();
     auto state = std::make_shared<TableState>(name, *std::move(shard), c->spec.dim);
     state->shard_index = info.shard();
     state->num_shards = num_shards;
+    state->on_failure = on_failure;
     if (!tables->by_name_.emplace(name, state).second) return Bad(name, "listed twice in Initialize");
     tables->list_.push_back(std::move(state));
   }
@@ -129,10 +149,11 @@ absl::StatusOr<std::vector<TableBlock>> PsTables::Decode(
   return out;
 }
 
-void PsTables::AppendGathered(const std::vector<TableBlock>& blocks, rpc::OutgoingMessage* out) {
+absl::Status PsTables::AppendGathered(const std::vector<TableBlock>& blocks, rpc::OutgoingMessage* out) {
   for (const TableBlock& b : blocks) {
     auto rows = std::make_shared<FloatBuffer>(b.ids.size() * static_cast<size_t>(b.table->dim));
     absl::Status s = b.table->shard->Gather(b.ids, absl::MakeSpan(rows->data(), rows->size()));
+    if (IsStorageFailure(s)) return Report(*b.table, s);
     CHECK(s.ok()) << "gather of validated ids: " << s;
     rpc::OutgoingTensor t;
     t.meta.set_name(b.table->name);
@@ -143,11 +164,12 @@ void PsTables::AppendGathered(const std::vector<TableBlock>& blocks, rpc::Outgoi
     t.owner = std::move(rows);
     out->tensors.push_back(std::move(t));
   }
+  return absl::OkStatus();
 }
 
 absl::Status PsTables::ApplyAsync(const std::vector<TableBlock>& blocks, int64_t global_step) {
   for (const TableBlock& b : blocks) {
-    if (absl::Status s = b.table->shard->Apply(b.ids, b.rows, global_step); !s.ok()) return s;
+    if (absl::Status s = b.table->shard->Apply(b.ids, b.rows, global_step); !s.ok()) return Report(*b.table, s);
   }
   for (const std::shared_ptr<TableState>& t : list_) t->shard->MaybeRemove(global_step);
   return absl::OkStatus();
@@ -174,7 +196,7 @@ void PsTables::ApplyStep(int64_t global_step) {
       rows = t->sum.Finish(mean_);
     }
     if (!rows.ids.empty()) {
-      absl::Status s = t->shard->Apply(rows.ids, rows.rows, global_step);
+      absl::Status s = Report(*t, t->shard->Apply(rows.ids, rows.rows, global_step));
       if (!s.ok()) std::cerr << "ps task " << ps_task_ << ": sync table step not applied: " << s.message() << std::endl;
     }
     t->shard->MaybeRemove(global_step);
@@ -193,7 +215,13 @@ std::vector<TableTaskStats> PsTables::Stats() const {
                    .evictions = s.evictions,
                    .rows_pulled = s.rows_gathered,
                    .rows_pushed = s.rows_pushed,
-                   .rows_dropped = s.rows_dropped});
+                   .rows_dropped = s.rows_dropped,
+                   .storage = s.storage,
+                   .cache_hits = s.cache_hits,
+                   .cache_misses = s.cache_misses,
+                   .disk_bytes = s.disk_bytes,
+                   .disk_rows_read = s.disk_rows_read,
+                   .disk_rows_written = s.disk_rows_written});
   }
   return out;
 }
@@ -242,6 +270,10 @@ absl::Status PsTables::ScanPart(const wire::TableScan& scan, int64_t global_step
   table::RowsPart rows;
   const bool more = it->second.scan->Next(std::max<int64_t>(scan.max_rows(), 1), &rows);
   TableState* t = it->second.table;
+  if (absl::Status s = it->second.scan->status(); !s.ok()) {
+    scans_.erase(it);
+    return Report(*t, s);
+  }
   const int64_t n = static_cast<int64_t>(rows.ids.size());
   part->mutable_rows()->set_table(t->name);
   part->mutable_rows()->set_ids(Int64Bytes(rows.ids));
@@ -288,7 +320,7 @@ absl::Status PsTables::Load(const google::protobuf::RepeatedPtrField<wire::Table
     for (int k = 0; k < slots; ++k) {
       if (absl::Status s = read(&part.slots[k]); !s.ok()) return s;
     }
-    if (absl::Status s = t->shard->Load(part); !s.ok()) return s;
+    if (absl::Status s = t->shard->Load(part); !s.ok()) return Report(*t, s);
   }
   if (i != message.num_tensors()) {
     return absl::InvalidArgumentError(absl::StrCat("table load: ", message.num_tensors() - i,

@@ -13,6 +13,7 @@
 #define PSFLOW_PS_SERVER_PS_TABLES_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/psflow.pb.h"
+#include "ps/server/table/disk_store.h"
 #include "ps/server/table/sparse_sync_sum.h"
 #include "ps/server/table/table_shard.h"
 #include "psflow/ps/ps_types.h"
@@ -36,6 +38,9 @@ struct TableState {
   int shard_index = 0, num_shards = 1;  // dynamic: this ps task of num_ps
   absl::Mutex mu;
   table::SparseStepSum sum ABSL_GUARDED_BY(mu);  // sync: the current step's gradients
+  // Told of a storage failure of the shard (a disk table's: ResourceExhausted or Internal, naming
+  // the ps and the table), which ends the task; may be empty.
+  std::function<void(const absl::Status&)> on_failure;
 
   TableState(std::string n, std::unique_ptr<table::TableShard> s, int64_t d)
       : name(std::move(n)), shard(std::move(s)), dim(d), sum(name, d) {}
@@ -57,7 +62,11 @@ class PsTables {
   // The table shards `init.table_shards()` lists, from `init.config().tables`, on ps task `ps_task`.
   // InvalidArgument (one line naming the table) for an undeclared or doubly declared table, a bad
   // declaration (initializer, layout), a shard index out of range or a bad --sparse_sync_mean.
-  static absl::StatusOr<std::unique_ptr<PsTables>> Create(const wire::InitializeRequest& init, int ps_task);
+  // With `disk`, dynamic tables keep their rows there (fixed tables stay in memory); a storage
+  // failure of a table is told to `on_failure` (and returned by the call that met it).
+  static absl::StatusOr<std::unique_ptr<PsTables>> Create(const wire::InitializeRequest& init, int ps_task,
+                                                          table::DiskTier* disk = nullptr,
+                                                          std::function<void(const absl::Status&)> on_failure = {});
 
   bool empty() const { return list_.empty(); }
   const std::vector<std::shared_ptr<TableState>>& list() const { return list_; }
@@ -71,8 +80,9 @@ class PsTables {
   absl::StatusOr<std::vector<TableBlock>> Decode(const google::protobuf::RepeatedPtrField<wire::TableRows>& blocks,
                                                  const rpc::IncomingMessage* rows_from, int first_tensor) const;
 
-  // Appends one [ids, dim] tensor per block (its rows now) to `out`, named as the block.
-  static void AppendGathered(const std::vector<TableBlock>& blocks, rpc::OutgoingMessage* out);
+  // Appends one [ids, dim] tensor per block (its rows now) to `out`, named as the block. Errors: a
+  // disk table's storage failure (told to its on_failure too).
+  static absl::Status AppendGathered(const std::vector<TableBlock>& blocks, rpc::OutgoingMessage* out);
 
   // Async: applies each block's rows at `global_step`, then runs due removal passes. Errors (a
   // dynamic share's row cap) name the table; the blocks before it were applied.

@@ -247,8 +247,8 @@ TEST(PsTablesTest, TablesRideAlongPullsAndPushesInParts) {
   for (int i = 0; i < 6; ++i) EXPECT_EQ(after.data()[i], before.data()[i] - 0.5f) << i;
 }
 
-// storage=disk crosses the wire and the spec; until the disk tier is in the build the ps refuses
-// it at Initialize with one line naming the table.
+// storage=disk crosses the wire and the spec; a ps started without --table_dir (no disk tier)
+// refuses it at Initialize with one line naming the table.
 TEST(PsTablesTest, ADiskTableIsRefusedByThePsNamingTheTable) {
   dist::TableSpec spec = Dynamic("cold", 2);
   spec.storage = dist::TableStorage::kDisk;
@@ -260,7 +260,7 @@ TEST(PsTablesTest, ADiskTableIsRefusedByThePsNamingTheTable) {
   const absl::Status s = client->Initialize({{"w", &w}}, Sgd(0.1f));
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("table 'cold'"));
-  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("disk tier is not in this build"));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("has no disk tier: start every task with --table_dir"));
   EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos);
 }
 
@@ -378,7 +378,7 @@ TEST(PsTablesWireTest, PushBlocksAndPullAnswersRoundTripThroughTheEncoding) {
     auto prefetch = (*tables)->Decode(parsed.table_prefetch(), nullptr, 0);
     ASSERT_TRUE(prefetch.ok()) << prefetch.status();
     rpc::OutgoingMessage answer = rpc::OutgoingMessage::Of(wire::PushResponse());
-    PsTables::AppendGathered(*prefetch, &answer);
+    ASSERT_TRUE(PsTables::AppendGathered(*prefetch, &answer).ok());
     auto back = RoundTrip(std::move(answer));
     ASSERT_TRUE(back.ok()) << back.status();
     PSFLOW_ASSERT_OK(ScatterTableRows(*back, (*work)->pulls[k], "ps"));

@@ -10,12 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "ps/server/table/row_memory.h"
+#include "ps/server/table/row_store.h"
 #include "ps/server/table/shard_checks.h"
 
 namespace psflow::ps::table {
 namespace {
 
-constexpr int64_t kSlabBytes = int64_t{2} << 20;  // one huge page (row_memory.h)
 constexpr size_t kAhead = 8;                      // rows whose records are prefetched ahead
 
 // Prefetches the cache lines of [p, p + bytes).
@@ -32,18 +32,31 @@ void PrefetchBytes(const float* p, int64_t bytes, bool write) {
 
 }  // namespace
 
-DynamicTableShard::DynamicTableShard(TableConfig config, SparseRule rule, int ps, int num_ps)
+DynamicTableShard::DynamicTableShard(TableConfig config, SparseRule rule, int ps, int num_ps,
+                                     std::unique_ptr<RowStore> store)
     : config_(std::move(config)),
       rule_(std::move(rule)),
       accessor_(config_, num_ps),
       ps_(ps),
       num_ps_(num_ps),
       mod_num_ps_(static_cast<uint64_t>(std::max(num_ps, 1))),
-      stride_(kMetaFloats + ((1 + rule_.num_slots()) * config_.spec.dim + 1) / 2 * 2),
-      slab_rows_(std::max<int64_t>(16, kSlabBytes / (stride_ * static_cast<int64_t>(sizeof(float))))) {
-  static_assert(sizeof(RowMeta) % sizeof(float) == 0 && alignof(RowMeta) <= 8);
+      store_(std::move(store)) {
   CHECK(config_.spec.kind == TableKind::kDynamic);
   CHECK(ps >= 0 && ps < num_ps);
+  CHECK(store_ != nullptr);
+}
+
+absl::Status DynamicTableShard::Fail(absl::Status s) const {
+  absl::MutexLock lock(&failure_mu_);
+  if (failure_.ok()) failure_ = s;
+  failed_.store(true, std::memory_order_release);
+  return s;
+}
+
+absl::Status DynamicTableShard::Failure() const {
+  if (!failed_.load(std::memory_order_acquire)) return absl::OkStatus();
+  absl::MutexLock lock(&failure_mu_);
+  return failure_;
 }
 
 absl::Status DynamicTableShard::CheckOwned(absl::Span<const int64_t> ids) const {
@@ -59,40 +72,34 @@ absl::Status DynamicTableShard::CheckOwned(absl::Span<const int64_t> ids) const 
   return absl::OkStatus();
 }
 
-float* DynamicTableShard::AllocateRecord() {
-  if (!free_records_.empty()) {
-    float* record = free_records_.back();
-    free_records_.pop_back();
-    return record;
-  }
-  if (slabs_.empty() || last_slab_used_ == slab_rows_) {
-    slabs_.push_back(AllocateRows<float>(static_cast<size_t>(slab_rows_ * stride_)));
-    last_slab_used_ = 0;
-  }
-  return slabs_.back().get() + (last_slab_used_++) * stride_ + kMetaFloats;
-}
-
 absl::Status DynamicTableShard::Gather(absl::Span<const int64_t> ids, absl::Span<float> out) const {
   if (auto s = CheckRowsSize(config_, "a gather's output", ids.size(), out.size()); !s.ok()) return s;
   if (auto s = CheckOwned(ids); !s.ok()) return s;
+  if (auto s = Failure(); !s.ok()) return s;
   const int64_t dim = config_.spec.dim;
-  {
-    // Find every record first (the index prefetches its entries a block at a time), then copy,
-    // prefetching the rows a few ahead, so the cache misses overlap instead of following one another.
-    std::vector<float*> records(ids.size());
-    absl::ReaderMutexLock lock(&mu_);
-    index_.FindMany(ids.data(), ids.size(), records.data());
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (i + kAhead < ids.size() && records[i + kAhead] != nullptr) {
+  // Find every record first (the memory index prefetches its entries a block at a time; the disk
+  // store reads its misses in one batch), then copy, prefetching the rows a few ahead, so the cache
+  // misses overlap instead of following one another. In runs the store holds at once (a disk
+  // table's cache; a gather changes nothing, so runs give the same rows as one call).
+  absl::ReaderMutexLock lock(&mu_);
+  const size_t run = static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(store_->max_rows_held(), ids.size())));
+  std::vector<float*> records(std::min(run, ids.size()));
+  for (size_t start = 0; start < ids.size(); start += run) {
+    const size_t n = std::min(run, ids.size() - start);
+    const int64_t* run_ids = ids.data() + start;
+    if (auto s = store_->Acquire(run_ids, n, records.data()); !s.ok()) return Fail(s);
+    for (size_t i = 0; i < n; ++i) {
+      if (i + kAhead < n && records[i + kAhead] != nullptr) {
         PrefetchBytes(records[i + kAhead], dim * static_cast<int64_t>(sizeof(float)), false);
       }
-      float* dst = out.data() + i * dim;
+      float* dst = out.data() + (start + i) * dim;
       if (records[i] != nullptr) {
         CopyRow(dst, records[i], dim);
       } else {
-        accessor_.InitialValue(ids[i], dst);
+        accessor_.InitialValue(run_ids[i], dst);
       }
     }
+    if (auto s = store_->Release(records.data(), n); !s.ok()) return Fail(s);
   }
   rows_gathered_.fetch_add(static_cast<int64_t>(ids.size()), std::memory_order_relaxed);
   return absl::OkStatus();
@@ -112,10 +119,7 @@ absl::Status DynamicTableShard::CheckPush(absl::Span<const int64_t> ids, absl::S
 void DynamicTableShard::NextEpoch() {
   if (++epoch_ != 0) return;
   // Wrapped: clear the marks once every 2^32 pushes.
-  for (size_t k = 0; k < slabs_.size(); ++k) {
-    const int64_t used = k + 1 == slabs_.size() ? last_slab_used_ : slab_rows_;
-    for (int64_t r = 0; r < used; ++r) Meta(slabs_[k].get() + r * stride_ + kMetaFloats).mark = 0;
-  }
+  store_->ClearMarks();
   epoch_ = 1;
 }
 
@@ -123,18 +127,20 @@ absl::Status DynamicTableShard::CountStored(absl::Span<const int64_t> ids, absl:
                                             int64_t global_step, absl::flat_hash_set<int64_t>* absent) {
   const size_t n = ids.size();
   // A stored row is counted as soon as it is checked (its metadata line is at hand); an id listed
-  // twice then undoes the counts taken so far, so a refused push changes nothing.
+  // twice then undoes the counts taken so far, so a refused push changes nothing. A counted row is
+  // marked changed (for a disk store: dirty).
   std::unique_ptr<int64_t[]> previous_step(new int64_t[n]);
   for (size_t i = 0; i < n; ++i) {
     if (i + kAhead < n && records[i + kAhead] != nullptr) {
-      __builtin_prefetch(&Meta(records[i + kAhead]), 1);
+      __builtin_prefetch(&MetaOf(records[i + kAhead]), 1);
     }
     bool repeated;
     if (records[i] != nullptr) {
-      RowMeta& meta = Meta(records[i]);
+      RowMeta& meta = MetaOf(records[i]);
       repeated = meta.mark == epoch_;
       if (!repeated) {
         meta.mark = epoch_;
+        meta.flags |= RowMeta::kDirty | RowMeta::kChanged;
         previous_step[i] = meta.last_step;
         ++meta.count;
         meta.last_step = global_step;
@@ -145,8 +151,8 @@ absl::Status DynamicTableShard::CountStored(absl::Span<const int64_t> ids, absl:
     if (repeated) {
       for (size_t j = 0; j < i; ++j) {
         if (records[j] == nullptr) continue;
-        --Meta(records[j]).count;
-        Meta(records[j]).last_step = previous_step[j];
+        --MetaOf(records[j]).count;
+        MetaOf(records[j]).last_step = previous_step[j];
       }
       return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': id ", ids[i],
                                                      " listed twice in one push (sum its rows first)"));
@@ -171,11 +177,10 @@ float* DynamicTableShard::AdmitAbsent(int64_t id, int64_t global_step) {
     }
     if (p != pending_.end()) pending_.erase(p);
   }
-  float* rec = AllocateRecord();
+  float* rec = store_->Create(id);
   accessor_.InitialValue(id, rec);
   rule_.InitSlots(rec + config_.spec.dim, config_.spec.dim);
-  Meta(rec) = RowMeta{global_step, count, epoch_};
-  index_.Insert(id, rec);
+  MetaOf(rec) = RowMeta{global_step, count, epoch_, RowMeta::kDirty | RowMeta::kChanged};
   ++admissions_;
   return rec;
 }
@@ -183,31 +188,38 @@ float* DynamicTableShard::AdmitAbsent(int64_t id, int64_t global_step) {
 absl::Status DynamicTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads,
                                       int64_t global_step) {
   if (absl::Status s = CheckPush(ids, grads); !s.ok()) return s;
+  if (absl::Status s = Failure(); !s.ok()) return s;
   const float lr = rule_.LearningRate(global_step);
   const size_t n = ids.size();
   absl::MutexLock lock(&mu_);
-  // Pass 1: find the stored rows and refuse an id listed twice: stored rows by the mark in their
-  // record, absent ids by a set of those only (few, once a table is warm).
+  // Pass 1: find the stored rows (held by the store until Release) and refuse an id listed twice:
+  // stored rows by the mark in their record, absent ids by a set of those only (few, once a table
+  // is warm).
   NextEpoch();
   std::vector<float*> records(n);
-  index_.FindMany(ids.data(), n, records.data());
+  if (absl::Status s = store_->Acquire(ids.data(), n, records.data()); !s.ok()) return Fail(s);
   absl::flat_hash_set<int64_t> absent;
-  if (absl::Status s = CountStored(ids, records, global_step, &absent); !s.ok()) return s;
+  if (absl::Status s = CountStored(ids, records, global_step, &absent); !s.ok()) {
+    if (absl::Status r = store_->Release(records.data(), n); !r.ok()) return Fail(r);
+    return s;
+  }
   // Pass 2 (when a push holds absent ids, or the rule reads counts): count, admit and create absent
   // ids (one not admitted keeps a null record: the rule skips it); each row's update count.
   std::vector<int64_t> updates;
   if (rule_.needs_row_steps()) updates.resize(n);
-  if (!absent.empty()) index_.Reserve(index_.size() + static_cast<int64_t>(absent.size()));
+  if (!absent.empty()) store_->Reserve(static_cast<int64_t>(absent.size()));
   if (!absent.empty() || !updates.empty()) {
     for (size_t i = 0; i < n; ++i) {
       if (records[i] == nullptr && (records[i] = AdmitAbsent(ids[i], global_step)) == nullptr) continue;
-      if (!updates.empty()) updates[i] = accessor_.UpdatesOf(Meta(records[i]).count);
+      if (!updates.empty()) updates[i] = accessor_.UpdatesOf(MetaOf(records[i]).count);
     }
   }
   // Pass 3: the rule over every admitted row, in one call.
   rule_.ApplyRows(records.data(), grads.data(), updates.empty() ? nullptr : updates.data(),
                   static_cast<int64_t>(n), config_.spec.dim, lr);
   rows_pushed_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+  // The store may write rows back to disk now.
+  if (absl::Status s = store_->Release(records.data(), n); !s.ok()) return Fail(s);
   return absl::OkStatus();
 }
 
@@ -215,17 +227,16 @@ int64_t DynamicTableShard::RemoveNow(int64_t global_step) {
   if (!accessor_.removes_anything()) return 0;
   absl::MutexLock lock(&mu_);
   int64_t removed = 0;
-  if (accessor_.MayRemove(index_.size())) {
+  if (Failure().ok() && accessor_.MayRemove(store_->size())) {
     // A pass over a table near max_rows (millions of rows) lists only the rows it removes: the cut
     // comes from the rows per last step, so no array of every row's age is built.
     absl::btree_map<int64_t, int64_t> rows_per_step;
-    index_.ForEach([&](int64_t, float* record) { ++rows_per_step[Meta(record).last_step]; });
+    absl::Status s = store_->ForEachAge([&](int64_t, int64_t last_step) { ++rows_per_step[last_step]; });
     const RowAccessor::Cut cut = accessor_.CutFor({rows_per_step.begin(), rows_per_step.end()}, global_step);
     std::vector<int64_t> doomed, tied;  // tied: ids at the cut's step, of which the lowest `ties` go
-    if (cut.count > 0) {
+    if (s.ok() && cut.count > 0) {
       doomed.reserve(static_cast<size_t>(cut.count));
-      index_.ForEach([&](int64_t id, float* record) {
-        const int64_t last_step = Meta(record).last_step;
+      s = store_->ForEachAge([&](int64_t id, int64_t last_step) {
         if (last_step < cut.before_step) {
           doomed.push_back(id);
         } else if (last_step == cut.before_step && cut.ties > 0) {
@@ -233,14 +244,15 @@ int64_t DynamicTableShard::RemoveNow(int64_t global_step) {
         }
       });
     }
-    if (cut.ties > 0) {
+    if (s.ok() && cut.ties > 0) {
       std::nth_element(tied.begin(), tied.begin() + (cut.ties - 1), tied.end());
       doomed.insert(doomed.end(), tied.begin(), tied.begin() + cut.ties);
     }
-    for (int64_t id : doomed) {
-      free_records_.push_back(index_.Find(id));
-      index_.Erase(id);
-      ++removed;
+    if (s.ok()) s = store_->Erase(doomed);  // from memory and disk
+    if (s.ok()) {
+      removed += static_cast<int64_t>(doomed.size());
+    } else {
+      (void)Fail(s);  // the next gather or push returns it
     }
   }
   if (!pending_.empty()) {
@@ -260,9 +272,12 @@ class DynamicTableShard::Scanner final : public RowScan {
  public:
   explicit Scanner(const DynamicTableShard* shard) : shard_(shard) {
     absl::ReaderMutexLock lock(&shard_->mu_);
-    ids_.reserve(shard_->index_.size());
-    shard_->index_.ForEach([this](int64_t id, float*) { ids_.push_back(id); });
-    std::sort(ids_.begin(), ids_.end());
+    absl::StatusOr<std::unique_ptr<RecordScan>> scan = shard_->store_->Scan();
+    if (scan.ok()) {
+      scan_ = *std::move(scan);
+    } else {
+      status_ = shard_->Fail(scan.status());
+    }
   }
 
   bool Next(int64_t max_rows, RowsPart* part) override {
@@ -271,13 +286,11 @@ class DynamicTableShard::Scanner final : public RowScan {
     const int slots = s.rule_.num_slots();
     *part = RowsPart();
     part->slots.resize(slots);
+    if (!status_.ok()) return false;
     max_rows = std::max<int64_t>(max_rows, 1);
     absl::ReaderMutexLock lock(&s.mu_);
-    while (next_ < ids_.size() && static_cast<int64_t>(part->ids.size()) < max_rows) {
-      const int64_t id = ids_[next_++];
-      float* rec = s.index_.Find(id);
-      if (rec == nullptr) continue;  // removed since the scan began
-      const RowMeta& meta = s.Meta(rec);
+    absl::StatusOr<bool> more = scan_->Next(max_rows, [&](int64_t id, const float* rec) {
+      const RowMeta& meta = MetaOf(rec);
       part->ids.push_back(id);
       part->values.insert(part->values.end(), rec, rec + dim);
       for (int k = 0; k < slots; ++k) {
@@ -285,14 +298,22 @@ class DynamicTableShard::Scanner final : public RowScan {
       }
       part->last_step.push_back(meta.last_step);
       part->count.push_back(meta.count);
+    });
+    if (!more.ok()) {
+      status_ = s.Fail(more.status());
+      *part = RowsPart();
+      part->slots.resize(slots);
+      return false;
     }
     return !part->ids.empty();
   }
 
+  absl::Status status() const override { return status_; }
+
  private:
   const DynamicTableShard* shard_;  // borrowed
-  std::vector<int64_t> ids_;        // the rows at Scan(), ascending
-  size_t next_ = 0;
+  std::unique_ptr<RecordScan> scan_;
+  absl::Status status_;
 };
 
 std::unique_ptr<RowScan> DynamicTableShard::Scan() const { return std::make_unique<Scanner>(this); }
@@ -300,21 +321,32 @@ std::unique_ptr<RowScan> DynamicTableShard::Scan() const { return std::make_uniq
 absl::Status DynamicTableShard::Load(const RowsPart& part) {
   if (auto s = CheckPart(config_, rule_.num_slots(), part); !s.ok()) return s;
   if (auto s = CheckOwned(part.ids); !s.ok()) return s;
+  if (auto s = Failure(); !s.ok()) return s;
   const int64_t dim = config_.spec.dim;
   absl::MutexLock lock(&mu_);
-  for (size_t i = 0; i < part.ids.size(); ++i) {
-    const int64_t id = part.ids[i];
-    float* rec = index_.Find(id);
-    if (rec == nullptr) {
-      rec = AllocateRecord();
-      index_.Insert(id, rec);
-      pending_.erase(id);
+  // In runs the store holds at once (a disk table's cache).
+  const size_t run = static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(store_->max_rows_held(), 4096)));
+  std::vector<float*> records;
+  for (size_t start = 0; start < part.ids.size(); start += run) {
+    const size_t n = std::min(run, part.ids.size() - start);
+    records.assign(n, nullptr);
+    if (auto s = store_->Acquire(part.ids.data() + start, n, records.data()); !s.ok()) return Fail(s);
+    for (size_t j = 0; j < n; ++j) {
+      const size_t i = start + j;
+      const int64_t id = part.ids[i];
+      float* rec = records[j];
+      if (rec == nullptr) {
+        rec = records[j] = store_->Create(id);
+        pending_.erase(id);
+      }
+      std::memcpy(rec, part.values.data() + i * dim, dim * sizeof(float));
+      for (size_t k = 0; k < part.slots.size(); ++k) {
+        std::memcpy(rec + (1 + k) * dim, part.slots[k].data() + i * dim, dim * sizeof(float));
+      }
+      // As saved: not changed since the save it came from; not yet on disk.
+      MetaOf(rec) = RowMeta{part.last_step[i], part.count[i], 0, RowMeta::kDirty};
     }
-    std::memcpy(rec, part.values.data() + i * dim, dim * sizeof(float));
-    for (size_t k = 0; k < part.slots.size(); ++k) {
-      std::memcpy(rec + (1 + k) * dim, part.slots[k].data() + i * dim, dim * sizeof(float));
-    }
-    Meta(rec) = RowMeta{part.last_step[i], part.count[i], 0};
+    if (auto s = store_->Release(records.data(), n); !s.ok()) return Fail(s);
   }
   return absl::OkStatus();
 }
@@ -322,17 +354,22 @@ absl::Status DynamicTableShard::Load(const RowsPart& part) {
 TableStats DynamicTableShard::stats() const {
   TableStats s;
   absl::ReaderMutexLock lock(&mu_);
-  s.rows = index_.size();
+  const RowStoreStats store = store_->stats();
+  s.rows = store.rows;
   s.pending_ids = static_cast<int64_t>(pending_.size());
-  const int64_t slab_bytes = slab_rows_ * stride_ * static_cast<int64_t>(sizeof(float));
-  s.bytes = static_cast<int64_t>(slabs_.size()) * slab_bytes + index_.bytes() +
-            static_cast<int64_t>(pending_.capacity() * (sizeof(std::pair<int64_t, Pending>) + 1)) +
-            static_cast<int64_t>(free_records_.capacity() * sizeof(float*));
+  s.bytes = store.memory_bytes +
+            static_cast<int64_t>(pending_.capacity() * (sizeof(std::pair<int64_t, Pending>) + 1));
   s.admissions = admissions_;
   s.evictions = evictions_;
   s.rows_dropped = rows_dropped_;
   s.rows_gathered = rows_gathered_.load(std::memory_order_relaxed);
   s.rows_pushed = rows_pushed_.load(std::memory_order_relaxed);
+  s.storage = store_->kind();
+  s.cache_hits = store.cache_hits;
+  s.cache_misses = store.cache_misses;
+  s.disk_bytes = store.disk_bytes;
+  s.disk_rows_read = store.disk_rows_read;
+  s.disk_rows_written = store.disk_rows_written;
   return s;
 }
 

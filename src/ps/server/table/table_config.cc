@@ -17,11 +17,11 @@ SparseRuleConfig RuleForTable(SparseRuleConfig job, const dist::TableSpec& spec)
 
 absl::Status ValidateTableConfig(const TableConfig& c) {
   if (absl::Status s = dist::ValidateTableSpec(c.spec); !s.ok()) return s;
-  if (c.spec.storage == dist::TableStorage::kDisk) {
-    return absl::UnimplementedError(absl::StrCat(
-        "table '", c.spec.name, "': storage=disk, but the disk tier is not in this build; use storage=memory"));
-  }
   if (c.spec.kind == TableKind::kFixed) {
+    if (c.spec.storage == dist::TableStorage::kDisk) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", c.spec.name, "' is a fixed table: disk storage holds dynamic tables only (use storage=memory)"));
+    }
     if (auto s = dist::ValidateFixedLayout(c.spec.name, c.layout()); !s.ok()) return s;
   }
   return absl::OkStatus();

@@ -1,6 +1,7 @@
 // ps/server/table/table_shard.h — one ps task's part of an embedding table (docs/tables.md,
 // docs/tables.md; Paddle's table role): a fixed table's shard (dense rows of [rows, dim] and their
-// slots, routed by div/mod) or a dynamic table's share (rows whose id hashes to this ps), behind one
+// slots, routed by div/mod) or a dynamic table's share (rows whose id hashes to this ps; its rows
+// in memory or on disk: row_store.h), behind one
 // small interface: gather rows, apply gradient rows, removal passes, reading rows in id order for a
 // checkpoint (in parts), loading them back, and counters.
 //
@@ -23,6 +24,8 @@
 
 namespace psflow::ps::table {
 
+class DiskTier;
+
 // Counters of one shard (cumulative ones since it was made).
 struct TableStats {
   int64_t rows = 0;           // rows stored (a fixed shard: all of its rows)
@@ -33,6 +36,14 @@ struct TableStats {
   int64_t rows_gathered = 0;  // rows answered to pulls
   int64_t rows_pushed = 0;    // gradient rows received (applied or dropped before admission)
   int64_t rows_dropped = 0;   // gradient rows dropped before admission
+  // Storage (row_store.h): "memory" or "disk". A disk table's `bytes` are its share of the ps's
+  // row cache and its index; the rest are 0 for memory tables.
+  const char* storage = "memory";
+  int64_t cache_hits = 0;         // rows found in the cache by gathers and pushes
+  int64_t cache_misses = 0;       // rows looked up on disk (found or absent)
+  int64_t disk_bytes = 0;         // the table's files on disk
+  int64_t disk_rows_read = 0;     // rows read from disk into the cache
+  int64_t disk_rows_written = 0;  // dirty rows written back to disk
 };
 
 // A run of rows in ascending id order, as a checkpoint stores them (docs/tables.md#semantics): ids, values
@@ -52,8 +63,12 @@ struct RowsPart {
 class RowScan {
  public:
   virtual ~RowScan() = default;
-  // Fills `part` with up to max_rows (>= 1) next rows; false once every row has been read.
+  // Fills `part` with up to max_rows (>= 1) next rows; false once every row has been read or the
+  // scan failed (status()).
   virtual bool Next(int64_t max_rows, RowsPart* part) = 0;
+  // Why the scan stopped early (a disk table's read failure, naming the ps and the table); OK
+  // otherwise.
+  virtual absl::Status status() const { return absl::OkStatus(); }
 };
 
 class TableShard {
@@ -99,6 +114,12 @@ class TableShard {
 absl::StatusOr<std::unique_ptr<TableShard>> MakeTableShard(const TableConfig& config,
                                                            const SparseRuleConfig& rule, int shard,
                                                            int num_ps);
+// The same with the rows of a dynamic table on disk, in `disk`'s directory and cache (borrowed;
+// nullptr: in memory). InvalidArgument naming the table for a fixed table on disk (disk storage
+// holds dynamic tables only); the tier's error if the table's database cannot be opened.
+absl::StatusOr<std::unique_ptr<TableShard>> MakeTableShard(const TableConfig& config,
+                                                           const SparseRuleConfig& rule, int shard,
+                                                           int num_ps, DiskTier* disk);
 
 }  // namespace psflow::ps::table
 

@@ -1,0 +1,523 @@
+// The disk tier of dynamic tables: RocksDB behind a hot-row cache (disk_store.h).
+#include "ps/server/table/disk_store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "rocksdb/cache.h"
+#include "rocksdb/db.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/options.h"
+#include "rocksdb/table.h"
+#include "rocksdb/write_batch.h"
+#include "rocksdb/write_buffer_manager.h"
+
+namespace psflow::ps::table {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Settings below the two flags (disk_store.h): memtables of every table of a task within 64 MiB,
+// an 8 MiB block cache for index and filter blocks (rows are cached as records, not blocks).
+constexpr size_t kWriteBufferBytes = size_t{64} << 20;
+constexpr size_t kTableWriteBuffer = size_t{8} << 20;
+constexpr size_t kBlockCacheBytes = size_t{8} << 20;
+
+constexpr size_t kKeyBytes = 8;
+
+// The id's key: sign bit flipped, big-endian, so byte order is signed id order.
+void KeyOf(int64_t id, char* out) {
+  const uint64_t u = static_cast<uint64_t>(id) ^ (uint64_t{1} << 63);
+  for (size_t i = 0; i < kKeyBytes; ++i) out[i] = static_cast<char>(u >> (56 - 8 * i));
+}
+
+int64_t IdOfKey(const rocksdb::Slice& key) {
+  uint64_t u = 0;
+  for (size_t i = 0; i < kKeyBytes; ++i) u = (u << 8) | static_cast<unsigned char>(key.data()[i]);
+  return static_cast<int64_t>(u ^ (uint64_t{1} << 63));
+}
+
+// '/' and '%' escaped, so a table name is one directory.
+std::string DirName(const std::string& table) {
+  std::string out;
+  for (char c : table) {
+    if (c == '/') {
+      out += "%2F";
+    } else if (c == '%') {
+      out += "%25";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+rocksdb::WriteOptions NoLog() {
+  rocksdb::WriteOptions w;
+  w.disableWAL = true;  // the disk tier is a cache of the checkpoint, not the durable copy
+  return w;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// DiskTier
+
+absl::StatusOr<std::shared_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options,
+                                                         const std::function<void(const std::string&)>& log) {
+  const std::string& root = options.table_dir;
+  if (root.empty()) {
+    return absl::InvalidArgumentError("--table_dir is required with --table_storage=disk (a directory the ps "
+                                      "tasks may write)");
+  }
+  if (options.cache_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--table_cache_bytes=", options.cache_bytes,
+                                                   ": the disk tables' cache needs at least one row's bytes"));
+  }
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("--table_dir=", root, " does not exist or is not a directory; "
+                                                   "create it (ps task ", options.ps_task, " makes ps_",
+                                                   options.ps_task, " inside it)"));
+  }
+  if (access(root.c_str(), W_OK | X_OK) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("--table_dir=", root, " is not writable by ps task ",
+                                                    options.ps_task, ": ", std::strerror(errno)));
+  }
+  const std::string dir = (fs::path(root) / absl::StrCat("ps_", options.ps_task)).string();
+  fs::create_directory(dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  const std::string lock_path = (fs::path(dir) / "LOCK").string();
+  const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot open ", lock_path, ": ", std::strerror(errno)));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {0};
+    const ssize_t got = pread(fd, pid, sizeof(pid) - 1, 0);
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--table_dir=", root, ": ", dir, " is held by a running task (pid ",
+        got > 0 ? std::string(pid, static_cast<size_t>(got)) : std::string("?"),
+        "); give each ps task of each job its own --table_dir, or stop that task"));
+  }
+  const std::string me = std::to_string(getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    close(fd);
+    return absl::PermissionDeniedError(absl::StrCat("cannot write ", lock_path, ": ", std::strerror(errno)));
+  }
+  // What a task that stopped without closing its tables left: wiped, never mixed with a restore.
+  int64_t wiped = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().filename() == "LOCK") continue;
+    fs::remove_all(e.path(), ec);
+    if (ec) {
+      close(fd);
+      return absl::PermissionDeniedError(absl::StrCat("cannot wipe ", e.path().string(), " (left by a task that "
+                                                      "stopped): ", ec.message()));
+    }
+    ++wiped;
+  }
+  if (wiped > 0 && log) {
+    log(absl::StrCat("ps task ", options.ps_task, ": wiped ", wiped, wiped == 1 ? " table directory" : " table directories", " left in ", dir,
+                     " by a task that stopped (the disk tier is a cache of the checkpoint; a restore refills it)"));
+  }
+  return std::shared_ptr<DiskTier>(new DiskTier(options, dir, fd));
+}
+
+DiskTier::DiskTier(DiskTierOptions options, std::string dir, int lock_fd)
+    : options_(std::move(options)),
+      dir_(std::move(dir)),
+      lock_fd_(lock_fd),
+      block_cache_(rocksdb::NewLRUCache(kBlockCacheBytes)),
+      write_buffers_(std::make_shared<rocksdb::WriteBufferManager>(kWriteBufferBytes)) {}
+
+DiskTier::~DiskTier() {
+  // Every store holds a shared_ptr to the tier: none is left here.
+  close(lock_fd_);  // releases the flock
+}
+
+int64_t DiskTier::cache_bytes_used() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+absl::StatusOr<std::unique_ptr<DiskRowStore>> DiskTier::OpenTable(const std::string& table,
+                                                                   int64_t floats_per_row) {
+  // A table open twice (a model re-initialized while the old one is alive): the second in
+  // <table>.2, and so on.
+  std::string path = (fs::path(dir_) / DirName(table)).string();
+  {
+    absl::MutexLock lock(&mu_);
+    for (int k = 2;; ++k) {
+      if (std::none_of(stores_.begin(), stores_.end(), [&](const DiskRowStore* s) { return s->dir_ == path; })) break;
+      path = (fs::path(dir_) / absl::StrCat(DirName(table), ".", k)).string();
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(path, ec);  // a fresh database: rows come from pushes and restores only
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("table '", table, "': cannot wipe ", path, ": ", ec.message()));
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  o.error_if_exists = true;
+  o.compression = rocksdb::kNoCompression;  // floats do not compress
+  o.write_buffer_size = kTableWriteBuffer;
+  o.max_write_buffer_number = 2;
+  o.write_buffer_manager = write_buffers_;
+  o.use_direct_reads = options_.direct_reads;
+  o.avoid_flush_during_shutdown = true;  // the directory is removed at close
+  o.keep_log_file_num = 1;
+  o.max_log_file_size = size_t{1} << 20;
+  o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  rocksdb::BlockBasedTableOptions t;
+  t.block_cache = block_cache_;
+  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));  // absent ids: answered from memory
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  rocksdb::DB* db = nullptr;
+  const rocksdb::Status s = rocksdb::DB::Open(o, path, &db);
+  if (!s.ok()) {
+    return absl::InternalError(absl::StrCat("ps task ", options_.ps_task, ", table '", table,
+                                            "': cannot open its disk tier in ", path, ": ", s.ToString()));
+  }
+  auto store = std::unique_ptr<DiskRowStore>(
+      new DiskRowStore(shared_from_this(), table, path, floats_per_row, std::unique_ptr<rocksdb::DB>(db)));
+  absl::MutexLock lock(&mu_);
+  stores_.push_back(store.get());
+  return store;
+}
+
+void DiskTier::PushFront(Entry* e) {
+  e->prev = nullptr;
+  e->next = head_;
+  if (head_ != nullptr) head_->prev = e;
+  head_ = e;
+  if (tail_ == nullptr) tail_ = e;
+}
+
+void DiskTier::Unlink(Entry* e) {
+  (e->prev != nullptr ? e->prev->next : head_) = e->next;
+  (e->next != nullptr ? e->next->prev : tail_) = e->prev;
+  e->prev = e->next = nullptr;
+}
+
+absl::Status DiskTier::EvictToBudget() {
+  if (bytes_ <= options_.cache_bytes) return absl::OkStatus();
+  // The least recently used unpinned records, until what stays fits.
+  // From the back: a record used since it was put at the front gets a second chance (to the
+  // front, unmarked; the walk meets it again last); an unmarked unpinned one leaves.
+  absl::flat_hash_map<DiskRowStore*, std::vector<Entry*>> leaving;
+  int64_t after = bytes_;
+  for (Entry* e = tail_; e != nullptr && after > options_.cache_bytes;) {
+    Entry* const prev = e->prev;
+    if (e->pins == 0) {
+      if (e->touched != 0) {
+        e->touched = 0;
+        if (e != head_) {
+          Unlink(e);
+          PushFront(e);
+        }
+      } else {
+        leaving[e->owner].push_back(e);
+        after -= e->owner->entry_bytes();
+      }
+    }
+    e = prev;
+  }
+  for (auto& [store, entries] : leaving) {
+    if (absl::Status s = store->WriteBack(entries); !s.ok()) return s;  // kept in memory: nothing lost
+    for (Entry* e : entries) store->DropEntry(e);
+  }
+  return absl::OkStatus();
+}
+
+void DiskTier::Forget(DiskRowStore* store) {
+  absl::MutexLock lock(&mu_);
+  stores_.erase(std::remove(stores_.begin(), stores_.end(), store), stores_.end());
+}
+
+// ---------------------------------------------------------------------------------------------
+// DiskRowStore
+
+DiskRowStore::DiskRowStore(std::shared_ptr<DiskTier> tier, std::string table, std::string dir,
+                           int64_t floats_per_row, std::unique_ptr<rocksdb::DB> db)
+    : tier_(std::move(tier)), table_(std::move(table)), dir_(std::move(dir)), floats_(floats_per_row), db_(std::move(db)) {}
+
+DiskRowStore::~DiskRowStore() {
+  {
+    absl::MutexLock lock(&tier_->mu_);
+    std::vector<DiskTier::Entry*> mine;
+    index_.ForEach([&](int64_t, float* record) { mine.push_back(DiskTier::EntryOf(record)); });
+    for (DiskTier::Entry* e : mine) DropEntry(e);
+  }
+  tier_->Forget(this);
+  db_.reset();
+  std::error_code ec;
+  fs::remove_all(dir_, ec);  // a cache of the checkpoint: nothing in it outlives the table
+}
+
+absl::Status DiskRowStore::Failed(const char* what, const std::string& why) const {
+  // Not Unavailable: clients retry that, and a failed disk does not come back. A full disk is
+  // ResourceExhausted, any other failure Internal (both end the ps task: ps_tables.cc).
+  const std::string text =
+      absl::StrCat("ps task ", tier_->options_.ps_task, ", table '", table_, "': ", what, " in ", dir_, " failed: ", why);
+  return absl::StrContains(why, "No space left") ? absl::ResourceExhaustedError(text) : absl::InternalError(text);
+}
+
+int64_t DiskRowStore::size() const {
+  absl::MutexLock lock(&tier_->mu_);
+  return rows_;
+}
+
+float* DiskRowStore::NewEntry(int64_t id) {
+  const int64_t bytes = entry_bytes();
+  void* block = std::aligned_alloc(64, static_cast<size_t>((bytes + 63) / 64 * 64));
+  CHECK(block != nullptr) << "out of memory for the disk tier's cache (" << bytes << " bytes)";
+  auto* e = static_cast<DiskTier::Entry*>(block);
+  e->owner = this;
+  e->id = id;
+  e->pins = 0;
+  e->touched = 0;
+  tier_->PushFront(e);
+  tier_->bytes_ += bytes;
+  cached_bytes_ += bytes;
+  float* record = reinterpret_cast<float*>(block) + DiskTier::kHeaderFloats + kMetaFloats;
+  index_.Insert(id, record);
+  return record;
+}
+
+void DiskRowStore::DropEntry(DiskTier::Entry* e) {
+  tier_->Unlink(e);
+  tier_->bytes_ -= entry_bytes();
+  cached_bytes_ -= entry_bytes();
+  index_.Erase(e->id);
+  std::free(e);
+}
+
+absl::Status DiskRowStore::WriteBack(const std::vector<DiskTier::Entry*>& entries) {
+  rocksdb::WriteBatch batch;
+  std::vector<RowMeta*> written;
+  const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);
+  std::string value(value_bytes, '\0');
+  char key[kKeyBytes];
+  for (DiskTier::Entry* e : entries) {
+    auto* record = reinterpret_cast<float*>(e) + DiskTier::kHeaderFloats + kMetaFloats;
+    RowMeta& meta = MetaOf(record);
+    if ((meta.flags & RowMeta::kDirty) == 0) continue;
+    RowMeta stored = meta;
+    stored.mark = 0;
+    stored.flags &= ~RowMeta::kDirty;
+    std::memcpy(value.data(), &stored, sizeof(RowMeta));
+    std::memcpy(value.data() + sizeof(RowMeta), record, value_bytes - sizeof(RowMeta));
+    KeyOf(e->id, key);
+    batch.Put(rocksdb::Slice(key, kKeyBytes), value);
+    written.push_back(&meta);
+  }
+  if (written.empty()) return absl::OkStatus();
+  const rocksdb::Status s = db_->Write(NoLog(), &batch);
+  if (!s.ok()) return Failed("writing rows back to disk", s.ToString());
+  for (RowMeta* meta : written) meta->flags &= ~RowMeta::kDirty;
+  counters_.disk_rows_written += static_cast<int64_t>(written.size());
+  return absl::OkStatus();
+}
+
+absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records) {
+  absl::MutexLock lock(&tier_->mu_);
+  const int64_t need = static_cast<int64_t>(n) * entry_bytes();
+  if (need > tier_->options_.cache_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "ps task ", tier_->options_.ps_task, ", table '", table_, "': --table_cache_bytes=",
+        tier_->options_.cache_bytes, " holds ", tier_->options_.cache_bytes / entry_bytes(), " rows of ",
+        entry_bytes(), " bytes but one batch here has ", n, " rows (", need,
+        " bytes); raise --table_cache_bytes above that"));
+  }
+  index_.FindMany(ids, n, records);
+  std::vector<size_t> missed;
+  for (size_t i = 0; i < n; ++i) {
+    if (records[i] == nullptr) {
+      missed.push_back(i);
+      continue;
+    }
+    DiskTier::Entry* e = DiskTier::EntryOf(records[i]);
+    e->touched = 1;
+    ++e->pins;
+  }
+  counters_.cache_hits += static_cast<int64_t>(n - missed.size());
+  if (missed.empty()) return absl::OkStatus();
+  counters_.cache_misses += static_cast<int64_t>(missed.size());
+  // The misses in one batched read, in key order (RocksDB's MultiGet sorts them anyway).
+  std::sort(missed.begin(), missed.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
+  std::vector<char> keys(missed.size() * kKeyBytes);
+  std::vector<rocksdb::Slice> slices(missed.size());
+  for (size_t k = 0; k < missed.size(); ++k) {
+    KeyOf(ids[missed[k]], keys.data() + k * kKeyBytes);
+    slices[k] = rocksdb::Slice(keys.data() + k * kKeyBytes, kKeyBytes);
+  }
+  std::vector<rocksdb::PinnableSlice> values(missed.size());
+  std::vector<rocksdb::Status> statuses(missed.size());
+  db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), missed.size(), slices.data(), values.data(),
+                statuses.data(), /*sorted_input=*/true);
+  const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);
+  for (size_t k = 0; k < missed.size(); ++k) {
+    if (statuses[k].IsNotFound()) continue;
+    std::string why;
+    if (!statuses[k].ok()) {
+      why = statuses[k].ToString();
+    } else if (values[k].size() != value_bytes) {
+      why = absl::StrCat("a record of ", values[k].size(), " bytes, not ", value_bytes);
+    }
+    if (!why.empty()) {  // hold nothing: the rows read so far stay cached, unpinned
+      for (size_t i = 0; i < n; ++i) {
+        if (records[i] != nullptr) --DiskTier::EntryOf(records[i])->pins;
+        records[i] = nullptr;
+      }
+      return Failed("reading rows from disk", why);
+    }
+    if (float* again = index_.Find(ids[missed[k]]); again != nullptr) {  // listed twice: one record
+      ++DiskTier::EntryOf(again)->pins;
+      records[missed[k]] = again;
+      continue;
+    }
+    float* record = NewEntry(ids[missed[k]]);
+    std::memcpy(record - kMetaFloats, values[k].data(), value_bytes);
+    DiskTier::EntryOf(record)->pins = 1;
+    records[missed[k]] = record;
+    ++counters_.disk_rows_read;
+  }
+  return absl::OkStatus();
+}
+
+void DiskRowStore::Reserve(int64_t n) {
+  absl::MutexLock lock(&tier_->mu_);
+  index_.Reserve(index_.size() + n);
+}
+
+float* DiskRowStore::Create(int64_t id) {
+  absl::MutexLock lock(&tier_->mu_);
+  float* record = NewEntry(id);
+  DiskTier::EntryOf(record)->pins = 1;
+  ++rows_;
+  return record;
+}
+
+absl::Status DiskRowStore::Release(float* const* records, size_t n) {
+  absl::MutexLock lock(&tier_->mu_);
+  for (size_t i = 0; i < n; ++i) {
+    if (records[i] != nullptr) --DiskTier::EntryOf(records[i])->pins;
+  }
+  return tier_->EvictToBudget();
+}
+
+absl::Status DiskRowStore::Erase(const std::vector<int64_t>& ids) {
+  absl::MutexLock lock(&tier_->mu_);
+  rocksdb::WriteBatch batch;
+  char key[kKeyBytes];
+  for (int64_t id : ids) {
+    if (float* record = index_.Find(id); record != nullptr) DropEntry(DiskTier::EntryOf(record));
+    KeyOf(id, key);
+    batch.Delete(rocksdb::Slice(key, kKeyBytes));
+  }
+  rows_ -= static_cast<int64_t>(ids.size());
+  if (ids.empty()) return absl::OkStatus();
+  const rocksdb::Status s = db_->Write(NoLog(), &batch);
+  return s.ok() ? absl::OkStatus() : Failed("removing rows from disk", s.ToString());
+}
+
+absl::Status DiskRowStore::ForEachAge(absl::FunctionRef<void(int64_t, int64_t)> f) const {
+  absl::MutexLock lock(&tier_->mu_);
+  index_.ForEach([&](int64_t id, float* record) { f(id, MetaOf(record).last_step); });
+  rocksdb::ReadOptions r;
+  r.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(r));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const int64_t id = IdOfKey(it->key());
+    if (index_.Find(id) != nullptr) continue;  // cached: its meta above is the newer
+    RowMeta meta;
+    if (it->value().size() < sizeof(RowMeta)) return Failed("reading rows from disk", "a short record");
+    std::memcpy(&meta, it->value().data(), sizeof(RowMeta));
+    f(id, meta.last_step);
+  }
+  return it->status().ok() ? absl::OkStatus() : Failed("reading rows from disk", it->status().ToString());
+}
+
+void DiskRowStore::ClearMarks() {
+  absl::MutexLock lock(&tier_->mu_);
+  index_.ForEach([](int64_t, float* record) { MetaOf(record).mark = 0; });
+}
+
+absl::Status DiskRowStore::Flush() {
+  absl::MutexLock lock(&tier_->mu_);
+  std::vector<DiskTier::Entry*> mine;
+  index_.ForEach([&](int64_t, float* record) { mine.push_back(DiskTier::EntryOf(record)); });
+  return WriteBack(mine);
+}
+
+// Every row is on disk once the cache is flushed at the scan's start; the iterator reads the
+// database as it was then, and a row cached now is read from the cache.
+class DiskRowStore::Scanner final : public RecordScan {
+ public:
+  Scanner(const DiskRowStore* store, std::unique_ptr<rocksdb::Iterator> it)
+      : store_(store), it_(std::move(it)), buffer_(static_cast<size_t>(kMetaFloats + store->floats_)) {
+    it_->SeekToFirst();
+  }
+
+  absl::StatusOr<bool> Next(int64_t max_rows, absl::FunctionRef<void(int64_t, const float*)> f) override {
+    absl::MutexLock lock(&store_->tier_->mu_);
+    const size_t value_bytes = buffer_.size() * sizeof(float);
+    int64_t read = 0;
+    for (; it_->Valid() && read < max_rows; it_->Next()) {
+      const int64_t id = IdOfKey(it_->key());
+      if (const float* cached = store_->index_.Find(id); cached != nullptr) {
+        f(id, cached);
+      } else {
+        if (it_->value().size() != value_bytes) {
+          return store_->Failed("reading rows from disk", absl::StrCat("a record of ", it_->value().size(),
+                                                                        " bytes, not ", value_bytes));
+        }
+        std::memcpy(buffer_.data(), it_->value().data(), value_bytes);
+        f(id, buffer_.data() + kMetaFloats);
+      }
+      ++read;
+    }
+    if (!it_->status().ok()) return store_->Failed("reading rows from disk", it_->status().ToString());
+    return read > 0;
+  }
+
+ private:
+  const DiskRowStore* store_;  // borrowed
+  std::unique_ptr<rocksdb::Iterator> it_;
+  std::vector<float> buffer_;  // a record read from disk: [meta | floats]
+};
+
+absl::StatusOr<std::unique_ptr<RecordScan>> DiskRowStore::Scan() const {
+  if (absl::Status s = const_cast<DiskRowStore*>(this)->Flush(); !s.ok()) return s;
+  rocksdb::ReadOptions r;
+  r.fill_cache = false;
+  r.readahead_size = size_t{2} << 20;
+  return std::make_unique<Scanner>(this, std::unique_ptr<rocksdb::Iterator>(db_->NewIterator(r)));
+}
+
+RowStoreStats DiskRowStore::stats() const {
+  RowStoreStats s;
+  {
+    absl::MutexLock lock(&tier_->mu_);
+    s = counters_;
+    s.rows = rows_;
+    s.memory_bytes = cached_bytes_ + index_.bytes();
+  }
+  uint64_t sst = 0;
+  db_->GetIntProperty("rocksdb.total-sst-files-size", &sst);
+  s.disk_bytes = static_cast<int64_t>(sst);
+  return s;
+}
+
+}  // namespace psflow::ps::table

@@ -1,0 +1,172 @@
+// ps/server/table/disk_store.h — the disk tier of dynamic tables (docs/tables.md#storage; DESIGN §11):
+// a ps task's DiskTier (its directory, its lock, and the hot-row cache its disk tables share) and
+// one DiskRowStore per disk table (a RocksDB database under the tier's directory).
+//
+//   directory   --table_dir/ps_<task>/<table> (table names escaped: '/' and '%' as %2F, %25). The
+//               tier creates ps_<task> and holds ps_<task>/LOCK (flock) while it lives: a second
+//               running task on the same directory is refused. Tables left there by a task that died
+//               are wiped when the tier opens (the disk tier is a cache of the checkpoint, not the
+//               durable copy: a restore refills it), said in one log line.
+//   RocksDB     key: the id with its sign bit flipped, big-endian (8 bytes: iteration is ascending
+//               signed id order, as a checkpoint stores rows); value: the record (RowMeta with mark 0
+//               and kDirty clear, then the floats; native byte order). Write-ahead log off, no
+//               compression (floats do not compress), bloom filters (a lookup of an absent id stays in
+//               memory), small memtables under one write-buffer budget per tier (64 MiB).
+//   cache       records in memory, bounded in bytes (--table_cache_bytes per ps task: each record's
+//               block, header + meta + floats, counts), one list over every disk table of the task,
+//               LRU approximated by second chance (CLOCK): a record read from disk or created goes
+//               to the front; a hit only marks it (no list surgery, which would touch two more cache
+//               lines a row); eviction walks from the back, moving marked records to the front
+//               unmarked and taking the unmarked. A batch's misses are one MultiGet; records held by
+//               a batch are pinned; after a batch records leave until the cache is within its
+//               bytes, dirty ones written back in one WriteBatch per table. Held records may take the
+//               cache over its bytes while they are held (concurrent batches of several tables). The
+//               policy never changes arithmetic: a record leaves and comes back bit for bit.
+// Refused in one line: a missing --table_dir or one not writable, a directory held by a running
+// task, a cache smaller than one batch's rows (ResourceExhausted, naming the table, the ps and the
+// sizes), a disk read or write failure (a full disk: ResourceExhausted; others: Internal; naming
+// the ps and the table).
+//
+// Thread-safe: the tier's mutex guards the cache and every store's index (calls of one tier
+// serialize, the disk's reads and writes included).
+#ifndef PSFLOW_PS_SERVER_TABLE_DISK_STORE_H_
+#define PSFLOW_PS_SERVER_TABLE_DISK_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "ps/server/table/row_store.h"
+
+namespace rocksdb {
+class DB;
+class Cache;
+class WriteBufferManager;
+}  // namespace rocksdb
+
+namespace psflow::ps::table {
+
+class DiskRowStore;
+
+struct DiskTierOptions {
+  std::string table_dir;    // --table_dir: must exist and be writable
+  int64_t cache_bytes = 0;  // --table_cache_bytes: the task's hot-row cache (>= 1)
+  int ps_task = 0;          // names the task's directory and the errors
+  // RocksDB reads with O_DIRECT: a miss reads the device, not the kernel's page cache (whose
+  // memory is outside --table_cache_bytes). Off by default (the page cache is free speed where RAM
+  // is left); bench/disk_table_bench.cc measures both.
+  bool direct_reads = false;
+};
+
+// One ps task's disk tier. Made by Open, shared (std::shared_ptr) by the task's disk stores.
+class DiskTier : public std::enable_shared_from_this<DiskTier> {
+ public:
+  // Creates and locks table_dir/ps_<task>, wiping what a dead task left there (said through `log`).
+  static absl::StatusOr<std::shared_ptr<DiskTier>> Open(const DiskTierOptions& options,
+                                                        const std::function<void(const std::string&)>& log);
+  ~DiskTier();
+  DiskTier(const DiskTier&) = delete;
+  DiskTier& operator=(const DiskTier&) = delete;
+
+  // A store for table `table` ((1 + slots)·dim floats a row) in a fresh database: whatever was in
+  // its directory is wiped. InvalidArgument if the table is open in this tier already; the error of
+  // RocksDB, naming the table, otherwise.
+  absl::StatusOr<std::unique_ptr<DiskRowStore>> OpenTable(const std::string& table, int64_t floats_per_row);
+
+  const DiskTierOptions& options() const { return options_; }
+  // The task's directory (table_dir/ps_<task>).
+  const std::string& dir() const { return dir_; }
+  // Bytes of records in the cache now (every table's).
+  int64_t cache_bytes_used() const;
+
+ private:
+  friend class DiskRowStore;
+  // A record in the cache: this header, then RowMeta, then the floats.
+  struct Entry {
+    Entry* prev;
+    Entry* next;  // towards the least recently used
+    DiskRowStore* owner;
+    int64_t id;
+    uint32_t pins;     // batches holding the record
+    uint32_t touched;  // used since it was put at the front (second chance)
+  };
+  static_assert(sizeof(Entry) + sizeof(RowMeta) == 64, "a record's floats start a cache line");
+  static constexpr int64_t kHeaderFloats = (sizeof(Entry) + sizeof(float) - 1) / sizeof(float);
+  static Entry* EntryOf(float* record) {
+    return reinterpret_cast<Entry*>(record - kMetaFloats - kHeaderFloats);
+  }
+
+  DiskTier(DiskTierOptions options, std::string dir, int lock_fd);
+  // LRU list operations (mu_ held).
+  void PushFront(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unlink(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records leave from the least recently used end until the cache is within its bytes; dirty ones
+  // are written back, one WriteBatch per table.
+  absl::Status EvictToBudget() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Forget(DiskRowStore* store) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const DiskTierOptions options_;
+  const std::string dir_;
+  const int lock_fd_;
+  std::shared_ptr<rocksdb::Cache> block_cache_;                  // shared by the tier's databases
+  std::shared_ptr<rocksdb::WriteBufferManager> write_buffers_;  // ditto
+  mutable absl::Mutex mu_;
+  Entry* head_ ABSL_GUARDED_BY(mu_) = nullptr;  // most recently used
+  Entry* tail_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<DiskRowStore*> stores_ ABSL_GUARDED_BY(mu_);  // open tables (borrowed)
+};
+
+class DiskRowStore final : public RowStore {
+ public:
+  ~DiskRowStore() override;
+
+  const char* kind() const override { return "disk"; }
+  int64_t size() const override;
+  int64_t max_rows_held() const override { return tier_->options_.cache_bytes / entry_bytes(); }
+  absl::Status Acquire(const int64_t* ids, size_t n, float** records) override;
+  void Reserve(int64_t n) override;
+  float* Create(int64_t id) override;
+  absl::Status Release(float* const* records, size_t n) override;
+  absl::Status Erase(const std::vector<int64_t>& ids) override;
+  absl::Status ForEachAge(absl::FunctionRef<void(int64_t, int64_t)> f) const override;
+  void ClearMarks() override;
+  absl::StatusOr<std::unique_ptr<RecordScan>> Scan() const override;
+  RowStoreStats stats() const override;
+
+  // Writes every dirty cached record of this table to disk (a test's and a scan's step).
+  absl::Status Flush();
+
+ private:
+  friend class DiskTier;
+  class Scanner;
+  DiskRowStore(std::shared_ptr<DiskTier> tier, std::string table, std::string dir, int64_t floats_per_row,
+               std::unique_ptr<rocksdb::DB> db);
+  // Bytes of one record's block in the cache.
+  int64_t entry_bytes() const { return (DiskTier::kHeaderFloats + kMetaFloats + floats_) * 4; }
+  // A new unpinned-yet entry's record, linked at the front and indexed.
+  float* NewEntry(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  // Removes a cached record (unlinked, unindexed, freed).
+  void DropEntry(DiskTier::Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  // Writes the dirty records among `entries` in one WriteBatch and clears their kDirty.
+  absl::Status WriteBack(const std::vector<DiskTier::Entry*>& entries) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  absl::Status Failed(const char* what, const std::string& why) const;
+
+  const std::shared_ptr<DiskTier> tier_;
+  const std::string table_, dir_;
+  const int64_t floats_;  // (1 + slots)·dim
+  std::unique_ptr<rocksdb::DB> db_;  // closed first by the destructor
+  RowIndex index_ ABSL_GUARDED_BY(tier_->mu_);  // id -> cached record
+  int64_t rows_ ABSL_GUARDED_BY(tier_->mu_) = 0;  // stored rows (cached, on disk or both)
+  int64_t cached_bytes_ ABSL_GUARDED_BY(tier_->mu_) = 0;
+  RowStoreStats counters_ ABSL_GUARDED_BY(tier_->mu_);  // hits, misses, rows read and written
+};
+
+}  // namespace psflow::ps::table
+
+#endif  // PSFLOW_PS_SERVER_TABLE_DISK_STORE_H_

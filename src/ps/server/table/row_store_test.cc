@@ -1,0 +1,279 @@
+// The row stores (row_store.h, disk_store.h): the memory and disk stores give the same records
+// through the same calls; the disk store's cache, its batched reads and write-backs, its directory
+// rules and its refusals.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ps/server/table/disk_store.h"
+#include "ps/server/table/row_store.h"
+
+namespace psflow::ps::table {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kFloats = 6;  // a row: dim 3 with one slot
+
+// A fresh directory under the test's temporary directory.
+std::string FreshDir(const std::string& name) {
+  static std::atomic<int> n{0};
+  const fs::path p = fs::path(::testing::TempDir()) / ("row_store_" + std::to_string(getpid()) + "_" +
+                                                       std::to_string(n++) + "_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+int64_t EntryBytes() { return 64 + kFloats * 4; }  // header + meta, then the floats (disk_store.h)
+
+std::shared_ptr<DiskTier> OpenTier(const std::string& dir, int64_t cache_rows, int ps = 0) {
+  auto tier = DiskTier::Open({dir, cache_rows * EntryBytes(), ps}, nullptr);
+  EXPECT_TRUE(tier.ok()) << tier.status();
+  return tier.ok() ? *tier : nullptr;
+}
+
+// The value a row holds after `updates` writes: a function of (id, updates).
+void Fill(float* record, int64_t id, int64_t updates) {
+  for (int64_t k = 0; k < kFloats; ++k) record[k] = static_cast<float>(id % 1000) * 0.5f + updates + k * 0.25f;
+  MetaOf(record) = RowMeta{updates, id, 0, RowMeta::kDirty | RowMeta::kChanged};
+}
+
+// Writes `ids` (creating the absent) as one batch, the way a push does: Acquire, Create, Release.
+void Write(RowStore* store, const std::vector<int64_t>& ids, std::map<int64_t, int64_t>* updates) {
+  std::vector<float*> records(ids.size());
+  ASSERT_TRUE(store->Acquire(ids.data(), ids.size(), records.data()).ok());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (records[i] == nullptr) {
+      ASSERT_EQ(updates->count(ids[i]), 0u) << ids[i];
+      records[i] = store->Create(ids[i]);
+    } else {
+      ASSERT_EQ(MetaOf(records[i]).last_step, (*updates)[ids[i]]) << ids[i];
+    }
+    Fill(records[i], ids[i], ++(*updates)[ids[i]]);
+  }
+  ASSERT_TRUE(store->Release(records.data(), records.size()).ok());
+}
+
+// Every row of a scan, as (id, [last_step, count, floats...]).
+std::vector<std::pair<int64_t, std::vector<float>>> ScanAll(const RowStore& store, int64_t part) {
+  std::vector<std::pair<int64_t, std::vector<float>>> rows;
+  auto scan = store.Scan();
+  EXPECT_TRUE(scan.ok()) << scan.status();
+  for (;;) {
+    absl::StatusOr<bool> more = (*scan)->Next(part, [&](int64_t id, const float* record) {
+      std::vector<float> r(record, record + kFloats);
+      r.push_back(static_cast<float>(MetaOf(record).last_step));
+      r.push_back(static_cast<float>(MetaOf(record).count));
+      rows.emplace_back(id, std::move(r));
+    });
+    EXPECT_TRUE(more.ok()) << more.status();
+    if (!more.ok() || !*more) break;
+  }
+  return rows;
+}
+
+class StoreTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (GetParam()) {
+      tier_ = OpenTier(FreshDir("store"), /*cache_rows=*/5);
+      auto s = tier_->OpenTable("t", kFloats);
+      ASSERT_TRUE(s.ok()) << s.status();
+      store_ = *std::move(s);
+    } else {
+      store_ = std::make_unique<MemoryRowStore>(kFloats);
+    }
+  }
+  std::shared_ptr<DiskTier> tier_;
+  std::unique_ptr<RowStore> store_;
+};
+
+// Random batches over ids of both signs: every row reads back as written; a scan is in signed id
+// order; removal forgets rows everywhere. The disk store's cache holds 5 rows of ~200.
+TEST_P(StoreTest, RowsSurviveTheCacheAndScanInIdOrder) {
+  std::mt19937_64 rng(3);
+  std::vector<int64_t> universe;
+  for (int i = 0; i < 200; ++i) universe.push_back(static_cast<int64_t>(rng()));
+  universe.push_back(0);
+  universe.push_back(-1);
+  universe.push_back(INT64_MIN);
+  universe.push_back(INT64_MAX);
+  std::map<int64_t, int64_t> updates;
+  for (int round = 0; round < 60; ++round) {
+    std::vector<int64_t> batch = universe;
+    std::shuffle(batch.begin(), batch.end(), rng);
+    batch.resize(1 + rng() % 5);
+    Write(store_.get(), batch, &updates);
+  }
+  EXPECT_EQ(store_->size(), static_cast<int64_t>(updates.size()));
+  // Remove a few rows (from cache and disk).
+  std::vector<int64_t> removed;
+  for (auto it = updates.begin(); it != updates.end();) {
+    if (it->first % 3 == 0) {
+      removed.push_back(it->first);
+      it = updates.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  ASSERT_TRUE(store_->Erase(removed).ok());
+  EXPECT_EQ(store_->size(), static_cast<int64_t>(updates.size()));
+  for (size_t start = 0; start < removed.size(); start += 4) {  // batches the cache holds
+    const size_t n = std::min<size_t>(4, removed.size() - start);
+    std::vector<float*> records(n);
+    ASSERT_TRUE(store_->Acquire(removed.data() + start, n, records.data()).ok());
+    for (float* r : records) EXPECT_EQ(r, nullptr);
+  }
+  // Ages and a scan: every row, its value bit for bit, ids ascending.
+  std::map<int64_t, int64_t> ages;
+  ASSERT_TRUE(store_->ForEachAge([&](int64_t id, int64_t last) { EXPECT_TRUE(ages.emplace(id, last).second); }).ok());
+  EXPECT_EQ(ages, updates);
+  const auto rows = ScanAll(*store_, 7);
+  ASSERT_EQ(rows.size(), updates.size());
+  auto want = updates.begin();
+  for (const auto& [id, r] : rows) {
+    ASSERT_EQ(id, want->first);
+    float tmp[kMetaFloats + kFloats];
+    Fill(tmp + kMetaFloats, id, want->second);
+    EXPECT_EQ(std::memcmp(r.data(), tmp + kMetaFloats, kFloats * sizeof(float)), 0) << id;
+    EXPECT_EQ(r[kFloats], static_cast<float>(want->second));
+    EXPECT_EQ(r[kFloats + 1], static_cast<float>(id));
+    ++want;
+  }
+  if (GetParam()) {
+    const RowStoreStats s = store_->stats();
+    EXPECT_GT(s.cache_misses, 0);
+    EXPECT_GT(s.disk_rows_read, 0);
+    EXPECT_GT(s.disk_rows_written, 0);
+    EXPECT_LE(tier_->cache_bytes_used(), 5 * EntryBytes());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MemoryAndDisk, StoreTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "disk" : "memory"; });
+
+TEST(DiskStore, CountsHitsMissesReadsAndWrites) {
+  auto tier = OpenTier(FreshDir("counts"), /*cache_rows=*/2);
+  auto store = *tier->OpenTable("t", kFloats);
+  std::map<int64_t, int64_t> updates;
+  Write(store.get(), {1, 2}, &updates);  // 2 misses (absent), 2 created
+  Write(store.get(), {3}, &updates);     // 1 miss; row 1 leaves (dirty: written)
+  RowStoreStats s = store->stats();
+  EXPECT_EQ(s.cache_hits, 0);
+  EXPECT_EQ(s.cache_misses, 3);
+  EXPECT_EQ(s.disk_rows_read, 0);
+  EXPECT_EQ(s.disk_rows_written, 1);
+  Write(store.get(), {3, 1}, &updates);  // 3 hits; 1 read back from disk; row 2 leaves
+  s = store->stats();
+  EXPECT_EQ(s.cache_hits, 1);
+  EXPECT_EQ(s.cache_misses, 4);
+  EXPECT_EQ(s.disk_rows_read, 1);
+  EXPECT_EQ(s.disk_rows_written, 2);
+  EXPECT_EQ(s.rows, 3);
+  EXPECT_GE(s.memory_bytes, 2 * EntryBytes());
+  ASSERT_TRUE(store->Flush().ok());
+  EXPECT_EQ(store->stats().disk_rows_written, 4);  // 3 and 1, dirty in the cache
+  ASSERT_TRUE(store->Flush().ok());
+  EXPECT_EQ(store->stats().disk_rows_written, 4);  // clean now
+}
+
+TEST(DiskStore, TablesShareOneCache) {
+  auto tier = OpenTier(FreshDir("shared"), /*cache_rows=*/4);
+  auto a = *tier->OpenTable("a", kFloats);
+  auto b = *tier->OpenTable("emb/part_1", kFloats);  // a name with a slash: one directory
+  EXPECT_TRUE(fs::is_directory(fs::path(tier->dir()) / "emb%2Fpart_1"));
+  std::map<int64_t, int64_t> ua, ub;
+  Write(a.get(), {1, 2, 3, 4}, &ua);
+  Write(b.get(), {1, 2}, &ub);  // a's 1 and 2 (least recently used) leave
+  EXPECT_EQ(tier->cache_bytes_used(), 4 * EntryBytes());
+  EXPECT_EQ(a->stats().disk_rows_written, 2);
+  EXPECT_EQ(b->stats().disk_rows_written, 0);
+  Write(a.get(), {1, 2}, &ua);  // back from disk, as written
+  EXPECT_EQ(a->stats().disk_rows_read, 2);
+  EXPECT_EQ(ScanAll(*b, 10).size(), 2u);
+}
+
+TEST(DiskStore, RefusesACacheSmallerThanABatch) {
+  auto tier = DiskTier::Open({FreshDir("small"), 3 * EntryBytes(), 2}, nullptr);
+  ASSERT_TRUE(tier.ok());
+  auto store = *(*tier)->OpenTable("clicks", kFloats);
+  const std::vector<int64_t> ids = {1, 2, 3, 4};
+  std::vector<float*> records(ids.size());
+  const absl::Status s = store->Acquire(ids.data(), ids.size(), records.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("ps task 2, table 'clicks'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("--table_cache_bytes=" + std::to_string(3 * EntryBytes())), std::string::npos) << s;
+  EXPECT_NE(s.message().find("has 4 rows"), std::string::npos) << s;
+  EXPECT_EQ(s.message().find('\n'), std::string::npos);
+}
+
+TEST(DiskTier, RefusesAMissingDirectory) {
+  const std::string missing = FreshDir("missing") + "/not_there";
+  auto tier = DiskTier::Open({missing, 1 << 20, 0}, nullptr);
+  EXPECT_EQ(tier.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(tier.status().message().find("--table_dir=" + missing + " does not exist"), std::string::npos)
+      << tier.status();
+  EXPECT_FALSE(DiskTier::Open({"", 1 << 20, 0}, nullptr).ok());
+  EXPECT_FALSE(DiskTier::Open({FreshDir("zero"), 0, 0}, nullptr).ok());
+}
+
+TEST(DiskTier, RefusesADirectoryNotWritable) {
+  if (geteuid() == 0) GTEST_SKIP() << "root writes anywhere";
+  const std::string dir = FreshDir("readonly");
+  fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
+  auto tier = DiskTier::Open({dir, 1 << 20, 0}, nullptr);
+  fs::permissions(dir, fs::perms::owner_all);
+  EXPECT_EQ(tier.status().code(), absl::StatusCode::kPermissionDenied) << tier.status();
+}
+
+TEST(DiskTier, RefusesADirectoryHeldByARunningTask) {
+  const std::string dir = FreshDir("held");
+  auto first = DiskTier::Open({dir, 1 << 20, 1}, nullptr);
+  ASSERT_TRUE(first.ok());
+  auto second = DiskTier::Open({dir, 1 << 20, 1}, nullptr);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("held by a running task (pid " + std::to_string(getpid())),
+            std::string::npos)
+      << second.status();
+  EXPECT_TRUE(DiskTier::Open({dir, 1 << 20, 2}, nullptr).ok());  // another task's directory
+  first->reset();
+  EXPECT_TRUE(DiskTier::Open({dir, 1 << 20, 1}, nullptr).ok());  // released
+}
+
+TEST(DiskTier, WipesWhatAStoppedTaskLeft) {
+  const std::string dir = FreshDir("left");
+  fs::create_directories(fs::path(dir) / "ps_0" / "emb");
+  std::ofstream(fs::path(dir) / "ps_0" / "emb" / "000001.sst") << "old rows";
+  std::vector<std::string> said;
+  auto tier = DiskTier::Open({dir, 1 << 20, 0}, [&](const std::string& line) { said.push_back(line); });
+  ASSERT_TRUE(tier.ok());
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "ps_0" / "emb"));
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("ps task 0: wiped 1 table directory"), std::string::npos) << said[0];
+  // A table's rows are gone once it is closed, and a table opens empty.
+  auto store = *(*tier)->OpenTable("emb", kFloats);
+  std::map<int64_t, int64_t> u;
+  Write(store.get(), {5}, &u);
+  ASSERT_TRUE(store->Flush().ok());
+  store.reset();
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "ps_0" / "emb"));
+  store = *(*tier)->OpenTable("emb", kFloats);
+  EXPECT_EQ(store->size(), 0);
+  auto twice = (*tier)->OpenTable("emb", kFloats);  // open already (a model re-initialized): beside it
+  ASSERT_TRUE(twice.ok());
+  EXPECT_TRUE(fs::is_directory(fs::path(dir) / "ps_0" / "emb.2"));
+}
+
+}  // namespace
+}  // namespace psflow::ps::table
