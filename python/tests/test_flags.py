@@ -25,6 +25,8 @@ TEXT_VALUES = {"model": "cnn", "optimizer": "momentum", "transport": "shm", "pla
                "sparse_optimizer": "ftrl", "sparse_sync_mean": "row_count", "wire_dtype": "bfloat16",
                # The --table_* flags, made from include/psflow/dist/table_spec.h's TableFields().
                "table_initializer": "zeros", "table_partition_strategy": "mod", "table_storage": "disk"}
+# Flags that need another to be valid: given with it (which then moves too).
+COMPANIONS = {"table_storage": ["--table_dir=/some/table_dir"]}
 # The tables' rule and rate default to the dense ones: they move with them.
 FOLLOWERS = {"optimizer": {"sparse_optimizer"}, "learning_rate": {"sparse_learning_rate"}}
 
@@ -87,7 +89,7 @@ class FlagSurfacesTest(unittest.TestCase):
             else:
                 arg, expected = f"--{name}=3", 3
             with self.subTest(flag=name):
-                parsed = psflow.parse_flags([arg]).as_dict()
+                parsed = psflow.parse_flags([arg] + COMPANIONS.get(name, [])).as_dict()
                 self.assertEqual(parsed[name], expected)
                 self.assertNotEqual(defaults[name], expected)
                 self.assertIsInstance(parsed[name], type(expected))
@@ -97,9 +99,10 @@ class FlagSurfacesTest(unittest.TestCase):
                 model_defaulted = {"train_steps", "batch_size", "optimizer", "learning_rate", "lr_decay_steps",
                                    "lr_decay_rate", "sparse_optimizer", "sparse_learning_rate"}
                 allowed = (model_defaulted if name == "model" else set()) | FOLLOWERS.get(name, set())
+                allowed |= {c[2:].split("=")[0] for c in COMPANIONS.get(name, [])}
                 self.assertEqual(moved - allowed, {name})
                 # as_argv gives it back through the same parser.
-                self.assertEqual(psflow.parse_flags(psflow.parse_flags([arg]).as_argv()).as_dict(), parsed)
+                self.assertEqual(psflow.parse_flags(psflow.parse_flags([arg] + COMPANIONS.get(name, [])).as_argv()).as_dict(), parsed)
 
     def test_a_value_of_the_wrong_type_is_the_cli_line(self):
         for name, (kind, _) in self.help.items():
