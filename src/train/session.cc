@@ -28,8 +28,6 @@
 namespace psflow::train {
 namespace {
 
-// Waits for the chief to initialize every ps, in short slices so that a ps killed and restarted
-// meanwhile (its held call broken) is asked again, until `timeout_secs` in all.
 // "name=value name=value" of an evaluation's scalars.
 std::string ScalarsText(const std::vector<std::pair<std::string, double>>& scalars) {
   std::string text;
@@ -37,7 +35,8 @@ std::string ScalarsText(const std::vector<std::pair<std::string, double>>& scala
   return text;
 }
 
-// The evaluation's scalars: each name checked, the summary's four named fields taken out of them.
+// An evaluation's scalars: each name must be a valid metric name (they become TensorBoard tags and
+// summary fields as they are).
 absl::Status CheckEval(const SessionEval& eval) {
   for (const auto& [name, value] : eval.scalars) {
     if (auto s = CheckMetricName(name); !s.ok()) return s;
@@ -45,6 +44,8 @@ absl::Status CheckEval(const SessionEval& eval) {
   return absl::OkStatus();
 }
 
+// Waits for the chief to initialize every ps, in short slices so that a ps killed and restarted
+// meanwhile (its held call broken) is asked again, until `timeout_secs` in all.
 absl::Status WaitForChief(ps::PsClient& client, double timeout_secs) {
   // No log: the chief's initialization is what a worker waits for, not a silence.
   ps::RetryOptions retry;

@@ -1,6 +1,6 @@
 // ps/client/call_parts.h — the calls of a push or pull, one round after another (CallRound), and
-// how one ps task's share of an async push (or of the chief's Initialize, or
-// of a pull) into parts of bounded size, so the ps holds one part in flight instead of the whole
+// the cutting of one ps task's share of an async push (or of the chief's Initialize, or of a pull)
+// into parts of bounded size, so the ps holds one part in flight instead of the whole
 // message (a received message stays in memory until it is applied or copied, and an answer until
 // it is sent: without parts a ps peaks at its state plus one whole push per concurrent worker,
 // twice its values at start-up, and a copy of a shard whenever an update meets a pull's answer

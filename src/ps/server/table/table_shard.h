@@ -1,7 +1,7 @@
-// ps/server/table/table_shard.h — one ps task's part of an embedding table (docs/tables.md,
-// docs/tables.md; Paddle's table role): a fixed table's shard (dense rows of [rows, dim] and their
-// slots, routed by div/mod) or a dynamic table's share (rows whose id hashes to this ps; its rows
-// in memory or on disk: row_store.h), behind one
+// ps/server/table/table_shard.h — one ps task's part of an embedding table (docs/tables.md;
+// Paddle's table role): a fixed table's shard (dense rows of [rows, dim] and their slots, routed by
+// div/mod) or a dynamic table's share (rows whose id hashes to this ps; its rows in memory or on
+// disk: row_store.h), behind one
 // small interface: gather rows, apply gradient rows, removal passes, reading rows in id order for a
 // checkpoint (in parts), loading them back, and counters.
 //
