@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "psflow/core/tensor.h"
-#include "rpc/transport.h"
 #include "rpc/tensor_coding.h"
+#include "rpc/transport.h"
 
 namespace psflow::rpc {
 namespace {

@@ -7,8 +7,8 @@
 //                             process (every thread: the per-core figure)
 // The file: $PSFLOW_CRITEO_BENCH_FILE (plain or gzip, Criteo's layout, 13 integers and 26
 // categoricals), else the CTR generator's stream written once to a temporary directory
-// ($PSFLOW_CRITEO_BENCH_LINES lines, default 200k: ~95 MB plain). bench/criteo_reader_vs.py runs this beside `zcat | wc -l` and pandas on one file.
-// Run: build/bench/psflow_criteo_reader_bench [--benchmark_filter=REGEX]
+// ($PSFLOW_CRITEO_BENCH_LINES lines, default 200k: ~95 MB plain). bench/criteo_reader_vs.py runs this beside `zcat | wc
+// -l` and pandas on one file. Run: build/bench/psflow_criteo_reader_bench [--benchmark_filter=REGEX]
 #include <benchmark/benchmark.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,8 +41,8 @@ const std::vector<std::string>& Files() {
       out->assign(2, given);
       return out;
     }
-    const std::string dir = (std::filesystem::temp_directory_path() /
-                             ("psflow_criteo_bench_" + std::to_string(getpid()))).string();
+    const std::string dir =
+        (std::filesystem::temp_directory_path() / ("psflow_criteo_bench_" + std::to_string(getpid()))).string();
     CtrConfig config;
     const CtrGenerator gen = *CtrGenerator::Create(config);
     for (bool gzip : {false, true}) {

@@ -12,7 +12,6 @@
 // Run: DISK_BENCH_DIR=/var/tmp build/bench/psflow_disk_table_bench --benchmark_min_time=2
 // One thread; timings only (correctness: ps_table_test, disk_tables_test).
 #include <benchmark/benchmark.h>
-
 #include <unistd.h>
 
 #include <cstdlib>
@@ -149,7 +148,8 @@ void BM_DiskTableApply(benchmark::State& state) {
   Report(state, before, f.shard->stats());
 }
 
-#define PSFLOW_DISK_ARGS ArgNames({"hot_percent", "storage"})->ArgsProduct({{100, 97, 82, 55}, {0, 1, 2}})->UseRealTime()
+#define PSFLOW_DISK_ARGS \
+  ArgNames({"hot_percent", "storage"})->ArgsProduct({{100, 97, 82, 55}, {0, 1, 2}})->UseRealTime()
 BENCHMARK(BM_DiskTableGather)->PSFLOW_DISK_ARGS;
 BENCHMARK(BM_DiskTableApply)->PSFLOW_DISK_ARGS;
 

@@ -14,8 +14,8 @@
 #include "ps/server/shard.h"
 #include "psflow/core/threading.h"
 #include "psflow/optim/optimizer.h"
-#include "rpc/transport.h"
 #include "rpc/tensor_coding.h"
+#include "rpc/transport.h"
 
 namespace psflow::ps {
 namespace {

@@ -30,9 +30,9 @@ int64_t TableRows(int64_t dim) { return kWeightBytes / (dim * static_cast<int64_
 
 struct Fixture {
   std::unique_ptr<TableShard> shard;
-  std::vector<int64_t> ids;                 // a call's unique ids (the first of `batches`)
+  std::vector<int64_t> ids;                   // a call's unique ids (the first of `batches`)
   std::vector<std::vector<int64_t>> batches;  // disjoint calls covering the table (up to 64)
-  std::vector<float> rows;                  // [kBatch, dim]
+  std::vector<float> rows;                    // [kBatch, dim]
 };
 
 // A table of TableRows(dim) rows (fixed, or dynamic with every row created), and a call's ids.
@@ -76,8 +76,8 @@ Fixture Make(bool dynamic, int64_t dim, const std::string& rule_name) {
 }
 
 void SetRows(benchmark::State& state, int64_t dim) {
-  state.counters["rows/s"] = benchmark::Counter(static_cast<double>(state.iterations() * kBatch),
-                                                benchmark::Counter::kIsRate);
+  state.counters["rows/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * kBatch), benchmark::Counter::kIsRate);
   state.SetBytesProcessed(state.iterations() * kBatch * dim * static_cast<int64_t>(sizeof(float)));
 }
 
@@ -140,7 +140,9 @@ void BM_TableApply(benchmark::State& state) {
   }
   SetRows(state, dim);
 }
-BENCHMARK(BM_TableApply)->ArgNames({"rule", "dynamic", "dim"})->ArgsProduct({{0, 1, 2, 3, 4, 5}, {0, 1}, {16, 64, 256}});
+BENCHMARK(BM_TableApply)
+    ->ArgNames({"rule", "dynamic", "dim"})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {0, 1}, {16, 64, 256}});
 
 }  // namespace
 }  // namespace psflow::ps::table

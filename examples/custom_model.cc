@@ -25,7 +25,7 @@
 namespace {
 
 using psflow::Rng;
-using psflow::ops::Padding;
+using psflow::Var;
 using psflow::nn::Conv2D;
 using psflow::nn::Dense;
 using psflow::nn::Dropout;
@@ -35,7 +35,7 @@ using psflow::nn::Model;
 using psflow::nn::ModelConfig;
 using psflow::nn::Sequential;
 using psflow::nn::WeightInit;
-using psflow::Var;
+using psflow::ops::Padding;
 
 // A layer of our own, to show the Layer interface: logits = x·W + b with W initialized to zero and
 // no activation. Parameters are named leaves (MakeParameter) created once; Forward builds this
@@ -72,8 +72,8 @@ std::unique_ptr<Model> BuildLenetSmall(const ModelConfig& config, Rng& rng) {
   const WeightInit conv_init{WeightInit::kTruncatedNormal, /*stddev=*/0.1f, /*bias=*/0.1f};
   const WeightInit dense_init{WeightInit::kGlorotUniform};
   auto net = std::make_unique<Sequential>();
-  net->Emplace<Conv2D>("conv1", /*kernel=*/5, /*in_channels=*/1, /*out_channels=*/filters, /*stride=*/1,
-                       Padding::kSame, conv_init, /*relu=*/true, rng)
+  net->Emplace<Conv2D>("conv1", /*kernel=*/5, /*in_channels=*/1, /*out_channels=*/filters, /*stride=*/1, Padding::kSame,
+                       conv_init, /*relu=*/true, rng)
       .Emplace<MaxPool>(/*window=*/2, /*stride=*/2, Padding::kSame)
       .Emplace<Conv2D>("conv2", 5, filters, 16, 1, Padding::kSame, conv_init, true, rng)
       .Emplace<MaxPool>(2, 2, Padding::kSame)
@@ -97,12 +97,12 @@ int main(int argc, char** argv) {
   defaults.train_steps = 2000;
   // A setting of the model's own: --conv1_filters=N on any subcommand with --model=lenet_small,
   // listed by --help under "Model settings"; refused unless it is an integer in [1, 256].
-  defaults.settings.push_back({"conv1_filters", "8", "filters of lenet_small's first convolution",
-                               [](const std::string& v) {
-                                 int n = 0;
-                                 const bool ok = absl::SimpleAtoi(v, &n) && n >= 1 && n <= 256;
-                                 return ok ? absl::OkStatus() : absl::InvalidArgumentError("an integer in 1..256");
-                               }});
+  defaults.settings.push_back(
+      {"conv1_filters", "8", "filters of lenet_small's first convolution", [](const std::string& v) {
+         int n = 0;
+         const bool ok = absl::SimpleAtoi(v, &n) && n >= 1 && n <= 256;
+         return ok ? absl::OkStatus() : absl::InvalidArgumentError("an integer in 1..256");
+       }});
   psflow::nn::RegisterModel("lenet_small", BuildLenetSmall, defaults);
   return psflow::cli::Main(argc, argv);
 }

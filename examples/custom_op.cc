@@ -72,8 +72,8 @@ int main() {
   const Tensor beta = Tensor::Scalar(1.5f);
 
   // 1. The op alone: gradients of x and beta against finite differences.
-  absl::Status alone = psflow::CheckGradients([](const std::vector<Var>& in) { return Swish(in[0], in[1]); },
-                                              {x, beta});
+  absl::Status alone =
+      psflow::CheckGradients([](const std::vector<Var>& in) { return Swish(in[0], in[1]); }, {x, beta});
   std::printf("Swish alone: %s\n", alone.ok() ? "gradients match finite differences" : alone.ToString().c_str());
 
   // 2. Inside a small graph with psflow's ops, as a layer would use it: a loss of

@@ -106,8 +106,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<psflow::data::IdxArray> array = psflow::data::ReadIdxFile(path);
 
   // Raw input that starts like gzip is decompressed by the reader: only "no crash" applies.
-  const bool raw_gzip = !compress && idx.size() >= 2 && static_cast<uint8_t>(idx[0]) == 0x1f &&
-                        static_cast<uint8_t>(idx[1]) == 0x8b;
+  const bool raw_gzip =
+      !compress && idx.size() >= 2 && static_cast<uint8_t>(idx[0]) == 0x1f && static_cast<uint8_t>(idx[1]) == 0x8b;
   if (raw_gzip) return 0;
   const Expected expected = Describe(idx);
   if (array.ok()) {

@@ -10,6 +10,10 @@
 // A message that decodes is checked against the bytes themselves, read independently of the
 // decoder: every tensor's floats through CopyTo, CopyStrided, ForEachRun and AddTo equal the bytes
 // at its place in the payload; and re-encoding the decoded message decodes to the same message.
+#include <google/protobuf/stubs/logging.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -18,10 +22,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <google/protobuf/stubs/logging.h>
-#include <grpcpp/support/byte_buffer.h>
-#include <grpcpp/support/slice.h>
 
 #include "rpc/tensor_coding.h"
 
@@ -102,7 +102,8 @@ void CheckTensors(const IncomingMessage& m, std::string_view payload) {
       std::vector<float> strided(static_cast<size_t>(blocks * (block + 1)), 7.0f);
       m.CopyStrided(i, strided.data(), block, block + 1);
       for (int64_t k = 0; k < blocks; ++k) {
-        if (std::memcmp(&strided[k * (block + 1)], &copy[k * block], block * 4) != 0 || strided[k * (block + 1) + block] != 7.0f) {
+        if (std::memcmp(&strided[k * (block + 1)], &copy[k * block], block * 4) != 0 ||
+            strided[k * (block + 1) + block] != 7.0f) {
           Fail("CopyStrided differs from CopyTo");
         }
       }
@@ -129,7 +130,8 @@ void CheckReencode(const IncomingMessage& m) {
   if (!again.ok()) Fail("re-encoded message does not decode");
   if (again->header() != m.header() || again->num_tensors() != m.num_tensors()) Fail("re-encoding changed the message");
   for (int i = 0; i < m.num_tensors(); ++i) {
-    if (again->meta(i).SerializeAsString() != m.meta(i).SerializeAsString()) Fail("re-encoding changed a tensor header");
+    if (again->meta(i).SerializeAsString() != m.meta(i).SerializeAsString())
+      Fail("re-encoding changed a tensor header");
     std::vector<float> copy(values[i].size());
     again->CopyTo(i, copy.data());
     if (!copy.empty() && std::memcmp(copy.data(), values[i].data(), copy.size() * 4) != 0) {

@@ -97,7 +97,8 @@ void FuzzPartitioner(std::string_view input) {
       model_bytes += 4 * psflow::NumElements(v.shape);
       int64_t next_row = 0;
       for (const psflow::dist::ShardSpec* shard : plan.ShardsOf(v.name)) {
-        if (shard->offset != next_row || shard->ps_task < 0 || shard->ps_task >= num_ps) Fail("shards leave a gap", input);
+        if (shard->offset != next_row || shard->ps_task < 0 || shard->ps_task >= num_ps)
+          Fail("shards leave a gap", input);
         next_row += shard->shape[shard->axis];
       }
       if (next_row != v.shape[0]) Fail("shards do not cover the variable", input);

@@ -19,9 +19,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <utility>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "psflow/cli/flags.h"
@@ -51,16 +51,16 @@ absl::StatusOr<Settings> ParseSettings(const std::vector<std::string>& args) {
   for (const std::string& a : args) {
     const size_t eq = a.find('=');
     const std::string name = a.substr(0, eq);
-    int64_t* target = name == "--wide_buckets" ? &s.wide_buckets
-                      : name == "--fm_dim"     ? &s.fm_dim
-                      : name == "--fm_max_rows" ? &s.fm_max_rows
+    int64_t* target = name == "--wide_buckets"    ? &s.wide_buckets
+                      : name == "--fm_dim"        ? &s.fm_dim
+                      : name == "--fm_max_rows"   ? &s.fm_max_rows
                       : name == "--test_examples" ? &s.test_examples
                                                   : nullptr;
     char* end = nullptr;
     const long long v = eq == std::string::npos ? 0 : std::strtoll(a.c_str() + eq + 1, &end, 10);
     if (target == nullptr) {
-      return absl::InvalidArgumentError("unknown argument '" + a +
-                                        "' (psflow's flags, or --wide_buckets, --fm_dim, --fm_max_rows, --test_examples)");
+      return absl::InvalidArgumentError(
+          "unknown argument '" + a + "' (psflow's flags, or --wide_buckets, --fm_dim, --fm_max_rows, --test_examples)");
     }
     if (end == nullptr || *end != '\0' || v < 1) return absl::InvalidArgumentError(a + ": must be a positive integer");
     *target = v;
@@ -108,14 +108,14 @@ Var Logits(const Var& w, const Var& b, const Batch& batch, int64_t n, int num_fi
   const int64_t k = fm_rows->value.shape()[1];
   Tensor x(Shape{n, num_dense});
   std::copy_n(batch.dense.data(), n * num_dense, x.data());
-  Var linear = ops::BiasAdd(ops::MatMul(psflow::Constant(std::move(x)), w), b);                   // [n, 1]
+  Var linear = ops::BiasAdd(ops::MatMul(psflow::Constant(std::move(x)), w), b);  // [n, 1]
   Var ones = psflow::Constant(Tensor(Shape{num_fields, 1}, 1.0f));
-  Var wide = ops::GatherRows(wide_rows, {wide_index.data(), wide_index.size()});                  // [n·F, 1]
-  Var wide_sum = ops::MatMul(ops::Reshape(wide, Shape{n, num_fields}), ones);                     // [n, 1]
-  Var embedded = ops::GatherRows(fm_rows, {fm_index.data(), fm_index.size()});                    // [n·F, k]
-  Var pairs = ops::DotInteraction(ops::Reshape(embedded, Shape{n, num_fields, k}));               // [n, F(F-1)/2]
+  Var wide = ops::GatherRows(wide_rows, {wide_index.data(), wide_index.size()});     // [n·F, 1]
+  Var wide_sum = ops::MatMul(ops::Reshape(wide, Shape{n, num_fields}), ones);        // [n, 1]
+  Var embedded = ops::GatherRows(fm_rows, {fm_index.data(), fm_index.size()});       // [n·F, k]
+  Var pairs = ops::DotInteraction(ops::Reshape(embedded, Shape{n, num_fields, k}));  // [n, F(F-1)/2]
   const int64_t num_pairs = num_fields * (num_fields - 1) / 2;
-  Var fm = ops::MatMul(pairs, psflow::Constant(Tensor(Shape{num_pairs, 1}, 1.0f)));               // [n, 1]
+  Var fm = ops::MatMul(pairs, psflow::Constant(Tensor(Shape{num_pairs, 1}, 1.0f)));  // [n, 1]
   return ops::Add(ops::Add(linear, wide_sum), fm);
 }
 
@@ -133,8 +133,8 @@ std::vector<psflow::dist::TableSpec> Tables(const Settings& settings, uint64_t s
   fm.dim = settings.fm_dim;
   fm.kind = psflow::dist::TableKind::kDynamic;  // any int64 id, rows created by their first applied gradient
   fm.initializer = psflow::dist::TableInitializer::TruncatedNormal(0, 0.05f, /*seed=*/seed + 1);
-  fm.lifecycle.admit_after = 2;       // an id's first push is counted, not applied (one-off ids make no row)
-  fm.lifecycle.steps_to_live = 2000;  // rows not updated for 2000 global steps are evicted
+  fm.lifecycle.admit_after = 2;                  // an id's first push is counted, not applied (one-off ids make no row)
+  fm.lifecycle.steps_to_live = 2000;             // rows not updated for 2000 global steps are evicted
   fm.lifecycle.max_rows = settings.fm_max_rows;  // each ps keeps at most ⌈max_rows / P⌉ rows
   return {wide, fm};
 }
@@ -218,7 +218,8 @@ class FmWorker {
     if (auto s = Fill(next_, next_step, n, session.data_worker_index()); !s.ok()) return s;
     if (auto s = session.Prefetch(next_.TableIds()); !s.ok()) return s;
     int64_t correct = 0;
-    for (int64_t i = 0; i < n; ++i) correct += (logits->value[i] > 0) == (current_.labels[static_cast<size_t>(i)] > 0.5f);
+    for (int64_t i = 0; i < n; ++i)
+      correct += (logits->value[i] > 0) == (current_.labels[static_cast<size_t>(i)] > 0.5f);
     if (auto s = session.Step(loss->value[0], static_cast<double>(correct) / static_cast<double>(n)); !s.ok()) return s;
     return true;
   }
@@ -282,10 +283,9 @@ class FmWorker {
 // Then the program's own settings from what psflow did not parse.
 absl::Status ParseCommandLine(int argc, char** argv, psflow::train::TrainOptions* options, Settings* settings) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  auto flags = psflow::cli::ParseFlags(args, {"--optimizer=adam", "--learning_rate=0.01", "--sparse_optimizer=adagrad",
-                                              "--sparse_learning_rate=0.5", "--batch_size=256",
-                                              "--partitioner=min_max:8:65536", "--train_steps=3000",
-                                              "--log_every=500"});
+  auto flags = psflow::cli::ParseFlags(
+      args, {"--optimizer=adam", "--learning_rate=0.01", "--sparse_optimizer=adagrad", "--sparse_learning_rate=0.5",
+             "--batch_size=256", "--partitioner=min_max:8:65536", "--train_steps=3000", "--log_every=500"});
   if (!flags.ok()) return flags.status();
   auto parsed = ParseSettings(flags->unparsed);
   if (!parsed.ok()) return parsed.status();

@@ -58,10 +58,12 @@ absl::StatusOr<Data> ReadCsv(const std::string& path) {
     for (; std::getline(fields, field, ','); ++count) {
       char* end = nullptr;
       const float v = std::strtof(field.c_str(), &end);
-      if (end == field.c_str()) return absl::InvalidArgumentError(path + ":" + std::to_string(n) + ": '" + field + "' is not a number");
+      if (end == field.c_str())
+        return absl::InvalidArgumentError(path + ":" + std::to_string(n) + ": '" + field + "' is not a number");
       (count < kFeatures ? d.x : d.y).push_back(v);
     }
-    if (count != kFeatures + 1) return absl::InvalidArgumentError(path + ":" + std::to_string(n) + ": expected 9 numbers (x1,...,x8,y)");
+    if (count != kFeatures + 1)
+      return absl::InvalidArgumentError(path + ":" + std::to_string(n) + ": expected 9 numbers (x1,...,x8,y)");
   }
   if (d.rows() == 0) return absl::InvalidArgumentError("--csv=" + path + " has no rows");
   return d;
@@ -82,8 +84,8 @@ double MeanSquaredError(psflow::nn::Layer& net, const Data& d) {
 int Run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   // psflow's flags (and `psflow local`'s, through $PSFLOW_FLAGS), over this program's defaults.
-  auto flags = psflow::cli::ParseFlags(args, {"--optimizer=adam", "--learning_rate=0.01", "--batch_size=32",
-                                              "--train_steps=600", "--log_every=100"});
+  auto flags = psflow::cli::ParseFlags(
+      args, {"--optimizer=adam", "--learning_rate=0.01", "--batch_size=32", "--train_steps=600", "--log_every=100"});
   if (!flags.ok()) {
     std::cerr << "regression: " << flags.status().message() << "\n";
     return 2;
@@ -135,7 +137,8 @@ int Run(int argc, char** argv) {
     while (!s.ShouldStop()) {
       sampler.BatchAt(s.data_step(), &rows);  // sync: this worker's slice of the global batch
       for (int i = 0; i < batch; ++i) {
-        std::copy_n(&train.x[static_cast<size_t>(rows[i]) * kFeatures], kFeatures, &x[static_cast<size_t>(i) * kFeatures]);
+        std::copy_n(&train.x[static_cast<size_t>(rows[i]) * kFeatures], kFeatures,
+                    &x[static_cast<size_t>(i) * kFeatures]);
         y[static_cast<size_t>(i)] = train.y[static_cast<size_t>(rows[i])];
       }
       psflow::ZeroGrad(params);
@@ -149,7 +152,8 @@ int Run(int argc, char** argv) {
       double mean = 0, baseline = 0;
       for (float v : train.y) mean += v / static_cast<double>(train.rows());
       for (float v : test.y) baseline += (v - mean) * (v - mean) / static_cast<double>(test.rows());
-      eval.scalars = {{"train_mse", MeanSquaredError(net, train)}, {"test_mse", MeanSquaredError(net, test)},
+      eval.scalars = {{"train_mse", MeanSquaredError(net, train)},
+                      {"test_mse", MeanSquaredError(net, test)},
                       {"test_mse_of_mean", baseline}};
       return eval;
     });

@@ -14,8 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "psflow/cli/flags.h"
-#include "psflow/optim/optimizer.h"
 #include "psflow/dist/partition.h"
+#include "psflow/optim/optimizer.h"
 #include "psflow/train/options.h"
 
 namespace psflow::train {

@@ -50,13 +50,13 @@ bool IsDirectory(const std::string& path) {
 
 absl::Status NoCheckpointIn(const std::string& dir, const std::vector<std::string>& skipped) {
   std::string why = skipped.empty() ? "no model.ckpt-STEP.safetensors file in it" : skipped.front();
-  return absl::NotFoundError(
-      absl::StrCat("no readable checkpoint in ", dir, ": ", why, "; give a --checkpoint_dir a job saved into, or a file"));
+  return absl::NotFoundError(absl::StrCat("no readable checkpoint in ", dir, ": ", why,
+                                          "; give a --checkpoint_dir a job saved into, or a file"));
 }
 
 absl::Status NoSuchFile(const std::string& path) {
-  return absl::NotFoundError(
-      absl::StrCat("checkpoint ", path, " does not exist; give a checkpoint directory or a model.ckpt-STEP.safetensors file"));
+  return absl::NotFoundError(absl::StrCat(
+      "checkpoint ", path, " does not exist; give a checkpoint directory or a model.ckpt-STEP.safetensors file"));
 }
 
 // A directory: its newest checkpoint that passes its checksum (as a restore takes it); a file: that

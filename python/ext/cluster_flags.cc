@@ -9,7 +9,6 @@
 #include <future>
 #include <iostream>
 #include <thread>
-
 #include <type_traits>
 #include <variant>
 
@@ -151,7 +150,8 @@ Bad addresses raise psflow.InvalidArgumentError with psflow train's message.)doc
             const train::TrainOptions& o = flags.options;
             return ValueOrThrow(train::ResolveTaskCluster(o)).first;
           },
-          py::arg("flags"), "The cluster of --ps_hosts/--worker_hosts, or else of $TF_CONFIG, or else of the Slurm step (--slurm_jobs).")
+          py::arg("flags"),
+          "The cluster of --ps_hosts/--worker_hosts, or else of $TF_CONFIG, or else of the Slurm step (--slurm_jobs).")
       .def_static(
           "from_tf_config",
           [](std::optional<std::string> text) {
@@ -174,8 +174,12 @@ void RegisterFlags(py::module_& m) {
   py::class_<Flags> flags(m, "Flags", "Every psflow train flag as an attribute; .unparsed: the script's own flags.",
                           py::dynamic_attr());
   flags.def(py::init<>())
-      .def("_copy_options", [](const Flags& f) { return Flags{f.options, f.unparsed}; },
-           "A copy of the psflow flags (not the script's own attributes).")
+      .def(
+          "_copy_options",
+          [](const Flags& f) {
+            return Flags{f.options, f.unparsed};
+          },
+          "A copy of the psflow flags (not the script's own attributes).")
       .def_readwrite("unparsed", &Flags::unparsed)
       .def("__repr__", [](const Flags& f) {
         // Flags whose default comes from the model are unset (None) until resolved.

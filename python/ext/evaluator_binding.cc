@@ -22,7 +22,8 @@ namespace {
 class CheckpointWatcherBinding {
  public:
   explicit CheckpointWatcherBinding(const Flags& flags)
-      : options_(flags.options), log_([](const std::string& line) { std::cout << line << std::endl; }),
+      : options_(flags.options),
+        log_([](const std::string& line) { std::cout << line << std::endl; }),
         watcher_(WatchFor(flags.options)) {
     if (options_.checkpoint_dir.empty()) {
       throw StatusError(absl::InvalidArgumentError(

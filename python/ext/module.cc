@@ -1,7 +1,7 @@
-// psflow._psflow: the C++ extension under the `psflow` Python package (docs/design.md#the-worker-session-and-the-python-package). Thin: every
-// behaviour is psflow's C++ (cluster parsing, flags, the ps task, the worker session, the data
-// order, the MNIST reader); this file only translates types and errors. Calls that wait release the
-// GIL. See python/psflow/__init__.py for the Python-facing API.
+// psflow._psflow: the C++ extension under the `psflow` Python package
+// (docs/design.md#the-worker-session-and-the-python-package). Thin: every behaviour is psflow's C++ (cluster parsing,
+// flags, the ps task, the worker session, the data order, the MNIST reader); this file only translates types and
+// errors. Calls that wait release the GIL. See python/psflow/__init__.py for the Python-facing API.
 #include <pybind11/pybind11.h>
 
 #include <string>
@@ -53,8 +53,7 @@ PyObject* g_error_by_code[32] = {};
 }  // namespace
 
 void RegisterErrors(py::module_& m) {
-  g_error = PyErr_NewExceptionWithDoc("psflow.Error",
-                                      "Base of every psflow error; .code is the absl status code name.",
+  g_error = PyErr_NewExceptionWithDoc("psflow.Error", "Base of every psflow error; .code is the absl status code name.",
                                       PyExc_Exception, nullptr);
   m.attr("Error") = py::handle(g_error);
   for (const ErrorClass& e : ErrorClasses()) {

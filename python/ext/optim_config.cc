@@ -29,7 +29,8 @@ optim::ParameterGroup GroupFromDict(const py::dict& d) {
     } else if (key == "weight_decay") {
       if (!value.is_none()) g.weight_decay = value.cast<float>();
     } else {
-      throw StatusError(absl::InvalidArgumentError(absl::StrCat("optimizer config: unknown parameter group key '", key, "'")));
+      throw StatusError(
+          absl::InvalidArgumentError(absl::StrCat("optimizer config: unknown parameter group key '", key, "'")));
     }
   }
   return g;
@@ -44,30 +45,54 @@ optim::OptimizerConfig OptimizerConfigFromDict(const py::dict& d) {
     const py::handle value = item.second;  // a named variable: lambdas may capture it (clang)
     auto f = [value] { return value.cast<float>(); };
     auto i = [value] { return value.cast<int64_t>(); };
-    if (key == "name") c.name = value.cast<std::string>();
-    else if (key == "convention") c.convention = value.cast<std::string>();
-    else if (key == "learning_rate") c.learning_rate = f();
-    else if (key == "momentum") c.momentum = f();
-    else if (key == "nesterov") c.nesterov = value.cast<bool>();
-    else if (key == "initial_accumulator") c.initial_accumulator = f();
-    else if (key == "adagrad_epsilon") c.adagrad_epsilon = f();
-    else if (key == "beta1") c.beta1 = f();
-    else if (key == "beta2") c.beta2 = f();
-    else if (key == "adam_epsilon") c.adam_epsilon = f();
-    else if (key == "rms_decay") c.rms_decay = f();
-    else if (key == "rms_momentum") c.rms_momentum = f();
-    else if (key == "rms_epsilon") c.rms_epsilon = f();
-    else if (key == "weight_decay") c.weight_decay = f();
-    else if (key == "schedule") c.schedule = value.cast<std::string>();
-    else if (key == "decay_steps") c.decay_steps = i();
-    else if (key == "decay_rate") c.decay_rate = f();
-    else if (key == "staircase") c.staircase = value.cast<bool>();
-    else if (key == "cosine_steps") c.cosine_steps = i();
-    else if (key == "min_learning_rate") c.min_learning_rate = f();
-    else if (key == "boundaries") c.boundaries = value.cast<std::vector<int64_t>>();
-    else if (key == "values") c.values = value.cast<std::vector<float>>();
-    else if (key == "warmup_steps") c.warmup_steps = i();
-    else if (key == "warmup_start_factor") c.warmup_start_factor = f();
+    if (key == "name")
+      c.name = value.cast<std::string>();
+    else if (key == "convention")
+      c.convention = value.cast<std::string>();
+    else if (key == "learning_rate")
+      c.learning_rate = f();
+    else if (key == "momentum")
+      c.momentum = f();
+    else if (key == "nesterov")
+      c.nesterov = value.cast<bool>();
+    else if (key == "initial_accumulator")
+      c.initial_accumulator = f();
+    else if (key == "adagrad_epsilon")
+      c.adagrad_epsilon = f();
+    else if (key == "beta1")
+      c.beta1 = f();
+    else if (key == "beta2")
+      c.beta2 = f();
+    else if (key == "adam_epsilon")
+      c.adam_epsilon = f();
+    else if (key == "rms_decay")
+      c.rms_decay = f();
+    else if (key == "rms_momentum")
+      c.rms_momentum = f();
+    else if (key == "rms_epsilon")
+      c.rms_epsilon = f();
+    else if (key == "weight_decay")
+      c.weight_decay = f();
+    else if (key == "schedule")
+      c.schedule = value.cast<std::string>();
+    else if (key == "decay_steps")
+      c.decay_steps = i();
+    else if (key == "decay_rate")
+      c.decay_rate = f();
+    else if (key == "staircase")
+      c.staircase = value.cast<bool>();
+    else if (key == "cosine_steps")
+      c.cosine_steps = i();
+    else if (key == "min_learning_rate")
+      c.min_learning_rate = f();
+    else if (key == "boundaries")
+      c.boundaries = value.cast<std::vector<int64_t>>();
+    else if (key == "values")
+      c.values = value.cast<std::vector<float>>();
+    else if (key == "warmup_steps")
+      c.warmup_steps = i();
+    else if (key == "warmup_start_factor")
+      c.warmup_start_factor = f();
     else if (key == "groups") {
       for (const py::handle& g : value) c.groups.push_back(GroupFromDict(g.cast<py::dict>()));
     } else {

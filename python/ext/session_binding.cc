@@ -67,7 +67,9 @@ class PySession {
       auto p = std::make_unique<ParamMemory>();
       p->name = names[i];
       for (int64_t d : shapes[i]) {
-        if (d < 0) throw StatusError(absl::InvalidArgumentError(absl::StrCat("parameter '", names[i], "' has a negative dimension")));
+        if (d < 0)
+          throw StatusError(
+              absl::InvalidArgumentError(absl::StrCat("parameter '", names[i], "' has a negative dimension")));
       }
       p->value = Tensor(Shape(shapes[i]));
       if (trainable[i]) p->grad = Tensor(Shape(shapes[i]));
@@ -88,8 +90,8 @@ class PySession {
       session_options.evaluate = [this] { return CallEvaluate(); };
     }
     py::gil_scoped_release release;
-    session_ = ValueOrThrow(train::WorkerSession::Create(std::move(session_options), std::move(params),
-                                                                   std::move(tables)));
+    session_ =
+        ValueOrThrow(train::WorkerSession::Create(std::move(session_options), std::move(params), std::move(tables)));
   }
 
   py::array_t<float> View(size_t i, bool grad) {
@@ -130,8 +132,8 @@ class PySession {
       const Shape& shape = p.value.shape();
       if (shape.empty() || values.ndim() < 1 || rows.ndim() != 1 || values.shape(0) != rows.shape(0) ||
           values.size() != rows.shape(0) * (p.value.size() / std::max<int64_t>(shape[0], 1))) {
-        throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-            "the row-sparse gradient of '", p.name, "' does not match its shape ", ShapeToString(shape))));
+        throw StatusError(absl::InvalidArgumentError(
+            absl::StrCat("the row-sparse gradient of '", p.name, "' does not match its shape ", ShapeToString(shape))));
       }
       RowSparse g;
       g.rows.assign(rows.data(), rows.data() + rows.size());
@@ -232,7 +234,8 @@ class PySession {
     } catch (const py::cast_error& e) {
       return absl::InvalidArgumentError(absl::StrCat(
           "evaluate(): not a dict of name -> number (and optionally ctr: {test_examples, test_log_loss, test_auc, "
-          "bayes_log_loss, bayes_auc}): ", e.what()));
+          "bayes_log_loss, bayes_auc}): ",
+          e.what()));
     }
   }
   void RethrowRaised() {
@@ -250,9 +253,9 @@ class PySession {
   std::shared_ptr<Memory> memory_;
   std::unique_ptr<train::WorkerSession> session_;
   std::atomic<bool> busy_{false};
-  py::object evaluate_;                              // None or the checked evaluate
+  py::object evaluate_;                            // None or the checked evaluate
   std::shared_ptr<py::error_already_set> raised_;  // what evaluate raised inside the last call
-  bool evaluating_ = false;  // inside close()'s evaluate (the GIL holder's thread)
+  bool evaluating_ = false;                        // inside close()'s evaluate (the GIL holder's thread)
 };
 
 }  // namespace
@@ -275,8 +278,10 @@ void RegisterSession(py::module_& m) {
       .def("prefetch", &PySession::Prefetch, py::arg("next_ids"))
       .def("set_table_grads", &PySession::SetTableGrads, py::arg("table"), py::arg("grads"))
       .def_property_readonly("num_tables", [](PySession& s) { return s.session().num_tables(); })
-      .def("value", [](PySession& s, size_t i) { return s.View(i, false); }, py::arg("index"))
-      .def("grad", [](PySession& s, size_t i) { return s.View(i, true); }, py::arg("index"))
+      .def(
+          "value", [](PySession& s, size_t i) { return s.View(i, false); }, py::arg("index"))
+      .def(
+          "grad", [](PySession& s, size_t i) { return s.View(i, true); }, py::arg("index"))
       .def("open", &PySession::Open)
       .def("should_stop", [](PySession& s) { return s.session().ShouldStop(); })
       .def("step", &PySession::Step, py::arg("loss"), py::arg("accuracy"), py::arg("dense_ready"), py::arg("sparse"))

@@ -50,9 +50,9 @@ std::vector<absl::Span<const int64_t>> Spans(const char* what, int num_tables, c
     }
     py::array a = ids[t].cast<py::array>();
     if (!a.dtype().is(py::dtype::of<int64_t>()) || a.ndim() != 1) {
-      throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-          what, ": table ", t, "'s ids are a ", py::str(a.dtype()).cast<std::string>(), " array of ", a.ndim(),
-          " dimensions; pass a 1-D int64 array")));
+      throw StatusError(absl::InvalidArgumentError(absl::StrCat(what, ": table ", t, "'s ids are a ",
+                                                                py::str(a.dtype()).cast<std::string>(), " array of ",
+                                                                a.ndim(), " dimensions; pass a 1-D int64 array")));
     }
     keep->push_back(Ids::ensure(a));
     spans.emplace_back(keep->back().data(), keep->back().size());
@@ -118,9 +118,9 @@ void RegisterTableFields(py::module_& m) {
         py::list out;
         for (const dist::TableField& f : dist::TableFields()) {
           const std::string text = dist::TableFieldDefault(f.name);
-          py::object value = f.type == "int"   ? py::object(py::int_(py::str(text)))
-                             : text.empty()    ? py::object(py::none())
-                                               : py::object(py::str(text));
+          py::object value = f.type == "int" ? py::object(py::int_(py::str(text)))
+                             : text.empty()  ? py::object(py::none())
+                                             : py::object(py::str(text));
           out.append(py::make_tuple(std::string(f.name), value, std::string(f.help)));
         }
         return out;
@@ -177,8 +177,8 @@ void TablesSetGrads(train::WorkerSession& session, int t, const py::array& grads
   const auto g = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(grads);
   const int64_t u = static_cast<int64_t>(b.ids.size());
   if (!g || g.ndim() != 2 || g.shape(0) != u) {
-    throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-        "table ", t, ": the gradient is not [", u, ", dim] for the batch's ", u, " unique ids")));
+    throw StatusError(absl::InvalidArgumentError(
+        absl::StrCat("table ", t, ": the gradient is not [", u, ", dim] for the batch's ", u, " unique ids")));
   }
   b.grads = Tensor::Uninitialized({u, static_cast<int64_t>(g.shape(1))});
   std::copy_n(g.data(), g.size(), b.grads.data());

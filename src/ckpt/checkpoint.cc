@@ -89,7 +89,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsReader>> OpenCheckpoint(const std::str
   auto crc = (*reader)->Crc32();
   if (!crc.ok()) return crc.status();
   if (it->second != absl::StrCat(*crc)) {
-    return absl::DataLossError(absl::StrCat(path, ": checksum mismatch (stored ", it->second, ", computed ", *crc, ")"));
+    return absl::DataLossError(
+        absl::StrCat(path, ": checksum mismatch (stored ", it->second, ", computed ", *crc, ")"));
   }
   return reader;
 }
@@ -149,8 +150,8 @@ absl::StatusOr<OpenedCheckpoint> OpenCheckpointFile(const std::string& path, io:
   return OpenedCheckpoint{path, step, *std::move(reader)};
 }
 
-absl::StatusOr<std::optional<Checkpoint>> LoadLatestCheckpoint(const std::string& dir, std::vector<std::string>* skipped,
-                                                               io::Env* env) {
+absl::StatusOr<std::optional<Checkpoint>> LoadLatestCheckpoint(const std::string& dir,
+                                                               std::vector<std::string>* skipped, io::Env* env) {
   for (const auto& [step, path] : ListCheckpoints(dir, env)) {
     auto ckpt = ReadCheckpoint(path, env);
     if (!ckpt.ok()) {

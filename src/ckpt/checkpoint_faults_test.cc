@@ -4,13 +4,12 @@
 // a failing close. Each must leave the previous checkpoint loadable with its exact values, and
 // the failed save must say in one line which file failed and why. Every injected fault and its
 // outcome is printed ("fault: ... -> ...") for the record.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <iostream>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "io/fault_injection_env.h"
 #include "psflow/ckpt/checkpoint.h"

@@ -9,7 +9,8 @@
 
 namespace psflow::ckpt {
 
-absl::Status WriteSafetensors(const std::string& path, const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<std::pair<std::string, const Tensor*>>& tensors,
                               const std::map<std::string, std::string>& metadata, io::Env* env) {
   nlohmann::json header = nlohmann::json::object();
   uint64_t offset = 0;
@@ -55,7 +56,8 @@ absl::StatusOr<TensorFile> ParseSafetensors(std::string_view bytes, const std::s
     if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) {
       return bad("tensor '", it.key(), "' lacks dtype, shape or data_offsets");
     }
-    if (entry["dtype"] != "F32") return bad("tensor '", it.key(), "' has dtype ", entry["dtype"].dump(), "; psflow reads F32");
+    if (entry["dtype"] != "F32")
+      return bad("tensor '", it.key(), "' has dtype ", entry["dtype"].dump(), "; psflow reads F32");
     Shape shape;
     if (!entry["shape"].is_array()) return bad("tensor '", it.key(), "' shape is not an array");
     int64_t elements = 1;
@@ -79,7 +81,8 @@ absl::StatusOr<TensorFile> ParseSafetensors(std::string_view bytes, const std::s
       return bad("tensor '", it.key(), "' data [", begin, ",", end, ") lies outside the ", data.size(), " data bytes");
     }
     if (end - begin != uint64_t(elements) * 4) {
-      return bad("tensor '", it.key(), "' shape ", ShapeToString(shape), " needs ", elements * 4, " bytes, offsets give ", end - begin);
+      return bad("tensor '", it.key(), "' shape ", ShapeToString(shape), " needs ", elements * 4,
+                 " bytes, offsets give ", end - begin);
     }
     ranges.emplace_back(begin, end);
     Tensor t(shape);

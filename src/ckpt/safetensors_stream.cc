@@ -30,7 +30,8 @@ uint32_t Crc(uint32_t crc, const void* data, size_t n) {
 uint32_t Combine(std::vector<std::pair<std::string, std::pair<uint32_t, uint64_t>>> crcs) {
   std::sort(crcs.begin(), crcs.end());
   uint32_t crc = static_cast<uint32_t>(crc32(0L, Z_NULL, 0));
-  for (const auto& [name, c] : crcs) crc = static_cast<uint32_t>(crc32_combine(crc, c.first, static_cast<z_off_t>(c.second)));
+  for (const auto& [name, c] : crcs)
+    crc = static_cast<uint32_t>(crc32_combine(crc, c.first, static_cast<z_off_t>(c.second)));
   return crc;
 }
 
@@ -50,8 +51,8 @@ struct SafetensorsWriter::Entry {
   Shape shape;                 // whole; streamed: the row shape (rows prepended at Finish)
   const void* data = nullptr;  // whole tensors
   uint64_t bytes = 0;
-  uint32_t crc = 0;            // of name + bytes so far
-  std::string temp_path;       // streamed tensors
+  uint32_t crc = 0;       // of name + bytes so far
+  std::string temp_path;  // streamed tensors
   std::unique_ptr<io::WritableFile> temp;
 };
 
@@ -126,8 +127,8 @@ absl::Status SafetensorsWriter::Append(int handle, const void* data, size_t elem
   int64_t row = 1;
   for (int64_t d : e.shape) row *= d;
   if (row > 0 && elements % static_cast<size_t>(row) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor '", e.name, "' gets ", elements,
-                                                   " values, not a whole number of rows of ", row));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": tensor '", e.name, "' gets ", elements, " values, not a whole number of rows of ", row));
   }
   const size_t bytes = elements * DtypeBytes(e.dtype);
   if (auto s = e.temp->Append(std::string_view(static_cast<const char*>(data), bytes)); !s.ok()) return s;
@@ -197,7 +198,8 @@ absl::Status SafetensorsWriter::Finish(const std::map<std::string, std::string>&
       const int64_t rows = row == 0 ? 0 : static_cast<int64_t>(e->bytes / DtypeBytes(e->dtype)) / row;
       e->shape.insert(e->shape.begin(), rows);
     }
-    header[e->name] = {{"dtype", DtypeName(e->dtype)}, {"shape", e->shape}, {"data_offsets", {offset, offset + e->bytes}}};
+    header[e->name] = {
+        {"dtype", DtypeName(e->dtype)}, {"shape", e->shape}, {"data_offsets", {offset, offset + e->bytes}}};
     offset += e->bytes;
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -286,8 +288,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(const
   for (size_t i = 1; i < ranges.size(); ++i) {
     if (ranges[i].first < ranges[i - 1].second) return bad("tensor data ranges overlap");
   }
-  std::sort(reader->entries_.begin(), reader->entries_.end(),
-            [](const TensorEntry& a, const TensorEntry& b) { return a.begin < b.begin || (a.begin == b.begin && a.name < b.name); });
+  std::sort(reader->entries_.begin(), reader->entries_.end(), [](const TensorEntry& a, const TensorEntry& b) {
+    return a.begin < b.begin || (a.begin == b.begin && a.name < b.name);
+  });
   return reader;
 }
 
@@ -304,7 +307,7 @@ absl::StatusOr<uint32_t> SafetensorsReader::Crc32() const {
   if (auto s = (*file)->Skip(data_start_); !s.ok()) return s;
   std::vector<std::pair<std::string, std::pair<uint32_t, uint64_t>>> crcs;
   std::vector<char> buf(kPiece);
-  uint64_t at = 0;  // offset in the data section
+  uint64_t at = 0;                         // offset in the data section
   for (const TensorEntry& t : entries_) {  // file order
     if (auto s = (*file)->Skip(t.begin - at); !s.ok()) return s;
     at = t.begin;
@@ -329,8 +332,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsReader::Stream>> SafetensorsReader::Op
   const TensorEntry* t = Find(name);
   if (t == nullptr) return absl::NotFoundError(absl::StrCat(path_, " has no tensor '", name, "'"));
   if (t->dtype != dtype) {
-    return absl::DataLossError(absl::StrCat(path_, ": tensor '", name, "' is ", DtypeName(t->dtype), ", not ",
-                                            DtypeName(dtype)));
+    return absl::DataLossError(
+        absl::StrCat(path_, ": tensor '", name, "' is ", DtypeName(t->dtype), ", not ", DtypeName(dtype)));
   }
   auto file = env_->NewSequentialFile(path_);
   if (!file.ok()) return file.status();
@@ -351,7 +354,8 @@ absl::Status SafetensorsReader::Stream::Read(void* out, size_t elements) {
   auto got = file_->Read(static_cast<char*>(out), bytes);
   if (!got.ok()) return got.status();
   if (*got < bytes) {
-    return absl::DataLossError(absl::StrCat(file_->path(), ": tensor '", entry_->name, "' ends early (the file is short)"));
+    return absl::DataLossError(
+        absl::StrCat(file_->path(), ": tensor '", entry_->name, "' ends early (the file is short)"));
   }
   remaining_ -= static_cast<int64_t>(elements);
   return absl::OkStatus();

@@ -94,7 +94,7 @@ TEST(SafetensorsStreamTest, StreamedRoundTripInPartsAndWhole) {
   EXPECT_EQ(got_ids, x.ids);
   EXPECT_EQ(got_vals, x.values);
   EXPECT_FALSE((*s_val)->Read(got_vals.data(), 1).ok());  // nothing left
-  EXPECT_FALSE((*r)->OpenStream("t", Dtype::kI64).ok());   // wrong dtype
+  EXPECT_FALSE((*r)->OpenStream("t", Dtype::kI64).ok());  // wrong dtype
 }
 
 TEST(SafetensorsStreamTest, ChecksumEqualsTheOneOverNamesAndBytesInNameOrder) {
@@ -208,10 +208,12 @@ TEST(SafetensorsStreamTest, BadInputIsOneLineNamingTheProblem) {
 TEST(SafetensorsStreamTest, CheckpointWithStreamedTablesPassesItsChecksumAndReadsBack) {
   const std::string dir = TempDir("st_ckpt");
   Written x;
-  auto path = SaveCheckpointStreamed(dir, 12, [&](SafetensorsWriter& w) {
-    x = WriteTable(w, 4, 3);
-    return absl::OkStatus();
-  }, {{"model", "m"}});
+  auto path = SaveCheckpointStreamed(dir, 12,
+                                     [&](SafetensorsWriter& w) {
+                                       x = WriteTable(w, 4, 3);
+                                       return absl::OkStatus();
+                                     },
+                                     {{"model", "m"}});
   ASSERT_TRUE(path.ok()) << path.status();
   auto ck = ReadCheckpoint(*path);
   ASSERT_TRUE(ck.ok()) << ck.status();

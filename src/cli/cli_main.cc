@@ -13,28 +13,28 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "cli/data_command.h"
 #include "cli/local_cluster.h"
 #include "cli/train_flags.h"
+#include "cli/transport_bench.h"
+#include "programs/ctr/eval_ctr.h"
+#include "programs/eval/evaluator.h"
 #include "psflow/ckpt/checkpoint.h"
 #include "psflow/cli/main.h"
 #include "psflow/dist/cluster.h"
-#include "cli/transport_bench.h"
-#include "rpc/tuning.h"
 #include "psflow/train/train.h"
+#include "rpc/tuning.h"
 #include "train/cluster_setup.h"
-#include "programs/ctr/eval_ctr.h"
-#include "programs/eval/evaluator.h"
 
 namespace psflow::cli {
 namespace {
@@ -234,7 +234,8 @@ std::string UnknownFlag(const CLI::App& app) {
   }
   for (const std::string& extra : at->remaining()) {
     if (!extra.starts_with("--") || extra == "--") continue;
-    const std::string name = extra.substr(2, extra.find('=') == std::string::npos ? std::string::npos : extra.find('=') - 2);
+    const std::string name =
+        extra.substr(2, extra.find('=') == std::string::npos ? std::string::npos : extra.find('=') - 2);
     std::string closest;
     size_t best = std::string::npos;
     for (const CLI::Option* option : at->get_options()) {
@@ -278,9 +279,10 @@ void AddLocalCommand(CommandLine& c) {
   // Every task of psflow local shares this host: tensors go through shared memory unless asked
   // otherwise (set before the flags are added, so that `psflow local --help` shows it).
   c.local_options.transport = "shm";
-  c.local_cmd = c.app.add_subcommand(
-      "local", "run a whole cluster as processes on 127.0.0.1; after `--`, a command to run as each worker "
-               "(e.g. -- python3 train.py) with TF_CONFIG and PSFLOW_FLAGS set");
+  c.local_cmd =
+      c.app.add_subcommand("local",
+                           "run a whole cluster as processes on 127.0.0.1; after `--`, a command to run as each worker "
+                           "(e.g. -- python3 train.py) with TF_CONFIG and PSFLOW_FLAGS set");
   c.local_cmd->add_option("--ps", c.local.num_ps, "number of ps tasks")->check(CLI::Range(1, 64));
   c.local_cmd->add_option("--workers", c.local.num_workers, "number of worker tasks")->check(CLI::Range(1, 64));
   c.local_cmd->add_flag("--evaluator", c.local.evaluator,
@@ -289,16 +291,17 @@ void AddLocalCommand(CommandLine& c) {
   AddTrainFlags(c.local_cmd, &c.local_options);
   // The launcher chooses each task's role and the cluster: these stay parsed (to refuse them
   // with a clear message) but out of `psflow local --help`.
-  for (const char* name : {"--job_name", "--task_index", "--ps_hosts", "--worker_hosts", "--slurm_jobs",
-                           "--slurm_port_base"}) {
+  for (const char* name :
+       {"--job_name", "--task_index", "--ps_hosts", "--worker_hosts", "--slurm_jobs", "--slurm_port_base"}) {
     c.local_cmd->get_option(name)->group("");
   }
 }
 
 void AddEvalCommand(CommandLine& c) {
   c.eval_cmd = c.app.add_subcommand(
-      "eval", "test accuracy and cross-entropy of the newest checkpoint (ctr: test log-loss and AUC beside Bayes); "
-              "with --watch, of each new one until training ends (the evaluator task)");
+      "eval",
+      "test accuracy and cross-entropy of the newest checkpoint (ctr: test log-loss and AUC beside Bayes); "
+      "with --watch, of each new one until training ends (the evaluator task)");
   c.eval_cmd->add_flag("--watch", c.eval_watch,
                        "evaluate each new checkpoint as it appears, write eval/ summaries under --logdir, and exit "
                        "after the final one (docs/evaluator.md)");
@@ -365,12 +368,12 @@ std::string SelfPath(const char* argv0) {
 int RunLocal(CommandLine& c, bool has_worker_command, const std::vector<std::string>& worker_command,
              const char* argv0) {
   const train::TrainOptions& o = c.local_options;
-  if (!o.job_name.empty() || c.local_cmd->count("--task_index") > 0 || !o.ps_hosts.empty() ||
-      !o.worker_hosts.empty() || c.local_cmd->count("--slurm_jobs") > 0 ||
-      c.local_cmd->count("--slurm_port_base") > 0) {
+  if (!o.job_name.empty() || c.local_cmd->count("--task_index") > 0 || !o.ps_hosts.empty() || !o.worker_hosts.empty() ||
+      c.local_cmd->count("--slurm_jobs") > 0 || c.local_cmd->count("--slurm_port_base") > 0) {
     std::cerr << "psflow: error: psflow local chooses the cluster itself; drop --job_name, --task_index, --ps_hosts, "
                  "--worker_hosts, --slurm_jobs and --slurm_port_base (use psflow train to run one task, or "
-                 "srun psflow train under Slurm)" << std::endl;
+                 "srun psflow train under Slurm)"
+              << std::endl;
     return 2;
   }
   if (auto s = train::ResolveTrainOptions(&c.local_options); !s.ok()) return Fail(s, 2);
@@ -384,14 +387,16 @@ int RunLocal(CommandLine& c, bool has_worker_command, const std::vector<std::str
   local.intra_op_threads = o.intra_op_threads;
   if (has_worker_command && worker_command.empty()) {
     std::cerr << "psflow: error: psflow local: nothing after `--`; give the command each worker runs, e.g. "
-                 "psflow local --ps=1 --workers=2 -- python3 train.py" << std::endl;
+                 "psflow local --ps=1 --workers=2 -- python3 train.py"
+              << std::endl;
     return 2;
   }
   local.worker_command = worker_command;
   local.checkpoint_dir = o.checkpoint_dir;
   if (local.evaluator && local.checkpoint_dir.empty()) {
     std::cerr << "psflow: error: psflow local --evaluator needs --checkpoint_dir=DIR: the evaluator reads the "
-                 "chief's checkpoints from it" << std::endl;
+                 "chief's checkpoints from it"
+              << std::endl;
     return 2;
   }
   return RunLocalCluster(local);

@@ -13,8 +13,9 @@ DataCommand::DataCommand(CLI::App* app) {
   data_ = app->add_subcommand("data", "make data files: the synthetic CTR data in Criteo's layout");
   data_->require_subcommand(1);
   ctr_files_ = data_->add_subcommand(
-      "ctr-files", "write the synthetic CTR generator's training stream and test set as files in Criteo's layout "
-                   "(label, integers, hex categoricals; tab-separated), train-00000 … and test");
+      "ctr-files",
+      "write the synthetic CTR generator's training stream and test set as files in Criteo's layout "
+      "(label, integers, hex categoricals; tab-separated), train-00000 … and test");
   CLI::App* c = ctr_files_;
   c->add_option("--out", files_.out_dir, "directory to write the files into (created if absent)")->required();
   c->add_option("--files", files_.files, "training files");

@@ -54,15 +54,16 @@ TEST_F(ParseFlagsTest, NothingGivenIsPsflowTrainsDefaultsResolvedForTheModel) {
 
 TEST_F(ParseFlagsTest, LayersDefaultsThenEnvironmentThenCommandLine) {
   setenv("PSFLOW_FLAGS", R"(["--train_steps=500", "--sync_replicas", "--batch_size=20"])", 1);
-  auto f = ParseFlags({"--batch_size=30", "--my_flag=1", "--other", "x", "--lr_staircase=false"},
-                      {"--batch_size=10", "--optimizer=sgd", "--learning_rate=0.5", "--train_steps=7", "--lr_staircase"});
+  auto f =
+      ParseFlags({"--batch_size=30", "--my_flag=1", "--other", "x", "--lr_staircase=false"},
+                 {"--batch_size=10", "--optimizer=sgd", "--learning_rate=0.5", "--train_steps=7", "--lr_staircase"});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->options.train_steps, 500);  // PSFLOW_FLAGS over the program's default
   EXPECT_EQ(f->options.batch_size, 30);    // the command line over both
   EXPECT_EQ(f->options.optimizer, "sgd");  // only the program's default gave it
   EXPECT_FLOAT_EQ(*f->options.learning_rate, 0.5f);
-  EXPECT_TRUE(f->options.sync_replicas);   // a bare flag is true
-  EXPECT_FALSE(f->options.lr_staircase);   // --flag=false over a bare default
+  EXPECT_TRUE(f->options.sync_replicas);  // a bare flag is true
+  EXPECT_FALSE(f->options.lr_staircase);  // --flag=false over a bare default
   EXPECT_THAT(f->unparsed, ElementsAre("--my_flag=1", "--other", "x"));
 }
 
@@ -100,7 +101,8 @@ TEST_F(ParseFlagsTest, AValueOfTheWrongTypeIsTheHouseLine) {
 
 TEST_F(ParseFlagsTest, ALayerThatIsNotTheCommandLineIsNamedInItsErrors) {
   setenv("PSFLOW_FLAGS", "--train_steps=5", 1);
-  EXPECT_THAT(std::string(ParseFlags({}).status().message()), HasSubstr("PSFLOW_FLAGS must be a JSON array of strings"));
+  EXPECT_THAT(std::string(ParseFlags({}).status().message()),
+              HasSubstr("PSFLOW_FLAGS must be a JSON array of strings"));
   setenv("PSFLOW_FLAGS", R"(["--no_such_flag=1"])", 1);
   EXPECT_EQ(ParseFlags({}).status().message(),
             "PSFLOW_FLAGS: '--no_such_flag=1' is not a psflow train flag (see psflow train --help)");
@@ -201,7 +203,8 @@ TEST_F(ParseFlagsTest, EveryFlagSurvivesARoundTripThroughItsText) {
   o.sparse_optimizer = "ftrl";
   o.sparse_learning_rate = 0.375f;
   o.table_options = {{"initializer", "zeros"}, {"partition_strategy", "mod"}, {"admit_after", "2"},
-                     {"steps_to_live", "9"}, {"max_rows", "1000"}, {"evict_every", "5"}, {"storage", "disk"}};
+                     {"steps_to_live", "9"},   {"max_rows", "1000"},          {"evict_every", "5"},
+                     {"storage", "disk"}};
   const std::vector<std::string> args = train::FlagArgs(o);
   EXPECT_EQ(args.size(), train::TrainFlags().size());  // every flag was given a value above
   auto f = ParseFlags(args);

@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -219,7 +219,8 @@ Addresses AssignAddresses(const LocalClusterOptions& options) {
   const std::vector<int> ports = FreePorts(options.num_ps + options.num_workers);
   Addresses a;
   for (int i = 0; i < options.num_ps; ++i) a.ps.push_back(absl::StrCat("127.0.0.1:", ports[i]));
-  for (int i = 0; i < options.num_workers; ++i) a.workers.push_back(absl::StrCat("127.0.0.1:", ports[options.num_ps + i]));
+  for (int i = 0; i < options.num_workers; ++i)
+    a.workers.push_back(absl::StrCat("127.0.0.1:", ports[options.num_ps + i]));
   a.ps_hosts = absl::StrJoin(a.ps, ",");
   a.worker_hosts = absl::StrJoin(a.workers, ",");
   return a;
@@ -287,7 +288,8 @@ class TaskCommands {
     command.argv = {options_.binary, "train"};
     command.argv.insert(command.argv.end(), role.begin(), role.end());
     command.argv.insert(command.argv.end(), options_.train_flags.begin(), options_.train_flags.end());
-    if (i >= 0 && options_.metrics_port > 0) command.argv.push_back(absl::StrCat("--metrics_port=", options_.metrics_port + i));
+    if (i >= 0 && options_.metrics_port > 0)
+      command.argv.push_back(absl::StrCat("--metrics_port=", options_.metrics_port + i));
     command.env = EnvironmentWith(thread_env_);
     return command;
   }
@@ -297,7 +299,8 @@ class TaskCommands {
     Command command;
     command.argv = options_.worker_command;
     nlohmann::json flags = options_.train_flags;
-    if (i >= 0 && options_.metrics_port > 0) flags.push_back(absl::StrCat("--metrics_port=", options_.metrics_port + i));
+    if (i >= 0 && options_.metrics_port > 0)
+      flags.push_back(absl::StrCat("--metrics_port=", options_.metrics_port + i));
     std::vector<std::string> env = {"TF_CONFIG=" + tf_config, "PSFLOW_FLAGS=" + flags.dump()};
     if (!python_unbuffered_set_) env.push_back("PYTHONUNBUFFERED=1");
     env.insert(env.end(), thread_env_.begin(), thread_env_.end());

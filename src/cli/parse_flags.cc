@@ -1,8 +1,6 @@
 // psflow::cli::ParseFlags (psflow/cli/flags.h): the layers of psflow's flags — defaults, the
 // program's defaults, $PSFLOW_FLAGS, the command line — and $TF_CONFIG's or Slurm's role, each layer parsed by
 // the CLI11 options of the flag table (cli/train_flags.h). Python's psflow.parse_flags is this.
-#include "psflow/cli/flags.h"
-
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -11,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/train_flags.h"
 #include "nlohmann/json.hpp"
+#include "psflow/cli/flags.h"
 #include "psflow/dist/cluster.h"
 #include "psflow/dist/slurm.h"
 #include "train/cluster_setup.h"
@@ -26,8 +25,8 @@ std::string EnvOr(const char* name) {
 // Parses one layer of "--flag=value" arguments onto *options. Arguments that are not psflow flags
 // go to *unparsed when it is given, else are an error naming `source`. A value of the wrong type
 // gives the house line, prefixed by `source` when not empty.
-absl::Status ParseLayer(const std::vector<std::string>& args, const std::string& source,
-                        train::TrainOptions* options, std::vector<std::string>* unparsed) {
+absl::Status ParseLayer(const std::vector<std::string>& args, const std::string& source, train::TrainOptions* options,
+                        std::vector<std::string>* unparsed) {
   if (args.empty()) return absl::OkStatus();
   const std::string prefix = source.empty() ? "" : source + ": ";
   CLI::App app{"psflow flags"};

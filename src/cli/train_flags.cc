@@ -26,16 +26,16 @@ std::string TypeName(const train::Flag& flag) {
         if constexpr (std::is_same_v<decltype(member), train::TableOptionField>) {
           return member.integer ? "INT" : "TEXT";
         } else {
-        using Field = std::remove_cvref_t<decltype(std::declval<train::TrainOptions&>().*member)>;
-        if constexpr (std::is_same_v<Field, std::string>) {
-          return "TEXT";
-        } else if constexpr (std::is_same_v<Field, uint64_t>) {
-          return "UINT";
-        } else if constexpr (std::is_same_v<Field, double> || std::is_same_v<Field, std::optional<float>>) {
-          return "FLOAT";
-        } else {
-          return "INT";
-        }
+          using Field = std::remove_cvref_t<decltype(std::declval<train::TrainOptions&>().*member)>;
+          if constexpr (std::is_same_v<Field, std::string>) {
+            return "TEXT";
+          } else if constexpr (std::is_same_v<Field, uint64_t>) {
+            return "UINT";
+          } else if constexpr (std::is_same_v<Field, double> || std::is_same_v<Field, std::optional<float>>) {
+            return "FLOAT";
+          } else {
+            return "INT";
+          }
         }
       },
       flag.field);

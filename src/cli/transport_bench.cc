@@ -1,8 +1,6 @@
 // The transport benchmark, `psflow bench transport` (cli/transport_bench.h).
 #include "cli/transport_bench.h"
 
-#include "rpc/transport.h"
-
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <spawn.h>
@@ -20,10 +18,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "cli/transport_bench_internal.h"
 #include "psflow/dist/cluster.h"
 #include "psflow/dist/partition.h"
 #include "psflow/ps/ps_client.h"
-#include "cli/transport_bench_internal.h"
+#include "rpc/transport.h"
 
 extern char** environ;
 
@@ -83,8 +82,8 @@ class Timings {
 // every round, until each kind ran for about `seconds` (at least 10 calls each, after 3 warm-up
 // calls each).
 template <typename Tcp, typename Push, typename Pull>
-absl::Status MeasureInterleaved(double seconds, Tcp&& tcp, Push&& push, Pull&& pull, Timings* t_tcp,
-                                Timings* t_push, Timings* t_pull) {
+absl::Status MeasureInterleaved(double seconds, Tcp&& tcp, Push&& push, Pull&& pull, Timings* t_tcp, Timings* t_push,
+                                Timings* t_pull) {
   constexpr double kRoundSecs = 0.02;
   for (int i = 0; i < 3; ++i) {
     for (absl::Status s : {tcp(), push(), pull()}) {
@@ -301,8 +300,13 @@ absl::StatusOr<SizeFigures> MeasureSize(TcpBaseline& tcp, ps::PsClient& client, 
   Timings t_tcp, t_push, t_pull;
   absl::Status measured = MeasureInterleaved(
       seconds, [&] { return tcp.Call(size); },
-      [&] { return client.Push({ps::Gradient{"bench/v", &grad, nullptr}}, 0).status(); },
-      [&] { return client.Pull({{"bench/v", &values}}).status(); }, &t_tcp, &t_push, &t_pull);
+      [&] {
+        return client.Push({ps::Gradient{"bench/v", &grad, nullptr}}, 0).status();
+      },
+      [&] {
+        return client.Pull({{"bench/v", &values}}).status();
+      },
+      &t_tcp, &t_push, &t_pull);
   if (!measured.ok()) return measured;
   return SizeFigures{t_tcp.Of(size), t_push.Of(size), t_pull.Of(size)};
 }
@@ -319,8 +323,7 @@ void PrintFigures(std::ostream& out, int64_t size, const SizeFigures& f) {
 
 }  // namespace
 
-absl::Status RunTransportBench(const std::string& ps_address, std::ostream& out,
-                               const TransportBenchOptions& options) {
+absl::Status RunTransportBench(const std::string& ps_address, std::ostream& out, const TransportBenchOptions& options) {
   if (options.sizes.empty()) return absl::InvalidArgumentError("transport bench: no sizes");
   // Fork the TCP baseline's child before this process starts gRPC's threads.
   TcpBaseline tcp;
@@ -354,7 +357,10 @@ absl::StatusOr<pid_t> StartBenchPs(const std::string& self_path, const std::stri
   const int worker_port = FreeLoopbackPort();
   if (ps_port == 0 || worker_port == 0) return absl::InternalError("no free loopback port for the bench ps");
   *address = absl::StrCat("127.0.0.1:", ps_port);
-  std::vector<std::string> args = {self_path, "train", "--job_name=ps", "--task_index=0",
+  std::vector<std::string> args = {self_path,
+                                   "train",
+                                   "--job_name=ps",
+                                   "--task_index=0",
                                    absl::StrCat("--ps_hosts=", *address),
                                    absl::StrCat("--worker_hosts=127.0.0.1:", worker_port),
                                    absl::StrCat("--transport=", transport)};
@@ -389,8 +395,8 @@ void StopBenchPs(pid_t child, bool bench_ok) {
 
 }  // namespace
 
-absl::Status RunTransportBenchCommand(const std::string& self_path, const std::string& ps_hosts,
-                                      std::ostream& out, const std::string& transport) {
+absl::Status RunTransportBenchCommand(const std::string& self_path, const std::string& ps_hosts, std::ostream& out,
+                                      const std::string& transport) {
   TransportBenchOptions options;
   options.transport = transport;
   if (!ps_hosts.empty()) {

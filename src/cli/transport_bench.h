@@ -21,9 +21,9 @@ namespace psflow::cli {
 
 struct TransportBenchOptions {
   std::vector<int64_t> sizes = {4 << 10, 1 << 20, 16 << 20};  // bytes per tensor
-  double seconds_per_measurement = 0.5;  // repeats each measurement about this long (min 10 calls)
-  bool shutdown_ps = false;              // end the ps task afterwards (it was started for the bench)
-  std::string transport = "grpc";        // the client's TransportOptions::transport ("shm": shared memory)
+  double seconds_per_measurement = 0.5;                       // repeats each measurement about this long (min 10 calls)
+  bool shutdown_ps = false;        // end the ps task afterwards (it was started for the bench)
+  std::string transport = "grpc";  // the client's TransportOptions::transport ("shm": shared memory)
 };
 
 // Benchmarks the ps task at `ps_address` ("host:port", running). The raw TCP baseline runs between
@@ -35,8 +35,8 @@ absl::Status RunTransportBench(const std::string& ps_address, std::ostream& out,
 // a ps task on a free loopback port by running `self_path train --job_name=ps ...` (the psflow
 // binary), benchmarks it and ends it.
 // `transport` is the client's and the started ps's --transport.
-absl::Status RunTransportBenchCommand(const std::string& self_path, const std::string& ps_hosts,
-                                      std::ostream& out, const std::string& transport = "grpc");
+absl::Status RunTransportBenchCommand(const std::string& self_path, const std::string& ps_hosts, std::ostream& out,
+                                      const std::string& transport = "grpc");
 
 }  // namespace psflow::cli
 

@@ -12,11 +12,11 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "cli/transport_bench.h"
+#include "cli/transport_bench_internal.h"
 #include "psflow/dist/cluster.h"
 #include "psflow/ps/ps_server.h"
-#include "cli/transport_bench.h"
 #include "rpc/tuning.h"
-#include "cli/transport_bench_internal.h"
 
 int main(int argc, char** argv) {
   using namespace psflow;

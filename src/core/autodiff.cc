@@ -4,9 +4,9 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/check.h"
 #include "core/simd_dispatch.h"
 #include "core/threading_internal.h"
-#include "core/check.h"
 
 namespace psflow {
 
@@ -109,13 +109,12 @@ Var MakeParameter(std::string name, Tensor value) {
   return node;
 }
 
-Var MakeOpNode(std::string op_name, Tensor value, std::vector<Var> inputs,
-               std::function<void(Node& self)> backward) {
+Var MakeOpNode(std::string op_name, Tensor value, std::vector<Var> inputs, std::function<void(Node& self)> backward) {
   auto node = std::make_shared<Node>();
   node->value = std::move(value);
   node->name = std::move(op_name);
-  node->requires_grad = std::any_of(inputs.begin(), inputs.end(),
-                                    [](const Var& v) { return v != nullptr && v->requires_grad; });
+  node->requires_grad =
+      std::any_of(inputs.begin(), inputs.end(), [](const Var& v) { return v != nullptr && v->requires_grad; });
   if (node->requires_grad) node->backward = std::move(backward);
   node->inputs = std::move(inputs);
   return node;

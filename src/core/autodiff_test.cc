@@ -12,9 +12,8 @@ namespace {
 Var WeightedSum(const Var& x, Tensor w) {
   double s = 0;
   for (int64_t i = 0; i < w.size(); ++i) s += x->value[i] * w[i];
-  return MakeOpNode("WeightedSum", Tensor::Scalar(static_cast<float>(s)), {x}, [w](Node& self) {
-    self.inputs[0]->AccumulateGrad(w);
-  });
+  return MakeOpNode("WeightedSum", Tensor::Scalar(static_cast<float>(s)), {x},
+                    [w](Node& self) { self.inputs[0]->AccumulateGrad(w); });
 }
 
 TEST(AutodiffTest, DiamondAccumulatesBothPaths) {

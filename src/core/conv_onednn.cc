@@ -4,9 +4,8 @@
 // equal kernels. Activations stay NHWC (oneDNN's nhwc kernels are as fast as its blocked ones
 // here, and avoid reordering the big tensors); only the small filter is reordered between HWIO
 // and the layout oneDNN prefers ("any"). Primitives are built once per geometry and cached.
-#include <dnnl.hpp>
-
 #include <array>
+#include <dnnl.hpp>
 #include <map>
 #include <memory>
 #include <optional>
@@ -117,8 +116,8 @@ std::unique_ptr<ConvPrimitives> Build(const ConvGeometry& g, Epilogue epilogue) 
   p->weights_to_fwd = MakeReorder(p->user_weights, p->fwd_pd.weights_desc());
 
   p->bwd_data_pd = dnnl::convolution_backward_data::primitive_desc(
-      dnnl::convolution_backward_data::desc(algo, p->src, any_weights, p->dst, strides, pad_l, pad_r), attr,
-      Engine(), p->fwd_pd);
+      dnnl::convolution_backward_data::desc(algo, p->src, any_weights, p->dst, strides, pad_l, pad_r), attr, Engine(),
+      p->fwd_pd);
   p->bwd_data = dnnl::convolution_backward_data(p->bwd_data_pd);
   p->weights_to_bwd_data = MakeReorder(p->user_weights, p->bwd_data_pd.weights_desc());
 
@@ -134,9 +133,9 @@ std::unique_ptr<ConvPrimitives> Build(const ConvGeometry& g, Epilogue epilogue) 
 class PrimitiveCache {
  public:
   const ConvPrimitives* Get(const ConvGeometry& g, Epilogue epilogue = Epilogue::kNone) {
-    const Key key = {g.batch,    g.in_h,     g.in_w,    g.in_c,       g.k_h,        g.k_w,
-                     g.out_c,    g.stride_h, g.stride_w, g.pad_top,   g.pad_left,   g.pad_bottom,
-                     g.pad_right, static_cast<int64_t>(epilogue)};
+    const Key key = {
+        g.batch,    g.in_h,     g.in_w,    g.in_c,     g.k_h,        g.k_w,       g.out_c,
+        g.stride_h, g.stride_w, g.pad_top, g.pad_left, g.pad_bottom, g.pad_right, static_cast<int64_t>(epilogue)};
     absl::MutexLock lock(&mu_);
     auto it = cache_.find(key);
     if (it == cache_.end()) {
@@ -169,9 +168,7 @@ PrimitiveCache& Cache() {
   return *cache;
 }
 
-memory Wrap(const memory::desc& desc, const float* data) {
-  return memory(desc, Engine(), const_cast<float*>(data));
-}
+memory Wrap(const memory::desc& desc, const float* data) { return memory(desc, Engine(), const_cast<float*>(data)); }
 
 // Runs `r` from `data` into `buffer` (resized) and returns the memory to use; or wraps `data`
 // when no reorder is needed.
@@ -180,9 +177,9 @@ memory Reordered(const Reorder& r, const float* data, FloatBuffer& buffer) {
   buffer.resize(r.to.get_size() / sizeof(float));
   memory to = Wrap(r.to, buffer.data());
   const memory::desc scratch = r.pd->scratchpad_desc();
-  r.primitive->execute(Stream(), {{DNNL_ARG_FROM, Wrap(r.from, data)},
-                                  {DNNL_ARG_TO, to},
-                                  {DNNL_ARG_SCRATCHPAD, Wrap(scratch, Scratch(scratch))}});
+  r.primitive->execute(
+      Stream(),
+      {{DNNL_ARG_FROM, Wrap(r.from, data)}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, Wrap(scratch, Scratch(scratch))}});
   return to;
 }
 

@@ -33,10 +33,10 @@ Result RunSmallConvNet(uint64_t seed) {
       MakeParameter("fc/b", init::Zeros({10})),
   };
   Var h = ops::Relu(ops::BiasAdd(ops::Conv2D(x, params[0], 1, 1, ops::Padding::kSame), params[1]));  // 12x12x8
-  h = ops::MaxPool(h, 2, 2, 2, 2, ops::Padding::kSame);                                             // 6x6x8
-  h = ops::Relu(ops::Conv2D(h, params[2], 2, 2, ops::Padding::kValid));                            // 2x2x16
-  h = ops::MaxPool(h, 2, 2, 1, 1, ops::Padding::kSame);                                             // 2x2x16
-  h = ops::BiasAdd(ops::MatMul(ops::Flatten(h), params[3]), params[4]);                            // 10
+  h = ops::MaxPool(h, 2, 2, 2, 2, ops::Padding::kSame);                                              // 6x6x8
+  h = ops::Relu(ops::Conv2D(h, params[2], 2, 2, ops::Padding::kValid));                              // 2x2x16
+  h = ops::MaxPool(h, 2, 2, 1, 1, ops::Padding::kSame);                                              // 2x2x16
+  h = ops::BiasAdd(ops::MatMul(ops::Flatten(h), params[3]), params[4]);                              // 10
   h = ops::Dropout(h, 0.3f, /*training=*/true, rng);
   Var loss = ops::SoftmaxCrossEntropy(h, labels);
   Backward(loss);
@@ -79,7 +79,8 @@ TEST_F(DeterminismTest, OneAndTwoThreadsAgree) {
   for (size_t i = 0; i < one.grads.size(); ++i) {
     ASSERT_EQ(one.grads[i].shape(), two.grads[i].shape());
     for (int64_t j = 0; j < one.grads[i].size(); ++j) {
-      ASSERT_NEAR(one.grads[i][j], two.grads[i][j], 1e-5f * (1 + std::abs(one.grads[i][j]))) << "param " << i << "[" << j << "]";
+      ASSERT_NEAR(one.grads[i][j], two.grads[i][j], 1e-5f * (1 + std::abs(one.grads[i][j])))
+          << "param " << i << "[" << j << "]";
     }
   }
 }

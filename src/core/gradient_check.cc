@@ -27,8 +27,8 @@ absl::Status CompareWithFiniteDifferences(std::vector<std::vector<double>>& inpu
                                           const std::function<double(const std::vector<std::vector<double>>&)>& loss,
                                           const GradientCheckOptions& options) {
   if (analytic.size() != inputs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("gradient check: ", analytic.size(), " analytic gradients for ",
-                                                   inputs.size(), " inputs"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient check: ", analytic.size(), " analytic gradients for ", inputs.size(), " inputs"));
   }
   if (!(options.step > 0.0)) {
     return absl::InvalidArgumentError(absl::StrCat("gradient check: step ", options.step, " must be > 0"));

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <atomic>
 
+#include "core/check.h"
 #include "core/ops_internal.h"
 #include "core/threading_internal.h"
-#include "core/check.h"
 #include "psflow/core/ops.h"
 
 namespace psflow::ops {
@@ -37,11 +37,9 @@ void TfPadding(int64_t in, int64_t k, int64_t stride, Padding padding, int64_t* 
   *pad_after = total - *pad_before;
 }
 
-ConvGeometry MakeConvGeometry(const Shape& input, const Shape& filter, int stride_h, int stride_w,
-                              Padding padding) {
-  CHECK(input.size() == 4 && filter.size() == 4)
-      << "Conv2D needs x [n,h,w,c] and filter [kh,kw,c,oc], got " << ShapeToString(input) << " and "
-      << ShapeToString(filter);
+ConvGeometry MakeConvGeometry(const Shape& input, const Shape& filter, int stride_h, int stride_w, Padding padding) {
+  CHECK(input.size() == 4 && filter.size() == 4) << "Conv2D needs x [n,h,w,c] and filter [kh,kw,c,oc], got "
+                                                 << ShapeToString(input) << " and " << ShapeToString(filter);
   CHECK_EQ(input[3], filter[2]) << "Conv2D channels: x " << ShapeToString(input) << ", filter "
                                 << ShapeToString(filter);
   ConvGeometry g;
@@ -69,8 +67,7 @@ void CountOneDnn() { internal::g_onednn_calls.fetch_add(1, std::memory_order_rel
 void CountIm2Col() { internal::g_im2col_calls.fetch_add(1, std::memory_order_relaxed); }
 
 // Each kernel runs on oneDNN, or on im2col when oneDNN declines (or a test forces it).
-void RunForward(const ConvGeometry& g, const float* x, const float* filter, const float* bias, bool relu,
-                float* out) {
+void RunForward(const ConvGeometry& g, const float* x, const float* filter, const float* bias, bool relu, float* out) {
   if (UseOneDnn() && internal::OneDnnConvForward(g, x, filter, bias, relu, out)) return CountOneDnn();
   CountIm2Col();
   internal::Im2ColConvForward(g, x, filter, bias, relu, out);
@@ -110,12 +107,12 @@ void ConvBackward(const ConvGeometry& g, const float* d_out, Node& x, Node& filt
 
 Var Conv2D(const Var& x, const Var& filter, int stride_h, int stride_w, Padding padding) {
   psflow::internal::PrepareThreadForKernels();
-  const ConvGeometry g = internal::MakeConvGeometry(x->value.shape(), filter->value.shape(), stride_h, stride_w, padding);
+  const ConvGeometry g =
+      internal::MakeConvGeometry(x->value.shape(), filter->value.shape(), stride_h, stride_w, padding);
   Tensor out = Tensor::Uninitialized({g.batch, g.out_h, g.out_w, g.out_c});
   RunForward(g, x->value.data(), filter->value.data(), nullptr, false, out.data());
-  return MakeOpNode("Conv2D", std::move(out), {x, filter}, [g](Node& self) {
-    ConvBackward(g, self.grad.data(), *self.inputs[0], *self.inputs[1]);
-  });
+  return MakeOpNode("Conv2D", std::move(out), {x, filter},
+                    [g](Node& self) { ConvBackward(g, self.grad.data(), *self.inputs[0], *self.inputs[1]); });
 }
 
 Var FusedConv2D(const Var& x, const Var& filter, const Var& bias, int stride_h, int stride_w, Padding padding,
@@ -124,7 +121,8 @@ Var FusedConv2D(const Var& x, const Var& filter, const Var& bias, int stride_h, 
     return Activate(FusedConv2D(x, filter, bias, stride_h, stride_w, padding, Activation::kNone), activation);
   }
   psflow::internal::PrepareThreadForKernels();
-  const ConvGeometry g = internal::MakeConvGeometry(x->value.shape(), filter->value.shape(), stride_h, stride_w, padding);
+  const ConvGeometry g =
+      internal::MakeConvGeometry(x->value.shape(), filter->value.shape(), stride_h, stride_w, padding);
   CHECK(bias->value.rank() == 1 && bias->value.dim(0) == g.out_c)
       << "FusedConv2D: bias " << ShapeToString(bias->value.shape()) << " for " << g.out_c << " output channels";
   const bool relu = activation == Activation::kRelu;

@@ -89,10 +89,10 @@ std::vector<OpCase> ConvCases() {
   const std::vector<ConvSpec> specs = {
       {{2, 5, 5, 3}, {3, 3, 3, 4}, 1, 1, true, true},
       {{2, 6, 5, 2}, {3, 2, 2, 3}, 1, 1, false, true},
-      {{1, 6, 6, 3}, {3, 3, 3, 2}, 2, 2, true, true},   // SAME, pad 0 before / 1 after
-      {{1, 7, 7, 2}, {4, 4, 2, 3}, 1, 1, true, true},   // even kernel: pad 1 before / 2 after
+      {{1, 6, 6, 3}, {3, 3, 3, 2}, 2, 2, true, true},  // SAME, pad 0 before / 1 after
+      {{1, 7, 7, 2}, {4, 4, 2, 3}, 1, 1, true, true},  // even kernel: pad 1 before / 2 after
       {{2, 7, 8, 3}, {3, 3, 3, 5}, 2, 2, false, true},
-      {{2, 9, 7, 1}, {5, 5, 1, 4}, 1, 2, true, false},  // the MNIST first layer, image constant
+      {{2, 9, 7, 1}, {5, 5, 1, 4}, 1, 2, true, false},    // the MNIST first layer, image constant
       {{1, 5, 5, 16}, {3, 3, 16, 32}, 1, 1, true, true},  // multi-channel, blocked-friendly
       {{1, 7, 7, 8}, {5, 5, 8, 16}, 1, 1, true, true},
       {{3, 5, 5, 8}, {1, 1, 8, 16}, 2, 1, false, true},
@@ -105,8 +105,8 @@ std::vector<OpCase> ConvCases() {
   // FusedConv2D: relu(conv + bias) and conv + bias, on some of the geometries.
   // The other activations run after the fused kernel: one geometry each.
   for (int i : {0, 2, 5, 6}) {
-    for (Activation act : {Activation::kRelu, Activation::kNone, Activation::kTanh, Activation::kSigmoid,
-                           Activation::kGelu}) {
+    for (Activation act :
+         {Activation::kRelu, Activation::kNone, Activation::kTanh, Activation::kSigmoid, Activation::kGelu}) {
       if (i != 2 && act != Activation::kRelu && act != Activation::kNone) continue;
       const ConvSpec& s = specs[i];
       OpCase c = ConvCase(s);
@@ -155,7 +155,7 @@ struct PoolSpec {
 
 std::vector<OpCase> PoolCases() {
   const std::vector<PoolSpec> specs = {
-      {{2, 4, 4, 3}, 2, 2, 2, 2, false}, {{2, 5, 5, 3}, 2, 2, 2, 2, true}, {{1, 7, 6, 2}, 3, 3, 2, 2, true},
+      {{2, 4, 4, 3}, 2, 2, 2, 2, false}, {{2, 5, 5, 3}, 2, 2, 2, 2, true},  {{1, 7, 6, 2}, 3, 3, 2, 2, true},
       {{1, 5, 6, 4}, 3, 3, 1, 1, true},  {{2, 7, 5, 1}, 3, 2, 2, 1, false}, {{1, 6, 6, 2}, 3, 3, 3, 3, false},
   };
   std::vector<OpCase> cases;
@@ -174,9 +174,7 @@ std::vector<OpCase> PoolCases() {
       c.build = [s](const std::vector<Var>& v) {
         return MaxPool(v[0], s.kh, s.kw, s.sh, s.sw, s.same ? Padding::kSame : Padding::kValid);
       };
-      c.reference = [s](const std::vector<DTensor>& in) {
-        return RefMaxPool(in[0], s.kh, s.kw, s.sh, s.sw, s.same);
-      };
+      c.reference = [s](const std::vector<DTensor>& in) { return RefMaxPool(in[0], s.kh, s.kw, s.sh, s.sw, s.same); };
       cases.push_back(c);
     }
   }
@@ -219,8 +217,9 @@ TEST(MaxPoolTest, TiesSendTheGradientToTheFirstMaxInScanOrder) {
   Var x = MakeParameter("x", Tensor({1, 2, 2, 1}, {3, 3, 1, 3}));
   Var y = MaxPool(x, 2, 2, 2, 2, Padding::kValid);
   EXPECT_EQ(y->value[0], 3.0f);
-  Backward(MakeOpNode("seed", Tensor::Scalar(0), {y},
-                      [](Node& self) { self.inputs[0]->AccumulateGrad(Tensor({1, 1, 1, 1}, 5.0f)); }));
+  Backward(MakeOpNode("seed", Tensor::Scalar(0), {y}, [](Node& self) {
+    self.inputs[0]->AccumulateGrad(Tensor({1, 1, 1, 1}, 5.0f));
+  }));
   const std::vector<float> want = {5, 0, 0, 0};
   for (int i = 0; i < 4; ++i) EXPECT_EQ(x->grad[i], want[i]) << i;
 }
@@ -314,8 +313,8 @@ TEST(UninitializedOutputsTest, KernelsOverwriteEveryElement) {
   Var x = MakeParameter("x", Tensor(x_shape, 0.5f));
   Var f = MakeParameter("f", Tensor(f_shape, 0.1f));
   Var b = MakeParameter("b", Tensor({16}, 0.1f));
-  Var y = MaxPool(FusedConv2D(Relu(BiasAdd(Conv2D(x, f, 1, 1, Padding::kSame), b)), f, b, 1, 1, Padding::kSame), 2,
-                  2, 1, 1, Padding::kSame);
+  Var y = MaxPool(FusedConv2D(Relu(BiasAdd(Conv2D(x, f, 1, 1, Padding::kSame), b)), f, b, 1, 1, Padding::kSame), 2, 2,
+                  1, 1, Padding::kSame);
   Var a = MakeParameter("a", Tensor({512, 256}, 0.25f));
   Var w = MakeParameter("w", Tensor({256, 256}, 0.5f));
   Var z = MatMul(a, w);

@@ -7,26 +7,25 @@
 #include <limits>
 #include <vector>
 
+#include "core/check.h"
 #include "core/ops_internal.h"
 #include "core/threading_internal.h"
-#include "core/check.h"
 #include "psflow/core/ops.h"
 #include "psflow/core/threading.h"
 
 namespace psflow::ops {
 namespace internal {
 
-void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, const float* b,
-          float* c, bool accumulate) {
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
+          bool accumulate) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!accumulate) std::fill(c, c + m * n, 0.0f);
     return;
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a,
-              static_cast<int>(trans_a ? m : k), b, static_cast<int>(trans_b ? k : n),
-              accumulate ? 1.0f : 0.0f, c, static_cast<int>(n));
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(trans_a ? m : k),
+              b, static_cast<int>(trans_b ? k : n), accumulate ? 1.0f : 0.0f, c, static_cast<int>(n));
 }
 
 namespace {
@@ -185,27 +184,28 @@ Var FusedMatMul(const Var& x, const Var& w, const Var& bias, Activation activati
   }
   return MakeOpNode("FusedMatMul", std::move(out), {x, w, bias},
                     [m, n, k, relu, separate, activation, pre_activation = std::move(pre_activation)](Node& self) {
-    Node& nx = *self.inputs[0];
-    Node& nw = *self.inputs[1];
-    Node& nb = *self.inputs[2];
-    if (separate) {
-      internal::ActivationGradInPlace(activation, self.grad.data(), self.value.data(), pre_activation.data(),
-                                      self.grad.size());
-    }
-    Tensor db;
-    internal::MaskAndSumColumns(self.grad.data(), self.value.data(), m, n, relu, nb.requires_grad ? &db : nullptr);
-    if (nb.requires_grad) nb.AccumulateGrad(std::move(db));
-    const float* dz = self.grad.data();
-    bool acc;
-    if (nx.requires_grad) {
-      float* dx = GradTarget(nx, &acc);
-      Gemm(false, true, m, k, n, dz, nw.value.data(), dx, acc);  // dZ W^T
-    }
-    if (nw.requires_grad) {
-      float* dw = GradTarget(nw, &acc);
-      Gemm(true, false, k, n, m, nx.value.data(), dz, dw, acc);  // X^T dZ
-    }
-  });
+                      Node& nx = *self.inputs[0];
+                      Node& nw = *self.inputs[1];
+                      Node& nb = *self.inputs[2];
+                      if (separate) {
+                        internal::ActivationGradInPlace(activation, self.grad.data(), self.value.data(),
+                                                        pre_activation.data(), self.grad.size());
+                      }
+                      Tensor db;
+                      internal::MaskAndSumColumns(self.grad.data(), self.value.data(), m, n, relu,
+                                                  nb.requires_grad ? &db : nullptr);
+                      if (nb.requires_grad) nb.AccumulateGrad(std::move(db));
+                      const float* dz = self.grad.data();
+                      bool acc;
+                      if (nx.requires_grad) {
+                        float* dx = GradTarget(nx, &acc);
+                        Gemm(false, true, m, k, n, dz, nw.value.data(), dx, acc);  // dZ W^T
+                      }
+                      if (nw.requires_grad) {
+                        float* dw = GradTarget(nw, &acc);
+                        Gemm(true, false, k, n, m, nx.value.data(), dz, dw, acc);  // X^T dZ
+                      }
+                    });
 }
 
 Var Relu(const Var& x) {

@@ -8,7 +8,6 @@
 // broadcast operand) go through MaskAndSumColumns' fixed row chunks, so results do not depend on
 // the thread count.
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -103,8 +102,8 @@ void ActivationGradInPlace(Activation activation, float* g, const float* y, cons
         //   0.5 (1 + t) + 0.5 z (1 - t^2) s (1 + 3 c z^2).
         ConstArrayMap zv(z + i0, i1 - i0);
         const Eigen::ArrayXf t = (kGeluScale * (zv + kGeluCubic * zv.cube())).tanh();
-        gv *= 0.5f * (1.0f + t) +
-              0.5f * zv * (1.0f - t.square()) * kGeluScale * (1.0f + 3.0f * kGeluCubic * zv.square());
+        gv *=
+            0.5f * (1.0f + t) + 0.5f * zv * (1.0f - t.square()) * kGeluScale * (1.0f + 3.0f * kGeluCubic * zv.square());
         break;
       }
     }

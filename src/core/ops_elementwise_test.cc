@@ -182,9 +182,8 @@ TEST(ActivationTest, SaturatesWithoutNaNsAtHugeInputs) {
   for (Activation act : {Activation::kTanh, Activation::kSigmoid, Activation::kGelu}) {
     ZeroGrad({x});
     Var y = Activate(x, act);
-    Backward(MakeOpNode("sum", Tensor::Scalar(0), {y}, [](Node& self) {
-      self.inputs[0]->AccumulateGrad(Tensor({4}, 1.0f));
-    }));
+    Backward(MakeOpNode("sum", Tensor::Scalar(0), {y},
+                        [](Node& self) { self.inputs[0]->AccumulateGrad(Tensor({4}, 1.0f)); }));
     for (int i = 0; i < 4; ++i) {
       ASSERT_TRUE(std::isfinite(y->value[i]) && std::isfinite(x->grad[i])) << testing::ActivationSuffix(act) << i;
       EXPECT_NEAR(y->value[i], RefActivate(act, x->value[i]), 1e-3 * (1 + std::abs(x->value[i])));

@@ -41,8 +41,8 @@ void ActivationGradInPlace(Activation activation, float* g, const float* y, cons
 inline bool ActivationNeedsInput(Activation activation) { return activation == Activation::kGelu; }
 
 // C[m,n] (= beta * C) + op(A) op(B), row-major; op(X) is X or its transpose as stored.
-void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, const float* b,
-          float* c, bool accumulate);
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
+          bool accumulate);
 
 // Geometry of one 2-D convolution in NHWC / HWIO, with TensorFlow's padding resolved.
 struct ConvGeometry {
@@ -52,8 +52,7 @@ struct ConvGeometry {
   int64_t out_h, out_w;
   int64_t pad_top, pad_left, pad_bottom, pad_right;
 };
-ConvGeometry MakeConvGeometry(const Shape& input, const Shape& filter, int stride_h, int stride_w,
-                              Padding padding);
+ConvGeometry MakeConvGeometry(const Shape& input, const Shape& filter, int stride_h, int stride_w, Padding padding);
 // TensorFlow's output size and leading pad for one spatial dim (shared by conv and pooling).
 void TfPadding(int64_t in, int64_t k, int64_t stride, Padding padding, int64_t* out, int64_t* pad_before,
                int64_t* pad_after);

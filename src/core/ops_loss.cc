@@ -5,7 +5,6 @@
 // they are summed in float over blocks of 1024 elements and the blocks in double, so a batch of a
 // million terms keeps float precision.
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -46,18 +45,17 @@ Var SigmoidCrossEntropy(const Var& logits, std::span<const float> labels) {
   });
   const float loss = n == 0 ? 0.0f : static_cast<float>(total / static_cast<double>(n));
   std::vector<float> label_copy(labels.begin(), labels.end());
-  return MakeOpNode("SigmoidCrossEntropy", Tensor::Scalar(loss), {logits},
-                    [label_copy = std::move(label_copy)](Node& self) {
-                      Node& input = *self.inputs[0];
-                      const int64_t count = input.value.size();
-                      const float scale = self.grad[0] / static_cast<float>(count);
-                      Tensor d = Tensor::Uninitialized(input.value.shape());
-                      // d/dx = sigmoid(x) - z (Eigen's logistic saturates without overflow).
-                      ArrayMap(d.data(), count) =
-                          scale * (ConstArrayMap(input.value.data(), count).logistic() -
-                                   ConstArrayMap(label_copy.data(), count));
-                      input.AccumulateGrad(std::move(d));
-                    });
+  return MakeOpNode(
+      "SigmoidCrossEntropy", Tensor::Scalar(loss), {logits}, [label_copy = std::move(label_copy)](Node& self) {
+        Node& input = *self.inputs[0];
+        const int64_t count = input.value.size();
+        const float scale = self.grad[0] / static_cast<float>(count);
+        Tensor d = Tensor::Uninitialized(input.value.shape());
+        // d/dx = sigmoid(x) - z (Eigen's logistic saturates without overflow).
+        ArrayMap(d.data(), count) =
+            scale * (ConstArrayMap(input.value.data(), count).logistic() - ConstArrayMap(label_copy.data(), count));
+        input.AccumulateGrad(std::move(d));
+      });
 }
 
 Var MeanSquaredError(const Var& predictions, std::span<const float> targets) {
@@ -65,8 +63,8 @@ Var MeanSquaredError(const Var& predictions, std::span<const float> targets) {
   CHECK_EQ(static_cast<int64_t>(targets.size()), pv.size())
       << "MeanSquaredError: " << targets.size() << " targets for predictions " << ShapeToString(pv.shape());
   const int64_t n = pv.size();
-  const double total = BlockedSum(pv.data(), targets.data(), n,
-                                  [](const auto& p, const auto& t) { return (p - t).square().eval(); });
+  const double total =
+      BlockedSum(pv.data(), targets.data(), n, [](const auto& p, const auto& t) { return (p - t).square().eval(); });
   const float loss = n == 0 ? 0.0f : static_cast<float>(total / static_cast<double>(n));
   std::vector<float> target_copy(targets.begin(), targets.end());
   return MakeOpNode("MeanSquaredError", Tensor::Scalar(loss), {predictions},
@@ -75,11 +73,10 @@ Var MeanSquaredError(const Var& predictions, std::span<const float> targets) {
                       const int64_t count = input.value.size();
                       const float scale = 2.0f * self.grad[0] / static_cast<float>(count);
                       Tensor d = Tensor::Uninitialized(input.value.shape());
-                      ArrayMap(d.data(), count) = scale * (ConstArrayMap(input.value.data(), count) -
-                                                           ConstArrayMap(target_copy.data(), count));
+                      ArrayMap(d.data(), count) =
+                          scale * (ConstArrayMap(input.value.data(), count) - ConstArrayMap(target_copy.data(), count));
                       input.AccumulateGrad(std::move(d));
                     });
 }
 
 }  // namespace psflow::ops
-

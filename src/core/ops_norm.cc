@@ -7,7 +7,6 @@
 // arrays (vectorized sums); the variance is taken of the centered row, so a row far from zero
 // keeps its precision.
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -51,41 +50,40 @@ Var LayerNorm(const Var& x, const Var& gain, const Var& bias, float epsilon) {
       Row(out.data() + r * d, d) = nr * gain_row + bias_row;
     }
   });
-  return MakeOpNode(
-      "LayerNorm", std::move(out), {x, gain, bias},
-      [rows, d, min_rows, normalized = std::move(normalized), inv_std = std::move(inv_std)](Node& self) {
-        Node& nx = *self.inputs[0];
-        Node& ngain = *self.inputs[1];
-        Node& nbias = *self.inputs[2];
-        float* g = self.grad.data();
-        const float* xh = normalized.data();
-        if (nbias.requires_grad) {
-          Tensor db;
-          internal::MaskAndSumColumns(g, nullptr, rows, d, /*relu=*/false, &db);
-          nbias.AccumulateGrad(std::move(db));
-        }
-        if (ngain.requires_grad) {
-          Tensor product = Tensor::Uninitialized(self.grad.shape());
-          const int64_t n = product.size();
-          Row(product.data(), n) = ConstRow(g, n) * ConstRow(xh, n);
-          Tensor dg;
-          internal::MaskAndSumColumns(product.data(), nullptr, rows, d, /*relu=*/false, &dg);
-          ngain.AccumulateGrad(std::move(dg));
-        }
-        if (!nx.requires_grad) return;
-        const ConstRow gain_row(ngain.value.data(), d);
-        ParallelFor(rows, min_rows, [&](int64_t r0, int64_t r1) {
-          for (int64_t r = r0; r < r1; ++r) {
-            Row gr(g + r * d, d);
-            const ConstRow xr(xh + r * d, d);
-            gr *= gain_row;  // dx̂, in place
-            const float a = gr.mean();
-            const float b = (gr * xr).mean();
-            gr = inv_std[static_cast<size_t>(r)] * (gr - a - xr * b);
-          }
-        });
-        nx.AccumulateGrad(std::move(self.grad));
-      });
+  return MakeOpNode("LayerNorm", std::move(out), {x, gain, bias},
+                    [rows, d, min_rows, normalized = std::move(normalized), inv_std = std::move(inv_std)](Node& self) {
+                      Node& nx = *self.inputs[0];
+                      Node& ngain = *self.inputs[1];
+                      Node& nbias = *self.inputs[2];
+                      float* g = self.grad.data();
+                      const float* xh = normalized.data();
+                      if (nbias.requires_grad) {
+                        Tensor db;
+                        internal::MaskAndSumColumns(g, nullptr, rows, d, /*relu=*/false, &db);
+                        nbias.AccumulateGrad(std::move(db));
+                      }
+                      if (ngain.requires_grad) {
+                        Tensor product = Tensor::Uninitialized(self.grad.shape());
+                        const int64_t n = product.size();
+                        Row(product.data(), n) = ConstRow(g, n) * ConstRow(xh, n);
+                        Tensor dg;
+                        internal::MaskAndSumColumns(product.data(), nullptr, rows, d, /*relu=*/false, &dg);
+                        ngain.AccumulateGrad(std::move(dg));
+                      }
+                      if (!nx.requires_grad) return;
+                      const ConstRow gain_row(ngain.value.data(), d);
+                      ParallelFor(rows, min_rows, [&](int64_t r0, int64_t r1) {
+                        for (int64_t r = r0; r < r1; ++r) {
+                          Row gr(g + r * d, d);
+                          const ConstRow xr(xh + r * d, d);
+                          gr *= gain_row;  // dx̂, in place
+                          const float a = gr.mean();
+                          const float b = (gr * xr).mean();
+                          gr = inv_std[static_cast<size_t>(r)] * (gr - a - xr * b);
+                        }
+                      });
+                      nx.AccumulateGrad(std::move(self.grad));
+                    });
 }
 
 }  // namespace psflow::ops

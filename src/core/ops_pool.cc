@@ -4,10 +4,10 @@
 #include <cstring>
 #include <vector>
 
+#include "core/check.h"
 #include "core/ops_internal.h"
 #include "core/simd_dispatch.h"
 #include "core/threading_internal.h"
-#include "core/check.h"
 #include "psflow/core/ops.h"
 #include "psflow/core/threading.h"
 

@@ -99,8 +99,8 @@ std::vector<Var> Split(const Var& x, int axis, std::span<const int64_t> sizes) {
     CHECK(s >= 0) << "Split: negative size " << s;
     sum += s;
   }
-  CHECK_EQ(sum, shape[axis]) << "Split: sizes add up to " << sum << ", dim " << axis << " of "
-                             << ShapeToString(shape) << " is " << shape[axis];
+  CHECK_EQ(sum, shape[axis]) << "Split: sizes add up to " << sum << ", dim " << axis << " of " << ShapeToString(shape)
+                             << " is " << shape[axis];
   int64_t outer, inner;
   OuterInner(shape, axis, &outer, &inner);
   const int64_t total = shape[axis];

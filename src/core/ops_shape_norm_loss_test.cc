@@ -257,8 +257,9 @@ TEST(SplitTest, UnusedPartsGiveZeroGradient) {
   std::vector<Var> parts = Split(x, -1, std::vector<int64_t>{1, 3});
   ASSERT_EQ(parts[1]->value.shape(), (Shape{2, 3}));
   EXPECT_EQ(parts[1]->value[3], 6.0f);
-  Backward(MakeOpNode("seed", Tensor::Scalar(0), {parts[1]},
-                      [](Node& self) { self.inputs[0]->AccumulateGrad(Tensor({2, 3}, 1.0f)); }));
+  Backward(MakeOpNode("seed", Tensor::Scalar(0), {parts[1]}, [](Node& self) {
+    self.inputs[0]->AccumulateGrad(Tensor({2, 3}, 1.0f));
+  }));
   EXPECT_EQ(x->grad[0], 0.0f);
   EXPECT_EQ(x->grad[4], 0.0f);
   EXPECT_EQ(x->grad[1], 1.0f);

@@ -1,12 +1,13 @@
 // Dense, embedding and dropout ops through the op-test harness, plus the checks that do not fit
 // it (stability at huge logits, the sparse gradient's layout, dropout's randomness).
+#include "psflow/core/ops.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "core/op_test_harness.h"
-#include "psflow/core/ops.h"
 
 namespace psflow::ops {
 namespace {
@@ -165,9 +166,8 @@ std::vector<OpCase> DenseCases() {
     };
     cases.push_back(c);
   }
-  for (auto [table, ids] : {std::pair<Shape, std::vector<int64_t>>{{6, 3}, {1, 4, 1, 0, 4, 4}},
-                            {{10, 2, 2}, {9, 0, 9}},
-                            {{4, 5}, {3}}}) {
+  for (auto [table, ids] :
+       {std::pair<Shape, std::vector<int64_t>>{{6, 3}, {1, 4, 1, 0, 4, 4}}, {{10, 2, 2}, {9, 0, 9}}, {{4, 5}, {3}}}) {
     OpCase c;
     c.name = "EmbeddingLookup_" + ShapeToString(table) + "_" + std::to_string(ids.size()) + "ids";
     c.input_shapes = {table};
@@ -218,7 +218,8 @@ TEST_P(DenseOpTest, MatchesReferenceAndFiniteDifferences) { CheckOp(GetParam());
 INSTANTIATE_TEST_SUITE_P(Ops, DenseOpTest, ::testing::ValuesIn(DenseCases()),
                          [](const ::testing::TestParamInfo<OpCase>& info) {
                            std::string name;
-                           for (char ch : info.param.name) name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           for (char ch : info.param.name)
+                             name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
                            return name;
                          });
 
@@ -258,7 +259,7 @@ TEST(EmbeddingLookupTest, SparseGradientHasUniqueAscendingRowsSummedOverRepeats)
   ASSERT_TRUE(table->sparse_grad.has_value());
   EXPECT_EQ(table->sparse_grad->rows, (std::vector<int64_t>{1, 4}));
   ASSERT_EQ(table->sparse_grad->values.shape(), (Shape{2, 2}));
-  EXPECT_EQ(table->sparse_grad->values[0], 2.0f);                // id 1 at position 1
+  EXPECT_EQ(table->sparse_grad->values[0], 2.0f);  // id 1 at position 1
   EXPECT_EQ(table->sparse_grad->values[1], 20.0f);
   EXPECT_EQ(table->sparse_grad->values[2], 1.0f + 3.0f + 4.0f);  // id 4 at positions 0, 2, 3
   EXPECT_EQ(table->sparse_grad->values[3], 80.0f);
@@ -268,11 +269,11 @@ TEST(EmbeddingLookupTest, TwoLookupsMergeIntoOneSparseGradient) {
   Var table = MakeParameter("emb", Tensor({5, 1}, {0, 1, 2, 3, 4}));
   const std::vector<int64_t> a = {3, 0}, b = {2, 3};
   // A node consuming both lookups, seeding their output gradients with fixed values.
-  Var total = MakeOpNode("sum", Tensor::Scalar(0), {EmbeddingLookup(table, a), EmbeddingLookup(table, b)},
-                         [](Node& self) {
-                           self.inputs[0]->AccumulateGrad(Tensor({2, 1}, {1, 2}));
-                           self.inputs[1]->AccumulateGrad(Tensor({2, 1}, {10, 20}));
-                         });
+  Var total =
+      MakeOpNode("sum", Tensor::Scalar(0), {EmbeddingLookup(table, a), EmbeddingLookup(table, b)}, [](Node& self) {
+        self.inputs[0]->AccumulateGrad(Tensor({2, 1}, {1, 2}));
+        self.inputs[1]->AccumulateGrad(Tensor({2, 1}, {10, 20}));
+      });
   Backward(total);
   ASSERT_TRUE(table->sparse_grad.has_value());
   EXPECT_EQ(table->sparse_grad->rows, (std::vector<int64_t>{0, 2, 3}));
@@ -299,8 +300,8 @@ TEST(DropoutTest, TrainingKeepsAboutOneMinusRateAndScalesKeptValues) {
   // The gradient goes through the same mask with the same scale.
   Tensor upstream({n});
   for (int64_t i = 0; i < n; ++i) upstream[i] = static_cast<float>(i % 7);
-  Var loss = MakeOpNode("seed", Tensor::Scalar(0), {y},
-                        [upstream](Node& self) { self.inputs[0]->AccumulateGrad(upstream); });
+  Var loss =
+      MakeOpNode("seed", Tensor::Scalar(0), {y}, [upstream](Node& self) { self.inputs[0]->AccumulateGrad(upstream); });
   Backward(loss);
   for (int64_t i = 0; i < n; ++i) {
     const float expected = y->value[i] != 0.0f ? upstream[i] / (1.0f - rate) : 0.0f;
@@ -313,8 +314,9 @@ TEST(DropoutTest, EvaluationIsIdentity) {
   Var x = MakeParameter("x", Tensor({3, 2}, {1, -2, 3, -4, 5, -6}));
   Var y = Dropout(x, 0.5f, /*training=*/false, rng);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(y->value[i], x->value[i]);
-  Var loss = MakeOpNode("seed", Tensor::Scalar(0), {y},
-                        [](Node& self) { self.inputs[0]->AccumulateGrad(Tensor({3, 2}, 1.5f)); });
+  Var loss = MakeOpNode("seed", Tensor::Scalar(0), {y}, [](Node& self) {
+    self.inputs[0]->AccumulateGrad(Tensor({3, 2}, 1.5f));
+  });
   Backward(loss);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(x->grad[i], 1.5f);
 }

@@ -37,7 +37,6 @@ void Scale(float* x, int64_t n, float scale);
 
 // MaxPool's inner loop over channels: where cell[c] > best[c] (strictly: ties keep the earlier
 // cell), best[c] = cell[c] and arg[c] = offset + c, for c in [0, n). Exact at any vector width.
-void MaxInto(float* __restrict best, int32_t* __restrict arg, const float* __restrict cell, int32_t offset,
-             int64_t n);
+void MaxInto(float* __restrict best, int32_t* __restrict arg, const float* __restrict cell, int32_t offset, int64_t n);
 
 }  // namespace psflow::simd

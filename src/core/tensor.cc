@@ -121,8 +121,7 @@ Tensor::Tensor(Shape shape) : shape_(std::move(shape)), data_(NumElements(shape_
 
 Tensor::Tensor(Shape shape, float fill) : shape_(std::move(shape)), data_(NumElements(shape_), fill) {}
 
-Tensor::Tensor(Shape shape, std::vector<float> values)
-    : shape_(std::move(shape)), data_(values.begin(), values.end()) {
+Tensor::Tensor(Shape shape, std::vector<float> values) : shape_(std::move(shape)), data_(values.begin(), values.end()) {
   CHECK_EQ(NumElements(shape_), static_cast<int64_t>(data_.size()))
       << "Tensor: " << values.size() << " values for shape " << ShapeToString(shape_);
 }

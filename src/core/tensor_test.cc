@@ -1,14 +1,14 @@
 #include "psflow/core/tensor.h"
-#include "core/block_cache.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <numeric>
+
+#include "core/block_cache.h"
 
 namespace psflow {
 namespace {
@@ -56,7 +56,7 @@ TEST(TensorAllocatorTest, JitteringSizesShareAFewCachedBlocks) {
   for (size_t step = 0; step < 600; ++step) {
     const size_t rows = mean_rows - 150 + (step * 7919) % 301;  // 301 distinct sizes, ±150 rows
     max_bytes = std::max(max_bytes, (rows * row_floats) * sizeof(float));
-    FloatBuffer a(rows * row_floats, 1.0f);  // freed at the end of the step
+    FloatBuffer a(rows * row_floats, 1.0f);                    // freed at the end of the step
     FloatBuffer b((mean_rows * 2 - rows) * row_floats, 2.0f);  // the other ps's share
     ASSERT_EQ(a.back(), 1.0f);
     ASSERT_EQ(b.back(), 2.0f);

@@ -60,8 +60,7 @@ class ThreadPool {
     }
     absl::MutexLock lock(&job->mu);
     job->mu.Await(absl::Condition(
-        +[](Job* j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(j->mu) { return j->done == j->num_blocks; },
-        job.get()));
+        +[](Job* j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(j->mu) { return j->done == j->num_blocks; }, job.get()));
   }
 
  private:
@@ -102,8 +101,7 @@ void ThreadPool::WorkerLoop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](ThreadPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stop_ || !p->queue_.empty(); },
-          this));
+          +[](ThreadPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stop_ || !p->queue_.empty(); }, this));
       if (stop_) return;
       job = queue_.front();
       if (job->next.load() >= job->num_blocks) {

@@ -55,10 +55,8 @@ TEST(EpochPermutationTest, PinnedOrder) {
   // (mt19937_64 from the standard's parameters, seeded with SplitMix64(SplitMix64(seed) ^ epoch);
   // unbiased draws by rejection; Fisher-Yates from the last element down). This also pins the
   // data order: changing the shuffle changes what every existing run and its checkpoints train on.
-  EXPECT_THAT(BatchSampler::EpochPermutation(10, 42, 0),
-              ElementsAreArray({2, 0, 4, 7, 8, 3, 5, 1, 9, 6}));
-  EXPECT_THAT(BatchSampler::EpochPermutation(10, 42, 3),
-              ElementsAreArray({5, 2, 0, 1, 8, 7, 9, 6, 4, 3}));
+  EXPECT_THAT(BatchSampler::EpochPermutation(10, 42, 0), ElementsAreArray({2, 0, 4, 7, 8, 3, 5, 1, 9, 6}));
+  EXPECT_THAT(BatchSampler::EpochPermutation(10, 42, 3), ElementsAreArray({5, 2, 0, 1, 8, 7, 9, 6, 4, 3}));
 }
 
 // The stream by its definition: epoch permutations back to back.
@@ -85,10 +83,8 @@ TEST(BatchSamplerTest, WorkersTakeConsecutiveSlicesOfTheStream) {
           for (int64_t k = 0; k < steps; ++k) {
             sampler.BatchAt(k, &got);
             const int64_t start = k * workers * batch + w * batch;
-            ASSERT_THAT(got, ElementsAreArray(stream.begin() + start,
-                                              stream.begin() + start + batch))
-                << "num=" << num << " N=" << workers << " B=" << batch << " worker " << w
-                << " step " << k;
+            ASSERT_THAT(got, ElementsAreArray(stream.begin() + start, stream.begin() + start + batch))
+                << "num=" << num << " N=" << workers << " B=" << batch << " worker " << w << " step " << k;
           }
         }
       }
@@ -114,8 +110,7 @@ TEST(BatchSamplerTest, WorkerPartsConcatenateToTheSingleWorkerBigBatch) {
             ASSERT_EQ(part.size(), static_cast<size_t>(batch));
             joined.insert(joined.end(), part.begin(), part.end());
           }
-          ASSERT_EQ(joined, expected) << "seed " << seed << " N=" << workers << " B=" << batch
-                                      << " k=" << k;
+          ASSERT_EQ(joined, expected) << "seed " << seed << " N=" << workers << " B=" << batch << " k=" << k;
         }
       }
     }
@@ -164,10 +159,8 @@ TEST(BatchSamplerTest, BatchLargerThanAnEpoch) {
 
 TEST(BatchSamplerTest, ValidateArgs) {
   EXPECT_TRUE(BatchSampler::ValidateArgs(10, 5, 1, 2).ok());
-  EXPECT_THAT(std::string(BatchSampler::ValidateArgs(0, 5, 0, 1).message()),
-              HasSubstr("0 examples"));
-  EXPECT_THAT(std::string(BatchSampler::ValidateArgs(10, 0, 0, 1).message()),
-              HasSubstr("--batch_size"));
+  EXPECT_THAT(std::string(BatchSampler::ValidateArgs(0, 5, 0, 1).message()), HasSubstr("0 examples"));
+  EXPECT_THAT(std::string(BatchSampler::ValidateArgs(10, 0, 0, 1).message()), HasSubstr("--batch_size"));
   EXPECT_THAT(std::string(BatchSampler::ValidateArgs(10, 5, 2, 2).message()),
               HasSubstr("worker index 2 is not in [0, 2)"));
 }

@@ -21,8 +21,8 @@ struct ParsedChunk {
     int64_t offset = 0;   // of the line's first byte in the chunk's text
     std::string message;  // what is wrong, without file or line
   };
-  int64_t lines = 0;     // lines of the text, good and bad
-  int64_t examples = 0;  // good lines
+  int64_t lines = 0;          // lines of the text, good and bad
+  int64_t examples = 0;       // good lines
   std::vector<int64_t> ids;   // [examples, F]
   std::vector<float> dense;   // [examples, D]
   std::vector<float> labels;  // [examples]

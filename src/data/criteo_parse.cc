@@ -265,8 +265,7 @@ absl::Status ParseCriteoLine(std::string_view line, const CriteoLayout& layout, 
   return absl::OkStatus();
 }
 
-void AppendCriteoLine(float label, absl::Span<const int64_t> counts, absl::Span<const int64_t> ids,
-                      std::string* out) {
+void AppendCriteoLine(float label, absl::Span<const int64_t> counts, absl::Span<const int64_t> ids, std::string* out) {
   out->push_back(label > 0.5f ? '1' : '0');
   char buf[24];
   for (int64_t c : counts) {
@@ -302,8 +301,8 @@ absl::StatusOr<std::vector<std::string>> ExpandCriteoFiles(std::string_view patt
       return absl::NotFoundError(absl::StrCat("data files '", pattern, "': cannot read a directory of the pattern"));
     }
     if (matches.empty()) {
-      return absl::NotFoundError(absl::StrCat("data files '", pattern,
-                                              "' match no file; check the path (a glob such as DIR/train-*)"));
+      return absl::NotFoundError(
+          absl::StrCat("data files '", pattern, "' match no file; check the path (a glob such as DIR/train-*)"));
     }
     std::sort(matches.begin(), matches.end());
     files.insert(files.end(), matches.begin(), matches.end());

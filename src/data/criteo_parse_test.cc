@@ -70,13 +70,13 @@ TEST(ParseCriteoLineTest, ParsesAGoodLine) {
 TEST(ParseCriteoLineTest, MissingNegativeAndWideValues) {
   std::vector<std::string> f = GoodFields();
   f[0] = "0";
-  f[1] = "";                      // missing integer → 0
-  f[2] = "-3";                    // negative → 0
-  f[3] = "-9223372036854775808";  // int64's minimum
-  f[4] = "9223372036854775807";   // and maximum
+  f[1] = "";                          // missing integer → 0
+  f[2] = "-3";                        // negative → 0
+  f[3] = "-9223372036854775808";      // int64's minimum
+  f[4] = "9223372036854775807";       // and maximum
   f[5] = "000000000000000000000042";  // leading zeros
-  f[14] = "";                     // missing categorical → 0
-  f[15] = "FFFFFFFFFFFFFFFF";     // 16 digits, upper case → -1
+  f[14] = "";                         // missing categorical → 0
+  f[15] = "FFFFFFFFFFFFFFFF";         // 16 digits, upper case → -1
   f[16] = "0";
   f[17] = "7fffffffffffffff";
   auto p = Parse(Line(f) + "\r");  // a '\r' before the end is dropped
@@ -121,7 +121,8 @@ TEST(ParseCriteoLineTest, BadLinesSayWhatIsWrong) {
   };
   std::vector<std::string> fields = GoodFields();
   fields.pop_back();
-  EXPECT_THAT(message(Line(fields)), HasSubstr("39 tab-separated fields; expected 40 (label, 13 integers and 26 categoricals)"));
+  EXPECT_THAT(message(Line(fields)),
+              HasSubstr("39 tab-separated fields; expected 40 (label, 13 integers and 26 categoricals)"));
   fields = GoodFields();
   fields.push_back("ab");
   EXPECT_THAT(message(Line(fields)), HasSubstr("41 tab-separated fields; expected 40"));
@@ -134,7 +135,8 @@ TEST(ParseCriteoLineTest, BadLinesSayWhatIsWrong) {
   EXPECT_THAT(message(with(3, "abc")), HasSubstr("integer field I3 'abc' is not a decimal integer"));
   EXPECT_THAT(message(with(13, "-")), HasSubstr("integer field I13 '-' is not a decimal integer"));
   EXPECT_THAT(message(with(1, "+4")), HasSubstr("integer field I1 '+4'"));
-  EXPECT_THAT(message(with(1, "9223372036854775808")), HasSubstr("I1 '9223372036854775808' is outside the int64 range"));
+  EXPECT_THAT(message(with(1, "9223372036854775808")),
+              HasSubstr("I1 '9223372036854775808' is outside the int64 range"));
   EXPECT_THAT(message(with(1, "-9223372036854775809")), HasSubstr("outside the int64 range"));
   EXPECT_THAT(message(with(14, "68fd1e6g")), HasSubstr("categorical field C1 '68fd1e6g' is not a hex string"));
   EXPECT_THAT(message(with(39, "0x12")), HasSubstr("categorical field C26 '0x12' is not a hex string"));
@@ -151,7 +153,7 @@ TEST(AppendCriteoLineTest, WrittenLinesReadBack) {
   for (int trial = 0; trial < 2000; ++trial) {
     std::vector<int64_t> counts(13), ids(26);
     for (auto& c : counts) c = static_cast<int64_t>(rng() >> (rng() % 64));  // every magnitude, 0 included
-    for (auto& id : ids) id = static_cast<int64_t>(rng() >> (rng() % 65));  // negative ids too (>> 0)
+    for (auto& id : ids) id = static_cast<int64_t>(rng() >> (rng() % 65));   // negative ids too (>> 0)
     const float label = static_cast<float>(trial % 2);
     std::string line;
     AppendCriteoLine(label, counts, ids, &line);

@@ -43,8 +43,7 @@ constexpr int kMaxFieldCount = 4096;
 
 class CriteoReader::Impl {
  public:
-  Impl(std::vector<CriteoSlice> slices, CriteoReaderOptions options)
-      : slices_(std::move(slices)), options_(options) {
+  Impl(std::vector<CriteoSlice> slices, CriteoReaderOptions options) : slices_(std::move(slices)), options_(options) {
     const int pool = options_.read_ahead_chunks + options_.parse_threads + 2;
     for (int i = 0; i < pool; ++i) chunks_.push_back(std::make_unique<Chunk>());
     absl::MutexLock lock(&mu_);
@@ -108,7 +107,7 @@ class CriteoReader::Impl {
 
   // The Read caller's.
   int64_t next_seq_ = 0;
-  int current_ = -1;  // the chunk being handed out
+  int current_ = -1;    // the chunk being handed out
   int64_t handed_ = 0;  // its examples handed out
   // Line numbers without reading a file twice: the slice of the chunks taken so far, the text offset
   // of its first chunk, and the lines of its chunks before the current one.
@@ -304,8 +303,8 @@ absl::Status CriteoReader::Impl::ErrorAt(const Chunk& c, const absl::Status& wha
     const auto within = static_cast<size_t>(std::clamp<int64_t>(offset - c.text_offset, 0, c.size));
     if (before >= 0) line = before + slice_lines_ + std::count(c.text.data(), c.text.data() + within, '\n') + 1;
   }
-  const std::string where = line > 0 ? absl::StrCat("data file ", path, " line ", line, ": ")
-                                     : absl::StrCat("data file ", path, ": ");
+  const std::string where =
+      line > 0 ? absl::StrCat("data file ", path, " line ", line, ": ") : absl::StrCat("data file ", path, ": ");
   return absl::Status(what.code(), absl::StrCat(where, what.message()));
 }
 
@@ -315,8 +314,8 @@ absl::StatusOr<int64_t> CriteoReader::Impl::Read(int64_t max_examples, int64_t* 
   if (max_examples < 0) {
     return absl::InvalidArgumentError(absl::StrCat("Criteo reader: asked for ", max_examples, " examples"));
   }
-  if (max_examples > 0 && (labels == nullptr || (ids == nullptr && num_fields > 0) ||
-                           (dense == nullptr && num_dense > 0))) {
+  if (max_examples > 0 &&
+      (labels == nullptr || (ids == nullptr && num_fields > 0) || (dense == nullptr && num_dense > 0))) {
     return absl::InvalidArgumentError("Criteo reader: an output array (ids, dense or labels) is null; pass all three");
   }
   int64_t n = 0;
@@ -344,10 +343,9 @@ absl::StatusOr<int64_t> CriteoReader::Impl::Read(int64_t max_examples, int64_t* 
       for (const ParsedChunk::BadLine& bad : c.parsed.bad) {
         if (bad_lines_ >= options_.max_bad_lines) {
           const std::string allowance =
-              options_.max_bad_lines == 0
-                  ? std::string(" (--max_bad_lines=N skips up to N bad lines)")
-                  : absl::StrCat(" (the ", options_.max_bad_lines + 1, "th bad line; --max_bad_lines=",
-                                 options_.max_bad_lines, ")");
+              options_.max_bad_lines == 0 ? std::string(" (--max_bad_lines=N skips up to N bad lines)")
+                                          : absl::StrCat(" (the ", options_.max_bad_lines + 1,
+                                                         "th bad line; --max_bad_lines=", options_.max_bad_lines, ")");
           error_ = ErrorAt(c, absl::InvalidArgumentError(bad.message + allowance), c.text_offset + bad.offset);
           break;
         }
@@ -400,8 +398,8 @@ absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(std::vector<Cri
         absl::StrCat("Criteo reader: chunk_bytes is ", options.chunk_bytes, "; it must be in [4096, 256 MiB]"));
   }
   if (options.read_ahead_chunks < 1 || options.read_ahead_chunks > 1024) {
-    return absl::InvalidArgumentError(absl::StrCat("Criteo reader: read_ahead_chunks is ", options.read_ahead_chunks,
-                                                   "; it must be in [1, 1024]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Criteo reader: read_ahead_chunks is ", options.read_ahead_chunks, "; it must be in [1, 1024]"));
   }
   if (options.max_bad_lines < 0) {
     return absl::InvalidArgumentError(

@@ -170,7 +170,8 @@ std::string VariedText(int lines, uint64_t seed, bool final_newline) {
   std::string text;
   for (int i = 0; i < lines; ++i) {
     std::vector<std::string> fields = {std::to_string(rng() % 2)};
-    for (int d = 0; d < 13; ++d) fields.push_back(rng() % 9 == 0 ? "" : std::to_string(static_cast<int64_t>(rng() >> (1 + rng() % 63))));
+    for (int d = 0; d < 13; ++d)
+      fields.push_back(rng() % 9 == 0 ? "" : std::to_string(static_cast<int64_t>(rng() >> (1 + rng() % 63))));
     for (int f = 0; f < 26; ++f) fields.push_back(rng() % 9 == 0 ? "" : absl::StrFormat("%x", rng() >> (rng() % 64)));
     text += absl::StrJoin(fields, "\t");
     text += i % 7 == 3 ? "\r\n" : "\n";
@@ -278,9 +279,8 @@ TEST_F(CriteoReaderTest, EveryBadLineFailsWithFileAndLine) {
       WriteText(Path("ok"), WithBadLines(10, {}), false);
       got = ReadAll(WholeFiles({Path("ok"), path}), SmallChunks());
       EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
-      EXPECT_THAT(got.status().message(),
-                  AllOf(HasSubstr("data file " + path + " line 2345: "), HasSubstr(what), HasSubstr("--max_bad_lines"),
-                        Not(HasSubstr("\n"))));
+      EXPECT_THAT(got.status().message(), AllOf(HasSubstr("data file " + path + " line 2345: "), HasSubstr(what),
+                                                HasSubstr("--max_bad_lines"), Not(HasSubstr("\n"))));
       // Inside a slice the line number is still the file's.
       got = ReadAll({{path, 100000, CriteoSlice::kToEnd}}, SmallChunks());
       EXPECT_THAT(got.status().message(), HasSubstr(" line 2345: ")) << what;
@@ -328,8 +328,9 @@ TEST_F(CriteoReaderTest, TruncatedAndCorruptGzipFail) {
     read += *n;
   }
   EXPECT_EQ(error.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(error.message(), AllOf(HasSubstr("data file " + Path("half.gz") + " line " + std::to_string(read + 1) + ":"),
-                                     HasSubstr("truncated gzip stream")));
+  EXPECT_THAT(error.message(),
+              AllOf(HasSubstr("data file " + Path("half.gz") + " line " + std::to_string(read + 1) + ":"),
+                    HasSubstr("truncated gzip stream")));
   EXPECT_GT(read, 1000);  // the lines before the damage were handed out
   EXPECT_EQ((*reader)->Read(1, ids.data(), dense.data(), labels.data()).status(), error);  // and it stays
   // A damaged checksum: every line decompresses, then the stream is refused.

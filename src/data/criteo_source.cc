@@ -46,7 +46,8 @@ class FileHandle {
 
 class PlainSource final : public TextSource {
  public:
-  PlainSource(std::string path, int fd, std::vector<char> head) : path_(std::move(path)), fd_(fd), head_(std::move(head)) {}
+  PlainSource(std::string path, int fd, std::vector<char> head)
+      : path_(std::move(path)), fd_(fd), head_(std::move(head)) {}
 
   absl::StatusOr<size_t> Read(char* dst, size_t n) override {
     size_t done = 0;
@@ -89,8 +90,7 @@ class PlainSource final : public TextSource {
 
 class GzipSource final : public TextSource {
  public:
-  GzipSource(std::string path, int fd, std::vector<char> head)
-      : path_(std::move(path)), fd_(fd), input_(kInputBytes) {
+  GzipSource(std::string path, int fd, std::vector<char> head) : path_(std::move(path)), fd_(fd), input_(kInputBytes) {
     std::memcpy(input_.data(), head.data(), head.size());
     stream_.next_in = reinterpret_cast<Bytef*>(input_.data());
     stream_.avail_in = static_cast<uInt>(head.size());
@@ -126,8 +126,8 @@ class GzipSource final : public TextSource {
             break;
           }
           error = absl::DataLossError(absl::StrCat(
-              "truncated gzip stream (the file ends inside compressed data, after ", offset_ + (want - stream_.avail_out),
-              " bytes of text); the file is incomplete: copy or write it again"));
+              "truncated gzip stream (the file ends inside compressed data, after ",
+              offset_ + (want - stream_.avail_out), " bytes of text); the file is incomplete: copy or write it again"));
           break;
         }
         stream_.next_in = reinterpret_cast<Bytef*>(input_.data());
@@ -141,9 +141,9 @@ class GzipSource final : public TextSource {
         continue;
       }
       if (rc != Z_OK && rc != Z_BUF_ERROR) {
-        error = absl::DataLossError(absl::StrCat("corrupt gzip stream after ", offset_ + (want - stream_.avail_out),
-                                                 " bytes of text (", stream_.msg != nullptr ? stream_.msg : "zlib error",
-                                                 "); the file is damaged: copy or write it again"));
+        error = absl::DataLossError(absl::StrCat(
+            "corrupt gzip stream after ", offset_ + (want - stream_.avail_out), " bytes of text (",
+            stream_.msg != nullptr ? stream_.msg : "zlib error", "); the file is damaged: copy or write it again"));
         break;
       }
     }

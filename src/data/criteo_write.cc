@@ -115,11 +115,11 @@ absl::Status CriteoWriter::Close() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> WriteCtrFiles(const CtrGenerator& generator,
-                                                       const CtrFilesOptions& options) {
+absl::StatusOr<std::vector<std::string>> WriteCtrFiles(const CtrGenerator& generator, const CtrFilesOptions& options) {
   if (options.out_dir.empty()) return absl::InvalidArgumentError("CTR files: --out is empty; give a directory");
   if (options.files < 1 || options.files > 100000) {
-    return absl::InvalidArgumentError(absl::StrCat("CTR files: --files=", options.files, "; it must be in [1, 100000]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CTR files: --files=", options.files, "; it must be in [1, 100000]"));
   }
   if (options.examples_per_file < 1) {
     return absl::InvalidArgumentError(
@@ -130,8 +130,8 @@ absl::StatusOr<std::vector<std::string>> WriteCtrFiles(const CtrGenerator& gener
         absl::StrCat("CTR files: --batch_size=", options.batch_size, "; it must be at least 1"));
   }
   if (options.test_examples < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CTR files: --ctr_test_examples=", options.test_examples, "; it must be 0 (no test file) or more"));
+    return absl::InvalidArgumentError(absl::StrCat("CTR files: --ctr_test_examples=", options.test_examples,
+                                                   "; it must be 0 (no test file) or more"));
   }
   std::error_code ec;
   std::filesystem::create_directories(options.out_dir, ec);

@@ -97,8 +97,7 @@ class GzipSource final : public ByteSource {
       if (ret == Z_STREAM_END) {
         between_members_ = true;
       } else if (ret == Z_BUF_ERROR && z_.avail_in == 0 && at_end_) {
-        return absl::DataLossError(
-            absl::StrCat(file_->path(), ": truncated gzip stream (the file ends inside it)"));
+        return absl::DataLossError(absl::StrCat(file_->path(), ": truncated gzip stream (the file ends inside it)"));
       } else if (ret != Z_OK && ret != Z_BUF_ERROR) {
         return ZlibError(ret);
       }
@@ -127,8 +126,8 @@ class GzipSource final : public ByteSource {
     if (ret == Z_MEM_ERROR) {
       return absl::ResourceExhaustedError(absl::StrCat(file_->path(), ": out of memory decompressing it"));
     }
-    return absl::DataLossError(absl::StrCat(file_->path(), ": corrupt gzip stream (zlib: ",
-                                            z_.msg != nullptr ? z_.msg : zError(ret), ")"));
+    return absl::DataLossError(
+        absl::StrCat(file_->path(), ": corrupt gzip stream (zlib: ", z_.msg != nullptr ? z_.msg : zError(ret), ")"));
   }
 
   const std::unique_ptr<io::SequentialFile> file_;
@@ -168,18 +167,17 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, io::Env* env) {
   absl::StatusOr<size_t> got = source.Read(magic, 4);
   if (!got.ok()) return got.status();
   if (*got < 4) {
-    return absl::DataLossError(absl::StrCat(path, ": truncated: ", what, " ", *got,
-                                            " bytes, fewer than the 4-byte IDX magic"));
+    return absl::DataLossError(
+        absl::StrCat(path, ": truncated: ", what, " ", *got, " bytes, fewer than the 4-byte IDX magic"));
   }
   if (magic[0] != 0 || magic[1] != 0) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: not an IDX file: starts with bytes %02x %02x %02x %02x, expected 00 00 08 <ndims>",
-        path, magic[0], magic[1], magic[2], magic[3]));
+    return absl::DataLossError(
+        absl::StrFormat("%s: not an IDX file: starts with bytes %02x %02x %02x %02x, expected 00 00 08 <ndims>", path,
+                        magic[0], magic[1], magic[2], magic[3]));
   }
   if (magic[2] != kUnsignedByteType) {
     return absl::DataLossError(absl::StrFormat(
-        "%s: IDX element type 0x%02x is not supported; only unsigned bytes (0x08) are", path,
-        magic[2]));
+        "%s: IDX element type 0x%02x is not supported; only unsigned bytes (0x08) are", path, magic[2]));
   }
   const int ndims = magic[3];
   if (ndims == 0) return absl::DataLossError(absl::StrCat(path, ": IDX header has 0 dimensions"));
@@ -189,20 +187,18 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, io::Env* env) {
   if (!got.ok()) return got.status();
   const size_t header_size = 4 + dim_bytes.size();
   if (*got < dim_bytes.size()) {
-    return absl::DataLossError(absl::StrCat(path, ": truncated: header of ", ndims,
-                                            " dimensions needs ", header_size, " bytes, ", what,
-                                            " ", 4 + *got));
+    return absl::DataLossError(absl::StrCat(path, ": truncated: header of ", ndims, " dimensions needs ", header_size,
+                                            " bytes, ", what, " ", 4 + *got));
   }
   IdxArray array;
   uint64_t elements = 1;
   for (int d = 0; d < ndims; ++d) {
     const uint8_t* b = &dim_bytes[4 * d];
-    const uint64_t dim = (uint64_t{b[0]} << 24) | (uint64_t{b[1]} << 16) | (uint64_t{b[2]} << 8) |
-                         uint64_t{b[3]};
+    const uint64_t dim = (uint64_t{b[0]} << 24) | (uint64_t{b[1]} << 16) | (uint64_t{b[2]} << 8) | uint64_t{b[3]};
     array.dims.push_back(static_cast<int64_t>(dim));
     if (dim != 0 && elements > kMaxElements / dim) {
-      return absl::DataLossError(absl::StrCat(path, ": IDX dimensions are implausibly large (",
-                                              "dimension ", d, " is ", dim, ")"));
+      return absl::DataLossError(
+          absl::StrCat(path, ": IDX dimensions are implausibly large (", "dimension ", d, " is ", dim, ")"));
     }
     elements *= dim;
   }
@@ -219,9 +215,8 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, io::Env* env) {
     if (*got < want) break;
   }
   if (have < elements) {
-    return absl::DataLossError(absl::StrCat(path, ": truncated: header says ",
-                                            header_size + elements, " bytes, ", what, " ",
-                                            header_size + have));
+    return absl::DataLossError(absl::StrCat(path, ": truncated: header says ", header_size + elements, " bytes, ", what,
+                                            " ", header_size + have));
   }
   uint8_t extra[4096];
   size_t trailing = 0;
@@ -232,8 +227,7 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, io::Env* env) {
     if (*got < sizeof(extra)) break;
   }
   if (trailing > 0) {
-    return absl::DataLossError(absl::StrCat(path, ": ", trailing,
-                                            " trailing bytes: header says ",
+    return absl::DataLossError(absl::StrCat(path, ": ", trailing, " trailing bytes: header says ",
                                             header_size + elements, " bytes, ", what, " ",
                                             header_size + elements + trailing));
   }

@@ -4,17 +4,17 @@
 #include <vector>
 
 #include "data/test_files.h"
-#include "io/fault_injection_env.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "io/fault_injection_env.h"
 
 namespace psflow::data {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using ::testing::StartsWith;
 using testing::IdxBytes;
+using ::testing::StartsWith;
 using testing::WriteBytes;
 
 class IdxTest : public testing::TempDirTest {
@@ -82,8 +82,7 @@ TEST_F(IdxTest, BadMagic) {
   bytes[1] = 0x34;
   absl::Status s = ErrorFor("magic", bytes, false);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr("not an IDX file: starts with bytes 12 34 08 01, expected 00 00 08"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("not an IDX file: starts with bytes 12 34 08 01, expected 00 00 08"));
 }
 
 TEST_F(IdxTest, UnsupportedElementType) {
@@ -97,8 +96,7 @@ TEST_F(IdxTest, ZeroDimensions) {
 }
 
 TEST_F(IdxTest, TruncatedMagicAndHeader) {
-  EXPECT_THAT(std::string(ErrorFor("short", {0, 0}, false).message()),
-              HasSubstr("truncated: file has 2 bytes"));
+  EXPECT_THAT(std::string(ErrorFor("short", {0, 0}, false).message()), HasSubstr("truncated: file has 2 bytes"));
   // Claims 3 dimensions but has the bytes of only one.
   std::vector<uint8_t> bytes = IdxBytes({7}, {});
   bytes[3] = 3;
@@ -113,8 +111,7 @@ TEST_F(IdxTest, TruncatedData) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(s.message(), Path("cut") + ": truncated: header says 40 bytes, file has 26");
   s = ErrorFor("cut.gz", bytes, true);
-  EXPECT_EQ(s.message(),
-            Path("cut.gz") + ": truncated: header says 40 bytes, its uncompressed data has 26");
+  EXPECT_EQ(s.message(), Path("cut.gz") + ": truncated: header says 40 bytes, its uncompressed data has 26");
 }
 
 TEST_F(IdxTest, TrailingBytes) {

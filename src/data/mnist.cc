@@ -6,8 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "data/uniform.h"
 #include "core/check.h"
+#include "data/uniform.h"
 #include "psflow/data/idx.h"
 
 namespace psflow::data {
@@ -52,22 +52,18 @@ absl::StatusOr<Dataset> LoadPart(const std::string& dir, const std::string& part
   absl::StatusOr<IdxArray> labels = ReadMnistFile(*labels_path);
   if (!labels.ok()) return labels.status();
 
-  if (images->dims.size() != 3 || images->dims[1] != kMnistRows ||
-      images->dims[2] != kMnistCols) {
-    return absl::DataLossError(absl::StrCat(*images_path, ": images have dimensions ",
-                                            DimsToString(images->dims),
+  if (images->dims.size() != 3 || images->dims[1] != kMnistRows || images->dims[2] != kMnistCols) {
+    return absl::DataLossError(absl::StrCat(*images_path, ": images have dimensions ", DimsToString(images->dims),
                                             ", expected [count, 28, 28]; ", kSetupHint));
   }
   if (labels->dims.size() != 1) {
-    return absl::DataLossError(absl::StrCat(*labels_path, ": labels have dimensions ",
-                                            DimsToString(labels->dims), ", expected [count]; ",
-                                            kSetupHint));
+    return absl::DataLossError(absl::StrCat(*labels_path, ": labels have dimensions ", DimsToString(labels->dims),
+                                            ", expected [count]; ", kSetupHint));
   }
   const int64_t n = images->dims[0];
   if (labels->dims[0] != n) {
-    return absl::DataLossError(absl::StrCat(*labels_path, " has ", labels->dims[0],
-                                            " labels but ", *images_path, " has ", n,
-                                            " images; ", kSetupHint));
+    return absl::DataLossError(absl::StrCat(*labels_path, " has ", labels->dims[0], " labels but ", *images_path,
+                                            " has ", n, " images; ", kSetupHint));
   }
   Dataset set;
   set.num_examples = n;
@@ -76,8 +72,8 @@ absl::StatusOr<Dataset> LoadPart(const std::string& dir, const std::string& part
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t label = labels->data[i];
     if (label >= kMnistClasses) {
-      return absl::DataLossError(absl::StrCat(*labels_path, ": label ", label, " at index ", i,
-                                              " is not a digit 0..9; ", kSetupHint));
+      return absl::DataLossError(
+          absl::StrCat(*labels_path, ": label ", label, " at index ", i, " is not a digit 0..9; ", kSetupHint));
     }
     set.labels[i] = label;
   }
@@ -112,8 +108,8 @@ absl::StatusOr<MnistData> LoadMnist(const std::string& dir, int64_t validation_s
     // The absolute path tried: a relative --data_dir is resolved against the current directory,
     // which is the usual surprise (issue 20.4).
     const std::filesystem::path absolute = std::filesystem::absolute(dir, ec);
-    const std::string tried = ec || absolute.string() == dir ? std::string()
-                                                             : absl::StrCat(" (", absolute.lexically_normal().string(), ")");
+    const std::string tried =
+        ec || absolute.string() == dir ? std::string() : absl::StrCat(" (", absolute.lexically_normal().string(), ")");
     return absl::NotFoundError(absl::StrCat("data directory '", dir, "'", tried,
                                             " not found; run scripts/setup.sh (it downloads "
                                             "MNIST) or pass --data_dir"));
@@ -123,9 +119,9 @@ absl::StatusOr<MnistData> LoadMnist(const std::string& dir, int64_t validation_s
   absl::StatusOr<Dataset> test = LoadPart(dir, "t10k");
   if (!test.ok()) return test.status();
   if (validation_size < 0 || train->num_examples <= validation_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the MNIST training set in '", dir, "' has ", train->num_examples,
-        " examples; need more than the ", validation_size, " held out for validation"));
+    return absl::InvalidArgumentError(absl::StrCat("the MNIST training set in '", dir, "' has ", train->num_examples,
+                                                   " examples; need more than the ", validation_size,
+                                                   " held out for validation"));
   }
   MnistData mnist;
   const int64_t train_size = train->num_examples - validation_size;

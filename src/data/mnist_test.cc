@@ -87,9 +87,8 @@ TEST_F(MnistTest, PixelsScaledToUnitInterval) {
 TEST_F(MnistTest, MissingDirectory) {
   absl::StatusOr<MnistData> mnist = LoadMnist(Path("absent"));
   EXPECT_EQ(mnist.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(mnist.status().message(),
-            "data directory '" + Path("absent") +
-                "' not found; run scripts/setup.sh (it downloads MNIST) or pass --data_dir");
+  EXPECT_EQ(mnist.status().message(), "data directory '" + Path("absent") +
+                                          "' not found; run scripts/setup.sh (it downloads MNIST) or pass --data_dir");
 }
 
 // A relative --data_dir is resolved against the current directory: the error says where that
@@ -123,8 +122,7 @@ TEST_F(MnistTest, LabelOutOfRange) {
   std::vector<uint8_t> labels(4, 3);
   labels[2] = 10;
   WriteBytes(Path("t10k-labels-idx1-ubyte"), IdxBytes({4}, labels), false);
-  EXPECT_THAT(LoadError(), HasSubstr(Path("t10k-labels-idx1-ubyte") +
-                                     ": label 10 at index 2 is not a digit 0..9"));
+  EXPECT_THAT(LoadError(), HasSubstr(Path("t10k-labels-idx1-ubyte") + ": label 10 at index 2 is not a digit 0..9"));
 }
 
 TEST_F(MnistTest, WrongImageDimensions) {
@@ -132,8 +130,7 @@ TEST_F(MnistTest, WrongImageDimensions) {
   WriteBytes(Path("t10k-images-idx3-ubyte"), IdxBytes({4, 784}, Images(4)), false);
   EXPECT_THAT(LoadError(), HasSubstr(Path("t10k-images-idx3-ubyte") +
                                      ": images have dimensions [4, 784], expected [count, 28, 28]"));
-  WriteBytes(Path("t10k-images-idx3-ubyte"), IdxBytes({1, 32, 32}, std::vector<uint8_t>(1024)),
-             false);
+  WriteBytes(Path("t10k-images-idx3-ubyte"), IdxBytes({1, 32, 32}, std::vector<uint8_t>(1024)), false);
   EXPECT_THAT(LoadError(), HasSubstr("[1, 32, 32]"));
   WriteTinyMnist();
   WriteBytes(Path("t10k-labels-idx1-ubyte"), IdxBytes({2, 2}, {1, 2, 3, 4}), false);
@@ -189,9 +186,7 @@ std::string RealMnistDir() {
   const char* source = std::getenv("PSFLOW_SOURCE_DIR");
   if (source != nullptr) return std::string(source) + "/data/mnist";
   // Run by hand outside CTest: this file is <root>/src/data/mnist_test.cc.
-  return (std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "data" /
-          "mnist")
-      .string();
+  return (std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "data" / "mnist").string();
 }
 
 TEST(RealMnistTest, SplitSizesAndFirstLabels) {

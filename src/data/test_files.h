@@ -18,8 +18,8 @@
 namespace psflow::data::testing {
 
 // Magic 00 00 <type> <ndims>, big-endian uint32 dims, then `data`.
-inline std::vector<uint8_t> IdxBytes(const std::vector<uint32_t>& dims,
-                                     const std::vector<uint8_t>& data, uint8_t type = 0x08) {
+inline std::vector<uint8_t> IdxBytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data,
+                                     uint8_t type = 0x08) {
   std::vector<uint8_t> bytes = {0, 0, type, static_cast<uint8_t>(dims.size())};
   for (uint32_t d : dims) {
     bytes.insert(bytes.end(), {static_cast<uint8_t>(d >> 24), static_cast<uint8_t>(d >> 16),
@@ -33,8 +33,7 @@ inline void WriteBytes(const std::string& path, const std::vector<uint8_t>& byte
   if (gzip) {
     gzFile f = gzopen(path.c_str(), "wb");
     ASSERT_NE(f, nullptr) << path;
-    ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
-              static_cast<int>(bytes.size()));
+    ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())), static_cast<int>(bytes.size()));
     ASSERT_EQ(gzclose(f), Z_OK);
   } else {
     FILE* f = std::fopen(path.c_str(), "wb");
@@ -59,9 +58,8 @@ class TempDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           (std::string("psflow_data_") + info->test_suite_name() + "_" + info->name() + "_" +
-            std::to_string(getpid()));
+    dir_ = std::filesystem::temp_directory_path() / (std::string("psflow_data_") + info->test_suite_name() + "_" +
+                                                     info->name() + "_" + std::to_string(getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }

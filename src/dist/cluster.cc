@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/check.h"
 #include "nlohmann/json.hpp"
 #include "psflow/dist/slurm.h"
-#include "core/check.h"
 
 namespace psflow::dist {
 namespace {
@@ -40,9 +40,10 @@ absl::Status CheckAddress(absl::string_view item, const std::string& where) {
   // No host name starts with '-': this is the next flag, taken as the value of an empty
   // "--worker_hosts=" by the command-line parser.
   if (absl::StartsWith(item, "-")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        quoted, " is a flag, not host:port: a host list given empty (e.g. --worker_hosts=) takes the next "
-                "argument as its value; give it host:port, or leave the flag out"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(quoted,
+                     " is a flag, not host:port: a host list given empty (e.g. --worker_hosts=) takes the next "
+                     "argument as its value; give it host:port, or leave the flag out"));
   }
   absl::string_view host;
   absl::string_view port;
@@ -271,8 +272,8 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ClusterSpec::FromTfConfig(std::
     }
     return std::pair{ClusterSpec(), TaskSpec{"evaluator", 0}};
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG task type \"", type,
-                                                   "\" is unsupported: psflow runs chief, worker, ps and evaluator tasks"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TF_CONFIG task type \"", type, "\" is unsupported: psflow runs chief, worker, ps and evaluator tasks"));
   }
 
   std::vector<SourcedAddress> workers = chief;
@@ -381,10 +382,10 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ResolveCluster(const ClusterSou
     if (!resolved.ok()) return resolved.status();
     const TaskSpec& task = resolved->second;
     if ((!job_name.empty() && job_name != task.job) || (task_index != 0 && task_index != task.index)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--job_name=", job_name, " --task_index=", task_index, " disagree with this Slurm task's role (",
-          task.job, " ", task.index, " for SLURM_PROCID=", sources.slurm->procid,
-          " under --slurm_jobs): drop --job_name and --task_index"));
+      return absl::InvalidArgumentError(absl::StrCat("--job_name=", job_name, " --task_index=", task_index,
+                                                     " disagree with this Slurm task's role (", task.job, " ",
+                                                     task.index, " for SLURM_PROCID=", sources.slurm->procid,
+                                                     " under --slurm_jobs): drop --job_name and --task_index"));
     }
     return resolved;
   }
@@ -414,9 +415,10 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ResolveCluster(const ClusterSou
     return resolved;
   }
   if ((!job_name.empty() && job_name != "worker") || task_index != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--job_name=", job_name, " --task_index=", task_index,
-                                                   " given without a cluster: set --ps_hosts and --worker_hosts "
-                                                   "(or TF_CONFIG, or start the tasks with srun), or drop them for single-process training"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--job_name=", job_name, " --task_index=", task_index,
+                     " given without a cluster: set --ps_hosts and --worker_hosts "
+                     "(or TF_CONFIG, or start the tasks with srun), or drop them for single-process training"));
   }
   return std::pair{ClusterSpec(), TaskSpec{"worker", 0}};
 }

@@ -68,7 +68,8 @@ TEST(ClusterSpecTest, RejectsMalformedListsNamingTheItem) {
       {"127.0.0.1:99999", "", {"--ps_hosts entry 0", "\"127.0.0.1:99999\"", "1..65535"}},
       {"127.0.0.1:", "", {"--ps_hosts entry 0", "empty port", "127.0.0.1:2222"}},
       {":5000", "", {"--ps_hosts entry 0", "empty host"}},
-      {"127.0.0.1:1,127.0.0.1:2", "127.0.0.1:3,127.0.0.1:2",
+      {"127.0.0.1:1,127.0.0.1:2",
+       "127.0.0.1:3,127.0.0.1:2",
        {"127.0.0.1:2 appears twice", "--ps_hosts entry 1", "--worker_hosts entry 1"}},
       // An empty "--worker_hosts=" swallows the next flag as its value.
       {"p:1", "--init_timeout_secs=2", {"--worker_hosts entry 0", "is a flag, not host:port", "--worker_hosts="}},
@@ -108,8 +109,10 @@ TEST(ClusterSpecTest, ValidatesTasks) {
   auto lonely_ps = ResolveCluster("p:1", "", "ps", 0, "");
   ASSERT_FALSE(lonely_ps.ok());
   ExpectOneLineError(lonely_ps.status());
-  EXPECT_THAT(std::string(lonely_ps.status().message()), HasSubstr("--worker_hosts is empty: a ps task serves workers"));
-  auto tf_lonely_ps = ResolveCluster("", "", "", 0, R"({"cluster": {"ps": ["p:1"]}, "task": {"type": "ps", "index": 0}})");
+  EXPECT_THAT(std::string(lonely_ps.status().message()),
+              HasSubstr("--worker_hosts is empty: a ps task serves workers"));
+  auto tf_lonely_ps =
+      ResolveCluster("", "", "", 0, R"({"cluster": {"ps": ["p:1"]}, "task": {"type": "ps", "index": 0}})");
   ASSERT_FALSE(tf_lonely_ps.ok());
   EXPECT_THAT(std::string(tf_lonely_ps.status().message()), HasSubstr("TF_CONFIG cluster has no chief and no worker"));
 }
@@ -171,18 +174,17 @@ TEST(TfConfigTest, WithoutChiefWorkersKeepTheirIndex) {
 // TF's Evaluator replica (Kubeflow TFJob): a task of its own that evaluates the chief's checkpoints;
 // it joins no cluster, so the cluster it is given does not matter (even one without ps tasks).
 TEST(TfConfigTest, EvaluatorTaskIsAccepted) {
-  for (const char* json :
-       {R"({"cluster": {"chief": ["c:1"], "worker": ["w:2"], "ps": ["p:4"], "evaluator": ["e:9"]},
+  for (const char* json : {R"({"cluster": {"chief": ["c:1"], "worker": ["w:2"], "ps": ["p:4"], "evaluator": ["e:9"]},
             "task": {"type": "evaluator", "index": 0}})",
-        R"({"cluster": {"evaluator": ["e:9"]}, "task": {"type": "evaluator", "index": 0}})"}) {
+                           R"({"cluster": {"evaluator": ["e:9"]}, "task": {"type": "evaluator", "index": 0}})"}) {
     auto r = ClusterSpec::FromTfConfig(json);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->second, (TaskSpec{"evaluator", 0}));
     EXPECT_EQ(r->first.num_workers(), 0);
     EXPECT_EQ(r->first.num_ps(), 0);
   }
-  auto resolved = ResolveCluster("", "", "", 0,
-                                 R"({"cluster": {"worker": ["w:2"], "ps": ["p:4"]}, "task": {"type": "evaluator", "index": 0}})");
+  auto resolved = ResolveCluster(
+      "", "", "", 0, R"({"cluster": {"worker": ["w:2"], "ps": ["p:4"]}, "task": {"type": "evaluator", "index": 0}})");
   ASSERT_TRUE(resolved.ok()) << resolved.status();
   EXPECT_EQ(resolved->second.job, "evaluator");
 }

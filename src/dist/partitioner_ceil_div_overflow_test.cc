@@ -2,10 +2,10 @@
 // signed overflow (undefined behaviour) when the flag gives a MIN_SLICE_BYTES near INT64_MAX. Under
 // gcc's usual wrapping the result happened to be right, so this test fails only in builds that trap
 // on signed overflow (-fsanitize=undefined, -ftrapv) — as the fuzz build does.
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <limits>
-
-#include <gtest/gtest.h>
 
 #include "psflow/dist/partition.h"
 
@@ -13,8 +13,8 @@ namespace psflow::dist {
 namespace {
 
 TEST(PartitionerCeilDivOverflowTest, HugeMinSliceBytesGiveOneShard) {
-  for (const char* flag : {"min_max:1:9223372036854775807", "min_max:8:9223372036854775807",
-                           "min_max:8:9007199254740991K"}) {
+  for (const char* flag :
+       {"min_max:1:9223372036854775807", "min_max:8:9223372036854775807", "min_max:8:9007199254740991K"}) {
     auto spec = ParsePartitioner(flag);
     ASSERT_TRUE(spec.ok()) << flag << ": " << spec.status();
     EXPECT_EQ(NumShards(*spec, {10, 784}), 1) << flag;

@@ -61,13 +61,15 @@ absl::Status ExpandHost(absl::string_view hostlist, absl::string_view item, std:
   size_t at = 0;
   while (true) {
     const size_t open = item.find('[', at);
-    const absl::string_view text = item.substr(at, open == absl::string_view::npos ? absl::string_view::npos : open - at);
+    const absl::string_view text =
+        item.substr(at, open == absl::string_view::npos ? absl::string_view::npos : open - at);
     if (text.find(']') != absl::string_view::npos) {
       return HostlistError(hostlist, absl::StrCat("\"", item, "\" has a ']' without its '['"));
     }
     if (open == absl::string_view::npos) {
       if (!ranges.empty() && !text.empty()) {
-        return HostlistError(hostlist, absl::StrCat("\"", item, "\" has text after its last [range] (Slurm refuses it too)"));
+        return HostlistError(hostlist,
+                             absl::StrCat("\"", item, "\" has text after its last [range] (Slurm refuses it too)"));
       }
       texts.emplace_back(text);
       break;
@@ -97,7 +99,8 @@ absl::Status ExpandHost(absl::string_view hostlist, absl::string_view item, std:
       for (const std::string& n : ranges[r]) next.push_back(absl::StrCat(prefix, n, texts[r + 1]));
     }
     names = std::move(next);
-    if (hosts->size() + names.size() > kMaxHosts) return HostlistError(hostlist, absl::StrCat("more than ", kMaxHosts, " hosts"));
+    if (hosts->size() + names.size() > kMaxHosts)
+      return HostlistError(hostlist, absl::StrCat("more than ", kMaxHosts, " hosts"));
   }
   hosts->insert(hosts->end(), names.begin(), names.end());
   return absl::OkStatus();
@@ -163,7 +166,8 @@ absl::StatusOr<std::vector<SlurmJob>> ParseSlurmJobs(std::string_view text_in) {
   const absl::string_view text = absl::StripAsciiWhitespace(ToAbsl(text_in));
   std::vector<SlurmJob> jobs;
   const auto error = [&](absl::string_view what) {
-    return absl::InvalidArgumentError(absl::StrCat("--slurm_jobs=", text, ": ", what, " (e.g. --slurm_jobs=ps:1,worker:3)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--slurm_jobs=", text, ": ", what, " (e.g. --slurm_jobs=ps:1,worker:3)"));
   };
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     part = absl::StripAsciiWhitespace(part);
@@ -213,7 +217,8 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ClusterFromSlurm(const SlurmSte
   absl::StatusOr<std::vector<std::string>> hosts = ExpandHostlist(step.nodelist);
   if (!hosts.ok()) return absl::InvalidArgumentError(absl::StrCat("SLURM_STEP_NODELIST=", hosts.status().message()));
   if (step.tasks_per_node.empty()) {
-    return absl::InvalidArgumentError("SLURM_STEP_TASKS_PER_NODE is unset in this Slurm step: start the tasks with srun");
+    return absl::InvalidArgumentError(
+        "SLURM_STEP_TASKS_PER_NODE is unset in this Slurm step: start the tasks with srun");
   }
   absl::StatusOr<std::vector<int>> per_node = ExpandTasksPerNode(step.tasks_per_node);
   if (!per_node.ok()) {
@@ -232,8 +237,8 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ClusterFromSlurm(const SlurmSte
   const int total = *total_tasks;
   if (!step.num_tasks.empty() && ParseCount(step.num_tasks) != std::optional<int>(total)) {
     return absl::InvalidArgumentError(absl::StrCat("SLURM_STEP_NUM_TASKS=", step.num_tasks,
-                                                   " but SLURM_STEP_TASKS_PER_NODE=", step.tasks_per_node, " adds up to ",
-                                                   total, " tasks"));
+                                                   " but SLURM_STEP_TASKS_PER_NODE=", step.tasks_per_node,
+                                                   " adds up to ", total, " tasks"));
   }
   const std::optional<int> rank = ParseCount(step.procid);
   if (!rank || *rank >= total) {
@@ -258,10 +263,10 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ClusterFromSlurm(const SlurmSte
   int wanted = 0;
   for (const SlurmJob& j : jobs) wanted += j.num_tasks;
   if (wanted != total) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--slurm_jobs=", jobs_flag, " needs ", wanted, " tasks but this Slurm step has ", total,
-        " (SLURM_STEP_TASKS_PER_NODE=", step.tasks_per_node, "): start it with srun -n", wanted,
-        ", or change --slurm_jobs"));
+    return absl::InvalidArgumentError(absl::StrCat("--slurm_jobs=", jobs_flag, " needs ", wanted,
+                                                   " tasks but this Slurm step has ", total,
+                                                   " (SLURM_STEP_TASKS_PER_NODE=", step.tasks_per_node,
+                                                   "): start it with srun -n", wanted, ", or change --slurm_jobs"));
   }
 
   // Every task's address, in rank order: node by node, port_base + the task's rank on its node.
@@ -279,10 +284,10 @@ absl::StatusOr<std::pair<ClusterSpec, TaskSpec>> ClusterFromSlurm(const SlurmSte
         const bool local_differs = !step.localid.empty() && ParseCount(step.localid) != std::optional<int>(local);
         const bool node_differs = !step.nodename.empty() && step.nodename != (*hosts)[node];
         if (local_differs || node_differs) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "SLURM_PROCID=", *rank, " is task ", local, " of node ", (*hosts)[node],
-              " in block order, but Slurm placed it as task ", step.localid, " of node ", step.nodename,
-              ": start the step with srun --distribution=block"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("SLURM_PROCID=", *rank, " is task ", local, " of node ", (*hosts)[node],
+                           " in block order, but Slurm placed it as task ", step.localid, " of node ", step.nodename,
+                           ": start the step with srun --distribution=block"));
         }
       }
       addresses.push_back(absl::StrCat((*hosts)[node], ":", port));

@@ -10,9 +10,9 @@
 #include <fstream>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -51,7 +51,8 @@ class Scontrol {
     char buf[4096];
     while (size_t n = fread(buf, 1, sizeof(buf), pipe)) out.append(buf, n);
     const int status = pclose(pipe);
-    if (status != 0 || absl::StrContains(out, "Invalid hostlist") || absl::StrContains(out, "error")) return std::nullopt;
+    if (status != 0 || absl::StrContains(out, "Invalid hostlist") || absl::StrContains(out, "error"))
+      return std::nullopt;
     return std::vector<std::string>(absl::StrSplit(out, absl::ByAnyChar(" \n"), absl::SkipEmpty()));
   }
 
@@ -78,10 +79,26 @@ TEST(ExpandHostlistTest, HandExpandedExamples) {
 // The strings scontrol accepts expand exactly as it expands them.
 TEST(ExpandHostlistTest, SameAsScontrolShowHostnames) {
   if (!GetScontrol().available()) GTEST_SKIP() << "scontrol not installed (apt-get install slurm-wlm)";
-  for (const char* s :
-       {"n[01-03,7],m5", "localhost", "n[001-3]", "n[9-11]", "n[1-3],n[5]", "rack[1-2]-n[1-2]", "a[1-2]b[3-4]",
-        "n[01-10]", "n[0010-12]", "n[1,1,2]", "n[01-2]", "n[1-02]", "n1,,n2", "[1-3]", "n-[1-2]", "N[1-2],x",
-        "gpu-node[000-127]", "c[1-4,6,8-9],gpu[01-02],login1", "n[09-11],m[099-101]", "n[0-0]"}) {
+  for (const char* s : {"n[01-03,7],m5",
+                        "localhost",
+                        "n[001-3]",
+                        "n[9-11]",
+                        "n[1-3],n[5]",
+                        "rack[1-2]-n[1-2]",
+                        "a[1-2]b[3-4]",
+                        "n[01-10]",
+                        "n[0010-12]",
+                        "n[1,1,2]",
+                        "n[01-2]",
+                        "n[1-02]",
+                        "n1,,n2",
+                        "[1-3]",
+                        "n-[1-2]",
+                        "N[1-2],x",
+                        "gpu-node[000-127]",
+                        "c[1-4,6,8-9],gpu[01-02],login1",
+                        "n[09-11],m[099-101]",
+                        "n[0-0]"}) {
     SCOPED_TRACE(s);
     const auto expected = GetScontrol().Run("hostnames", s);
     ASSERT_TRUE(expected.has_value()) << "scontrol refused it";

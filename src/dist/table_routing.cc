@@ -18,30 +18,27 @@ absl::StatusOr<TableStrategy> ParseTableStrategy(std::string_view flag) {
       absl::StrCat("partition strategy '", std::string(flag), "' is not one of div, mod"));
 }
 
-std::string_view TableStrategyName(TableStrategy strategy) {
-  return strategy == TableStrategy::kDiv ? "div" : "mod";
-}
+std::string_view TableStrategyName(TableStrategy strategy) { return strategy == TableStrategy::kDiv ? "div" : "mod"; }
 
 absl::Status ValidateFixedLayout(std::string_view table, const FixedTableLayout& layout) {
   if (layout.num_embeddings < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table '", std::string(table), "': num_embeddings must be >= 1, got ", layout.num_embeddings));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", std::string(table), "': num_embeddings must be >= 1, got ", layout.num_embeddings));
   }
   if (layout.num_shards < 1 || layout.num_shards > layout.num_embeddings) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table '", std::string(table), "': ", layout.num_shards, " shards for ", layout.num_embeddings,
-        " rows; a fixed table needs 1 <= shards <= rows (the partitioner takes min(shards, rows))"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", std::string(table), "': ", layout.num_shards, " shards for ", layout.num_embeddings,
+                     " rows; a fixed table needs 1 <= shards <= rows (the partitioner takes min(shards, rows))"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<RowLocation> RouteFixedId(std::string_view table, const FixedTableLayout& layout,
-                                         int64_t id) {
+absl::StatusOr<RowLocation> RouteFixedId(std::string_view table, const FixedTableLayout& layout, int64_t id) {
   const int64_t n = layout.num_embeddings;
   const int64_t p = layout.num_shards;
   if (id < 0 || id >= n) {
-    return absl::InvalidArgumentError(absl::StrCat("table '", std::string(table), "': id ", id,
-                                                   " is outside the vocabulary [0, ", n, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", std::string(table), "': id ", id, " is outside the vocabulary [0, ", n, ")"));
   }
   if (layout.strategy == TableStrategy::kMod) {
     return RowLocation{static_cast<int>(id % p), id / p};

@@ -3,10 +3,10 @@
 // published outputs for Mix64.
 #include "psflow/dist/table_routing.h"
 
+#include <gtest/gtest.h>
+
 #include <map>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "psflow/dist/partition.h"
 
@@ -46,8 +46,7 @@ TEST(TableRoutingTest, FixedMatchesBruteForceForEveryIdWhenNIsNotDivisibleByP) {
         for (int64_t id = 0; id < n; ++id) {
           auto got = RouteFixedId("t", layout, id);
           ASSERT_TRUE(got.ok()) << got.status();
-          ASSERT_EQ(*got, expected[id]) << TableStrategyName(strategy) << " n=" << n << " p=" << p
-                                        << " id=" << id;
+          ASSERT_EQ(*got, expected[id]) << TableStrategyName(strategy) << " n=" << n << " p=" << p << " id=" << id;
           EXPECT_EQ(FixedRowId(layout, got->shard, got->row), id);
         }
       }

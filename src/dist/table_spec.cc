@@ -135,9 +135,7 @@ std::string TableInitializer::ToString() const {
 }
 
 std::string_view TableKindName(TableKind kind) { return kind == TableKind::kDynamic ? "dynamic" : "fixed"; }
-std::string_view TableStorageName(TableStorage storage) {
-  return storage == TableStorage::kDisk ? "disk" : "memory";
-}
+std::string_view TableStorageName(TableStorage storage) { return storage == TableStorage::kDisk ? "disk" : "memory"; }
 std::string_view InitKindName(InitKind kind) {
   switch (kind) {
     case InitKind::kZeros:
@@ -167,8 +165,8 @@ absl::StatusOr<TableStorage> ParseTableStorage(std::string_view text) {
 }
 
 absl::StatusOr<InitKind> ParseInitKind(std::string_view text) {
-  for (InitKind k : {InitKind::kZeros, InitKind::kConstant, InitKind::kUniform, InitKind::kNormal,
-                     InitKind::kTruncatedNormal}) {
+  for (InitKind k :
+       {InitKind::kZeros, InitKind::kConstant, InitKind::kUniform, InitKind::kNormal, InitKind::kTruncatedNormal}) {
     if (InitKindName(k) == text) return k;
   }
   return absl::InvalidArgumentError(absl::StrCat("initializer kind '", std::string(text), "' is not one of ",
@@ -195,8 +193,9 @@ absl::Status ValidateTableSpec(const TableSpec& t) {
                             l.admit_after, ", ", l.steps_to_live, ", ", l.max_rows, ", ", l.evict_every));
   }
   if (!t.dynamic() && (l.admit_after > 1 || l.steps_to_live > 0 || l.max_rows > 0)) {
-    return bad("admit_after, steps_to_live and max_rows are for dynamic tables only; drop them or declare the "
-               "table dynamic");
+    return bad(
+        "admit_after, steps_to_live and max_rows are for dynamic tables only; drop them or declare the "
+        "table dynamic");
   }
   if (!t.sparse_optimizer.empty() && !IsRule(t.sparse_optimizer)) {
     return bad(absl::StrCat("sparse_optimizer '", t.sparse_optimizer, "' is not one of ",
@@ -230,12 +229,12 @@ absl::Status SetTableField(TableSpec* spec, std::string_view field, std::string_
   if (row == nullptr) {
     std::vector<std::string> names;
     for (const TableField& f : kFields) names.emplace_back(f.name);
-    return absl::InvalidArgumentError(absl::StrCat(Who(*spec), "no option '", std::string(field),
-                                                   "'; the options are ", absl::StrJoin(names, ", ")));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Who(*spec), "no option '", std::string(field), "'; the options are ", absl::StrJoin(names, ", ")));
   }
   const auto bad = [&] {
-    return absl::InvalidArgumentError(absl::StrCat(Who(*spec), std::string(field), "=", std::string(text),
-                                                   " must be ", std::string(row->must_be)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Who(*spec), std::string(field), "=", std::string(text), " must be ", std::string(row->must_be)));
   };
   TableLifecycle& l = spec->lifecycle;
   int64_t* count = field == "admit_after"     ? &l.admit_after

@@ -34,8 +34,8 @@ TEST(TableSpecTest, InitializerSpellingsRoundTrip) {
     EXPECT_EQ(*again, *init) << text << " -> " << init->ToString();
   }
   EXPECT_EQ(TableInitializer{}.ToString(), "truncated_normal:0:0.01");
-  for (const char* bad : {"", "gaussian:0:1", "zeros:1", "uniform:1", "uniform:2:1", "normal:0:-1", "normal:0:nan",
-                          "constant:x"}) {
+  for (const char* bad :
+       {"", "gaussian:0:1", "zeros:1", "uniform:1", "uniform:2:1", "normal:0:-1", "normal:0:nan", "constant:x"}) {
     absl::StatusOr<TableInitializer> init = TableInitializer::Parse(bad);
     EXPECT_TRUE(absl::IsInvalidArgument(init.status())) << bad;
     EXPECT_THAT(std::string(init.status().message()), HasSubstr("truncated_normal:MEAN:STDDEV")) << bad;
@@ -45,10 +45,15 @@ TEST(TableSpecTest, InitializerSpellingsRoundTrip) {
 TEST(TableSpecTest, EveryFieldReadsBackItsOwnTextAndItsDefault) {
   std::set<std::string> names;
   // A value other than the default for each field.
-  const std::map<std::string, std::string> other = {
-      {"initializer", "uniform:-0.5:0.5"}, {"seed", "18446744073709551615"}, {"partition_strategy", "mod"},
-      {"admit_after", "3"}, {"steps_to_live", "40"}, {"max_rows", "1000"}, {"evict_every", "7"},
-      {"sparse_optimizer", "ftrl"}, {"storage", "disk"}};
+  const std::map<std::string, std::string> other = {{"initializer", "uniform:-0.5:0.5"},
+                                                    {"seed", "18446744073709551615"},
+                                                    {"partition_strategy", "mod"},
+                                                    {"admit_after", "3"},
+                                                    {"steps_to_live", "40"},
+                                                    {"max_rows", "1000"},
+                                                    {"evict_every", "7"},
+                                                    {"sparse_optimizer", "ftrl"},
+                                                    {"storage", "disk"}};
   TableSpec spec;
   spec.name = "emb";
   for (const TableField& f : TableFields()) {
@@ -81,8 +86,8 @@ TEST(TableSpecTest, AFieldItCannotReadIsRefusedNamingTheTableAndTheField) {
   TableSpec spec;
   spec.name = "emb";
   const std::pair<const char*, const char*> bad[] = {
-      {"initializer", "gaussian"}, {"seed", "-1"},         {"partition_strategy", "hash"}, {"admit_after", "-1"},
-      {"steps_to_live", "x"},      {"max_rows", "1.5"},    {"evict_every", "0"},           {"sparse_optimizer", "adamw"},
+      {"initializer", "gaussian"}, {"seed", "-1"},        {"partition_strategy", "hash"}, {"admit_after", "-1"},
+      {"steps_to_live", "x"},      {"max_rows", "1.5"},   {"evict_every", "0"},           {"sparse_optimizer", "adamw"},
       {"storage", "tape"},         {"no_such_field", "1"}};
   for (const auto& [field, text] : bad) {
     absl::Status s = SetTableField(&spec, field, text);

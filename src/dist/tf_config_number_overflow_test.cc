@@ -12,9 +12,10 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(TfConfigNumberOverflowTest, IsAnErrorNotATermination) {
-  for (const char* json : {R"({"cluster": {"ps": [1e400]}, "task": {"type": "ps", "index": 0}})",
-                           R"({"cluster": {"worker": ["w:1"], "ps": ["p:2"]}, "task": {"type": "worker", "index": -1e999}})",
-                           R"({"extra": 6E536})"}) {
+  for (const char* json :
+       {R"({"cluster": {"ps": [1e400]}, "task": {"type": "ps", "index": 0}})",
+        R"({"cluster": {"worker": ["w:1"], "ps": ["p:2"]}, "task": {"type": "worker", "index": -1e999}})",
+        R"({"extra": 6E536})"}) {
     auto parsed = ClusterSpec::FromTfConfig(json);
     ASSERT_FALSE(parsed.ok()) << json;
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);

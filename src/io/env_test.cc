@@ -3,13 +3,12 @@
 // a real "No space left on device" from /dev/full.
 #include "psflow/io/env.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace psflow::io {
 namespace {

@@ -14,18 +14,30 @@ namespace {
 // The verb the POSIX Env uses in its message for each operation.
 const char* Verb(FileOp op) {
   switch (op) {
-    case FileOp::kCreate: return "create";
-    case FileOp::kAppend: return "write";
-    case FileOp::kFlush: return "write";
-    case FileOp::kSync: return "sync";
-    case FileOp::kClose: return "close";
-    case FileOp::kRename: return "rename";
-    case FileOp::kRemove: return "remove";
-    case FileOp::kCreateDir: return "create the directory";
-    case FileOp::kSyncDir: return "sync the directory";
-    case FileOp::kOpen: return "open";
-    case FileOp::kRead: return "read";
-    case FileOp::kAny: return "use";
+    case FileOp::kCreate:
+      return "create";
+    case FileOp::kAppend:
+      return "write";
+    case FileOp::kFlush:
+      return "write";
+    case FileOp::kSync:
+      return "sync";
+    case FileOp::kClose:
+      return "close";
+    case FileOp::kRename:
+      return "rename";
+    case FileOp::kRemove:
+      return "remove";
+    case FileOp::kCreateDir:
+      return "create the directory";
+    case FileOp::kSyncDir:
+      return "sync the directory";
+    case FileOp::kOpen:
+      return "open";
+    case FileOp::kRead:
+      return "read";
+    case FileOp::kAny:
+      return "use";
   }
   return "use";
 }
@@ -34,18 +46,30 @@ const char* Verb(FileOp op) {
 
 const char* FileOpName(FileOp op) {
   switch (op) {
-    case FileOp::kCreate: return "create";
-    case FileOp::kAppend: return "append";
-    case FileOp::kFlush: return "flush";
-    case FileOp::kSync: return "sync";
-    case FileOp::kClose: return "close";
-    case FileOp::kRename: return "rename";
-    case FileOp::kRemove: return "remove";
-    case FileOp::kCreateDir: return "create_dir";
-    case FileOp::kSyncDir: return "sync_dir";
-    case FileOp::kOpen: return "open";
-    case FileOp::kRead: return "read";
-    case FileOp::kAny: return "any";
+    case FileOp::kCreate:
+      return "create";
+    case FileOp::kAppend:
+      return "append";
+    case FileOp::kFlush:
+      return "flush";
+    case FileOp::kSync:
+      return "sync";
+    case FileOp::kClose:
+      return "close";
+    case FileOp::kRename:
+      return "rename";
+    case FileOp::kRemove:
+      return "remove";
+    case FileOp::kCreateDir:
+      return "create_dir";
+    case FileOp::kSyncDir:
+      return "sync_dir";
+    case FileOp::kOpen:
+      return "open";
+    case FileOp::kRead:
+      return "read";
+    case FileOp::kAny:
+      return "any";
   }
   return "any";
 }

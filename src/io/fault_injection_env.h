@@ -32,18 +32,31 @@
 namespace psflow::io {
 
 // The operations a fault can hit. kAny matches every one of them.
-enum class FileOp { kCreate, kAppend, kFlush, kSync, kClose, kRename, kRemove, kCreateDir, kSyncDir, kOpen, kRead, kAny };
+enum class FileOp {
+  kCreate,
+  kAppend,
+  kFlush,
+  kSync,
+  kClose,
+  kRename,
+  kRemove,
+  kCreateDir,
+  kSyncDir,
+  kOpen,
+  kRead,
+  kAny
+};
 const char* FileOpName(FileOp op);
 
 class FaultInjectionEnv final : public Env {
  public:
   struct Fault {
     FileOp op = FileOp::kAny;
-    int64_t nth = 1;          // the nth matching call from now (1-based) fires
-    int error = ENOSPC;       // errno the call fails with
-    bool crash = false;       // instead of failing with `error`, crash just before the call
-    bool sticky = false;      // every later matching call fails too
-    bool partial = false;     // kAppend: write half the data, then fail
+    int64_t nth = 1;             // the nth matching call from now (1-based) fires
+    int error = ENOSPC;          // errno the call fails with
+    bool crash = false;          // instead of failing with `error`, crash just before the call
+    bool sticky = false;         // every later matching call fails too
+    bool partial = false;        // kAppend: write half the data, then fail
     std::string path_part = {};  // only paths containing this (empty: every path)
   };
 
@@ -61,7 +74,7 @@ class FaultInjectionEnv final : public Env {
   std::vector<std::string> Fired() const;
 
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
-                                                             CreateMode mode = CreateMode::kTruncate) override;
+                                                                CreateMode mode = CreateMode::kTruncate) override;
   absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) override;
   absl::Status RenameFile(const std::string& from, const std::string& to) override;
   absl::Status RemoveFile(const std::string& path) override;

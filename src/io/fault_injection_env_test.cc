@@ -3,12 +3,11 @@
 // directory entries — so the checkpoint tests built on it can fail only for the right reasons.
 #include "io/fault_injection_env.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace psflow::io {
 namespace {

@@ -5,10 +5,10 @@
 #define PSFLOW_IO_IO_ERROR_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace psflow::io {
 

@@ -1,7 +1,7 @@
 // psflow/io posix_env.cc — Env::Default(): the POSIX file system. Files are written through a
 // 64 KiB buffer (large appends go straight to write(2)) and read with read(2); Sync is fsync;
-// directories are synced by opening them O_DIRECTORY. Stateless apart from each file's descriptor and buffer; the Env is
-// thread-safe, each file is used by one thread at a time.
+// directories are synced by opening them O_DIRECTORY. Stateless apart from each file's descriptor and buffer; the Env
+// is thread-safe, each file is used by one thread at a time.
 #include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>

@@ -20,7 +20,7 @@ MetricsServer::MetricsServer(std::unique_ptr<httplib::Server> server, std::strin
     : server_(std::move(server)), host_(std::move(host)), port_(port) {}
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(MetricsRegistry* registry, const std::string& host,
-                                                                     int port) {
+                                                                    int port) {
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--metrics_port ", port, " is out of range: use 1-65535 (0: any)"));
   }

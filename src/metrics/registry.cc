@@ -13,8 +13,8 @@ bool IsMetricName(std::string_view name) {
   if (name.empty()) return false;
   for (size_t i = 0; i < name.size(); ++i) {
     const char c = name[i];
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
-                    (i > 0 && c >= '0' && c <= '9');
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' || (i > 0 && c >= '0' && c <= '9');
     if (!ok) return false;
   }
   return true;
@@ -56,8 +56,8 @@ std::string FormatValue(double value) {
 absl::Status MetricsRegistry::Declare(const std::string& name, Type type, const std::string& help,
                                       std::vector<std::string> label_names) {
   if (!IsMetricName(name)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("invalid metric name \"", name, "\": use letters, digits, '_' and ':', not starting with a digit"));
+    return absl::InvalidArgumentError(absl::StrCat("invalid metric name \"", name,
+                                                   "\": use letters, digits, '_' and ':', not starting with a digit"));
   }
   for (const std::string& label : label_names) {
     if (!IsLabelName(label)) {
@@ -70,7 +70,8 @@ absl::Status MetricsRegistry::Declare(const std::string& name, Type type, const 
   if (it != families_.end()) {
     const Family& f = it->second;
     if (f.type == type && f.help == help && f.label_names == label_names) return absl::OkStatus();
-    return absl::AlreadyExistsError(absl::StrCat("metric ", name, " is already declared with another type, help or labels"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("metric ", name, " is already declared with another type, help or labels"));
   }
   Family& family = families_[name];
   family.type = type;
@@ -100,13 +101,13 @@ void MetricsRegistry::Update(std::string_view name, const Labels& labels, double
   Family& family = it->second;
   CHECK(op == Op::kSetAny || (op == Op::kSetGauge) == (family.type == Type::kGauge))
       << "metric " << name << " is a " << (family.type == Type::kGauge ? "gauge" : "counter");
-  CHECK_EQ(labels.size(), family.label_names.size()) << "metric " << name << " takes labels {"
-                                                     << absl::StrJoin(family.label_names, ",") << "}";
+  CHECK_EQ(labels.size(), family.label_names.size())
+      << "metric " << name << " takes labels {" << absl::StrJoin(family.label_names, ",") << "}";
   std::vector<std::string> values;
   values.reserve(labels.size());
   for (size_t i = 0; i < labels.size(); ++i) {
-    CHECK_EQ(labels[i].first, family.label_names[i]) << "metric " << name << " takes labels {"
-                                                     << absl::StrJoin(family.label_names, ",") << "} in that order";
+    CHECK_EQ(labels[i].first, family.label_names[i])
+        << "metric " << name << " takes labels {" << absl::StrJoin(family.label_names, ",") << "} in that order";
     values.push_back(labels[i].second);
   }
   double& sample = family.samples[std::move(values)];

@@ -2,9 +2,9 @@
 // parameters, embeddings gathered from the caller's unique rows, dot interactions, one logit.
 #include "psflow/nn/ctr_model.h"
 
-#include "core/check.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/check.h"
 #include "psflow/core/init.h"
 #include "psflow/core/ops.h"
 
@@ -21,7 +21,8 @@ absl::StatusOr<std::unique_ptr<CtrModel>> CtrModel::Create(const CtrModelConfig&
     return absl::InvalidArgumentError(absl::StrCat("--ctr_dim=", config.dim, " must be at least 1"));
   }
   for (int64_t h : config.bottom_hidden) {
-    if (h < 1) return absl::InvalidArgumentError(absl::StrCat("ctr model: a bottom hidden size is ", h, "; must be >= 1"));
+    if (h < 1)
+      return absl::InvalidArgumentError(absl::StrCat("ctr model: a bottom hidden size is ", h, "; must be >= 1"));
   }
   for (int64_t h : config.top_hidden) {
     if (h < 1) return absl::InvalidArgumentError(absl::StrCat("ctr model: a top hidden size is ", h, "; must be >= 1"));
@@ -93,6 +94,8 @@ Var CtrModel::LogitsWith(std::span<const Var> params, const float* dense, int64_
   return mlp(top_in, config_.top_hidden.size() + 1, /*last_relu=*/false);
 }
 
-Var CtrModel::Loss(const Var& logits, std::span<const float> labels) { return ops::SigmoidCrossEntropy(logits, labels); }
+Var CtrModel::Loss(const Var& logits, std::span<const float> labels) {
+  return ops::SigmoidCrossEntropy(logits, labels);
+}
 
 }  // namespace psflow::nn

@@ -32,10 +32,9 @@ void Dense::CollectParameters(std::vector<Var>* out) const {
   out->push_back(biases_);
 }
 
-Conv2D::Conv2D(const std::string& name, int kernel, int64_t in_channels, int64_t out_channels,
-               int stride, ops::Padding padding, WeightInit init, bool relu, Rng& rng)
-    : filter_(MakeParameter(name + "/weights",
-                            InitWeight({kernel, kernel, in_channels, out_channels}, init, rng))),
+Conv2D::Conv2D(const std::string& name, int kernel, int64_t in_channels, int64_t out_channels, int stride,
+               ops::Padding padding, WeightInit init, bool relu, Rng& rng)
+    : filter_(MakeParameter(name + "/weights", InitWeight({kernel, kernel, in_channels, out_channels}, init, rng))),
       biases_(MakeParameter(name + "/biases", init::Constant({out_channels}, init.bias))),
       stride_(stride),
       padding_(padding),

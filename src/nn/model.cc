@@ -32,9 +32,7 @@ Var Model::Logits(const float* images, int64_t batch, ForwardContext& ctx) {
   return network_->Forward(Constant(std::move(input)), ctx);
 }
 
-Var Model::Loss(const Var& logits, std::span<const int32_t> labels) {
-  return ops::SoftmaxCrossEntropy(logits, labels);
-}
+Var Model::Loss(const Var& logits, std::span<const int32_t> labels) { return ops::SoftmaxCrossEntropy(logits, labels); }
 
 namespace {
 
@@ -79,8 +77,8 @@ std::unique_ptr<Model> Vgg19(Rng& rng) {
   int64_t in = 3;
   for (int b = 0; b < 5; ++b) {
     for (int i = 0; i < blocks[b][1]; ++i) {
-      net->Emplace<Conv2D>(absl::StrCat("conv", b + 1, "_", i + 1), 3, in, blocks[b][0], 1, Padding::kSame,
-                           init, true, rng);
+      net->Emplace<Conv2D>(absl::StrCat("conv", b + 1, "_", i + 1), 3, in, blocks[b][0], 1, Padding::kSame, init, true,
+                           rng);
       in = blocks[b][0];
     }
     net->Emplace<MaxPool>(2, 2, Padding::kValid);
@@ -129,8 +127,7 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelConfig& config) {
   if (config.name == "softmax") return Softmax(rng);
   if (config.name == "mlp") {
     if (config.hidden_units <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--hidden_units=", config.hidden_units, " must be positive"));
+      return absl::InvalidArgumentError(absl::StrCat("--hidden_units=", config.hidden_units, " must be positive"));
     }
     return Mlp(config.hidden_units, rng);
   }
@@ -141,8 +138,7 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const ModelConfig& config) {
         "model 'ctr' has embedding tables and is not an image classifier: build it with nn::CtrModel "
         "(psflow train, psflow local, psflow eval and the evaluator task take --model=ctr)");
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown model '", config.name, "'; choose one of ", KnownModels()));
+  return absl::InvalidArgumentError(absl::StrCat("unknown model '", config.name, "'; choose one of ", KnownModels()));
 }
 
 absl::StatusOr<ModelDefaults> DefaultsFor(const std::string& model_name) {
@@ -151,9 +147,9 @@ absl::StatusOr<ModelDefaults> DefaultsFor(const std::string& model_name) {
   if (model_name == "mlp") return ModelDefaults{"adam", 0.01f, 100, 10000};
   if (model_name == "cnn") return ModelDefaults{"rmsprop", 1e-3f, 128, 2000, 1000, 0.5f};
   if (model_name == "vgg19") return ModelDefaults{"sgd", 0.01f, 32, 100, 0, 1.0f, true};
-  if (model_name == "ctr") return ModelDefaults{"adam", 1e-3f, 1024, 1000, 0, 1.0f, false, {}, "adagrad", kCtrSparseRate};
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown model '", model_name, "'; choose one of ", KnownModels()));
+  if (model_name == "ctr")
+    return ModelDefaults{"adam", 1e-3f, 1024, 1000, 0, 1.0f, false, {}, "adagrad", kCtrSparseRate};
+  return absl::InvalidArgumentError(absl::StrCat("unknown model '", model_name, "'; choose one of ", KnownModels()));
 }
 
 }  // namespace psflow::nn

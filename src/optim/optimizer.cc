@@ -9,25 +9,24 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/container/flat_hash_set.h"
 #include "core/check.h"
 #include "core/simd_dispatch.h"
 #include "optim/update_kernels.h"
 
 namespace psflow::optim {
 
-void Optimizer::ApplyDense(float* w, const float* g, int64_t n, SlotState& state,
-                           float lr) const {
+void Optimizer::ApplyDense(float* w, const float* g, int64_t n, SlotState& state, float lr) const {
   CHECK_EQ(state.slots.size(), slot_names().size()) << "state was not made by " << name();
   for (const FloatBuffer& slot : state.slots) CHECK_GE(static_cast<int64_t>(slot.size()), n);
   Apply(w, g, state, 0, n, lr, state.updates + 1);
   ++state.updates;
 }
 
-void Optimizer::ApplySparse(float* w, const std::vector<int64_t>& rows, const float* g_rows,
-                            int64_t row_size, SlotState& state, float lr) const {
+void Optimizer::ApplySparse(float* w, const std::vector<int64_t>& rows, const float* g_rows, int64_t row_size,
+                            SlotState& state, float lr) const {
   CHECK_EQ(state.slots.size(), slot_names().size()) << "state was not made by " << name();
   const int64_t t = state.updates + 1;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -44,8 +43,8 @@ void Optimizer::ApplySparse(float* w, const std::vector<int64_t>& rows, const fl
 namespace {
 
 // g + wd * w into out (torch's grad.add(param, alpha=weight_decay)).
-PSFLOW_DISPATCH void L2Kernel(float* __restrict out, const float* __restrict g, const float* __restrict w,
-                              int64_t n, float wd) {
+PSFLOW_DISPATCH void L2Kernel(float* __restrict out, const float* __restrict g, const float* __restrict w, int64_t n,
+                              float wd) {
   for (int64_t i = 0; i < n; ++i) out[i] = g[i] + wd * w[i];
 }
 
@@ -96,8 +95,7 @@ class Rule final : public Optimizer {
 
  private:
   // The rule without weight decay on w[offset, offset + n), g not offset.
-  void Update(float* w, const float* g, SlotState& state, int64_t offset, int64_t n, float lr,
-              int64_t t) const {
+  void Update(float* w, const float* g, SlotState& state, int64_t offset, int64_t n, float lr, int64_t t) const {
     const size_t slots = state.slots.size();
     float* s0 = slots > 0 ? state.slots[0].data() + offset : nullptr;
     float* s1 = slots > 1 ? state.slots[1].data() + offset : nullptr;
@@ -116,16 +114,15 @@ class Rule final : public Optimizer {
   kernels::Scalars scalars_;
 };
 
-absl::Status Invalid(const OptimizerConfig& c, const std::string& field, float value,
-                     const std::string& requirement) {
-  return absl::InvalidArgumentError(absl::StrCat("optimizer '", c.name, "': ", field,
-                                                 " must be ", requirement, ", got ", value));
+absl::Status Invalid(const OptimizerConfig& c, const std::string& field, float value, const std::string& requirement) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("optimizer '", c.name, "': ", field, " must be ", requirement, ", got ", value));
 }
 
 absl::Status Validate(const OptimizerConfig& c) {
   if (c.convention != "tensorflow" && c.convention != "torch") {
-    return absl::InvalidArgumentError(absl::StrCat("optimizer '", c.name, "': convention must be tensorflow or torch, got '",
-                                                   c.convention, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer '", c.name, "': convention must be tensorflow or torch, got '", c.convention, "'"));
   }
   // `!(x > 0)` also rejects NaN.
   if (!(c.learning_rate > 0.0f) || !std::isfinite(c.learning_rate)) {
@@ -167,11 +164,10 @@ absl::Status Validate(const OptimizerConfig& c) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerConfig& config) {
-  static const absl::flat_hash_set<std::string> kNames = {"sgd",  "momentum", "adagrad",
-                                                          "adam", "adamw",    "rmsprop"};
+  static const absl::flat_hash_set<std::string> kNames = {"sgd", "momentum", "adagrad", "adam", "adamw", "rmsprop"};
   if (!kNames.contains(config.name)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown optimizer '", config.name, "'; choose one of sgd, momentum, adagrad, adam, adamw, rmsprop"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown optimizer '", config.name,
+                                                   "'; choose one of sgd, momentum, adagrad, adam, adamw, rmsprop"));
   }
   if (absl::Status s = Validate(config); !s.ok()) return s;
   return std::make_unique<Rule>(config);

@@ -25,8 +25,8 @@ double MainSchedule(const OptimizerConfig& c, double lr, int64_t step) {
   }
   if (c.schedule == "piecewise") {
     // tf.train.piecewise_constant: values[0] while step <= boundaries[0], ...
-    const size_t i = static_cast<size_t>(std::lower_bound(c.boundaries.begin(), c.boundaries.end(), step) -
-                                         c.boundaries.begin());
+    const size_t i =
+        static_cast<size_t>(std::lower_bound(c.boundaries.begin(), c.boundaries.end(), step) - c.boundaries.begin());
     return static_cast<double>(c.values[i]);
   }
   // exponential (constant when decay_steps is 0). Like tf.train.exponential_decay: real-valued
@@ -48,8 +48,8 @@ float LearningRateAt(const OptimizerConfig& c, int64_t global_step) {
   if (c.warmup_steps > 0 && global_step < c.warmup_steps) {
     // torch's LinearLR(start_factor=f, end_factor=1, total_iters=W).
     const double f = c.warmup_start_factor;
-    return static_cast<float>(
-        lr * (f + (1.0 - f) * static_cast<double>(std::max<int64_t>(global_step, 0)) / static_cast<double>(c.warmup_steps)));
+    return static_cast<float>(lr * (f + (1.0 - f) * static_cast<double>(std::max<int64_t>(global_step, 0)) /
+                                            static_cast<double>(c.warmup_steps)));
   }
   return static_cast<float>(MainSchedule(c, lr, global_step - std::max<int64_t>(c.warmup_steps, 0)));
 }
@@ -59,12 +59,12 @@ absl::Status ValidateSchedule(const OptimizerConfig& c) {
     return Bad(c, "unknown schedule; choose one of exponential, cosine, piecewise");
   }
   if (c.decay_steps < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("optimizer '", c.name,
-                                                   "': decay_steps must be >= 0 (0 = no decay), got ", c.decay_steps));
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer '", c.name, "': decay_steps must be >= 0 (0 = no decay), got ", c.decay_steps));
   }
   if (c.schedule == "exponential" && c.decay_steps > 0 && (!(c.decay_rate > 0.0f) || !std::isfinite(c.decay_rate))) {
-    return absl::InvalidArgumentError(absl::StrCat("optimizer '", c.name, "': decay_rate must be a finite number > 0 when decay_steps > 0, got ",
-                                                   c.decay_rate));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer '", c.name, "': decay_rate must be a finite number > 0 when decay_steps > 0, got ", c.decay_rate));
   }
   if (c.schedule == "cosine") {
     if (c.cosine_steps < 1) return Bad(c, absl::StrCat("cosine_steps must be >= 1, got ", c.cosine_steps));
@@ -99,18 +99,21 @@ absl::Status ValidateGroups(const OptimizerConfig& c) {
     const ParameterGroup& g = c.groups[i];
     const std::string where = absl::StrCat("optimizer '", c.name, "' parameter group ", i, ": ");
     if (g.learning_rate.has_value() && (!(*g.learning_rate > 0.0f) || !std::isfinite(*g.learning_rate))) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "learning_rate must be a finite number > 0, got ", *g.learning_rate));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "learning_rate must be a finite number > 0, got ", *g.learning_rate));
     }
     if (!(g.lr_scale > 0.0f) || !std::isfinite(g.lr_scale)) {
       return absl::InvalidArgumentError(absl::StrCat(where, "lr_scale must be a finite number > 0, got ", g.lr_scale));
     }
     if (g.weight_decay.has_value() && (!(*g.weight_decay >= 0.0f) || !std::isfinite(*g.weight_decay))) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "weight_decay must be a finite number >= 0, got ", *g.weight_decay));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "weight_decay must be a finite number >= 0, got ", *g.weight_decay));
     }
     for (const std::string& v : g.variables) {
       if (v.empty()) return absl::InvalidArgumentError(absl::StrCat(where, "an empty variable name"));
       if (!seen.insert(v).second) {
-        return absl::InvalidArgumentError(absl::StrCat(where, "variable '", v, "' is already in another group; a variable belongs to one group"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "variable '", v, "' is already in another group; a variable belongs to one group"));
       }
     }
   }

@@ -95,7 +95,8 @@ TEST(ScheduleTest, PiecewiseConstantSwitchesAfterEachBoundary) {
 TEST(ScheduleTest, RefusesBadSchedules) {
   OptimizerConfig c = Base(0.1f);
   c.schedule = "triangle";
-  EXPECT_EQ(ErrorOf(c), "optimizer 'sgd' schedule 'triangle': unknown schedule; choose one of exponential, cosine, piecewise");
+  EXPECT_EQ(ErrorOf(c),
+            "optimizer 'sgd' schedule 'triangle': unknown schedule; choose one of exponential, cosine, piecewise");
   c.schedule = "cosine";
   EXPECT_THAT(ErrorOf(c), HasSubstr("cosine_steps must be >= 1, got 0"));
   c.schedule = "piecewise";

@@ -181,7 +181,7 @@ TEST(ParameterGroupTest, ConfigForVariableTakesItsGroupsSettings) {
   EXPECT_FLOAT_EQ(bias.learning_rate, 0.02f);
   EXPECT_EQ(bias.weight_decay, 0.0f);
   EXPECT_TRUE(bias.groups.empty());
-  EXPECT_NEAR(LearningRateAt(bias, 5), 0.02, 1e-8);   // piecewise values scaled by 0.02 / 0.1
+  EXPECT_NEAR(LearningRateAt(bias, 5), 0.02, 1e-8);  // piecewise values scaled by 0.02 / 0.1
   EXPECT_NEAR(LearningRateAt(bias, 11), 0.01, 1e-8);
   const OptimizerConfig head = ConfigForVariable(c, "head.weight");
   EXPECT_FLOAT_EQ(head.learning_rate, 0.05f);
@@ -201,8 +201,9 @@ TEST(ParameterGroupTest, RefusesBadGroups) {
   OptimizerConfig c = Torch("sgd", 0.1f);
   c.groups = {ParameterGroup{{"a", "b"}, std::nullopt, 1.0f, std::nullopt},
               ParameterGroup{{"b"}, std::nullopt, 1.0f, std::nullopt}};
-  EXPECT_EQ(error_of(c), "optimizer 'sgd' parameter group 1: variable 'b' is already in another group; "
-                         "a variable belongs to one group");
+  EXPECT_EQ(error_of(c),
+            "optimizer 'sgd' parameter group 1: variable 'b' is already in another group; "
+            "a variable belongs to one group");
   c.groups = {ParameterGroup{{"a"}, -1.0f, 1.0f, std::nullopt}};
   EXPECT_THAT(error_of(c), HasSubstr("parameter group 0: learning_rate must be a finite number > 0, got -1"));
   c.groups = {ParameterGroup{{"a"}, std::nullopt, 1.0f, -0.5f}};

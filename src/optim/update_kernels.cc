@@ -22,17 +22,16 @@ template <Kernel K>
                                            const float* __restrict g, int64_t n, Scalars s);
 
 template <>
-[[gnu::always_inline]] inline void RowLoop<Kernel::kSgd>(float* __restrict w, float* __restrict,
-                                                         float* __restrict, const float* __restrict g,
-                                                         int64_t n, Scalars s) {
+[[gnu::always_inline]] inline void RowLoop<Kernel::kSgd>(float* __restrict w, float* __restrict, float* __restrict,
+                                                         const float* __restrict g, int64_t n, Scalars s) {
   const float lr = s.lr;
   for (int64_t i = 0; i < n; ++i) w[i] -= lr * g[i];
 }
 
 template <>
 [[gnu::always_inline]] inline void RowLoop<Kernel::kMomentum>(float* __restrict w, float* __restrict a,
-                                                              float* __restrict, const float* __restrict g,
-                                                              int64_t n, Scalars s) {
+                                                              float* __restrict, const float* __restrict g, int64_t n,
+                                                              Scalars s) {
   const float lr = s.lr, mu = s.mu;
   for (int64_t i = 0; i < n; ++i) {
     a[i] = a[i] * mu + g[i];
@@ -42,8 +41,8 @@ template <>
 
 template <>
 [[gnu::always_inline]] inline void RowLoop<Kernel::kNesterov>(float* __restrict w, float* __restrict a,
-                                                              float* __restrict, const float* __restrict g,
-                                                              int64_t n, Scalars s) {
+                                                              float* __restrict, const float* __restrict g, int64_t n,
+                                                              Scalars s) {
   const float lr = s.lr, mu = s.mu;
   for (int64_t i = 0; i < n; ++i) {
     a[i] = a[i] * mu + g[i];
@@ -53,8 +52,8 @@ template <>
 
 template <>
 [[gnu::always_inline]] inline void RowLoop<Kernel::kAdagrad>(float* __restrict w, float* __restrict acc,
-                                                             float* __restrict, const float* __restrict g,
-                                                             int64_t n, Scalars s) {
+                                                             float* __restrict, const float* __restrict g, int64_t n,
+                                                             Scalars s) {
   const float lr = s.lr;
   for (int64_t i = 0; i < n; ++i) {
     acc[i] += g[i] * g[i];
@@ -65,9 +64,8 @@ template <>
 // torch.optim.Adagrad (lr_decay 0).
 template <>
 [[gnu::always_inline]] inline void RowLoop<Kernel::kTorchAdagrad>(float* __restrict w, float* __restrict acc,
-                                                                  float* __restrict,
-                                                                  const float* __restrict g, int64_t n,
-                                                                  Scalars s) {
+                                                                  float* __restrict, const float* __restrict g,
+                                                                  int64_t n, Scalars s) {
   const float lr = s.lr, eps = s.eps;
   for (int64_t i = 0; i < n; ++i) {
     acc[i] += g[i] * g[i];
@@ -78,8 +76,8 @@ template <>
 // n' = n + g²; z += g − (√n' − √n)/lr·w; n = n'; w = (sign(z)·l1 − z)/(√n/lr + 2·l2) if |z| > l1 else 0.
 template <>
 [[gnu::always_inline]] inline void RowLoop<Kernel::kFtrl>(float* __restrict w, float* __restrict acc,
-                                                          float* __restrict z, const float* __restrict g,
-                                                          int64_t n, Scalars s) {
+                                                          float* __restrict z, const float* __restrict g, int64_t n,
+                                                          Scalars s) {
   const float inv_lr = 1.0f / s.lr, l1 = s.l1, l2 = s.l2;
   for (int64_t i = 0; i < n; ++i) {
     const float acc_new = acc[i] + g[i] * g[i];
@@ -93,11 +91,9 @@ template <>
 }
 
 template <>
-[[gnu::always_inline]] inline void RowLoop<Kernel::kAdam>(float* __restrict w, float* __restrict m,
-                                                          float* __restrict v, const float* __restrict g,
-                                                          int64_t n, Scalars s) {
-  const float alpha = s.lr, one_minus_beta1 = s.one_minus_beta1, one_minus_beta2 = s.one_minus_beta2,
-              eps = s.eps;
+[[gnu::always_inline]] inline void RowLoop<Kernel::kAdam>(float* __restrict w, float* __restrict m, float* __restrict v,
+                                                          const float* __restrict g, int64_t n, Scalars s) {
+  const float alpha = s.lr, one_minus_beta1 = s.one_minus_beta1, one_minus_beta2 = s.one_minus_beta2, eps = s.eps;
   for (int64_t i = 0; i < n; ++i) {
     m[i] += (g[i] - m[i]) * one_minus_beta1;
     v[i] += (g[i] * g[i] - v[i]) * one_minus_beta2;
@@ -135,9 +131,8 @@ template <>
 // torch.optim.RMSprop (centered False): with mu 0 this is torch's w -= lr * g / (sqrt(ms) + eps).
 template <>
 [[gnu::always_inline]] inline void RowLoop<Kernel::kTorchRmsProp>(float* __restrict w, float* __restrict ms,
-                                                                  float* __restrict mom,
-                                                                  const float* __restrict g, int64_t n,
-                                                                  Scalars s) {
+                                                                  float* __restrict mom, const float* __restrict g,
+                                                                  int64_t n, Scalars s) {
   const float lr = s.lr, alpha = s.rho, one_minus_alpha = s.one_minus_rho, mu = s.mu, eps = s.eps;
   for (int64_t i = 0; i < n; ++i) {
     ms[i] = ms[i] * alpha + one_minus_alpha * g[i] * g[i];
@@ -176,8 +171,8 @@ inline __attribute__((always_inline)) void PrefetchRecord(float* const* recs, in
 }
 
 template <Kernel K, bool kRowLr>
-[[gnu::always_inline]] inline void RowsLoop(Scalars s, float* const* recs, const float* g,
-                                            const float* row_lr, int64_t n, int64_t dim) {
+[[gnu::always_inline]] inline void RowsLoop(Scalars s, float* const* recs, const float* g, const float* row_lr,
+                                            int64_t n, int64_t dim) {
   constexpr int kSlots = SlotCount(K);
   const int64_t record_bytes = dim * static_cast<int64_t>(sizeof(float)) * (1 + kSlots);
   for (int64_t r = 0; r < n; ++r) {
@@ -185,14 +180,13 @@ template <Kernel K, bool kRowLr>
     float* rec = recs[r];
     if (rec == nullptr) continue;
     if constexpr (kRowLr) s.lr = row_lr[r];
-    RowLoop<K>(rec, kSlots >= 1 ? rec + dim : nullptr, kSlots >= 2 ? rec + 2 * dim : nullptr, g + r * dim,
-               dim, s);
+    RowLoop<K>(rec, kSlots >= 1 ? rec + dim : nullptr, kSlots >= 2 ? rec + 2 * dim : nullptr, g + r * dim, dim, s);
   }
 }
 
 template <Kernel K>
-[[gnu::always_inline]] inline void Rows(const Scalars& s, float* const* recs, const float* g,
-                                        const float* row_lr, int64_t n, int64_t dim) {
+[[gnu::always_inline]] inline void Rows(const Scalars& s, float* const* recs, const float* g, const float* row_lr,
+                                        int64_t n, int64_t dim) {
   if (row_lr != nullptr) return RowsLoop<K, true>(s, recs, g, row_lr, n, dim);
   RowsLoop<K, false>(s, recs, g, nullptr, n, dim);
 }
@@ -316,8 +310,8 @@ Scalars Prepare(Kernel k, const OptimizerConfig& c, float lr, int64_t t, float f
 }
 
 // One case per kernel: each inlines that rule's loop into the ISA clone.
-PSFLOW_DISPATCH void ApplySlice(Kernel kernel, const Scalars& scalars, float* w, float* s0, float* s1,
-                                const float* g, int64_t n) {
+PSFLOW_DISPATCH void ApplySlice(Kernel kernel, const Scalars& scalars, float* w, float* s0, float* s1, const float* g,
+                                int64_t n) {
   switch (kernel) {
     case Kernel::kSgd:
       return RowLoop<Kernel::kSgd>(w, s0, s1, g, n, scalars);
@@ -342,8 +336,8 @@ PSFLOW_DISPATCH void ApplySlice(Kernel kernel, const Scalars& scalars, float* w,
   }
 }
 
-PSFLOW_DISPATCH void ApplyRows(Kernel kernel, const Scalars& scalars, float* const* records,
-                               const float* grads, const float* row_lr, int64_t n, int64_t dim) {
+PSFLOW_DISPATCH void ApplyRows(Kernel kernel, const Scalars& scalars, float* const* records, const float* grads,
+                               const float* row_lr, int64_t n, int64_t dim) {
   switch (kernel) {
     case Kernel::kSgd:
       return Rows<Kernel::kSgd>(scalars, records, grads, row_lr, n, dim);

@@ -69,15 +69,14 @@ float AdamStepSize(const OptimizerConfig& config, float lr, int64_t t);
 
 // One update of w[0, n) with its slots s0[0, n), s1[0, n) (null when the kernel has fewer) and the
 // gradient g[0, n). No argument may overlap another.
-void ApplySlice(Kernel kernel, const Scalars& scalars, float* w, float* s0, float* s1, const float* g,
-                int64_t n);
+void ApplySlice(Kernel kernel, const Scalars& scalars, float* w, float* s0, float* s1, const float* g, int64_t n);
 
 // One update of each of the n rows of a push: row r's record [w | s0 | s1] (dim floats each) at
 // records[r] (nullptr: skipped), its gradient at grads[r·dim, (r+1)·dim). With row_lr non-null,
 // row r uses row_lr[r] as its scalars.lr (lazy adam's per-row α). Records must not overlap. The next
 // rows' records are prefetched while one is updated. Bit-identical to ApplySlice row by row.
-void ApplyRows(Kernel kernel, const Scalars& scalars, float* const* records, const float* grads,
-               const float* row_lr, int64_t n, int64_t dim);
+void ApplyRows(Kernel kernel, const Scalars& scalars, float* const* records, const float* grads, const float* row_lr,
+               int64_t n, int64_t dim);
 
 }  // namespace psflow::optim::kernels
 

@@ -11,8 +11,8 @@ namespace {
 // Files in Criteo's layout are the ctr model's data (programs/ctr/ctr_files.h).
 absl::Status NoCtrFiles(const TrainOptions& options) {
   if (options.train_files.empty() && options.test_files.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("--train_files and --test_files are the ctr model's data; --model=",
-                                                 options.model, " reads --data_dir"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--train_files and --test_files are the ctr model's data; --model=", options.model, " reads --data_dir"));
 }
 
 }  // namespace

@@ -1,8 +1,7 @@
 // gRPC tuning, credentials, status conversion and allocator tuning.
 #include "rpc/grpc_options.h"
 
-#include "rpc/tuning.h"
-
+#include <grpc/support/log.h>
 #include <malloc.h>
 
 #include <chrono>
@@ -14,11 +13,10 @@
 #include <mutex>
 #include <sstream>
 
-#include <grpc/support/log.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/check.h"
+#include "rpc/tuning.h"
 
 namespace psflow::rpc {
 namespace {
@@ -55,8 +53,7 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* wha
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(
-        absl::StrCat("cannot read the TLS ", what, " file '", path, "': check the --tls_", what,
-                     " path"));
+        absl::StrCat("cannot read the TLS ", what, " file '", path, "': check the --tls_", what, " path"));
   }
   std::ostringstream text;
   text << in.rdbuf();
@@ -131,13 +128,13 @@ std::optional<absl::Status> DescribeMessageTooLarge(const grpc::Status& status, 
   int64_t size = 0, limit = 0;
   const std::string numbers = text.substr(at + std::strlen("message larger than max ("));
   if (std::sscanf(numbers.c_str(), "%" SCNd64 " vs. %" SCNd64, &size, &limit) != 2) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        peer, ": ", method, " refused: a message is over a task's size limit (", text,
-        "); start every task with a larger --max_message_mb"));
+    return absl::ResourceExhaustedError(absl::StrCat(peer, ": ", method,
+                                                     " refused: a message is over a task's size limit (", text,
+                                                     "); start every task with a larger --max_message_mb"));
   }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      peer, ": ", method, " refused: a message of ", MiB(size), " is over the ", MiB(limit),
-      " limit (gRPC: ", text, "); start every task with a larger --max_message_mb"));
+  return absl::ResourceExhaustedError(absl::StrCat(peer, ": ", method, " refused: a message of ", MiB(size),
+                                                   " is over the ", MiB(limit), " limit (gRPC: ", text,
+                                                   "); start every task with a larger --max_message_mb"));
 }
 
 namespace {
@@ -230,24 +227,29 @@ std::string DescribeConnectFailure(const std::string& grpc_text, ClientTls tls) 
   auto has = [&text](const char* what) { return text.find(what) != std::string::npos; };
   const char* hint = nullptr;
   if (has("certificate verify failed")) {
-    hint = "the task's certificate is not signed by the CA in this task's --tls_ca: give every task the CA "
-           "that signed the cluster's certificates";
+    hint =
+        "the task's certificate is not signed by the CA in this task's --tls_ca: give every task the CA "
+        "that signed the cluster's certificates";
   } else if (has("Peer name") && has("is not in peer certificate")) {
-    hint = "the task's certificate does not name the host this task dialled: add it to the certificate's "
-           "subjectAltName, or dial the name the certificate has";
+    hint =
+        "the task's certificate does not name the host this task dialled: add it to the certificate's "
+        "subjectAltName, or dial the name the certificate has";
   } else if (has("Ssl handshake failed") && has("wrong version number")) {
     hint = "this task speaks TLS but the other does not: give every task the same --tls_cert/--tls_key/--tls_ca";
   } else if (has("Socket closed") || has("Connection reset")) {
     // A TLS server drops a connection whose handshake it refuses without saying why.
     if (!tls.enabled) {
-      hint = "the task closed the connection: it stopped, or, if this repeats on every attempt, it uses TLS "
-             "and this task must be started with the same --tls_cert/--tls_key/--tls_ca";
+      hint =
+          "the task closed the connection: it stopped, or, if this repeats on every attempt, it uses TLS "
+          "and this task must be started with the same --tls_cert/--tls_key/--tls_ca";
     } else if (!tls.has_certificate) {
-      hint = "the task closed the connection during the TLS handshake; if it requires client certificates "
-             "(it has --tls_ca), give this task --tls_cert and --tls_key";
+      hint =
+          "the task closed the connection during the TLS handshake; if it requires client certificates "
+          "(it has --tls_ca), give this task --tls_cert and --tls_key";
     } else {
-      hint = "the task closed the connection during the TLS handshake; it may not trust this task's "
-             "certificate (which must be signed by the CA in the other task's --tls_ca)";
+      hint =
+          "the task closed the connection during the TLS handshake; it may not trust this task's "
+          "certificate (which must be signed by the CA in the other task's --tls_ca)";
     }
   } else if (has("Connection refused")) {
     hint = "nothing listens there: is the task running, and is the address right?";
@@ -255,8 +257,7 @@ std::string DescribeConnectFailure(const std::string& grpc_text, ClientTls tls) 
   return hint == nullptr ? text : absl::StrCat(text, " (", hint, ")");
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
-    const TransportOptions& security) {
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(const TransportOptions& security) {
   if (security.tls_ca.empty() && security.tls_cert.empty()) {
     return grpc::InsecureChannelCredentials();
   }
@@ -278,14 +279,12 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
   return grpc::SslCredentials(options);
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const TransportOptions& security) {
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const TransportOptions& security) {
   if (security.tls_cert.empty() && security.tls_key.empty()) {
     return grpc::InsecureServerCredentials();
   }
   if (security.tls_cert.empty() || security.tls_key.empty()) {
-    return absl::InvalidArgumentError(
-        "TLS needs both --tls_cert and --tls_key on a ps task (only one was given)");
+    return absl::InvalidArgumentError("TLS needs both --tls_cert and --tls_key on a ps task (only one was given)");
   }
   absl::StatusOr<std::string> cert = ReadPemFile(security.tls_cert, "cert");
   if (!cert.ok()) return cert.status();

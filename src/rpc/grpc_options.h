@@ -3,16 +3,16 @@
 #ifndef PSFLOW_RPC_GRPC_OPTIONS_H_
 #define PSFLOW_RPC_GRPC_OPTIONS_H_
 
-#include <cstdint>
-#include <memory>
-#include <optional>
-#include <string>
-
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/support/channel_arguments.h>
 #include <grpcpp/support/status.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -76,10 +76,8 @@ ClientTls ClientTlsOf(const TransportOptions& security);
 // mismatch names the --tls_* flag, a refused connection asks whether the task runs.
 std::string DescribeConnectFailure(const std::string& grpc_text, ClientTls tls);
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
-    const TransportOptions& security);
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const TransportOptions& security);
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(const TransportOptions& security);
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const TransportOptions& security);
 
 // absl::Status -> grpc::Status (the canonical codes are the same numbers). The other direction is
 // converted where the client channel reads a call's result (grpc_transport.cc).

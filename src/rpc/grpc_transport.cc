@@ -19,18 +19,18 @@
 // alive (self_) while gRPC holds any of its tags, and Responders share ownership, so an answer
 // given late — from another thread, after a sync quorum or initialization — finds it alive, and an
 // answer after cancellation is dropped.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <deque>
 #include <optional>
 #include <thread>
-
-#include <grpcpp/create_channel.h>
-#include <grpcpp/generic/async_generic_service.h>
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -52,8 +52,7 @@ constexpr int kRequestsInFlight = 16;  // calls gRPC may accept before a thread 
 std::chrono::system_clock::time_point DeadlineAfter(double secs) {
   // Clamp so "effectively forever" timeouts do not overflow the clock.
   const double clamped = std::min(std::max(secs, 0.0), 1e7);
-  return std::chrono::system_clock::now() +
-         std::chrono::microseconds(static_cast<int64_t>(clamped * 1e6));
+  return std::chrono::system_clock::now() + std::chrono::microseconds(static_cast<int64_t>(clamped * 1e6));
 }
 
 // Runs closures on a thread of its own. Process-wide and never destroyed: closures may be posted
@@ -122,8 +121,8 @@ struct ClientCall {
   grpc::ByteBuffer response;
   grpc::Status status;
   std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc;  // lives in the context's call arena
-  std::shared_ptr<ClientCall> self;  // held while gRPC owns the completion tag
-  std::atomic<int> pending{2};       // the response, and the release of the request's memory
+  std::shared_ptr<ClientCall> self;                             // held while gRPC owns the completion tag
+  std::atomic<int> pending{2};                                  // the response, and the release of the request's memory
   bool wait_for_ready = false;
   std::function<void(absl::StatusOr<IncomingMessage>)> done;
   // Rewrites a failure for the caller; `connect_error` is the probe's account of the connection.
@@ -208,8 +207,8 @@ class GrpcChannel final : public ClientChannel {
               std::shared_ptr<grpc::ChannelCredentials> credentials, int64_t max_message_bytes)
       : address_(std::move(address)), peer_name_(std::move(peer_name)), secret_(std::move(secret)), tls_(tls) {
     for (int d = 0; d < 2; ++d) {
-      auto channel = grpc::CreateCustomChannel(
-          address_, credentials, TunedChannelArguments(d == 0 ? "push" : "pull", max_message_bytes));
+      auto channel = grpc::CreateCustomChannel(address_, credentials,
+                                               TunedChannelArguments(d == 0 ? "push" : "pull", max_message_bytes));
       stubs_[d] = std::make_unique<grpc::GenericStub>(channel);
       channels_[d] = std::move(channel);
     }
@@ -251,8 +250,8 @@ class GrpcChannel final : public ClientChannel {
     }
     if (code == absl::StatusCode::kDeadlineExceeded) {
       // The deadline is --rpc_timeout_secs plus the call's bytes at 1 MiB/s (src/ps/client/call_deadline.h).
-      const std::string waited = absl::StrCat(peer, ": ", MethodName(method), " got no answer within ",
-                                              absl::SixDigits(timeout_secs), " s");
+      const std::string waited =
+          absl::StrCat(peer, ": ", MethodName(method), " got no answer within ", absl::SixDigits(timeout_secs), " s");
       if (connect_error.empty()) {
         return absl::DeadlineExceededError(
             absl::StrCat(waited, " (", s.error_message(), "; deadline: --rpc_timeout_secs + its size)"));
@@ -333,8 +332,7 @@ class ServerCall : public std::enable_shared_from_this<ServerCall> {
   void Respond(absl::StatusOr<OutgoingMessage> response) {
     if (!response.ok()) return FinishWith(ToGrpcStatus(response.status()));
     response_ = EncodeMessage(*std::move(response));
-    shared_->counters->bytes_out.fetch_add(static_cast<int64_t>(response_.Length()),
-                                           std::memory_order_relaxed);
+    shared_->counters->bytes_out.fetch_add(static_cast<int64_t>(response_.Length()), std::memory_order_relaxed);
     Arm(State::kFinishing);
     stream_.WriteAndFinish(response_, grpc::WriteOptions(), grpc::Status::OK, this);
   }
@@ -348,21 +346,19 @@ class ServerCall : public std::enable_shared_from_this<ServerCall> {
       if (context_.method() == MethodPath(static_cast<Method>(m))) found = m;
     }
     if (found < 0) {
-      return FinishWith(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                                     absl::StrCat("unknown method ", context_.method())));
+      return FinishWith(
+          grpc::Status(grpc::StatusCode::UNIMPLEMENTED, absl::StrCat("unknown method ", context_.method())));
     }
     method_ = static_cast<Method>(found);
     if (!shared_->secret.empty()) {
       const auto& metadata = context_.client_metadata();
       auto it = metadata.find(kTokenMetadataKey);
-      if (it == metadata.end() ||
-          !SecretsEqual(std::string(it->second.data(), it->second.size()), shared_->secret)) {
+      if (it == metadata.end() || !SecretsEqual(std::string(it->second.data(), it->second.size()), shared_->secret)) {
         shared_->counters->calls_unauthenticated.fetch_add(1, std::memory_order_relaxed);
-        return FinishWith(grpc::Status(
-            grpc::StatusCode::UNAUTHENTICATED,
-            absl::StrCat("refused ", MethodName(method_), ": ",
-                         it == metadata.end() ? "no cluster secret" : "wrong cluster secret",
-                         " (start every task with the same --cluster_secret_file)")));
+        return FinishWith(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                       absl::StrCat("refused ", MethodName(method_), ": ",
+                                                    it == metadata.end() ? "no cluster secret" : "wrong cluster secret",
+                                                    " (start every task with the same --cluster_secret_file)")));
       }
     }
     Arm(State::kReading);
@@ -370,8 +366,7 @@ class ServerCall : public std::enable_shared_from_this<ServerCall> {
   }
 
   void Dispatch() {
-    shared_->counters->bytes_in.fetch_add(static_cast<int64_t>(request_.Length()),
-                                          std::memory_order_relaxed);
+    shared_->counters->bytes_in.fetch_add(static_cast<int64_t>(request_.Length()), std::memory_order_relaxed);
     absl::StatusOr<IncomingMessage> message = DecodeMessage(request_);
     request_.Clear();  // the message holds its own references to the slices
     if (!message.ok()) {
@@ -438,7 +433,8 @@ class GrpcServer final : public Server {
         }  // nothing was started on it: returns false at once
       }
       queues_.clear();  // inside the capture: gRPC complains about the queue of a server never started
-      return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", DescribeBindFailure(grpc_log.text())));
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", address, ": ", DescribeBindFailure(grpc_log.text())));
     }
     grpc::ServerCompletionQueue* cq = queues_[0].get();
     for (int i = 0; i < kRequestsInFlight; ++i) ServerCall::Request(&shared_, cq);
@@ -501,21 +497,17 @@ class GrpcServer final : public Server {
 
 }  // namespace
 
-
-absl::StatusOr<std::unique_ptr<ClientChannel>> MakeGrpcChannel(const std::string& address,
-                                                               const std::string& peer_name,
+absl::StatusOr<std::unique_ptr<ClientChannel>> MakeGrpcChannel(const std::string& address, const std::string& peer_name,
                                                                const TransportOptions& security) {
   InstallGrpcLogFilter();
   if (absl::Status s = CheckMaxMessageBytes(security.max_message_bytes); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = MakeChannelCredentials(security);
   if (!creds.ok()) return creds.status();
-  return std::unique_ptr<ClientChannel>(
-      new GrpcChannel(address, peer_name, security.secret, ClientTlsOf(security), *std::move(creds),
-                      security.max_message_bytes));
+  return std::unique_ptr<ClientChannel>(new GrpcChannel(address, peer_name, security.secret, ClientTlsOf(security),
+                                                        *std::move(creds), security.max_message_bytes));
 }
 
-absl::StatusOr<std::unique_ptr<Server>> StartGrpcServer(const std::string& address,
-                                                        const TransportOptions& security,
+absl::StatusOr<std::unique_ptr<Server>> StartGrpcServer(const std::string& address, const TransportOptions& security,
                                                         Handler* handler) {
   InstallGrpcLogFilter();
   if (absl::Status s = CheckMaxMessageBytes(security.max_message_bytes); !s.ok()) return s;

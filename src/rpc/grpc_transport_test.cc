@@ -10,10 +10,10 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "rpc/test_handler.h"
-#include "rpc/transport.h"
 #include "rpc/tensor_coding.h"
 #include "rpc/test_certs.h"
+#include "rpc/test_handler.h"
+#include "rpc/transport.h"
 
 namespace psflow::rpc {
 namespace {
@@ -241,8 +241,8 @@ TEST(GrpcTransportTest, ServerRefusesTensorsOfAnotherDtypeAndKeepsServing) {
 }
 
 std::string WriteTemp(const std::string& name, const char* text) {
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            absl::StrCat("psflow_tls_", getpid(), "_", name)).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / absl::StrCat("psflow_tls_", getpid(), "_", name)).string();
   std::ofstream(path) << text;
   return path;
 }
@@ -293,7 +293,8 @@ TEST(GrpcTransportTest, MutualTlsWithTheClusterCertificate) {
   const std::vector<std::pair<TransportOptions, std::string>> mismatches = {
       {TransportOptions{}, "it uses TLS and this task must be started with the same --tls_cert/--tls_key/--tls_ca"},
       {other_ca, "certificate verify failed (the task's certificate is not signed by the CA in this task's --tls_ca"},
-      {no_client_cert, "if it requires client certificates (it has --tls_ca), give this task --tls_cert and --tls_key"}};
+      {no_client_cert,
+       "if it requires client certificates (it has --tls_ca), give this task --tls_cert and --tls_key"}};
   for (const auto& [s, hint] : mismatches) {
     auto channel = MakeGrpcChannel(address, "ps task 0", s);
     ASSERT_TRUE(channel.ok());

@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/check.h"
-#include "rpc/transport.h"
 #include "rpc/tensor_coding.h"
+#include "rpc/transport.h"
 
 namespace psflow::rpc {
 
@@ -45,8 +45,7 @@ OutgoingMessage OutgoingMessage::Of(const google::protobuf::MessageLite& header)
 
 absl::StatusOr<IncomingMessage> IncomingMessage::Make(std::string header, wire::TensorList tensors,
                                                       std::vector<Segment> payload,
-                                                      std::shared_ptr<const void> keepalive,
-                                                      int64_t wire_bytes) {
+                                                      std::shared_ptr<const void> keepalive, int64_t wire_bytes) {
   IncomingMessage m;
   m.header_ = std::move(header);
   m.tensors_ = std::move(tensors);
@@ -76,8 +75,8 @@ absl::StatusOr<IncomingMessage> IncomingMessage::Make(std::string header, wire::
     int64_t n = 1;
     for (int64_t d : meta.shape()) {
       if (d < 0 || d > kMaxDim) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "malformed message: ", MetaLabel(meta, i), " has dimension ", d, " (must be 0..2^40)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("malformed message: ", MetaLabel(meta, i), " has dimension ", d, " (must be 0..2^40)"));
       }
       if (__builtin_mul_overflow(n, d, &n) || n > kMaxDim) {
         return absl::InvalidArgumentError(
@@ -86,20 +85,19 @@ absl::StatusOr<IncomingMessage> IncomingMessage::Make(std::string header, wire::
     }
     if (meta.sparse()) {
       if (meta.shape_size() < 1 || meta.shape(0) != meta.rows_size()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "malformed message: sparse ", MetaLabel(meta, i), " lists ", meta.rows_size(),
-            " rows but its shape's first dimension is ",
-            meta.shape_size() < 1 ? std::string("missing") : absl::StrCat(meta.shape(0))));
+        return absl::InvalidArgumentError(
+            absl::StrCat("malformed message: sparse ", MetaLabel(meta, i), " lists ", meta.rows_size(),
+                         " rows but its shape's first dimension is ",
+                         meta.shape_size() < 1 ? std::string("missing") : absl::StrCat(meta.shape(0))));
       }
       for (int64_t r : meta.rows()) {
         if (r < 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "malformed message: sparse ", MetaLabel(meta, i), " has negative row ", r));
+          return absl::InvalidArgumentError(
+              absl::StrCat("malformed message: sparse ", MetaLabel(meta, i), " has negative row ", r));
         }
       }
     } else if (meta.rows_size() != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("malformed message: dense ", MetaLabel(meta, i), " lists rows"));
+      return absl::InvalidArgumentError(absl::StrCat("malformed message: dense ", MetaLabel(meta, i), " lists rows"));
     }
     if (n > (payload_bytes - offset_bytes) / element_bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -112,9 +110,8 @@ absl::StatusOr<IncomingMessage> IncomingMessage::Make(std::string header, wire::
     offset_bytes += n * element_bytes;
   }
   if (offset_bytes != payload_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("malformed message: payload has ", payload_bytes,
-                     " bytes but the tensor headers describe ", offset_bytes));
+    return absl::InvalidArgumentError(absl::StrCat("malformed message: payload has ", payload_bytes,
+                                                   " bytes but the tensor headers describe ", offset_bytes));
   }
   return m;
 }
@@ -131,16 +128,14 @@ template <typename Fn>
 void IncomingMessage::ForEachByteRange(int64_t begin, int64_t size, Fn&& fn) const {
   if (size <= 0) return;
   // Segment holding byte `begin`: the last one starting at or before it.
-  size_t s = static_cast<size_t>(
-      std::upper_bound(segment_starts_.begin(), segment_starts_.end(), begin) -
-      segment_starts_.begin() - 1);
+  size_t s = static_cast<size_t>(std::upper_bound(segment_starts_.begin(), segment_starts_.end(), begin) -
+                                 segment_starts_.begin() - 1);
   int64_t pos = begin;
   const int64_t end = begin + size;
   while (pos < end) {
     CHECK_LT(s, segments_.size());
     const int64_t in_segment = pos - segment_starts_[s];
-    const int64_t take =
-        std::min<int64_t>(end - pos, static_cast<int64_t>(segments_[s].size) - in_segment);
+    const int64_t take = std::min<int64_t>(end - pos, static_cast<int64_t>(segments_[s].size) - in_segment);
     if (!fn(segments_[s].data + in_segment, static_cast<size_t>(take), pos - begin)) return;
     pos += take;
     ++s;
@@ -150,11 +145,10 @@ void IncomingMessage::ForEachByteRange(int64_t begin, int64_t size, Fn&& fn) con
 void IncomingMessage::CopyTo(int i, float* dst) const {
   if (dtypes_[i] != WireDtype::kFloat32) return CopyRange(i, 0, num_floats_[i], dst);
   char* out = reinterpret_cast<char*>(dst);
-  ForEachByteRange(tensor_offsets_[i], num_floats_[i] * 4,
-                   [out](const char* p, size_t n, int64_t at) {
-                     std::memcpy(out + at, p, n);
-                     return true;
-                   });
+  ForEachByteRange(tensor_offsets_[i], num_floats_[i] * 4, [out](const char* p, size_t n, int64_t at) {
+    std::memcpy(out + at, p, n);
+    return true;
+  });
 }
 
 void IncomingMessage::CopyRange(int i, int64_t first, int64_t count, float* dst) const {
@@ -185,16 +179,15 @@ void IncomingMessage::CopyStrided(int i, float* dst, int64_t block, int64_t stri
   }
   for (int64_t k = 0; k < blocks; ++k) {
     char* out = reinterpret_cast<char*>(dst + k * stride);
-    ForEachByteRange(tensor_offsets_[i] + k * block * 4, block * 4,
-                     [out](const char* p, size_t n, int64_t at) {
-                       std::memcpy(out + at, p, n);
-                       return true;
-                     });
+    ForEachByteRange(tensor_offsets_[i] + k * block * 4, block * 4, [out](const char* p, size_t n, int64_t at) {
+      std::memcpy(out + at, p, n);
+      return true;
+    });
   }
 }
 
-bool IncomingMessage::ForEachRun(
-    int i, const std::function<bool(const float* run, int64_t first, int64_t n)>& fn) const {
+bool IncomingMessage::ForEachRun(int i,
+                                 const std::function<bool(const float* run, int64_t first, int64_t n)>& fn) const {
   return ForEachRunInRange(i, 0, num_floats_[i], fn);
 }
 
@@ -208,7 +201,7 @@ bool IncomingMessage::ForEachRunInRange(
   constexpr size_t kBounceFloats = 4096;
   alignas(64) float bounce[kBounceFloats];
   char* bounce_bytes = reinterpret_cast<char*>(bounce);
-  size_t held = 0;            // bytes in the bounce buffer
+  size_t held = 0;             // bytes in the bounce buffer
   int64_t next = range_first;  // index of the next float to hand out
   bool go_on = true;
   auto flush = [&] {
@@ -355,9 +348,9 @@ struct MethodInfo {
 };
 const MethodInfo* Methods() {
   static const MethodInfo* methods = [] {
-    static constexpr const char* kNames[kNumMethods] = {
-        "Hello",   "Initialize", "MarkInitialized", "WaitInitialized", "Pull",     "Push",
-        "Goodbye", "Shutdown",   "Stats",           "LoadTable",       "ScanTable"};
+    static constexpr const char* kNames[kNumMethods] = {"Hello", "Initialize", "MarkInitialized", "WaitInitialized",
+                                                        "Pull",  "Push",       "Goodbye",         "Shutdown",
+                                                        "Stats", "LoadTable",  "ScanTable"};
     auto* m = new MethodInfo[kNumMethods];
     for (int i = 0; i < kNumMethods; ++i) {
       m[i].name = kNames[i];

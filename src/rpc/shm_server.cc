@@ -206,7 +206,7 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   std::atomic<bool> finished_{false};
   std::atomic<int> pending_calls_{0};
   std::atomic<bool> busy_[kShmSlots] = {};
-  absl::Mutex send_mu_;  // one sender at a time keeps a packet and its fd together
+  absl::Mutex send_mu_;                                  // one sender at a time keeps a packet and its fd together
   std::shared_ptr<Region> request_regions_[kShmSlots];   // the connection's thread only
   std::shared_ptr<Region> response_regions_[kShmSlots];  // the slot's current call only
 };
@@ -219,9 +219,9 @@ void ServerCall::Respond(absl::StatusOr<OutgoingMessage> response) {
     const shm::PreparedMessage prepared = shm::Prepare(*response);
     const int64_t limit = connection_->config().max_message_bytes;
     if (static_cast<int64_t>(prepared.total_bytes) > limit) {
-      response = absl::ResourceExhaustedError(absl::StrCat(
-          MethodName(method_), " answer of ", prepared.total_bytes, " bytes exceeds the limit of ", limit,
-          " bytes (raise --max_message_mb on every task)"));
+      response = absl::ResourceExhaustedError(absl::StrCat(MethodName(method_), " answer of ", prepared.total_bytes,
+                                                           " bytes exceeds the limit of ", limit,
+                                                           " bytes (raise --max_message_mb on every task)"));
     } else {
       bool grown = false;
       absl::StatusOr<std::shared_ptr<Region>> region = connection_->ResponseRegion(slot_, prepared.total_bytes, &grown);
@@ -268,9 +268,9 @@ class ShmServer::Impl {
     std::memcpy(addr.sun_path, name.data(), name.size());
     const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
     if (bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr), len) != 0 || listen(listen_fd_, 64) != 0) {
-      return absl::UnavailableError(absl::StrCat(
-          "cannot listen on the shared-memory socket @", name.substr(1), ": ", std::strerror(errno),
-          errno == EADDRINUSE ? " (another ps on this host serves shared memory for this port)" : ""));
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on the shared-memory socket @", name.substr(1), ": ", std::strerror(errno),
+                       errno == EADDRINUSE ? " (another ps on this host serves shared memory for this port)" : ""));
     }
     acceptor_ = std::thread([this] { AcceptLoop(); });
     return absl::OkStatus();

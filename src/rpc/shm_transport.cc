@@ -26,8 +26,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "rpc/tensor_coding.h"
 #include "rpc/shm_wire.h"
+#include "rpc/tensor_coding.h"
 
 namespace psflow::rpc {
 
@@ -73,8 +73,8 @@ class ShmConnection : public std::enable_shared_from_this<ShmConnection> {
     std::memcpy(addr.sun_path, name.data(), name.size());
     const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
     if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
-      return absl::UnavailableError(absl::StrCat("no shared-memory listener @", name.substr(1), ": ",
-                                                 std::strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrCat("no shared-memory listener @", name.substr(1), ": ", std::strerror(errno)));
     }
     // Whoever took the name first gets the secret: make sure it is one of ours.
     ucred peer{};
@@ -88,7 +88,8 @@ class ShmConnection : public std::enable_shared_from_this<ShmConnection> {
     hello.size = kShmProtocolVersion;
     if (absl::Status s = shm::SendPacket(fd, hello, security.secret, -1); !s.ok()) return s;
     if (!WaitReadable(fd, kHandshakeSecs)) {
-      return absl::UnavailableError(absl::StrCat("shared-memory handshake got no answer within ", kHandshakeSecs, " s"));
+      return absl::UnavailableError(
+          absl::StrCat("shared-memory handshake got no answer within ", kHandshakeSecs, " s"));
     }
     absl::StatusOr<shm::ReceivedPacket> welcome = shm::ReceivePacket(fd);
     if (!welcome.ok()) return welcome.status();
@@ -238,9 +239,8 @@ class ShmConnection : public std::enable_shared_from_this<ShmConnection> {
       }
     }
     for (auto& [method, done] : failed) {
-      done(absl::UnavailableError(absl::StrCat(peer_name_, ": ", MethodName(method),
-                                               " could not reach the task: ", ended.message(),
-                                               " (did the task exit or restart?)")));
+      done(absl::UnavailableError(absl::StrCat(peer_name_, ": ", MethodName(method), " could not reach the task: ",
+                                               ended.message(), " (did the task exit or restart?)")));
     }
     reader_done_.Notify();
   }

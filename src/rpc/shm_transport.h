@@ -80,8 +80,7 @@ class ShmChannel final : public ClientChannel {
 // The server side: accepts shm connections for a ps whose gRPC server listens on `port`.
 class ShmServer {
  public:
-  static absl::StatusOr<std::unique_ptr<ShmServer>> Start(int port, const TransportOptions& security,
-                                                          Handler* handler);
+  static absl::StatusOr<std::unique_ptr<ShmServer>> Start(int port, const TransportOptions& security, Handler* handler);
   ~ShmServer();
   // Stops accepting; after `grace_secs` (or when no call is pending) closes every connection,
   // failing their callers' pending calls Unavailable. Idempotent.

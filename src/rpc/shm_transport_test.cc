@@ -1,6 +1,8 @@
 // The shared-memory transport through real sockets and memfds (and, for kill -9, a real server
 // process): tensors both ways, answers held and given later from another thread, deadlines, a
 // server that stops or dies and one that comes back on the same port, the secret, concurrency.
+#include "rpc/shm_transport.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,12 +16,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "core/check.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rpc/test_handler.h"
-#include "core/check.h"
 #include "rpc/transport.h"
-#include "rpc/shm_transport.h"
 
 namespace psflow::rpc {
 namespace {
@@ -112,11 +113,10 @@ TEST(ShmTransportTest, HeldCallIsAnsweredLaterFromAnotherThread) {
   Fixture f;
   absl::Notification done;
   absl::Status status = absl::UnknownError("not called");
-  f.channel->Call(Method::kPull, OutgoingMessage::Of(wire::Empty()), Options(),
-                  [&](absl::StatusOr<IncomingMessage> r) {
-                    status = r.status();
-                    done.Notify();
-                  });
+  f.channel->Call(Method::kPull, OutgoingMessage::Of(wire::Empty()), Options(), [&](absl::StatusOr<IncomingMessage> r) {
+    status = r.status();
+    done.Notify();
+  });
   ASSERT_TRUE(f.handler.WaitHeld(1));
   EXPECT_FALSE(done.HasBeenNotified());
   std::thread([&] { f.handler.ReleaseHeld(); }).join();
@@ -286,7 +286,8 @@ TEST(ShmTransportTest, KilledServerProcessFailsCallsUnavailable) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     setenv("PSFLOW_SHM_TEST_PORT_FILE", port_file.c_str(), 1);
-    execl("/proc/self/exe", "shm_child", "--gtest_filter=ShmTransportChild.DISABLED_Serve", "--gtest_also_run_disabled_tests", nullptr);
+    execl("/proc/self/exe", "shm_child", "--gtest_filter=ShmTransportChild.DISABLED_Serve",
+          "--gtest_also_run_disabled_tests", nullptr);
     _exit(127);
   }
   int port = 0;

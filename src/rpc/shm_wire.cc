@@ -79,8 +79,7 @@ Region::~Region() {
 
 absl::Status SendPacket(int sock, const Packet& packet, std::string_view text, int fd) {
   text = text.substr(0, kMaxPacketText);
-  iovec iov[2] = {{const_cast<Packet*>(&packet), sizeof(Packet)},
-                  {const_cast<char*>(text.data()), text.size()}};
+  iovec iov[2] = {{const_cast<Packet*>(&packet), sizeof(Packet)}, {const_cast<char*>(text.data()), text.size()}};
   msghdr msg{};
   msg.msg_iov = iov;
   msg.msg_iovlen = text.empty() ? 1 : 2;

@@ -76,9 +76,9 @@ absl::StatusOr<ReceivedPacket> ReceivePacket(int sock);
 
 // A message ready to be written: its header bytes and its tensors' memory.
 struct PreparedMessage {
-  std::string prefix;  // [u32 H][header][u32 L][TensorList][padding]
+  std::string prefix;                                   // [u32 H][header][u32 L][TensorList][padding]
   std::vector<std::pair<const void*, size_t>> payload;  // (data, bytes)
-  std::vector<std::shared_ptr<const void>> converted;    // 16-bit tensors' converted copies
+  std::vector<std::shared_ptr<const void>> converted;   // 16-bit tensors' converted copies
   size_t total_bytes = 0;
 };
 // Borrows the tensors' memory of `message` (which must outlive the result).

@@ -31,8 +31,7 @@ void AppendU32(std::string* out, uint32_t v) {
 size_t PaddingAfter(size_t header_bytes) { return (8 - header_bytes % 8) % 8; }
 
 // Reads bytes [offset, offset + n) of a slice list into `out`; false when the list is shorter.
-bool ReadBytes(const std::vector<IncomingMessage::Segment>& segments, size_t offset, size_t n,
-               char* out) {
+bool ReadBytes(const std::vector<IncomingMessage::Segment>& segments, size_t offset, size_t n, char* out) {
   for (const auto& s : segments) {
     if (n == 0) break;
     if (offset >= s.size) {
@@ -50,8 +49,7 @@ bool ReadBytes(const std::vector<IncomingMessage::Segment>& segments, size_t off
 
 }  // namespace
 
-grpc::ByteBuffer EncodeMessage(OutgoingMessage message,
-                               const std::shared_ptr<const void>& release_guard) {
+grpc::ByteBuffer EncodeMessage(OutgoingMessage message, const std::shared_ptr<const void>& release_guard) {
   std::vector<WireBytes> wire;  // before the metas move into the list: a 16-bit dtype's converted copy
   wire.reserve(message.tensors.size());
   for (const OutgoingTensor& t : message.tensors) wire.push_back(ToWireBytes(t));
@@ -148,8 +146,8 @@ absl::StatusOr<IncomingMessage> DecodeMessage(const grpc::ByteBuffer& buffer) {
     payload.push_back({s.data + skip, s.size - skip});
     skip = 0;
   }
-  return IncomingMessage::Make(std::move(header), std::move(list), std::move(payload),
-                               std::move(slices), static_cast<int64_t>(total));
+  return IncomingMessage::Make(std::move(header), std::move(list), std::move(payload), std::move(slices),
+                               static_cast<int64_t>(total));
 }
 
 }  // namespace psflow::rpc

@@ -13,10 +13,10 @@
 #ifndef PSFLOW_RPC_TENSOR_CODING_H_
 #define PSFLOW_RPC_TENSOR_CODING_H_
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include <cstddef>
 #include <memory>
-
-#include <grpcpp/support/byte_buffer.h>
 
 #include "absl/status/statusor.h"
 #include "rpc/transport.h"
@@ -34,8 +34,7 @@ inline constexpr size_t kInlineTensorBytes = 64 << 10;
 // Encodes `message`. Every zero-copy slice keeps its tensor's owner and `release_guard` (may be
 // null) alive, so the last slice released destroys the guard: callers use it to learn when the
 // transport no longer reads their memory.
-grpc::ByteBuffer EncodeMessage(OutgoingMessage message,
-                               const std::shared_ptr<const void>& release_guard = nullptr);
+grpc::ByteBuffer EncodeMessage(OutgoingMessage message, const std::shared_ptr<const void>& release_guard = nullptr);
 
 // Decodes a received buffer (referencing, not copying, its slices). InvalidArgument describing
 // the defect for truncated buffers, headers that do not parse, negative or overflowing dims, and

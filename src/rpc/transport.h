@@ -101,8 +101,7 @@ class IncomingMessage {
   // Validates and indexes a message whose header and payload are given as parsed parts (used by the
   // transports' decoders). `keepalive` owns the memory `payload` points into.
   static absl::StatusOr<IncomingMessage> Make(std::string header, wire::TensorList tensors,
-                                              std::vector<Segment> payload,
-                                              std::shared_ptr<const void> keepalive,
+                                              std::vector<Segment> payload, std::shared_ptr<const void> keepalive,
                                               int64_t wire_bytes);
 
   const std::string& header() const { return header_; }
@@ -174,8 +173,7 @@ class ClientChannel {
   virtual void Call(Method method, OutgoingMessage request, const CallOptions& options,
                     std::function<void(absl::StatusOr<IncomingMessage>)> done) = 0;
   // Blocking convenience over Call.
-  absl::StatusOr<IncomingMessage> CallBlocking(Method method, OutgoingMessage request,
-                                               const CallOptions& options);
+  absl::StatusOr<IncomingMessage> CallBlocking(Method method, OutgoingMessage request, const CallOptions& options);
   virtual const std::string& peer_name() const = 0;
 };
 
@@ -230,19 +228,18 @@ bool OnTransportThread();
 
 // gRPC client channel to `address` ("host:port"); `peer_name` prefixes error messages, e.g.
 // "ps task 1 (127.0.0.1:2223)". Errors reading TLS files are returned here.
-absl::StatusOr<std::unique_ptr<ClientChannel>> MakeGrpcChannel(const std::string& address,
-                                                               const std::string& peer_name,
+absl::StatusOr<std::unique_ptr<ClientChannel>> MakeGrpcChannel(const std::string& address, const std::string& peer_name,
                                                                const TransportOptions& security);
 
 // gRPC server listening on `address` (port 0 = any free port) answering with `handler`
 // (borrowed). Error naming the address when it cannot listen.
-absl::StatusOr<std::unique_ptr<Server>> StartGrpcServer(const std::string& address,
-                                                        const TransportOptions& security,
+absl::StatusOr<std::unique_ptr<Server>> StartGrpcServer(const std::string& address, const TransportOptions& security,
                                                         Handler* handler);
 
 // The transport `security.transport` asks for: MakeGrpcChannel / StartGrpcServer for "grpc"; for
 // "shm", a channel to a loopback address that carries calls over shared memory when the ps serves
-// it (else over gRPC), and a gRPC server that also serves shared memory. InvalidArgument naming --transport for another value.
+// it (else over gRPC), and a gRPC server that also serves shared memory. InvalidArgument naming --transport for another
+// value.
 absl::StatusOr<std::unique_ptr<ClientChannel>> MakeChannel(const std::string& address, const std::string& peer_name,
                                                            const TransportOptions& security);
 absl::StatusOr<std::unique_ptr<Server>> StartServer(const std::string& address, const TransportOptions& security,

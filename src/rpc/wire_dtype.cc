@@ -28,9 +28,12 @@ PSFLOW_DISPATCH void FromHalf(const uint16_t* __restrict src, int64_t n, float* 
 
 const char* WireDtypeName(WireDtype dtype) {
   switch (dtype) {
-    case WireDtype::kFloat32: return "float32";
-    case WireDtype::kBFloat16: return "bfloat16";
-    case WireDtype::kFloat16: return "float16";
+    case WireDtype::kFloat32:
+      return "float32";
+    case WireDtype::kBFloat16:
+      return "bfloat16";
+    case WireDtype::kFloat16:
+      return "float16";
   }
   return "float32";
 }

@@ -43,7 +43,7 @@ inline float FloatOfBits(uint32_t b) {
 inline uint16_t FloatToBFloat16(float f) {
   const uint32_t b = FloatBits(f);
   if ((b & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((b >> 16) | 0x0040u);  // quiet NaN
-  return static_cast<uint16_t>((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);  // carries into the exponent
+  return static_cast<uint16_t>((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);                    // carries into the exponent
 }
 inline float BFloat16ToFloat(uint16_t h) { return FloatOfBits(static_cast<uint32_t>(h) << 16); }
 
@@ -53,8 +53,8 @@ inline uint16_t FloatToHalf(float f) {
   const uint32_t a = b & 0x7fffffffu;
   if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // quiet NaN
   if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 (incl. Inf): Inf
-  if (a >= 0x38800000u) {                                             // >= 2^-14: a normal half
-    const uint32_t r = a - 0x38000000u;                               // rebias the exponent by 127 - 15
+  if (a >= 0x38800000u) {                                              // >= 2^-14: a normal half
+    const uint32_t r = a - 0x38000000u;                                // rebias the exponent by 127 - 15
     return static_cast<uint16_t>(sign | ((r + 0x0fffu + ((r >> 13) & 1u)) >> 13));
   }
   if (a <= 0x33000000u) return static_cast<uint16_t>(sign);  // <= 2^-25: rounds to (signed) zero

@@ -43,7 +43,7 @@ double DoubleOfBits(uint64_t b) {
 double ReferenceHalfValue(float x) {
   const uint32_t a = FloatBits(x) & 0x7fffffffu;
   const double v = std::fabs(static_cast<double>(x));
-  const int exponent = std::max(static_cast<int>(a >> 23) - 127, -14);  // of |x|: [2^e, 2^(e+1))
+  const int exponent = std::max(static_cast<int>(a >> 23) - 127, -14);                        // of |x|: [2^e, 2^(e+1))
   const double per_unit = DoubleOfBits(static_cast<uint64_t>(1023 - (exponent - 10)) << 52);  // 2^-(e-10)
   const double unit = DoubleOfBits(static_cast<uint64_t>(1023 + (exponent - 10)) << 52);
   const double units = v * per_unit;  // exact: a power of two
@@ -126,7 +126,8 @@ TEST(WireDtypeTest, EverySixteenBitValueWidensExactlyAndRoundTrips) {
     EncodeFloats(dtype, wide.data(), 1 << 16, back.data());
     int64_t wrong = 0;
     for (uint32_t i = 0; i < (1u << 16); ++i) {
-      const double want = dtype == WireDtype::kFloat16 ? ReferenceHalfToDouble(all[i]) : ReferenceBFloat16ToDouble(all[i]);
+      const double want =
+          dtype == WireDtype::kFloat16 ? ReferenceHalfToDouble(all[i]) : ReferenceBFloat16ToDouble(all[i]);
       const float scalar = dtype == WireDtype::kFloat16 ? HalfToFloat(all[i]) : BFloat16ToFloat(all[i]);
       wrong += !SameValue(wide[i], want) || FloatBits(scalar) != FloatBits(wide[i]);
       // Every value the format holds comes back as itself; NaN as a NaN of the same sign.
@@ -142,8 +143,8 @@ TEST(WireDtypeTest, EdgesByName) {
   EXPECT_EQ(FloatToHalf(65519.99f), 0x7bff);
   EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);  // the tie rounds to even, past the largest: Inf
   EXPECT_EQ(FloatToHalf(-inf), 0xfc00);
-  EXPECT_EQ(FloatToHalf(0x1p-24f), 0x0001);   // the smallest subnormal
-  EXPECT_EQ(FloatToHalf(0x1p-25f), 0x0000);   // half of it: a tie, to even zero
+  EXPECT_EQ(FloatToHalf(0x1p-24f), 0x0001);  // the smallest subnormal
+  EXPECT_EQ(FloatToHalf(0x1p-25f), 0x0000);  // half of it: a tie, to even zero
   EXPECT_EQ(FloatToHalf(0x1.8p-25f), 0x0001);
   EXPECT_EQ(FloatToHalf(-0.0f), 0x8000);
   EXPECT_EQ(FloatToHalf(0x1.ff8p-15f), 0x03ff);  // the largest subnormal
@@ -152,9 +153,9 @@ TEST(WireDtypeTest, EdgesByName) {
   EXPECT_EQ(FloatToBFloat16(inf), 0x7f80);
   EXPECT_EQ(FloatToBFloat16(std::numeric_limits<float>::max()), 0x7f80);  // rounds past the largest
   EXPECT_EQ(FloatToBFloat16(std::numeric_limits<float>::denorm_min()), 0x0000);
-  EXPECT_EQ(FloatToBFloat16(FloatOfBits(0x00018000u)), 0x0002);  // a subnormal tie, to even
-  EXPECT_EQ(FloatToBFloat16(1.0f + 0x1p-8f), 0x3f80);            // tie to even (down)
-  EXPECT_EQ(FloatToBFloat16(1.0f + 0x1p-8f + 0x1p-7f), 0x3f82);  // tie to even (up)
+  EXPECT_EQ(FloatToBFloat16(FloatOfBits(0x00018000u)), 0x0002);                         // a subnormal tie, to even
+  EXPECT_EQ(FloatToBFloat16(1.0f + 0x1p-8f), 0x3f80);                                   // tie to even (down)
+  EXPECT_EQ(FloatToBFloat16(1.0f + 0x1p-8f + 0x1p-7f), 0x3f82);                         // tie to even (up)
   EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(FloatOfBits(0x7f800001u)))));  // a NaN whose payload is low
   EXPECT_EQ(ParseWireDtype("bfloat16").value(), WireDtype::kBFloat16);
   EXPECT_EQ(ParseWireDtype("").value(), WireDtype::kFloat32);

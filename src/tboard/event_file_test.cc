@@ -21,11 +21,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/check.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/check.h"
-#include "tboard/event_reader.h"
 #include "psflow/tboard/event_writer.h"
+#include "tboard/event_reader.h"
 
 namespace psflow::tboard {
 namespace {
@@ -292,7 +292,8 @@ TEST_F(EventFileTest, PythonDecoderReadsWhatWasWritten) {
   expected.push_back(absl::StrFormat("scalar\t-1\texamples/sec\t0x%08x", Bits(1234.5f)));
   ASSERT_TRUE((*writer)->Close().ok());
 
-  const CommandResult result = RunCommand(absl::StrCat("/usr/bin/python3 ", PSFLOW_DECODE_EVENTS_PY, " ", (*writer)->path()));
+  const CommandResult result =
+      RunCommand(absl::StrCat("/usr/bin/python3 ", PSFLOW_DECODE_EVENTS_PY, " ", (*writer)->path()));
   ASSERT_EQ(result.exit_code, 0) << result.output;
   std::vector<std::string> lines = absl::StrSplit(result.output, '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), expected.size()) << result.output;

@@ -19,8 +19,8 @@ namespace psflow::tboard {
 struct EventRecord {
   double wall_time = 0;
   int64_t step = 0;
-  std::string file_version;  // set only on a file_version event ("brain.Event:2")
-  bool session_start = false;  // a SessionLog START: the job (re)started at `step`
+  std::string file_version;                            // set only on a file_version event ("brain.Event:2")
+  bool session_start = false;                          // a SessionLog START: the job (re)started at `step`
   std::vector<std::pair<std::string, float>> scalars;  // (tag, simple_value) in file order
   int other_values = 0;
 };

@@ -28,7 +28,8 @@ absl::StatusOr<std::unique_ptr<EventWriter>> EventWriter::Create(const std::stri
     return absl::Status(s.code(), absl::StrCat(s.message(), "; pick a writable --logdir"));
   }
   const double wall_time = WallTimeNow();
-  const std::string base = absl::StrCat(logdir, "/events.out.tfevents.", static_cast<int64_t>(wall_time), ".", Hostname());
+  const std::string base =
+      absl::StrCat(logdir, "/events.out.tfevents.", static_cast<int64_t>(wall_time), ".", Hostname());
   std::string path = base;
   absl::StatusOr<std::unique_ptr<io::WritableFile>> file;
   for (int suffix = 1; suffix <= 1000; ++suffix) {

@@ -8,8 +8,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "io/fault_injection_env.h"
-#include "tboard/event_reader.h"
 #include "psflow/tboard/event_writer.h"
+#include "tboard/event_reader.h"
 
 namespace psflow::tboard {
 namespace {
@@ -23,7 +23,8 @@ class EventWriterFaultsTest : public ::testing::Test {
  protected:
   void SetUp() override { std::filesystem::remove_all(dir_); }
   void TearDown() override { std::filesystem::remove_all(dir_); }
-  const std::string dir_ = (std::filesystem::temp_directory_path() / ("events_faults_" + std::to_string(getpid()))).string();
+  const std::string dir_ =
+      (std::filesystem::temp_directory_path() / ("events_faults_" + std::to_string(getpid()))).string();
 };
 
 TEST_F(EventWriterFaultsTest, AFullDiskFailsTheRecordInOneLineAndKeepsTheEarlierOnes) {

@@ -1,7 +1,7 @@
 #include "tboard/record.h"
 
-#include <cstdint>
 #include <bit>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/status/status.h"

@@ -37,21 +37,19 @@ absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const Trai
 }
 
 absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string& dir, const std::string& model,
-                                                              const std::vector<dist::VariableSpec>& variables,
-                                                              const optim::Optimizer& optimizer, const LogSink& log,
-                                                              io::Env* env) {
+                                                               const std::vector<dist::VariableSpec>& variables,
+                                                               const optim::Optimizer& optimizer, const LogSink& log,
+                                                               io::Env* env) {
   auto opened = OpenTrainingState(dir, model, variables, optimizer, log, env);
   if (!opened.ok()) return opened.status();
   if (!opened->has_value()) return std::optional<TrainingState>();
   return std::optional<TrainingState>(std::move((*opened)->state));
 }
 
-absl::StatusOr<std::optional<OpenedTrainingState>> OpenTrainingState(const std::string& dir, const std::string& model,
-                                                                     const std::vector<dist::VariableSpec>& variables,
-                                                                     const optim::Optimizer& optimizer,
-                                                                     const LogSink& log, io::Env* env,
-                                                                     const std::function<absl::Status(
-                                                                         const ckpt::SafetensorsReader&)>& check_first) {
+absl::StatusOr<std::optional<OpenedTrainingState>> OpenTrainingState(
+    const std::string& dir, const std::string& model, const std::vector<dist::VariableSpec>& variables,
+    const optim::Optimizer& optimizer, const LogSink& log, io::Env* env,
+    const std::function<absl::Status(const ckpt::SafetensorsReader&)>& check_first) {
   std::vector<std::string> skipped;
   auto latest = ckpt::OpenLatestCheckpoint(dir, &skipped, env);
   if (!latest.ok()) return latest.status();

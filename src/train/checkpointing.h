@@ -42,18 +42,17 @@ absl::Status PrepareCheckpointDir(const std::string& dir, io::Env* env = io::Env
 
 // Files go through `env` (borrowed). A failed save leaves the earlier checkpoints untouched. `more`,
 // when given, adds tensors of its own after the variables (the chief's tables, streamed).
-absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const TrainingState& state,
-                                              const std::vector<std::string>& slot_names, int keep = 5,
-                                              io::Env* env = io::Env::Default(),
-                                              const std::function<absl::Status(ckpt::SafetensorsWriter&)>& more = nullptr);
+absl::StatusOr<std::string> SaveTrainingState(
+    const std::string& dir, const TrainingState& state, const std::vector<std::string>& slot_names, int keep = 5,
+    io::Env* env = io::Env::Default(), const std::function<absl::Status(ckpt::SafetensorsWriter&)>& more = nullptr);
 
 // The newest valid checkpoint of `dir` as a TrainingState for `variables` (names and shapes must
 // match: a mismatch is an error naming the variable), or nullopt when there is none. Skipped
 // corrupt checkpoints are logged. Only the variables' tensors are read (not the file's tables).
 absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string& dir, const std::string& model,
-                                                              const std::vector<dist::VariableSpec>& variables,
-                                                              const optim::Optimizer& optimizer, const LogSink& log,
-                                                              io::Env* env = io::Env::Default());
+                                                               const std::vector<dist::VariableSpec>& variables,
+                                                               const optim::Optimizer& optimizer, const LogSink& log,
+                                                               io::Env* env = io::Env::Default());
 
 // LoadTrainingState's state with the checkpoint file still open (its checksum checked), for the
 // tensors read in parts afterwards (embedding tables: train/table_checkpoint.h). `check_first`, when
@@ -63,13 +62,10 @@ struct OpenedTrainingState {
   std::string path;
   std::unique_ptr<ckpt::SafetensorsReader> file;
 };
-absl::StatusOr<std::optional<OpenedTrainingState>> OpenTrainingState(const std::string& dir, const std::string& model,
-                                                                     const std::vector<dist::VariableSpec>& variables,
-                                                                     const optim::Optimizer& optimizer,
-                                                                     const LogSink& log,
-                                                                     io::Env* env = io::Env::Default(),
-                                                                     const std::function<absl::Status(
-                                                                         const ckpt::SafetensorsReader&)>& check_first = nullptr);
+absl::StatusOr<std::optional<OpenedTrainingState>> OpenTrainingState(
+    const std::string& dir, const std::string& model, const std::vector<dist::VariableSpec>& variables,
+    const optim::Optimizer& optimizer, const LogSink& log, io::Env* env = io::Env::Default(),
+    const std::function<absl::Status(const ckpt::SafetensorsReader&)>& check_first = nullptr);
 
 // Decides when the chief saves: each time the global step reaches a multiple of `steps`, and/or
 // every `secs` seconds. The step schedule is on the boundaries, not relative to the last save: in

@@ -27,9 +27,16 @@ ps::ModelSnapshot ToSnapshot(TrainingState state, const std::vector<dist::Variab
 Chief::Chief(const TrainOptions& options, std::string model_name, ps::PsClient& client,
              std::vector<dist::VariableSpec> variables, InitialValues initial, const ps::TrainingConfig& config,
              const optim::Optimizer& optimizer, const LogSink& log, std::vector<dist::TableSpec> tables)
-    : options_(options), model_name_(std::move(model_name)), client_(client), variables_(std::move(variables)),
-      initial_(std::move(initial)), config_(config), optimizer_(optimizer), log_(log),
-      schedule_(options.save_checkpoint_steps, options.save_checkpoint_secs, 0), tables_(std::move(tables)) {
+    : options_(options),
+      model_name_(std::move(model_name)),
+      client_(client),
+      variables_(std::move(variables)),
+      initial_(std::move(initial)),
+      config_(config),
+      optimizer_(optimizer),
+      log_(log),
+      schedule_(options.save_checkpoint_steps, options.save_checkpoint_secs, 0),
+      tables_(std::move(tables)) {
   if (!initial_.rebuild) {
     for (const Tensor* t : initial_.at_start) initial_copy_.push_back(*t);
   }
@@ -42,9 +49,11 @@ absl::StatusOr<std::optional<ps::ModelSnapshot>> Chief::CheckpointState() {
   if (!layout.ok()) return layout.status();
   // The tables are checked first: a table of another dim is named as such (its model's dense
   // layers around it usually change shape too).
-  auto check_tables = [&](const ckpt::SafetensorsReader& file) { return TableSources(file, tables_, *layout).status(); };
-  auto restored = OpenTrainingState(options_.checkpoint_dir, model_name_, variables_, optimizer_, log_, options_.env,
-                                    check_tables);
+  auto check_tables = [&](const ckpt::SafetensorsReader& file) {
+    return TableSources(file, tables_, *layout).status();
+  };
+  auto restored =
+      OpenTrainingState(options_.checkpoint_dir, model_name_, variables_, optimizer_, log_, options_.env, check_tables);
   if (!restored.ok()) return restored.status();
   if (!restored->has_value()) return std::nullopt;
   if (!tables_.empty()) restore_file_ = std::move((*restored)->file);
@@ -80,15 +89,16 @@ absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState(bool* from_checkpoint) 
   }
   const std::vector<Tensor>& values = initial_.rebuild ? rebuilt : initial_copy_;
   if (values.size() != variables_.size()) {
-    return absl::InternalError(absl::StrCat("the chief has ", values.size(), " initial values for ",
-                                            variables_.size(), " variables"));
+    return absl::InternalError(
+        absl::StrCat("the chief has ", values.size(), " initial values for ", variables_.size(), " variables"));
   }
   TrainingState fresh{0, model_name_, optimizer_.name(), {}};
   for (size_t i = 0; i < variables_.size(); ++i) {
     const Tensor& value = values[i];
     optim::SlotState slots = optimizer_.NewState(value.size());
     VariableState v{value, {}, 0};
-    for (const FloatBuffer& s : slots.slots) v.slots.emplace_back(value.shape(), std::vector<float>(s.begin(), s.end()));
+    for (const FloatBuffer& s : slots.slots)
+      v.slots.emplace_back(value.shape(), std::vector<float>(s.begin(), s.end()));
     fresh.variables.emplace(variables_[i].name, std::move(v));
   }
   return ToSnapshot(std::move(fresh), variables_);
@@ -144,9 +154,8 @@ absl::Status Chief::TryInitializeCluster() {
     if (auto s = client_.Initialize(initial, config_); !s.ok()) return s;
   }
   // A restore says so: the job continues at `step`, it does not start again.
-  log_(absl::StrCat("chief: ", checkpoint->has_value() ? "restored " : "initialized ", variables_.size(),
-                    " variables", tables_.empty() ? "" : absl::StrCat(" and ", tables_.size(), " tables"),
-                    " at global step ", step));
+  log_(absl::StrCat("chief: ", checkpoint->has_value() ? "restored " : "initialized ", variables_.size(), " variables",
+                    tables_.empty() ? "" : absl::StrCat(" and ", tables_.size(), " tables"), " at global step ", step));
   return absl::OkStatus();
 }
 
@@ -210,8 +219,8 @@ absl::Status Chief::MarkTrainingDone() {
 
 void Chief::MarkTrainingFailed(const std::string& reason) {
   if (options_.checkpoint_dir.empty()) return;
-  if (auto s = WriteTrainingEnd(options_.checkpoint_dir, {.failed = true, .global_step = 0, .reason = reason},
-                                options_.env);
+  if (auto s =
+          WriteTrainingEnd(options_.checkpoint_dir, {.failed = true, .global_step = 0, .reason = reason}, options_.env);
       !s.ok()) {
     log_(absl::StrCat("chief: ", s.message()));
   }
@@ -223,15 +232,16 @@ absl::Status Chief::RestorePs(int task) {
   if (!state.ok()) return state.status();
   if (options_.checkpoint_dir.empty()) {
     log_(absl::StrCat("chief: ps task ", task, " restarted without its variables; restoring it at global step ",
-                      state->global_step, " (no --checkpoint_dir: its variables start over from their initial "
+                      state->global_step,
+                      " (no --checkpoint_dir: its variables start over from their initial "
                       "values, the other ps tasks keep theirs)"));
     return client_.InitializePs(task, *state, config_);
   }
   // Every ps task goes back to the checkpoint, as TF's Saver.restore does: restoring the restarted
   // task alone would mix its values, optimizer slots and update counts at step S with the others'
   // newer ones (and leave the global step where it was when another task holds it).
-  log_(absl::StrCat("chief: ps task ", task, " restarted without its variables; restoring every ps task at global step ",
-                    state->global_step,
+  log_(absl::StrCat("chief: ps task ", task,
+                    " restarted without its variables; restoring every ps task at global step ", state->global_step,
                     from_checkpoint ? " from the newest checkpoint (the steps since are trained again)"
                                     : " from the initial values (no checkpoint saved yet: the job starts over)"));
   // Another ps task down meanwhile is waited for by the client's own retries, as long as a worker

@@ -79,8 +79,8 @@ class Chief {
   const optim::Optimizer& optimizer_;
   const LogSink& log_;
   CheckpointSchedule schedule_;
-  int64_t saved_step_ = -1;  // global step of the last checkpoint this chief wrote
-  const std::vector<dist::TableSpec> tables_;  // embedding tables: scanned into / restored from the files
+  int64_t saved_step_ = -1;                                // global step of the last checkpoint this chief wrote
+  const std::vector<dist::TableSpec> tables_;              // embedding tables: scanned into / restored from the files
   std::unique_ptr<ckpt::SafetensorsReader> restore_file_;  // CheckpointState's file, until InitializeWith
 };
 

@@ -73,13 +73,14 @@ struct ChiefFixture {
       initial.at_start.push_back(&p->value);
     }
     // Otherwise the initial values are rebuilt from the seed, as `psflow train`'s worker does.
-    if (!own_initialization) initial.rebuild = [this]() -> absl::StatusOr<std::vector<Tensor>> {
-      auto fresh = nn::BuildModel({options.model, options.hidden_units, options.seed});
-      if (!fresh.ok()) return fresh.status();
-      std::vector<Tensor> values;
-      for (const Var& p : (*fresh)->parameters()) values.push_back(p->value);
-      return values;
-    };
+    if (!own_initialization)
+      initial.rebuild = [this]() -> absl::StatusOr<std::vector<Tensor>> {
+        auto fresh = nn::BuildModel({options.model, options.hidden_units, options.seed});
+        if (!fresh.ok()) return fresh.status();
+        std::vector<Tensor> values;
+        for (const Var& p : (*fresh)->parameters()) values.push_back(p->value);
+        return values;
+      };
     chief = std::make_unique<Chief>(options, options.model, *client, VariableSpecsOf(model->parameters()),
                                     std::move(initial), config, *optimizer, sink);
     PSFLOW_ASSERT_OK(chief->InitializeCluster());
@@ -116,7 +117,8 @@ void ExpectSameValues(const std::vector<Tensor>& a, const std::vector<Tensor>& b
   ASSERT_EQ(a.size(), b.size());
   for (size_t v = 0; v < a.size(); ++v) {
     ASSERT_EQ(a[v].shape(), b[v].shape());
-    for (int64_t i = 0; i < a[v].size(); ++i) ASSERT_EQ(a[v][i], b[v][i]) << what << ": variable " << v << " element " << i;
+    for (int64_t i = 0; i < a[v].size(); ++i)
+      ASSERT_EQ(a[v][i], b[v][i]) << what << ": variable " << v << " element " << i;
   }
 }
 

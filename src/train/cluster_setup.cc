@@ -3,9 +3,9 @@
 #include <cstdlib>
 #include <optional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/ascii.h"
 #include "psflow/dist/slurm.h"
 #include "psflow/io/env.h"
 
@@ -47,7 +47,8 @@ absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options, const std::opti
     }
     setup.security.secret = std::string(absl::StripAsciiWhitespace(*text));
     if (setup.security.secret.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--cluster_secret_file=", options.cluster_secret_file, " is empty"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cluster_secret_file=", options.cluster_secret_file, " is empty"));
     }
   }
   setup.security.tls_cert = options.tls_cert;
@@ -59,9 +60,10 @@ absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options, const std::opti
   // A task listening beyond loopback without a secret would accept anyone's pushes.
   const std::string& own = setup.cluster.address(setup.task);
   if (setup.task.job == "ps" && !dist::IsLoopbackHost(own) && setup.security.secret.empty() && !options.insecure) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "refusing to listen on non-loopback address ", own,
-        " without authentication: pass --cluster_secret_file=FILE (same file on every task), or --insecure to accept unauthenticated peers"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("refusing to listen on non-loopback address ", own,
+                     " without authentication: pass --cluster_secret_file=FILE (same file on every task), or "
+                     "--insecure to accept unauthenticated peers"));
   }
   return setup;
 }
@@ -116,8 +118,8 @@ absl::StatusOr<ps::TrainingConfig> TrainingConfigFor(const TrainOptions& options
                                                    " exceeds --total_num_replicas=", config.total_num_replicas));
   }
   if (config.sync && config.total_num_replicas > num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat("--total_num_replicas=", config.total_num_replicas,
-                                                   " exceeds the ", num_workers, " workers of the cluster"));
+    return absl::InvalidArgumentError(absl::StrCat("--total_num_replicas=", config.total_num_replicas, " exceeds the ",
+                                                   num_workers, " workers of the cluster"));
   }
   return config;
 }

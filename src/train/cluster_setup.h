@@ -34,7 +34,7 @@ absl::StatusOr<std::pair<dist::ClusterSpec, dist::TaskSpec>> ResolveTaskCluster(
 // through options.env (an error naming --cluster_secret_file and the cause), and refuses a
 // non-loopback listen address without a secret unless --insecure.
 absl::StatusOr<TaskSetup> SetUpTask(const TrainOptions& options,
-                                   const std::optional<std::string>& tf_config = std::nullopt);
+                                    const std::optional<std::string>& tf_config = std::nullopt);
 
 // The placement of `model`'s variables (or of `variables`, in that order) under the options'
 // partitioner and placement strategy.

@@ -261,8 +261,8 @@ absl::StatusOr<T> ParseValue(absl::string_view name, absl::string_view text) {
       if (!whole) return bad("a non-negative integer");
     } else {
       if (ec == std::errc::result_out_of_range) {
-        return bad(absl::StrCat("an integer from ", std::numeric_limits<T>::min(), " to ",
-                                std::numeric_limits<T>::max()));
+        return bad(
+            absl::StrCat("an integer from ", std::numeric_limits<T>::min(), " to ", std::numeric_limits<T>::max()));
       }
       if (!whole) return bad("an integer");
     }
@@ -391,7 +391,8 @@ absl::Status CheckFlagRules(const TrainOptions& options, const nn::ModelDefaults
         },
         flag.field);
     if (accepted) continue;
-    std::string message = absl::StrCat("--", flag.name, "=", FlagValueText(flag, options), " must be ", flag.rule.must_be);
+    std::string message =
+        absl::StrCat("--", flag.name, "=", FlagValueText(flag, options), " must be ", flag.rule.must_be);
     if (std::string model_default = ModelDefaultText(flag, defaults); !model_default.empty()) {
       absl::StrAppend(&message, "; leave it out for the model's default (", model_default, ")");
     }
@@ -413,7 +414,7 @@ void FillModelDefaults(const nn::ModelDefaults& defaults, TrainOptions* options)
               if (!field.has_value()) field = defaults.*model_member;
             } else if constexpr (FillableBy<Field, Value>()) {
               if (field.empty()) field = defaults.*model_member;  // a string left empty
-            }  // other pairs: refused by the static_assert on kFlags
+            }                                                     // other pairs: refused by the static_assert on kFlags
           }
         },
         flag.field, flag.model_default);

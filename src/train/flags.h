@@ -35,10 +35,10 @@ struct TableOptionField {
 };
 
 // The TrainOptions member a flag sets; std::optional members are the ones the model defaults.
-using FlagField = std::variant<bool TrainOptions::*, int TrainOptions::*, int64_t TrainOptions::*,
-                               uint64_t TrainOptions::*, double TrainOptions::*, std::string TrainOptions::*,
-                               std::optional<int> TrainOptions::*, std::optional<int64_t> TrainOptions::*,
-                               std::optional<float> TrainOptions::*, TableOptionField>;
+using FlagField =
+    std::variant<bool TrainOptions::*, int TrainOptions::*, int64_t TrainOptions::*, uint64_t TrainOptions::*,
+                 double TrainOptions::*, std::string TrainOptions::*, std::optional<int> TrainOptions::*,
+                 std::optional<int64_t> TrainOptions::*, std::optional<float> TrainOptions::*, TableOptionField>;
 
 // The nn::ModelDefaults member that fills a flag left out (monostate: the flag has its own default).
 using ModelDefaultField = std::variant<std::monostate, std::string nn::ModelDefaults::*, float nn::ModelDefaults::*,

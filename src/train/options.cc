@@ -11,10 +11,10 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ps/server/table/sparse_rule.h"
 #include "psflow/dist/partition.h"
 #include "psflow/dist/slurm.h"
 #include "psflow/nn/model.h"
-#include "ps/server/table/sparse_rule.h"
 #include "train/flags.h"
 #include "train/sparse_rule_config.h"
 
@@ -36,9 +36,9 @@ absl::Status ResolveModelSettings(const nn::ModelDefaults& defaults, TrainOption
         owners.push_back(model);
       }
     }
-    return absl::InvalidArgumentError(absl::StrCat("--", name, "=", setting.second, " is a setting of model ",
-                                                   absl::StrJoin(owners, " and "), ", not of --model=", o->model,
-                                                   "; leave it out or choose --model=", owners.empty() ? "" : owners[0]));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", name, "=", setting.second, " is a setting of model ", absl::StrJoin(owners, " and "),
+        ", not of --model=", o->model, "; leave it out or choose --model=", owners.empty() ? "" : owners[0]));
   }
   for (const nn::ModelSetting& s : defaults.settings) {
     if (FindFlag(s.name) != nullptr) {
@@ -87,14 +87,16 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
     if (auto jobs = dist::ParseSlurmJobs(o->slurm_jobs); !jobs.ok()) return jobs.status();
   }
   if (o->local_replicas > *o->batch_size) {
-    return absl::InvalidArgumentError(absl::StrCat("--local_replicas=", o->local_replicas, " must be at most --batch_size=",
-                                                   *o->batch_size, ": each replica needs at least one example"));
+    return absl::InvalidArgumentError(absl::StrCat("--local_replicas=", o->local_replicas,
+                                                   " must be at most --batch_size=", *o->batch_size,
+                                                   ": each replica needs at least one example"));
   }
   const auto storage = o->table_options.find("storage");
   const bool disk_tables = storage != o->table_options.end() && storage->second == "disk";
   if (disk_tables && o->table_dir.empty()) {
-    return absl::InvalidArgumentError("--table_storage=disk needs --table_dir: an existing directory the ps tasks "
-                                      "may write (each keeps its tables in ps_<task> inside it)");
+    return absl::InvalidArgumentError(
+        "--table_storage=disk needs --table_dir: an existing directory the ps tasks "
+        "may write (each keeps its tables in ps_<task> inside it)");
   }
   if (disk_tables && o->model == "ctr" && o->ctr_vocab > 0) {
     return absl::InvalidArgumentError(absl::StrCat("--table_storage=disk holds dynamic tables only; --ctr_vocab=",

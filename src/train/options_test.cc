@@ -49,8 +49,8 @@ TEST(ResolveTrainOptionsTest, GivenValuesAreKept) {
 // A model registered with ModelDefaults{} gets a value for every setting (the fields had no
 // initial values: --local_replicas=1 was refused against a --batch_size=0 nobody gave).
 TEST(ResolveTrainOptionsTest, ARegisteredModelsUnsetDefaultsAreUsable) {
-  nn::RegisterModel("defaults_only", [](const nn::ModelConfig&, Rng&) { return std::unique_ptr<nn::Model>(); },
-                    nn::ModelDefaults{});
+  nn::RegisterModel(
+      "defaults_only", [](const nn::ModelConfig&, Rng&) { return std::unique_ptr<nn::Model>(); }, nn::ModelDefaults{});
   TrainOptions o;
   o.model = "defaults_only";
   ASSERT_TRUE(ResolveTrainOptions(&o).ok());
@@ -80,7 +80,8 @@ TEST(ResolveTrainOptionsTest, EveryInvalidValueIsInvalidArgumentNamingTheFlagAnd
       {"--hidden_units=0 must be positive", [](TrainOptions& o) { o.hidden_units = 0; }},
       {"--intra_op_threads=0 must be at least 1", [](TrainOptions& o) { o.intra_op_threads = 0; }},
       {"--local_replicas=0 must be at least 1", [](TrainOptions& o) { o.local_replicas = 0; }},
-      {"--local_replicas=8 must be at most --batch_size=4", [](TrainOptions& o) {
+      {"--local_replicas=8 must be at most --batch_size=4",
+       [](TrainOptions& o) {
          o.local_replicas = 8;
          o.batch_size = 4;
        }},

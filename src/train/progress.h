@@ -5,10 +5,10 @@
 #ifndef PSFLOW_TRAIN_PROGRESS_H_
 #define PSFLOW_TRAIN_PROGRESS_H_
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <string>
 
 #include "absl/status/status.h"
@@ -21,14 +21,19 @@ namespace psflow::train {
 inline absl::Status DivergedError(int64_t step, double loss, double learning_rate) {
   return absl::FailedPreconditionError(absl::StrFormat(
       "training diverged: the loss of step %d is %f; the step was not applied and the checkpoints are intact "
-      "(lower --learning_rate=%g, or use a decay)", step, loss, learning_rate));
+      "(lower --learning_rate=%g, or use a decay)",
+      step, loss, learning_rate));
 }
 
 class ProgressLog {
  public:
   ProgressLog(const LogSink& log, std::string prefix, int64_t target_steps, int64_t examples_per_step)
-      : log_(log), prefix_(std::move(prefix)), target_(target_steps), examples_per_step_(examples_per_step),
-        start_(Clock::now()), last_time_(start_) {}
+      : log_(log),
+        prefix_(std::move(prefix)),
+        target_(target_steps),
+        examples_per_step_(examples_per_step),
+        start_(Clock::now()),
+        last_time_(start_) {}
 
   // Records one step of this task (reaching `global_step`) and logs every `every` local steps.
   void Step(int64_t global_step, double loss, double accuracy, int64_t every) {

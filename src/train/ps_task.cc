@@ -1,14 +1,15 @@
 // A parameter-server task: serve the variables placed on it until the chief reports the end of
 // training, then return so the process exits 0 (TF's server.join() never returned).
+#include "train/ps_task.h"
+
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "psflow/ps/ps_server.h"
 #include "psflow/train/train.h"
 #include "train/cluster_setup.h"
-#include "train/ps_task.h"
 #include "train/telemetry.h"
-
-#include <thread>
 
 namespace psflow::train {
 namespace {
@@ -63,8 +64,9 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log,
       if (absl::Now() < next_sample) continue;
       next_sample += absl::Seconds(1);
       const ps::PsTaskStats s = (*server)->Stats();
-      (*telemetry)->OnPsStats(s.task, s.global_step, s.bytes_in, s.bytes_out, s.stale_gradients_dropped,
-                              s.pushes_refused, s.connected_workers);
+      (*telemetry)
+          ->OnPsStats(s.task, s.global_step, s.bytes_in, s.bytes_out, s.stale_gradients_dropped, s.pushes_refused,
+                      s.connected_workers);
       (*telemetry)->OnPsTableStats(s.task, s.global_step, s.tables);
     }
   });
@@ -73,12 +75,13 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log,
   sampler.join();
   if (stopped) return absl::CancelledError(absl::StrCat("ps task ", setup->task.index, " interrupted"));
   const ps::PsTaskStats stats = (*server)->Stats();
-  (*telemetry)->OnPsStats(stats.task, stats.global_step, stats.bytes_in, stats.bytes_out,
-                          stats.stale_gradients_dropped, stats.pushes_refused, stats.connected_workers);
+  (*telemetry)
+      ->OnPsStats(stats.task, stats.global_step, stats.bytes_in, stats.bytes_out, stats.stale_gradients_dropped,
+                  stats.pushes_refused, stats.connected_workers);
   (*telemetry)->OnPsTableStats(stats.task, stats.global_step, stats.tables);
   if (status.ok()) {
-    log(absl::StrCat("ps task ", setup->task.index, " done at global step ", stats.global_step, ": ",
-                     stats.num_params, " params, ", TrafficText(stats, (*server)->ReportedStats())));
+    log(absl::StrCat("ps task ", setup->task.index, " done at global step ", stats.global_step, ": ", stats.num_params,
+                     " params, ", TrafficText(stats, (*server)->ReportedStats())));
   }
   return status;
 }

@@ -5,17 +5,17 @@
 #include "psflow/train/session.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "ps/common/retry.h"
 #include "psflow/ps/ps_client.h"
 #include "psflow/train/train.h"
-#include "train/worker_roster.h"
 #include "train/chief.h"
 #include "train/cluster_setup.h"
 #include "train/option_value.h"
@@ -23,7 +23,7 @@
 #include "train/session_state.h"
 #include "train/session_tables.h"
 #include "train/telemetry.h"
-#include "ps/common/retry.h"
+#include "train/worker_roster.h"
 
 namespace psflow::train {
 namespace {
@@ -56,7 +56,8 @@ absl::Status WaitForChief(ps::PsClient& client, double timeout_secs) {
   retry.give_up = [timeout_secs](const std::string&, const absl::Status& last) {
     return absl::DeadlineExceededError(absl::StrCat("gave up after ", timeout_secs, " s: ", last.message()));
   };
-  return ps::RetryBlocking(retry, [&](double left) { return client.WaitForInitialization(std::clamp(left, 0.1, 5.0)); });
+  return ps::RetryBlocking(retry,
+                           [&](double left) { return client.WaitForInitialization(std::clamp(left, 0.1, 5.0)); });
 }
 
 }  // namespace
@@ -154,7 +155,8 @@ class WorkerSession::Impl {
   }
 
   absl::Status Step(double loss, double accuracy) {
-    if (!state_.opened()) return absl::FailedPreconditionError("step before the worker session is open: call Open() first");
+    if (!state_.opened())
+      return absl::FailedPreconditionError("step before the worker session is open: call Open() first");
     if (state_.closed()) return absl::FailedPreconditionError("step after the worker session was closed");
     if (ShouldStop()) {
       return absl::FailedPreconditionError(absl::StrCat("step after training finished at global step ", global_step_,
@@ -188,10 +190,10 @@ class WorkerSession::Impl {
     global_step_ = pushed->global_step;
     state_.MoveTo(SessionState::kStepped);
     progress_->Step(global_step_, loss, accuracy, options_.train.log_every);
-    telemetry_->OnStep(global_step_, loss, accuracy, learning_rate(),
-                       examples_per_global_step());
+    telemetry_->OnStep(global_step_, loss, accuracy, learning_rate(), examples_per_global_step());
     if (is_chief()) {
-      if (auto s = chief_->MaybeCheckpoint(global_step_); !s.ok()) log(absl::StrCat("checkpoint failed: ", s.message()));
+      if (auto s = chief_->MaybeCheckpoint(global_step_); !s.ok())
+        log(absl::StrCat("checkpoint failed: ", s.message()));
       const int64_t every = options_.train.eval_every_steps;
       if (every > 0 && options_.evaluate && global_step_ / every != step_before / every) {
         if (auto s = EvaluateNow(); !s.ok()) return s;
@@ -223,7 +225,8 @@ class WorkerSession::Impl {
   }
 
   absl::StatusOr<RunSummary> Close(const std::function<absl::StatusOr<SessionEval>()>& evaluate) {
-    if (!state_.opened()) return absl::FailedPreconditionError("close before the worker session is open: call Open() first");
+    if (!state_.opened())
+      return absl::FailedPreconditionError("close before the worker session is open: call Open() first");
     if (state_.closed()) return absl::FailedPreconditionError("the worker session is already closed");
     state_.MoveTo(SessionState::kClosed);
     const double train_seconds = progress_->ElapsedSeconds();
@@ -251,8 +254,7 @@ class WorkerSession::Impl {
     if (auto s = chief_->MarkTrainingDone(); !s.ok()) log(absl::StrCat("chief: ", s.message()));
     summary.global_step = *step;
     summary.train_seconds = train_seconds;
-    summary.examples_per_sec =
-        (*step - start_step_) * examples_per_global_step() / std::max(train_seconds, 1e-9);
+    summary.examples_per_sec = (*step - start_step_) * examples_per_global_step() / std::max(train_seconds, 1e-9);
     if (evaluate) {
       state_.MoveTo(SessionState::kEvaluating);
       auto eval = evaluate();
@@ -483,8 +485,8 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Create(Options opt
   for (const dist::TableSpec& t : tables) {
     if (t.name.empty()) return absl::InvalidArgumentError("a table has an empty name; give every table a name");
     if (!table_names.insert(t.name).second || names.contains(t.name)) {
-      return absl::InvalidArgumentError(absl::StrCat("table '", t.name, "' is given twice (or is also a parameter's name); ",
-                                                     "names must be unique"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", t.name, "' is given twice (or is also a parameter's name); ", "names must be unique"));
     }
   }
   auto impl = std::make_unique<Impl>(std::move(options), std::move(params), std::move(tables));
@@ -510,8 +512,8 @@ WorkerSession::WorkerSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 
 WorkerSession::~WorkerSession() {
   if (impl_->opened() && !impl_->ended()) {
-    impl_->Abort(absl::CancelledError(absl::StrCat("worker ", impl_->index(),
-                                                   " ended its session without closing it (the job is aborted)")));
+    impl_->Abort(absl::CancelledError(
+        absl::StrCat("worker ", impl_->index(), " ended its session without closing it (the job is aborted)")));
   }
 }
 

@@ -27,13 +27,20 @@ bool SessionState::Allowed(Phase from, Phase to) {
 
 const char* SessionState::Name(Phase phase) {
   switch (phase) {
-    case kCreated: return "created";
-    case kOpen: return "open";
-    case kStepped: return "stepped";
-    case kFinished: return "finished";
-    case kClosed: return "closed";
-    case kEvaluating: return "evaluating";
-    case kEnded: return "ended";
+    case kCreated:
+      return "created";
+    case kOpen:
+      return "open";
+    case kStepped:
+      return "stepped";
+    case kFinished:
+      return "finished";
+    case kClosed:
+      return "closed";
+    case kEvaluating:
+      return "evaluating";
+    case kEnded:
+      return "ended";
   }
   return "?";
 }

@@ -8,8 +8,9 @@ namespace psflow::train {
 namespace {
 
 using P = SessionState::Phase;
-constexpr P kAll[] = {SessionState::kCreated, SessionState::kOpen,       SessionState::kStepped, SessionState::kFinished,
-                      SessionState::kClosed,  SessionState::kEvaluating, SessionState::kEnded};
+constexpr P kAll[] = {SessionState::kCreated,  SessionState::kOpen,   SessionState::kStepped,
+                      SessionState::kFinished, SessionState::kClosed, SessionState::kEvaluating,
+                      SessionState::kEnded};
 
 TEST(SessionStateTest, AChiefsWholeLife) {
   SessionState s;
@@ -26,7 +27,10 @@ TEST(SessionStateTest, AChiefsWholeLife) {
 
 TEST(SessionStateTest, WhatEachStateAllows) {
   // opened, is_open, closed, ended, finished, evaluating, claimed
-  struct Row { P p; bool opened, is_open, closed, ended, finished, evaluating, claimed; };
+  struct Row {
+    P p;
+    bool opened, is_open, closed, ended, finished, evaluating, claimed;
+  };
   const Row rows[] = {
       {SessionState::kCreated, false, false, false, false, false, false, false},
       {SessionState::kOpen, true, true, false, false, false, false, false},
@@ -57,7 +61,8 @@ TEST(SessionStateTest, TheIllegalMoves) {
   // Nothing but Open leaves kCreated; nothing leaves kEnded; a finished or closed session never
   // opens again; only Close's evaluate comes back to kClosed.
   for (P to : kAll) {
-    EXPECT_EQ(SessionState::Allowed(SessionState::kCreated, to), to == SessionState::kCreated || to == SessionState::kOpen);
+    EXPECT_EQ(SessionState::Allowed(SessionState::kCreated, to),
+              to == SessionState::kCreated || to == SessionState::kOpen);
     EXPECT_EQ(SessionState::Allowed(SessionState::kEnded, to), to == SessionState::kEnded);
   }
   for (P from : {SessionState::kFinished, SessionState::kClosed, SessionState::kEvaluating}) {

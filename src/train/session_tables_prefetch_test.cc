@@ -1,12 +1,12 @@
 // SessionTables (train/session_tables.h) without a ps: what a Lookup still has to pull, what a Step
 // carries, and when the rows a Step prefetched are used — the same ids after a successful call —
 // or pulled again (a failed call, other ids, no Prefetch).
-#include "train/session_tables.h"
-
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
+
+#include "train/session_tables.h"
 
 namespace psflow::train {
 namespace {
@@ -85,8 +85,9 @@ TEST(SessionTablesUnitTest, SpecsCarryTheTablesNamesAndTheCountIsChecked) {
   EXPECT_TRUE(tables.CheckCount("Lookup", 2).ok());
   const absl::Status s = tables.CheckCount("Prefetch", 1);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "Prefetch got ids for 1 tables but the session declares 2; pass one span per table, in "
-                         "declaration order");
+  EXPECT_EQ(s.message(),
+            "Prefetch got ids for 1 tables but the session declares 2; pass one span per table, in "
+            "declaration order");
 }
 
 }  // namespace

@@ -39,8 +39,8 @@ struct Result {
 
 // One worker of a sync job of `workers` workers, each taking `batch` examples of the global batch
 // (worker k: examples [k·batch, (k+1)·batch)). The chief returns the final values.
-absl::StatusOr<Result> RunWorker(const dist::ClusterSpec& cluster, int index, int workers, int64_t batch,
-                                 bool dynamic, bool prefetch) {
+absl::StatusOr<Result> RunWorker(const dist::ClusterSpec& cluster, int index, int workers, int64_t batch, bool dynamic,
+                                 bool prefetch) {
   WorkerSession::Options options;
   options.train.job_name = "worker";
   options.train.task_index = index;

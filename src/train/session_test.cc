@@ -54,10 +54,10 @@ TEST(WorkerSessionTest, DrivesOneWorkerOverCallerOwnedBuffers) {
     EXPECT_EQ(session.global_step(), step);
     EXPECT_FLOAT_EQ(w[0], -1 - 0.5f * step);
     EXPECT_FLOAT_EQ(w[5], 6 - 0.5f * step);
-    EXPECT_FLOAT_EQ(e[0], 10);                 // row 0 untouched
-    EXPECT_FLOAT_EQ(e[2], 10 - 1.0f * step);   // row 1
-    EXPECT_FLOAT_EQ(e[4], 10);                 // row 2 untouched
-    EXPECT_FLOAT_EQ(e[7], 10 - 1.0f * step);   // row 3
+    EXPECT_FLOAT_EQ(e[0], 10);                // row 0 untouched
+    EXPECT_FLOAT_EQ(e[2], 10 - 1.0f * step);  // row 1
+    EXPECT_FLOAT_EQ(e[4], 10);                // row 2 untouched
+    EXPECT_FLOAT_EQ(e[7], 10 - 1.0f * step);  // row 3
   }
   EXPECT_TRUE(session.ShouldStop());
   EXPECT_TRUE(absl::IsFailedPrecondition(session.Step(1.0)));
@@ -131,7 +131,8 @@ TEST(WorkerSessionTest, SavesTheLastStepOnceAndReportsTheCallersMetrics) {
   EXPECT_NE(text.find("\"test_mae\":0.5"), std::string::npos) << text;
   EXPECT_NE(text.find("\"test_mse\":0.125"), std::string::npos) << text;
   // No accuracy was given: the progress lines leave it out rather than print nan.
-  const auto progress = std::find_if(log.begin(), log.end(), [](const std::string& l) { return l.rfind("step 4/4 loss 0.2500 ", 0) == 0; });
+  const auto progress = std::find_if(log.begin(), log.end(),
+                                     [](const std::string& l) { return l.rfind("step 4/4 loss 0.2500 ", 0) == 0; });
   ASSERT_NE(progress, log.end()) << ::testing::PrintToString(log);
   EXPECT_EQ(progress->find("accuracy"), std::string::npos) << *progress;
   std::filesystem::remove_all(dir);

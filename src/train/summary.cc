@@ -14,8 +14,9 @@ namespace psflow::train {
 namespace {
 
 // The summary's own keys, which a metric may not take.
-constexpr const char* kSummaryKeys[] = {"model", "mode", "workers", "ps", "global_step", "train_seconds",
-                                        "examples_per_sec", "stale_gradients_dropped", "ps_traffic"};
+constexpr const char* kSummaryKeys[] = {"model",       "mode",          "workers",          "ps",
+                                        "global_step", "train_seconds", "examples_per_sec", "stale_gradients_dropped",
+                                        "ps_traffic"};
 
 }  // namespace
 
@@ -25,8 +26,8 @@ absl::Status CheckMetricName(const std::string& name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
                     c == '.' || c == '/' || c == '-';
     if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat("metric name '", name,
-                                                     "' has a character other than letters, digits and _./-"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("metric name '", name, "' has a character other than letters, digits and _./-"));
     }
   }
   for (const char* key : kSummaryKeys) {
@@ -50,10 +51,10 @@ double Rounded(double v) {
 // The measured metrics present, in print order.
 std::vector<std::pair<const char*, double>> Measured(const RunSummary& s) {
   std::vector<std::pair<const char*, double>> out;
-  for (const auto& [name, value] : {std::pair{"validation_accuracy", s.validation_accuracy},
-                                    std::pair{"validation_cross_entropy", s.validation_cross_entropy},
-                                    std::pair{"test_accuracy", s.test_accuracy},
-                                    std::pair{"test_cross_entropy", s.test_cross_entropy}}) {
+  for (const auto& [name, value] :
+       {std::pair{"validation_accuracy", s.validation_accuracy},
+        std::pair{"validation_cross_entropy", s.validation_cross_entropy}, std::pair{"test_accuracy", s.test_accuracy},
+        std::pair{"test_cross_entropy", s.test_cross_entropy}}) {
     if (value.has_value()) out.emplace_back(name, *value);
   }
   return out;
@@ -64,14 +65,18 @@ std::vector<std::pair<const char*, double>> Measured(const RunSummary& s) {
 std::string SummaryToJson(const RunSummary& s) {
   nlohmann::json traffic = nlohmann::json::array();
   for (const PsTraffic& t : s.ps_traffic) {
-    nlohmann::json entry = {{"task", t.task}, {"bytes_in", t.bytes_in}, {"bytes_out", t.bytes_out},
-                            {"num_params", t.num_params}};
+    nlohmann::json entry = {
+        {"task", t.task}, {"bytes_in", t.bytes_in}, {"bytes_out", t.bytes_out}, {"num_params", t.num_params}};
     if (!t.tables.empty()) {
       nlohmann::json tables = nlohmann::json::array();
       for (const TableTraffic& x : t.tables) {
-        nlohmann::json table = {{"table", x.table}, {"rows", x.rows}, {"bytes", x.bytes},
-                                {"rows_pulled", x.rows_pulled}, {"rows_pushed", x.rows_pushed},
-                                {"admissions", x.admissions}, {"evictions", x.evictions}};
+        nlohmann::json table = {{"table", x.table},
+                                {"rows", x.rows},
+                                {"bytes", x.bytes},
+                                {"rows_pulled", x.rows_pulled},
+                                {"rows_pushed", x.rows_pushed},
+                                {"admissions", x.admissions},
+                                {"evictions", x.evictions}};
         if (x.storage == "disk") {
           const int64_t lookups = x.cache_hits + x.cache_misses;
           table["storage"] = x.storage;
@@ -101,18 +106,18 @@ std::string SummaryToJson(const RunSummary& s) {
   for (const auto& [name, value] : s.metrics) j[name] = Rounded(value);
   if (s.ctr.has_value()) {
     const CtrFigures& c = *s.ctr;
-    j["ctr"] = {{"test_examples", c.test_examples}, {"test_log_loss", Rounded(c.test_log_loss)},
-                {"test_auc", Rounded(c.test_auc)}, {"bayes_log_loss", Rounded(c.bayes_log_loss)},
+    j["ctr"] = {{"test_examples", c.test_examples},  {"test_log_loss", Rounded(c.test_log_loss)},
+                {"test_auc", Rounded(c.test_auc)},   {"bayes_log_loss", Rounded(c.bayes_log_loss)},
                 {"bayes_auc", Rounded(c.bayes_auc)}, {"table_rows", c.table_rows}};
   }
   return j.dump();
 }
 
 std::string FormatSummary(const RunSummary& s) {
-  std::string out = absl::StrFormat("final: model=%s mode=%s workers=%d ps=%d global_step=%d train_seconds=%.2f "
-                                    "global_examples_per_sec=%.0f",
-                                    s.model, s.mode, s.workers, s.ps, s.global_step, s.train_seconds,
-                                    s.examples_per_sec);
+  std::string out = absl::StrFormat(
+      "final: model=%s mode=%s workers=%d ps=%d global_step=%d train_seconds=%.2f "
+      "global_examples_per_sec=%.0f",
+      s.model, s.mode, s.workers, s.ps, s.global_step, s.train_seconds, s.examples_per_sec);
   // The line shows the accuracies and the validation cross-entropy that were measured (the JSON has
   // every one), then the evaluation's own scalars.
   for (const auto& [name, value] : Measured(s)) {
@@ -122,12 +127,13 @@ std::string FormatSummary(const RunSummary& s) {
   for (const auto& [name, value] : s.metrics) absl::StrAppendFormat(&out, " %s=%.6g", name, value);
   out += "\n";
   for (const PsTraffic& t : s.ps_traffic) {
-    absl::StrAppendFormat(&out, "  ps %d: params=%d bytes_in=%d bytes_out=%d\n", t.task, t.num_params,
-                          t.bytes_in, t.bytes_out);
+    absl::StrAppendFormat(&out, "  ps %d: params=%d bytes_in=%d bytes_out=%d\n", t.task, t.num_params, t.bytes_in,
+                          t.bytes_out);
     for (const TableTraffic& x : t.tables) {
-      absl::StrAppendFormat(&out, "    table %s: rows=%d bytes=%d rows_pulled=%d rows_pushed=%d admissions=%d "
-                            "evictions=%d", x.table, x.rows, x.bytes, x.rows_pulled, x.rows_pushed, x.admissions,
-                            x.evictions);
+      absl::StrAppendFormat(&out,
+                            "    table %s: rows=%d bytes=%d rows_pulled=%d rows_pushed=%d admissions=%d "
+                            "evictions=%d",
+                            x.table, x.rows, x.bytes, x.rows_pulled, x.rows_pushed, x.admissions, x.evictions);
       if (x.storage == "disk") {
         const int64_t lookups = x.cache_hits + x.cache_misses;
         absl::StrAppendFormat(&out, " disk: cache_hit_rate=%.3f disk_bytes=%d disk_rows_read=%d disk_rows_written=%d",
@@ -139,8 +145,9 @@ std::string FormatSummary(const RunSummary& s) {
   }
   if (s.ctr.has_value()) {
     const CtrFigures& c = *s.ctr;
-    absl::StrAppendFormat(&out, "  ctr: test_log_loss=%.5f (bayes %.5f) test_auc=%.5f (bayes %.5f) on %d examples; table_rows=%d\n",
-                          c.test_log_loss, c.bayes_log_loss, c.test_auc, c.bayes_auc, c.test_examples, c.table_rows);
+    absl::StrAppendFormat(
+        &out, "  ctr: test_log_loss=%.5f (bayes %.5f) test_auc=%.5f (bayes %.5f) on %d examples; table_rows=%d\n",
+        c.test_log_loss, c.bayes_log_loss, c.test_auc, c.bayes_auc, c.test_examples, c.table_rows);
   }
   return out + "summary_json: " + SummaryToJson(s) + "\n";
 }

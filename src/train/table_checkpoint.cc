@@ -5,9 +5,9 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "psflow/ckpt/checkpoint.h"
 #include "ps/server/ps_tables.h"
 #include "ps/server/table/sparse_rule.h"
+#include "psflow/ckpt/checkpoint.h"
 
 namespace psflow::train {
 namespace {
@@ -119,8 +119,8 @@ absl::Status WriteTables(const TableScan& scan, const std::vector<dist::TableSpe
     });
     if (!scanned.ok()) return scanned;
     if (!t.dynamic() && next_fixed != t.num_embeddings) {
-      return absl::DataLossError(absl::StrCat("table '", t.name, "': the scan gave ", next_fixed, " rows of ",
-                                              t.num_embeddings));
+      return absl::DataLossError(
+          absl::StrCat("table '", t.name, "': the scan gave ", next_fixed, " rows of ", t.num_embeddings));
     }
   }
   return absl::OkStatus();

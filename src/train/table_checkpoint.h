@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ps/server/table/table_config.h"
 #include "psflow/ckpt/safetensors_stream.h"
 #include "psflow/dist/partition.h"
 #include "psflow/ps/ps_client.h"
-#include "ps/server/table/table_config.h"
 
 namespace psflow::train {
 

@@ -133,10 +133,10 @@ void Telemetry::OnPsTableStats(int task, int64_t global_step, const std::vector<
     auto [it, first] = table_rows_moved_.try_emplace(t.table, TableCounters{});
     TableCounters& last = it->second;
     if (!first && secs > 0) {
-      scalars.push_back({absl::StrCat("table/", t.table, "/rows_pulled_per_sec"),
-                         float((t.rows_pulled - last.rows_pulled) / secs)});
-      scalars.push_back({absl::StrCat("table/", t.table, "/rows_pushed_per_sec"),
-                         float((t.rows_pushed - last.rows_pushed) / secs)});
+      scalars.push_back(
+          {absl::StrCat("table/", t.table, "/rows_pulled_per_sec"), float((t.rows_pulled - last.rows_pulled) / secs)});
+      scalars.push_back(
+          {absl::StrCat("table/", t.table, "/rows_pushed_per_sec"), float((t.rows_pushed - last.rows_pushed) / secs)});
       if (disk) {
         const int64_t lookups = (t.cache_hits - last.cache_hits) + (t.cache_misses - last.cache_misses);
         if (lookups > 0) {

@@ -27,7 +27,7 @@ class Telemetry {
   // `events_subdir` is appended to --logdir ("" for the chief, "ps_0" for ps task 0); events are
   // written only when `write_events` (non-chief workers leave the curves to the chief).
   static absl::StatusOr<std::unique_ptr<Telemetry>> Create(const TrainOptions& options, bool write_events,
-                                                          const std::string& events_subdir, const LogSink& log);
+                                                           const std::string& events_subdir, const LogSink& log);
   ~Telemetry();
 
   // A worker's step: updates gauges, and every --save_summaries_steps global steps writes loss,

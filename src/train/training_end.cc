@@ -49,7 +49,8 @@ absl::StatusOr<std::optional<TrainingEnd>> ReadTrainingEnd(const std::string& di
     end.global_step = j["global_step"].get<int64_t>();
     return std::optional<TrainingEnd>(end);
   }
-  return absl::DataLossError(absl::StrCat(path, " is not an end-of-training marker ({\"outcome\": \"done\", "
+  return absl::DataLossError(absl::StrCat(path,
+                                          " is not an end-of-training marker ({\"outcome\": \"done\", "
                                           "\"global_step\": N} or {\"outcome\": \"failed\", \"reason\": ...}); "
                                           "remove it"));
 }

@@ -38,10 +38,11 @@ std::string WorkerRoster::Update(const std::vector<ps::PsTaskStats>& stats, doub
   if (missing == reported_missing_ && elapsed_secs - reported_at_ < repeat_secs_) return "";
   reported_missing_ = missing;
   reported_at_ = elapsed_secs;
-  return absl::StrFormat("chief: %s %s not connected (%d of %d workers connected, %.0f s after the start); "
-                         "training goes on without %s",
-                         Workers(missing), missing.size() == 1 ? "has" : "have", connected_, num_workers_,
-                         elapsed_secs, missing.size() == 1 ? "it" : "them");
+  return absl::StrFormat(
+      "chief: %s %s not connected (%d of %d workers connected, %.0f s after the start); "
+      "training goes on without %s",
+      Workers(missing), missing.size() == 1 ? "has" : "have", connected_, num_workers_, elapsed_secs,
+      missing.size() == 1 ? "it" : "them");
 }
 
 int WorkerRoster::PushedWorkers(const std::vector<ps::PsTaskStats>& stats) {

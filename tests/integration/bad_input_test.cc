@@ -4,12 +4,11 @@
 // that cannot go on with a non-zero exit and one line saying what is wrong and how to fix it,
 // within a bounded time, while the tasks that can go on keep serving.
 #include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
@@ -59,16 +58,16 @@ struct Certificates {
 };
 
 bool MakeCa(const std::string& key, const std::string& cert, const std::string& name) {
-  return Openssl({"req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
-                  key, "-out", cert, "-days", "2", "-subj", "/CN=" + name});
+  return Openssl({"req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key,
+                  "-out", cert, "-days", "2", "-subj", "/CN=" + name});
 }
 
 bool MakeSigned(const std::string& dir, const std::string& ca_cert, const std::string& ca_key, const std::string& key,
                 const std::string& cert) {
   const std::string csr = cert + ".csr", ext = dir + "/san.cnf";
   std::ofstream(ext) << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
-  return Openssl({"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key,
-                  "-out", csr, "-subj", "/CN=psflow task"}) &&
+  return Openssl({"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out",
+                  csr, "-subj", "/CN=psflow task"}) &&
          Openssl({"x509", "-req", "-in", csr, "-CA", ca_cert, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
                   "-days", "2", "-extfile", ext});
 }
@@ -122,7 +121,9 @@ TEST(BadInputTest, TlsClusterTrainsAndRefusesWorkersWithTheWrongTlsOrSecret) {
   const std::vector<int> ports = FreePorts(3);
   const std::vector<std::string> cluster = {"--ps_hosts=" + Address(ports[0]),
                                             "--worker_hosts=" + Address(ports[1]) + "," + Address(ports[2]),
-                                            "--model=mlp", "--train_steps=200", "--data_dir=" + MnistDir(),
+                                            "--model=mlp",
+                                            "--train_steps=200",
+                                            "--data_dir=" + MnistDir(),
                                             "--ps_timeout_secs=5"};
   auto task = [&](const std::string& job, int index, const std::vector<std::string>& security) {
     std::vector<std::string> args = {"train", "--job_name=" + job, "--task_index=" + std::to_string(index)};
@@ -144,7 +145,8 @@ TEST(BadInputTest, TlsClusterTrainsAndRefusesWorkersWithTheWrongTlsOrSecret) {
     std::string expected;
   };
   const std::vector<BadWorker> bad = {
-      {"no TLS flags", {"--cluster_secret_file=" + secret},
+      {"no TLS flags",
+       {"--cluster_secret_file=" + secret},
        "it uses TLS and this task must be started with the same --tls_cert/--tls_key/--tls_ca"},
       {"another CA",
        {"--tls_cert=" + certs->task_cert, "--tls_key=" + certs->task_key, "--tls_ca=" + certs->other_ca,
@@ -154,13 +156,15 @@ TEST(BadInputTest, TlsClusterTrainsAndRefusesWorkersWithTheWrongTlsOrSecret) {
        {"--tls_cert=" + certs->rogue_cert, "--tls_key=" + certs->rogue_key, "--tls_ca=" + certs->ca,
         "--cluster_secret_file=" + secret},
        "it may not trust this task's certificate"},
-      {"no client certificate", {"--tls_ca=" + certs->ca, "--cluster_secret_file=" + secret},
+      {"no client certificate",
+       {"--tls_ca=" + certs->ca, "--cluster_secret_file=" + secret},
        "give this task --tls_cert and --tls_key"},
       {"the wrong secret",
        {"--tls_cert=" + certs->task_cert, "--tls_key=" + certs->task_key, "--tls_ca=" + certs->ca,
         "--cluster_secret_file=" + wrong_secret},
        "refused Hello: wrong cluster secret (start every task with the same --cluster_secret_file)"},
-      {"no secret", {"--tls_cert=" + certs->task_cert, "--tls_key=" + certs->task_key, "--tls_ca=" + certs->ca},
+      {"no secret",
+       {"--tls_cert=" + certs->task_cert, "--tls_key=" + certs->task_key, "--tls_ca=" + certs->ca},
        "refused Hello: no cluster secret"},
   };
   std::vector<std::unique_ptr<Process>> attempts;
@@ -219,8 +223,11 @@ TEST(BadInputTest, MessageOverMaxMessageMbEndsTheJobNamingTheLimitAndTheFlag) {
   // The cnn's initial values (12.5 MiB; a fresh job sends no optimizer slots, each ps makes them)
   // do not fit the ps's 1 MiB limit.
   const std::vector<int> ports = FreePorts(2);
-  const std::vector<std::string> cluster = {"--ps_hosts=" + Address(ports[0]), "--worker_hosts=" + Address(ports[1]),
-                                            "--model=cnn", "--train_steps=5", "--batch_size=8",
+  const std::vector<std::string> cluster = {"--ps_hosts=" + Address(ports[0]),
+                                            "--worker_hosts=" + Address(ports[1]),
+                                            "--model=cnn",
+                                            "--train_steps=5",
+                                            "--batch_size=8",
                                             "--data_dir=" + MnistDir()};
   std::vector<std::string> ps_args = {"train", "--job_name=ps", "--max_message_mb=1"};
   ps_args.insert(ps_args.end(), cluster.begin(), cluster.end());
@@ -281,7 +288,8 @@ TEST(BadInputTest, PortInUseIsOneLineNamingTheAddress) {
         << r.output;
   }
   // Two ps tasks on one port (gRPC would share it through SO_REUSEPORT; psflow turns that off).
-  Process first(Psflow({"train", "--job_name=ps", "--init_timeout_secs=60", "--ps_hosts=" + Address(ports[0]), worker}));
+  Process first(
+      Psflow({"train", "--job_name=ps", "--init_timeout_secs=60", "--ps_hosts=" + Address(ports[0]), worker}));
   ASSERT_TRUE(WaitForListening(ports[0], 30));
   ProcessResult second = RunProcess(Psflow({"train", "--job_name=ps", "--ps_hosts=" + Address(ports[0]), worker}), 30);
   EXPECT_EQ(second.exit_code, 1) << second.output;
@@ -301,27 +309,48 @@ TEST(BadInputTest, MalformedClusterAndSecurityFlagsAreOneLineErrors) {
   const std::string w = "--worker_hosts=127.0.0.1:2";
   const std::string tf_cluster = R"({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"], "ps": ["127.0.0.1:3"]}, )";
   const std::vector<Case> cases = {
-      {{"--job_name=ps", "--ps_hosts=127.0.0.1:99999", w}, "", "\"127.0.0.1:99999\" has port \"99999\": the port must be a number in 1..65535"},
+      {{"--job_name=ps", "--ps_hosts=127.0.0.1:99999", w},
+       "",
+       "\"127.0.0.1:99999\" has port \"99999\": the port must be a number in 1..65535"},
       {{"--job_name=ps", "--ps_hosts=127.0.0.1:", w}, "", "\"127.0.0.1:\" has an empty port"},
       {{"--job_name=ps", "--ps_hosts=:5000", w}, "", "\":5000\" has an empty host"},
       {{"--job_name=worker", "--ps_hosts=127.0.0.1:3", "--worker_hosts="}, "", "--worker_hosts"},
-      {{"--job_name=worker", "--ps_hosts=127.0.0.1:3", "--worker_hosts=", "--model=mlp"}, "", "is a flag, not host:port"},
-      {{"--job_name=ps", "--ps_hosts=127.0.0.1:3", "--worker_hosts", ""}, "", "--worker_hosts is empty: a ps task serves workers"},
-      {{"--job_name=worker", "--ps_hosts=127.0.0.1:3", "--worker_hosts=127.0.0.1:2,127.0.0.1:3"}, "",
+      {{"--job_name=worker", "--ps_hosts=127.0.0.1:3", "--worker_hosts=", "--model=mlp"},
+       "",
+       "is a flag, not host:port"},
+      {{"--job_name=ps", "--ps_hosts=127.0.0.1:3", "--worker_hosts", ""},
+       "",
+       "--worker_hosts is empty: a ps task serves workers"},
+      {{"--job_name=worker", "--ps_hosts=127.0.0.1:3", "--worker_hosts=127.0.0.1:2,127.0.0.1:3"},
+       "",
        "address 127.0.0.1:3 appears twice (--ps_hosts entry 0 and --worker_hosts entry 1)"},
-      {{}, tf_cluster + R"("task": {"type": "worker", "index": 2}})",
+      {{},
+       tf_cluster + R"("task": {"type": "worker", "index": 2}})",
        "TF_CONFIG task worker index 2 is out of range: cluster.worker lists 2 workers (indices 0..1)"},
       {{}, tf_cluster + R"("task": {"type": "ps", "index": 1}})", "TF_CONFIG task ps index 1 is out of range"},
       {{}, R"({"cluster": {"worker": ["127.0.0.1:1"], )", "TF_CONFIG is not valid JSON"},
-      {{"--ps_hosts=127.0.0.1:3", w}, tf_cluster + R"("task": {"type": "ps", "index": 0}})", "the cluster is given twice"},
-      {{"--job_name=ps", "--ps_hosts=10.1.2.3:2222", w}, "",
-       "refusing to listen on non-loopback address 10.1.2.3:2222 without authentication", 1},
-      {{"--job_name=ps", "--ps_hosts=127.0.0.1:3", w, "--cluster_secret_file=/nonexistent/secret"}, "",
-       "--cluster_secret_file=/nonexistent/secret cannot be read", 1},
-      {{"--job_name=ps", "--ps_hosts=127.0.0.1:3", w, "--tls_cert=/nonexistent/task.pem", "--tls_key=/nonexistent/task.key"},
-       "", "cannot read the TLS cert file '/nonexistent/task.pem'", 1},
-      {{"--job_name=ps", "--ps_hosts=127.0.0.1:3", w, "--max_message_mb=0"}, "", "--max_message_mb=0 must be between 1 and 2047"},
-      {{"--job_name=ps", "--ps_hosts=127.0.0.1:3", w, "--max_message_mb=4096"}, "", "--max_message_mb=4096 must be between"},
+      {{"--ps_hosts=127.0.0.1:3", w},
+       tf_cluster + R"("task": {"type": "ps", "index": 0}})",
+       "the cluster is given twice"},
+      {{"--job_name=ps", "--ps_hosts=10.1.2.3:2222", w},
+       "",
+       "refusing to listen on non-loopback address 10.1.2.3:2222 without authentication",
+       1},
+      {{"--job_name=ps", "--ps_hosts=127.0.0.1:3", w, "--cluster_secret_file=/nonexistent/secret"},
+       "",
+       "--cluster_secret_file=/nonexistent/secret cannot be read",
+       1},
+      {{"--job_name=ps", "--ps_hosts=127.0.0.1:3", w, "--tls_cert=/nonexistent/task.pem",
+        "--tls_key=/nonexistent/task.key"},
+       "",
+       "cannot read the TLS cert file '/nonexistent/task.pem'",
+       1},
+      {{"--job_name=ps", "--ps_hosts=127.0.0.1:3", w, "--max_message_mb=0"},
+       "",
+       "--max_message_mb=0 must be between 1 and 2047"},
+      {{"--job_name=ps", "--ps_hosts=127.0.0.1:3", w, "--max_message_mb=4096"},
+       "",
+       "--max_message_mb=4096 must be between"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"train"};

@@ -1,7 +1,6 @@
 // Real clusters: ps and worker processes talking gRPC over 127.0.0.1, started through
 // `psflow local`, by hand with seed-style flags, and with TF_CONFIG.
 #include <gtest/gtest.h>
-
 #include <signal.h>
 
 #include <chrono>
@@ -38,9 +37,8 @@ TEST(ClusterTest, AsyncMlpOnePsTwoWorkers) {
   // The ps's own final line shows the chief's table's numbers (regression: issue 11.6, they
   // differed by the Stats answer and the Shutdown), without the calls after it (issue 20.4).
   EXPECT_NE(r.output.find(absl::StrCat("[ps0] ps task 0 done at global step ", m["global_step"].get<int64_t>(),
-                                       ": 79510 params, ", m["ps_traffic"][0]["bytes_in"].get<int64_t>(),
-                                       " bytes in, ", m["ps_traffic"][0]["bytes_out"].get<int64_t>(),
-                                       " bytes out\n")),
+                                       ": 79510 params, ", m["ps_traffic"][0]["bytes_in"].get<int64_t>(), " bytes in, ",
+                                       m["ps_traffic"][0]["bytes_out"].get<int64_t>(), " bytes out\n")),
             std::string::npos)
       << r.output;
   // Every worker says how many steps it took, the chief too (issue 20.4).
@@ -52,16 +50,16 @@ TEST(ClusterTest, SyncTwoWorkersEqualsOneProcessWithTwiceTheBatch) {
   // docs/design.md#sync-mode: sync with N workers of batch B sees exactly the examples of one process with
   // batch N*B, and applies the mean gradient: the parameters must agree.
   const std::string sync_dir = TempDir("sync_eq_dist"), single_dir = TempDir("sync_eq_single");
-  auto dist = RunProcess(Psflow({"local", "--ps=2", "--workers=2", "--sync_replicas", "--model=mlp",
-                                 "--partitioner=fixed:2", "--train_steps=50", "--batch_size=50", "--seed=3",
-                                 "--data_dir=" + MnistDir(), "--checkpoint_dir=" + sync_dir,
-                                 "--metrics_json=" + sync_dir + "/m.json"}),
-                         300);
+  auto dist =
+      RunProcess(Psflow({"local", "--ps=2", "--workers=2", "--sync_replicas", "--model=mlp", "--partitioner=fixed:2",
+                         "--train_steps=50", "--batch_size=50", "--seed=3", "--data_dir=" + MnistDir(),
+                         "--checkpoint_dir=" + sync_dir, "--metrics_json=" + sync_dir + "/m.json"}),
+                 300);
   ASSERT_EQ(dist.exit_code, 0) << dist.output;
-  auto single = RunProcess(Psflow({"train", "--model=mlp", "--train_steps=50", "--batch_size=100", "--seed=3",
-                                   "--data_dir=" + MnistDir(), "--checkpoint_dir=" + single_dir,
-                                   "--metrics_json=" + single_dir + "/m.json"}),
-                           300);
+  auto single = RunProcess(
+      Psflow({"train", "--model=mlp", "--train_steps=50", "--batch_size=100", "--seed=3", "--data_dir=" + MnistDir(),
+              "--checkpoint_dir=" + single_dir, "--metrics_json=" + single_dir + "/m.json"}),
+      300);
   ASSERT_EQ(single.exit_code, 0) << single.output;
   EXPECT_LT(MaxRelativeDifference(ReadFinalVariables(sync_dir), ReadFinalVariables(single_dir)), 1e-4);
   nlohmann::json a = ReadJson(sync_dir + "/m.json"), b = ReadJson(single_dir + "/m.json");
@@ -101,10 +99,10 @@ TEST(ClusterTest, LocalSaysWhichTaskFailedAndStopsTheRest) {
 
 TEST(ClusterTest, CnnOnTwoPsWithFixedPartitioner) {
   const std::string dir = TempDir("cnn_2ps");
-  auto r = RunProcess(Psflow({"local", "--ps=2", "--workers=2", "--model=cnn", "--partitioner=fixed:2",
-                              "--placement=greedy", "--train_steps=6", "--batch_size=16",
-                              "--data_dir=" + MnistDir(), "--metrics_json=" + dir + "/m.json"}),
-                      300);
+  auto r = RunProcess(
+      Psflow({"local", "--ps=2", "--workers=2", "--model=cnn", "--partitioner=fixed:2", "--placement=greedy",
+              "--train_steps=6", "--batch_size=16", "--data_dir=" + MnistDir(), "--metrics_json=" + dir + "/m.json"}),
+      300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("fc1/weights/part_1"), std::string::npos) << r.output;
   // Both ps tasks log the real final step, also the one that does not hold the global step
@@ -177,9 +175,10 @@ TEST(ClusterTest, APsThatNeverComesBackEndsEveryTaskNamingIt) {
 
 TEST(ClusterTest, APsTaskWithoutAChiefGivesUpNamingIt) {
   const std::vector<int> ports = FreePorts(2);
-  auto r = RunProcess(Psflow({"train", "--job_name=ps", "--task_index=0", absl::StrCat("--ps_hosts=127.0.0.1:", ports[0]),
-                              absl::StrCat("--worker_hosts=127.0.0.1:", ports[1]), "--init_timeout_secs=1"}),
-                      30);
+  auto r =
+      RunProcess(Psflow({"train", "--job_name=ps", "--task_index=0", absl::StrCat("--ps_hosts=127.0.0.1:", ports[0]),
+                         absl::StrCat("--worker_hosts=127.0.0.1:", ports[1]), "--init_timeout_secs=1"}),
+                 30);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("the chief (worker 0) did not initialize the variables within 1 s"), std::string::npos)
       << r.output;
@@ -187,7 +186,8 @@ TEST(ClusterTest, APsTaskWithoutAChiefGivesUpNamingIt) {
 
 TEST(ClusterTest, BadClusterFlagsAreOneLineErrors) {
   for (const auto& [flags, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
-           {{"--job_name=worker", "--task_index=5", "--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2"}, "task_index"},
+           {{"--job_name=worker", "--task_index=5", "--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2"},
+            "task_index"},
            {{"--job_name=worker", "--ps_hosts=127.0.0.1", "--worker_hosts=127.0.0.1:2"}, "127.0.0.1"},
            {{"--job_name=ps", "--ps_hosts=127.0.0.1:3,127.0.0.1:3", "--worker_hosts=127.0.0.1:2"}, "appears twice"},
            {{"--job_name=chef", "--ps_hosts=127.0.0.1:3", "--worker_hosts=127.0.0.1:2"}, "chef"}}) {

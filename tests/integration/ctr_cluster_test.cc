@@ -36,11 +36,11 @@ double DenseOnlyBayesAuc(uint64_t seed, int fields, int64_t n) {
 
 TEST(CtrClusterTest, AsyncTwoPsTwoWorkersLearnTheInteractions) {
   const std::string dir = TempDir("ctr_async");
-  auto r = RunProcess(Psflow({"local", "--ps=2", "--workers=2", "--model=ctr", "--ctr_fields=6", "--ctr_dim=8",
-                              "--batch_size=256", "--train_steps=1500", "--seed=5", "--sparse_learning_rate=5",
-                              "--learning_rate=0.003", "--ctr_test_examples=16384", "--log_every=500",
-                              "--metrics_json=" + dir + "/m.json"}),
-                      600);
+  auto r = RunProcess(
+      Psflow({"local", "--ps=2", "--workers=2", "--model=ctr", "--ctr_fields=6", "--ctr_dim=8", "--batch_size=256",
+              "--train_steps=1500", "--seed=5", "--sparse_learning_rate=5", "--learning_rate=0.003",
+              "--ctr_test_examples=16384", "--log_every=500", "--metrics_json=" + dir + "/m.json"}),
+      600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json m = ReadJson(dir + "/m.json");
   ASSERT_TRUE(m.contains("ctr")) << m.dump();

@@ -22,12 +22,24 @@ std::string Bytes(const std::string& path) {
 // A row in the cache: 64 bytes of header and meta, then w and the rule's slots (dim 4).
 constexpr int64_t kCacheBytes = 30000;  // about 300 rows of adagrad, 230 of adam: one push's rows on 1 ps
 
-std::vector<std::string> Ctr(const std::string& dir, int ps, const std::string& rule, std::vector<std::string> more = {}) {
-  std::vector<std::string> args = {"local", absl::StrCat("--ps=", ps), "--workers=2", "--model=ctr",
-                                   "--ctr_fields=3", "--ctr_dim=4", "--ctr_vocab=0", "--batch_size=96",
-                                   "--train_steps=150", "--sync_replicas", "--seed=5", "--ctr_test_examples=2048",
-                                   "--sparse_optimizer=" + rule, "--checkpoint_dir=" + dir,
-                                   "--save_checkpoint_steps=50", "--log_every=1000"};
+std::vector<std::string> Ctr(const std::string& dir, int ps, const std::string& rule,
+                             std::vector<std::string> more = {}) {
+  std::vector<std::string> args = {"local",
+                                   absl::StrCat("--ps=", ps),
+                                   "--workers=2",
+                                   "--model=ctr",
+                                   "--ctr_fields=3",
+                                   "--ctr_dim=4",
+                                   "--ctr_vocab=0",
+                                   "--batch_size=96",
+                                   "--train_steps=150",
+                                   "--sync_replicas",
+                                   "--seed=5",
+                                   "--ctr_test_examples=2048",
+                                   "--sparse_optimizer=" + rule,
+                                   "--checkpoint_dir=" + dir,
+                                   "--save_checkpoint_steps=50",
+                                   "--log_every=1000"};
   args.insert(args.end(), more.begin(), more.end());
   return Psflow(args);
 }
@@ -46,10 +58,10 @@ TEST_P(DiskTablesTest, SyncCheckpointsEqualTheMemoryTablesByteForByte) {
   const std::string tables = TempDir("dtt_tables_" + tag);
   auto m = RunProcess(Ctr(memory, c.ps, c.rule), 300);
   ASSERT_EQ(m.exit_code, 0) << m.output;
-  auto d = RunProcess(Ctr(disk, c.ps, c.rule,
-                          {"--table_storage=disk", "--table_dir=" + tables,
-                           absl::StrCat("--table_cache_bytes=", kCacheBytes)}),
-                      300);
+  auto d = RunProcess(
+      Ctr(disk, c.ps, c.rule,
+          {"--table_storage=disk", "--table_dir=" + tables, absl::StrCat("--table_cache_bytes=", kCacheBytes)}),
+      300);
   ASSERT_EQ(d.exit_code, 0) << d.output;
   for (int64_t step : {50, 100, 150}) {
     const std::string name = absl::StrCat("/model.ckpt-", step, ".safetensors");
@@ -83,8 +95,8 @@ TEST(DiskTablesBadInputTest, DiskWithoutTableDirIsOneLine) {
 
 TEST(DiskTablesBadInputTest, AMissingTableDirIsOneLineNamingIt) {
   const std::string missing = TempDir("dtt_missing") + "/not_there";
-  auto r = RunProcess(Ctr(TempDir("dtt_missing_ck"), 1, "adagrad", {"--table_storage=disk", "--table_dir=" + missing}),
-                      60);
+  auto r =
+      RunProcess(Ctr(TempDir("dtt_missing_ck"), 1, "adagrad", {"--table_storage=disk", "--table_dir=" + missing}), 60);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(OneLineSays(r.output, "--table_dir=" + missing + " does not exist")) << r.output;
 }

@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -21,7 +21,8 @@ namespace psflow::testing {
 Process::Process(const std::vector<std::string>& args, const std::vector<std::string>& env) {
   static int counter = 0;
   output_path_ = (std::filesystem::temp_directory_path() /
-                  ("psflow_proc_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log")).string();
+                  ("psflow_proc_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log"))
+                     .string();
   pid_ = fork();
   if (pid_ == 0) {
     int fd = open(output_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -82,7 +83,8 @@ std::string Process::OutputSoFar() const {
   return text.str();
 }
 
-ProcessResult RunProcess(const std::vector<std::string>& args, double timeout_secs, const std::vector<std::string>& env) {
+ProcessResult RunProcess(const std::vector<std::string>& args, double timeout_secs,
+                         const std::vector<std::string>& env) {
   Process p(args, env);
   return p.Wait(timeout_secs);
 }

@@ -9,9 +9,9 @@
 namespace psflow::testing {
 
 struct ProcessResult {
-  int exit_code = -1;     // 128 + signal when killed; -1 when it had to be killed at the time limit
+  int exit_code = -1;  // 128 + signal when killed; -1 when it had to be killed at the time limit
   bool timed_out = false;
-  std::string output;     // stdout and stderr interleaved
+  std::string output;  // stdout and stderr interleaved
 };
 
 class Process {

@@ -57,8 +57,9 @@ TEST(ResumeTest, SyncClusterResumedOnAnotherPsCountAndPartitionerMatchesOneProce
   // batch 50 must still equal one process with batch 100 (docs/design.md#data-order), so the restore moved every
   // variable and slot whole across the different layout.
   const std::string dir = TempDir("resume_sync"), single = TempDir("resume_sync_single");
-  const std::vector<std::string> common = {"local", "--workers=2", "--sync_replicas", "--model=mlp", "--batch_size=50",
-                                           "--seed=3", "--data_dir=" + MnistDir(), "--checkpoint_dir=" + dir};
+  const std::vector<std::string> common = {
+      "local",           "--workers=2", "--sync_replicas",          "--model=mlp",
+      "--batch_size=50", "--seed=3",    "--data_dir=" + MnistDir(), "--checkpoint_dir=" + dir};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = common;
     args.insert(args.end(), extra.begin(), extra.end());
@@ -82,7 +83,8 @@ TEST(ResumeTest, EvalReadsTheNewestCheckpointAndAgreesWithTraining) {
                                   "--checkpoint_dir=" + dir, "--metrics_json=" + dir + "/m.json"}),
                           300);
   ASSERT_EQ(train.exit_code, 0) << train.output;
-  auto eval = RunProcess(Psflow({"eval", "--checkpoint_dir=" + dir, "--model=softmax", "--data_dir=" + MnistDir()}), 120);
+  auto eval =
+      RunProcess(Psflow({"eval", "--checkpoint_dir=" + dir, "--model=softmax", "--data_dir=" + MnistDir()}), 120);
   ASSERT_EQ(eval.exit_code, 0) << eval.output;
   const nlohmann::json m = ReadJson(dir + "/m.json");
   char expected[64];

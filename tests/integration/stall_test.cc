@@ -99,7 +99,8 @@ std::vector<Exit> WaitAll(const std::vector<Process*>& processes, double timeout
 
 std::string Figures(const std::vector<Exit>& exits) {
   std::vector<std::string> parts;
-  for (const Exit& e : exits) parts.push_back(absl::StrCat(e.result.exit_code, "@", static_cast<int>(e.secs * 10) / 10.0, "s"));
+  for (const Exit& e : exits)
+    parts.push_back(absl::StrCat(e.result.exit_code, "@", static_cast<int>(e.secs * 10) / 10.0, "s"));
   return absl::StrJoin(parts, " ");
 }
 
@@ -107,10 +108,16 @@ std::string Figures(const std::vector<Exit>& exits) {
 // --sync_timeout_secs, kept short here (4 s) so that the stall outlasts it and pushes are retried.
 std::vector<std::string> CommonFlags(int64_t steps, bool sync, const std::string& transport, int rpc_timeout = 2,
                                      int ps_timeout = 30) {
-  std::vector<std::string> flags = {"--model=mlp", "--partitioner=fixed:2", absl::StrCat("--train_steps=", steps),
-                                    "--batch_size=50", "--seed=3", "--log_every=10", "--data_dir=" + MnistDir(),
+  std::vector<std::string> flags = {"--model=mlp",
+                                    "--partitioner=fixed:2",
+                                    absl::StrCat("--train_steps=", steps),
+                                    "--batch_size=50",
+                                    "--seed=3",
+                                    "--log_every=10",
+                                    "--data_dir=" + MnistDir(),
                                     absl::StrCat("--rpc_timeout_secs=", rpc_timeout),
-                                    absl::StrCat("--ps_timeout_secs=", ps_timeout), "--transport=" + transport};
+                                    absl::StrCat("--ps_timeout_secs=", ps_timeout),
+                                    "--transport=" + transport};
   if (sync) {
     flags.push_back("--sync_replicas");
     flags.push_back("--sync_timeout_secs=4");
@@ -145,8 +152,7 @@ enum class Stall {
 // job's start.
 std::vector<Exit> RunJob(int64_t steps, bool sync, const std::string& transport, const std::string& dir, Stall how) {
   const bool stall = how != Stall::kNone;
-  Job job(2, 2, CommonFlags(steps, sync, transport),
-          {"--checkpoint_dir=" + dir, "--metrics_json=" + dir + "/m.json"});
+  Job job(2, 2, CommonFlags(steps, sync, transport), {"--checkpoint_dir=" + dir, "--metrics_json=" + dir + "/m.json"});
   const auto start = Clock::now();
   if (stall) {
     EXPECT_TRUE(WaitForStep(*job.workers[0], 30, 120)) << job.workers[0]->OutputSoFar();
@@ -233,7 +239,9 @@ TEST(StallTest, PsSilentPastThePsTimeoutEndsEveryTaskNamingIt) {
   const auto stopped = Clock::now();
   // The others give up on it and exit; it is resumed while the chief still retries its abort.
   std::vector<Exit> others;
-  std::thread waiter([&] { others = WaitAll({job.ps[1].get(), job.workers[0].get(), job.workers[1].get()}, 120, stopped); });
+  std::thread waiter([&] {
+    others = WaitAll({job.ps[1].get(), job.workers[0].get(), job.workers[1].get()}, 120, stopped);
+  });
   std::this_thread::sleep_for(std::chrono::seconds(7));
   ASSERT_EQ(kill(job.ps[0]->pid(), SIGCONT), 0);
   std::vector<Exit> frozen = WaitAll({job.ps[0].get()}, 120, stopped);
@@ -257,12 +265,13 @@ TEST(StallTest, PsSilentPastThePsTimeoutEndsEveryTaskNamingIt) {
   EXPECT_NE(others[1].result.output.find("--ps_timeout_secs"), std::string::npos) << others[1].result.output;
 }
 
-// A call's deadline follows its bytes, so a big model is not cut short on a slow link. A 63 MB model (mlp, 15.7M parameters) is
-// initialized, pulled and pushed with --rpc_timeout_secs=0.05, under which a fixed deadline
-// failed the chief's Initialize ("Initialize got no answer within 0.05 s").
+// A call's deadline follows its bytes, so a big model is not cut short on a slow link. A 63 MB model (mlp, 15.7M
+// parameters) is initialized, pulled and pushed with --rpc_timeout_secs=0.05, under which a fixed deadline failed the
+// chief's Initialize ("Initialize got no answer within 0.05 s").
 TEST(StallTest, BigModelInitializesWithATinyRpcTimeout) {
-  Job job(1, 1, {"--model=mlp", "--hidden_units=20000", "--train_steps=1000", "--batch_size=10", "--log_every=1",
-                 "--data_dir=" + MnistDir(), "--rpc_timeout_secs=0.05", "--ps_timeout_secs=60"},
+  Job job(1, 1,
+          {"--model=mlp", "--hidden_units=20000", "--train_steps=1000", "--batch_size=10", "--log_every=1",
+           "--data_dir=" + MnistDir(), "--rpc_timeout_secs=0.05", "--ps_timeout_secs=60"},
           {});
   // Initialized, then a first step: a 63 MB push-and-pull each way.
   const bool stepped = WaitForStep(*job.workers[0], 1, 240);

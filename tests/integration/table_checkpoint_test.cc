@@ -24,11 +24,21 @@ std::string Bytes(const std::string& path) {
 
 std::vector<std::string> Ctr(const std::string& dir, int ps, int workers, int64_t steps, int64_t vocab,
                              std::vector<std::string> more = {}) {
-  std::vector<std::string> args = {"local", absl::StrCat("--ps=", ps), absl::StrCat("--workers=", workers),
-                                   "--model=ctr", "--ctr_fields=3", "--ctr_dim=4", absl::StrCat("--ctr_vocab=", vocab),
-                                   "--batch_size=128", absl::StrCat("--train_steps=", steps), "--sync_replicas",
-                                   "--seed=5", "--ctr_test_examples=2048", "--checkpoint_dir=" + dir,
-                                   "--save_checkpoint_steps=50", "--log_every=1000"};
+  std::vector<std::string> args = {"local",
+                                   absl::StrCat("--ps=", ps),
+                                   absl::StrCat("--workers=", workers),
+                                   "--model=ctr",
+                                   "--ctr_fields=3",
+                                   "--ctr_dim=4",
+                                   absl::StrCat("--ctr_vocab=", vocab),
+                                   "--batch_size=128",
+                                   absl::StrCat("--train_steps=", steps),
+                                   "--sync_replicas",
+                                   "--seed=5",
+                                   "--ctr_test_examples=2048",
+                                   "--checkpoint_dir=" + dir,
+                                   "--save_checkpoint_steps=50",
+                                   "--log_every=1000"};
   args.insert(args.end(), more.begin(), more.end());
   return Psflow(args);
 }
@@ -44,7 +54,8 @@ TEST_P(TableCheckpointTest, WrittenOnOnePsRestoredOnThreeContinuesIdentically) {
   auto second = RunProcess(Ctr(resumed, 3, 2, 200, vocab), 300);
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("restored " + resumed + "/model.ckpt-100.safetensors at global step 100"),
-            std::string::npos) << second.output;
+            std::string::npos)
+      << second.output;
   EXPECT_NE(second.output.find("and 3 tables at global step 100"), std::string::npos) << second.output;
   auto reference = RunProcess(Ctr(straight, 1, 2, 200, vocab), 300);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
@@ -173,8 +184,9 @@ TEST_P(TableCheckpointTest, EvalFromTheFileMatchesTheChiefsFinalFigures) {
   EXPECT_NE(eval.output.find(want), std::string::npos) << want << "\n" << eval.output;
 }
 
-INSTANTIATE_TEST_SUITE_P(DynamicAndFixed, TableCheckpointTest, ::testing::Values(0, 5000),
-                         [](const auto& info) { return info.param == 0 ? std::string("dynamic") : std::string("fixed"); });
+INSTANTIATE_TEST_SUITE_P(DynamicAndFixed, TableCheckpointTest, ::testing::Values(0, 5000), [](const auto& info) {
+  return info.param == 0 ? std::string("dynamic") : std::string("fixed");
+});
 
 // Every checkpoint of two runs, compared byte for byte.
 void ExpectSameCheckpoints(const std::string& a, const std::string& b, const std::vector<int64_t>& steps) {
@@ -188,9 +200,9 @@ TEST(SyncReproducibilityTest, MlpThreeWorkersTwiceGivesTheSameBytes) {
   std::string dirs[2];
   for (int run = 0; run < 2; ++run) {
     dirs[run] = TempDir(absl::StrCat("tck_mlp_", run));
-    auto r = RunProcess(Psflow({"local", "--ps=2", "--workers=3", "--model=mlp", "--sync_replicas",
-                                "--train_steps=150", "--seed=7", "--data_dir=" + MnistDir(),
-                                "--checkpoint_dir=" + dirs[run], "--save_checkpoint_steps=50", "--log_every=1000"}),
+    auto r = RunProcess(Psflow({"local", "--ps=2", "--workers=3", "--model=mlp", "--sync_replicas", "--train_steps=150",
+                                "--seed=7", "--data_dir=" + MnistDir(), "--checkpoint_dir=" + dirs[run],
+                                "--save_checkpoint_steps=50", "--log_every=1000"}),
                         300);
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }

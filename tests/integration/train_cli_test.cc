@@ -26,7 +26,8 @@ TEST(TrainCliTest, MlpLearnsMnistAndWritesTheSummary) {
   EXPECT_EQ(m["global_step"], 1000);
   EXPECT_GT(m["test_accuracy"].get<double>(), 0.94);
   EXPECT_LT(m["validation_cross_entropy"].get<double>(), 0.25);
-  for (const char* key : {"workers", "ps", "train_seconds", "examples_per_sec", "stale_gradients_dropped", "ps_traffic"}) {
+  for (const char* key :
+       {"workers", "ps", "train_seconds", "examples_per_sec", "stale_gradients_dropped", "ps_traffic"}) {
     EXPECT_TRUE(m.contains(key)) << key;
   }
 }
@@ -35,8 +36,8 @@ TEST(TrainCliTest, SameSeedGivesBitIdenticalParameters) {
   std::vector<std::map<std::string, Tensor>> runs;
   for (int i = 0; i < 2; ++i) {
     const std::string dir = TempDir("determinism_" + std::to_string(i));
-    auto r = RunProcess(Psflow({"train", "--model=mlp", "--train_steps=200", "--seed=7",
-                                "--data_dir=" + MnistDir(), "--checkpoint_dir=" + dir}),
+    auto r = RunProcess(Psflow({"train", "--model=mlp", "--train_steps=200", "--seed=7", "--data_dir=" + MnistDir(),
+                                "--checkpoint_dir=" + dir}),
                         300);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     runs.push_back(ReadFinalVariables(dir));
@@ -49,10 +50,10 @@ TEST(TrainCliTest, LocalReplicasComputeTheSameStepAsOne) {
   std::vector<std::map<std::string, Tensor>> runs;
   for (int replicas : {1, 2}) {
     const std::string dir = TempDir("replicas_" + std::to_string(replicas));
-    auto r = RunProcess(Psflow({"train", "--model=mlp", "--train_steps=20", "--batch_size=64",
-                                "--local_replicas=" + std::to_string(replicas), "--data_dir=" + MnistDir(),
-                                "--checkpoint_dir=" + dir}),
-                        300);
+    auto r = RunProcess(
+        Psflow({"train", "--model=mlp", "--train_steps=20", "--batch_size=64",
+                "--local_replicas=" + std::to_string(replicas), "--data_dir=" + MnistDir(), "--checkpoint_dir=" + dir}),
+        300);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     runs.push_back(ReadFinalVariables(dir));
   }
@@ -81,7 +82,8 @@ class TrainBadInputTest : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(TrainBadInputTest, OneLineErrorAndNonZeroExit) {
   std::vector<std::string> args = {"train", "--train_steps=5"};
-  for (const std::string& f : GetParam().flags) args.push_back(f == "@TRUNCATED@" ? "--data_dir=" + TruncatedMnist() : f);
+  for (const std::string& f : GetParam().flags)
+    args.push_back(f == "@TRUNCATED@" ? "--data_dir=" + TruncatedMnist() : f);
   auto r = RunProcess(Psflow(args), 60);
   EXPECT_EQ(r.exit_code, GetParam().exit_code) << r.output;
   EXPECT_EQ(CountLines(r.output), 1) << r.output;
@@ -102,23 +104,31 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"NotAnInteger", {"--train_steps=abc"}, "psflow: error: --train_steps=abc must be an integer", 2},
         BadInput{"NotAFloat", {"--learning_rate=fast"}, "psflow: error: --learning_rate=fast must be a number", 2},
         BadInput{"NegativeSeed", {"--seed=-1"}, "psflow: error: --seed=-1 must be a non-negative integer", 2},
-        BadInput{"IntegerTooLarge", {"--batch_size=3000000000"},
-                 "--batch_size=3000000000 must be an integer from -2147483648 to 2147483647", 2},
+        BadInput{"IntegerTooLarge",
+                 {"--batch_size=3000000000"},
+                 "--batch_size=3000000000 must be an integer from -2147483648 to 2147483647",
+                 2},
         BadInput{"UnknownFlag", {"--bogus=1"}, "--bogus=1 (see psflow train --help)", 2},
         BadInput{"ZeroTimeout", {"--ps_timeout_secs=0"}, "--ps_timeout_secs=0 must be a positive number", 2},
         BadInput{"MessageLimitOverGrpcs", {"--max_message_mb=4096"}, "between 1 and 2047", 2},
         // Negative values were taken as "the model's default" (train_steps) or silently accepted.
-        BadInput{"NegativeTrainSteps", {"--train_steps=-5"},
-                 "--train_steps=-5 must be positive; leave it out for the model's default (10000)", 2},
+        BadInput{"NegativeTrainSteps",
+                 {"--train_steps=-5"},
+                 "--train_steps=-5 must be positive; leave it out for the model's default (10000)",
+                 2},
         BadInput{"NegativeLearningRate", {"--learning_rate=-1"}, "--learning_rate=-1 must be a positive number", 2},
-        BadInput{"NegativeCheckpointSteps", {"--save_checkpoint_steps=-3"},
-                 "--save_checkpoint_steps=-3 must be 0 (not by steps) or positive", 2},
+        BadInput{"NegativeCheckpointSteps",
+                 {"--save_checkpoint_steps=-3"},
+                 "--save_checkpoint_steps=-3 must be 0 (not by steps) or positive",
+                 2},
         BadInput{"NegativeDecayRate", {"--lr_decay_rate=-0.5"}, "--lr_decay_rate=-0.5 must be a positive number", 2},
         BadInput{"NegativeDecaySteps", {"--lr_decay_steps=-1"}, "--lr_decay_steps=-1 must be 0 (no decay)", 2},
         // Exited 1 (found when the model was built) while --batch_size=0 exited 2.
         BadInput{"ZeroHiddenUnits", {"--hidden_units=0"}, "--hidden_units=0 must be positive", 2},
-        BadInput{"NegativeSummarySteps", {"--save_summaries_steps=-1"}, "--save_summaries_steps=-1 must be positive", 2},
-        BadInput{"MetricsPortOutOfRange", {"--metrics_port=70000"}, "--metrics_port=70000 must be a port in 1..65535", 2}),
+        BadInput{
+            "NegativeSummarySteps", {"--save_summaries_steps=-1"}, "--save_summaries_steps=-1 must be positive", 2},
+        BadInput{
+            "MetricsPortOutOfRange", {"--metrics_port=70000"}, "--metrics_port=70000 must be a port in 1..65535", 2}),
     [](const auto& info) { return info.param.name; });
 
 // The missing-data error names a script, and the README names that script too (it named only
@@ -160,7 +170,8 @@ TEST(TrainCliTest, ParseErrorsNameTheSubcommandsHelp) {
 // A mistyped subcommand is named, with the closest one (it said "A subcommand is required").
 TEST(TrainCliTest, AnUnknownSubcommandIsNamedWithTheClosestOne) {
   for (const auto& [args, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
-           {{"trian", "--model=mlp"}, "psflow: error: unknown subcommand 'trian'; the closest is 'train' (see psflow --help)"},
+           {{"trian", "--model=mlp"},
+            "psflow: error: unknown subcommand 'trian'; the closest is 'train' (see psflow --help)"},
            {{"lcoal"}, "psflow: error: unknown subcommand 'lcoal'; the closest is 'local' (see psflow --help)"},
            {{"bench", "transprt"},
             "psflow: error: unknown subcommand 'transprt'; the closest is 'transport' (see psflow bench --help)"}}) {

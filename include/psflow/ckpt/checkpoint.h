@@ -78,8 +78,7 @@ absl::StatusOr<std::optional<Checkpoint>> LoadLatestCheckpoint(const std::string
 absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path, io::Env* env = io::Env::Default());
 
 // Checkpoint files in `dir`, newest first (none when `dir` cannot be listed).
-std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir,
-                                                             io::Env* env = io::Env::Default());
+std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir, io::Env* env = io::Env::Default());
 
 }  // namespace psflow::ckpt
 

@@ -28,7 +28,8 @@ struct TensorFile {
 
 // Writes float32 tensors (stored in the given order) and string metadata to `path` atomically.
 // Errors name the file and the cause ("cannot sync PATH.tmp: Input/output error").
-absl::Status WriteSafetensors(const std::string& path, const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<std::pair<std::string, const Tensor*>>& tensors,
                               const std::map<std::string, std::string>& metadata, io::Env* env = io::Env::Default());
 
 // Reads a file written in the layout above; F32 tensors only. Every inconsistency (short file,

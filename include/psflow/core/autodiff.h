@@ -61,8 +61,7 @@ Var Constant(Tensor value);
 Var MakeParameter(std::string name, Tensor value);
 // Helper for op implementations: a node with the given value, inputs and backward closure.
 // requires_grad is true when any input requires it; if none does, `backward` is dropped.
-Var MakeOpNode(std::string op_name, Tensor value, std::vector<Var> inputs,
-               std::function<void(Node& self)> backward);
+Var MakeOpNode(std::string op_name, Tensor value, std::vector<Var> inputs, std::function<void(Node& self)> backward);
 
 // Seeds d(loss)/d(loss) = 1 (loss must hold one element) and runs every reachable backward
 // closure once, in reverse topological order. Iterative: deep graphs do not exhaust the stack.

@@ -47,7 +47,9 @@ struct AlignedAllocator {
   T* allocate(std::size_t n) { return static_cast<T*>(internal::AllocateAlignedBlock(n * sizeof(T))); }
   void deallocate(T* p, std::size_t n) { internal::FreeAlignedBlock(p, n * sizeof(T)); }
   template <typename U>
-  bool operator==(const AlignedAllocator<U>&) const { return true; }
+  bool operator==(const AlignedAllocator<U>&) const {
+    return true;
+  }
 };
 
 using FloatBuffer = std::vector<float, AlignedAllocator<float>>;

@@ -25,12 +25,10 @@ class BatchSampler {
  public:
   // InvalidArgument unless num_examples > 0, batch_size > 0 and 0 <= worker_index < num_workers;
   // use it to check flags before constructing.
-  static absl::Status ValidateArgs(int64_t num_examples, int64_t batch_size, int worker_index,
-                                   int num_workers);
+  static absl::Status ValidateArgs(int64_t num_examples, int64_t batch_size, int worker_index, int num_workers);
 
   // Arguments must pass ValidateArgs (CHECKed).
-  BatchSampler(int64_t num_examples, int64_t batch_size, int worker_index, int num_workers,
-               uint64_t seed);
+  BatchSampler(int64_t num_examples, int64_t batch_size, int worker_index, int num_workers, uint64_t seed);
 
   // This worker's batch_size example indices of global batch k >= 0 (random access: an
   // asynchronous worker asks for the global step it pulled). Replaces *indices.
@@ -63,8 +61,7 @@ class BatchSampler {
 // Copies the examples `indices` of `dataset` into images_out (indices.size() x example_size
 // floats) and their labels into labels_out (indices.size() values; may be null to skip).
 // Indices must be in [0, num_examples) (CHECKed).
-void Gather(const Dataset& dataset, const std::vector<int64_t>& indices, float* images_out,
-            int32_t* labels_out);
+void Gather(const Dataset& dataset, const std::vector<int64_t>& indices, float* images_out, int32_t* labels_out);
 
 }  // namespace psflow::data
 

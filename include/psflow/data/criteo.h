@@ -55,8 +55,7 @@ absl::Status ParseCriteoLine(std::string_view line, const CriteoLayout& layout, 
 
 // Appends one line (with its '\n'): label (0 or 1), `counts` as decimal integers and `ids` as
 // lowercase hex without leading zeros (id 0 is written "0", which reads back as 0).
-void AppendCriteoLine(float label, absl::Span<const int64_t> counts, absl::Span<const int64_t> ids,
-                      std::string* out);
+void AppendCriteoLine(float label, absl::Span<const int64_t> counts, absl::Span<const int64_t> ids, std::string* out);
 
 // The files of a comma-separated list of glob patterns (glob(3): *, ?, [..]), each pattern's
 // matches sorted, in the order of the patterns. InvalidArgument for an empty list; NotFound
@@ -145,13 +144,13 @@ class CriteoWriter {
 
 // `psflow data ctr-files`: the generator's training stream and test set as files in this layout.
 struct CtrFilesOptions {
-  std::string out_dir;              // created if absent
-  int64_t files = 1;                // train-00000 … train-(files-1)
-  int64_t examples_per_file = 0;    // M >= 1
-  int64_t batch_size = 1024;        // B: the stream's example n is example n % B of FillBatch(0, n / B, B)
-  int64_t test_examples = 65536;    // the test set's size: the first n of the test stream, in `test`
-  bool gzip = false;                // ".gz" names, gzip content
-  int threads = 0;                  // files written at once; 0: the machine's cores
+  std::string out_dir;            // created if absent
+  int64_t files = 1;              // train-00000 … train-(files-1)
+  int64_t examples_per_file = 0;  // M >= 1
+  int64_t batch_size = 1024;      // B: the stream's example n is example n % B of FillBatch(0, n / B, B)
+  int64_t test_examples = 65536;  // the test set's size: the first n of the test stream, in `test`
+  bool gzip = false;              // ".gz" names, gzip content
+  int threads = 0;                // files written at once; 0: the machine's cores
 };
 // Writes DIR/train-00000[.gz] … and DIR/test[.gz]. Training from the files in order with batch
 // size B (one process) sees exactly the batches FillBatch(0, s, B) gives, bit for bit. Returns the

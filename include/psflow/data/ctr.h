@@ -81,8 +81,8 @@ class CtrGenerator {
   // ids [batch_size, F], dense [batch_size, D], labels [batch_size] (0 or 1) and, unless null,
   // the true probabilities [batch_size]. InvalidArgument for a negative argument or a null
   // array with batch_size > 0; nothing is written then.
-  absl::Status FillBatch(int64_t worker, int64_t step, int64_t batch_size, int64_t* ids, float* dense,
-                         float* labels, double* probabilities = nullptr) const;
+  absl::Status FillBatch(int64_t worker, int64_t step, int64_t batch_size, int64_t* ids, float* dense, float* labels,
+                         double* probabilities = nullptr) const;
   // Examples [first, first + count) of worker `worker`'s batch at `step`: the same bits as those
   // rows of any FillBatch(worker, step, batch_size >= first + count, ...), into arrays of `count` rows.
   absl::Status FillBatchPart(int64_t worker, int64_t step, int64_t first, int64_t count, int64_t* ids, float* dense,
@@ -146,7 +146,7 @@ class CtrGenerator {
   Keys keys_{};
   std::vector<uint64_t> field_id_keys_, field_teacher_keys_;
   std::vector<std::vector<ZipfCell>> samplers_;  // per field
-  std::vector<float> head_embeddings_;            // [F][kHeadRanks][k]
+  std::vector<float> head_embeddings_;           // [F][kHeadRanks][k]
   std::vector<float> dense_weights_;
   float embedding_scale_ = 0;
   double bias_ = 0;

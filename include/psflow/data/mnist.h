@@ -17,8 +17,8 @@ namespace psflow::data {
 
 struct Dataset {
   int64_t num_examples = 0;
-  int64_t example_size = 0;   // floats per example: 784 for MNIST, h*w*c for synthetic images
-  std::vector<float> images;  // num_examples x example_size, row-major, values in [0, 1]
+  int64_t example_size = 0;     // floats per example: 784 for MNIST, h*w*c for synthetic images
+  std::vector<float> images;    // num_examples x example_size, row-major, values in [0, 1]
   std::vector<int32_t> labels;  // num_examples class ids
 };
 
@@ -35,8 +35,7 @@ inline constexpr int kMnistRows = 28, kMnistCols = 28, kMnistClasses = 10;
 // `validation_size` training examples become `validation` (tests pass a small value to use tiny
 // files). Pixels are scaled to [0, 1] as pixel * (1/255) in float, like input_data.
 // Errors name the directory or file and say how to fix it (run scripts/setup.sh, --data_dir).
-absl::StatusOr<MnistData> LoadMnist(const std::string& dir,
-                                    int64_t validation_size = kMnistValidationSize);
+absl::StatusOr<MnistData> LoadMnist(const std::string& dir, int64_t validation_size = kMnistValidationSize);
 
 // n random images of h x w x c floats uniform in [0, 1) with labels uniform in [0, classes);
 // a deterministic function of the arguments on every platform.

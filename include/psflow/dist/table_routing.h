@@ -47,8 +47,7 @@ struct RowLocation {
 
 // (shard, row) of `id` in a valid layout; InvalidArgument naming `table` and `id` when id is not in
 // [0, N).
-absl::StatusOr<RowLocation> RouteFixedId(std::string_view table, const FixedTableLayout& layout,
-                                         int64_t id);
+absl::StatusOr<RowLocation> RouteFixedId(std::string_view table, const FixedTableLayout& layout, int64_t id);
 
 // Rows held by `shard` (the same under div and mod: N / P, plus one for the first N % P shards).
 int64_t FixedShardRows(const FixedTableLayout& layout, int shard);

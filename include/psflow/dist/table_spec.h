@@ -139,9 +139,9 @@ struct TableDeclaration {
 absl::Status ValidateTableSpec(const TableSpec& spec);
 
 // The names of the enums as the fields' text forms read them.
-std::string_view TableKindName(TableKind kind);            // "fixed" | "dynamic"
+std::string_view TableKindName(TableKind kind);           // "fixed" | "dynamic"
 std::string_view TableStorageName(TableStorage storage);  // "memory" | "disk"
-std::string_view InitKindName(InitKind kind);              // "zeros" | ... | "truncated_normal"
+std::string_view InitKindName(InitKind kind);             // "zeros" | ... | "truncated_normal"
 absl::StatusOr<TableKind> ParseTableKind(std::string_view text);
 absl::StatusOr<TableStorage> ParseTableStorage(std::string_view text);
 absl::StatusOr<InitKind> ParseInitKind(std::string_view text);

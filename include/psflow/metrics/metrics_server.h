@@ -40,25 +40,25 @@ class Server;
 namespace psflow::metrics {
 
 // The metric names psflow tasks export (DeclarePsflowMetrics declares them all).
-inline constexpr char kGlobalStep[] = "psflow_global_step";                        // gauge
-inline constexpr char kStepsPerSecond[] = "psflow_steps_per_second";               // gauge
-inline constexpr char kPsBytesIn[] = "psflow_ps_bytes_in_total";                   // counter {ps="N"}
-inline constexpr char kPsBytesOut[] = "psflow_ps_bytes_out_total";                 // counter {ps="N"}
+inline constexpr char kGlobalStep[] = "psflow_global_step";                               // gauge
+inline constexpr char kStepsPerSecond[] = "psflow_steps_per_second";                      // gauge
+inline constexpr char kPsBytesIn[] = "psflow_ps_bytes_in_total";                          // counter {ps="N"}
+inline constexpr char kPsBytesOut[] = "psflow_ps_bytes_out_total";                        // counter {ps="N"}
 inline constexpr char kStaleGradientsDropped[] = "psflow_stale_gradients_dropped_total";  // counter
-inline constexpr char kPushesRefused[] = "psflow_pushes_refused_total";            // counter
-inline constexpr char kConnectedWorkers[] = "psflow_connected_workers";            // gauge
+inline constexpr char kPushesRefused[] = "psflow_pushes_refused_total";                   // counter
+inline constexpr char kConnectedWorkers[] = "psflow_connected_workers";                   // gauge
 // Embedding tables, per ps task and table shard (labels {ps="N",table="NAME"}).
-inline constexpr char kTableRows[] = "psflow_table_rows";                          // gauge
-inline constexpr char kTableBytes[] = "psflow_table_bytes";                        // gauge
-inline constexpr char kTableRowsPulled[] = "psflow_table_rows_pulled_total";       // counter
-inline constexpr char kTableRowsPushed[] = "psflow_table_rows_pushed_total";       // counter
-inline constexpr char kTableAdmissions[] = "psflow_table_admissions_total";        // counter
-inline constexpr char kTableEvictions[] = "psflow_table_evictions_total";          // counter
+inline constexpr char kTableRows[] = "psflow_table_rows";                     // gauge
+inline constexpr char kTableBytes[] = "psflow_table_bytes";                   // gauge
+inline constexpr char kTableRowsPulled[] = "psflow_table_rows_pulled_total";  // counter
+inline constexpr char kTableRowsPushed[] = "psflow_table_rows_pushed_total";  // counter
+inline constexpr char kTableAdmissions[] = "psflow_table_admissions_total";   // counter
+inline constexpr char kTableEvictions[] = "psflow_table_evictions_total";     // counter
 // Disk tables only (docs/tables.md#storage): the hot-row cache and the disk below it.
-inline constexpr char kTableCacheHits[] = "psflow_table_cache_hits_total";         // counter
-inline constexpr char kTableCacheMisses[] = "psflow_table_cache_misses_total";     // counter
-inline constexpr char kTableDiskBytes[] = "psflow_table_disk_bytes";               // gauge
-inline constexpr char kTableDiskRowsRead[] = "psflow_table_disk_rows_read_total";  // counter
+inline constexpr char kTableCacheHits[] = "psflow_table_cache_hits_total";               // counter
+inline constexpr char kTableCacheMisses[] = "psflow_table_cache_misses_total";           // counter
+inline constexpr char kTableDiskBytes[] = "psflow_table_disk_bytes";                     // gauge
+inline constexpr char kTableDiskRowsRead[] = "psflow_table_disk_rows_read_total";        // counter
 inline constexpr char kTableDiskRowsWritten[] = "psflow_table_disk_rows_written_total";  // counter
 
 class MetricsRegistry {

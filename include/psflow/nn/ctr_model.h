@@ -9,7 +9,8 @@
 // them (ops::GatherRows), so after Backward each leaf's `grad` [U_f, k] is the gradient of each
 // unique id, summed over the examples holding it: what a table's sparse update takes.
 //
-// A CtrModel owns its dense parameters; one thread uses it at a time. Dedup (psflow/core/unique_ids.h) is a pure function.
+// A CtrModel owns its dense parameters; one thread uses it at a time. Dedup (psflow/core/unique_ids.h) is a pure
+// function.
 #ifndef PSFLOW_NN_CTR_MODEL_H_
 #define PSFLOW_NN_CTR_MODEL_H_
 
@@ -27,12 +28,12 @@
 namespace psflow::nn {
 
 struct CtrModelConfig {
-  int num_dense = 13;                          // D
-  int num_fields = 26;                         // F
-  int64_t dim = 16;                            // k: the embeddings' and the bottom MLP's output dim
-  std::vector<int64_t> bottom_hidden = {64};   // hidden layers of the bottom MLP (then k, ReLU)
+  int num_dense = 13;                           // D
+  int num_fields = 26;                          // F
+  int64_t dim = 16;                             // k: the embeddings' and the bottom MLP's output dim
+  std::vector<int64_t> bottom_hidden = {64};    // hidden layers of the bottom MLP (then k, ReLU)
   std::vector<int64_t> top_hidden = {128, 64};  // hidden layers of the top MLP (then 1 logit)
-  uint64_t seed = 0;                           // initial values of the dense layers
+  uint64_t seed = 0;                            // initial values of the dense layers
 };
 
 // One field's embedding input for a batch: its unique rows [U, k] and, per example, the row's
@@ -45,9 +46,9 @@ struct FieldRows {
 // Moved to psflow/core/unique_ids.h (the worker session dedups a lookup's ids without the nn
 // library); these names stay for one release.
 using UniqueIds [[deprecated("use psflow::UniqueIds (psflow/core/unique_ids.h)")]] = psflow::UniqueIds;
-[[deprecated("use psflow::DedupIds (psflow/core/unique_ids.h)")]] inline void DedupIds(const int64_t* ids, int64_t count,
-                                                                                 int64_t stride,
-                                                                                 psflow::UniqueIds* out) {
+[[deprecated("use psflow::DedupIds (psflow/core/unique_ids.h)")]] inline void DedupIds(const int64_t* ids,
+                                                                                       int64_t count, int64_t stride,
+                                                                                       psflow::UniqueIds* out) {
   psflow::DedupIds(ids, count, stride, out);
 }
 

@@ -109,7 +109,9 @@ class Sequential : public Layer {
  public:
   Sequential& Add(std::unique_ptr<Layer> layer);
   template <typename L, typename... Args>
-  Sequential& Emplace(Args&&... args) { return Add(std::make_unique<L>(std::forward<Args>(args)...)); }
+  Sequential& Emplace(Args&&... args) {
+    return Add(std::make_unique<L>(std::forward<Args>(args)...));
+  }
   Var Forward(const Var& x, ForwardContext& ctx) override;
   void CollectParameters(std::vector<Var>* out) const override;
 

@@ -73,7 +73,7 @@ struct ModelDefaults {
   int64_t train_steps = 1000;
   int64_t lr_decay_steps = 0;
   float lr_decay_rate = 1.0f;
-  bool synthetic_data = false;  // vgg19 trains on synthetic 32x32x3 images
+  bool synthetic_data = false;              // vgg19 trains on synthetic 32x32x3 images
   std::vector<ModelSetting> settings = {};  // the model's own settings, shown by --help
   // Embedding tables (models with tables: ctr). Empty: the optimizer's; 0: the learning rate.
   std::string sparse_optimizer = "";

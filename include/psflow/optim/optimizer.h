@@ -39,11 +39,11 @@ struct OptimizerConfig {
   // lr applied after the momentum); sgd and momentum are the same under both.
   std::string convention = "tensorflow";
   float learning_rate = 0.01f;
-  float momentum = 0.9f;           // momentum
-  bool nesterov = false;           // momentum: w -= lr * (g + momentum * a)
-  float initial_accumulator = 0.1f;  // adagrad
-  float adagrad_epsilon = 1e-10f;    // adagrad, torch convention
-  float beta1 = 0.9f, beta2 = 0.999f, adam_epsilon = 1e-8f;  // adam, adamw
+  float momentum = 0.9f;                                              // momentum
+  bool nesterov = false;                                              // momentum: w -= lr * (g + momentum * a)
+  float initial_accumulator = 0.1f;                                   // adagrad
+  float adagrad_epsilon = 1e-10f;                                     // adagrad, torch convention
+  float beta1 = 0.9f, beta2 = 0.999f, adam_epsilon = 1e-8f;           // adam, adamw
   float rms_decay = 0.9f, rms_momentum = 0.0f, rms_epsilon = 1e-10f;  // rmsprop
   // adamw: decoupled, w *= 1 - lr * weight_decay before the Adam step; every other rule: L2,
   // g += weight_decay * w before the step (torch's weight_decay).
@@ -102,12 +102,12 @@ class Optimizer {
   // Fresh state for a variable of n elements (slots at their initial values, e.g. rmsprop ms=1).
   virtual SlotState NewState(int64_t n) const = 0;
   // Applies one update to w[offset, offset+n) with gradient g[0, n) and the slot slices at the
-  // same offset (weight decay included: L2 added to the gradient, or adamw's decoupled decay). `lr` is the (already decayed) learning rate; `t` counts this update from 1.
-  // `w` is the variable's base pointer (the update touches w + offset); `g` is not offset. The
-  // inner loops are plain vectorizable loops; callers parallelize by splitting [0, size) into
-  // disjoint (offset, n) ranges, which is safe because ranges touch disjoint memory.
-  virtual void Apply(float* w, const float* g, SlotState& state, int64_t offset, int64_t n,
-                     float lr, int64_t t) const = 0;
+  // same offset (weight decay included: L2 added to the gradient, or adamw's decoupled decay). `lr` is the (already
+  // decayed) learning rate; `t` counts this update from 1. `w` is the variable's base pointer (the update touches w +
+  // offset); `g` is not offset. The inner loops are plain vectorizable loops; callers parallelize by splitting [0,
+  // size) into disjoint (offset, n) ranges, which is safe because ranges touch disjoint memory.
+  virtual void Apply(float* w, const float* g, SlotState& state, int64_t offset, int64_t n, float lr,
+                     int64_t t) const = 0;
 
   // Dense update of a whole variable: Apply over all elements, then state.updates++.
   void ApplyDense(float* w, const float* g, int64_t n, SlotState& state, float lr) const;
@@ -115,8 +115,8 @@ class Optimizer {
   // Only those rows (and their slot rows) change; then state.updates++. Every row shares the same
   // t (so Adam's slots of untouched rows are not decayed: "lazy" Adam). A row listed twice is
   // updated twice, in order. Rows must be in range: validate rows coming from peers beforehand.
-  void ApplySparse(float* w, const std::vector<int64_t>& rows, const float* g_rows,
-                   int64_t row_size, SlotState& state, float lr) const;
+  void ApplySparse(float* w, const std::vector<int64_t>& rows, const float* g_rows, int64_t row_size, SlotState& state,
+                   float lr) const;
 };
 
 // The optimizer named in the config, or InvalidArgument naming the unknown name and the choices.

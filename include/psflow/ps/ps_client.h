@@ -181,8 +181,8 @@ class PsClient {
                  std::function<void(absl::StatusOr<int64_t>)> done);
   // Rows of axis 0 of one variable: a [rows.size(), other dims...] tensor. Pulls the whole variable
   // (the ps no longer has a call for rows); removed in the release after 0.2.0.
-  [[deprecated("Pull the variable and index its rows; PullRows is removed after 0.2.0")]]
-  absl::StatusOr<Tensor> PullRows(const std::string& variable, const std::vector<int64_t>& rows);
+  [[deprecated("Pull the variable and index its rows; PullRows is removed after 0.2.0")]] absl::StatusOr<Tensor>
+  PullRows(const std::string& variable, const std::vector<int64_t>& rows);
 
   // Pushes gradients tagged with the global step they were computed at (dense sliced per shard,
   // sparse rows routed to their shard); all ps in parallel. Async: returns once every ps applied.

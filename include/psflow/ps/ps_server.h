@@ -66,8 +66,8 @@ class PsServer {
   // Blocks until training finished: the chief's Shutdown, then every worker that connected said
   // Goodbye (or shutdown_grace_secs passed). Stops serving before returning. Also returns after Stop().
   // Errors (each naming what was waited for): Aborted (the chief aborted the job, with its
-  // reason; or every worker left, one of them giving up, with its reason), DeadlineExceeded (not initialized within init_timeout_secs; no call within
-  // idle_timeout_secs).
+  // reason; or every worker left, one of them giving up, with its reason), DeadlineExceeded (not initialized within
+  // init_timeout_secs; no call within idle_timeout_secs).
   absl::Status Wait();
   // Answers every held call with Unavailable and stops serving (tests). Idempotent.
   void Stop();

@@ -89,14 +89,14 @@ struct TableTaskStats {
 
 struct PsTaskStats {
   int task = 0;
-  int64_t bytes_in = 0, bytes_out = 0;  // payload bytes of every call (headers and tensors)
-  int64_t num_params = 0;               // floats held, not counting optimizer slots
-  int64_t global_step = 0;              // this task's step counter (the global step on its ps)
-  int64_t stale_gradients_dropped = 0;  // sync: pushes tagged older than the step, or late backups
-  int64_t pushes_refused = 0;           // NaN/Inf, unknown shards, wrong shapes, rows out of range
-  int64_t calls_unauthenticated = 0;    // calls refused for a missing or wrong secret
-  int64_t connected_workers = 0;        // clients that said Hello and not yet Goodbye (this task only)
-  std::vector<TableTaskStats> tables;   // one per table shard this task holds
+  int64_t bytes_in = 0, bytes_out = 0;            // payload bytes of every call (headers and tensors)
+  int64_t num_params = 0;                         // floats held, not counting optimizer slots
+  int64_t global_step = 0;                        // this task's step counter (the global step on its ps)
+  int64_t stale_gradients_dropped = 0;            // sync: pushes tagged older than the step, or late backups
+  int64_t pushes_refused = 0;                     // NaN/Inf, unknown shards, wrong shapes, rows out of range
+  int64_t calls_unauthenticated = 0;              // calls refused for a missing or wrong secret
+  int64_t connected_workers = 0;                  // clients that said Hello and not yet Goodbye (this task only)
+  std::vector<TableTaskStats> tables;             // one per table shard this task holds
   std::vector<int32_t> connected_worker_indices;  // their worker indices, sorted, without repeats
   std::vector<int32_t> pushed_worker_indices;     // workers whose push this task accepted, sorted
 };

@@ -17,7 +17,7 @@ inline constexpr int64_t kMaxMessageBytesLimit = int64_t{2047} << 20;
 
 // What a task accepts from its peers and how it reaches them.
 struct TransportOptions {
-  std::string secret;  // shared cluster secret; empty = no token required
+  std::string secret;                     // shared cluster secret; empty = no token required
   std::string tls_cert, tls_key, tls_ca;  // PEM file paths; TLS when cert and key (server) or ca (client) are set
   // Messages larger than this are refused in both directions (RESOURCE_EXHAUSTED naming the limit
   // and --max_message_mb): a bound on what a peer can make this task allocate. 1..2047 MiB.

@@ -57,7 +57,8 @@ class EventWriter {
   const std::string& path() const { return path_; }
 
  private:
-  EventWriter(std::string path, std::unique_ptr<io::WritableFile> file) : path_(std::move(path)), file_(std::move(file)) {}
+  EventWriter(std::string path, std::unique_ptr<io::WritableFile> file)
+      : path_(std::move(path)), file_(std::move(file)) {}
   // Appends one framed record and hands it to the OS.
   absl::Status WriteRecord(const std::string& payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -101,7 +101,7 @@ struct TrainOptions {
   int64_t save_summaries_steps = 100;
   std::string metrics_json;
   int metrics_port = 0;
-  int64_t eval_every_steps = 0;  // the chief evaluates every N global steps (0: only at the end)
+  int64_t eval_every_steps = 0;     // the chief evaluates every N global steps (0: only at the end)
   double eval_timeout_secs = 3600;  // an evaluator with no new checkpoint for this long gives up
   // The file system checkpoints, event files and --metrics_json are written through (borrowed,
   // never null; not a flag): tests hand in a fault-injecting one.
@@ -111,12 +111,12 @@ struct TrainOptions {
   uint64_t seed = 0;
   int intra_op_threads = 1;
   int64_t log_every = 100;
-  double init_timeout_secs = 300;     // a worker waits this long for the chief; a ps to be initialized
+  double init_timeout_secs = 300;  // a worker waits this long for the chief; a ps to be initialized
   double rpc_timeout_secs = 30;
-  double ps_timeout_secs = 120;       // a worker waits this long for an unreachable ps task
-  double worker_timeout_secs = 600;   // a ps task with no call from any worker this long gives up
-  int64_t max_message_mb = 1024;      // largest RPC message a task accepts
-  std::string transport = "grpc";     // "shm": data calls to a ps on this host over shared memory
+  double ps_timeout_secs = 120;        // a worker waits this long for an unreachable ps task
+  double worker_timeout_secs = 600;    // a ps task with no call from any worker this long gives up
+  int64_t max_message_mb = 1024;       // largest RPC message a task accepts
+  std::string transport = "grpc";      // "shm": data calls to a ps on this host over shared memory
   std::string wire_dtype = "float32";  // dense pulls and pushes as "bfloat16" / "float16" (ps::TrainingConfig)
 
   // Security.

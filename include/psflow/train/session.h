@@ -1,6 +1,6 @@
 // psflow/train/session.h — a worker session: the one implementation of a psflow worker's and
-// chief's machinery (docs/design.md#the-worker-session-and-the-python-package), driven step by step by whoever computes the gradients —
-// `psflow train`'s C++ worker (programs/mnist/worker.cc) and the Python binding (python/psflow) alike.
+// chief's machinery (docs/design.md#the-worker-session-and-the-python-package), driven step by step by whoever computes
+// the gradients — `psflow train`'s C++ worker (programs/mnist/worker.cc) and the Python binding (python/psflow) alike.
 //
 // It is handed named parameter buffers (name, value memory, dense gradient memory and/or a
 // row-sparse gradient), which become the ps variables: the placement plan is made from their
@@ -90,9 +90,9 @@ namespace psflow::train {
 
 // One ps variable. All pointers are borrowed and must stay valid while the session lives.
 struct SessionParameter {
-  std::string name;                                   // the ps variable's name (checkpoints use it)
-  Tensor* value = nullptr;                            // required; its shape is the variable's shape
-  const Tensor* grad = nullptr;                       // dense gradient, pushed when non-empty
+  std::string name;                                       // the ps variable's name (checkpoints use it)
+  Tensor* value = nullptr;                                // required; its shape is the variable's shape
+  const Tensor* grad = nullptr;                           // dense gradient, pushed when non-empty
   const std::optional<RowSparse>* sparse_grad = nullptr;  // row-sparse gradient, pushed when set
   // When given, the dense gradient is pushed only while *dense_grad_ready is true (the caller's
   // "this parameter got a gradient this step").

@@ -24,8 +24,7 @@ absl::StatusOr<int64_t> ReadUpTo(data::CriteoReader& reader, int64_t n, int64_t*
   const int fields = reader.layout().num_fields, num_dense = reader.layout().num_dense;
   int64_t have = 0;
   while (have < n) {
-    absl::StatusOr<int64_t> got =
-        reader.Read(n - have, ids + have * fields, dense + have * num_dense, labels + have);
+    absl::StatusOr<int64_t> got = reader.Read(n - have, ids + have * fields, dense + have * num_dense, labels + have);
     if (!got.ok()) return got.status();
     if (*got == 0) break;
     have += *got;

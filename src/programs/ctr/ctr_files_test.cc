@@ -7,10 +7,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <cmath>
 #include <string>
 
 #include "programs/ctr/ctr_single.h"
@@ -24,8 +24,8 @@ class CtrFilesTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
-           ("psflow_ctr_files_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
-            "_" + std::to_string(getpid()));
+           ("psflow_ctr_files_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }
@@ -133,7 +133,8 @@ TEST_F(CtrFilesTest, BadFilesFailWithOneLine) {
   std::ofstream(Path("bad")) << "1\t2\t3\n";
   options.train_files = Path("bad");
   summary = RunCtrSingleProcess(options, Quiet);
-  EXPECT_NE(summary.status().message().find("data file " + Path("bad") + " line 1: 3 tab-separated fields; expected "
+  EXPECT_NE(summary.status().message().find("data file " + Path("bad") +
+                                            " line 1: 3 tab-separated fields; expected "
                                             "20 (label, 13 integers and 6 categoricals)"),
             std::string::npos)
       << summary.status();
@@ -146,8 +147,10 @@ TEST_F(CtrFilesTest, BadFilesFailWithOneLine) {
   mlp.model = "mlp";
   mlp.train_files = "x";
   ASSERT_TRUE(ResolveTrainOptions(&mlp).ok());
-  EXPECT_NE(TrainSingleProcess(mlp, Quiet).status().message().find(
-                "--train_files and --test_files are the ctr model's data; --model=mlp reads --data_dir"),
+  EXPECT_NE(TrainSingleProcess(mlp, Quiet)
+                .status()
+                .message()
+                .find("--train_files and --test_files are the ctr model's data; --model=mlp reads --data_dir"),
             std::string::npos);
 }
 

@@ -72,7 +72,7 @@ void CtrTableIds(const TrainOptions& options, const int64_t* ids, int64_t batch,
 }
 
 absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(const TrainOptions& options,
-                                                              std::vector<int64_t> vocab_sizes) {
+                                                               std::vector<int64_t> vocab_sizes) {
   std::unique_ptr<CtrTrainer> t(new CtrTrainer());
   t->options_ = options;
   auto generator = MakeCtrGenerator(options, std::move(vocab_sizes));
@@ -126,14 +126,14 @@ void CtrTrainer::DedupFields(const int64_t* ids, int64_t batch, std::vector<Uniq
   for (int f = 0; f < fields; ++f) DedupIds(ids + f, batch, fields, &(*unique)[f]);
 }
 
-absl::StatusOr<std::vector<Var>> CtrTrainer::GatherRows(const std::vector<UniqueIds>& unique,
-                                                       bool trainable) const {
+absl::StatusOr<std::vector<Var>> CtrTrainer::GatherRows(const std::vector<UniqueIds>& unique, bool trainable) const {
   std::vector<Var> rows;
   for (size_t f = 0; f < tables_.size(); ++f) {
     const auto count = static_cast<int64_t>(unique[f].ids.size());
     Tensor value = Tensor::Uninitialized({count, static_cast<int64_t>(options_.ctr_dim)});
     if (auto s = tables_[f]->Gather(unique[f].ids, absl::Span<float>(value.data(), value.size())); !s.ok()) return s;
-    rows.push_back(trainable ? MakeParameter(tables_[f]->config().spec.name, std::move(value)) : Constant(std::move(value)));
+    rows.push_back(trainable ? MakeParameter(tables_[f]->config().spec.name, std::move(value))
+                             : Constant(std::move(value)));
   }
   return rows;
 }
@@ -223,15 +223,15 @@ absl::StatusOr<CtrFigures> CtrTrainer::Evaluate(int64_t n) const {
   std::vector<UniqueIds> unique(tables_.size());
   const CtrRowSource rows =
       [&](const std::vector<std::vector<int64_t>>& columns) -> absl::StatusOr<std::vector<nn::FieldRows>> {
-        for (size_t f = 0; f < tables_.size(); ++f) {
-          DedupIds(columns[f].data(), static_cast<int64_t>(columns[f].size()), 1, &unique[f]);
-        }
-        auto rows = GatherRows(unique, /*trainable=*/false);
-        if (!rows.ok()) return rows.status();
-        std::vector<nn::FieldRows> field_rows;
-        for (size_t f = 0; f < rows->size(); ++f) field_rows.push_back({(*rows)[f], unique[f].index});
-        return field_rows;
-      };
+    for (size_t f = 0; f < tables_.size(); ++f) {
+      DedupIds(columns[f].data(), static_cast<int64_t>(columns[f].size()), 1, &unique[f]);
+    }
+    auto rows = GatherRows(unique, /*trainable=*/false);
+    if (!rows.ok()) return rows.status();
+    std::vector<nn::FieldRows> field_rows;
+    for (size_t f = 0; f < rows->size(); ++f) field_rows.push_back({(*rows)[f], unique[f].index});
+    return field_rows;
+  };
   auto figures = test_files_.has_value() ? EvaluateCtrExamples(options_, *test_files_, *model_, rows)
                                          : EvaluateCtrModel(options_, *generator_, *model_, n, rows);
   if (!figures.ok()) return figures.status();
@@ -281,8 +281,7 @@ absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, cons
     if (!result.ok()) return result.status();
     if (!std::isfinite(result->loss)) return DivergedError(step, result->loss, *options.learning_rate);
     progress.Step(step + 1, result->loss, result->accuracy, options.log_every);
-    (*telemetry)->OnStep(step + 1, result->loss, result->accuracy, optim::LearningRateAt(dense_config, step),
-                         batch);
+    (*telemetry)->OnStep(step + 1, result->loss, result->accuracy, optim::LearningRateAt(dense_config, step), batch);
     if (!options.checkpoint_dir.empty() && step + 1 < steps && schedule.Due(step + 1)) {
       // As on the chief: a periodic save that fails (a full disk) is logged and training goes on.
       if (auto s = save(step + 1); !s.ok()) log(absl::StrCat("checkpoint failed: ", s.message()));

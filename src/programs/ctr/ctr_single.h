@@ -18,9 +18,9 @@
 #include "absl/status/statusor.h"
 #include "programs/ctr/ctr_files.h"
 #include "ps/server/table/table_shard.h"
-#include "psflow/dist/partition.h"
-#include "psflow/data/ctr.h"
 #include "psflow/core/unique_ids.h"
+#include "psflow/data/ctr.h"
+#include "psflow/dist/partition.h"
 #include "psflow/nn/ctr_model.h"
 #include "psflow/optim/optimizer.h"
 #include "psflow/train/options.h"
@@ -103,8 +103,8 @@ class CtrTrainer {
 
   TrainOptions options_;
   std::unique_ptr<data::CtrGenerator> generator_;
-  std::unique_ptr<CtrFileBatches> files_;          // --train_files, or null
-  std::optional<data::CtrExamples> test_files_;    // --test_files, or none
+  std::unique_ptr<CtrFileBatches> files_;        // --train_files, or null
+  std::optional<data::CtrExamples> test_files_;  // --test_files, or none
   std::unique_ptr<nn::CtrModel> model_;
   std::vector<std::unique_ptr<ps::table::TableShard>> tables_;  // one per field
   optim::OptimizerConfig dense_config_;

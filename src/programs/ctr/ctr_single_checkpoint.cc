@@ -4,9 +4,9 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "programs/ctr/ctr_single.h"
 #include "train/checkpointing.h"
 #include "train/cluster_setup.h"
-#include "programs/ctr/ctr_single.h"
 #include "train/sparse_rule_config.h"
 #include "train/table_checkpoint.h"
 

@@ -10,9 +10,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "programs/ctr/ctr_single.h"
 #include "psflow/core/threading.h"
 #include "psflow/train/session.h"
-#include "programs/ctr/ctr_single.h"
 #include "train/option_value.h"
 
 namespace psflow::train {
@@ -94,12 +94,11 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
     const TrainOptions& o = session.options();  // resolved
     const int64_t worker = session.worker_index();
     if (session.is_chief()) {
-      log(absl::StrCat("ctr: ", o.ctr_fields, " fields of dim ", o.ctr_dim, " (",
-                       o.ctr_vocab > 0 ? absl::StrCat("fixed div tables of ", o.ctr_vocab, " rows")
-                                       : std::string("dynamic tables"),
-                       ", ", o.sparse_optimizer, " lr ", OptionValue(o.sparse_learning_rate), " on the ps), ",
-                       model.NumParameters(), " dense parameters (", o.optimizer, " lr ", OptionValue(o.learning_rate),
-                       ")"));
+      log(absl::StrCat(
+          "ctr: ", o.ctr_fields, " fields of dim ", o.ctr_dim, " (",
+          o.ctr_vocab > 0 ? absl::StrCat("fixed div tables of ", o.ctr_vocab, " rows") : std::string("dynamic tables"),
+          ", ", o.sparse_optimizer, " lr ", OptionValue(o.sparse_learning_rate), " on the ps), ", model.NumParameters(),
+          " dense parameters (", o.optimizer, " lr ", OptionValue(o.learning_rate), ")"));
     }
     CtrBatch current, next;
     std::vector<Var> leaves;

@@ -6,16 +6,17 @@
 // (never admitted, or evicted) gets the table's initial value for it, as a ps's lookup would.
 // The evaluator task (programs/eval/evaluator.h) evaluates each new checkpoint the same way
 // (CtrCheckpointMetrics), the generator made once.
+#include "programs/ctr/eval_ctr.h"
+
 #include <algorithm>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "programs/ctr/ctr_single.h"
+#include "programs/eval/checkpoint_metrics.h"
 #include "ps/server/table/row_init.h"
 #include "ps/server/table/table_config.h"
 #include "psflow/ckpt/checkpoint.h"
-#include "programs/ctr/ctr_single.h"
-#include "programs/ctr/eval_ctr.h"
-#include "programs/eval/checkpoint_metrics.h"
 #include "train/table_checkpoint.h"
 
 namespace psflow::train {
@@ -34,9 +35,9 @@ absl::StatusOr<CtrCheckpointEval> EvaluateCtrFile(const TrainOptions& options, c
   for (const Var& p : (*model)->parameters()) {
     const ckpt::TensorEntry* e = file.Find(p->name);
     if (e == nullptr || e->shape != p->value.shape()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, e == nullptr ? " has no variable " : ": another shape of variable ", p->name,
-          " (check --ctr_fields and --ctr_dim against the training job's)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, e == nullptr ? " has no variable " : ": another shape of variable ", p->name,
+                       " (check --ctr_fields and --ctr_dim against the training job's)"));
     }
     auto value = file.ReadF32(p->name);
     if (!value.ok()) return value.status();
@@ -89,7 +90,8 @@ absl::StatusOr<CtrCheckpointEval> EvaluateCtrFile(const TrainOptions& options, c
 
 absl::StatusOr<CtrCheckpointEval> EvaluateCtrCheckpoint(const TrainOptions& options, const LogSink& log) {
   if (options.checkpoint_dir.empty()) {
-    return absl::InvalidArgumentError("psflow eval needs --checkpoint_dir=DIR (a directory the chief saved checkpoints to)");
+    return absl::InvalidArgumentError(
+        "psflow eval needs --checkpoint_dir=DIR (a directory the chief saved checkpoints to)");
   }
   std::vector<std::string> skipped;
   auto latest = ckpt::OpenLatestCheckpoint(options.checkpoint_dir, &skipped);

@@ -6,12 +6,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "programs/eval/checkpoint_metrics.h"
 #include "psflow/ckpt/checkpoint.h"
 #include "psflow/data/ctr.h"
 #include "psflow/train/options.h"
 #include "psflow/train/summary.h"
 #include "psflow/train/train.h"
-#include "programs/eval/checkpoint_metrics.h"
 
 namespace psflow::train {
 

@@ -89,7 +89,8 @@ absl::StatusOr<std::optional<ckpt::OpenedCheckpoint>> CheckpointWatcher::NextOpe
     if (end->has_value()) {
       const TrainingEnd& e = **end;
       if (e.failed) {
-        return absl::AbortedError(absl::StrCat("the training job failed: ", e.reason, " (", dir, "/", kTrainingEndFile, ")"));
+        return absl::AbortedError(
+            absl::StrCat("the training job failed: ", e.reason, " (", dir, "/", kTrainingEndFile, ")"));
       }
       const bool earlier_run = options_.final_step.has_value() && e.global_step < *options_.final_step;
       if (!earlier_run && e.global_step <= last_step_) return std::optional<ckpt::OpenedCheckpoint>();

@@ -23,12 +23,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "programs/eval/checkpoint_metrics.h"
 #include "psflow/ckpt/checkpoint.h"
 #include "psflow/io/env.h"
 #include "psflow/tboard/event_writer.h"
 #include "psflow/train/options.h"
 #include "psflow/train/train.h"
-#include "programs/eval/checkpoint_metrics.h"
 #include "train/training_end.h"
 
 namespace psflow::train {
@@ -79,7 +79,7 @@ absl::StatusOr<CheckpointMetricsFn> CheckpointMetricsFor(const TrainOptions& opt
 class EvalReporter {
  public:
   static absl::StatusOr<std::unique_ptr<EvalReporter>> Create(const std::string& logdir, const LogSink& log,
-                                                               io::Env* env = io::Env::Default());
+                                                              io::Env* env = io::Env::Default());
   absl::Status Report(int64_t global_step, const std::string& checkpoint, const Metrics& metrics);
   int reported() const { return reported_; }
 

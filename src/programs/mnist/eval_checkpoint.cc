@@ -2,26 +2,27 @@
 // checkpoint in --checkpoint_dir; and the model of a checkpoint, which the evaluator task
 // (programs/eval/evaluator.h) evaluates the same way.
 #include "absl/strings/str_cat.h"
+#include "programs/mnist/mnist.h"
 #include "psflow/ckpt/checkpoint.h"
 #include "psflow/train/train.h"
-#include "programs/mnist/mnist.h"
 
 namespace psflow::train {
 
 absl::StatusOr<std::unique_ptr<nn::Model>> ModelFromCheckpoint(const TrainOptions& options,
-                                                              const ckpt::Checkpoint& checkpoint) {
+                                                               const ckpt::Checkpoint& checkpoint) {
   auto model_name = checkpoint.contents.metadata.find("model");
   if (model_name != checkpoint.contents.metadata.end() && model_name->second != options.model) {
     return absl::InvalidArgumentError(absl::StrCat(checkpoint.path, " holds model '", model_name->second,
-                                                   "', not --model=", options.model, "; pass --model=", model_name->second));
+                                                   "', not --model=", options.model,
+                                                   "; pass --model=", model_name->second));
   }
   auto model = nn::BuildModel(ModelConfigFrom(options));
   if (!model.ok()) return model.status();
   for (const Var& p : (*model)->parameters()) {
     auto it = checkpoint.contents.tensors.find(p->name);
     if (it == checkpoint.contents.tensors.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(checkpoint.path, " has no variable ", p->name,
-                                                     " of model ", options.model, " (check --model and --hidden_units)"));
+      return absl::InvalidArgumentError(absl::StrCat(checkpoint.path, " has no variable ", p->name, " of model ",
+                                                     options.model, " (check --model and --hidden_units)"));
     }
     if (it->second.shape() != p->value.shape()) {
       return absl::InvalidArgumentError(absl::StrCat(checkpoint.path, ": variable ", p->name, " has shape ",
@@ -35,7 +36,8 @@ absl::StatusOr<std::unique_ptr<nn::Model>> ModelFromCheckpoint(const TrainOption
 
 absl::StatusOr<CheckpointEval> EvaluateCheckpoint(const TrainOptions& options, const LogSink& log) {
   if (options.checkpoint_dir.empty()) {
-    return absl::InvalidArgumentError("psflow eval needs --checkpoint_dir=DIR (a directory the chief saved checkpoints to)");
+    return absl::InvalidArgumentError(
+        "psflow eval needs --checkpoint_dir=DIR (a directory the chief saved checkpoints to)");
   }
   std::vector<std::string> skipped;
   auto latest = ckpt::LoadLatestCheckpoint(options.checkpoint_dir, &skipped);

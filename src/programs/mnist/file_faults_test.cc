@@ -13,8 +13,8 @@
 #include "gtest/gtest.h"
 #include "io/fault_injection_env.h"
 #include "psflow/ckpt/checkpoint.h"
-#include "tboard/event_reader.h"
 #include "psflow/train/train.h"
+#include "tboard/event_reader.h"
 
 namespace psflow::train {
 namespace {
@@ -56,7 +56,8 @@ class TrainFileFaultsTest : public ::testing::Test {
     return out;
   }
 
-  const std::string dir_ = (std::filesystem::temp_directory_path() / ("train_faults_" + std::to_string(getpid()))).string();
+  const std::string dir_ =
+      (std::filesystem::temp_directory_path() / ("train_faults_" + std::to_string(getpid()))).string();
   std::vector<std::string> log_;
   LogSink sink_ = [this](const std::string& line) { log_.push_back(line); };
 };
@@ -103,8 +104,9 @@ TEST_F(TrainFileFaultsTest, CheckpointsOnADiskThatFillsUpKeepTheLastGoodOne) {
   auto summary = TrainSingleProcess(options, sink_);
   ASSERT_FALSE(summary.ok()) << "the final save cannot succeed on a full disk";
   const std::string final_error(summary.status().message());
-  EXPECT_EQ(final_error, "cannot save checkpoint " + options.checkpoint_dir + "/model.ckpt-60.safetensors: cannot write " +
-                             options.checkpoint_dir + "/model.ckpt-60.safetensors.tmp: No space left on device; the "
+  EXPECT_EQ(final_error, "cannot save checkpoint " + options.checkpoint_dir +
+                             "/model.ckpt-60.safetensors: cannot write " + options.checkpoint_dir +
+                             "/model.ckpt-60.safetensors.tmp: No space left on device; the "
                              "previous checkpoints are kept");
   // The periodic save at step 40 failed with one line, and training went on to step 60.
   const auto failed = Matching("checkpoint failed: ");

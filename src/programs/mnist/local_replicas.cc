@@ -38,8 +38,7 @@ struct ReplicaOutput {
   double loss = 0, accuracy = 0;
 };
 
-ReplicaOutput RunReplica(nn::Model& model, const float* images, const int32_t* labels, int64_t batch,
-                         uint64_t seed) {
+ReplicaOutput RunReplica(nn::Model& model, const float* images, const int32_t* labels, int64_t batch, uint64_t seed) {
   ZeroGrad(model.parameters());
   Rng rng(seed);
   nn::ForwardContext ctx{.training = true, .rng = &rng};
@@ -62,7 +61,7 @@ void AddSparse(const RowSparse& src, float weight, int64_t row_size, std::map<in
 }  // namespace
 
 StepStats LocalReplicas::ComputeGradients(const float* images, const int32_t* labels, int64_t batch,
-                                       uint64_t step_seed) {
+                                          uint64_t step_seed) {
   const int k = std::min<int>(size(), static_cast<int>(batch));
   if (k <= 1) {
     ReplicaOutput out = RunReplica(*replicas_[0], images, labels, batch, step_seed);

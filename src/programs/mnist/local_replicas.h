@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "psflow/nn/model.h"
 #include "programs/mnist/device.h"
+#include "psflow/nn/model.h"
 
 namespace psflow::train {
 

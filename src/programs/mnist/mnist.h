@@ -25,7 +25,7 @@ absl::StatusOr<RunSummary> RunImageWorker(const TrainOptions& options, const Log
 // The model of --model/--hidden_units with the checkpoint's values (errors name the checkpoint,
 // the variable and the fix: another --model, --hidden_units). eval_checkpoint.cc.
 absl::StatusOr<std::unique_ptr<nn::Model>> ModelFromCheckpoint(const TrainOptions& options,
-                                                              const ckpt::Checkpoint& checkpoint);
+                                                               const ckpt::Checkpoint& checkpoint);
 
 }  // namespace psflow::train
 

@@ -4,17 +4,17 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "programs/mnist/local_replicas.h"
+#include "programs/mnist/mnist.h"
 #include "psflow/core/threading.h"
 #include "psflow/data/batcher.h"
 #include "psflow/optim/optimizer.h"
-#include "programs/mnist/local_replicas.h"
-#include "programs/mnist/mnist.h"
 #include "psflow/train/train.h"
 #include "train/checkpointing.h"
 #include "train/cluster_setup.h"
-#include "train/training_end.h"
 #include "train/progress.h"
 #include "train/telemetry.h"
+#include "train/training_end.h"
 
 namespace psflow::train {
 
@@ -27,8 +27,7 @@ void ApplyGradients(const optim::Optimizer& optimizer, const std::vector<Var>& p
     Node& p = *params[i];
     if (p.sparse_grad && p.grad.empty()) {
       const int64_t row_size = p.value.size() / p.value.dim(0);
-      optimizer.ApplySparse(p.value.data(), p.sparse_grad->rows, p.sparse_grad->values.data(), row_size,
-                            states[i], lr);
+      optimizer.ApplySparse(p.value.data(), p.sparse_grad->rows, p.sparse_grad->values.data(), row_size, states[i], lr);
       continue;
     }
     if (p.sparse_grad) {  // both kinds: fold the sparse rows into the dense gradient
@@ -108,7 +107,8 @@ class SingleProcessRun {
     for (int64_t step = start_step_; step < *options_.train_steps; ++step) {
       sampler.BatchAt(step, &indices);
       data::Gather(train, indices, images.data(), labels.data());
-      StepStats stats = replicas_->ComputeGradients(images.data(), labels.data(), batch_size, Rng::Mix(options_.seed, step));
+      StepStats stats =
+          replicas_->ComputeGradients(images.data(), labels.data(), batch_size, Rng::Mix(options_.seed, step));
       // A diverged step is never applied: the model and the checkpoints on disk stay finite.
       if (!std::isfinite(stats.loss)) return DivergedError(step, stats.loss, *options_.learning_rate);
       const float lr = optim::LearningRateAt(opt_config_, step);

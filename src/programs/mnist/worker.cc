@@ -4,12 +4,12 @@
 // global step reaches --train_steps. The chief evaluates the final parameters on MNIST.
 #include <cmath>
 
+#include "programs/mnist/local_replicas.h"
+#include "programs/mnist/mnist.h"
 #include "psflow/core/random.h"
 #include "psflow/core/threading.h"
 #include "psflow/data/batcher.h"
 #include "psflow/nn/model.h"
-#include "programs/mnist/local_replicas.h"
-#include "programs/mnist/mnist.h"
 #include "psflow/train/session.h"
 #include "psflow/train/train.h"
 #include "train/option_value.h"

@@ -6,7 +6,7 @@
 namespace psflow::ps {
 
 std::vector<std::vector<rpc::OutgoingTensor>> SplitIntoParts(std::vector<rpc::OutgoingTensor> tensors,
-                                                            int64_t max_part_bytes) {
+                                                             int64_t max_part_bytes) {
   const int64_t max_floats = std::max<int64_t>(1, max_part_bytes / static_cast<int64_t>(sizeof(float)));
   int64_t total = 0;
   for (const rpc::OutgoingTensor& t : tensors) total += t.num_floats;
@@ -50,8 +50,8 @@ std::vector<std::vector<rpc::OutgoingTensor>> SplitIntoParts(std::vector<rpc::Ou
   return parts;
 }
 
-std::vector<std::vector<SliceTarget>> SplitPullIntoParts(const std::vector<SliceTarget>& runs,
-                                                        int64_t max_part_bytes, int64_t floats_per_element) {
+std::vector<std::vector<SliceTarget>> SplitPullIntoParts(const std::vector<SliceTarget>& runs, int64_t max_part_bytes,
+                                                         int64_t floats_per_element) {
   const int64_t max_elements = std::max<int64_t>(
       1, max_part_bytes / static_cast<int64_t>(sizeof(float)) / std::max<int64_t>(floats_per_element, 1));
   std::vector<std::vector<SliceTarget>> parts(1);

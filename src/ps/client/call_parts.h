@@ -29,7 +29,7 @@ namespace psflow::ps {
 // sparse tensor bigger than that travels alone). One part, unchanged, when they fit. The pieces
 // point into the original tensors' memory and share their owners: no copy.
 std::vector<std::vector<rpc::OutgoingTensor>> SplitIntoParts(std::vector<rpc::OutgoingTensor> tensors,
-                                                            int64_t max_part_bytes);
+                                                             int64_t max_part_bytes);
 
 // Where one pulled shard goes: its values into `dest` (the whole variable); for a checkpoint's
 // pull (PullRequest.with_slots) also its optimizer slots into `slots` (the variable's, allocated
@@ -52,20 +52,20 @@ struct SliceTarget {
 // Cuts the pull of `runs` (in order; whole shards) into parts of at most `max_part_bytes` of
 // tensor data (a checkpoint's pull moves 1 + the optimizer's slots floats per element:
 // `floats_per_element`): pieces of the runs, in order, a run cut where a part fills.
-std::vector<std::vector<SliceTarget>> SplitPullIntoParts(const std::vector<SliceTarget>& runs,
-                                                        int64_t max_part_bytes, int64_t floats_per_element = 1);
+std::vector<std::vector<SliceTarget>> SplitPullIntoParts(const std::vector<SliceTarget>& runs, int64_t max_part_bytes,
+                                                         int64_t floats_per_element = 1);
 
 struct TableBlockCall;  // ps/client/table_calls.h
 
 // One call of a round: to one ps task, with where its answer goes.
 struct Call {
-  int task = 0;                        // the ps task called
+  int task = 0;  // the ps task called
   rpc::ClientChannel* channel = nullptr;
   rpc::OutgoingMessage request;
-  int64_t answer_bytes = 0;            // the expected answer's tensor bytes (sizes the deadline)
-  bool last = true;                    // push: the task's last part, which counts toward the global step
-  bool whole_pull = false;             // the answer carries whole shards (a Pull, or a push's pull that fits)
-  std::vector<SliceTarget> slices;     // a pull in parts: where each answered run goes
+  int64_t answer_bytes = 0;         // the expected answer's tensor bytes (sizes the deadline)
+  bool last = true;                 // push: the task's last part, which counts toward the global step
+  bool whole_pull = false;          // the answer carries whole shards (a Pull, or a push's pull that fits)
+  std::vector<SliceTarget> slices;  // a pull in parts: where each answered run goes
   // Table blocks whose rows the answer ends with (ps/client/table_calls.h), or null.
   const std::vector<TableBlockCall>* table_pulls = nullptr;
   bool tables_only = false;  // a Pull of table rows alone (its task's dense pull goes in parts)

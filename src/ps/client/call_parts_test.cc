@@ -52,11 +52,11 @@ void CheckPullParts(const std::vector<int64_t>& sizes, int64_t max_floats, int64
 }
 
 TEST(PullPartsTest, EveryElementOnceInOrderAndNoPartOverTheBound) {
-  CheckPullParts({10}, 100, 1);                 // fits: one part, one run
-  CheckPullParts({10, 7, 300, 1, 99}, 16, 1);   // cut across and within shards
-  CheckPullParts({10, 7, 300, 1, 99}, 16, 3);   // a checkpoint's pull: values and 2 slots
-  CheckPullParts({5, 0, 5}, 4, 1);              // an empty shard
-  CheckPullParts({1000}, 1, 1);                 // one element per part
+  CheckPullParts({10}, 100, 1);                // fits: one part, one run
+  CheckPullParts({10, 7, 300, 1, 99}, 16, 1);  // cut across and within shards
+  CheckPullParts({10, 7, 300, 1, 99}, 16, 3);  // a checkpoint's pull: values and 2 slots
+  CheckPullParts({5, 0, 5}, 4, 1);             // an empty shard
+  CheckPullParts({1000}, 1, 1);                // one element per part
 }
 
 TEST(PullPartsTest, ShardsThatFitStayWholeInOnePart) {

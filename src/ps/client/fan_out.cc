@@ -45,9 +45,10 @@ struct FanOut {
 
 // A ps task answering that it holds no variables (it restarted): the status IsPsRestarted knows.
 absl::Status RestartedError(const rpc::ClientChannel* channel, int task) {
-  absl::Status s = absl::FailedPreconditionError(absl::StrCat(
-      channel->peer_name(), kRestartedText, ": it lost its variables, or the chief is restoring it; the chief restores "
-      "the job from the last checkpoint"));
+  absl::Status s = absl::FailedPreconditionError(
+      absl::StrCat(channel->peer_name(), kRestartedText,
+                   ": it lost its variables, or the chief is restoring it; the chief restores "
+                   "the job from the last checkpoint"));
   s.SetPayload(kRestartedPayload, absl::Cord(absl::StrCat(task)));
   return s;
 }
@@ -70,8 +71,9 @@ absl::Status GaveUp(const FanOut& fan, const FannedCall& call, const absl::Statu
       " s without an answer to ", rpc::MethodName(fan.method), " (", call.attempts, " attempt(s); last: ", why, ")",
       absl::IsUnavailable(last) && !hinted ? "; is the ps task running, and is its address right?" : "",
       "; a task silent this long is taken for lost: raise --ps_timeout_secs (now ",
-      absl::SixDigits(fan.retrier->give_up_secs()), " s) to wait longer, or --rpc_timeout_secs (each attempt: ",
-      absl::SixDigits(fan.options.timeout_secs), " s + 1 s per MiB moved) on a slow link");
+      absl::SixDigits(fan.retrier->give_up_secs()),
+      " s) to wait longer, or --rpc_timeout_secs (each attempt: ", absl::SixDigits(fan.options.timeout_secs),
+      " s + 1 s per MiB moved) on a slow link");
   return absl::Status(last.code(), text);
 }
 
@@ -170,7 +172,6 @@ absl::Status Combine(const std::vector<absl::Status>& statuses) {
   }
   return absl::OkStatus();
 }
-
 
 bool IsPsRestarted(const absl::Status& status) { return RestartedPsTask(status) >= 0; }
 

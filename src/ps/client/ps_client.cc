@@ -7,11 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/check.h"
 #include "proto/psflow.pb.h"
 #include "ps/client/ps_client_impl.h"
 #include "ps/client/routing.h"
 #include "ps/client/wait_heartbeat.h"
-#include "core/check.h"
 
 namespace psflow::ps {
 namespace {
@@ -41,12 +41,13 @@ absl::Status PsClient::Impl::CallAndWait(const std::vector<rpc::ClientChannel*>&
   CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
   absl::Notification done;
   absl::Status result;
-  CallAll(channels, method, std::move(requests), options, std::move(on_response),
-          [&](std::vector<absl::Status>& statuses) {
-            result = Combine(statuses);
-            done.Notify();
-          },
-          retrier, std::move(answer_bytes), budget_secs);
+  CallAll(
+      channels, method, std::move(requests), options, std::move(on_response),
+      [&](std::vector<absl::Status>& statuses) {
+        result = Combine(statuses);
+        done.Notify();
+      },
+      retrier, std::move(answer_bytes), budget_secs);
   done.WaitForNotification();
   return result;
 }
@@ -60,9 +61,9 @@ absl::StatusOr<std::shared_ptr<PsClient::Impl::Targets>> PsClient::Impl::PullTar
       return absl::InvalidArgumentError(absl::StrCat(what, ": '", name, "' is not a variable of the plan"));
     }
     if (tensor == nullptr || tensor->shape() != it->second.spec.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": destination for '", name, "' has shape ", tensor ? ShapeToString(tensor->shape()) : "null",
-          " but the variable is ", ShapeToString(it->second.spec.shape)));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": destination for '", name, "' has shape ",
+                                                     tensor ? ShapeToString(tensor->shape()) : "null",
+                                                     " but the variable is ", ShapeToString(it->second.spec.shape)));
     }
     for (const dist::ShardSpec& shard : it->second.shards) {
       (*targets)[shard.ps_task].push_back({{&shard, tensor}, 0, NumElements(shard.shape)});
@@ -122,15 +123,15 @@ void PsClient::Impl::AddWholePull(const std::vector<SliceTarget>& targets, int k
   round.method = rpc::Method::kPull;
   round.with_slots = with_slots;
   round.timeout_secs = options_.rpc_timeout_secs;
-  round.calls.push_back({.task = k,
-                         .channel = channel(k),
-                         .request = rpc::OutgoingMessage::Of(pull),
-                         .answer_bytes = TargetBytes(targets) * floats_per_element +
-                                         (tables != nullptr ? TablePullBytes(*tables) : 0),
-                         .last = true,
-                         .whole_pull = true,
-                         .slices = {},
-                         .table_pulls = tables});
+  round.calls.push_back(
+      {.task = k,
+       .channel = channel(k),
+       .request = rpc::OutgoingMessage::Of(pull),
+       .answer_bytes = TargetBytes(targets) * floats_per_element + (tables != nullptr ? TablePullBytes(*tables) : 0),
+       .last = true,
+       .whole_pull = true,
+       .slices = {},
+       .table_pulls = tables});
 }
 
 void PsClient::Impl::AddPullRounds(const Targets& targets, const std::vector<int>& tasks, size_t first_round,
@@ -187,8 +188,7 @@ void PsClient::Impl::PullAsync(const std::vector<std::pair<std::string, Tensor*>
 }
 
 void PsClient::Impl::SendPull(std::shared_ptr<Targets> targets, bool with_slots, int64_t floats_per_element,
-                              std::function<void(absl::StatusOr<PushResult>)> done,
-                              std::shared_ptr<TableWork> tables) {
+                              std::function<void(absl::StatusOr<PushResult>)> done, std::shared_ptr<TableWork> tables) {
   // A task's share that fits in a part is one call for its whole shards; a bigger one comes as
   // parts (ps/client/call_parts.h), one round of calls after another.
   auto rounds = std::make_shared<std::vector<CallRound>>();
@@ -228,8 +228,8 @@ absl::StatusOr<Tensor> PsClient::Impl::PullRows(const std::string& variable, con
   }
   for (int64_t r : rows) {
     if (r < 0 || r >= route.spec.shape[0]) {
-      return absl::InvalidArgumentError(absl::StrCat("PullRows: row ", r, " of '", variable,
-                                                     "' is out of range 0..", route.spec.shape[0] - 1));
+      return absl::InvalidArgumentError(
+          absl::StrCat("PullRows: row ", r, " of '", variable, "' is out of range 0..", route.spec.shape[0] - 1));
     }
   }
   Shape out_shape = route.spec.shape;
@@ -302,7 +302,8 @@ void PsClient::Impl::RoundForWire(PerPs* per_ps) {
     for (rpc::OutgoingTensor& t : tensors) {
       if (t.meta.sparse()) continue;  // sparse gradients (and table rows) travel as float32
       std::vector<float>& residual = residuals_[t.meta.name()];
-      if (residual.size() != static_cast<size_t>(t.num_floats)) residual.assign(static_cast<size_t>(t.num_floats), 0.0f);
+      if (residual.size() != static_cast<size_t>(t.num_floats))
+        residual.assign(static_cast<size_t>(t.num_floats), 0.0f);
       auto rounded = std::make_shared<std::vector<float>>(static_cast<size_t>(t.num_floats));
       rpc::RoundWithFeedback(wire_dtype_, t.data, residual.data(), rounded->data(), t.num_floats);
       t.data = rounded->data();
@@ -313,7 +314,7 @@ void PsClient::Impl::RoundForWire(PerPs* per_ps) {
 }
 
 std::vector<CallRound> PsClient::Impl::PushRounds(PerPs per_ps, int64_t step_tag, const Targets* targets,
-                                                 const TrainingConfig& config, const TableWork* tables) {
+                                                  const TrainingConfig& config, const TableWork* tables) {
   // Async pushes bigger than a part go as parts, one round of calls after another
   // (ps/client/call_parts.h); a sync push, or one that fits, is one round: a call per ps task. A pull
   // that fits rides on the task's last part; a bigger one follows as Pull calls in parts.
@@ -427,8 +428,7 @@ void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_
 
 void PsClient::Impl::SendRound(std::shared_ptr<std::vector<CallRound>> rounds, size_t r,
                                std::shared_ptr<Targets> targets, std::shared_ptr<WaitHeartbeat> heartbeat,
-                               std::shared_ptr<PushResult> result,
-                               std::function<void(absl::StatusOr<PushResult>)> done,
+                               std::shared_ptr<PushResult> result, std::function<void(absl::StatusOr<PushResult>)> done,
                                std::shared_ptr<TableWork> tables) {
   CallRound& round = (*rounds)[r];
   // A push's answers (a sync worker heard from some ps tasks) are over once its rounds are.
@@ -517,8 +517,8 @@ absl::Status PsClient::Initialize(const ModelSnapshot& state, const TrainingConf
 }
 absl::Status PsClient::InitializePs(int ps_task, const ModelSnapshot& state, const TrainingConfig& config) {
   if (ps_task < 0 || ps_task >= impl_->num_ps()) {
-    return absl::InvalidArgumentError(absl::StrCat("InitializePs: no ps task ", ps_task, " (the cluster has ",
-                                                   impl_->num_ps(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("InitializePs: no ps task ", ps_task, " (the cluster has ", impl_->num_ps(), ")"));
   }
   return impl_->Initialize(state, config, {ps_task});
 }

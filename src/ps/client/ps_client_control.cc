@@ -14,9 +14,9 @@
 #include "absl/synchronization/notification.h"
 #include "core/check.h"
 #include "proto/psflow.pb.h"
-#include "ps/client/snapshot_validation.h"
 #include "ps/client/ps_client_impl.h"
 #include "ps/client/routing.h"
+#include "ps/client/snapshot_validation.h"
 #include "ps/common/wire_config.h"
 
 namespace psflow::ps {
@@ -29,8 +29,8 @@ std::string FirstDifferingVariable(const std::string& ours, const std::string& t
   for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
     const std::string& x = i < a.size() ? a[i] : b[i];
     if (i >= a.size() || i >= b.size() || a[i] != b[i]) {
-      return absl::StrCat("'", x.substr(0, x.find('[')), "' is ", i < a.size() ? a[i] : "absent",
-                          " here but ", i < b.size() ? b[i] : "absent", " on the ps");
+      return absl::StrCat("'", x.substr(0, x.find('[')), "' is ", i < a.size() ? a[i] : "absent", " here but ",
+                          i < b.size() ? b[i] : "absent", " on the ps");
     }
   }
   return "the variable lists are equal but their fingerprints differ";
@@ -39,8 +39,7 @@ std::string FirstDifferingVariable(const std::string& ours, const std::string& t
 uint64_t RandomClientId() {
   std::random_device device;
   const uint64_t high = device();
-  return (high << 32) ^ device() ^
-         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return (high << 32) ^ device() ^ static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
 }  // namespace
@@ -49,7 +48,8 @@ PsClient::Impl::Impl(Options options) : options_(std::move(options)), client_id_
 
 absl::Status PsClient::Impl::Init() {
   absl::StatusOr<rpc::WireDtype> wire_dtype = rpc::ParseWireDtype(options_.wire_dtype);
-  if (!wire_dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("--wire_dtype: ", wire_dtype.status().message()));
+  if (!wire_dtype.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--wire_dtype: ", wire_dtype.status().message()));
   wire_dtype_ = *wire_dtype;
   const dist::PlacementPlan& plan = options_.plan;
   if (plan.num_ps != options_.cluster.num_ps()) {
@@ -64,8 +64,8 @@ absl::Status PsClient::Impl::Init() {
     route.spec = v;
     for (const dist::ShardSpec* s : plan.ShardsOf(v.name)) {
       if (s->ps_task < 0 || s->ps_task >= plan.num_ps) {
-        return absl::InvalidArgumentError(absl::StrCat("shard '", s->name, "' is placed on ps task ",
-                                                       s->ps_task, " of ", plan.num_ps));
+        return absl::InvalidArgumentError(
+            absl::StrCat("shard '", s->name, "' is placed on ps task ", s->ps_task, " of ", plan.num_ps));
       }
       route.shards.push_back(*s);
     }
@@ -150,9 +150,9 @@ absl::Status PsClient::Impl::Initialize(const std::vector<std::pair<std::string,
       return absl::InvalidArgumentError(absl::StrCat("Initialize: '", name, "' is not a variable of the plan"));
     }
     if (tensor == nullptr || tensor->shape() != it->second.spec.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Initialize: '", name, "' has shape ", tensor ? ShapeToString(tensor->shape()) : "null",
-          " but the plan says ", ShapeToString(it->second.spec.shape)));
+      return absl::InvalidArgumentError(absl::StrCat("Initialize: '", name, "' has shape ",
+                                                     tensor ? ShapeToString(tensor->shape()) : "null",
+                                                     " but the plan says ", ShapeToString(it->second.spec.shape)));
     }
     if (!given.emplace(name, tensor).second) {
       return absl::InvalidArgumentError(absl::StrCat("Initialize: '", name, "' given twice"));
@@ -188,8 +188,8 @@ absl::Status PsClient::Impl::Initialize(const ModelSnapshot& state, TrainingConf
 }
 
 absl::Status PsClient::Impl::InitializeTasks(const std::vector<int>& tasks,
-                                             const absl::flat_hash_map<std::string, InitSource>& given,
-                                             bool with_slots, const TrainingConfig& given_config,
+                                             const absl::flat_hash_map<std::string, InitSource>& given, bool with_slots,
+                                             const TrainingConfig& given_config,
                                              const std::vector<std::pair<std::string, TablePartSource>>* tables) {
   // The plan's tables, declared to every ps task (never their values: each ps computes its rows).
   TrainingConfig config = given_config;
@@ -303,7 +303,8 @@ absl::StatusOr<ModelSnapshot> PsClient::Impl::PullState() {
   for (size_t s = 0; s < options_.plan.shards.size(); ++s) {
     const dist::ShardSpec& shard = options_.plan.shards[s];
     VariableSnapshot* v = by_name.at(shard.variable);
-    (*targets)[shard.ps_task].push_back({{&shard, &v->value, &v->slots, &shard_updates[s]}, 0, NumElements(shard.shape)});
+    (*targets)[shard.ps_task].push_back(
+        {{&shard, &v->value, &v->slots, &shard_updates[s]}, 0, NumElements(shard.shape)});
   }
   absl::Notification done;
   absl::StatusOr<PushResult> pulled;
@@ -325,11 +326,10 @@ absl::StatusOr<ModelSnapshot> PsClient::Impl::PullState() {
 absl::Status PsClient::Impl::WaitForInitialization(double timeout_secs) {
   std::vector<wire::WaitInitializedResponse> responses(channels_.size());
   // A long poll: not retried here (the caller polls in slices until its own bound).
-  absl::Status s = CallEveryPs(rpc::Method::kWaitInitialized, wire::WaitInitializedRequest(), timeout_secs,
-                               [&](int k, const rpc::IncomingMessage& r) {
-                                 return Parse(r, &responses[k], channel(k)->peer_name());
-                               },
-                               /*retry=*/false);
+  absl::Status s = CallEveryPs(
+      rpc::Method::kWaitInitialized, wire::WaitInitializedRequest(), timeout_secs,
+      [&](int k, const rpc::IncomingMessage& r) { return Parse(r, &responses[k], channel(k)->peer_name()); },
+      /*retry=*/false);
   if (absl::IsDeadlineExceeded(s)) {
     // Name the first ps task that is still uninitialized.
     std::string where = channel(0)->peer_name();
@@ -339,18 +339,17 @@ absl::Status PsClient::Impl::WaitForInitialization(double timeout_secs) {
         break;
       }
     }
-    return absl::DeadlineExceededError(absl::StrCat("waited ", timeout_secs,
-                                                    " s for the chief (worker 0) to initialize the variables on ",
-                                                    where));
+    return absl::DeadlineExceededError(
+        absl::StrCat("waited ", timeout_secs, " s for the chief (worker 0) to initialize the variables on ", where));
   }
   if (!s.ok()) return s;
   for (int k = 0; k < num_ps(); ++k) {
     const wire::WaitInitializedResponse& r = responses[k];
     if (r.model_fingerprint() != options_.plan.ModelFingerprint()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "worker ", options_.worker_index, " builds a different model than the chief: ",
-          FirstDifferingVariable(options_.plan.ModelSignature(), r.model_signature()), " (",
-          channel(k)->peer_name(), "); start every task with the same model flags"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", options_.worker_index, " builds a different model than the chief: ",
+                       FirstDifferingVariable(options_.plan.ModelSignature(), r.model_signature()), " (",
+                       channel(k)->peer_name(), "); start every task with the same model flags"));
     }
     const std::vector<const dist::ShardSpec*> ours = options_.plan.ShardsOn(k);
     bool same = static_cast<int>(ours.size()) == r.shards_size();
@@ -359,9 +358,10 @@ absl::Status PsClient::Impl::WaitForInitialization(double timeout_secs) {
              ours[i]->shape == Shape(r.shards(i).shape().begin(), r.shards(i).shape().end());
     }
     if (!same) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          channel(k)->peer_name(), " holds different shards than this worker's placement plan expects; start "
-          "every task with the same --partitioner and --placement"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(channel(k)->peer_name(),
+                       " holds different shards than this worker's placement plan expects; start "
+                       "every task with the same --partitioner and --placement"));
     }
   }
   absl::StatusOr<TrainingConfig> config = FromWire(responses[0].config());
@@ -375,13 +375,13 @@ absl::StatusOr<bool> PsClient::Impl::IsInitialized() {
   hello.set_probe(true);
   hello.set_worker_index(options_.worker_index);
   std::vector<bool> initialized(channels_.size(), false);
-  absl::Status s = CallEveryPs(rpc::Method::kHello, hello, options_.rpc_timeout_secs,
-                               [&](int k, const rpc::IncomingMessage& r) {
-                                 wire::HelloResponse response;
-                                 absl::Status p = Parse(r, &response, channel(k)->peer_name());
-                                 initialized[k] = response.initialized();
-                                 return p;
-                               });
+  absl::Status s =
+      CallEveryPs(rpc::Method::kHello, hello, options_.rpc_timeout_secs, [&](int k, const rpc::IncomingMessage& r) {
+        wire::HelloResponse response;
+        absl::Status p = Parse(r, &response, channel(k)->peer_name());
+        initialized[k] = response.initialized();
+        return p;
+      });
   if (!s.ok()) return s;
   return std::all_of(initialized.begin(), initialized.end(), [](bool b) { return b; });
 }

@@ -27,8 +27,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/psflow.pb.h"
-#include "ps/client/fan_out.h"
 #include "ps/client/call_parts.h"
+#include "ps/client/fan_out.h"
 #include "ps/client/table_calls.h"
 #include "ps/client/wait_heartbeat.h"
 #include "psflow/ps/ps_client.h"
@@ -216,7 +216,7 @@ class PsClient::Impl {
   absl::flat_hash_map<std::string, VariableRoute> routes_;
   mutable absl::Mutex mu_;
   TrainingConfig config_ ABSL_GUARDED_BY(mu_);  // learned from Initialize / WaitForInitialization
-  std::atomic<int64_t> last_global_step_{0};     // see NoteGlobalStep
+  std::atomic<int64_t> last_global_step_{0};    // see NoteGlobalStep
   // --wire_dtype (Options::wire_dtype) and, when 16-bit, each dense shard's rounding residual
   // (error feedback: added to its next gradient before rounding).
   rpc::WireDtype wire_dtype_ = rpc::WireDtype::kFloat32;  // set by Init

@@ -44,8 +44,7 @@ rpc::OutgoingTensor ShardOf(const Tensor& full, const dist::ShardSpec& shard) {
     t.data = full.data() + start;
     return t;
   }
-  auto part = std::make_shared<Tensor>(
-      full.Slice(shard.axis, shard.offset, shard.offset + shard.shape[shard.axis]));
+  auto part = std::make_shared<Tensor>(full.Slice(shard.axis, shard.offset, shard.offset + shard.shape[shard.axis]));
   t.data = part->data();
   t.owner = std::move(part);
   return t;
@@ -77,9 +76,8 @@ absl::Status AssembleShard(const rpc::IncomingMessage& message, int i, const dis
   float* start = full->data() + shard.offset * inner;
   if (Contiguous(*full, shard)) {
     // Large runs are copied by several threads (the copy is the receiver's one pass over them).
-    ParallelFor(count, int64_t{1} << 18, [&](int64_t begin, int64_t end) {
-      message.CopyRange(i, begin, end - begin, start + offset + begin);
-    });
+    ParallelFor(count, int64_t{1} << 18,
+                [&](int64_t begin, int64_t end) { message.CopyRange(i, begin, end - begin, start + offset + begin); });
     return absl::OkStatus();
   }
   const int64_t row = shard.shape[shard.axis] * inner;  // the shard's floats per outer index
@@ -100,21 +98,20 @@ absl::Status AssembleShard(const rpc::IncomingMessage& message, int i, const dis
 
 absl::Status ValidateSparse(const RowSparse& sparse, const dist::VariableSpec& variable) {
   if (variable.shape.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sparse gradient for scalar variable '", variable.name, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("sparse gradient for scalar variable '", variable.name, "'"));
   }
   const Shape& v = sparse.values.shape();
   Shape expected = variable.shape;
   expected[0] = static_cast<int64_t>(sparse.rows.size());
   if (v != expected) {
     return absl::InvalidArgumentError(absl::StrCat("sparse gradient for '", variable.name, "' has values ",
-                                                   ShapeToString(v), " for ", sparse.rows.size(),
-                                                   " rows; expected ", ShapeToString(expected)));
+                                                   ShapeToString(v), " for ", sparse.rows.size(), " rows; expected ",
+                                                   ShapeToString(expected)));
   }
   for (int64_t r : sparse.rows) {
     if (r < 0 || r >= variable.shape[0]) {
-      return absl::InvalidArgumentError(absl::StrCat("sparse gradient for '", variable.name, "' touches row ",
-                                                     r, " of ", variable.shape[0]));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse gradient for '", variable.name, "' touches row ", r, " of ", variable.shape[0]));
     }
   }
   return absl::OkStatus();
@@ -200,9 +197,9 @@ absl::Status CheckFinite(const std::string& variable, const Tensor* dense, const
     if (any == 0) continue;
     for (int64_t j = 0; j < n; ++j) {
       if (!std::isfinite(v[j])) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            t == dense ? "gradient" : "sparse gradient values", " for '", variable,
-            "' have a NaN or Inf at element ", j, " (diverged? lower the learning rate)"));
+        return absl::InvalidArgumentError(absl::StrCat(t == dense ? "gradient" : "sparse gradient values", " for '",
+                                                       variable, "' have a NaN or Inf at element ", j,
+                                                       " (diverged? lower the learning rate)"));
       }
     }
   }

@@ -17,8 +17,8 @@ absl::Status ValidateSnapshot(const ModelSnapshot& state, const dist::PlacementP
   for (const VariableSnapshot& v : state.variables) {
     auto it = specs.find(v.name);
     if (it == specs.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("the checkpoint's variable '", v.name,
-                                                     "' is not a variable of the model"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the checkpoint's variable '", v.name, "' is not a variable of the model"));
     }
     if (!seen.insert(v.name).second) {
       return absl::InvalidArgumentError(absl::StrCat("the checkpoint lists variable '", v.name, "' twice"));
@@ -30,15 +30,15 @@ absl::Status ValidateSnapshot(const ModelSnapshot& state, const dist::PlacementP
                                                      ShapeToString(shape)));
     }
     if (v.slots.size() != num_slots) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the checkpoint has ", v.slots.size(), " optimizer slots for '", v.name, "' but the optimizer has ",
-          num_slots, " (was it written with another --optimizer?)"));
+      return absl::InvalidArgumentError(absl::StrCat("the checkpoint has ", v.slots.size(), " optimizer slots for '",
+                                                     v.name, "' but the optimizer has ", num_slots,
+                                                     " (was it written with another --optimizer?)"));
     }
     for (size_t s = 0; s < v.slots.size(); ++s) {
       if (v.slots[s].shape() != shape) {
-        return absl::InvalidArgumentError(absl::StrCat("the checkpoint's slot ", s, " of '", v.name,
-                                                       "' has shape ", ShapeToString(v.slots[s].shape()),
-                                                       " but the variable's is ", ShapeToString(shape)));
+        return absl::InvalidArgumentError(absl::StrCat("the checkpoint's slot ", s, " of '", v.name, "' has shape ",
+                                                       ShapeToString(v.slots[s].shape()), " but the variable's is ",
+                                                       ShapeToString(shape)));
       }
     }
   }

@@ -25,8 +25,9 @@ absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, cons
   const Tensor* rows = push ? ref.grads : ref.rows;
   if (rows == nullptr) return Bad(what, ref.table, push ? "no gradient rows given" : "no destination given");
   if (rows->rank() != 2 || rows->dim(0) != n || rows->dim(1) != dim) {
-    return Bad(what, ref.table, absl::StrCat(push ? "gradient rows" : "destination", " ", ShapeToString(rows->shape()),
-                                             " for ", n, " ids; the table takes [", n, ",", dim, "]"));
+    return Bad(what, ref.table,
+               absl::StrCat(push ? "gradient rows" : "destination", " ", ShapeToString(rows->shape()), " for ", n,
+                            " ids; the table takes [", n, ",", dim, "]"));
   }
   absl::flat_hash_set<int64_t> seen;
   seen.reserve(static_cast<size_t>(n));
@@ -62,8 +63,9 @@ absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, cons
   const float* g = ref.grads->data();
   for (int64_t j = 0; j < n * dim; ++j) {
     if (!std::isfinite(g[j])) {
-      return Bad(what, ref.table, absl::StrCat("gradient row of id ", (*ref.ids)[j / dim], " has a NaN or Inf at element ",
-                                               j % dim, " (diverged? lower the learning rate)"));
+      return Bad(what, ref.table,
+                 absl::StrCat("gradient row of id ", (*ref.ids)[j / dim], " has a NaN or Inf at element ", j % dim,
+                              " (diverged? lower the learning rate)"));
     }
   }
   for (auto& [shard, index] : block_of) {
@@ -154,8 +156,8 @@ absl::Status ScatterTableRows(const rpc::IncomingMessage& answer, const std::vec
     const int64_t n = static_cast<int64_t>(call.ids.size());
     if (answer.meta(i).name() != call.block || answer.num_floats(i) != n * call.dim) {
       return absl::DataLossError(absl::StrCat(peer, ": expected ", n, " rows of table shard '", call.block,
-                                              "', received '", answer.meta(i).name(), "' with ",
-                                              answer.num_floats(i), " floats"));
+                                              "', received '", answer.meta(i).name(), "' with ", answer.num_floats(i),
+                                              " floats"));
     }
     float* dest = call.dest->data();
     // Rows wanted in a run of consecutive positions (one ps holding a batch's ids, in order): one

@@ -28,8 +28,8 @@ struct TableBlockCall {
   std::string block;  // the shard's wire name
   int64_t dim = 0;
   std::vector<int64_t> ids;
-  std::vector<int64_t> positions;    // pulls: row of `dest` for each id
-  Tensor* dest = nullptr;            // pulls
+  std::vector<int64_t> positions;     // pulls: row of `dest` for each id
+  Tensor* dest = nullptr;             // pulls
   std::shared_ptr<FloatBuffer> rows;  // pushes: [ids, dim]
 };
 

@@ -176,7 +176,8 @@ absl::Status PsClient::Impl::ScanTable(const std::string& table, int64_t max_row
                                        const std::function<absl::Status(TableRowsPart part)>& sink) {
   CHECK(!rpc::OnTransportThread()) << "ScanTable from an async completion callback would deadlock";
   const dist::TablePlacement* t = options_.plan.Table(table);
-  if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat("ScanTable: table '", table, "' is not in the plan"));
+  if (t == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("ScanTable: table '", table, "' is not in the plan"));
   max_rows = std::max<int64_t>(max_rows, 1);
   const int64_t dim = t->spec.dim;
   std::vector<ShardCursor> cursors(t->shards.size());

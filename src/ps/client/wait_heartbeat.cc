@@ -12,11 +12,10 @@ WaitHeartbeat::WaitHeartbeat(std::vector<rpc::ClientChannel*> channels, wire::He
       runner_(runner),
       answered_(channels_.size(), false) {}
 
-std::shared_ptr<WaitHeartbeat> WaitHeartbeat::Start(std::vector<rpc::ClientChannel*> channels,
-                                                    wire::HelloRequest hello, double every_secs,
-                                                    double rpc_timeout_secs, Retrier* runner) {
-  auto beat = std::make_shared<WaitHeartbeat>(std::move(channels), std::move(hello), every_secs, rpc_timeout_secs,
-                                              runner);
+std::shared_ptr<WaitHeartbeat> WaitHeartbeat::Start(std::vector<rpc::ClientChannel*> channels, wire::HelloRequest hello,
+                                                    double every_secs, double rpc_timeout_secs, Retrier* runner) {
+  auto beat =
+      std::make_shared<WaitHeartbeat>(std::move(channels), std::move(hello), every_secs, rpc_timeout_secs, runner);
   absl::MutexLock lock(&beat->mu_);
   beat->next_beat_ = runner->RunAfter(every_secs, [beat] { beat->Beat(); });
   return beat;

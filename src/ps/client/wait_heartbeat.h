@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "ps/client/fan_out.h"
 #include "proto/psflow.pb.h"
+#include "ps/client/fan_out.h"
 #include "rpc/transport.h"
 
 namespace psflow::ps {

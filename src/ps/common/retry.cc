@@ -29,8 +29,8 @@ void SilenceLog::NoteSilent(const std::string& peer, const std::string& what, co
       it->second.last_log = now;
     }
   }
-  Log(absl::StrCat("waiting for ", peer, ", silent for ", static_cast<int>(elapsed_secs), " s: ", why,
-                   "; retrying ", what, " for up to ", absl::SixDigits(budget_secs), " s in all (", flag, ")"));
+  Log(absl::StrCat("waiting for ", peer, ", silent for ", static_cast<int>(elapsed_secs), " s: ", why, "; retrying ",
+                   what, " for up to ", absl::SixDigits(budget_secs), " s in all (", flag, ")"));
 }
 
 void SilenceLog::NoteReached(const std::string& peer) {

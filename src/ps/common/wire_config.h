@@ -13,8 +13,7 @@ namespace psflow::ps {
 
 // What a ps task without variables answers data calls with (FailedPrecondition); the client
 // recognizes it to tell a restarted ps task (it lost its variables) from other errors.
-inline constexpr char kNotInitializedMessage[] =
-    "not initialized yet: the chief (worker 0) initializes the variables";
+inline constexpr char kNotInitializedMessage[] = "not initialized yet: the chief (worker 0) initializes the variables";
 
 // FromWire refuses a config holding a table declaration it cannot read (below).
 wire::TrainingConfig ToWire(const TrainingConfig& config);

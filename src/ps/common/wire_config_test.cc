@@ -35,28 +35,58 @@ void FillDistinct(pb::Message* m, int* k) {
       for (int e = 0; e < 2; ++e) {
         const int v = ++*k;
         switch (f->cpp_type()) {
-          case pb::FieldDescriptor::CPPTYPE_INT32: r->AddInt32(m, f, 100 + v); break;
-          case pb::FieldDescriptor::CPPTYPE_INT64: r->AddInt64(m, f, (int64_t{1} << 40) + v); break;
-          case pb::FieldDescriptor::CPPTYPE_FLOAT: r->AddFloat(m, f, 0.5f + v); break;
-          case pb::FieldDescriptor::CPPTYPE_STRING: r->AddString(m, f, "value" + std::to_string(v)); break;
-          case pb::FieldDescriptor::CPPTYPE_MESSAGE: FillDistinct(r->AddMessage(m, f), k); break;
-          default: FAIL() << f->full_name() << ": extend FillDistinct for repeated fields of its type";
+          case pb::FieldDescriptor::CPPTYPE_INT32:
+            r->AddInt32(m, f, 100 + v);
+            break;
+          case pb::FieldDescriptor::CPPTYPE_INT64:
+            r->AddInt64(m, f, (int64_t{1} << 40) + v);
+            break;
+          case pb::FieldDescriptor::CPPTYPE_FLOAT:
+            r->AddFloat(m, f, 0.5f + v);
+            break;
+          case pb::FieldDescriptor::CPPTYPE_STRING:
+            r->AddString(m, f, "value" + std::to_string(v));
+            break;
+          case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+            FillDistinct(r->AddMessage(m, f), k);
+            break;
+          default:
+            FAIL() << f->full_name() << ": extend FillDistinct for repeated fields of its type";
         }
       }
       continue;
     }
     const int v = ++*k;
     switch (f->cpp_type()) {
-      case pb::FieldDescriptor::CPPTYPE_INT32: r->SetInt32(m, f, 100 + v); break;
-      case pb::FieldDescriptor::CPPTYPE_INT64: r->SetInt64(m, f, (int64_t{1} << 40) + v); break;
-      case pb::FieldDescriptor::CPPTYPE_UINT32: r->SetUInt32(m, f, 100 + v); break;
-      case pb::FieldDescriptor::CPPTYPE_UINT64: r->SetUInt64(m, f, (uint64_t{1} << 40) + v); break;
-      case pb::FieldDescriptor::CPPTYPE_FLOAT: r->SetFloat(m, f, 0.5f + v); break;
-      case pb::FieldDescriptor::CPPTYPE_DOUBLE: r->SetDouble(m, f, 0.25 + v); break;
-      case pb::FieldDescriptor::CPPTYPE_BOOL: r->SetBool(m, f, true); break;
-      case pb::FieldDescriptor::CPPTYPE_STRING: r->SetString(m, f, "value" + std::to_string(v)); break;
-      case pb::FieldDescriptor::CPPTYPE_MESSAGE: FillDistinct(r->MutableMessage(m, f), k); break;
-      default: FAIL() << f->full_name() << ": extend FillDistinct for its type";
+      case pb::FieldDescriptor::CPPTYPE_INT32:
+        r->SetInt32(m, f, 100 + v);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_INT64:
+        r->SetInt64(m, f, (int64_t{1} << 40) + v);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_UINT32:
+        r->SetUInt32(m, f, 100 + v);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_UINT64:
+        r->SetUInt64(m, f, (uint64_t{1} << 40) + v);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_FLOAT:
+        r->SetFloat(m, f, 0.5f + v);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+        r->SetDouble(m, f, 0.25 + v);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_BOOL:
+        r->SetBool(m, f, true);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_STRING:
+        r->SetString(m, f, "value" + std::to_string(v));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+        FillDistinct(r->MutableMessage(m, f), k);
+        break;
+      default:
+        FAIL() << f->full_name() << ": extend FillDistinct for its type";
     }
   }
 }
@@ -194,7 +224,8 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
   Set(boundaries, ++k), Set(values, ++k), Set(warmup_steps, ++k), Set(warmup_start, ++k);
   Set(sync, ++k), Set(replicas, ++k), Set(total, ++k), Set(train_steps, ++k), Set(timeout, ++k);
   Set(initial_step, ++k);
-  Set(sparse_optimizer, ++k), Set(ftrl_l1, ++k), Set(ftrl_l2, ++k), Set(sparse_sync_mean, ++k), Set(sparse_learning_rate, ++k);
+  Set(sparse_optimizer, ++k), Set(ftrl_l1, ++k), Set(ftrl_l2, ++k), Set(sparse_sync_mean, ++k),
+      Set(sparse_learning_rate, ++k);
   Set(wire_dtype, ++k);
   for (int t = 0; t < 2; ++t) {
     TableDeclaration& d = tables.emplace_back();
@@ -217,7 +248,8 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
   ASSERT_TRUE(read.ok()) << read.status();
   const TrainingConfig& back = *read;
   const auto& [b_optimizer, b_sync, b_replicas, b_total, b_train_steps, b_timeout, b_initial_step, b_tables,
-               b_sparse_optimizer, b_ftrl_l1, b_ftrl_l2, b_sparse_sync_mean, b_sparse_learning_rate, b_wire_dtype] = back;
+               b_sparse_optimizer, b_ftrl_l1, b_ftrl_l2, b_sparse_sync_mean, b_sparse_learning_rate, b_wire_dtype] =
+      back;
   EXPECT_EQ(b_tables, tables);
   EXPECT_EQ(b_sparse_optimizer, sparse_optimizer);
   EXPECT_EQ(b_ftrl_l1, ftrl_l1);
@@ -226,9 +258,9 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
   EXPECT_EQ(b_sparse_learning_rate, sparse_learning_rate);
   EXPECT_EQ(b_wire_dtype, wire_dtype);
   const auto& [b_name, b_convention, b_lr, b_momentum, b_nesterov, b_init_acc, b_adagrad_eps, b_beta1, b_beta2,
-               b_adam_eps, b_rms_decay, b_rms_momentum, b_rms_eps, b_weight_decay, b_groups, b_schedule,
-               b_decay_steps, b_decay_rate, b_staircase, b_cosine_steps, b_min_lr, b_boundaries, b_values,
-               b_warmup_steps, b_warmup_start] = b_optimizer;
+               b_adam_eps, b_rms_decay, b_rms_momentum, b_rms_eps, b_weight_decay, b_groups, b_schedule, b_decay_steps,
+               b_decay_rate, b_staircase, b_cosine_steps, b_min_lr, b_boundaries, b_values, b_warmup_steps,
+               b_warmup_start] = b_optimizer;
   EXPECT_EQ(b_name, name);
   EXPECT_EQ(b_convention, convention);
   EXPECT_EQ(b_lr, lr);
@@ -271,8 +303,8 @@ TEST(WireConfigTest, StatsToTheWireAndBackKeepsEveryField) {
   int k = 0;
   Set(task, ++k), Set(bytes_in, ++k), Set(bytes_out, ++k), Set(num_params, ++k), Set(global_step, ++k);
   Set(stale, ++k), Set(refused, ++k), Set(unauthenticated, ++k), Set(connected, ++k);
-  auto& [table, rows, pending, bytes, admissions, evictions, pulled, pushed, dropped, storage, hits, misses,
-         disk_bytes, disk_read, disk_written] = tables.emplace_back();
+  auto& [table, rows, pending, bytes, admissions, evictions, pulled, pushed, dropped, storage, hits, misses, disk_bytes,
+         disk_read, disk_written] = tables.emplace_back();
   Set(table, ++k), Set(rows, ++k), Set(pending, ++k), Set(bytes, ++k), Set(admissions, ++k), Set(evictions, ++k);
   Set(pulled, ++k), Set(pushed, ++k), Set(dropped, ++k), Set(storage, ++k), Set(hits, ++k), Set(misses, ++k);
   Set(disk_bytes, ++k), Set(disk_read, ++k), Set(disk_written, ++k);
@@ -282,8 +314,8 @@ TEST(WireConfigTest, StatsToTheWireAndBackKeepsEveryField) {
   const auto& [b_task, b_bytes_in, b_bytes_out, b_num_params, b_global_step, b_stale, b_refused, b_unauthenticated,
                b_connected, b_tables, b_connected_indices, b_pushed_indices] = back;
   ASSERT_EQ(b_tables.size(), 1u);
-  const auto& [b_table, b_rows, b_pending, b_bytes, b_admissions, b_evictions, b_pulled, b_pushed, b_dropped,
-               b_storage, b_hits, b_misses, b_disk_bytes, b_disk_read, b_disk_written] = b_tables[0];
+  const auto& [b_table, b_rows, b_pending, b_bytes, b_admissions, b_evictions, b_pulled, b_pushed, b_dropped, b_storage,
+               b_hits, b_misses, b_disk_bytes, b_disk_read, b_disk_written] = b_tables[0];
   EXPECT_EQ(b_storage, storage);
   EXPECT_EQ(b_hits, hits);
   EXPECT_EQ(b_misses, misses);

@@ -8,8 +8,8 @@
 // installs the model — so the ps holds the model and one part, not the model twice while a whole
 // Initialize message is copied out (docs/memory.md). A retried part copies the same bytes again.
 #include "absl/strings/str_cat.h"
-#include "ps/server/ps_server_impl.h"
 #include "ps/common/wire_config.h"
+#include "ps/server/ps_server_impl.h"
 
 namespace psflow::ps {
 namespace {
@@ -40,25 +40,25 @@ absl::StatusOr<std::shared_ptr<PsServer::Impl::Model>> PsServer::Impl::NewModel(
   }
   if (model->config.sync && (model->config.replicas_to_aggregate < 1 ||
                              model->config.total_num_replicas < model->config.replicas_to_aggregate)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sync mode needs 1 <= replicas_to_aggregate (", model->config.replicas_to_aggregate,
-                     ") <= total_num_replicas (", model->config.total_num_replicas, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("sync mode needs 1 <= replicas_to_aggregate (",
+                                                   model->config.replicas_to_aggregate, ") <= total_num_replicas (",
+                                                   model->config.total_num_replicas, ")"));
   }
   absl::StatusOr<rpc::WireDtype> wire_dtype = rpc::ParseWireDtype(model->config.wire_dtype);
-  if (!wire_dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("Initialize: --wire_dtype: ", wire_dtype.status().message()));
+  if (!wire_dtype.ok())
+    return absl::InvalidArgumentError(absl::StrCat("Initialize: --wire_dtype: ", wire_dtype.status().message()));
   model->wire_dtype = *wire_dtype;
   model->signature = init.model_signature();
   model->fingerprint = init.model_fingerprint();
   model->holds_global_step = init.holds_global_step();
-  absl::StatusOr<std::unique_ptr<PsTables>> tables = PsTables::Create(init, options_.task_index, disk_.get(),
-                                                                     [this](const absl::Status& s) { FailTask(s); });
+  absl::StatusOr<std::unique_ptr<PsTables>> tables =
+      PsTables::Create(init, options_.task_index, disk_.get(), [this](const absl::Status& s) { FailTask(s); });
   if (!tables.ok()) return absl::InvalidArgumentError(absl::StrCat("Initialize: ", tables.status().message()));
   model->tables = *std::move(tables);
   return model;
 }
 
-void PsServer::Impl::AddShard(Model& model, const wire::ShardInfo& info, FloatBuffer values,
-                              optim::SlotState state) {
+void PsServer::Impl::AddShard(Model& model, const wire::ShardInfo& info, FloatBuffer values, optim::SlotState state) {
   const Shape shape(info.shape().begin(), info.shape().end());
   auto shard = std::make_shared<Shard>(info.name(), shape, std::move(values), std::move(state));
   shard->set_wire_dtype(model.wire_dtype);
@@ -82,9 +82,9 @@ void PsServer::Impl::HandleInitialize(const rpc::IncomingMessage& request, rpc::
   // With slots (a restore), each shard's value is followed by its optimizer slots.
   const int per_shard = init.with_slots() ? 1 + static_cast<int>(model->optimizer->slot_names().size()) : 1;
   if (request.num_tensors() != init.shards_size() * per_shard) {
-    return responder.Respond(absl::InvalidArgumentError(
-        absl::StrCat("Initialize lists ", init.shards_size(), " shards (", per_shard, " tensors each) but carries ",
-                     request.num_tensors(), " tensors")));
+    return responder.Respond(
+        absl::InvalidArgumentError(absl::StrCat("Initialize lists ", init.shards_size(), " shards (", per_shard,
+                                                " tensors each) but carries ", request.num_tensors(), " tensors")));
   }
   for (int i = 0; i < init.shards_size(); ++i) {
     const wire::ShardInfo& info = init.shards(i);
@@ -93,9 +93,9 @@ void PsServer::Impl::HandleInitialize(const rpc::IncomingMessage& request, rpc::
     const Shape shape(info.shape().begin(), info.shape().end());
     const Shape got(meta.shape().begin(), meta.shape().end());
     if (meta.name() != info.name() || meta.sparse() || got != shape) {
-      return responder.Respond(absl::InvalidArgumentError(absl::StrCat(
-          "Initialize: tensor ", i, " is '", meta.name(), "' ", ShapeToString(got), " but shard ", i,
-          " is '", info.name(), "' ", ShapeToString(shape))));
+      return responder.Respond(absl::InvalidArgumentError(
+          absl::StrCat("Initialize: tensor ", i, " is '", meta.name(), "' ", ShapeToString(got), " but shard ", i,
+                       " is '", info.name(), "' ", ShapeToString(shape))));
     }
     if (model->by_name.contains(info.name())) {
       return responder.Respond(
@@ -108,9 +108,9 @@ void PsServer::Impl::HandleInitialize(const rpc::IncomingMessage& request, rpc::
       for (int j = 1; j < per_shard; ++j) {
         const wire::TensorMeta& slot = request.meta(first + j);
         if (Shape(slot.shape().begin(), slot.shape().end()) != shape || slot.sparse()) {
-          return responder.Respond(absl::InvalidArgumentError(absl::StrCat(
-              "Initialize: slot '", model->optimizer->slot_names()[j - 1], "' of shard '", info.name(),
-              "' does not have the shard's shape ", ShapeToString(shape))));
+          return responder.Respond(absl::InvalidArgumentError(
+              absl::StrCat("Initialize: slot '", model->optimizer->slot_names()[j - 1], "' of shard '", info.name(),
+                           "' does not have the shard's shape ", ShapeToString(shape))));
         }
         request.CopyTo(first + j, state.slots[j - 1].data());
       }
@@ -157,8 +157,8 @@ absl::Status PsServer::Impl::InitializePart(const rpc::IncomingMessage& request,
     const wire::TensorMeta& meta = request.meta(i);
     auto it = staged.index.find(meta.name());
     if (it == staged.index.end() || meta.sparse()) {
-      return absl::InvalidArgumentError(absl::StrCat("Initialize part: tensor '", meta.name(),
-                                                     "' is not a dense tensor of a listed shard"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Initialize part: tensor '", meta.name(), "' is not a dense tensor of a listed shard"));
     }
     StagedModel::Buffers& b = staged.shards[it->second];
     const int64_t size = static_cast<int64_t>(b.values.size());
@@ -187,8 +187,8 @@ absl::Status PsServer::Impl::InitializePart(const rpc::IncomingMessage& request,
     for (size_t j = 0; j < b.filled.size(); ++j) {
       if (b.filled[j] != static_cast<int64_t>(b.values.size())) {
         return absl::InvalidArgumentError(absl::StrCat("Initialize: the last part came but shard '", b.info.name(),
-                                                       "' ", j == 0 ? "values" : absl::StrCat("slot ", j),
-                                                       " has ", b.filled[j], " of ", b.values.size(), " elements"));
+                                                       "' ", j == 0 ? "values" : absl::StrCat("slot ", j), " has ",
+                                                       b.filled[j], " of ", b.values.size(), " elements"));
       }
     }
     if (done->with_slots) b.state.updates = b.info.updates();

@@ -7,14 +7,15 @@
 // both modes and the accumulator answer through it unchanged.
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "ps/server/ps_server_impl.h"
-#include "ps/common/wire_config.h"
 #include "core/check.h"
+#include "ps/common/wire_config.h"
+#include "ps/server/ps_server_impl.h"
 
 namespace psflow::ps {
 
 absl::StatusOr<rpc::OutgoingMessage> PsServer::Impl::PushAnswer(const std::vector<std::shared_ptr<Shard>>& pulls,
-                                                int64_t step, bool stale, const std::vector<TableBlock>* prefetch) {
+                                                                int64_t step, bool stale,
+                                                                const std::vector<TableBlock>* prefetch) {
   wire::PushResponse header;
   header.set_step(step);
   header.set_stale(stale);
@@ -53,7 +54,8 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
     return responder.Respond(absl::InvalidArgumentError(
         absl::StrCat("refused push from worker ", header.worker_index(), ": ", valid.message())));
   }
-  if (const int w = header.worker_index(); w >= 0 && w < num_pushed_flags_ && !pushed_[w].load(std::memory_order_relaxed)) {
+  if (const int w = header.worker_index();
+      w >= 0 && w < num_pushed_flags_ && !pushed_[w].load(std::memory_order_relaxed)) {
     pushed_[w].store(true, std::memory_order_relaxed);
   }
   if (m->config.sync) {
@@ -86,8 +88,8 @@ absl::Status PsServer::Impl::ValidatePush(const Model& m, const rpc::IncomingMes
   // The last table_pushes_size() tensors are the table blocks' rows; the others dense gradients.
   const int num_dense = request.num_tensors() - header.table_pushes_size();
   if (num_dense < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(header.table_pushes_size(), " table blocks but only ",
-                                                   request.num_tensors(), " tensors"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(header.table_pushes_size(), " table blocks but only ", request.num_tensors(), " tensors"));
   }
   push->tables = std::make_shared<TablePush>();
   if (absl::Status s = DecodeTableBlocks(m, request, header, num_dense, push->tables.get()); !s.ok()) return s;
@@ -137,8 +139,8 @@ absl::Status PsServer::Impl::DecodeGradients(const Model& m, const rpc::Incoming
     g.client_id = header.client_id();
     g.worker = header.worker_index();
     if (g.slice && (m.config.sync || header.client_id() == 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "slice of shard '", name, "': only async pushes from clients with an id come in parts"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("slice of shard '", name, "': only async pushes from clients with an id come in parts"));
     }
   }
   return absl::OkStatus();
@@ -165,9 +167,8 @@ void PsServer::Impl::PushInAsyncMode(const Model& m, std::vector<ShardGradient>&
     pushes_refused_.fetch_add(1);
     return responder.Respond(s);
   }
-  absl::StatusOr<rpc::OutgoingMessage> answer =
-      PushAnswer(pulls, m.holds_global_step && !header.more_parts() ? step : step_.load(), /*stale=*/false,
-                 &tables->prefetch);
+  absl::StatusOr<rpc::OutgoingMessage> answer = PushAnswer(
+      pulls, m.holds_global_step && !header.more_parts() ? step : step_.load(), /*stale=*/false, &tables->prefetch);
   if (!answer.ok()) return responder.Respond(answer.status());
   responder.Respond(*std::move(answer));
 }
@@ -198,10 +199,11 @@ void PsServer::Impl::PushInSyncMode(const Model& m, const std::vector<ShardGradi
         for (const ShardGradient& g : gradients) g.shard->Accumulate(g);
         m.tables->Accumulate(worker, tables->rows);
       },
-      [pulls = std::move(pulls), tables, responder = std::move(responder)](
-          absl::StatusOr<SyncAccumulator::Outcome> outcome) mutable {
+      [pulls = std::move(pulls), tables,
+       responder = std::move(responder)](absl::StatusOr<SyncAccumulator::Outcome> outcome) mutable {
         if (!outcome.ok()) return responder.Respond(outcome.status());
-        absl::StatusOr<rpc::OutgoingMessage> answer = PushAnswer(pulls, outcome->step, outcome->stale, &tables->prefetch);
+        absl::StatusOr<rpc::OutgoingMessage> answer =
+            PushAnswer(pulls, outcome->step, outcome->stale, &tables->prefetch);
         if (!answer.ok()) return responder.Respond(answer.status());
         responder.Respond(*std::move(answer));
       });

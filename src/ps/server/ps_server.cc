@@ -4,9 +4,9 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
-#include "ps/server/ps_server_impl.h"
-#include "ps/common/wire_config.h"
 #include "core/check.h"
+#include "ps/common/wire_config.h"
+#include "ps/server/ps_server_impl.h"
 
 namespace psflow::ps {
 
@@ -31,11 +31,12 @@ absl::Status PsServer::Impl::Start() {
                                                    options_.table_storage, "' is not memory or disk"));
   }
   if (options_.table_storage == "disk") {
-    absl::StatusOr<std::shared_ptr<table::DiskTier>> disk = table::DiskTier::Open(
-        {options_.table_dir, options_.table_cache_bytes, options_.task_index},
-        [this](const std::string& line) { Log(line.substr(line.find(": ") + 2)); });
+    absl::StatusOr<std::shared_ptr<table::DiskTier>> disk =
+        table::DiskTier::Open({options_.table_dir, options_.table_cache_bytes, options_.task_index},
+                              [this](const std::string& line) { Log(line.substr(line.find(": ") + 2)); });
     if (!disk.ok()) {
-      return absl::Status(disk.status().code(), absl::StrCat("ps task ", options_.task_index, ": ", disk.status().message()));
+      return absl::Status(disk.status().code(),
+                          absl::StrCat("ps task ", options_.task_index, ": ", disk.status().message()));
     }
     disk_ = *std::move(disk);
   }
@@ -61,17 +62,28 @@ void PsServer::Impl::Log(const std::string& message) const {
 void PsServer::Impl::Handle(rpc::Method method, rpc::IncomingMessage request, rpc::Responder responder) {
   last_call_nanos_.store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed);
   switch (method) {
-    case rpc::Method::kHello: return HandleHello(request, std::move(responder));
-    case rpc::Method::kInitialize: return HandleInitialize(request, std::move(responder));
-    case rpc::Method::kMarkInitialized: return HandleMarkInitialized(std::move(responder));
-    case rpc::Method::kWaitInitialized: return HandleWaitInitialized(std::move(responder));
-    case rpc::Method::kPull: return HandlePull(request, std::move(responder));
-    case rpc::Method::kPush: return HandlePush(request, std::move(responder));
-    case rpc::Method::kGoodbye: return HandleGoodbye(request, std::move(responder));
-    case rpc::Method::kShutdown: return HandleShutdown(request, std::move(responder));
-    case rpc::Method::kStats: return HandleStats(std::move(responder));
-    case rpc::Method::kLoadTable: return HandleLoadTable(request, std::move(responder));
-    case rpc::Method::kScanTable: return HandleScanTable(request, std::move(responder));
+    case rpc::Method::kHello:
+      return HandleHello(request, std::move(responder));
+    case rpc::Method::kInitialize:
+      return HandleInitialize(request, std::move(responder));
+    case rpc::Method::kMarkInitialized:
+      return HandleMarkInitialized(std::move(responder));
+    case rpc::Method::kWaitInitialized:
+      return HandleWaitInitialized(std::move(responder));
+    case rpc::Method::kPull:
+      return HandlePull(request, std::move(responder));
+    case rpc::Method::kPush:
+      return HandlePush(request, std::move(responder));
+    case rpc::Method::kGoodbye:
+      return HandleGoodbye(request, std::move(responder));
+    case rpc::Method::kShutdown:
+      return HandleShutdown(request, std::move(responder));
+    case rpc::Method::kStats:
+      return HandleStats(std::move(responder));
+    case rpc::Method::kLoadTable:
+      return HandleLoadTable(request, std::move(responder));
+    case rpc::Method::kScanTable:
+      return HandleScanTable(request, std::move(responder));
   }
   responder.Respond(absl::UnimplementedError("unknown method"));
 }
@@ -92,8 +104,7 @@ absl::Status PsServer::Impl::FinishedError() const {
 }
 
 std::vector<int> PsServer::Impl::ExpectedWorkers(const Model& model) const {
-  const int n = options_.cluster.num_workers() > 0 ? options_.cluster.num_workers()
-                                                    : model.config.total_num_replicas;
+  const int n = options_.cluster.num_workers() > 0 ? options_.cluster.num_workers() : model.config.total_num_replicas;
   std::vector<int> workers;
   for (int w = 0; w < n; ++w) workers.push_back(w);
   return workers;
@@ -106,12 +117,11 @@ void PsServer::Impl::HandleHello(const rpc::IncomingMessage& request, rpc::Respo
     sync_.Heard(hello.worker_index());
     return responder.Respond(rpc::OutgoingMessage::Of(wire::HelloResponse()));
   }
-  if (!hello.probe() && !options_.cluster.empty() &&
-      hello.cluster_fingerprint() != options_.cluster.Fingerprint()) {
-    return responder.Respond(absl::FailedPreconditionError(absl::StrCat(
-        "cluster mismatch: this ps task runs cluster '", options_.cluster.ToString(), "' but worker ",
-        hello.worker_index(), " runs '", hello.cluster_text(),
-        "'; start every task with the same --ps_hosts and --worker_hosts (or TF_CONFIG)")));
+  if (!hello.probe() && !options_.cluster.empty() && hello.cluster_fingerprint() != options_.cluster.Fingerprint()) {
+    return responder.Respond(absl::FailedPreconditionError(
+        absl::StrCat("cluster mismatch: this ps task runs cluster '", options_.cluster.ToString(), "' but worker ",
+                     hello.worker_index(), " runs '", hello.cluster_text(),
+                     "'; start every task with the same --ps_hosts and --worker_hosts (or TF_CONFIG)")));
   }
   if (!hello.probe()) {
     absl::MutexLock lock(&mu_);
@@ -245,9 +255,9 @@ void PsServer::Impl::HandlePullSlices(const Model& m, const wire::PullRequest& p
     }
     const Shard& shard = *it->second;
     if (slice.offset() < 0 || slice.count() < 0 || slice.offset() > shard.size() - slice.count()) {
-      return responder.Respond(absl::InvalidArgumentError(
-          absl::StrCat("pull of elements ", slice.offset(), "..", slice.offset() + slice.count(), " of '",
-                       slice.shard(), "', which has ", shard.size())));
+      return responder.Respond(absl::InvalidArgumentError(absl::StrCat("pull of elements ", slice.offset(), "..",
+                                                                       slice.offset() + slice.count(), " of '",
+                                                                       slice.shard(), "', which has ", shard.size())));
     }
     shards.push_back(&shard);
     floats += slice.count() * tensors_per_run;
@@ -399,28 +409,29 @@ absl::Status PsServer::Impl::GiveUpReason() const {
     // Every worker left, one of them because it gave up: nobody is coming back to finish the job.
     absl::MutexLock lock(&mu_);
     if (!worker_failure_.empty() && connected_.empty()) {
-      return absl::AbortedError(absl::StrCat("ps task ", options_.task_index, ": every worker left; ",
-                                             worker_failure_));
+      return absl::AbortedError(
+          absl::StrCat("ps task ", options_.task_index, ": every worker left; ", worker_failure_));
     }
   }
   if (!initialized()) {
     // At start-up, and after Initialize began again (a restarted chief, or a restore): the chief's job.
     const absl::Time since = absl::FromUnixNanos(uninitialized_since_nanos_.load(std::memory_order_relaxed));
     if (options_.init_timeout_secs > 0 && now - since > absl::Seconds(options_.init_timeout_secs)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "ps task ", options_.task_index, ": the chief (worker 0) did not initialize the variables within ",
-          options_.init_timeout_secs, " s; start worker 0 (it restores the last checkpoint), or raise "
-          "--init_timeout_secs"));
+      return absl::DeadlineExceededError(absl::StrCat("ps task ", options_.task_index,
+                                                      ": the chief (worker 0) did not initialize the variables within ",
+                                                      options_.init_timeout_secs,
+                                                      " s; start worker 0 (it restores the last checkpoint), or raise "
+                                                      "--init_timeout_secs"));
     }
     return absl::OkStatus();
   }
   if (options_.idle_timeout_secs <= 0) return absl::OkStatus();
   const absl::Time last = absl::FromUnixNanos(last_call_nanos_.load(std::memory_order_relaxed));
   if (now - last > absl::Seconds(options_.idle_timeout_secs)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "ps task ", options_.task_index, ": no call from any worker for ", options_.idle_timeout_secs,
-        " s (global step ", step_.load(), "); the workers are gone: restart them (the chief resumes from the "
-        "last checkpoint), or raise --worker_timeout_secs"));
+    return absl::DeadlineExceededError(absl::StrCat("ps task ", options_.task_index, ": no call from any worker for ",
+                                                    options_.idle_timeout_secs, " s (global step ", step_.load(),
+                                                    "); the workers are gone: restart them (the chief resumes from the "
+                                                    "last checkpoint), or raise --worker_timeout_secs"));
   }
   return absl::OkStatus();
 }

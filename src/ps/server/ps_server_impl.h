@@ -66,7 +66,7 @@ class PsServer::Impl final : public rpc::Handler {
     bool holds_global_step = false;
     rpc::WireDtype wire_dtype = rpc::WireDtype::kFloat32;  // config.wire_dtype (each shard has it too)
     int64_t num_params = 0;
-    uint64_t sync_epoch = 0;  // sync mode: the accumulator's epoch of this model (its Push)
+    uint64_t sync_epoch = 0;           // sync mode: the accumulator's epoch of this model (its Push)
     std::unique_ptr<PsTables> tables;  // the embedding tables' shards on this task (ps_tables.h)
 
     // The rule that updates `shard` (its config gives the learning rate: optim::LearningRateAt).
@@ -150,15 +150,14 @@ class PsServer::Impl final : public rpc::Handler {
   void PushInAsyncMode(const Model& model, std::vector<ShardGradient>& gradients, const wire::PushRequest& header,
                        std::vector<std::shared_ptr<Shard>> pulls, std::shared_ptr<TablePush> tables,
                        rpc::Responder responder);
-  void PushInSyncMode(const Model& model, const std::vector<ShardGradient>& gradients,
-                      const wire::PushRequest& header, std::vector<std::shared_ptr<Shard>> pulls,
-                      std::shared_ptr<TablePush> tables, rpc::Responder responder);
+  void PushInSyncMode(const Model& model, const std::vector<ShardGradient>& gradients, const wire::PushRequest& header,
+                      std::vector<std::shared_ptr<Shard>> pulls, std::shared_ptr<TablePush> tables,
+                      rpc::Responder responder);
   // The answer to a push: its step, the values of the shards it asked to pull, then the rows of
   // its prefetch blocks (gathered now: after the push's step). A disk table's failure to gather
   // (the task is ending: TableState::on_failure) instead of the answer.
-  static absl::StatusOr<rpc::OutgoingMessage> PushAnswer(const std::vector<std::shared_ptr<Shard>>& pulls,
-                                                         int64_t step, bool stale,
-                                                         const std::vector<TableBlock>* prefetch = nullptr);
+  static absl::StatusOr<rpc::OutgoingMessage> PushAnswer(const std::vector<std::shared_ptr<Shard>>& pulls, int64_t step,
+                                                         bool stale, const std::vector<TableBlock>* prefetch = nullptr);
   // The sync accumulator's configuration for `model` (ps_push.cc).
   SyncAccumulator::Config SyncConfig(std::shared_ptr<const Model> model) const;
 
@@ -210,7 +209,7 @@ class PsServer::Impl final : public rpc::Handler {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time shutdown_time_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> finished_step_{0};
-  std::string abort_reason_ ABSL_GUARDED_BY(mu_);  // set by a Shutdown that aborts the job
+  std::string abort_reason_ ABSL_GUARDED_BY(mu_);             // set by a Shutdown that aborts the job
   std::optional<PsTaskStats> reported_ ABSL_GUARDED_BY(mu_);  // the latest Stats answer
   std::atomic<bool> aborted_{false};
   // absl::GetCurrentTimeNanos() of the start or latest re-initialization, and of the latest call.

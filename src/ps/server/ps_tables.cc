@@ -18,9 +18,7 @@ absl::Status Bad(absl::string_view table, absl::string_view why) {
 
 // A table's storage failing (a disk table's read or write, its cache smaller than a batch): the
 // task cannot go on. Memory tables never fail so.
-bool IsStorageFailure(const absl::Status& s) {
-  return absl::IsResourceExhausted(s) || absl::IsInternal(s);
-}
+bool IsStorageFailure(const absl::Status& s) { return absl::IsResourceExhausted(s) || absl::IsInternal(s); }
 
 // `s`, told to the table's on_failure first when it is a storage failure.
 absl::Status Report(const TableState& t, absl::Status s) {
@@ -81,8 +79,8 @@ absl::StatusOr<std::unique_ptr<PsTables>> PsTables::Create(const wire::Initializ
         table::MakeTableShard(*c, table::RuleForTable(rule, c->spec), info.shard(), dynamic ? info.num_ps() : 1,
                               c->spec.storage == dist::TableStorage::kDisk ? disk : nullptr);
     if (!shard.ok()) return shard.status();
-    const std::string name = !dynamic && num_shards > 1 ? absl::StrCat(info.table(), "/part_", info.shard())
-                                                        : info.table();
+    const std::string name =
+        !dynamic && num_shards > 1 ? absl::StrCat(info.table(), "/part_", info.shard()) : info.table();
     auto state = std::make_shared<TableState>(name, *std::move(shard), c->spec.dim);
     state->shard_index = info.shard();
     state->num_shards = num_shards;
@@ -137,8 +135,8 @@ absl::StatusOr<std::vector<TableBlock>> PsTables::Decode(
     if (i >= rows_from->num_tensors() || rows_from->meta(i).name() != block.table()) {
       return Bad(block.table(), "its rows are missing from the message's tensors");
     }
-    if (absl::Status s = table::CheckRowsSize(config, "gradient rows", d.ids.size(),
-                                              static_cast<size_t>(rows_from->num_floats(i)));
+    if (absl::Status s =
+            table::CheckRowsSize(config, "gradient rows", d.ids.size(), static_cast<size_t>(rows_from->num_floats(i)));
         !s.ok()) {
       return s;
     }
@@ -181,7 +179,8 @@ void PsTables::Accumulate(int worker, const std::vector<TableBlock>& blocks) {
   for (const std::shared_ptr<TableState>& t : list_) {
     auto it = given.find(t.get());
     absl::MutexLock lock(&t->mu);
-    absl::Status s = it == given.end() ? t->sum.Add(worker, {}, {}) : t->sum.Add(worker, it->second->ids, it->second->rows);
+    absl::Status s =
+        it == given.end() ? t->sum.Add(worker, {}, {}) : t->sum.Add(worker, it->second->ids, it->second->rows);
     // Validated on arrival; a second gradient of one worker in a step cannot be counted twice by
     // the sync accumulator either.
     if (!s.ok()) std::cerr << "ps task " << ps_task_ << ": sync table gradient dropped: " << s.message() << std::endl;

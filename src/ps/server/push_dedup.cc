@@ -15,8 +15,8 @@ namespace {
 // One push of one client.
 struct Entry {
   bool answered = false;
-  absl::Status status;     // the answer's status when it was an error
-  std::string header;      // the answer's header when it was OK
+  absl::Status status;                  // the answer's status when it was an error
+  std::string header;                   // the answer's header when it was OK
   std::vector<rpc::Responder> waiting;  // duplicates that arrived before the answer
 };
 
@@ -67,8 +67,7 @@ namespace {
 // Answers the original push and records the answer for its duplicates.
 class RecordingResponder final : public rpc::Responder::Impl {
  public:
-  RecordingResponder(std::shared_ptr<PushDedup::State> state, uint64_t client_id, uint64_t seq,
-                     rpc::Responder original)
+  RecordingResponder(std::shared_ptr<PushDedup::State> state, uint64_t client_id, uint64_t seq, rpc::Responder original)
       : state_(std::move(state)), client_id_(client_id), seq_(seq), original_(std::move(original)) {}
 
   void Respond(absl::StatusOr<rpc::OutgoingMessage> response) override {
@@ -118,9 +117,9 @@ std::optional<rpc::Responder> PushDedup::Admit(uint64_t client_id, uint64_t seq,
     if (entry == pushes.end()) {
       if (static_cast<int>(pushes.size()) >= kWindow && seq < pushes.begin()->first) {
         ++s.duplicates;
-        status = absl::FailedPreconditionError(absl::StrCat(
-            "push ", seq, " of this client is older than the last ", kWindow,
-            " the ps task remembers; it was applied before and is not applied again"));
+        status = absl::FailedPreconditionError(
+            absl::StrCat("push ", seq, " of this client is older than the last ", kWindow,
+                         " the ps task remembers; it was applied before and is not applied again"));
       } else {
         pushes.emplace(seq, Entry());
         while (static_cast<int>(pushes.size()) > kWindow) {

@@ -8,8 +8,8 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "core/simd_dispatch.h"
 #include "core/check.h"
+#include "core/simd_dispatch.h"
 #include "psflow/core/threading.h"
 
 namespace psflow::ps {
@@ -63,8 +63,8 @@ absl::Status Shard::DecodeGradient(const rpc::IncomingMessage& message, int i, S
     const int64_t n = meta.shape_size() == 1 ? meta.shape(0) : -1;
     if (meta.sparse() || n < 1 || meta.slice_offset() < 0 || meta.slice_offset() > size_ - n) {
       return absl::InvalidArgumentError(absl::StrCat("slice of '", name_, "' at element ", meta.slice_offset(),
-                                                     " with shape ", ShapeOf(meta), " does not fit the shard's ",
-                                                     size_, " elements"));
+                                                     " with shape ", ShapeOf(meta), " does not fit the shard's ", size_,
+                                                     " elements"));
     }
     out->slice = true;
     out->offset = meta.slice_offset();
@@ -72,27 +72,24 @@ absl::Status Shard::DecodeGradient(const rpc::IncomingMessage& message, int i, S
   } else if (!meta.sparse()) {
     const Shape got(meta.shape().begin(), meta.shape().end());
     if (got != shape_) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient for '", name_, "' has shape ",
-                                                     ShapeToString(got), " but the shard is ",
-                                                     ShapeToString(shape_)));
+      return absl::InvalidArgumentError(absl::StrCat("gradient for '", name_, "' has shape ", ShapeToString(got),
+                                                     " but the shard is ", ShapeToString(shape_)));
     }
   } else {
     if (shape_.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sparse gradient for scalar '", name_, "': scalars have no rows"));
+      return absl::InvalidArgumentError(absl::StrCat("sparse gradient for scalar '", name_, "': scalars have no rows"));
     }
-    const bool row_shape_ok =
-        meta.shape_size() == static_cast<int>(shape_.size()) &&
-        std::equal(shape_.begin() + 1, shape_.end(), meta.shape().begin() + 1);
+    const bool row_shape_ok = meta.shape_size() == static_cast<int>(shape_.size()) &&
+                              std::equal(shape_.begin() + 1, shape_.end(), meta.shape().begin() + 1);
     if (!row_shape_ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sparse gradient for '", name_, "' has shape ", ShapeOf(meta), " but rows of the shard ",
-          ShapeToString(shape_), " have shape ", ShapeToString(Shape(shape_.begin() + 1, shape_.end()))));
+      return absl::InvalidArgumentError(absl::StrCat("sparse gradient for '", name_, "' has shape ", ShapeOf(meta),
+                                                     " but rows of the shard ", ShapeToString(shape_), " have shape ",
+                                                     ShapeToString(Shape(shape_.begin() + 1, shape_.end()))));
     }
     for (int64_t r : meta.rows()) {
       if (r < 0 || r >= shape_[0]) {
-        return absl::InvalidArgumentError(absl::StrCat("sparse gradient for '", name_, "' touches row ",
-                                                       r, " but the shard has rows 0..", shape_[0] - 1));
+        return absl::InvalidArgumentError(absl::StrCat("sparse gradient for '", name_, "' touches row ", r,
+                                                       " but the shard has rows 0..", shape_[0] - 1));
       }
     }
   }
@@ -121,8 +118,8 @@ absl::Status Shard::DecodeGradient(const rpc::IncomingMessage& message, int i, S
     if (first_bad.load() != std::numeric_limits<int64_t>::max()) bad = first_bad.load();
   }
   if (bad >= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("gradient for '", name_, "' has a NaN or Inf at element ",
-                                                   bad, " (diverged? lower the learning rate)"));
+    return absl::InvalidArgumentError(absl::StrCat("gradient for '", name_, "' has a NaN or Inf at element ", bad,
+                                                   " (diverged? lower the learning rate)"));
   }
   return absl::OkStatus();
 }
@@ -165,8 +162,7 @@ float* Shard::MutableValuesLocked() {
 }
 
 void Shard::DeduplicateRows(std::vector<int64_t>* rows, FloatBuffer* values, int64_t row_size) {
-  if (std::is_sorted(rows->begin(), rows->end()) &&
-      std::adjacent_find(rows->begin(), rows->end()) == rows->end()) {
+  if (std::is_sorted(rows->begin(), rows->end()) && std::adjacent_find(rows->begin(), rows->end()) == rows->end()) {
     return;
   }
   std::vector<size_t> order(rows->size());
@@ -209,9 +205,9 @@ void Shard::Apply(ShardGradient& gradient, const optim::Optimizer& optimizer, fl
     gradient.message->ForEachRunInRange(gradient.index, begin, end - begin,
                                         [&](const float* run, int64_t first, int64_t n)
                                             ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                                          optimizer.Apply(w, run, state_, first, n, lr, t);
-                                          return true;
-                                        });
+                                              optimizer.Apply(w, run, state_, first, n, lr, t);
+                                              return true;
+                                            });
   });
   ++state_.updates;
 }
@@ -231,9 +227,9 @@ void Shard::ApplySliceLocked(const ShardGradient& gradient, const optim::Optimiz
     gradient.message->ForEachRunInRange(gradient.index, begin, end - begin,
                                         [&](const float* run, int64_t first, int64_t n)
                                             ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                                          optimizer.Apply(w, run, state_, gradient.offset + first, n, lr, t);
-                                          return true;
-                                        });
+                                              optimizer.Apply(w, run, state_, gradient.offset + first, n, lr, t);
+                                              return true;
+                                            });
   });
 }
 

@@ -121,10 +121,10 @@ class Shard {
   // The step's gradients per worker, until ApplyAccumulated sums them in worker order. The
   // buffers stay allocated from step to step (a fresh big buffer per step costs its page faults).
   struct Kept {
-    bool used = false;           // holds a gradient this step
+    bool used = false;  // holds a gradient this step
     bool has_dense = false;
-    FloatBuffer dense;           // size_ floats once a dense gradient came
-    std::vector<int64_t> rows;   // sparse rows (shard-local), and their values
+    FloatBuffer dense;          // size_ floats once a dense gradient came
+    std::vector<int64_t> rows;  // sparse rows (shard-local), and their values
     FloatBuffer values;
   };
   std::map<int, Kept> kept_ ABSL_GUARDED_BY(mu_);

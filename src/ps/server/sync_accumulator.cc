@@ -156,8 +156,7 @@ void SyncAccumulator::OnTimeout(uint64_t step_id) {
       // stalled task, would make the ps tasks apply different gradients for this step.
       if (!waited_for_alive_) {
         line = absl::StrCat("sync step ", step_->load(), ": worker(s) ", absl::StrJoin(alive, ", "),
-                            " did not push within ",
-                            absl::ToDoubleSeconds(config_.timeout),
+                            " did not push within ", absl::ToDoubleSeconds(config_.timeout),
                             " s but are alive (waiting on another ps task); the step waits for them");
       }
       waited_for_alive_ = true;

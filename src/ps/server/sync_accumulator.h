@@ -140,19 +140,19 @@ class SyncAccumulator {
   mutable absl::Mutex mu_;
   Config config_ ABSL_GUARDED_BY(mu_);
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status epoch_status_ ABSL_GUARDED_BY(mu_);  // what pushes of an older epoch are told
-  uint64_t step_id_ ABSL_GUARDED_BY(mu_) = 0;       // changes whenever a step ends or is forgotten
-  int arrived_ ABSL_GUARDED_BY(mu_) = 0;            // pushes counted for the current step
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;          // counted pushes still accumulating
+  absl::Status epoch_status_ ABSL_GUARDED_BY(mu_);   // what pushes of an older epoch are told
+  uint64_t step_id_ ABSL_GUARDED_BY(mu_) = 0;        // changes whenever a step ends or is forgotten
+  int arrived_ ABSL_GUARDED_BY(mu_) = 0;             // pushes counted for the current step
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;           // counted pushes still accumulating
   bool quorum_closed_ ABSL_GUARDED_BY(mu_) = false;  // reached, or timed out
   bool timed_out_ ABSL_GUARDED_BY(mu_) = false;
   bool waited_for_alive_ ABSL_GUARDED_BY(mu_) = false;  // this step logged that it waits for them
-  Clock::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;  // the current step's timeout, or 0
-  absl::Time deadline_ ABSL_GUARDED_BY(mu_);        // when it is due
+  Clock::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;       // the current step's timeout, or 0
+  absl::Time deadline_ ABSL_GUARDED_BY(mu_);            // when it is due
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   std::set<int> arrived_workers_ ABSL_GUARDED_BY(mu_);
-  std::set<int> dropped_ ABSL_GUARDED_BY(mu_);   // missed a timed-out step; back when they push
-  std::set<int> departed_ ABSL_GUARDED_BY(mu_);  // said Goodbye; back after a Hello or a push
+  std::set<int> dropped_ ABSL_GUARDED_BY(mu_);            // missed a timed-out step; back when they push
+  std::set<int> departed_ ABSL_GUARDED_BY(mu_);           // said Goodbye; back after a Hello or a push
   std::map<int, absl::Time> heard_ ABSL_GUARDED_BY(mu_);  // each worker's last heartbeat
 
   // Last: destroyed first, so no timeout callback runs once the rest is being torn down.

@@ -10,8 +10,8 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "ps/server/shard.h"
 #include "ps/common/wire_config.h"
+#include "ps/server/shard.h"
 #include "psflow/optim/optimizer.h"
 
 namespace psflow::ps {
@@ -33,8 +33,8 @@ class SyncAccumulatorTest : public ::testing::Test {
     optim::OptimizerConfig sgd;
     sgd.name = "sgd";
     optimizer_ = *optim::MakeOptimizer(sgd);
-    shard_ = std::make_unique<Shard>("w", Shape{4}, FloatBuffer(kInitial.begin(), kInitial.end()),
-                                     optimizer_->NewState(4));
+    shard_ =
+        std::make_unique<Shard>("w", Shape{4}, FloatBuffer(kInitial.begin(), kInitial.end()), optimizer_->NewState(4));
   }
 
   // R of T, timing out after `timeout`; expected workers 0..T-1.
@@ -190,7 +190,7 @@ TEST_F(SyncAccumulatorTest, TimeoutAppliesWhatArrivedDropsTheMissingWorkerWhoRej
   EXPECT_EQ(Ok(0).step, 3);
   EXPECT_EQ(applied_counts_, (std::vector<int>{1, 1, 2}));
   EXPECT_EQ(Values(), (std::vector<float>{-1, 0, 1, 2}));
-  EXPECT_EQ(log_.size(), 1u);  // no timeout for the steps that completed
+  EXPECT_EQ(log_.size(), 1u);       // no timeout for the steps that completed
   EXPECT_EQ(clock_->pending(), 0);  // and their timers are gone
 }
 
@@ -218,7 +218,7 @@ TEST_F(SyncAccumulatorTest, TimeoutWhileAPushAccumulatesLetsThatPushFinishTheSte
 TEST_F(SyncAccumulatorTest, TimeoutFiringLateAfterAFreezeWaitsAgainInsteadOfDroppingWorkers) {
   Configure(2, 2, absl::Seconds(30));
   Push(0, 0, {2, 2, 2, 2});
-  clock_->Jump(absl::Seconds(40));  // this task did not run (SIGSTOP): worker 1's push may be unread
+  clock_->Jump(absl::Seconds(40));        // this task did not run (SIGSTOP): worker 1's push may be unread
   clock_->Advance(absl::ZeroDuration());  // the overdue timeout runs now, 10 s late
   EXPECT_FALSE(Answered(0));
   EXPECT_EQ(acc_->Quorum(), 2);

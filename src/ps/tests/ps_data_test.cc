@@ -8,8 +8,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/psflow.pb.h"
-#include "ps/tests/ps_test_util.h"
 #include "ps/common/wire_config.h"
+#include "ps/tests/ps_test_util.h"
 #include "psflow/optim/optimizer.h"
 #include "rpc/transport.h"
 
@@ -19,10 +19,10 @@ namespace {
 using testing::ExpectEqualTensors;
 using testing::ExpectSameSnapshot;
 using testing::Filled;
+using ::testing::HasSubstr;
 using testing::Plan;
 using testing::Sgd;
 using testing::TestCluster;
-using ::testing::HasSubstr;
 
 // One ps task holding w [3, 2] = 1..6 (SGD, learning rate 1), a client that initialized it, and
 // a raw channel to the ps for messages the client would never send.
@@ -125,8 +125,8 @@ TEST_P(RoundTripTest, PullAfterInitializeEqualsInitialValues) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Plans, RoundTripTest,
-                         ::testing::Values(RoundTripCase{1, 1, 0}, RoundTripCase{2, 1, 0},
-                                           RoundTripCase{2, 3, 0}, RoundTripCase{2, 2, 1}));
+                         ::testing::Values(RoundTripCase{1, 1, 0}, RoundTripCase{2, 1, 0}, RoundTripCase{2, 3, 0},
+                                           RoundTripCase{2, 2, 1}));
 
 TEST(AsyncPushTest, SgdGivesExactlyWMinusLrG) {
   const dist::PlacementPlan plan = Plan({{"w", {6, 4}}, {"b", {4}}}, 2, 2);
@@ -307,8 +307,8 @@ TEST(AsyncPushTest, PushInPartsIsOneUpdatePerShardAndOneGlobalStep) {
     RowSparse sparse;
     sparse.rows = {1, 4, 1};
     sparse.values = Filled({3, 2}, 1.0f + k, 0.5f);
-    auto pushed = client->PushAndPull({{"w", &g, nullptr}, {"emb", nullptr, &sparse}}, k,
-                                      {{"w", &got_w}, {"emb", &got_emb}});
+    auto pushed =
+        client->PushAndPull({{"w", &g, nullptr}, {"emb", nullptr, &sparse}}, k, {{"w", &got_w}, {"emb", &got_emb}});
     ASSERT_TRUE(pushed.ok()) << pushed.status();
     EXPECT_EQ(pushed->global_step, k + 1);
     for (const dist::ShardSpec& s : plan.shards) {
@@ -404,7 +404,7 @@ TEST(InitializeTest, PartsWithAGapOrNoLastPartInstallNothing) {
     return CallWithSliceOfW(**channel, rpc::Method::kInitialize, init.SerializeAsString(), data, offset, n);
   };
   PSFLOW_EXPECT_OK(part(10, 0, 2, true));
-  PSFLOW_EXPECT_OK(part(10, 0, 2, true));  // a retried part writes the same again
+  PSFLOW_EXPECT_OK(part(10, 0, 2, true));          // a retried part writes the same again
   const absl::Status gap = part(11, 4, 2, false);  // elements 2-3 never came
   EXPECT_TRUE(absl::IsInvalidArgument(gap)) << gap;
   EXPECT_THAT(std::string(gap.message()), HasSubstr("jumps to element 4 before 2 arrived"));
@@ -604,11 +604,11 @@ TEST(AsyncPushTest, ServerRefusesMalformedPushesFromAnyPeer) {
     o.timeout_secs = 10;
     return ps.channel->CallBlocking(rpc::Method::kPush, std::move(m), o).status();
   };
-  EXPECT_TRUE(absl::IsInvalidArgument(push("nope", {3, 2}, {}, false)));        // unknown shard
-  EXPECT_TRUE(absl::IsInvalidArgument(push("w", {2, 3}, {}, false)));           // wrong shape
-  EXPECT_TRUE(absl::IsInvalidArgument(push("w", {6}, {}, false)));              // wrong rank
-  EXPECT_TRUE(absl::IsInvalidArgument(push("w", {2, 2}, {0, 3}, true)));        // row out of range
-  EXPECT_TRUE(absl::IsInvalidArgument(push("w", {2, 3}, {0, 1}, true)));        // wrong row size
+  EXPECT_TRUE(absl::IsInvalidArgument(push("nope", {3, 2}, {}, false)));  // unknown shard
+  EXPECT_TRUE(absl::IsInvalidArgument(push("w", {2, 3}, {}, false)));     // wrong shape
+  EXPECT_TRUE(absl::IsInvalidArgument(push("w", {6}, {}, false)));        // wrong rank
+  EXPECT_TRUE(absl::IsInvalidArgument(push("w", {2, 2}, {0, 3}, true)));  // row out of range
+  EXPECT_TRUE(absl::IsInvalidArgument(push("w", {2, 3}, {0, 1}, true)));  // wrong row size
   EXPECT_EQ(cluster->servers[0]->Stats().pushes_refused, 5);
   EXPECT_TRUE(push("w", {2, 2}, {0, 2}, true).ok());  // and a good one still works
   Tensor got({3, 2});

@@ -11,10 +11,10 @@
 namespace psflow::ps {
 namespace {
 
+using ::testing::HasSubstr;
 using testing::Plan;
 using testing::Sgd;
 using testing::TestCluster;
-using ::testing::HasSubstr;
 
 const std::vector<dist::VariableSpec> kVars = {{"w", {3, 2}}};
 

@@ -12,10 +12,10 @@ namespace {
 
 using testing::ExpectEqualTensors;
 using testing::Filled;
+using ::testing::HasSubstr;
 using testing::Plan;
 using testing::Sgd;
 using testing::TestCluster;
-using ::testing::HasSubstr;
 
 TrainingConfig Adam() {
   TrainingConfig c;
@@ -91,7 +91,8 @@ TEST(PsStateTest, AdamStateMovesFromTwoPartitionedPsToOneUnpartitionedPs) {
   EXPECT_EQ(round_trip->global_step, 3);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(round_trip->variables[i].updates, 3);
-    for (size_t s = 0; s < 2; ++s) ExpectEqualTensors(round_trip->variables[i].slots[s], snapshot->variables[i].slots[s]);
+    for (size_t s = 0; s < 2; ++s)
+      ExpectEqualTensors(round_trip->variables[i].slots[s], snapshot->variables[i].slots[s]);
   }
 
   const Tensor gw = Filled({6, 3}, -0.3f, 0.02f), gb = Filled({3}, 0.4f, 0.1f);

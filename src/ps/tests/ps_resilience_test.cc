@@ -18,10 +18,10 @@ namespace psflow::ps {
 namespace {
 
 using testing::Filled;
+using ::testing::HasSubstr;
 using testing::Plan;
 using testing::Sgd;
 using testing::TestCluster;
-using ::testing::HasSubstr;
 
 std::vector<float> V(const Tensor& t) { return {t.data(), t.data() + t.size()}; }
 

@@ -12,10 +12,10 @@ namespace psflow::ps {
 namespace {
 
 using testing::Filled;
+using ::testing::HasSubstr;
 using testing::Plan;
 using testing::Sgd;
 using testing::TestCluster;
-using ::testing::HasSubstr;
 
 TrainingConfig SyncSgd(float lr, int r, int t, double timeout_secs = 60) {
   TrainingConfig c = Sgd(lr);
@@ -100,7 +100,9 @@ void PushAndPullReleasesBothWorkersWithTheStepsValues(int64_t max_part_bytes) {
   for (int64_t i = 0; i < v2.size(); ++i) EXPECT_EQ(v2[i], v0[i]) << i;
 }
 
-TEST(SyncTest, PushAndPullReleasesBothWorkersWithTheStepsValues) { PushAndPullReleasesBothWorkersWithTheStepsValues(-1); }
+TEST(SyncTest, PushAndPullReleasesBothWorkersWithTheStepsValues) {
+  PushAndPullReleasesBothWorkersWithTheStepsValues(-1);
+}
 
 TEST(SyncTest, PushAndPullWithThePullInPartsGivesTheSameValues) { PushAndPullReleasesBothWorkersWithTheStepsValues(8); }
 

@@ -53,8 +53,8 @@ absl::StatusOr<rpc::IncomingMessage> Scan(rpc::ClientChannel& channel, const std
 }
 
 // A LoadTable of `ids` into table `table` (dim `dim`, `slots` slots), every float `value`.
-absl::Status Load(rpc::ClientChannel& channel, const std::string& table, const std::vector<int64_t>& ids,
-                  int64_t dim, int slots, float value) {
+absl::Status Load(rpc::ClientChannel& channel, const std::string& table, const std::vector<int64_t>& ids, int64_t dim,
+                  int slots, float value) {
   wire::LoadTableRequest load;
   wire::TableRows* rows = load.add_rows();
   rows->set_table(table);

@@ -200,7 +200,7 @@ TEST(PsTablesTest, CheckpointOnOnePsRestoresOnThreeAndContinuesEqual) {
 
   const std::vector<TableRowsPart> saved_fixed = Scan(*one.workers[0], "emb", 3);
   const std::vector<TableRowsPart> saved_dynamic = Scan(*one.workers[0], "hashed", 3);
-  ASSERT_EQ(saved_fixed.size(), 4u);  // 10 rows in parts of 3
+  ASSERT_EQ(saved_fixed.size(), 4u);    // 10 rows in parts of 3
   ASSERT_EQ(saved_dynamic.size(), 3u);  // 7 rows
   std::vector<int64_t> all;
   for (const TableRowsPart& p : saved_dynamic) all.insert(all.end(), p.ids.begin(), p.ids.end());
@@ -216,7 +216,8 @@ TEST(PsTablesTest, CheckpointOnOnePsRestoresOnThreeAndContinuesEqual) {
   three.cluster = TestCluster::Start(3, 1);
   three.workers.push_back(three.cluster->Client(three_plan, 0));
   PSFLOW_ASSERT_OK(three.workers[0]->Connect());
-  PSFLOW_ASSERT_OK(three.workers[0]->Initialize(*state, config, {{"emb", From(saved_fixed)}, {"hashed", From(saved_dynamic)}}));
+  PSFLOW_ASSERT_OK(
+      three.workers[0]->Initialize(*state, config, {{"emb", From(saved_fixed)}, {"hashed", From(saved_dynamic)}}));
   ExpectSameParts(Scan(*three.workers[0], "emb", 3), saved_fixed);
   ExpectSameParts(Scan(*three.workers[0], "hashed", 3), saved_dynamic);
 
@@ -224,7 +225,8 @@ TEST(PsTablesTest, CheckpointOnOnePsRestoresOnThreeAndContinuesEqual) {
   const std::vector<int64_t> probe = {-7, 5, 8, 13, 21, 42, 1LL << 50, 99};
   const Tensor a = PullRows(*one.workers[0], "hashed", probe, 3), b = PullRows(*three.workers[0], "hashed", probe, 3);
   for (int64_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << i;
-  const Tensor fa = PullRows(*one.workers[0], "emb", Range(10), 2), fb = PullRows(*three.workers[0], "emb", Range(10), 2);
+  const Tensor fa = PullRows(*one.workers[0], "emb", Range(10), 2),
+               fb = PullRows(*three.workers[0], "emb", Range(10), 2);
   for (int64_t i = 0; i < fa.size(); ++i) EXPECT_EQ(fa[i], fb[i]) << i;
 }
 

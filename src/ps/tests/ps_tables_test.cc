@@ -3,6 +3,8 @@
 // initializer run here), each sparse rule through the wire against the same block applied locally,
 // bad input refused with nothing applied anywhere, a dynamic table's max_rows bound and its stats,
 // prefetch, calls in parts, the shared-memory transport, and the blocks' wire encoding.
+#include "ps/server/ps_tables.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -11,7 +13,6 @@
 #include "gtest/gtest.h"
 #include "ps/client/table_calls.h"
 #include "ps/common/wire_config.h"
-#include "ps/server/ps_tables.h"
 #include "ps/server/table/row_init.h"
 #include "ps/server/table/table_shard.h"
 #include "ps/tests/ps_tables_test_util.h"
@@ -106,10 +107,10 @@ TEST(PsTablesTest, EachSparseRuleThroughTheWireEqualsTheBlockAppliedLocally) {
       tables.pushes.push_back({"hashed", &dynamic_ids[step], nullptr, &gd});
       auto r = job.workers[0]->PushAndPull({}, static_cast<int64_t>(step), {}, tables);
       ASSERT_TRUE(r.ok()) << r.status();
-      PSFLOW_ASSERT_OK((*local_fixed)->Apply(fixed_ids[step], absl::MakeSpan(gf.data(), gf.size()),
-                                             static_cast<int64_t>(step)));
-      PSFLOW_ASSERT_OK((*local_dynamic)->Apply(dynamic_ids[step], absl::MakeSpan(gd.data(), gd.size()),
-                                               static_cast<int64_t>(step)));
+      PSFLOW_ASSERT_OK(
+          (*local_fixed)->Apply(fixed_ids[step], absl::MakeSpan(gf.data(), gf.size()), static_cast<int64_t>(step)));
+      PSFLOW_ASSERT_OK(
+          (*local_dynamic)->Apply(dynamic_ids[step], absl::MakeSpan(gd.data(), gd.size()), static_cast<int64_t>(step)));
     }
     auto expect_same = [&](const std::string& name, table::TableShard& local, const std::vector<int64_t>& ids) {
       const Tensor got = PullRows(*job.workers[0], name, ids, 4);

@@ -22,7 +22,8 @@ inline dist::PlacementPlan TablePlan(const std::vector<dist::TableSpec>& tables,
     partitioner.kind = dist::PartitionerKind::kFixedSize;
     partitioner.num_shards = shards;
   }
-  dist::PlacementPlan plan = dist::PlanPlacement({{"w", {2}}}, partitioner, dist::PlacementStrategy::kRoundRobin, num_ps);
+  dist::PlacementPlan plan =
+      dist::PlanPlacement({{"w", {2}}}, partitioner, dist::PlacementStrategy::kRoundRobin, num_ps);
   absl::Status s = dist::PlanTables(tables, partitioner, dist::PlacementStrategy::kRoundRobin, &plan);
   EXPECT_TRUE(s.ok()) << s;
   return plan;
@@ -56,7 +57,7 @@ struct Job {
 
 // `transport`: "grpc", or "shm" (the shared-memory data plane, gRPC for the rest).
 inline Job StartJob(const dist::PlacementPlan& plan, int num_workers, const TrainingConfig& config,
-             const std::string& transport = "grpc") {
+                    const std::string& transport = "grpc") {
   Job job;
   job.plan = plan;
   rpc::TransportOptions options;

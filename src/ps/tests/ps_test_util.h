@@ -81,8 +81,8 @@ struct TestCluster {
   // `log` (optional) receives the client's lines (waiting for a silent task, ...); default stderr.
   std::unique_ptr<PsClient> Client(const dist::PlacementPlan& plan, int worker_index,
                                    rpc::TransportOptions security = {},
-                                   std::function<void(const std::string&)> log = nullptr,
-                                   int64_t max_part_bytes = -1, const std::string& wire_dtype = "float32") const {
+                                   std::function<void(const std::string&)> log = nullptr, int64_t max_part_bytes = -1,
+                                   const std::string& wire_dtype = "float32") const {
     PsClient::Options o;
     o.wire_dtype = wire_dtype;
     if (max_part_bytes >= 0) o.max_part_bytes = max_part_bytes;
@@ -140,7 +140,8 @@ inline void ExpectSameSnapshot(const ModelSnapshot& got, const ModelSnapshot& wa
     ExpectEqualTensors(g.value, w.value, "value of " + w.name);
     ASSERT_EQ(g.slots.size(), num_slots) << w.name;
     ASSERT_EQ(w.slots.size(), num_slots) << w.name;
-    for (size_t j = 0; j < num_slots; ++j) ExpectEqualTensors(g.slots[j], w.slots[j], absl::StrCat("slot ", j, " of ", w.name));
+    for (size_t j = 0; j < num_slots; ++j)
+      ExpectEqualTensors(g.slots[j], w.slots[j], absl::StrCat("slot ", j, " of ", w.name));
   }
 }
 

@@ -17,12 +17,9 @@ RowAccessor::RowAccessor(const TableConfig& config, int num_ps)
   CHECK_GE(num_ps, 1);
 }
 
-bool RowAccessor::PassDue(int64_t global_step) const {
-  return removes_anything() && global_step % evict_every_ == 0;
-}
+bool RowAccessor::PassDue(int64_t global_step) const { return removes_anything() && global_step % evict_every_ == 0; }
 
-std::vector<size_t> RowAccessor::SelectRemovals(const std::vector<RowAge>& rows,
-                                                int64_t global_step) const {
+std::vector<size_t> RowAccessor::SelectRemovals(const std::vector<RowAge>& rows, int64_t global_step) const {
   std::vector<size_t> removed;
   std::vector<size_t> kept;
   kept.reserve(rows.size());

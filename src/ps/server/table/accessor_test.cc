@@ -4,13 +4,13 @@
 // selection also checked against a brute-force sort.
 #include "ps/server/table/accessor.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <map>
 #include <random>
 #include <set>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "ps/server/table/row_init.h"
 #include "ps/server/table/table_test_util.h"
@@ -116,8 +116,8 @@ TEST(AccessorTest, MaxRowsKeepsTheMostRecentlyUpdatedDownToNinetyPercentEveryEvi
   Push(*ps0, {mine[24]}, 21);
   ASSERT_EQ(ps0->stats().rows, 19);
   EXPECT_EQ(ps0->RemoveNow(21), 0);  // 19 <= 20: no pass needed
-  Push(*ps0, {mine[0]}, 22);        // back from its initial value: 20 rows
-  Push(*ps0, {mine[1]}, 22);        // 21 rows > 20 -> 18: remove mine[6..8] (steps 4, 4, 5)
+  Push(*ps0, {mine[0]}, 22);         // back from its initial value: 20 rows
+  Push(*ps0, {mine[1]}, 22);         // 21 rows > 20 -> 18: remove mine[6..8] (steps 4, 4, 5)
   EXPECT_EQ(ps0->RemoveNow(22), 3);
   expected = std::set<int64_t>(mine.begin() + 9, mine.end());
   expected.insert(mine[0]);

@@ -79,8 +79,9 @@ absl::StatusOr<std::shared_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
                                                          const std::function<void(const std::string&)>& log) {
   const std::string& root = options.table_dir;
   if (root.empty()) {
-    return absl::InvalidArgumentError("--table_dir is required with --table_storage=disk (a directory the ps "
-                                      "tasks may write)");
+    return absl::InvalidArgumentError(
+        "--table_dir is required with --table_storage=disk (a directory the ps "
+        "tasks may write)");
   }
   if (options.cache_bytes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--table_cache_bytes=", options.cache_bytes,
@@ -88,9 +89,10 @@ absl::StatusOr<std::shared_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
   }
   std::error_code ec;
   if (!fs::is_directory(root, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat("--table_dir=", root, " does not exist or is not a directory; "
-                                                   "create it (ps task ", options.ps_task, " makes ps_",
-                                                   options.ps_task, " inside it)"));
+    return absl::InvalidArgumentError(absl::StrCat("--table_dir=", root,
+                                                   " does not exist or is not a directory; "
+                                                   "create it (ps task ",
+                                                   options.ps_task, " makes ps_", options.ps_task, " inside it)"));
   }
   if (access(root.c_str(), W_OK | X_OK) != 0) {
     return absl::PermissionDeniedError(absl::StrCat("--table_dir=", root, " is not writable by ps task ",
@@ -106,10 +108,10 @@ absl::StatusOr<std::shared_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
     char pid[32] = {0};
     const ssize_t got = pread(fd, pid, sizeof(pid) - 1, 0);
     close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--table_dir=", root, ": ", dir, " is held by a running task (pid ",
-        got > 0 ? std::string(pid, static_cast<size_t>(got)) : std::string("?"),
-        "); give each ps task of each job its own --table_dir, or stop that task"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--table_dir=", root, ": ", dir, " is held by a running task (pid ",
+                     got > 0 ? std::string(pid, static_cast<size_t>(got)) : std::string("?"),
+                     "); give each ps task of each job its own --table_dir, or stop that task"));
   }
   const std::string me = std::to_string(getpid());
   if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
@@ -123,13 +125,16 @@ absl::StatusOr<std::shared_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
     fs::remove_all(e.path(), ec);
     if (ec) {
       close(fd);
-      return absl::PermissionDeniedError(absl::StrCat("cannot wipe ", e.path().string(), " (left by a task that "
-                                                      "stopped): ", ec.message()));
+      return absl::PermissionDeniedError(absl::StrCat("cannot wipe ", e.path().string(),
+                                                      " (left by a task that "
+                                                      "stopped): ",
+                                                      ec.message()));
     }
     ++wiped;
   }
   if (wiped > 0 && log) {
-    log(absl::StrCat("ps task ", options.ps_task, ": wiped ", wiped, wiped == 1 ? " table directory" : " table directories", " left in ", dir,
+    log(absl::StrCat("ps task ", options.ps_task, ": wiped ", wiped,
+                     wiped == 1 ? " table directory" : " table directories", " left in ", dir,
                      " by a task that stopped (the disk tier is a cache of the checkpoint; a restore refills it)"));
   }
   return std::shared_ptr<DiskTier>(new DiskTier(options, dir, fd));
@@ -152,8 +157,7 @@ int64_t DiskTier::cache_bytes_used() const {
   return bytes_;
 }
 
-absl::StatusOr<std::unique_ptr<DiskRowStore>> DiskTier::OpenTable(const std::string& table,
-                                                                   int64_t floats_per_row) {
+absl::StatusOr<std::unique_ptr<DiskRowStore>> DiskTier::OpenTable(const std::string& table, int64_t floats_per_row) {
   // A table open twice (a model re-initialized while the old one is alive): the second in
   // <table>.2, and so on.
   std::string path = (fs::path(dir_) / DirName(table)).string();
@@ -166,7 +170,8 @@ absl::StatusOr<std::unique_ptr<DiskRowStore>> DiskTier::OpenTable(const std::str
   }
   std::error_code ec;
   fs::remove_all(path, ec);  // a fresh database: rows come from pushes and restores only
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("table '", table, "': cannot wipe ", path, ": ", ec.message()));
+  if (ec)
+    return absl::PermissionDeniedError(absl::StrCat("table '", table, "': cannot wipe ", path, ": ", ec.message()));
   rocksdb::Options o;
   o.create_if_missing = true;
   o.error_if_exists = true;
@@ -248,9 +253,13 @@ void DiskTier::Forget(DiskRowStore* store) {
 // ---------------------------------------------------------------------------------------------
 // DiskRowStore
 
-DiskRowStore::DiskRowStore(std::shared_ptr<DiskTier> tier, std::string table, std::string dir,
-                           int64_t floats_per_row, std::unique_ptr<rocksdb::DB> db)
-    : tier_(std::move(tier)), table_(std::move(table)), dir_(std::move(dir)), floats_(floats_per_row), db_(std::move(db)) {}
+DiskRowStore::DiskRowStore(std::shared_ptr<DiskTier> tier, std::string table, std::string dir, int64_t floats_per_row,
+                           std::unique_ptr<rocksdb::DB> db)
+    : tier_(std::move(tier)),
+      table_(std::move(table)),
+      dir_(std::move(dir)),
+      floats_(floats_per_row),
+      db_(std::move(db)) {}
 
 DiskRowStore::~DiskRowStore() {
   {
@@ -268,8 +277,8 @@ DiskRowStore::~DiskRowStore() {
 absl::Status DiskRowStore::Failed(const char* what, const std::string& why) const {
   // Not Unavailable: clients retry that, and a failed disk does not come back. A full disk is
   // ResourceExhausted, any other failure Internal (both end the ps task: ps_tables.cc).
-  const std::string text =
-      absl::StrCat("ps task ", tier_->options_.ps_task, ", table '", table_, "': ", what, " in ", dir_, " failed: ", why);
+  const std::string text = absl::StrCat("ps task ", tier_->options_.ps_task, ", table '", table_, "': ", what, " in ",
+                                        dir_, " failed: ", why);
   return absl::StrContains(why, "No space left") ? absl::ResourceExhaustedError(text) : absl::InternalError(text);
 }
 
@@ -334,11 +343,11 @@ absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records
   absl::MutexLock lock(&tier_->mu_);
   const int64_t need = static_cast<int64_t>(n) * entry_bytes();
   if (need > tier_->options_.cache_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "ps task ", tier_->options_.ps_task, ", table '", table_, "': --table_cache_bytes=",
-        tier_->options_.cache_bytes, " holds ", tier_->options_.cache_bytes / entry_bytes(), " rows of ",
-        entry_bytes(), " bytes but one batch here has ", n, " rows (", need,
-        " bytes); raise --table_cache_bytes above that"));
+    return absl::ResourceExhaustedError(absl::StrCat("ps task ", tier_->options_.ps_task, ", table '", table_,
+                                                     "': --table_cache_bytes=", tier_->options_.cache_bytes, " holds ",
+                                                     tier_->options_.cache_bytes / entry_bytes(), " rows of ",
+                                                     entry_bytes(), " bytes but one batch here has ", n, " rows (",
+                                                     need, " bytes); raise --table_cache_bytes above that"));
   }
   index_.FindMany(ids, n, records);
   std::vector<size_t> missed;
@@ -480,8 +489,8 @@ class DiskRowStore::Scanner final : public RecordScan {
         f(id, cached);
       } else {
         if (it_->value().size() != value_bytes) {
-          return store_->Failed("reading rows from disk", absl::StrCat("a record of ", it_->value().size(),
-                                                                        " bytes, not ", value_bytes));
+          return store_->Failed("reading rows from disk",
+                                absl::StrCat("a record of ", it_->value().size(), " bytes, not ", value_bytes));
         }
         std::memcpy(buffer_.data(), it_->value().data(), value_bytes);
         f(id, buffer_.data() + kMetaFloats);

@@ -97,9 +97,7 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   };
   static_assert(sizeof(Entry) + sizeof(RowMeta) == 64, "a record's floats start a cache line");
   static constexpr int64_t kHeaderFloats = (sizeof(Entry) + sizeof(float) - 1) / sizeof(float);
-  static Entry* EntryOf(float* record) {
-    return reinterpret_cast<Entry*>(record - kMetaFloats - kHeaderFloats);
-  }
+  static Entry* EntryOf(float* record) { return reinterpret_cast<Entry*>(record - kMetaFloats - kHeaderFloats); }
 
   DiskTier(DiskTierOptions options, std::string dir, int lock_fd);
   // LRU list operations (mu_ held).
@@ -113,7 +111,7 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   const DiskTierOptions options_;
   const std::string dir_;
   const int lock_fd_;
-  std::shared_ptr<rocksdb::Cache> block_cache_;                  // shared by the tier's databases
+  std::shared_ptr<rocksdb::Cache> block_cache_;                 // shared by the tier's databases
   std::shared_ptr<rocksdb::WriteBufferManager> write_buffers_;  // ditto
   mutable absl::Mutex mu_;
   Entry* head_ ABSL_GUARDED_BY(mu_) = nullptr;  // most recently used
@@ -159,9 +157,9 @@ class DiskRowStore final : public RowStore {
 
   const std::shared_ptr<DiskTier> tier_;
   const std::string table_, dir_;
-  const int64_t floats_;  // (1 + slots)·dim
-  std::unique_ptr<rocksdb::DB> db_;  // closed first by the destructor
-  RowIndex index_ ABSL_GUARDED_BY(tier_->mu_);  // id -> cached record
+  const int64_t floats_;                          // (1 + slots)·dim
+  std::unique_ptr<rocksdb::DB> db_;               // closed first by the destructor
+  RowIndex index_ ABSL_GUARDED_BY(tier_->mu_);    // id -> cached record
   int64_t rows_ ABSL_GUARDED_BY(tier_->mu_) = 0;  // stored rows (cached, on disk or both)
   int64_t cached_bytes_ ABSL_GUARDED_BY(tier_->mu_) = 0;
   RowStoreStats counters_ ABSL_GUARDED_BY(tier_->mu_);  // hits, misses, rows read and written

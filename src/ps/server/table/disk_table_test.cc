@@ -3,6 +3,7 @@
 // gathers and bit-identical scans (values, slots, last step, count) with a cache of a few rows, a
 // restore of the scan included. And the refusals: a fixed table on disk, a batch larger than the
 // cache.
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,8 +12,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "ps/server/table/disk_store.h"
 #include "ps/server/table/table_shard.h"
@@ -41,7 +40,8 @@ RowsPart ScanAll(const TableShard& shard, int64_t part) {
     all.ids.insert(all.ids.end(), p.ids.begin(), p.ids.end());
     all.values.insert(all.values.end(), p.values.begin(), p.values.end());
     all.slots.resize(p.slots.size());
-    for (size_t k = 0; k < p.slots.size(); ++k) all.slots[k].insert(all.slots[k].end(), p.slots[k].begin(), p.slots[k].end());
+    for (size_t k = 0; k < p.slots.size(); ++k)
+      all.slots[k].insert(all.slots[k].end(), p.slots[k].begin(), p.slots[k].end());
     all.last_step.insert(all.last_step.end(), p.last_step.begin(), p.last_step.end());
     all.count.insert(all.count.end(), p.count.begin(), p.count.end());
   }
@@ -72,7 +72,8 @@ class SameArithmeticTest : public ::testing::TestWithParam<Case> {};
 TEST_P(SameArithmeticTest, DiskEqualsMemoryBitForBit) {
   const Case c = GetParam();
   TableConfig config = testing::DynamicConfig(5);
-  if (c.lifecycle) config.spec.lifecycle = {/*admit_after=*/2, /*steps_to_live=*/25, /*max_rows=*/120, /*evict_every=*/7};
+  if (c.lifecycle)
+    config.spec.lifecycle = {/*admit_after=*/2, /*steps_to_live=*/25, /*max_rows=*/120, /*evict_every=*/7};
   const SparseRuleConfig rule = testing::Rule(c.rule, 0.05f);
   const std::string dir = FreshDir(c.rule);
   constexpr int64_t kCacheRows = 12;
@@ -92,7 +93,8 @@ TEST_P(SameArithmeticTest, DiskEqualsMemoryBitForBit) {
     std::vector<int64_t> batch;
     // A skewed draw (hot ids come back often, cold ones leave the cache), unique ids.
     while (batch.size() < 1 + rng() % 10) {
-      const int64_t id = universe[std::min<size_t>(universe.size() - 1, static_cast<size_t>(std::abs(normal(rng)) * 60))];
+      const int64_t id =
+          universe[std::min<size_t>(universe.size() - 1, static_cast<size_t>(std::abs(normal(rng)) * 60))];
       if (std::find(batch.begin(), batch.end(), id) == batch.end()) batch.push_back(id);
     }
     std::vector<float> grads(batch.size() * 5);
@@ -213,9 +215,8 @@ std::vector<Case> Cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryRule, SameArithmeticTest, ::testing::ValuesIn(Cases()), [](const auto& info) {
-  return info.param.rule + (info.param.lifecycle ? "_lifecycle" : "");
-});
+INSTANTIATE_TEST_SUITE_P(EveryRule, SameArithmeticTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.rule + (info.param.lifecycle ? "_lifecycle" : ""); });
 
 }  // namespace
 }  // namespace psflow::ps::table

@@ -16,7 +16,7 @@
 namespace psflow::ps::table {
 namespace {
 
-constexpr size_t kAhead = 8;                      // rows whose records are prefetched ahead
+constexpr size_t kAhead = 8;  // rows whose records are prefetched ahead
 
 // Prefetches the cache lines of [p, p + bytes).
 void PrefetchBytes(const float* p, int64_t bytes, bool write) {
@@ -65,8 +65,8 @@ absl::Status DynamicTableShard::CheckOwned(absl::Span<const int64_t> ids) const 
     // dist::RouteDynamicId without its division.
     const int owner = static_cast<int>(mod_num_ps_(dist::Mix64(static_cast<uint64_t>(id))));
     if (owner != ps_) {
-      return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': id ", id,
-                                                     " lives on ps ", owner, " of ", num_ps_, ", not ", ps_));
+      return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': id ", id, " lives on ps ", owner,
+                                                     " of ", num_ps_, ", not ", ps_));
     }
   }
   return absl::OkStatus();
@@ -109,9 +109,9 @@ absl::Status DynamicTableShard::CheckPush(absl::Span<const int64_t> ids, absl::S
   if (auto s = CheckRowsSize(config_, "a gradient", ids.size(), grads.size()); !s.ok()) return s;
   if (auto s = CheckOwned(ids); !s.ok()) return s;
   if (const int64_t cap = accessor_.row_cap(); cap > 0 && static_cast<int64_t>(ids.size()) > cap) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table '", config_.spec.name, "': one push holds ", ids.size(), " ids but max_rows allows ", cap,
-        " rows on this ps; raise max_rows above a batch's unique ids per ps"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", config_.spec.name, "': one push holds ", ids.size(), " ids but max_rows allows ", cap,
+                     " rows on this ps; raise max_rows above a batch's unique ids per ps"));
   }
   return CheckFinite(config_, ids, grads);
 }
@@ -215,8 +215,8 @@ absl::Status DynamicTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<
     }
   }
   // Pass 3: the rule over every admitted row, in one call.
-  rule_.ApplyRows(records.data(), grads.data(), updates.empty() ? nullptr : updates.data(),
-                  static_cast<int64_t>(n), config_.spec.dim, lr);
+  rule_.ApplyRows(records.data(), grads.data(), updates.empty() ? nullptr : updates.data(), static_cast<int64_t>(n),
+                  config_.spec.dim, lr);
   rows_pushed_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
   // The store may write rows back to disk now.
   if (absl::Status s = store_->Release(records.data(), n); !s.ok()) return Fail(s);
@@ -357,8 +357,7 @@ TableStats DynamicTableShard::stats() const {
   const RowStoreStats store = store_->stats();
   s.rows = store.rows;
   s.pending_ids = static_cast<int64_t>(pending_.size());
-  s.bytes = store.memory_bytes +
-            static_cast<int64_t>(pending_.capacity() * (sizeof(std::pair<int64_t, Pending>) + 1));
+  s.bytes = store.memory_bytes + static_cast<int64_t>(pending_.capacity() * (sizeof(std::pair<int64_t, Pending>) + 1));
   s.admissions = admissions_;
   s.evictions = evictions_;
   s.rows_dropped = rows_dropped_;

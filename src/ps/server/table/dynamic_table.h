@@ -19,8 +19,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/types/span.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "ps/server/table/accessor.h"
 #include "ps/server/table/row_index.h"
 #include "ps/server/table/row_store.h"
@@ -37,8 +37,7 @@ class DynamicTableShard final : public TableShard {
   const TableConfig& config() const override { return config_; }
   const SparseRule& rule() const override { return rule_; }
   absl::Status Gather(absl::Span<const int64_t> ids, absl::Span<float> out) const override;
-  absl::Status Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads,
-                     int64_t global_step) override;
+  absl::Status Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads, int64_t global_step) override;
   int64_t RemoveNow(int64_t global_step) override;
   std::unique_ptr<RowScan> Scan() const override;
   absl::Status Load(const RowsPart& part) override;
@@ -74,14 +73,14 @@ class DynamicTableShard final : public TableShard {
   const SparseRule rule_;
   const RowAccessor accessor_;
   const int ps_, num_ps_;
-  const ModOf mod_num_ps_;     // x % num_ps_
+  const ModOf mod_num_ps_;  // x % num_ps_
 
   mutable absl::Mutex mu_;
   // The rows (changes under mu_ held alone; Acquire/Release also under a shared mu_).
   const std::unique_ptr<RowStore> store_ ABSL_PT_GUARDED_BY(mu_);
   uint32_t epoch_ ABSL_GUARDED_BY(mu_) = 0;  // per push, for RowMeta::mark
   mutable std::atomic<bool> failed_{false};  // failure_ is set
-  mutable absl::Mutex failure_mu_;            // a store's first failure (taken under mu_, shared or not)
+  mutable absl::Mutex failure_mu_;           // a store's first failure (taken under mu_, shared or not)
   mutable absl::Status failure_ ABSL_GUARDED_BY(failure_mu_);
   absl::flat_hash_map<int64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
   int64_t admissions_ ABSL_GUARDED_BY(mu_) = 0;

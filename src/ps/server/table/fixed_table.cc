@@ -54,8 +54,8 @@ absl::Status FixedTableShard::LocalRows(absl::Span<const int64_t> ids, std::vect
     if (!mine) {
       absl::StatusOr<dist::RowLocation> where = dist::RouteFixedId(config_.spec.name, config_.layout(), id);
       if (!where.ok()) return where.status();
-      return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': id ", id,
-                                                     " belongs to shard ", where->shard, ", not ", shard_));
+      return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': id ", id, " belongs to shard ",
+                                                     where->shard, ", not ", shard_));
     }
     (*rows)[i] = row;
   }
@@ -83,8 +83,7 @@ absl::Status FixedTableShard::Gather(absl::Span<const int64_t> ids, absl::Span<f
   return absl::OkStatus();
 }
 
-absl::Status FixedTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads,
-                                    int64_t global_step) {
+absl::Status FixedTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads, int64_t global_step) {
   if (auto s = CheckRowsSize(config_, "a gradient", ids.size(), grads.size()); !s.ok()) return s;
   std::vector<int64_t> rows;
   if (auto s = LocalRows(ids, &rows); !s.ok()) return s;

@@ -1,8 +1,8 @@
 // ps/server/table/fixed_table.h — one shard of a fixed-vocabulary table [N, dim] (docs/tables.md#semantics):
 // all of its rows, created at construction from their initial values (a function of (seed, id),
 // so the same on any number of shards), each stored as a record [w | slots] of (1 + slots)·dim
-// floats, in one block of row memory (huge pages). Ids are global; the shard holds those that dist::RouteFixedId sends to it. A row's update
-// count is kept only for lazy adam. Rows are never removed. Thread-safe (table_shard.h).
+// floats, in one block of row memory (huge pages). Ids are global; the shard holds those that dist::RouteFixedId sends
+// to it. A row's update count is kept only for lazy adam. Rows are never removed. Thread-safe (table_shard.h).
 #ifndef PSFLOW_PS_SERVER_TABLE_FIXED_TABLE_H_
 #define PSFLOW_PS_SERVER_TABLE_FIXED_TABLE_H_
 
@@ -26,8 +26,7 @@ class FixedTableShard final : public TableShard {
   const TableConfig& config() const override { return config_; }
   const SparseRule& rule() const override { return rule_; }
   absl::Status Gather(absl::Span<const int64_t> ids, absl::Span<float> out) const override;
-  absl::Status Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads,
-                     int64_t global_step) override;
+  absl::Status Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads, int64_t global_step) override;
   int64_t RemoveNow(int64_t global_step) override { return 0; }
   std::unique_ptr<RowScan> Scan() const override;
   absl::Status Load(const RowsPart& part) override;
@@ -44,7 +43,7 @@ class FixedTableShard final : public TableShard {
   const RowAccessor accessor_;
   const int shard_;
   const int64_t num_rows_;
-  const int64_t stride_;  // floats per record
+  const int64_t stride_;    // floats per record
   const int64_t first_id_;  // div: the shard's ids are [first_id_, first_id_ + num_rows_)
   mutable absl::Mutex mu_;
   // [num_rows_, stride_]: owned by storage_, read and written through records_ (set once; the

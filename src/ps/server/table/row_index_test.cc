@@ -3,11 +3,11 @@
 // SparseRule::ApplyRows against one Apply call per row, bit for bit.
 #include "ps/server/table/row_index.h"
 
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "ps/server/table/sparse_rule.h"
@@ -18,8 +18,8 @@ namespace {
 
 TEST(ModOfTest, EqualsTheRemainderOperator) {
   std::mt19937_64 rng(3);
-  for (uint64_t d : {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{7}, uint64_t{1000003},
-                     uint64_t{2147483647}, rng() >> 1, rng()}) {
+  for (uint64_t d : {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{7}, uint64_t{1000003}, uint64_t{2147483647},
+                     rng() >> 1, rng()}) {
     const ModOf mod(d);
     for (uint64_t x : {uint64_t{0}, uint64_t{1}, d - 1, d, d + 1, ~uint64_t{0}, ~uint64_t{0} - d}) {
       ASSERT_EQ(mod(x), x % d) << x << " % " << d;

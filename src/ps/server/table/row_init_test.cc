@@ -2,10 +2,10 @@
 // row's initial value on 1 and 3 shards / ps tasks, for fixed (div, mod) and dynamic tables.
 #include "ps/server/table/row_init.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "ps/server/table/table_test_util.h"
 
@@ -118,8 +118,7 @@ TEST(RowInitTest, ParseInitializer) {
 TEST(RowInitTest, EqualOnOneAndThreePartitions) {
   const SparseRuleConfig rule = testing::Rule("adagrad");
   for (TableConfig config : {testing::FixedConfig(101, 8, 1, dist::TableStrategy::kDiv),
-                             testing::FixedConfig(101, 8, 1, dist::TableStrategy::kMod),
-                             testing::DynamicConfig(8)}) {
+                             testing::FixedConfig(101, 8, 1, dist::TableStrategy::kMod), testing::DynamicConfig(8)}) {
     auto one = AllShards(config, rule, 1);
     auto three = AllShards(config, rule, 3);
     const RowInitializer init(config.spec.initializer, config.spec.initializer.seed);

@@ -80,9 +80,7 @@ class MemoryRowStore::Scanner final : public RecordScan {
   size_t next_ = 0;
 };
 
-absl::StatusOr<std::unique_ptr<RecordScan>> MemoryRowStore::Scan() const {
-  return std::make_unique<Scanner>(this);
-}
+absl::StatusOr<std::unique_ptr<RecordScan>> MemoryRowStore::Scan() const { return std::make_unique<Scanner>(this); }
 
 RowStoreStats MemoryRowStore::stats() const {
   RowStoreStats s;

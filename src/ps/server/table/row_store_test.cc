@@ -1,6 +1,9 @@
 // The row stores (row_store.h, disk_store.h): the memory and disk stores give the same records
 // through the same calls; the disk store's cache, its batched reads and write-backs, its directory
 // rules and its refusals.
+#include "ps/server/table/row_store.h"
+
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,10 +16,7 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "ps/server/table/disk_store.h"
-#include "ps/server/table/row_store.h"
 
 namespace psflow::ps::table {
 namespace {
@@ -28,8 +28,8 @@ constexpr int64_t kFloats = 6;  // a row: dim 3 with one slot
 // A fresh directory under the test's temporary directory.
 std::string FreshDir(const std::string& name) {
   static std::atomic<int> n{0};
-  const fs::path p = fs::path(::testing::TempDir()) / ("row_store_" + std::to_string(getpid()) + "_" +
-                                                       std::to_string(n++) + "_" + name);
+  const fs::path p = fs::path(::testing::TempDir()) /
+                     ("row_store_" + std::to_string(getpid()) + "_" + std::to_string(n++) + "_" + name);
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();

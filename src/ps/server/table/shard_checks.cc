@@ -10,12 +10,10 @@
 
 namespace psflow::ps::table {
 
-absl::Status CheckRowsSize(const TableConfig& config, std::string_view what, size_t num_ids,
-                           size_t num_floats) {
+absl::Status CheckRowsSize(const TableConfig& config, std::string_view what, size_t num_ids, size_t num_floats) {
   if (num_floats == num_ids * static_cast<size_t>(config.spec.dim)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': ", std::string(what), " has ",
-                                                 num_floats, " floats for ", num_ids,
-                                                 " ids of dim ", config.spec.dim));
+                                                 num_floats, " floats for ", num_ids, " ids of dim ", config.spec.dim));
 }
 
 namespace {
@@ -34,17 +32,15 @@ PSFLOW_DISPATCH bool AnyNonFinite(const float* p, size_t n) {
 
 }  // namespace
 
-absl::Status CheckFinite(const TableConfig& config, absl::Span<const int64_t> ids,
-                         absl::Span<const float> rows) {
+absl::Status CheckFinite(const TableConfig& config, absl::Span<const int64_t> ids, absl::Span<const float> rows) {
   // A search for the culprit only when something is wrong.
   if (!AnyNonFinite(rows.data(), rows.size())) return absl::OkStatus();
   const size_t dim = static_cast<size_t>(config.spec.dim);
   for (size_t i = 0; i < ids.size(); ++i) {
     for (size_t k = 0; k < dim; ++k) {
       if (!std::isfinite(rows[i * dim + k])) {
-        return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': gradient row of id ",
-                                                       ids[i], " holds ", rows[i * dim + k],
-                                                       "; nothing applied"));
+        return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': gradient row of id ", ids[i],
+                                                       " holds ", rows[i * dim + k], "; nothing applied"));
       }
     }
   }
@@ -56,8 +52,8 @@ absl::Status CheckUnique(const TableConfig& config, absl::Span<const int64_t> id
   seen.reserve(ids.size());
   for (int64_t id : ids) {
     if (!seen.insert(id).second) {
-      return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': id ", id,
-                                                     " listed twice in one push (sum its rows first)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", config.spec.name, "': id ", id, " listed twice in one push (sum its rows first)"));
     }
   }
   return absl::OkStatus();
@@ -67,21 +63,21 @@ absl::Status CheckPart(const TableConfig& config, int num_slots, const RowsPart&
   const size_t n = part.ids.size();
   if (auto s = CheckRowsSize(config, "a part's values", n, part.values.size()); !s.ok()) return s;
   if (part.slots.size() != static_cast<size_t>(num_slots)) {
-    return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': a part has ",
-                                                   part.slots.size(), " slots, the rule needs ", num_slots));
+    return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': a part has ", part.slots.size(),
+                                                   " slots, the rule needs ", num_slots));
   }
   for (const std::vector<float>& slot : part.slots) {
     if (auto s = CheckRowsSize(config, "a part's slot", n, slot.size()); !s.ok()) return s;
   }
   if (part.count.size() != n || part.last_step.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': a part has ", n,
-                                                   " ids but ", part.count.size(), " counts and ",
-                                                   part.last_step.size(), " last steps"));
+    return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': a part has ", n, " ids but ",
+                                                   part.count.size(), " counts and ", part.last_step.size(),
+                                                   " last steps"));
   }
   for (size_t i = 1; i < n; ++i) {
     if (part.ids[i] <= part.ids[i - 1]) {
-      return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': a part's ids do not ascend at id ",
-                                                     part.ids[i]));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", config.spec.name, "': a part's ids do not ascend at id ", part.ids[i]));
     }
   }
   return absl::OkStatus();

@@ -14,11 +14,9 @@
 namespace psflow::ps::table {
 
 // `floats` == ids * dim, else "table 'T': <what> has F floats for N ids of dim D".
-absl::Status CheckRowsSize(const TableConfig& config, std::string_view what, size_t num_ids,
-                           size_t num_floats);
+absl::Status CheckRowsSize(const TableConfig& config, std::string_view what, size_t num_ids, size_t num_floats);
 // Every value finite, else the first bad row's id.
-absl::Status CheckFinite(const TableConfig& config, absl::Span<const int64_t> ids,
-                         absl::Span<const float> rows);
+absl::Status CheckFinite(const TableConfig& config, absl::Span<const int64_t> ids, absl::Span<const float> rows);
 // No id twice, else the repeated id.
 absl::Status CheckUnique(const TableConfig& config, absl::Span<const int64_t> ids);
 // A part's sizes match the table's dim and the rule's slot count, and its ids ascend.

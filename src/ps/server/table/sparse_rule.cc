@@ -20,27 +20,28 @@ absl::StatusOr<SparseRule> SparseRule::Make(const SparseRuleConfig& config) {
     // The row rules are TensorFlow's kernels without weight decay or parameter groups; refuse
     // rather than ignore what psflow.optim can set for dense variables.
     const optim::OptimizerConfig& o = config.optimizer;
-    if (o.convention != "tensorflow" || o.weight_decay != 0.0f || o.nesterov || !o.groups.empty() ||
-        name == "adamw") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sparse optimizer '", name, "': embedding tables update rows with TensorFlow's rules only "
-          "(no torch convention, adamw, weight_decay, nesterov or parameter groups)"));
+    if (o.convention != "tensorflow" || o.weight_decay != 0.0f || o.nesterov || !o.groups.empty() || name == "adamw") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse optimizer '", name,
+                       "': embedding tables update rows with TensorFlow's rules only "
+                       "(no torch convention, adamw, weight_decay, nesterov or parameter groups)"));
     }
   }
   if (name == "ftrl") {
     const optim::OptimizerConfig& o = config.optimizer;
     if (!(o.learning_rate > 0.0f) || !std::isfinite(o.learning_rate)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sparse optimizer 'ftrl': learning_rate must be a finite number > 0, got ", o.learning_rate));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse optimizer 'ftrl': learning_rate must be a finite number > 0, got ", o.learning_rate));
     }
     if (!(o.initial_accumulator > 0.0f) || !std::isfinite(o.initial_accumulator)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sparse optimizer 'ftrl': initial_accumulator must be > 0, got ", o.initial_accumulator));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse optimizer 'ftrl': initial_accumulator must be > 0, got ", o.initial_accumulator));
     }
     if (!(config.ftrl_l1 >= 0.0f) || !(config.ftrl_l2 >= 0.0f) || !std::isfinite(config.ftrl_l1) ||
         !std::isfinite(config.ftrl_l2)) {
-      return absl::InvalidArgumentError(absl::StrCat("sparse optimizer 'ftrl': --ftrl_l1 and --ftrl_l2 must be finite and >= 0, got ",
-                                                     config.ftrl_l1, " and ", config.ftrl_l2));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse optimizer 'ftrl': --ftrl_l1 and --ftrl_l2 must be finite and >= 0, got ", config.ftrl_l1,
+                       " and ", config.ftrl_l2));
     }
     if (o.decay_steps < 0 || (o.decay_steps > 0 && !(o.decay_rate > 0.0f))) {
       return absl::InvalidArgumentError("sparse optimizer 'ftrl': decay_steps must be >= 0 and decay_rate > 0");
@@ -51,8 +52,8 @@ absl::StatusOr<SparseRule> SparseRule::Make(const SparseRuleConfig& config) {
   if (auto made = optim::MakeOptimizer(config.optimizer); !made.ok()) {
     if (made.status().code() == absl::StatusCode::kInvalidArgument &&
         made.status().message().find("unknown") != std::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sparse optimizer '", name, "' is not one of sgd, momentum, adagrad, ftrl, adam, rmsprop"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse optimizer '", name, "' is not one of sgd, momentum, adagrad, ftrl, adam, rmsprop"));
     }
     return made.status();
   }
@@ -61,8 +62,8 @@ absl::StatusOr<SparseRule> SparseRule::Make(const SparseRuleConfig& config) {
   if (name == "adagrad") return SparseRule(SparseRuleKind::kAdagrad, config);
   if (name == "adam") return SparseRule(SparseRuleKind::kAdam, config);
   if (name == "rmsprop") return SparseRule(SparseRuleKind::kRmsProp, config);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "sparse optimizer '", name, "' is not one of sgd, momentum, adagrad, ftrl, adam, rmsprop"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("sparse optimizer '", name, "' is not one of sgd, momentum, adagrad, ftrl, adam, rmsprop"));
 }
 
 float SparseRule::LearningRate(int64_t global_step) const {

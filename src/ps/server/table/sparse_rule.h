@@ -57,8 +57,7 @@ class SparseRule {
   // [w | slots] at records[r] (nullptr: row skipped), its gradient at grads[r·dim, (r+1)·dim), its
   // update count t[r] (adam only; t may be null for the other rules). Records must not overlap.
   // Bit-identical to n calls of Apply.
-  void ApplyRows(float* const* records, const float* grads, const int64_t* t, int64_t n, int64_t dim,
-                 float lr) const;
+  void ApplyRows(float* const* records, const float* grads, const int64_t* t, int64_t n, int64_t dim, float lr) const;
 
  private:
   SparseRule(SparseRuleKind kind, SparseRuleConfig config)

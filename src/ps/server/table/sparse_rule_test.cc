@@ -4,11 +4,11 @@
 // global step.
 #include "ps/server/table/sparse_rule.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <map>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "ps/server/table/table_test_util.h"
 
@@ -50,9 +50,8 @@ void RefStep(const SparseRuleConfig& r, RefElem& e, double g, double lr) {
     e.s1 += g - (std::sqrt(n_new) - std::sqrt(e.s0)) / lr * e.w;
     e.s0 = n_new;
     const double z = e.s1;
-    e.w = std::abs(z) > r.ftrl_l1
-              ? ((z < 0 ? -1.0 : 1.0) * r.ftrl_l1 - z) / (std::sqrt(e.s0) / lr + 2 * r.ftrl_l2)
-              : 0.0;
+    e.w =
+        std::abs(z) > r.ftrl_l1 ? ((z < 0 ? -1.0 : 1.0) * r.ftrl_l1 - z) / (std::sqrt(e.s0) / lr + 2 * r.ftrl_l2) : 0.0;
   } else if (n == "adam") {  // s0 = m, s1 = v; t is the row's own count
     const double alpha = lr * std::sqrt(1 - std::pow(o.beta2, e.t)) / (1 - std::pow(o.beta1, e.t));
     e.s0 = o.beta1 * e.s0 + (1 - o.beta1) * g;
@@ -168,8 +167,7 @@ TEST(SparseRuleTest, FtrlWithLargeL1GivesZeroWeights) {
 }
 
 TEST(SparseRuleTest, SlotNamesAndBadConfigs) {
-  EXPECT_EQ(SparseRule::Make(testing::Rule("ftrl"))->slot_names(),
-            (std::vector<std::string>{"accumulator", "linear"}));
+  EXPECT_EQ(SparseRule::Make(testing::Rule("ftrl"))->slot_names(), (std::vector<std::string>{"accumulator", "linear"}));
   EXPECT_EQ(SparseRule::Make(testing::Rule("rmsprop"))->slot_names(), (std::vector<std::string>{"ms", "mom"}));
   EXPECT_EQ(SparseRule::Make(testing::Rule("sgd"))->num_slots(), 0);
   auto unknown = SparseRule::Make(testing::Rule("lamb"));

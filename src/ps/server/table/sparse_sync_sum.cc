@@ -27,20 +27,19 @@ absl::Status SparseStepSum::Add(int worker, absl::Span<const int64_t> ids, absl:
   if (auto s = CheckFinite(config, ids, rows); !s.ok()) return s;
   for (const Gradient& g : grads_) {
     if (g.worker == worker) {
-      return absl::InvalidArgumentError(absl::StrCat("table '", table_, "': worker ", worker,
-                                                     " pushed twice in one sync step"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", table_, "': worker ", worker, " pushed twice in one sync step"));
     }
   }
-  grads_.push_back(Gradient{worker, std::vector<int64_t>(ids.begin(), ids.end()),
-                            std::vector<float>(rows.begin(), rows.end())});
+  grads_.push_back(
+      Gradient{worker, std::vector<int64_t>(ids.begin(), ids.end()), std::vector<float>(rows.begin(), rows.end())});
   return absl::OkStatus();
 }
 
 SummedRows SparseStepSum::Finish(SparseSyncMean mean) {
   SummedRows out;
   if (grads_.empty()) return out;
-  std::sort(grads_.begin(), grads_.end(),
-            [](const Gradient& a, const Gradient& b) { return a.worker < b.worker; });
+  std::sort(grads_.begin(), grads_.end(), [](const Gradient& a, const Gradient& b) { return a.worker < b.worker; });
   // Output position of each id: ids ascending.
   absl::flat_hash_map<int64_t, size_t> position;
   for (const Gradient& g : grads_) {

@@ -3,14 +3,14 @@
 // independent per-id computation.
 #include "ps/server/table/sparse_sync_sum.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace psflow::ps::table {
 namespace {
@@ -32,8 +32,8 @@ std::vector<Grad> StepGradients() {
   };
   for (Grad& x : g) {
     for (size_t i = 0; i < x.ids.size() * kDim; ++i) {
-      x.rows.push_back(static_cast<float>(std::pow(10.0, static_cast<int>((i + x.worker) % 8) - 3) * (i % 2 ? -1.37 : 1.11) +
-                                          1e-3 * x.worker));
+      x.rows.push_back(static_cast<float>(
+          std::pow(10.0, static_cast<int>((i + x.worker) % 8) - 3) * (i % 2 ? -1.37 : 1.11) + 1e-3 * x.worker));
     }
   }
   return g;

@@ -6,9 +6,7 @@
 
 namespace psflow::ps::table {
 
-absl::StatusOr<InitializerSpec> ParseInitializer(std::string_view flag) {
-  return dist::TableInitializer::Parse(flag);
-}
+absl::StatusOr<InitializerSpec> ParseInitializer(std::string_view flag) { return dist::TableInitializer::Parse(flag); }
 
 SparseRuleConfig RuleForTable(SparseRuleConfig job, const dist::TableSpec& spec) {
   if (!spec.sparse_optimizer.empty()) job.optimizer.name = spec.sparse_optimizer;

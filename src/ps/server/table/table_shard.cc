@@ -8,24 +8,22 @@
 
 namespace psflow::ps::table {
 
-int64_t TableShard::MaybeRemove(int64_t global_step) {
-  return PassDue(global_step) ? RemoveNow(global_step) : 0;
-}
+int64_t TableShard::MaybeRemove(int64_t global_step) { return PassDue(global_step) ? RemoveNow(global_step) : 0; }
 
 absl::StatusOr<std::unique_ptr<TableShard>> MakeTableShard(const TableConfig& config,
-                                                           const SparseRuleConfig& rule_config, int shard,
-                                                           int num_ps) {
+                                                           const SparseRuleConfig& rule_config, int shard, int num_ps) {
   if (config.spec.storage == dist::TableStorage::kDisk) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "table '", config.spec.name, "': storage=disk needs a disk tier, which only ps tasks started with "
-        "--table_dir have (one-process training keeps its tables in memory: use storage=memory)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("table '", config.spec.name,
+                     "': storage=disk needs a disk tier, which only ps tasks started with "
+                     "--table_dir have (one-process training keeps its tables in memory: use storage=memory)"));
   }
   return MakeTableShard(config, rule_config, shard, num_ps, nullptr);
 }
 
 absl::StatusOr<std::unique_ptr<TableShard>> MakeTableShard(const TableConfig& config,
-                                                           const SparseRuleConfig& rule_config, int shard,
-                                                           int num_ps, DiskTier* disk) {
+                                                           const SparseRuleConfig& rule_config, int shard, int num_ps,
+                                                           DiskTier* disk) {
   if (auto s = ValidateTableConfig(config); !s.ok()) return s;
   absl::StatusOr<SparseRule> rule = SparseRule::Make(rule_config);
   if (!rule.ok()) {
@@ -33,18 +31,19 @@ absl::StatusOr<std::unique_ptr<TableShard>> MakeTableShard(const TableConfig& co
   }
   if (config.spec.kind == TableKind::kFixed) {
     if (disk != nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table '", config.spec.name, "' is a fixed table: disk storage holds dynamic tables only (use storage=memory)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", config.spec.name,
+                       "' is a fixed table: disk storage holds dynamic tables only (use storage=memory)"));
     }
     if (shard < 0 || shard >= config.layout().num_shards) {
-      return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': shard ", shard,
-                                                     " is not in [0, ", config.layout().num_shards, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': shard ", shard, " is not in [0, ",
+                                                     config.layout().num_shards, ")"));
     }
     return std::make_unique<FixedTableShard>(config, *std::move(rule), shard);
   }
   if (num_ps < 1 || shard < 0 || shard >= num_ps) {
-    return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': ps ", shard,
-                                                   " is not in [0, ", num_ps, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", config.spec.name, "': ps ", shard, " is not in [0, ", num_ps, ")"));
   }
   const int64_t floats = (1 + rule->num_slots()) * config.spec.dim;
   std::unique_ptr<RowStore> store;

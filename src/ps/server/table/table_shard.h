@@ -87,8 +87,7 @@ class TableShard {
   // counts the push and, once admitted, is created from its initial value and updated.
   // InvalidArgument naming the table (nothing applied) for: an id not this shard's, an id listed
   // twice, a wrong size, a NaN or Inf, more ids than the shard's row cap.
-  virtual absl::Status Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads,
-                             int64_t global_step) = 0;
+  virtual absl::Status Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads, int64_t global_step) = 0;
 
   // A removal pass (steps_to_live, max_rows) at `global_step`; returns how many rows and pending
   // ids it removed. Fixed shards never remove rows. MaybeRemove runs it only when the accessor says
@@ -111,15 +110,13 @@ class TableShard {
 
 // A fixed table's shard `shard` of config.layout().num_shards, or a dynamic table's share on ps task
 // `shard` of `num_ps`. InvalidArgument naming the table for a bad config or rule.
-absl::StatusOr<std::unique_ptr<TableShard>> MakeTableShard(const TableConfig& config,
-                                                           const SparseRuleConfig& rule, int shard,
-                                                           int num_ps);
+absl::StatusOr<std::unique_ptr<TableShard>> MakeTableShard(const TableConfig& config, const SparseRuleConfig& rule,
+                                                           int shard, int num_ps);
 // The same with the rows of a dynamic table on disk, in `disk`'s directory and cache (borrowed;
 // nullptr: in memory). InvalidArgument naming the table for a fixed table on disk (disk storage
 // holds dynamic tables only); the tier's error if the table's database cannot be opened.
-absl::StatusOr<std::unique_ptr<TableShard>> MakeTableShard(const TableConfig& config,
-                                                           const SparseRuleConfig& rule, int shard,
-                                                           int num_ps, DiskTier* disk);
+absl::StatusOr<std::unique_ptr<TableShard>> MakeTableShard(const TableConfig& config, const SparseRuleConfig& rule,
+                                                           int shard, int num_ps, DiskTier* disk);
 
 }  // namespace psflow::ps::table
 

@@ -2,12 +2,12 @@
 // scans in id order and in parts, a save on 1 ps restored on 3 (and back), counters.
 #include "ps/server/table/table_shard.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "ps/server/table/row_init.h"
 #include "ps/server/table/table_test_util.h"
@@ -154,8 +154,7 @@ std::vector<RowsPart> ScanAll(const TableShard& shard, int64_t part_rows) {
 
 TEST(TableShardTest, ScansReadRowsInIdOrderInPartsAndRestoreOntoAnotherNumberOfPs) {
   for (TableConfig config : {testing::FixedConfig(23, 3, 1, dist::TableStrategy::kDiv),
-                             testing::FixedConfig(23, 3, 1, dist::TableStrategy::kMod),
-                             testing::DynamicConfig(3)}) {
+                             testing::FixedConfig(23, 3, 1, dist::TableStrategy::kMod), testing::DynamicConfig(3)}) {
     SCOPED_TRACE(config.spec.name);
     const SparseRuleConfig rule = testing::Rule("adam");
     auto one = AllShards(config, rule, 1);

@@ -2,18 +2,17 @@
 #ifndef PSFLOW_PS_SERVER_TABLE_TABLE_TEST_UTIL_H_
 #define PSFLOW_PS_SERVER_TABLE_TABLE_TEST_UTIL_H_
 
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "ps/server/table/table_shard.h"
 
 namespace psflow::ps::table::testing {
 
-inline TableConfig FixedConfig(int64_t n, int64_t dim, int shards, dist::TableStrategy strategy,
-                               uint64_t seed = 7) {
+inline TableConfig FixedConfig(int64_t n, int64_t dim, int shards, dist::TableStrategy strategy, uint64_t seed = 7) {
   TableConfig c;
   c.spec.name = "emb";
   c.spec.dim = dim;
@@ -45,16 +44,15 @@ inline SparseRuleConfig Rule(const std::string& name, float lr = 0.1f) {
   return r;
 }
 
-inline std::unique_ptr<TableShard> MakeOrDie(const TableConfig& config, const SparseRuleConfig& rule,
-                                             int shard, int num_ps) {
+inline std::unique_ptr<TableShard> MakeOrDie(const TableConfig& config, const SparseRuleConfig& rule, int shard,
+                                             int num_ps) {
   auto made = MakeTableShard(config, rule, shard, num_ps);
   EXPECT_TRUE(made.ok()) << made.status();
   return made.ok() ? *std::move(made) : nullptr;
 }
 
 // Every shard of a table: a fixed table's P shards, or a dynamic table's share on each of P ps.
-inline std::vector<std::unique_ptr<TableShard>> AllShards(TableConfig config, const SparseRuleConfig& rule,
-                                                          int p) {
+inline std::vector<std::unique_ptr<TableShard>> AllShards(TableConfig config, const SparseRuleConfig& rule, int p) {
   std::vector<std::unique_ptr<TableShard>> shards;
   if (config.spec.kind == TableKind::kFixed) config.num_shards = p;
   for (int s = 0; s < p; ++s) shards.push_back(MakeOrDie(config, rule, s, p));
@@ -70,8 +68,7 @@ inline int Owner(const TableConfig& config, int p, int64_t id) {
 }
 
 // Row `id` gathered from the table's shards.
-inline std::vector<float> GatherOne(const std::vector<std::unique_ptr<TableShard>>& shards,
-                                    int64_t id) {
+inline std::vector<float> GatherOne(const std::vector<std::unique_ptr<TableShard>>& shards, int64_t id) {
   const TableConfig& c = shards[0]->config();
   std::vector<float> row(static_cast<size_t>(c.spec.dim));
   const int owner = Owner(c, static_cast<int>(shards.size()), id);
