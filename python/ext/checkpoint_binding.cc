@@ -40,7 +40,7 @@ py::array_t<float> ToArray(Tensor t) {
 py::array_t<int64_t> ToArray(std::vector<int64_t> v) {
   auto* owned = new std::vector<int64_t>(std::move(v));
   py::capsule owner(owned, [](void* p) { delete static_cast<std::vector<int64_t>*>(p); });
-  return py::array_t<int64_t>({static_cast<py::ssize_t>(owned->size())}, owned->data(), owner);
+  return py::array_t<int64_t>(std::vector<py::ssize_t>{static_cast<py::ssize_t>(owned->size())}, owned->data(), owner);
 }
 
 bool IsDirectory(const std::string& path) {

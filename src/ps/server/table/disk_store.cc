@@ -239,6 +239,7 @@ absl::Status DiskTier::EvictToBudget() {
     e = prev;
   }
   for (auto& [store, entries] : leaving) {
+    store->tier_->mu_.AssertHeld();  // this tier's mu_ (held): tells the analysis store->tier_ is this
     if (absl::Status s = store->WriteBack(entries); !s.ok()) return s;  // kept in memory: nothing lost
     for (Entry* e : entries) store->DropEntry(e);
   }
