@@ -1,5 +1,5 @@
 // bench/criteo_reader_bench.cc — Google Benchmark timings of the Criteo-layout reader
-// (include/psflow/data/criteo.h). Goal: >= 1M lines/s per core (DESIGN.md §12).
+// (include/psflow/data/criteo.h). Goal: >= 1M lines/s per core (docs/data-files.md).
 //   BM_CriteoParse            the line parser alone on one thread, text in memory (lines/s = per core)
 //   BM_CriteoReader/gzip/thr  the reader end to end from a file (page cache): reading thread +
 //                             `thr` parsing threads + the caller's copies into batches of 1024;

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The Criteo-layout reader beside what else reads the same file, in one run (DESIGN.md §12):
+"""The Criteo-layout reader beside what else reads the same file, in one run (docs/data-files.md):
 
   psflow reader      build/bench/psflow_criteo_reader_bench (BM_CriteoParse, BM_CriteoReader)
   zcat | wc -l       decompression and line counting, nothing parsed (the floor for gzip)

@@ -1,4 +1,4 @@
-// `psflow data`: tools that make data files (DESIGN.md §12).
+// `psflow data`: tools that make data files (docs/data-files.md).
 //   psflow data ctr-files --out=DIR --files=N --examples_per_file=M [--seed=S] [--gzip] [--batch_size=B]
 //                         [--ctr_fields=F] [--ctr_dense=D] [--ctr_test_examples=T]
 // writes the synthetic CTR generator's training stream (DIR/train-00000 …, example n is example

@@ -1,7 +1,7 @@
 // psflow/data/criteo.h — training data in Criteo's text layout (Kaggle Display Advertising, the
 // Terabyte click logs, and any log written the same way): parsing one line, a reader of whole files
 // and of byte ranges of files ("slices") that assembles batches on a thread pool, a writer of lines,
-// and the synthetic CTR generator's stream written as such files (DESIGN.md §12).
+// and the synthetic CTR generator's stream written as such files (docs/data-files.md).
 //
 // The layout: one example per line, fields separated by one tab:
 //   label \t I1 … I_D \t C1 … C_F        (Criteo: D = 13 integers, F = 26 categoricals)
