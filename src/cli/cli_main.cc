@@ -30,6 +30,7 @@
 #include "programs/ctr/eval_ctr.h"
 #include "programs/eval/evaluator.h"
 #include "psflow/ckpt/checkpoint.h"
+#include "psflow/ckpt/safetensors_stream.h"
 #include "psflow/cli/main.h"
 #include "psflow/dist/cluster.h"
 #include "psflow/train/train.h"
@@ -112,15 +113,16 @@ absl::Status CheckpointDirExists(const train::TrainOptions& options) {
                                           "saved its checkpoints to)"));
 }
 
-absl::Status ModelOfCheckpoint(train::TrainOptions* options) {
-  auto latest = ckpt::OpenLatestCheckpoint(options->checkpoint_dir);
-  if (!latest.ok()) return latest.status();
-  if (!latest->has_value()) {
-    return absl::NotFoundError(absl::StrCat("no valid checkpoint in --checkpoint_dir=", options->checkpoint_dir));
+void TakeModelOfCheckpoint(train::TrainOptions* options) {
+  // The newest file's header only (its metadata): the evaluation reads and checks the file itself,
+  // and says so when there is no valid checkpoint.
+  for (const auto& [step, path] : ckpt::ListCheckpoints(options->checkpoint_dir)) {
+    auto reader = ckpt::SafetensorsReader::Open(path);
+    if (!reader.ok()) continue;
+    const auto& metadata = (*reader)->metadata();
+    if (auto it = metadata.find("model"); it != metadata.end()) options->model = it->second;
+    break;
   }
-  const auto& metadata = (*latest)->reader->metadata();
-  if (auto it = metadata.find("model"); it != metadata.end()) options->model = it->second;
-  return absl::OkStatus();
 }
 
 int RunEval(train::TrainOptions options, bool watch, bool model_given) {
@@ -128,7 +130,7 @@ int RunEval(train::TrainOptions options, bool watch, bool model_given) {
   // Bad flag values are usage errors (2) before a missing directory (1) is looked at.
   const bool dir_exists = CheckpointDirExists(options).ok();
   if (!watch && !model_given && dir_exists) {
-    if (auto s = ModelOfCheckpoint(&options); !s.ok()) return Fail(s);
+    TakeModelOfCheckpoint(&options);
   }
   if (auto s = train::ResolveTrainOptions(&options); !s.ok()) return Fail(s, 2);
   if (!watch && !dir_exists) return Fail(CheckpointDirExists(options));

@@ -375,12 +375,16 @@ class WorkerSession::Impl {
   int num_tables() const { return tables_.size(); }
   std::vector<dist::TableSpec> table_specs() const { return tables_.specs(); }
 
-  // Every worker, every kWorkerCheckSecs: which workers are connected (its /metrics gauge); the
-  // chief also logs a line for those that are not (train/worker_roster.h).
+  // Which workers are connected: the chief's lines (train/worker_roster.h) and every worker's
+  // /metrics gauge. A Stats call per ps from the training step, so only where someone reads it:
+  // the chief every kWorkerCheckSecs, and each task serving /metrics every second (its gauge
+  // follows workers joining a short job).
   void CheckWorkers() {
+    const bool serves_metrics = options_.train.metrics_port != 0;
+    if (!is_chief() && !serves_metrics) return;
     const auto now = std::chrono::steady_clock::now();
     if (now < next_worker_check_) return;
-    next_worker_check_ = now + std::chrono::seconds(kWorkerCheckSecs);
+    next_worker_check_ = now + std::chrono::seconds(serves_metrics ? 1 : kWorkerCheckSecs);
     auto stats = client_->Stats();
     if (!stats.ok()) return;  // a silent ps task: the next push reports it
     const std::string line = roster_->Update(*stats, progress_->ElapsedSeconds());
@@ -453,8 +457,7 @@ class WorkerSession::Impl {
   std::unique_ptr<Chief> chief_;
   std::unique_ptr<Telemetry> telemetry_;
   std::unique_ptr<ProgressLog> progress_;
-  // One Stats call per ps task a second: the gauge follows workers joining a short job.
-  static constexpr int kWorkerCheckSecs = 1;
+  static constexpr int kWorkerCheckSecs = 5;
   std::unique_ptr<WorkerRoster> roster_;
   std::chrono::steady_clock::time_point next_worker_check_{};  // the first step checks
   SessionState state_;  // open, stepped, finished, closed, evaluating, ended (train/session_state.h)

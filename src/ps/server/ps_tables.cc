@@ -57,11 +57,6 @@ absl::StatusOr<std::unique_ptr<PsTables>> PsTables::Create(const wire::Initializ
     if (!declared.emplace(d.spec.name, d).second) return Bad(d.spec.name, "declared twice");
   }
   const table::SparseRuleConfig rule = SparseRuleOf(config);
-  if (config.sparse_optimizer.empty() && rule.optimizer.name == "adamw") {
-    return absl::InvalidArgumentError(
-        "--optimizer=adamw has no rule for embedding tables: pass --sparse_optimizer=sgd, momentum, adagrad, ftrl, "
-        "adam or rmsprop for the tables (the dense variables keep adamw)");
-  }
   for (const wire::TableShardInfo& info : init.table_shards()) {
     auto it = declared.find(info.table());
     if (it == declared.end()) return Bad(info.table(), "a shard of a table the config does not declare");

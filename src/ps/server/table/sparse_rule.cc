@@ -24,7 +24,8 @@ absl::StatusOr<SparseRule> SparseRule::Make(const SparseRuleConfig& config) {
       return absl::InvalidArgumentError(
           absl::StrCat("sparse optimizer '", name,
                        "': embedding tables update rows with TensorFlow's rules only "
-                       "(no torch convention, adamw, weight_decay, nesterov or parameter groups)"));
+                       "(no torch convention, adamw, weight_decay, nesterov or parameter groups); pass "
+                       "--sparse_optimizer=sgd, momentum, adagrad, ftrl, adam or rmsprop for the tables"));
     }
   }
   if (name == "ftrl") {
