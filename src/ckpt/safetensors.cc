@@ -52,6 +52,9 @@ absl::StatusOr<TensorFile> ParseSafetensors(std::string_view bytes, const std::s
       }
       continue;
     }
+    // psflow's writer refuses a tensor without a name, so a file holding one is not a checkpoint
+    // (found by fuzz_safetensors: read, then refused on save).
+    if (it.key().empty()) return bad("a tensor has an empty name");
     const nlohmann::json& entry = *it;
     if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) {
       return bad("tensor '", it.key(), "' lacks dtype, shape or data_offsets");
