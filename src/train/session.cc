@@ -333,6 +333,13 @@ class WorkerSession::Impl {
     return summary;
   }
 
+  absl::StatusOr<ps::WorkQueueAnswer> CallWorkQueue(const ps::WorkQueueCall& call) {
+    if (!state_.opened() || client_ == nullptr) {
+      return absl::FailedPreconditionError("the work queue needs an open worker session (after Open())");
+    }
+    return client_->CallWorkQueue(call);
+  }
+
   void Abort(const absl::Status& reason) {
     if (!state_.opened() || state_.ended()) return;
     state_.MoveTo(SessionState::kEnded);
@@ -542,6 +549,9 @@ WorkerSession::~WorkerSession() {
 
 absl::Status WorkerSession::Open() { return impl_->Open(); }
 bool WorkerSession::ShouldStop() const { return impl_->ShouldStop(); }
+absl::StatusOr<ps::WorkQueueAnswer> WorkerSession::CallWorkQueue(const ps::WorkQueueCall& call) {
+  return impl_->CallWorkQueue(call);
+}
 absl::Status WorkerSession::Step(double loss, double accuracy) { return impl_->Step(loss, accuracy); }
 absl::StatusOr<RunSummary> WorkerSession::Close(const std::function<absl::StatusOr<SessionEval>()>& evaluate) {
   absl::StatusOr<RunSummary> summary = impl_->Close(evaluate);

@@ -111,6 +111,7 @@ struct WorkQueueCall {
   // held goes back to the queue).
   int64_t seq = 0;
   bool fresh = false;
+  int64_t examples = 0, bad_lines = 0;  // kNext: read since this worker's last kNext
   // kConfigure: the plan or a checkpoint's state (JSON), replacing a configured queue or not.
   std::string state_json;
   bool replace = false;
@@ -130,6 +131,8 @@ struct WorkQueueAnswer {
   std::vector<int> holders;
   int64_t handed = 0, total = 0, returned = 0;
   bool at_end = false;
+  int64_t examples = 0, bad_lines = 0;  // read by all workers, as they reported
+  int64_t epoch_now = 0;                // the epoch the queue's order is in
 };
 
 }  // namespace psflow::ps

@@ -85,6 +85,7 @@
 #include "psflow/dist/partition.h"
 #include "psflow/dist/table_spec.h"
 #include "psflow/optim/optimizer.h"
+#include "psflow/ps/ps_types.h"
 #include "psflow/train/options.h"
 #include "psflow/train/summary.h"
 
@@ -194,6 +195,10 @@ class WorkerSession {
   // workers write no events) at the current global step. InvalidArgument for a bad name
   // (CheckMetricName); FailedPrecondition before Open().
   absl::Status LogScalars(const std::vector<std::pair<std::string, double>>& scalars);
+  // The job's work queue of training-file slices on ps task 0 (psflow/ps/ps_types.h WorkQueueCall;
+  // docs/data-files.md#the-work-queue), retried like every call. FailedPrecondition before Open().
+  // The chief saves the queue's state in every checkpoint and gives it back on a restore.
+  absl::StatusOr<ps::WorkQueueAnswer> CallWorkQueue(const ps::WorkQueueCall& call);
 
   bool is_open() const;
   bool is_chief() const;
