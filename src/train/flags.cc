@@ -147,6 +147,10 @@ constexpr Flag kFlags[] = {
    "dtype of dense pulls and pushes on the wire: float32, or bfloat16 / float16 (half the bytes; the ps keeps "
    "float32, workers carry their rounding into the next push); every task the same",
    OneOf("float32 bfloat16 float16", "float32, bfloat16 or float16")},
+  {"overlap", &O::overlap,
+   "what a worker's step overlaps with compute: none, push (each gradient pushed as backward finishes it) or "
+   "push_pull (and the next pull in forward order: a layer's forward waits only for its own values)",
+   OneOf("none push push_pull", "none, push or push_pull")},
   // Security.
   {"cluster_secret_file", &O::cluster_secret_file, "file holding the cluster's shared secret"},
   {"tls_cert", &O::tls_cert, "PEM certificate of this task"},

@@ -124,6 +124,10 @@ struct TrainOptions {
   int64_t max_message_mb = 1024;       // largest RPC message a task accepts
   std::string transport = "grpc";      // "shm": data calls to a ps on this host over shared memory
   std::string wire_dtype = "float32";  // dense pulls and pushes as "bfloat16" / "float16" (ps::TrainingConfig)
+  // What a worker's step overlaps with compute (docs/sync-async.md#overlap): "none" (compute, then
+  // push, then pull), "push" (each gradient pushed as backward finishes it), "push_pull" (and the
+  // next pull in forward order, each layer's forward waiting for its own values only).
+  std::string overlap = "push_pull";
 
   // Security.
   std::string cluster_secret_file, tls_cert, tls_key, tls_ca;
