@@ -106,6 +106,11 @@ constexpr Flag kFlags[] = {
    kAllWorkers},
   {"total_num_replicas", &O::total_num_replicas, "workers taking part in sync training (0: all)", kAllWorkers},
   {"sync_timeout_secs", &O::sync_timeout_secs, "a sync step waits this long for missing workers", kSeconds},
+  {"table_sync", &O::table_sync, "with --sync_replicas: sync (tables' rows once per step, the mean) or async "
+   "(applied as pushes arrive, dense variables still sync: hybrid, not reproducible bit for bit)",
+   OneOf("sync async", "sync or async")},
+  {"staleness_aware_lr", &O::staleness_aware_lr, "async: a dense push of staleness t (global steps since its pull) "
+   "is applied at the learning rate divided by max(1, t)"},
   // Placement.
   {"partitioner", &O::partitioner, "none | fixed:N | min_max:P[:MIN_SLICE_BYTES] | axis_size:MAX_SHARD_BYTES"},
   {"placement", &O::placement, "round_robin | greedy"},

@@ -419,7 +419,10 @@ class WorkerSession::Impl {
         }
         summary.ps_traffic.push_back({s.task, s.bytes_in, s.bytes_out, s.num_params, std::move(tables)});
         // Every ps drops the same stale push; count it once, where the global step lives.
-        if (s.task == plan_.global_step_ps) summary.stale_gradients_dropped = s.stale_gradients_dropped;
+        if (s.task == plan_.global_step_ps) {
+          summary.stale_gradients_dropped = s.stale_gradients_dropped;
+          summary.staleness_counts = s.staleness_counts;
+        }
       }
     }
     if (auto s = client_->Shutdown(); !s.ok()) return s;

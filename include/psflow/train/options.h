@@ -92,6 +92,12 @@ struct TrainOptions {
   int replicas_to_aggregate = 0;
   int total_num_replicas = 0;
   double sync_timeout_secs = 30;
+  // Sync only: "async" applies the tables' gradient rows as pushes arrive while the dense variables
+  // stay synchronous (Persia's hybrid, docs/sync-async.md#hybrid); "sync": once per step, the mean.
+  std::string table_sync = "sync";
+  // Async only: a dense push of staleness τ (global steps between its pull and its apply) is
+  // applied at the learning rate divided by max(1, τ) (Zhang et al., IJCAI'16).
+  bool staleness_aware_lr = false;
 
   // Placement.
   std::string partitioner = "none";
