@@ -153,9 +153,10 @@ constexpr Flag kFlags[] = {
    "float32, workers carry their rounding into the next push); every task the same",
    OneOf("float32 bfloat16 float16", "float32, bfloat16 or float16")},
   {"overlap", &O::overlap,
-   "what a worker's step overlaps with compute: none, push (each gradient pushed as backward finishes it) or "
-   "push_pull (and the next pull in forward order: a layer's forward waits only for its own values)",
-   OneOf("none push push_pull", "none, push or push_pull")},
+   "what a worker's step overlaps with compute: none, push (each gradient pushed as backward finishes it), "
+   "push_pull (and the next pull in forward order: a layer's forward waits only for its own values), or auto "
+   "(push_pull for psflow train's image-model workers, push for the others and for PyTorch scripts)",
+   OneOf("auto none push push_pull", "auto, none, push or push_pull")},
   // Security.
   {"cluster_secret_file", &O::cluster_secret_file, "file holding the cluster's shared secret"},
   {"tls_cert", &O::tls_cert, "PEM certificate of this task"},
