@@ -76,6 +76,9 @@ struct TrainOptions {
   int64_t num_epochs = 1;
   bool shuffle_files = false;
   int file_slices = 10;
+  // Async: "queue" (the work queue) or "static" (worker w reads slices w, w + N, ... alone: the
+  // usual split, a baseline for bench/ctr_files.py).
+  std::string file_split = "queue";
   // A sync step's row mean divides by the gradients applied ("workers") or by those that held the
   // row ("row_count", TF's).
   std::string sparse_sync_mean = "workers";
