@@ -124,7 +124,8 @@ class WorkerSession::Impl {
     auto client = ps::PsClient::Create(client_options);
     if (!client.ok()) return client.status();
     client_ = *std::move(client);
-    if (options_.train.overlap == "push_pull" && options_.waits_for_values) {
+    const std::string& overlap = options_.train.overlap;
+    if ((overlap == "push_pull" || overlap == "auto") && options_.waits_for_values) {
       forward_pulls_ = std::make_unique<ForwardPulls>(client_.get(), pull_into_);
     }
     return absl::OkStatus();
