@@ -278,6 +278,8 @@ class PySession {
 
 }  // namespace
 
+train::WorkerSession& SessionOf(const py::object& session) { return session.cast<PySession&>().session(); }
+
 void RegisterSession(py::module_& m) {
   py::class_<PySession>(m, "_Session", "The C++ worker session over memory it owns (use psflow.WorkerSession).")
       .def(py::init([](const Flags& flags, const std::vector<std::string>& names,

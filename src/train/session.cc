@@ -20,6 +20,7 @@
 #include "train/chief.h"
 #include "train/cluster_setup.h"
 #include "train/forward_pulls.h"
+#include "train/in_process_ps.h"
 #include "train/option_value.h"
 #include "train/progress.h"
 #include "train/session_state.h"
@@ -85,6 +86,11 @@ class WorkerSession::Impl {
 
   // Everything that needs no other task: the cluster, this task's role, the plan, the config.
   absl::Status Prepare() {
+    if (InProcessPs::Wanted(options_.train)) {  // alone: worker 0 of a loopback cluster of our own
+      auto ps = InProcessPs::Make(&options_.train, options_.log);
+      if (!ps.ok()) return ps.status();
+      in_process_ps_ = *std::move(ps);
+    }
     auto setup = SetUpTask(options_.train);
     if (!setup.ok()) return setup.status();
     if (setup->task.job != "worker") {
@@ -128,6 +134,12 @@ class WorkerSession::Impl {
   absl::Status Open() {
     if (state_.opened()) return absl::FailedPreconditionError("the worker session is already open");
     const TrainOptions& o = options_.train;
+    if (in_process_ps_ != nullptr) {
+      log(absl::StrCat("standalone: no cluster flags and no TF_CONFIG: training in this process, with an "
+                       "in-process ps task on 127.0.0.1:",
+                       in_process_ps_->port()));
+      if (auto s = in_process_ps_->Start(); !s.ok()) return s;
+    }
     state_.MoveTo(SessionState::kOpen);  // from here on, a failure aborts the job (chief)
     if (auto s = client_->Connect(); !s.ok()) return s;
     if (is_chief()) {
@@ -411,7 +423,10 @@ class WorkerSession::Impl {
         }
         summary.ps_traffic.push_back({s.task, s.bytes_in, s.bytes_out, s.num_params, std::move(tables)});
         // Every ps drops the same stale push; count it once, where the global step lives.
-        if (s.task == plan_.global_step_ps) summary.stale_gradients_dropped = s.stale_gradients_dropped;
+        if (s.task == plan_.global_step_ps) {
+          summary.stale_gradients_dropped = s.stale_gradients_dropped;
+          summary.staleness_counts = s.staleness_counts;
+        }
       }
     }
     if (auto s = client_->Shutdown(); !s.ok()) return s;
@@ -426,6 +441,13 @@ class WorkerSession::Impl {
       }
     }
     return summary;
+  }
+
+  absl::StatusOr<ps::WorkQueueAnswer> CallWorkQueue(const ps::WorkQueueCall& call) {
+    if (!state_.opened() || client_ == nullptr) {
+      return absl::FailedPreconditionError("the work queue needs an open worker session (after Open())");
+    }
+    return client_->CallWorkQueue(call);
   }
 
   void Abort(const absl::Status& reason) {
@@ -509,6 +531,12 @@ class WorkerSession::Impl {
 
   bool opened() const { return state_.opened(); }
   bool ended() const { return state_.ended(); }
+  // Running alone: waits for the in-process ps task's end once the job ended (its error, if any),
+  // or stops it after an abort.
+  absl::Status JoinInProcessPs() { return in_process_ps_ != nullptr ? in_process_ps_->Join() : absl::OkStatus(); }
+  void StopInProcessPs() {
+    if (in_process_ps_ != nullptr) in_process_ps_->Stop();
+  }
   bool is_open() const { return state_.is_open(); }
   bool is_chief() const { return index_ == 0; }
   int index() const { return index_; }
@@ -590,6 +618,8 @@ class WorkerSession::Impl {
   dist::PlacementPlan plan_;
   ps::TrainingConfig config_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<InProcessPs> in_process_ps_;  // running alone (in_process_ps.h); declared before the
+                                                // client: destroyed (stopped) after it
   std::unique_ptr<ps::PsClient> client_;
   std::unique_ptr<Chief> chief_;
   std::unique_ptr<Telemetry> telemetry_;
@@ -672,11 +702,21 @@ void WorkerSession::WaitForValues(int index) { impl_->WaitForValues(index); }
 void WorkerSession::WaitForValues() { impl_->WaitForValues(); }
 int WorkerSession::ParameterIndex(const std::string& name) const { return impl_->ParameterIndex(name); }
 bool WorkerSession::ShouldStop() const { return impl_->ShouldStop(); }
+absl::StatusOr<ps::WorkQueueAnswer> WorkerSession::CallWorkQueue(const ps::WorkQueueCall& call) {
+  return impl_->CallWorkQueue(call);
+}
 absl::Status WorkerSession::Step(double loss, double accuracy) { return impl_->Step(loss, accuracy); }
 absl::StatusOr<RunSummary> WorkerSession::Close(const std::function<absl::StatusOr<SessionEval>()>& evaluate) {
-  return impl_->Close(evaluate);
+  absl::StatusOr<RunSummary> summary = impl_->Close(evaluate);
+  if (summary.ok() && impl_->ended()) {  // alone: the job is over, so is our ps task
+    if (absl::Status s = impl_->JoinInProcessPs(); !s.ok()) return s;
+  }
+  return summary;
 }
-void WorkerSession::Abort(const absl::Status& reason) { impl_->Abort(reason); }
+void WorkerSession::Abort(const absl::Status& reason) {
+  impl_->Abort(reason);
+  impl_->StopInProcessPs();
+}
 absl::Status WorkerSession::LogScalars(const std::vector<std::pair<std::string, double>>& scalars) {
   return impl_->LogScalars(scalars);
 }

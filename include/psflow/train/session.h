@@ -5,7 +5,9 @@
 // It is handed named parameter buffers (name, value memory, dense gradient memory and/or a
 // row-sparse gradient), which become the ps variables: the placement plan is made from their
 // names and shapes (partitioners and placement flags apply). Then:
-//   Open()   resolves the cluster (flags or $TF_CONFIG), connects to every ps task, prints the
+//   Open()   resolves the cluster (flags or $TF_CONFIG; none given: the session runs alone, worker 0
+//            of a one-worker loopback cluster whose ps task it starts on a thread of this process,
+//            and Close/Abort end that task too), connects to every ps task, prints the
 //            placement listing (chief, or --log_device_placement), and either initializes the ps
 //            tasks (chief: from the values its buffers hold at Open — the caller's initialization
 //            is honoured, and they are copied once so that a ps restart before the first checkpoint
@@ -94,6 +96,7 @@
 #include "psflow/dist/partition.h"
 #include "psflow/dist/table_spec.h"
 #include "psflow/optim/optimizer.h"
+#include "psflow/ps/ps_types.h"
 #include "psflow/train/options.h"
 #include "psflow/train/summary.h"
 
@@ -223,6 +226,10 @@ class WorkerSession {
   // workers write no events) at the current global step. InvalidArgument for a bad name
   // (CheckMetricName); FailedPrecondition before Open().
   absl::Status LogScalars(const std::vector<std::pair<std::string, double>>& scalars);
+  // The job's work queue of training-file slices on ps task 0 (psflow/ps/ps_types.h WorkQueueCall;
+  // docs/data-files.md#the-work-queue), retried like every call. FailedPrecondition before Open().
+  // The chief saves the queue's state in every checkpoint and gives it back on a restore.
+  absl::StatusOr<ps::WorkQueueAnswer> CallWorkQueue(const ps::WorkQueueCall& call);
 
   bool is_open() const;
   bool is_chief() const;

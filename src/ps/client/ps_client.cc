@@ -549,7 +549,11 @@ absl::Status PsClient::Initialize(const ModelSnapshot& state, const TrainingConf
 }
 absl::Status PsClient::ScanTable(const std::string& table, int64_t max_rows,
                                  const std::function<absl::Status(TableRowsPart part)>& sink) {
-  return impl_->ScanTable(table, max_rows, sink);
+  return impl_->ScanTable(table, max_rows, TableScanOptions(), sink);
+}
+absl::Status PsClient::ScanTable(const std::string& table, int64_t max_rows, const TableScanOptions& options,
+                                 const std::function<absl::Status(TableRowsPart part)>& sink) {
+  return impl_->ScanTable(table, max_rows, options, sink);
 }
 absl::Status PsClient::WaitForInitialization(double timeout_secs) { return impl_->WaitForInitialization(timeout_secs); }
 absl::StatusOr<bool> PsClient::IsInitialized() { return impl_->IsInitialized(); }
@@ -654,5 +658,8 @@ absl::Status PsClient::Goodbye(const std::string& failure) { return impl_->Goodb
 absl::Status PsClient::Shutdown() { return impl_->Shutdown(); }
 void PsClient::Abort(const std::string& reason, double timeout_secs) { impl_->Abort(reason, timeout_secs); }
 absl::StatusOr<std::vector<PsTaskStats>> PsClient::Stats() { return impl_->Stats(); }
+absl::StatusOr<WorkQueueAnswer> PsClient::CallWorkQueue(const WorkQueueCall& call) {
+  return impl_->CallWorkQueue(call);
+}
 
 }  // namespace psflow::ps

@@ -107,7 +107,7 @@ class PsClient::Impl {
                           const std::vector<std::pair<std::string, TablePartSource>>* tables);
 
   // Tables in checkpoints (table_checkpoint.cc).
-  absl::Status ScanTable(const std::string& table, int64_t max_rows,
+  absl::Status ScanTable(const std::string& table, int64_t max_rows, const TableScanOptions& options,
                          const std::function<absl::Status(TableRowsPart part)>& sink);
   absl::Status LoadTable(const std::string& table, const TablePartSource& source);
 
@@ -184,6 +184,7 @@ class PsClient::Impl {
   absl::Status Shutdown();
   void Abort(const std::string& reason, double timeout_secs);
   absl::StatusOr<std::vector<PsTaskStats>> Stats();
+  absl::StatusOr<WorkQueueAnswer> CallWorkQueue(const WorkQueueCall& call);
 
  private:
   // Bytes of the shards a pull (or push-and-pull) asks one ps task for.
