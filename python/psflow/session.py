@@ -366,7 +366,21 @@ class WorkerSession:
     def batches(self, iterable, ids):
         """Wraps the user's batch iterator for one round trip per step: yields its batches while
         announcing each one's table ids (ids(batch) -> {table name or module: ids}) and prefetching
-        the next one's before the step. Stops at the iterator's end or once should_stop()."""
+        the next one's before the step. Stops at the iterator's end or once should_stop().
+
+        In async mode a psflow.DistributedBatchSampler (or a DataLoader drawing from one) is not
+        read ahead: its next batch is known only after the step's push (data_step), and a batch
+        drawn before it would be another worker's. Each batch is then announced (one Pull per ps
+        for all tables) instead of prefetched."""
+        from .data import draws_from_distributed_sampler
+
+        if not self.sync and draws_from_distributed_sampler(iterable):
+            for current in iterable:
+                self.lookup(ids(current))
+                yield current
+                if self.should_stop():
+                    return
+            return
         it = iter(iterable)
         try:
             current = next(it)
