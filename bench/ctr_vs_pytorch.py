@@ -474,7 +474,7 @@ def psflow_torch_overhead(args, transport):
         torch.set_num_threads(1)
         torch.manual_seed(args.seed)
         gen = psflow.CtrGenerator(seed=args.seed, num_fields=FIELDS, num_dense=DENSE)
-        model = ctr.DLRM(FIELDS, DIM, args.vocab, args.seed)
+        model = ctr.DLRM(FIELDS, DIM, args.vocab)
         loss_fn = torch.nn.BCEWithLogitsLoss()
         warmup, steps, wall = 20, 0, 0.0
         with psflow.WorkerSession(model, flags, model_name=ctr.MODEL_NAME) as sess:

@@ -4,10 +4,13 @@ with real processes and real PyTorch (Debian's /usr/bin/python3 and python3-torc
 
 - psflow.DistributedBatchSampler (through a DataLoader) and sess.batches together in async mode:
   the two workers' batches are disjoint (the read-ahead used to give worker 1 worker 0's next ones);
+- tables declared without seed= start from rows of their own (the seed derived from --seed and the
+  table's name), the same in a second run with the same --seed, others with another --seed;
 
   /usr/bin/python3 tests/dlrm_port_test.py --build build [unittest args]
 """
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -54,6 +57,38 @@ with psflow.WorkerSession(model, flags) as sess:
 '''
 
 
+# Alone (an in-process ps): the first rows of three tables of one shape, two without seed=.
+SEED_SCRIPT = r'''
+import json
+import sys
+import torch
+import torch.nn as nn
+import psflow
+flags = psflow.parse_flags(sys.argv[1:])
+model = nn.ModuleDict({"a": psflow.torch.EmbeddingBag(1000, 4, mode="sum"),
+                       "b": psflow.torch.EmbeddingBag(1000, 4, mode="sum"),
+                       "c": psflow.torch.EmbeddingBag(1000, 4, mode="sum", seed=7), "top": nn.Linear(4, 1)})
+assert model["a"].seed is None
+with psflow.WorkerSession(model, flags) as sess:
+    ids, offsets = torch.tensor([5, 6]), torch.arange(2)
+    with torch.no_grad():
+        rows = {k: model[k](ids, offsets).tolist() for k in ("a", "b", "c")}
+    seeds = {k: model[k].seed for k in ("a", "b", "c")}
+    derived = {k: psflow.torch.table_seed(flags.seed, k) for k in ("a", "b")}
+print("ROWS " + json.dumps(rows))
+print("SEEDS " + json.dumps(seeds) + " DERIVED " + json.dumps(derived))
+'''
+
+
+def alone(script, *args):
+    """The script alone (no cluster flags, no TF_CONFIG: an in-process ps task); its stdout."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PSFLOW_FLAGS")}
+    r = subprocess.run([PYTHON, script] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=TIMEOUT, env=env)
+    assert r.returncode == 0, r.stdout[-5000:]
+    return r.stdout
+
+
 class DlrmPortTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="psflow_dlrm_port_test_")
@@ -83,6 +118,27 @@ class DlrmPortTest(unittest.TestCase):
         seen = [i for w in (0, 1) for b in batches[w] for i in b]
         self.assertEqual(len(seen), len(set(seen)), "a batch went to two workers")
         self.assertTrue(all(len(b) == 16 for w in (0, 1) for b in batches[w]))
+
+
+    def test_tables_without_seed_start_from_rows_of_their_own(self):
+        script = self.script("seeds.py", SEED_SCRIPT)
+
+        def run(seed):
+            out = alone(script, f"--seed={seed}", "--train_steps=1")
+            rows = json.loads(re.search(r"^ROWS (.*)$", out, re.M).group(1))
+            seeds, derived = re.search(r"^SEEDS (.*) DERIVED (.*)$", out, re.M).groups()
+            return rows, json.loads(seeds), json.loads(derived)
+
+        rows, seeds, derived = run(1)
+        self.assertNotEqual(rows["a"], rows["b"])  # same shape, same ids, different tables
+        self.assertNotEqual(rows["a"], rows["c"])
+        self.assertEqual(seeds["c"], 7)
+        self.assertEqual({k: seeds[k] for k in ("a", "b")}, derived)
+        again, _, _ = run(1)
+        self.assertEqual(again, rows)  # a job started again with the same --seed: the same rows
+        other, _, _ = run(2)
+        self.assertNotEqual(other["a"], rows["a"])
+        self.assertEqual(other["c"], rows["c"])  # seed= given: the job's --seed does not enter
 
 
 if __name__ == "__main__":

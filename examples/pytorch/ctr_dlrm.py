@@ -35,12 +35,13 @@ NUM_DENSE = 13
 
 
 class DLRM(nn.Module):
-    def __init__(self, fields, dim, vocab, seed):
+    def __init__(self, fields, dim, vocab):
         super().__init__()
         n = vocab if vocab > 0 else None  # None: a dynamic table (any int64 id)
-        # Was: nn.EmbeddingBag(n, dim, mode="sum", sparse=True). Rows drawn on the ps from (seed, id).
+        # Was: nn.EmbeddingBag(n, dim, mode="sum", sparse=True). Rows drawn on the ps from (seed, id), each
+        # table's seed derived from --seed and its name (tables.0, tables.1, ...).
         self.tables = nn.ModuleList(
-            psflow.torch.EmbeddingBag(n, dim, mode="sum", initializer="truncated_normal:0:0.05", seed=seed + f)
+            psflow.torch.EmbeddingBag(n, dim, mode="sum", initializer="truncated_normal:0:0.05")
             for f in range(fields))
         self.vocab = vocab
         self.bottom = nn.Sequential(nn.Linear(NUM_DENSE, 64), nn.ReLU(), nn.Linear(64, dim), nn.ReLU())
@@ -109,7 +110,7 @@ def main(argv):
         return
     torch.manual_seed(flags.seed)
     gen = psflow.CtrGenerator(seed=flags.seed, num_fields=flags.ctr_fields, num_dense=NUM_DENSE)
-    model = DLRM(flags.ctr_fields, flags.ctr_dim, flags.ctr_vocab, flags.seed)
+    model = DLRM(flags.ctr_fields, flags.ctr_dim, flags.ctr_vocab)
     loss_fn = nn.BCEWithLogitsLoss()
     with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, gen, flags.ctr_test_examples),
                               model_name=MODEL_NAME) as sess:

@@ -177,7 +177,7 @@ class WorkerSession:
             flags, [n for n, _ in self._params], [list(p.shape) for _, p in self._params],
             self._trainable, model_name or _script_model_name() or type(module).__name__,
             _checked_evaluate(evaluate) if evaluate is not None else None, optimizer_config,
-            [m._spec(n) for n, m in self._table_modules])
+            [m._spec(n, flags.seed) for n, m in self._table_modules])
         self._tables = tables._Tables(self._session, self._table_modules) if self._table_modules else None
         self._next_ids = None
         self._values = []

@@ -28,6 +28,25 @@ _MODES = ("sum", "mean")
 # --table_* flags): [(name, default, help)]. A field added there is a keyword argument here.
 _FIELDS = [tuple(f) for f in _psflow._table_fields()]
 _DEFAULTS = {name: default for name, default, _ in _FIELDS}
+# seed's default here: None, the table's seed derived from the job's --seed and the table's name
+# (table_seed), so that tables of one model do not start with the same rows for the same id.
+_SEED_HELP = ("the initializer's seed: row `id`'s initial value is a function of (seed, id) only; None: "
+              "table_seed(--seed, the table's name), set when the session declares the table")
+_FIELDS = [(name, None, _SEED_HELP) if name == "seed" else (name, default, help) for name, default, help in _FIELDS]
+
+
+def table_seed(job_seed, name):
+    """The seed of a table declared without seed=: a 63-bit mix of the job's --seed and the table's
+    name (FNV-1a of the UTF-8 name, through splitmix64's finalizer), so every table of a model starts
+    from rows of its own and a job started again with the same --seed draws the same rows."""
+    mask = (1 << 64) - 1
+    h = 0xcbf29ce484222325
+    for byte in name.encode("utf-8"):
+        h = ((h ^ byte) * 0x100000001b3) & mask
+    x = (h ^ ((int(job_seed) * 0x9E3779B97F4A7C15) & mask)) & mask
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+    return (x ^ (x >> 31)) & ((1 << 63) - 1)
 
 
 def _with_table_options(cls):
@@ -51,6 +70,9 @@ class _Table(torch.nn.Module):
     def __init__(self, num_embeddings, embedding_dim, padding_idx, name, max_norm, kind, table_options):
         super().__init__()
         what = f"psflow.torch.{kind}"
+        self._seed_given = table_options.get("seed") is not None
+        if not self._seed_given:
+            table_options.pop("seed", None)
         for key in table_options:
             if key not in _DEFAULTS:
                 raise TypeError(f"{what}() got an unexpected keyword argument {key!r} (table options: "
@@ -73,14 +95,18 @@ class _Table(torch.nn.Module):
         self.embedding_dim = embedding_dim
         self.padding_idx = padding_idx
         self.table_name = name
-        self.table_options = {**_DEFAULTS, **table_options}
+        self.table_options = {**_DEFAULTS, "seed": None, **table_options}
         for key, value in self.table_options.items():  # emb.initializer, emb.seed, ... as attributes
             setattr(self, key, value)
         self._kind = kind
         self._tables = None  # the open session's _Tables, set by psflow.WorkerSession
         self._index = -1
 
-    def _spec(self, name):
+    def _spec(self, name, job_seed=0):
+        """The declaration of the table named `name` in a job of --seed `job_seed`. Without seed=,
+        the seed is table_seed(job_seed, name), kept in self.seed from then on."""
+        if not self._seed_given:
+            self.seed = table_seed(job_seed, name)
         options = {key: getattr(self, key) for key in _DEFAULTS}
         return {"name": name, "dim": self.embedding_dim, "num_embeddings": self.num_embeddings, **options}
 
@@ -115,13 +141,14 @@ class _Table(torch.nn.Module):
 
 @_with_table_options
 class Embedding(_Table):
-    """Embedding(num_embeddings, embedding_dim, padding_idx=None, *, name=None, initializer=..., seed=0,
+    """Embedding(num_embeddings, embedding_dim, padding_idx=None, *, name=None, initializer=..., seed=None,
     partition_strategy="div", admit_after=0, steps_to_live=0, max_rows=0, evict_every=100, ...):
     nn.Embedding with its rows on the ps tasks.
 
     num_embeddings=None: a dynamic table (any int64 id; rows created on first push, admitted after
     `admit_after` pushes, evicted after `steps_to_live` steps without update or beyond `max_rows`).
-    Row `id`'s initial value is a function of (initializer, seed, id) only. name: the table's name on
+    Row `id`'s initial value is a function of (initializer, seed, id) only; without seed=, the seed
+    is table_seed(--seed, the table's name): every table its own rows. name: the table's name on
     the ps and in the checkpoints (default: the module's name in the model).
     forward(input) -> [*input.shape, dim].
     """
