@@ -6,6 +6,10 @@ with real processes and real PyTorch (Debian's /usr/bin/python3 and python3-torc
   the two workers' batches are disjoint (the read-ahead used to give worker 1 worker 0's next ones);
 - tables declared without seed= start from rows of their own (the seed derived from --seed and the
   table's name), the same in a second run with the same --seed, others with another --seed;
+- drop-in where users touch the table: nn.init.* on `table.weight` sets the initializer the ps
+  draws from (anything else on it is one line); one table called for two fields in a step, with
+  multi-hot bags (several ids per bag, `offsets`), trains exactly as nn.EmbeddingBag(sparse=True)
+  with torch.optim.SGD from the same initial rows;
 
   /usr/bin/python3 tests/dlrm_port_test.py --build build [unittest args]
 """
@@ -80,6 +84,60 @@ print("SEEDS " + json.dumps(seeds) + " DERIVED " + json.dumps(derived))
 '''
 
 
+# Alone: one table for two fields of multi-hot bags, psflow's against nn.EmbeddingBag's, SGD both.
+SHARED_SCRIPT = r'''
+import json
+import sys
+import torch
+import torch.nn as nn
+import psflow
+flags = psflow.parse_flags(sys.argv[1:], defaults={"optimizer": "sgd", "sparse_optimizer": "sgd",
+                                                   "learning_rate": 0.5, "train_steps": 20})
+N, DIM, B = 50, 4, 8
+class Model(nn.Module):
+    def __init__(self, emb):
+        super().__init__()
+        self.emb = emb
+        self.top = nn.Linear(2 * DIM, 1)
+    def forward(self, a, a_offsets, b, b_offsets):  # the same table for both fields
+        return self.top(torch.cat([self.emb(a, a_offsets), self.emb(b, b_offsets)], dim=1)).squeeze(1)
+ours = Model(psflow.torch.EmbeddingBag(N, DIM, mode="sum"))
+nn.init.uniform_(ours.emb.weight, -0.5, 0.5)
+print("INITIALIZER " + ours.emb.initializer)
+try:
+    ours.emb.weight.sum()
+except psflow.Error as e:
+    print(f"REFUSED {type(e).__name__}: {e}")
+torch.manual_seed(0)
+plain = Model(nn.EmbeddingBag(N, DIM, mode="sum", sparse=True))
+plain.top.load_state_dict(ours.top.state_dict())
+def bags(g):
+    sizes = torch.randint(1, 4, (B,), generator=g)  # 1 to 3 ids per bag
+    ids = torch.randint(0, N, (int(sizes.sum()),), generator=g)
+    return ids, torch.cat([torch.zeros(1, dtype=torch.int64), sizes.cumsum(0)[:-1]])
+g = torch.Generator().manual_seed(1)
+with psflow.WorkerSession(ours, flags) as sess:
+    every = torch.arange(N)
+    with torch.no_grad():
+        plain.emb.weight.copy_(ours.emb(every, every))  # the ps's initial rows
+    opt = torch.optim.SGD(plain.parameters(), lr=flags.learning_rate)
+    while not sess.should_stop():
+        a, ao = bags(g)
+        b, bo = bags(g)
+        y = torch.randn(B, generator=g)
+        for model in (ours, plain):
+            loss = (model(a, ao, b, bo) - y).pow(2).mean()
+            loss.backward()
+        opt.step()
+        opt.zero_grad()
+        sess.step(loss.item())
+    with torch.no_grad():
+        diff = (ours.emb(every, every) - plain.emb.weight).abs().max().item()
+    dense = max((p - q).abs().max().item() for p, q in zip(ours.top.parameters(), plain.top.parameters()))
+print(f"MAXDIFF {diff} DENSE {dense}")
+'''
+
+
 def alone(script, *args):
     """The script alone (no cluster flags, no TF_CONFIG: an in-process ps task); its stdout."""
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PSFLOW_FLAGS")}
@@ -139,6 +197,16 @@ class DlrmPortTest(unittest.TestCase):
         other, _, _ = run(2)
         self.assertNotEqual(other["a"], rows["a"])
         self.assertEqual(other["c"], rows["c"])  # seed= given: the job's --seed does not enter
+
+
+    def test_weight_init_one_table_for_two_fields_and_multi_hot_bags_as_nn_embedding_bag(self):
+        out = alone(self.script("shared.py", SHARED_SCRIPT))
+        self.assertIn("INITIALIZER uniform:-0.5:0.5", out)
+        self.assertRegex(out, r"REFUSED UnimplementedError: psflow.torch.EmbeddingBag '\?': 'sum' of its weight: it "
+                              r"holds no values on this worker\. Its rows live on the ps tasks")
+        diff, dense = map(float, re.search(r"^MAXDIFF (\S+) DENSE (\S+)$", out, re.M).groups())
+        self.assertLess(diff, 1e-5, out[-3000:])
+        self.assertLess(dense, 1e-5, out[-3000:])
 
 
 if __name__ == "__main__":
