@@ -480,7 +480,7 @@ def psflow_torch_overhead(args, transport):
         with psflow.WorkerSession(model, flags, model_name=ctr.MODEL_NAME) as sess:
             sess._session = TimedSession(sess._session)
             start = time.perf_counter()
-            for ids, dense, labels in sess.batches(ctr.batches(gen, sess, BATCH), lambda b: model.table_ids(b[0])):
+            for ids, dense, labels in sess.batches(ctr.batches(gen, sess, BATCH)):
                 loss = loss_fn(model(ids, dense), labels)
                 loss.backward()
                 sess.step(loss.item())

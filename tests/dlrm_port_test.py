@@ -10,6 +10,9 @@ with real processes and real PyTorch (Debian's /usr/bin/python3 and python3-torc
   draws from (anything else on it is one line); one table called for two fields in a step, with
   multi-hot bags (several ids per bag, `offsets`), trains exactly as nn.EmbeddingBag(sparse=True)
   with torch.optim.SGD from the same initial rows;
+- sess.batches without an ids function learns each table's ids from the first forwards (a column of
+  the batch's ids, `% vocab`): from the second step on, one lookup of every table's prefetched ids per
+  step instead of a pull per table, the same training either way;
 
   /usr/bin/python3 tests/dlrm_port_test.py --build build [unittest args]
 """
@@ -138,6 +141,50 @@ print(f"MAXDIFF {diff} DENSE {dense}")
 '''
 
 
+# Alone: a DLRM-like model whose forward takes `ids % vocab` per field, through sess.batches with
+# and without an ids function; counts the session's table lookups.
+LEARN_SCRIPT = r'''
+import sys
+import torch
+import torch.nn as nn
+import psflow
+flags = psflow.parse_flags(sys.argv[1:], defaults={"optimizer": "sgd", "learning_rate": 0.1, "train_steps": 30})
+explicit = flags.unparsed == ["--explicit"]
+torch.manual_seed(0)  # the dense layer's initial values
+VOCAB, F, B = 1000, 3, 64
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tables = nn.ModuleList(psflow.torch.EmbeddingBag(VOCAB, 4, mode="sum") for _ in range(F))
+        self.top = nn.Linear(4 * F + 2, 1)
+    def table_ids(self, ids):
+        return {t: ids[:, f] % VOCAB for f, t in enumerate(self.tables)}
+    def forward(self, ids, dense):
+        ids = ids % VOCAB
+        offsets = torch.arange(ids.shape[0])
+        return self.top(torch.cat([t(ids[:, f], offsets) for f, t in enumerate(self.tables)] + [dense], 1)).squeeze(1)
+model = Model()
+def data():
+    g = torch.Generator().manual_seed(3)
+    while True:
+        yield torch.randint(0, 10**6, (B, F), generator=g), torch.randn(B, 2, generator=g), torch.randn(B, generator=g)
+with psflow.WorkerSession(model, flags) as sess:
+    calls = []
+    lookup = sess._tables._lookup
+    sess._tables._lookup = lambda ids_list: calls.append(sum(i is not None for i in ids_list)) or lookup(ids_list)
+    steps = 0
+    for ids, dense, y in sess.batches(data(), (lambda b: model.table_ids(b[0])) if explicit else None):
+        loss = (model(ids, dense) - y).pow(2).mean()
+        loss.backward()
+        sess.step(loss.item())
+        steps += 1
+    training = list(calls)
+    with torch.no_grad():
+        final = model.tables[1](torch.arange(8), torch.arange(8)).sum().item()
+print(f"STEPS {steps} LOOKUPS {len(training)} FULL {training.count(F)} FINAL {final!r} {model.top.weight.sum().item()!r}")
+'''
+
+
 def alone(script, *args):
     """The script alone (no cluster flags, no TF_CONFIG: an in-process ps task); its stdout."""
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PSFLOW_FLAGS")}
@@ -207,6 +254,20 @@ class DlrmPortTest(unittest.TestCase):
         diff, dense = map(float, re.search(r"^MAXDIFF (\S+) DENSE (\S+)$", out, re.M).groups())
         self.assertLess(diff, 1e-5, out[-3000:])
         self.assertLess(dense, 1e-5, out[-3000:])
+
+
+    def test_batches_learn_the_ids_from_the_first_forward(self):
+        script = self.script("learn.py", LEARN_SCRIPT)
+        pattern = r"^STEPS (\d+) LOOKUPS (\d+) FULL (\d+) FINAL (.*)$"
+        steps, lookups, full, final = re.search(pattern, alone(script), re.M).groups()
+        steps, lookups, full = int(steps), int(lookups), int(full)
+        self.assertEqual(steps, 30)
+        # Step 1: each table pulls its own (3) and the push looks the step's ids up once; then one
+        # lookup of all 3 tables' prefetched ids per step. With the ids function: one per step.
+        self.assertEqual((lookups, full), (steps + 3, steps))
+        steps, lookups, full, with_ids = re.search(pattern, alone(script, "--explicit"), re.M).groups()
+        self.assertEqual((int(lookups), int(full)), (30, 30))
+        self.assertEqual(final, with_ids)  # the same training as with the ids function
 
 
 if __name__ == "__main__":

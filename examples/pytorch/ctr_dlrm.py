@@ -50,11 +50,6 @@ class DLRM(nn.Module):
         self.top = nn.Sequential(nn.Linear(dim + k * (k - 1) // 2, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
                                  nn.Linear(64, 1))
 
-    def table_ids(self, ids):
-        """{table: ids} of a batch's [B, F] ids, as each table's forward sees them."""
-        ids = ids % self.vocab if self.vocab > 0 else ids
-        return {t: ids[:, f] for f, t in enumerate(self.tables)}
-
     def forward(self, ids, dense):
         ids = ids % self.vocab if self.vocab > 0 else ids
         offsets = torch.arange(ids.shape[0], dtype=torch.int64)  # one id per bag
@@ -114,10 +109,10 @@ def main(argv):
     loss_fn = nn.BCEWithLogitsLoss()
     with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, gen, flags.ctr_test_examples),
                               model_name=MODEL_NAME) as sess:
-        # sess.batches announces each batch's ids and prefetches the next one's: their rows come
-        # back with the step's push (one round trip per ps per step).
-        for ids, dense, labels in sess.batches(batches(gen, sess, flags.batch_size),
-                                               lambda b: model.table_ids(b[0])):
+        # sess.batches prefetches the next batch's ids (learnt from the first step's forwards: column
+        # f of the ids, % vocab): their rows come back with the step's push (one round trip per ps
+        # per step).
+        for ids, dense, labels in sess.batches(batches(gen, sess, flags.batch_size)):
             logits = model(ids, dense)
             loss = loss_fn(logits, labels)
             loss.backward()  # the dense layers' .grad, and each table's unique rows' gradients

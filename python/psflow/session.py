@@ -180,6 +180,7 @@ class WorkerSession:
             [m._spec(n, flags.seed) for n, m in self._table_modules])
         self._tables = tables._Tables(self._session, self._table_modules) if self._table_modules else None
         self._next_ids = None
+        self._next_ids_from = None  # batches() without ids: the next batch's ids, known after the forward
         self._values = []
         self._grads = []
         self._samplers = {}
@@ -309,6 +310,8 @@ class WorkerSession:
         accuracy = float(accuracy)
         if self._tables is not None:
             self._tables.before_step()
+            if self._next_ids_from is not None:
+                self._next_ids, self._next_ids_from = self._next_ids_from(), None
             if self._next_ids is not None:  # after this step's lookups, which would drop it
                 self._session.prefetch(self._next_ids)
         try:
@@ -363,10 +366,15 @@ class WorkerSession:
         forwards use them when they see the same ids."""
         self._next_ids = self._ids_list(next_ids_by_table, "prefetch()")
 
-    def batches(self, iterable, ids):
+    def batches(self, iterable, ids=None):
         """Wraps the user's batch iterator for one round trip per step: yields its batches while
         announcing each one's table ids (ids(batch) -> {table name or module: ids}) and prefetching
         the next one's before the step. Stops at the iterator's end or once should_stop().
+
+        Without `ids`, each table's ids are learnt from the first step's forwards (which tensor of
+        the batch, or which column, as is or % num_embeddings: psflow.torch._IdsLearner) and the
+        next batch's are taken the same way at each step; a table whose ids come otherwise pulls
+        its own rows in its forward.
 
         In async mode a psflow.DistributedBatchSampler (or a DataLoader drawing from one) is not
         read ahead: its next batch is known only after the step's push (data_step), and a batch
@@ -374,6 +382,9 @@ class WorkerSession:
         for all tables) instead of prefetched."""
         from .data import draws_from_distributed_sampler
 
+        if ids is None:
+            yield from self._learnt_batches(iterable)
+            return
         if not self.sync and draws_from_distributed_sampler(iterable):
             for current in iterable:
                 self.lookup(ids(current))
@@ -395,6 +406,56 @@ class WorkerSession:
             if following is not None:
                 self.prefetch(ids(following))
             yield current
+            if following is None:
+                return
+            current = following
+
+    def _learnt_batches(self, iterable):
+        """batches() without an ids function: the ids learnt from the first step's forwards."""
+        from .data import draws_from_distributed_sampler
+        from .torch import _IdsLearner
+
+        if self._tables is None:
+            yield from iterable
+            return
+        learner = _IdsLearner(self._table_modules)
+        seen = self._tables.ids_seen
+
+        def ids_of(batch):
+            ids = self._ids_list(learner.ids(batch), "batches()")
+            return ids if any(i is not None for i in ids) else None
+
+        if not self.sync and draws_from_distributed_sampler(iterable):  # not read ahead (see batches)
+            for current in iterable:
+                if learner.learnt:
+                    self.lookup(learner.ids(current))
+                else:  # learnt in step(), after the forwards
+                    self._next_ids_from = lambda current=current: learner.learn(current, seen)
+                yield current
+                self._next_ids_from = None
+                if self.should_stop():
+                    return
+            return
+        it = iter(iterable)
+        try:
+            current = next(it)
+        except StopIteration:
+            return
+        while not self.should_stop():
+            try:
+                following = next(it)
+            except StopIteration:
+                following = None
+            if following is not None:
+
+                def next_ids(current=current, following=following):  # in step(), after the forwards
+                    if not learner.learnt:
+                        learner.learn(current, seen)
+                    return ids_of(following)
+
+                self._next_ids_from = next_ids
+            yield current
+            self._next_ids_from = None
             if following is None:
                 return
             current = following

@@ -479,3 +479,79 @@ class _Tables:
 
     def after_step(self):
         self._used = {}
+
+
+class _IdsLearner:
+    """A batch's ids per table, learnt from the step's first forwards: for each table, which integer
+    tensor of the batch (or which column of a 2-D one) gave the ids its forwards saw, as they are or
+    `% num_embeddings` (a fixed table's usual hashing). WorkerSession.batches(iterable) without an
+    ids function uses it to prefetch the next batch's rows. A table whose ids come otherwise (several
+    columns, another transform) is not learnt: its forwards pull their own rows, as without prefetch.
+    A wrong guess costs speed only: a forward whose ids differ from the announced ones pulls."""
+
+    def __init__(self, modules):
+        self._modules = modules  # [(name, module)]
+        self._recipes = None  # per table: (path, column or None, modulus or None), or None
+
+    @property
+    def learnt(self):
+        return self._recipes is not None
+
+    @staticmethod
+    def _leaves(batch, path=()):
+        if isinstance(batch, torch.Tensor):
+            if not batch.is_floating_point() and not batch.is_complex() and batch.dtype != torch.bool:
+                yield path, batch
+        elif isinstance(batch, (tuple, list)):
+            for i, x in enumerate(batch):
+                yield from _IdsLearner._leaves(x, path + (i,))
+        elif isinstance(batch, dict):
+            for k, x in batch.items():
+                yield from _IdsLearner._leaves(x, path + (k,))
+
+    @staticmethod
+    def _at(batch, path, column):
+        for key in path:
+            batch = batch[key]
+        return batch if column is None else batch[:, column]
+
+    def _candidate(self, module, tensor):
+        flat = tensor.reshape(-1).to(torch.int64)
+        if module.padding_idx is not None:
+            flat = flat[flat != module.padding_idx]
+        return flat.numpy()
+
+    def learn(self, batch, seen):
+        """seen(t): the ids table t's forwards got this step (flat, no padding), or None."""
+        import numpy as np
+
+        leaves = list(self._leaves(batch))
+        self._recipes = []
+        for t, (_, m) in enumerate(self._modules):
+            ids = seen(t)
+            recipe = None
+            if ids is not None:
+                for path, tensor in leaves:
+                    columns = [None] + (list(range(tensor.shape[1])) if tensor.dim() == 2 else [])
+                    for column in columns:
+                        raw = self._at(batch, path, column)
+                        for modulus in (None,) if m.num_embeddings is None else (None, m.num_embeddings):
+                            x = raw if modulus is None else raw % modulus
+                            if x.numel() >= ids.size and np.array_equal(self._candidate(m, x), ids):
+                                recipe = (path, column, modulus)
+                                break
+                        if recipe:
+                            break
+                    if recipe:
+                        break
+            self._recipes.append(recipe)
+
+    def ids(self, batch):
+        """{module: ids} of the learnt tables for `batch`."""
+        out = {}
+        for (_, m), recipe in zip(self._modules, self._recipes or []):
+            if recipe is not None:
+                path, column, modulus = recipe
+                x = self._at(batch, path, column)
+                out[m] = x if modulus is None else x % modulus
+        return out
