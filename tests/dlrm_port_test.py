@@ -13,12 +13,15 @@ with real processes and real PyTorch (Debian's /usr/bin/python3 and python3-torc
 - sess.batches without an ids function learns each table's ids from the first forwards (a column of
   the batch's ids, `% vocab`): from the second step on, one lookup of every table's prefetched ids per
   step instead of a pull per table, the same training either way;
+- a ctr job's progress line carries a running AUC and log-loss (sess.add_clicks), the `final:` line
+  the test_cross_entropy evaluate() returned, and --eval_every_steps says it paused the chief;
 
   /usr/bin/python3 tests/dlrm_port_test.py --build build [unittest args]
 """
 import argparse
 import json
 import os
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import re
 import subprocess
 import sys
@@ -268,6 +271,20 @@ class DlrmPortTest(unittest.TestCase):
         steps, lookups, full, with_ids = re.search(pattern, alone(script, "--explicit"), re.M).groups()
         self.assertEqual((int(lookups), int(full)), (30, 30))
         self.assertEqual(final, with_ids)  # the same training as with the ids function
+
+
+    def test_ctr_progress_has_auc_and_log_loss_and_the_final_line_the_test_cross_entropy(self):
+        out = alone(os.path.join(ROOT, "examples/pytorch/ctr_dlrm.py"), "--train_steps=60", "--log_every=20",
+                    "--eval_every_steps=30", "--ctr_test_examples=4096", f"--metrics_json={self.dir}/m.json")
+        progress = re.findall(r"^step (\d+)/60 loss \S+ auc (0\.\d+) log_loss (0\.\d+) worker examples/s", out, re.M)
+        self.assertEqual([int(s) for s, _, _ in progress], [20, 40, 60], out[-3000:])
+        self.assertRegex(out, r"(?m)^eval at global step 30: test_cross_entropy=0\.\d+ \(\d+\.\ds, the chief's training "
+                              r"paused\)$")
+        with open(f"{self.dir}/m.json") as f:
+            measured = json.load(f)["test_cross_entropy"]
+        final = re.search(r"^final: .* test_cross_entropy=(0\.\d+) stale_gradients_dropped=0$", out, re.M)
+        self.assertTrue(final, out[-3000:])
+        self.assertAlmostEqual(float(final.group(1)), measured, places=4)
 
 
 if __name__ == "__main__":

@@ -116,6 +116,7 @@ def main(argv):
             logits = model(ids, dense)
             loss = loss_fn(logits, labels)
             loss.backward()  # the dense layers' .grad, and each table's unique rows' gradients
+            sess.add_clicks(torch.sigmoid(logits), labels)  # the progress line's running AUC and log-loss
             sess.step(loss.item())
 
 

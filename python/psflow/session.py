@@ -470,6 +470,22 @@ class WorkerSession:
             raise _psflow.InvalidArgumentError(f"log_scalar: the name must be a str, got {type(name).__name__}")
         self._session.log_scalars([(name, _number(f"log_scalar('{name}', ...)'s value", value))])
 
+    def add_clicks(self, probabilities, labels):
+        """A click-through-rate model's batch: its predicted click probabilities (torch.sigmoid of
+        the logits) and its labels (0 or 1), added to the running AUC and log-loss the progress line
+        shows (" auc A log_loss L", over the examples since the last line). Call before step()."""
+        import numpy as np
+
+        if not self._opened:
+            raise _psflow.FailedPreconditionError("add_clicks() before the worker session is open")
+
+        def flat(x):
+            if hasattr(x, "detach"):
+                x = x.detach().reshape(-1).float().numpy()
+            return np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(-1))
+
+        self._session.add_clicks(flat(labels), flat(probabilities))
+
     def batch_indices(self, num_examples, batch_size=None):
         """This worker's next batch (docs/design.md#data-order), as psflow train's workers take it:
         numpy int64 indices into the training examples. Sync: slice worker_index of global batch
