@@ -12,11 +12,13 @@ the Bayes values (the true probabilities' figures) and puts them in the summary'
 
 Data order: async, worker w's batch at its local step s is the generator's stream w at s; sync,
 global batch s is stream 0's batch of (workers x batch_size) examples at s and worker w takes its
-w-th slice, so R workers x B equal one worker x R*B. Each batch's ids are prefetched (sess.batches):
-one round trip per ps per step.
+w-th slice, so R workers x B equal one worker x R*B. Each batch's ids are prefetched (sess.batches,
+which learns each table's ids from the first step's forwards): one round trip per ps per step. The
+progress line shows a running AUC and log-loss (sess.add_clicks).
 
-    psflow local -- /usr/bin/python3 examples/pytorch/ctr_dlrm.py
-    psflow local --ps=2 --workers=2 --sync_replicas -- /usr/bin/python3 examples/pytorch/ctr_dlrm.py
+    /usr/bin/python3 examples/pytorch/ctr_dlrm.py        # alone: an in-process ps task
+    build/psflow local -- /usr/bin/python3 examples/pytorch/ctr_dlrm.py
+    build/psflow local --ps=2 --workers=2 --sync_replicas -- /usr/bin/python3 examples/pytorch/ctr_dlrm.py
     with --checkpoint_dir=DIR the chief saves the tables with the dense layers; the same command
     again (any --ps) resumes from DIR's newest checkpoint (docs/recommendation.md#checkpoints)
     by hand, one process per task: ctr_dlrm.py --job_name=ps|worker --task_index=I --ps_hosts=... --worker_hosts=...
