@@ -125,7 +125,8 @@ class WorkerSession::Impl {
     auto client = ps::PsClient::Create(client_options);
     if (!client.ok()) return client.status();
     client_ = *std::move(client);
-    if (options_.train.overlap == "push_pull" && options_.waits_for_values) {
+    const std::string& overlap = options_.train.overlap;
+    if ((overlap == "push_pull" || overlap == "auto") && options_.waits_for_values) {
       forward_pulls_ = std::make_unique<ForwardPulls>(client_.get(), pull_into_);
     }
     return absl::OkStatus();
@@ -433,7 +434,10 @@ class WorkerSession::Impl {
         }
         summary.ps_traffic.push_back({s.task, s.bytes_in, s.bytes_out, s.num_params, std::move(tables)});
         // Every ps drops the same stale push; count it once, where the global step lives.
-        if (s.task == plan_.global_step_ps) summary.stale_gradients_dropped = s.stale_gradients_dropped;
+        if (s.task == plan_.global_step_ps) {
+          summary.stale_gradients_dropped = s.stale_gradients_dropped;
+          summary.staleness_counts = s.staleness_counts;
+        }
       }
     }
     if (auto s = client_->Shutdown(); !s.ok()) return s;

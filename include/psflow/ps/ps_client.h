@@ -78,13 +78,29 @@ struct TableStep {
 
 // A run of one table's rows in ascending id order, as a checkpoint stores them (docs/tables.md#semantics):
 // ids, values [n, dim], each slot of the sparse rule [n, dim] (its slot_names order), and each
-// row's last update step and push count. Owns its memory.
+// row's last update step and push count. Owns its memory. An incremental save's scan also hands over
+// the ids removed since the save it follows (docs/checkpoints.md#increments): all of them, ascending,
+// in its first part (which may then hold no rows).
 struct TableRowsPart {
   std::string table;
   std::vector<int64_t> ids;
   Tensor values;
   std::vector<Tensor> slots;
   std::vector<int64_t> last_step, count;
+  std::vector<int64_t> removed_ids;
+};
+
+// What a checkpoint's table scan reads (docs/checkpoints.md#increments). The chief numbers its saves
+// 1, 2, 3 ... (save_id). A full scan reads every row; an increment reads the rows changed since save
+// `changed_since` (the last committed save of the chain) and the ids removed since. track_changes
+// asks the ps tasks to keep the change logs later increments read (on while saves may be
+// increments). An increment a ps task cannot answer (restarted, restored or saved without
+// track_changes since) fails with FailedPrecondition naming the table: save in full.
+struct TableScanOptions {
+  int64_t save_id = 0;
+  bool increment = false;
+  int64_t changed_since = -1;
+  bool track_changes = false;
 };
 
 // Fills `part` with a table's next rows (ascending ids across calls); false once none are left.
@@ -233,6 +249,9 @@ class PsClient {
   // when their part is read. A failed call fails the scan (it is not retried: a repeated part
   // would skip rows); the chief checkpoints again later.
   absl::Status ScanTable(const std::string& table, int64_t max_rows,
+                         const std::function<absl::Status(TableRowsPart part)>& sink);
+  // The same as a numbered save, full or an increment (TableScanOptions).
+  absl::Status ScanTable(const std::string& table, int64_t max_rows, const TableScanOptions& options,
                          const std::function<absl::Status(TableRowsPart part)>& sink);
 
   // This worker stops; with a `failure`, it gives up on the job and says why (a ps task whose

@@ -535,7 +535,11 @@ absl::Status PsClient::Initialize(const ModelSnapshot& state, const TrainingConf
 }
 absl::Status PsClient::ScanTable(const std::string& table, int64_t max_rows,
                                  const std::function<absl::Status(TableRowsPart part)>& sink) {
-  return impl_->ScanTable(table, max_rows, sink);
+  return impl_->ScanTable(table, max_rows, TableScanOptions(), sink);
+}
+absl::Status PsClient::ScanTable(const std::string& table, int64_t max_rows, const TableScanOptions& options,
+                                 const std::function<absl::Status(TableRowsPart part)>& sink) {
+  return impl_->ScanTable(table, max_rows, options, sink);
 }
 absl::Status PsClient::WaitForInitialization(double timeout_secs) { return impl_->WaitForInitialization(timeout_secs); }
 absl::StatusOr<bool> PsClient::IsInitialized() { return impl_->IsInitialized(); }

@@ -107,7 +107,7 @@ class PsClient::Impl {
                           const std::vector<std::pair<std::string, TablePartSource>>* tables);
 
   // Tables in checkpoints (table_checkpoint.cc).
-  absl::Status ScanTable(const std::string& table, int64_t max_rows,
+  absl::Status ScanTable(const std::string& table, int64_t max_rows, const TableScanOptions& options,
                          const std::function<absl::Status(TableRowsPart part)>& sink);
   absl::Status LoadTable(const std::string& table, const TablePartSource& source);
 
