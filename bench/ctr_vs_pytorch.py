@@ -481,13 +481,13 @@ def psflow_torch_overhead(args, transport):
         torch.set_num_threads(1)
         torch.manual_seed(args.seed)
         gen = psflow.CtrGenerator(seed=args.seed, num_fields=FIELDS, num_dense=DENSE)
-        model = ctr.DLRM(FIELDS, DIM, args.vocab, args.seed)
+        model = ctr.DLRM(FIELDS, DIM, args.vocab)
         loss_fn = torch.nn.BCEWithLogitsLoss()
         warmup, steps, wall = 20, 0, 0.0
         with psflow.WorkerSession(model, flags, model_name=ctr.MODEL_NAME) as sess:
             sess._session = TimedSession(sess._session)
             start = time.perf_counter()
-            for ids, dense, labels in sess.batches(ctr.batches(gen, sess, BATCH), lambda b: model.table_ids(b[0])):
+            for ids, dense, labels in sess.batches(ctr.batches(gen, sess, BATCH)):
                 loss = loss_fn(model(ids, dense), labels)
                 loss.backward()
                 sess.step(loss.item())

@@ -23,11 +23,13 @@ set from --test_files (its Bayes figures unknown: NaN). Training ends at the end
 
 Data order (the generator): async, worker w's batch at its local step s is the generator's stream w at s; sync,
 global batch s is stream 0's batch of (workers x batch_size) examples at s and worker w takes its
-w-th slice, so R workers x B equal one worker x R*B. Each batch's ids are prefetched (sess.batches):
-one round trip per ps per step.
+w-th slice, so R workers x B equal one worker x R*B. Each batch's ids are prefetched (sess.batches,
+which learns each table's ids from the first step's forwards): one round trip per ps per step. The
+progress line shows a running AUC and log-loss (sess.add_clicks).
 
-    psflow local -- /usr/bin/python3 examples/pytorch/ctr_dlrm.py
-    psflow local --ps=2 --workers=2 --sync_replicas -- /usr/bin/python3 examples/pytorch/ctr_dlrm.py
+    /usr/bin/python3 examples/pytorch/ctr_dlrm.py        # alone: an in-process ps task
+    build/psflow local -- /usr/bin/python3 examples/pytorch/ctr_dlrm.py
+    build/psflow local --ps=2 --workers=2 --sync_replicas -- /usr/bin/python3 examples/pytorch/ctr_dlrm.py
     with --checkpoint_dir=DIR the chief saves the tables with the dense layers; the same command
     again (any --ps) resumes from DIR's newest checkpoint (docs/recommendation.md#checkpoints)
     by hand, one process per task: ctr_dlrm.py --job_name=ps|worker --task_index=I --ps_hosts=... --worker_hosts=...
@@ -46,12 +48,13 @@ NUM_DENSE = 13
 
 
 class DLRM(nn.Module):
-    def __init__(self, fields, dim, vocab, seed):
+    def __init__(self, fields, dim, vocab):
         super().__init__()
         n = vocab if vocab > 0 else None  # None: a dynamic table (any int64 id)
-        # Was: nn.EmbeddingBag(n, dim, mode="sum", sparse=True). Rows drawn on the ps from (seed, id).
+        # Was: nn.EmbeddingBag(n, dim, mode="sum", sparse=True). Rows drawn on the ps from (seed, id), each
+        # table's seed derived from --seed and its name (tables.0, tables.1, ...).
         self.tables = nn.ModuleList(
-            psflow.torch.EmbeddingBag(n, dim, mode="sum", initializer="truncated_normal:0:0.05", seed=seed + f)
+            psflow.torch.EmbeddingBag(n, dim, mode="sum", initializer="truncated_normal:0:0.05")
             for f in range(fields))
         self.vocab = vocab
         self.bottom = nn.Sequential(nn.Linear(NUM_DENSE, 64), nn.ReLU(), nn.Linear(64, dim), nn.ReLU())
@@ -59,11 +62,6 @@ class DLRM(nn.Module):
         self.register_buffer("iu", torch.triu_indices(k, k, offset=1))
         self.top = nn.Sequential(nn.Linear(dim + k * (k - 1) // 2, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
                                  nn.Linear(64, 1))
-
-    def table_ids(self, ids):
-        """{table: ids} of a batch's [B, F] ids, as each table's forward sees them."""
-        ids = ids % self.vocab if self.vocab > 0 else ids
-        return {t: ids[:, f] for f, t in enumerate(self.tables)}
 
     def forward(self, ids, dense):
         ids = ids % self.vocab if self.vocab > 0 else ids
@@ -126,18 +124,20 @@ def main(argv):
         return
     torch.manual_seed(flags.seed)
     gen = psflow.CtrGenerator(seed=flags.seed, num_fields=flags.ctr_fields, num_dense=NUM_DENSE)
-    model = DLRM(flags.ctr_fields, flags.ctr_dim, flags.ctr_vocab, flags.seed)
+    model = DLRM(flags.ctr_fields, flags.ctr_dim, flags.ctr_vocab)
     loss_fn = nn.BCEWithLogitsLoss()
     with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, gen, flags.ctr_test_examples, flags),
                               model_name=MODEL_NAME) as sess:
         files = psflow.data.CtrFiles(flags.train_files, sess) if flags.train_files else None
         data = files if files is not None else batches(gen, sess, flags.batch_size)
-        # sess.batches announces each batch's ids and prefetches the next one's: their rows come
-        # back with the step's push (one round trip per ps per step).
-        for ids, dense, labels in sess.batches(data, lambda b: model.table_ids(b[0])):
+        # sess.batches prefetches the next batch's ids (learnt from the first step's forwards: column
+        # f of the ids, % vocab): their rows come back with the step's push (one round trip per ps
+        # per step).
+        for ids, dense, labels in sess.batches(data):
             logits = model(ids, dense)
             loss = loss_fn(logits, labels)
             loss.backward()  # the dense layers' .grad, and each table's unique rows' gradients
+            sess.add_clicks(torch.sigmoid(logits), labels)  # the progress line's running AUC and log-loss
             sess.step(loss.item())
         if files is not None:
             print(f"ctr_dlrm: worker {sess.worker_index}: training files: {files.examples_read} examples read"

@@ -211,6 +211,14 @@ class PySession {
     ThrowIfError(session_->LogScalars(scalars));
   }
 
+  void AddClicks(const py::array_t<float, py::array::c_style | py::array::forcecast>& labels,
+                 const py::array_t<float, py::array::c_style | py::array::forcecast>& probabilities) {
+    BusyGuard guard(busy_);
+    ThrowIfError(session_->AddClicks(absl::MakeConstSpan(labels.data(), static_cast<size_t>(labels.size())),
+                                     absl::MakeConstSpan(probabilities.data(),
+                                                         static_cast<size_t>(probabilities.size()))));
+  }
+
   // `aborted`: the failure was the job being aborted elsewhere (psflow.AbortedError).
   void Abort(const std::string& reason, bool aborted) {
     py::gil_scoped_release release;
@@ -310,6 +318,7 @@ void RegisterSession(py::module_& m) {
       .def("step", &PySession::Step, py::arg("loss"), py::arg("accuracy"), py::arg("dense_ready"), py::arg("sparse"))
       .def("close", &PySession::Close)
       .def("log_scalars", &PySession::LogScalars, py::arg("scalars"))
+      .def("add_clicks", &PySession::AddClicks, py::arg("labels"), py::arg("probabilities"))
       .def("abort", &PySession::Abort, py::arg("reason"), py::arg("aborted") = false)
       .def_property_readonly("is_open", [](PySession& s) { return s.session().is_open(); })
       .def_property_readonly("is_chief", [](PySession& s) { return s.session().is_chief(); })

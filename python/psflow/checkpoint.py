@@ -176,6 +176,11 @@ def read_table_rows(path, table, ids, model=None):
                 raise _psflow.InvalidArgumentError(
                     f"read_table_rows: the table is not one of {type(model).__name__}'s psflow.torch tables")
         initializer, seed, dim = module.initializer, module.seed, module.embedding_dim
+        if seed is None:
+            raise _psflow.FailedPreconditionError(
+                f"read_table_rows: table '{name}' was declared without seed=, so its seed is derived from the "
+                "job's --seed when a session declares it; read with a module that was in the job's session, "
+                f"or give the module seed=psflow.torch.table_seed(SEED, '{name}') (SEED: the job's --seed)")
     elif isinstance(table, str):
         name = table
     else:

@@ -36,8 +36,18 @@ Prefetching DataLoaders (num_workers > 0) ask for batches ahead of the steps: th
 out consecutive positions. In sync mode these are the session's positions (the global step
 advances by one per step); in async mode they are not (the next batch is known only after the
 push): use DataLoader(num_workers=0) there, or the same batch may go to two workers.
+WorkerSession.batches() knows this: in async mode it does not read such a loader (or the sampler)
+ahead, and announces each batch instead of prefetching the next one's rows.
 """
 from . import _psflow
+
+
+def draws_from_distributed_sampler(iterable):
+    """Whether `iterable` is a DistributedBatchSampler or a DataLoader drawing its batches from one
+    (a batch_sampler, or a sampler that DataLoader batches)."""
+    if isinstance(iterable, DistributedBatchSampler):
+        return True
+    return any(isinstance(getattr(iterable, attr, None), DistributedBatchSampler) for attr in ("batch_sampler", "sampler"))
 
 
 class DistributedBatchSampler:
@@ -131,7 +141,7 @@ class CtrFiles:
 
         with psflow.WorkerSession(model, flags) as sess:
             files = psflow.data.CtrFiles(flags.train_files, sess)
-            for ids, dense, labels in sess.batches(files, table_ids):
+            for ids, dense, labels in sess.batches(files):  # the tables' ids learnt from the first forwards
                 ...
 
     Iteration ends at the end of the data (--num_epochs passes; the rest under a batch is unused)

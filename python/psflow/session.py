@@ -177,10 +177,12 @@ class WorkerSession:
             flags, [n for n, _ in self._params], [list(p.shape) for _, p in self._params],
             self._trainable, model_name or _script_model_name() or type(module).__name__,
             _checked_evaluate(evaluate) if evaluate is not None else None, optimizer_config,
-            [m._spec(n) for n, m in self._table_modules], waits_for_values=flags.overlap == "push_pull")  # (auto: push)
+            [m._spec(n, flags.seed) for n, m in self._table_modules],
+            waits_for_values=flags.overlap == "push_pull")  # (auto: push)
         self._overlap = None
         self._tables = tables._Tables(self._session, self._table_modules) if self._table_modules else None
         self._next_ids = None
+        self._next_ids_from = None  # batches() without ids: the next batch's ids, known after the forward
         self._values = []
         self._grads = []
         self._samplers = {}
@@ -323,6 +325,8 @@ class WorkerSession:
         accuracy = float(accuracy)
         if self._tables is not None:
             self._tables.before_step()
+            if self._next_ids_from is not None:
+                self._next_ids, self._next_ids_from = self._next_ids_from(), None
             if self._next_ids is not None:  # after this step's lookups, which would drop it
                 self._session.prefetch(self._next_ids)
         try:
@@ -421,10 +425,32 @@ class WorkerSession:
         forwards use them when they see the same ids."""
         self._next_ids = self._ids_list(next_ids_by_table, "prefetch()")
 
-    def batches(self, iterable, ids):
+    def batches(self, iterable, ids=None):
         """Wraps the user's batch iterator for one round trip per step: yields its batches while
         announcing each one's table ids (ids(batch) -> {table name or module: ids}) and prefetching
-        the next one's before the step. Stops at the iterator's end or once should_stop()."""
+        the next one's before the step. Stops at the iterator's end or once should_stop().
+
+        Without `ids`, each table's ids are learnt from the first step's forwards (which tensor of
+        the batch, or which column, as is or % num_embeddings: psflow.torch._IdsLearner) and the
+        next batch's are taken the same way at each step; a table whose ids come otherwise pulls
+        its own rows in its forward.
+
+        In async mode a psflow.DistributedBatchSampler (or a DataLoader drawing from one) is not
+        read ahead: its next batch is known only after the step's push (data_step), and a batch
+        drawn before it would be another worker's. Each batch is then announced (one Pull per ps
+        for all tables) instead of prefetched."""
+        from .data import draws_from_distributed_sampler
+
+        if ids is None:
+            yield from self._learnt_batches(iterable)
+            return
+        if not self.sync and draws_from_distributed_sampler(iterable):
+            for current in iterable:
+                self.lookup(ids(current))
+                yield current
+                if self.should_stop():
+                    return
+            return
         it = iter(iterable)
         try:
             current = next(it)
@@ -443,6 +469,56 @@ class WorkerSession:
                 return
             current = following
 
+    def _learnt_batches(self, iterable):
+        """batches() without an ids function: the ids learnt from the first step's forwards."""
+        from .data import draws_from_distributed_sampler
+        from .torch import _IdsLearner
+
+        if self._tables is None:
+            yield from iterable
+            return
+        learner = _IdsLearner(self._table_modules)
+        seen = self._tables.ids_seen
+
+        def ids_of(batch):
+            ids = self._ids_list(learner.ids(batch), "batches()")
+            return ids if any(i is not None for i in ids) else None
+
+        if not self.sync and draws_from_distributed_sampler(iterable):  # not read ahead (see batches)
+            for current in iterable:
+                if learner.learnt:
+                    self.lookup(learner.ids(current))
+                else:  # learnt in step(), after the forwards
+                    self._next_ids_from = lambda current=current: learner.learn(current, seen)
+                yield current
+                self._next_ids_from = None
+                if self.should_stop():
+                    return
+            return
+        it = iter(iterable)
+        try:
+            current = next(it)
+        except StopIteration:
+            return
+        while not self.should_stop():
+            try:
+                following = next(it)
+            except StopIteration:
+                following = None
+            if following is not None:
+
+                def next_ids(current=current, following=following):  # in step(), after the forwards
+                    if not learner.learnt:
+                        learner.learn(current, seen)
+                    return ids_of(following)
+
+                self._next_ids_from = next_ids
+            yield current
+            self._next_ids_from = None
+            if following is None:
+                return
+            current = following
+
     def log_scalar(self, name, value):
         """Writes a scalar of the script's (e.g. a gradient norm, the learning rate it uses) to
         TensorBoard under --logdir at the current global step, as `name`. The chief's are written;
@@ -452,6 +528,22 @@ class WorkerSession:
         if not isinstance(name, str):
             raise _psflow.InvalidArgumentError(f"log_scalar: the name must be a str, got {type(name).__name__}")
         self._session.log_scalars([(name, _number(f"log_scalar('{name}', ...)'s value", value))])
+
+    def add_clicks(self, probabilities, labels):
+        """A click-through-rate model's batch: its predicted click probabilities (torch.sigmoid of
+        the logits) and its labels (0 or 1), added to the running AUC and log-loss the progress line
+        shows (" auc A log_loss L", over the examples since the last line). Call before step()."""
+        import numpy as np
+
+        if not self._opened:
+            raise _psflow.FailedPreconditionError("add_clicks() before the worker session is open")
+
+        def flat(x):
+            if hasattr(x, "detach"):
+                x = x.detach().reshape(-1).float().numpy()
+            return np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(-1))
+
+        self._session.add_clicks(flat(labels), flat(probabilities))
 
     def batch_indices(self, num_examples, batch_size=None):
         """This worker's next batch (docs/design.md#data-order), as psflow train's workers take it:

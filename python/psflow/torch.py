@@ -4,7 +4,8 @@
     emb = psflow.torch.Embedding(None, 16)                       # a dynamic table: any int64 id
 
 The modules take torch.nn.Embedding's and EmbeddingBag's arguments and forward signatures but hold
-no weight: the table lives on the ps tasks (docs/tables.md#semantics), declared there by psflow.WorkerSession,
+no weight (`emb.weight` takes nn.init.* calls, which set the table's initializer, and refuses the rest;
+docs/recommendation.md lists every difference from nn.EmbeddingBag): the table lives on the ps tasks (docs/tables.md#semantics), declared there by psflow.WorkerSession,
 which finds the modules among the model's. A forward hands its ids to the C++ worker session
 (python/ext/table_binding.cc: dedup, routing, the pull or the prefetched rows), gets the batch's
 unique rows [U, dim] as a leaf tensor and gathers them by the inverse index; backward leaves the
@@ -16,6 +17,8 @@ Ids: an integer tensor (int64 or int32); a fixed table's ids must lie in [0, num
 (the session refuses others, naming the table). padding_idx: those ids give zero rows (Embedding)
 or are left out of their bag (EmbeddingBag), are never pulled nor pushed.
 """
+import builtins
+
 import torch
 import torch.nn.functional as F
 
@@ -28,6 +31,25 @@ _MODES = ("sum", "mean")
 # --table_* flags): [(name, default, help)]. A field added there is a keyword argument here.
 _FIELDS = [tuple(f) for f in _psflow._table_fields()]
 _DEFAULTS = {name: default for name, default, _ in _FIELDS}
+# seed's default here: None, the table's seed derived from the job's --seed and the table's name
+# (table_seed), so that tables of one model do not start with the same rows for the same id.
+_SEED_HELP = ("the initializer's seed: row `id`'s initial value is a function of (seed, id) only; None: "
+              "table_seed(--seed, the table's name), set when the session declares the table")
+_FIELDS = [(name, None, _SEED_HELP) if name == "seed" else (name, default, help) for name, default, help in _FIELDS]
+
+
+def table_seed(job_seed, name):
+    """The seed of a table declared without seed=: a 63-bit mix of the job's --seed and the table's
+    name (FNV-1a of the UTF-8 name, through splitmix64's finalizer), so every table of a model starts
+    from rows of its own and a job started again with the same --seed draws the same rows."""
+    mask = (1 << 64) - 1
+    h = 0xcbf29ce484222325
+    for byte in name.encode("utf-8"):
+        h = ((h ^ byte) * 0x100000001b3) & mask
+    x = (h ^ ((int(job_seed) * 0x9E3779B97F4A7C15) & mask)) & mask
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+    return (x ^ (x >> 31)) & ((1 << 63) - 1)
 
 
 def _with_table_options(cls):
@@ -45,12 +67,153 @@ def _with_table_options(cls):
     return cls
 
 
+_INIT_FUNCTIONS = ("normal_", "uniform_", "constant_", "zeros_", "ones_")
+
+
+class _TableWeight:
+    """`table.weight` of a psflow.torch table: its rows live on the ps tasks (a table may hold 10⁹ rows),
+    so this holds no values. What it takes is torch.nn.init's way of choosing initial values:
+    nn.init.normal_/uniform_/constant_/zeros_/ones_ on it (or weight.normal_(…), weight.data.uniform_(…),
+    xavier_uniform_ on a fixed table: its [N, dim] shape is known) set the table's initializer, before
+    psflow.WorkerSession declares the table; the ps then draws each row from (initializer, seed, id).
+    Anything else (reading values, indexing, arithmetic) is refused with one line saying what to use."""
+
+    dtype = torch.float32
+    device = torch.device("cpu")
+    requires_grad = True
+
+    def __init__(self, module):
+        self._module = module
+
+    @property
+    def data(self):
+        return self
+
+    @property
+    def shape(self):
+        m = self._module
+        if m.num_embeddings is None:
+            raise self._refuse("shape", "a dynamic table has no row count (any int64 id is a row)")
+        return torch.Size([m.num_embeddings, m.embedding_dim])
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self):
+        return 2
+
+    def normal_(self, mean=0.0, std=1.0, generator=None):
+        return self._set(f"normal:{float(mean)!r}:{float(std)!r}", generator)
+
+    def uniform_(self, a=0.0, b=1.0, generator=None):
+        return self._set(f"uniform:{float(a)!r}:{float(b)!r}", generator)
+
+    def fill_(self, value):
+        return self._set(f"constant:{float(value)!r}")
+
+    def zero_(self):
+        return self._set("zeros")
+
+    # nn.init.trunc_normal_(w, mean, std, a, b) runs uniform_, erfinv_, mul_(std·√2), add_(mean) and
+    # clamp_(a, b) on its tensor: followed here, it becomes the ps's truncated_normal (cut at 2 std,
+    # TF's) when [a, b] is mean ± 2 std, a normal when [a, b] lies beyond 6 std, else refused.
+    def erfinv_(self):
+        self._trunc = {"mean": 0.0, "std": None, "before": self.__dict__.get("_before")}
+        return self
+
+    def mul_(self, factor):
+        self._trunc_step("mul_")["std"] = float(factor) / 2 ** 0.5
+        return self
+
+    def add_(self, value):
+        self._trunc_step("add_")["mean"] = float(value)
+        return self
+
+    def clamp_(self, min=None, max=None):
+        t = self._trunc_step("clamp_")
+        mean, std = t["mean"], t["std"]
+        del self._trunc
+        if std is None or min is None or max is None:
+            raise self._refuse("clamp_", "only nn.init.trunc_normal_'s use of it is followed")
+        close = lambda x, y: abs(x - y) <= 1e-6 * builtins.max(1.0, abs(y))  # noqa: E731
+        if close(min, mean - 2 * std) and close(max, mean + 2 * std):
+            return self._set(f"truncated_normal:{mean!r}:{std!r}")
+        if min <= mean - 6 * std and max >= mean + 6 * std:
+            return self._set(f"normal:{mean!r}:{std!r}")
+        if t["before"] is not None:  # undo the uniform_ that began the sequence
+            self._module.initializer = self._module.table_options["initializer"] = t["before"]
+        raise self._refuse(f"trunc_normal_ cut at [{min}, {max}]", f"the ps's truncated_normal cuts at mean ± 2 std "
+                           f"([{mean - 2 * std}, {mean + 2 * std}]); pass a={mean - 2 * std}, b={mean + 2 * std}")
+
+    def _trunc_step(self, what):
+        t = self.__dict__.get("_trunc")
+        if t is None:
+            raise self._refuse(what, "it holds no values on this worker")
+        return t
+
+    def _set(self, initializer, generator=None):
+        m = self._module
+        if generator is not None:
+            raise self._refuse("a generator", "the ps draws the rows from the table's seed= (or --seed)")
+        if m._tables is not None or m._declared:
+            raise _psflow.FailedPreconditionError(
+                f"{m._what()}: nn.init on its weight after a psflow.WorkerSession declared the table; "
+                "initialize it before the session (or pass initializer=... to the module)")
+        _psflow._check_table_options(f"psflow.torch.{m._kind}", {"initializer": initializer})
+        self._before = m.initializer
+        m.initializer = initializer
+        m.table_options["initializer"] = initializer
+        return self
+
+    def _refuse(self, what, why):
+        return _psflow.UnimplementedError(
+            f"{self._module._what()}: {what} of its weight: {why}. Its rows live on the ps tasks: nn.init.* on "
+            "weight (or initializer=) sets their initial values; a forward gives a batch's rows; "
+            "psflow.read_table_rows(checkpoint, table, ids) reads saved ones")
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        name = getattr(func, "__name__", str(func))
+        weight = args[0] if args else kwargs.pop("tensor", None)
+        if isinstance(weight, _TableWeight) and getattr(func, "__module__", "") == "torch.nn.init" and \
+                name in _INIT_FUNCTIONS:
+            rest = list(args[1:])
+            if name == "normal_":
+                return weight.normal_(*rest, **kwargs)
+            if name == "uniform_":
+                return weight.uniform_(*rest, **kwargs)
+            if name == "constant_":
+                return weight.fill_(*(rest or [kwargs["val"]]))
+            return weight.zero_() if name == "zeros_" else weight.fill_(1.0)
+        found = [a for a in (weight, *args, *kwargs.values()) if isinstance(a, _TableWeight)]
+        if not found:
+            return NotImplemented
+        raise found[0]._refuse(name, "it holds no values on this worker")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise self._refuse(f"'{name}'", "it holds no values on this worker")
+
+    def __getitem__(self, index):
+        raise self._refuse("indexing", "it holds no values on this worker")
+
+    def __repr__(self):
+        m = self._module
+        n = "dynamic" if m.num_embeddings is None else m.num_embeddings
+        return f"<weight of {m._what()}: [{n}, {m.embedding_dim}] on the ps tasks, initializer={m.initializer}>"
+
+
 class _Table(torch.nn.Module):
     """What both modules share: the table's declaration and the link to the open session."""
 
     def __init__(self, num_embeddings, embedding_dim, padding_idx, name, max_norm, kind, table_options):
         super().__init__()
         what = f"psflow.torch.{kind}"
+        self._seed_given = table_options.get("seed") is not None
+        if not self._seed_given:
+            table_options.pop("seed", None)
         for key in table_options:
             if key not in _DEFAULTS:
                 raise TypeError(f"{what}() got an unexpected keyword argument {key!r} (table options: "
@@ -73,14 +236,29 @@ class _Table(torch.nn.Module):
         self.embedding_dim = embedding_dim
         self.padding_idx = padding_idx
         self.table_name = name
-        self.table_options = {**_DEFAULTS, **table_options}
+        self.table_options = {**_DEFAULTS, "seed": None, **table_options}
         for key, value in self.table_options.items():  # emb.initializer, emb.seed, ... as attributes
             setattr(self, key, value)
         self._kind = kind
         self._tables = None  # the open session's _Tables, set by psflow.WorkerSession
         self._index = -1
+        self._declared = False  # a session took the declaration (_spec): nn.init on weight is too late
 
-    def _spec(self, name):
+    @property
+    def weight(self):
+        """No values: the rows live on the ps tasks. nn.init.* on it sets the table's initializer
+        before the session (see _TableWeight); anything else is refused naming what to use."""
+        return _TableWeight(self)
+
+    def _what(self):
+        return f"psflow.torch.{self._kind} '{self.table_name or '?'}'"
+
+    def _spec(self, name, job_seed=0):
+        """The declaration of the table named `name` in a job of --seed `job_seed`. Without seed=,
+        the seed is table_seed(job_seed, name), kept in self.seed from then on."""
+        if not self._seed_given:
+            self.seed = table_seed(job_seed, name)
+        self._declared = True
         options = {key: getattr(self, key) for key in _DEFAULTS}
         return {"name": name, "dim": self.embedding_dim, "num_embeddings": self.num_embeddings, **options}
 
@@ -115,13 +293,14 @@ class _Table(torch.nn.Module):
 
 @_with_table_options
 class Embedding(_Table):
-    """Embedding(num_embeddings, embedding_dim, padding_idx=None, *, name=None, initializer=..., seed=0,
+    """Embedding(num_embeddings, embedding_dim, padding_idx=None, *, name=None, initializer=..., seed=None,
     partition_strategy="div", admit_after=0, steps_to_live=0, max_rows=0, evict_every=100, ...):
     nn.Embedding with its rows on the ps tasks.
 
     num_embeddings=None: a dynamic table (any int64 id; rows created on first push, admitted after
     `admit_after` pushes, evicted after `steps_to_live` steps without update or beyond `max_rows`).
-    Row `id`'s initial value is a function of (initializer, seed, id) only. name: the table's name on
+    Row `id`'s initial value is a function of (initializer, seed, id) only; without seed=, the seed
+    is table_seed(--seed, the table's name): every table its own rows. name: the table's name on
     the ps and in the checkpoints (default: the module's name in the model).
     forward(input) -> [*input.shape, dim].
     """
@@ -205,7 +384,7 @@ class _Tables:
         self._modules = modules
         self._n = len(modules)
         self._announced = None  # [ids or None] per table, for the step's first forward
-        self._used = {}  # table -> (ids numpy, rows leaf tensor, index tensor) of this step
+        self._used = {}  # table -> [(ids numpy, rows leaf tensor, index tensor)] of this step, one per call
         self._held = [None] * self._n  # the ids the C++ session's batches were last looked up with
 
     def name(self, t):
@@ -220,42 +399,159 @@ class _Tables:
         self._announced = ids_list
 
     def rows(self, t, ids):
-        used = self._used.get(t)
-        if used is not None and _same(used[0], ids):  # a second call of the step, same ids
-            return used[1], used[2]
-        if used is not None and torch.is_grad_enabled():
-            raise _psflow.FailedPreconditionError(
-                f"table '{self._modules[t][0]}' was called twice in one step with different ids; call it once "
-                "per step with all its ids (concatenate them)")
-        if self._announced is not None and self._announced[t] is not None and _same(self._announced[t], ids):
+        uses = self._used.get(t, [])
+        for used in uses:  # a second call of the step with the same ids
+            if _same(used[0], ids):
+                return used[1], used[2]
+        if not uses and self._announced is not None and self._announced[t] is not None and \
+                _same(self._announced[t], ids):
             announced = self._announced
             self._announced = None
             looked = self._lookup(announced)
             for u, (rows, index) in enumerate(looked):
                 if announced[u] is not None and u not in self._used:
                     leaf = torch.from_numpy(rows).requires_grad_(True)
-                    self._used[u] = (announced[u], leaf, torch.from_numpy(index))
+                    self._used[u] = [(announced[u], leaf, torch.from_numpy(index))]
             used = self._used.get(t)
-            if used is not None and _same(used[0], ids):
-                return used[1], used[2]
+            if used is not None and _same(used[0][0], ids):
+                return used[0][1], used[0][2]
             self._used.pop(t, None)
+        # Its own Pull; a table called again in the step with other ids (one table for two fields,
+        # as nn.EmbeddingBag allows) gets a leaf of its own, and before_step sums the leaves'
+        # gradients per id.
         ids_list = [None] * self._n
         ids_list[t] = ids
         rows, index = self._lookup(ids_list)[t]
         leaf = torch.from_numpy(rows)
         if torch.is_grad_enabled():
             leaf.requires_grad_(True)
-            self._used[t] = (ids, leaf, torch.from_numpy(index))
+            self._used.setdefault(t, []).append((ids, leaf, torch.from_numpy(index)))
         return leaf, torch.from_numpy(index)
+
+    def ids_seen(self, t):
+        """The ids table t's forwards were called with in this step (concatenated), or None."""
+        import numpy as np
+
+        uses = self._used.get(t)
+        if not uses:
+            return None
+        return uses[0][0] if len(uses) == 1 else np.concatenate([u[0] for u in uses])
 
     def before_step(self):
         """Hands the step's unique rows' gradients to the C++ session (after a Lookup with the
         step's ids when the session's batches hold others)."""
-        pushed = {t: u for t, u in self._used.items() if u[1].grad is not None}
-        if any(self._held[t] is None or not _same(self._held[t], u[0]) for t, u in pushed.items()):
-            self._lookup([pushed[t][0] if t in pushed else None for t in range(self._n)])
-        for t, u in pushed.items():
-            self._session.set_table_grads(t, u[1].grad.numpy())
+        import numpy as np
+
+        pushed = {}
+        for t, uses in self._used.items():
+            with_grad = [u for u in uses if u[1].grad is not None]
+            if with_grad:
+                pushed[t] = with_grad
+        # Per table, the ids the session's batch must hold: a leaf's own ids, or (called more than
+        # once) every leaf's unique ids one after another.
+        want = {}
+        for t, uses in pushed.items():
+            if len(uses) == 1:
+                want[t] = uses[0][0]
+            else:
+                parts = []
+                for ids, leaf, index in uses:
+                    unique = np.empty(leaf.shape[0], dtype=np.int64)
+                    unique[index.numpy().reshape(-1)] = ids
+                    parts.append(unique)
+                want[t] = np.concatenate(parts)
+        looked = None
+        if any(len(uses) > 1 for uses in pushed.values()) or \
+                any(self._held[t] is None or not _same(self._held[t], want[t]) for t in pushed):
+            looked = self._lookup([want.get(t) for t in range(self._n)])
+        for t, uses in pushed.items():
+            if len(uses) == 1:
+                self._session.set_table_grads(t, uses[0][1].grad.numpy())
+                continue
+            rows, index = looked[t]  # the union of the leaves' ids; index: each listed id's row there
+            grad = torch.zeros(rows.shape[0], rows.shape[1])
+            at = torch.from_numpy(index)
+            start = 0
+            for _, leaf, _ in uses:
+                grad.index_add_(0, at[start:start + leaf.shape[0]], leaf.grad)
+                start += leaf.shape[0]
+            self._session.set_table_grads(t, grad.numpy())
 
     def after_step(self):
         self._used = {}
+
+
+class _IdsLearner:
+    """A batch's ids per table, learnt from the step's first forwards: for each table, which integer
+    tensor of the batch (or which column of a 2-D one) gave the ids its forwards saw, as they are or
+    `% num_embeddings` (a fixed table's usual hashing). WorkerSession.batches(iterable) without an
+    ids function uses it to prefetch the next batch's rows. A table whose ids come otherwise (several
+    columns, another transform) is not learnt: its forwards pull their own rows, as without prefetch.
+    A wrong guess costs speed only: a forward whose ids differ from the announced ones pulls."""
+
+    def __init__(self, modules):
+        self._modules = modules  # [(name, module)]
+        self._recipes = None  # per table: (path, column or None, modulus or None), or None
+
+    @property
+    def learnt(self):
+        return self._recipes is not None
+
+    @staticmethod
+    def _leaves(batch, path=()):
+        if isinstance(batch, torch.Tensor):
+            if not batch.is_floating_point() and not batch.is_complex() and batch.dtype != torch.bool:
+                yield path, batch
+        elif isinstance(batch, (tuple, list)):
+            for i, x in enumerate(batch):
+                yield from _IdsLearner._leaves(x, path + (i,))
+        elif isinstance(batch, dict):
+            for k, x in batch.items():
+                yield from _IdsLearner._leaves(x, path + (k,))
+
+    @staticmethod
+    def _at(batch, path, column):
+        for key in path:
+            batch = batch[key]
+        return batch if column is None else batch[:, column]
+
+    def _candidate(self, module, tensor):
+        flat = tensor.reshape(-1).to(torch.int64)
+        if module.padding_idx is not None:
+            flat = flat[flat != module.padding_idx]
+        return flat.numpy()
+
+    def learn(self, batch, seen):
+        """seen(t): the ids table t's forwards got this step (flat, no padding), or None."""
+        import numpy as np
+
+        leaves = list(self._leaves(batch))
+        self._recipes = []
+        for t, (_, m) in enumerate(self._modules):
+            ids = seen(t)
+            recipe = None
+            if ids is not None:
+                for path, tensor in leaves:
+                    columns = [None] + (list(range(tensor.shape[1])) if tensor.dim() == 2 else [])
+                    for column in columns:
+                        raw = self._at(batch, path, column)
+                        for modulus in (None,) if m.num_embeddings is None else (None, m.num_embeddings):
+                            x = raw if modulus is None else raw % modulus
+                            if x.numel() >= ids.size and np.array_equal(self._candidate(m, x), ids):
+                                recipe = (path, column, modulus)
+                                break
+                        if recipe:
+                            break
+                    if recipe:
+                        break
+            self._recipes.append(recipe)
+
+    def ids(self, batch):
+        """{module: ids} of the learnt tables for `batch`."""
+        out = {}
+        for (_, m), recipe in zip(self._modules, self._recipes or []):
+            if recipe is not None:
+                path, column, modulus = recipe
+                x = self._at(batch, path, column)
+                out[m] = x if modulus is None else x % modulus
+        return out

@@ -248,7 +248,8 @@ class TableOptionsTest(unittest.TestCase):
             params = inspect.signature(cls).parameters
             for name, default, help in fields:
                 self.assertEqual(params[name].kind, inspect.Parameter.KEYWORD_ONLY, name)
-                self.assertEqual(params[name].default, default, name)
+                # seed: None, derived from the job's --seed and the table's name (psflow.torch.table_seed)
+                self.assertEqual(params[name].default, None if name == "seed" else default, name)
                 self.assertIn(name, cls.__doc__)
         emb = psflow.torch.Embedding(None, 4, admit_after=2, storage="disk", sparse_optimizer="ftrl")
         self.assertEqual((emb.admit_after, emb.storage, emb.sparse_optimizer, emb.evict_every), (2, "disk", "ftrl", 100))

@@ -13,6 +13,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "ps/common/retry.h"
 #include "psflow/ps/ps_client.h"
@@ -316,17 +317,30 @@ class WorkerSession::Impl {
   }
 
   // --eval_every_steps: the chief's evaluation during training, logged and written as scalars.
+  // It runs on the chief's thread, between two of its steps (the values it reads are the ones the
+  // step pulled): the chief does not train meanwhile, the other workers do (async) or wait for it
+  // (sync). The line says how long it took; docs/pytorch.md says how to evaluate beside training.
   absl::Status EvaluateNow() {
     // The values of the pull behind the step; a failed one is recovered from (and pulled) first.
     if (auto s = SettlePulls(); !s.ok()) {
       if (auto r = RecoverAndPull(s); !r.ok()) return r;
     }
+    const auto start = std::chrono::steady_clock::now();
     auto eval = options_.evaluate();
     if (!eval.ok()) return eval.status();
     if (auto s = CheckEval(*eval); !s.ok()) return s;
-    log(absl::StrCat("eval at global step ", global_step_, ": ", ScalarsText(eval->scalars)));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    log(absl::StrCat("eval at global step ", global_step_, ": ", ScalarsText(eval->scalars),
+                     absl::StrFormat(" (%.1fs, the chief's training paused)", seconds)));
     telemetry_->OnScalars(eval->scalars, global_step_);
     return absl::OkStatus();
+  }
+
+  absl::Status AddClicks(absl::Span<const float> labels, absl::Span<const float> probabilities) {
+    if (!state_.opened() || !progress_) {
+      return absl::FailedPreconditionError("AddClicks before the worker session is open: call Open() first");
+    }
+    return progress_->AddClicks(labels, probabilities);
   }
 
   absl::Status LogScalars(const std::vector<std::pair<std::string, double>>& scalars) {
@@ -719,6 +733,9 @@ void WorkerSession::Abort(const absl::Status& reason) {
 }
 absl::Status WorkerSession::LogScalars(const std::vector<std::pair<std::string, double>>& scalars) {
   return impl_->LogScalars(scalars);
+}
+absl::Status WorkerSession::AddClicks(absl::Span<const float> labels, absl::Span<const float> probabilities) {
+  return impl_->AddClicks(labels, probabilities);
 }
 absl::Status WorkerSession::Lookup(const std::vector<absl::Span<const int64_t>>& ids) { return impl_->Lookup(ids); }
 absl::Status WorkerSession::Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids) {

@@ -218,6 +218,7 @@ TEST(WorkerSessionTest, RunsAloneWithAnInProcessPsTask) {
     options.train.lr_decay_steps = 0;
     options.train.train_steps = steps;
     options.train.checkpoint_dir = dir;
+    options.train.log_every = 2;
     options.model_name = "alone";
     options.log = [log](const std::string& line) { log->push_back(line); };
     Tensor w(Shape{3}, std::vector<float>{1, 2, 3});
@@ -228,7 +229,10 @@ TEST(WorkerSessionTest, RunsAloneWithAnInProcessPsTask) {
     EXPECT_TRUE((*session)->is_chief());
     EXPECT_EQ((*session)->num_workers(), 1);
     EXPECT_EQ((*session)->num_ps(), 1);
+    const float labels[] = {0, 1, 1, 0}, probabilities[] = {0.2f, 0.8f, 0.6f, 0.4f};
+    EXPECT_TRUE(absl::IsInvalidArgument((*session)->AddClicks(labels, absl::MakeConstSpan(probabilities, 3))));
     while (!(*session)->ShouldStop()) {
+      if (auto s = (*session)->AddClicks(labels, probabilities); !s.ok()) return s;
       if (auto s = (*session)->Step(0.5); !s.ok()) return s;
     }
     EXPECT_FLOAT_EQ(w[0], 1 - 0.25f * (*session)->global_step());  // the ps task's updates, pulled
@@ -245,6 +249,10 @@ TEST(WorkerSessionTest, RunsAloneWithAnInProcessPsTask) {
             std::string::npos)
       << joined;
   EXPECT_NE(joined.find("ps task 0 serving on 127.0.0.1:"), std::string::npos) << joined;
+  // The clicks added since the last line: a running AUC (every positive above every negative) and
+  // log-loss (-ln 0.8, -ln 0.6 averaged over the four: 0.3670).
+  EXPECT_NE(joined.find("step 4/4 loss 0.5000 auc 1.0000 log_loss 0.3670 worker examples/s"), std::string::npos)
+      << joined;
   // Resumed from the checkpoint the first run saved, to a later step.
   log.clear();
   auto second = run(6, &log);

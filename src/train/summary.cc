@@ -154,11 +154,9 @@ std::string FormatSummary(const RunSummary& s) {
       "final: model=%s mode=%s workers=%d ps=%d global_step=%d train_seconds=%.2f "
       "global_examples_per_sec=%.0f",
       s.model, s.mode, s.workers, s.ps, s.global_step, s.train_seconds, s.examples_per_sec);
-  // The line shows the accuracies and the validation cross-entropy that were measured (the JSON has
-  // every one), then the evaluation's own scalars.
-  for (const auto& [name, value] : Measured(s)) {
-    if (std::string_view(name) != "test_cross_entropy") absl::StrAppendFormat(&out, " %s=%.4f", name, value);
-  }
+  // The line shows the accuracies and cross-entropies that were measured (absent ones are left
+  // out), then the evaluation's own scalars.
+  for (const auto& [name, value] : Measured(s)) absl::StrAppendFormat(&out, " %s=%.4f", name, value);
   absl::StrAppendFormat(&out, " stale_gradients_dropped=%d", s.stale_gradients_dropped);
   for (const auto& [name, value] : s.metrics) absl::StrAppendFormat(&out, " %s=%.6g", name, value);
   out += "\n";

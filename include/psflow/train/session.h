@@ -226,6 +226,11 @@ class WorkerSession {
   // workers write no events) at the current global step. InvalidArgument for a bad name
   // (CheckMetricName); FailedPrecondition before Open().
   absl::Status LogScalars(const std::vector<std::pair<std::string, double>>& scalars);
+  // A click-through-rate model's batch: its labels (0 or 1) and predicted click probabilities,
+  // added to the running AUC and log-loss the next progress line shows (" auc A log_loss L", over
+  // the examples since the last line). InvalidArgument when the sizes differ; FailedPrecondition
+  // before Open().
+  absl::Status AddClicks(absl::Span<const float> labels, absl::Span<const float> probabilities);
   // The job's work queue of training-file slices on ps task 0 (psflow/ps/ps_types.h WorkQueueCall;
   // docs/data-files.md#the-work-queue), retried like every call. FailedPrecondition before Open().
   // The chief saves the queue's state in every checkpoint and gives it back on a restore.

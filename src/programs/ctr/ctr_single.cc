@@ -157,6 +157,9 @@ absl::StatusOr<CtrTrainer::StepResult> CtrTrainer::Step(int64_t step) {
   int64_t correct = 0;
   for (int64_t i = 0; i < batch; ++i) correct += (logits->value[i] > 0) == (labels_[i] > 0.5f);
   result.accuracy = static_cast<double>(correct) / static_cast<double>(batch);
+  result.labels = absl::MakeConstSpan(labels_.data(), static_cast<size_t>(batch));
+  result.probabilities.resize(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) result.probabilities[i] = 1.0f / (1.0f + std::exp(-logits->value[i]));
   if (!std::isfinite(result.loss)) return result;  // the caller stops; nothing applied
   Backward(loss);
   for (size_t f = 0; f < tables_.size(); ++f) {
@@ -281,6 +284,7 @@ absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, cons
     }
     if (!result.ok()) return result.status();
     if (!std::isfinite(result->loss)) return DivergedError(step, result->loss, *options.learning_rate);
+    (void)progress.AddClicks(result->labels, result->probabilities);  // sizes equal by construction
     progress.Step(step + 1, result->loss, result->accuracy, options.log_every);
     (*telemetry)->OnStep(step + 1, result->loss, result->accuracy, optim::LearningRateAt(dense_config, step), batch);
     if (!options.checkpoint_dir.empty() && step + 1 < steps && schedule.Due(step + 1)) {

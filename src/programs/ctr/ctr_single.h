@@ -69,6 +69,10 @@ class CtrTrainer {
   struct StepResult {
     double loss = 0;
     double accuracy = 0;  // batch accuracy at threshold 0.5
+    // The batch's labels (borrowed from the trainer until its next Step) and predicted click
+    // probabilities, for the progress line's running AUC and log-loss.
+    absl::Span<const float> labels;
+    std::vector<float> probabilities;
   };
   // One step at global step `step`: the generator's batch (worker 0, step), or with --train_files
   // the files' batch `step` (steps in increasing order), forward, backward, the tables' sparse

@@ -177,7 +177,13 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
       Var loss = nn::CtrModel::Loss(logits, current.labels);
       const double loss_value = loss->value[0];
       int64_t correct = 0;
-      for (int64_t i = 0; i < batch; ++i) correct += (logits->value[i] > 0) == (current.labels[i] > 0.5f);
+      std::vector<float> probabilities(static_cast<size_t>(batch));
+      for (int64_t i = 0; i < batch; ++i) {
+        correct += (logits->value[i] > 0) == (current.labels[i] > 0.5f);
+        probabilities[i] = 1.0f / (1.0f + std::exp(-logits->value[i]));
+      }
+      // The progress line's running AUC and log-loss (sizes equal by construction).
+      (void)session.AddClicks(absl::MakeConstSpan(current.labels.data(), static_cast<size_t>(batch)), probabilities);
       if (std::isfinite(loss_value)) {
         Backward(loss);
         for (int t = 0; t < session.num_tables(); ++t) session.table_batch(t).grads = std::move(leaves[t]->grad);
