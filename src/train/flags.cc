@@ -108,6 +108,11 @@ constexpr Flag kFlags[] = {
    kAllWorkers},
   {"total_num_replicas", &O::total_num_replicas, "workers taking part in sync training (0: all)", kAllWorkers},
   {"sync_timeout_secs", &O::sync_timeout_secs, "a sync step waits this long for missing workers", kSeconds},
+  {"table_sync", &O::table_sync, "with --sync_replicas: sync (tables' rows once per step, the mean) or async "
+   "(applied as pushes arrive, dense variables still sync: hybrid, not reproducible bit for bit)",
+   OneOf("sync async", "sync or async")},
+  {"staleness_aware_lr", &O::staleness_aware_lr, "async: a dense push of staleness t (global steps since its pull) "
+   "is applied at the learning rate divided by max(1, t)"},
   // Placement.
   {"partitioner", &O::partitioner, "none | fixed:N | min_max:P[:MIN_SLICE_BYTES] | axis_size:MAX_SHARD_BYTES"},
   {"placement", &O::placement, "round_robin | greedy"},
@@ -149,6 +154,11 @@ constexpr Flag kFlags[] = {
    "dtype of dense pulls and pushes on the wire: float32, or bfloat16 / float16 (half the bytes; the ps keeps "
    "float32, workers carry their rounding into the next push); every task the same",
    OneOf("float32 bfloat16 float16", "float32, bfloat16 or float16")},
+  {"overlap", &O::overlap,
+   "what a worker's step overlaps with compute: none, push (each gradient pushed as backward finishes it), "
+   "push_pull (and the next pull in forward order: a layer's forward waits only for its own values), or auto "
+   "(push_pull for psflow train's image-model workers, push for the others and for PyTorch scripts)",
+   OneOf("auto none push push_pull", "auto, none, push or push_pull")},
   // Security.
   {"cluster_secret_file", &O::cluster_secret_file, "file holding the cluster's shared secret"},
   {"tls_cert", &O::tls_cert, "PEM certificate of this task"},

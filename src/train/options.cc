@@ -93,6 +93,16 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
                                                    " must be at most --batch_size=", *o->batch_size,
                                                    ": each replica needs at least one example"));
   }
+  if (o->table_sync == "async" && !o->sync_replicas) {
+    return absl::InvalidArgumentError(
+        "--table_sync=async needs --sync_replicas (hybrid: dense variables sync, tables async); without it "
+        "training is asynchronous already, tables included");
+  }
+  if (o->staleness_aware_lr && o->sync_replicas) {
+    return absl::InvalidArgumentError(
+        "--staleness_aware_lr is for asynchronous training; with --sync_replicas stale gradients are dropped "
+        "(leave out one of the two)");
+  }
   const auto storage = o->table_options.find("storage");
   const bool disk_tables = storage != o->table_options.end() && storage->second == "disk";
   if (disk_tables && o->table_dir.empty()) {

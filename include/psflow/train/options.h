@@ -95,6 +95,12 @@ struct TrainOptions {
   int replicas_to_aggregate = 0;
   int total_num_replicas = 0;
   double sync_timeout_secs = 30;
+  // Sync only: "async" applies the tables' gradient rows as pushes arrive while the dense variables
+  // stay synchronous (Persia's hybrid, docs/sync-async.md#hybrid); "sync": once per step, the mean.
+  std::string table_sync = "sync";
+  // Async only: a dense push of staleness τ (global steps between its pull and its apply) is
+  // applied at the learning rate divided by max(1, τ) (Zhang et al., IJCAI'16).
+  bool staleness_aware_lr = false;
 
   // Placement.
   std::string partitioner = "none";
@@ -127,6 +133,13 @@ struct TrainOptions {
   int64_t max_message_mb = 1024;       // largest RPC message a task accepts
   std::string transport = "grpc";      // "shm": data calls to a ps on this host over shared memory
   std::string wire_dtype = "float32";  // dense pulls and pushes as "bfloat16" / "float16" (ps::TrainingConfig)
+  // What a worker's step overlaps with compute (docs/sync-async.md#overlap): "none" (compute, then
+  // push, then pull), "push" (each gradient pushed as backward finishes it), "push_pull" (and the
+  // next pull in forward order, each layer's forward waiting for its own values only), or "auto":
+  // push_pull where the worker waits for each layer's values itself (psflow train's workers of the
+  // image models; WorkerSession::Options::waits_for_values), else push (a PyTorch script may read
+  // its parameters between steps: it asks for push_pull by name).
+  std::string overlap = "auto";
 
   // Security.
   std::string cluster_secret_file, tls_cert, tls_key, tls_ca;

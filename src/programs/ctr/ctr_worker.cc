@@ -1,8 +1,9 @@
 // A worker task of `psflow train --model=ctr` (programs/ctr/ctr_single.h, RunCtrWorker): the ctr model's
 // dense layers are the session's parameters and its fields' embedding tables the session's tables,
 // which live on the ps tasks (the update rules run there, one implementation for every mode).
-// Per step the worker takes its stream's batch at the session's data step (data::CtrGenerator:
-// worker w's batch at step s depends on (seed, w, s) only), looks its ids up (deduplicated; the
+// Per step the worker takes its part of the one-process stream's batch at the session's data step
+// (docs/design.md#data-order: sync, part w of global batch s of R·B examples, so R workers × B see
+// one process's R·B; async, batch s of B, distinct per push), or a batch of --train_files; it looks its ids up (deduplicated; the
 // rows usually came back with the previous step's answer), computes, hands back each unique id's
 // gradient and the next batch's ids (prefetch), and steps: one round trip per step. The chief
 // evaluates the final model on the generator's test set (log-loss and AUC beside Bayes).
@@ -106,8 +107,13 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
     }
     // The data: the generator's stream, or --train_files (sync: the fixed order, this worker's part
     // of each global batch; async: slices from the work queue on ps task 0, programs/ctr/ctr_files.h).
+    // The generator: examples [part·B, (part + 1)·B) of batch `at` of stream 0, the one one process
+    // reads (FillBatch(0, at, ...), whose smaller batches are prefixes of larger ones). Sync: part is
+    // the worker's index, so R workers × B see one process's R·B; async: 0, batch `at` distinct per push.
+    const int64_t part = session.data_worker_index();
     CtrBatchFill fill = [&](int64_t at, int64_t* ids, float* dense, float* labels) {
-      return generator->FillBatch(worker, at, OptionValue(o.batch_size), ids, dense, labels);
+      const int64_t batch = OptionValue(o.batch_size);
+      return generator->FillBatchPart(0, at, part * batch, batch, ids, dense, labels);
     };
     std::unique_ptr<CtrFileBatches> fixed_order;
     std::unique_ptr<CtrSliceReader> queue_reader;
@@ -151,7 +157,8 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
     int64_t own_step = 0;  // async from files: this worker's batches, in order
     std::string data_end;  // why the training files ended training, or empty
     while (!session.ShouldStop()) {
-      // Sync: the global step's batch of this worker's stream; async: its own consecutive batches.
+      // Sync: this worker's part of the global step's batch; async: the batch its last push claimed
+      // (from files: its own consecutive batches of the queue's slices).
       const int64_t at = queue_reader != nullptr ? own_step : session.data_step();
       if (next.step == at) {
         std::swap(current, next);
