@@ -50,6 +50,9 @@ struct WorkPlan {
   int64_t num_epochs = 1;
   bool shuffle = false;
   uint64_t seed = 0;
+  // 0: the queue (any worker takes the next slice). N > 0: the static split, the usual baseline:
+  // worker w of N takes only positions w, w + N, w + 2N, ... of each epoch's order.
+  int split_workers = 0;
 };
 
 // The slices' indices in the order epoch `epoch` hands them out: 0..n-1, or (shuffle) a permutation
@@ -108,7 +111,7 @@ class WorkQueue {
   };
   absl::Status ConfigureLocked(const WorkPlan& plan, bool replace) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next (epoch, slice) to hand out, or false at the end.
-  bool TakeLocked(Held* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool TakeLocked(int worker, Held* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   bool configured_ ABSL_GUARDED_BY(mu_) = false;
@@ -120,6 +123,7 @@ class WorkQueue {
   std::map<int, Held> held_ ABSL_GUARDED_BY(mu_);   // by worker
   std::map<int, LastAnswer> last_ ABSL_GUARDED_BY(mu_);
   std::map<int, int64_t> taken_by_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::pair<int64_t, int64_t>> split_at_ ABSL_GUARDED_BY(mu_);  // static split: (epoch, position)
   int64_t handed_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t returned_count_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t examples_ ABSL_GUARDED_BY(mu_) = 0;
