@@ -62,7 +62,7 @@ class CtrSliceReader {
   SliceSource source_;
   data::CriteoReaderOptions options_;
   std::unique_ptr<data::CriteoReader> reader_;
-  int64_t examples_done_ = 0, bad_done_ = 0;        // of the readers closed
+  int64_t examples_done_ = 0, bad_done_ = 0;          // of the readers closed
   int64_t examples_reported_ = 0, bad_reported_ = 0;  // told to the source
   int64_t slices_ = 0, epochs_begun_ = 0;
   bool end_ = false;
@@ -94,8 +94,7 @@ class CtrFileBatches {
  public:
   // --train_files, --num_epochs, --shuffle_files, --seed, --batch_size, --max_bad_lines. NotFound /
   // InvalidArgument naming the pattern for an empty list or a glob that matches nothing.
-  static absl::StatusOr<std::unique_ptr<CtrFileBatches>> Open(const TrainOptions& options, int part = 0,
-                                                              int parts = 1);
+  static absl::StatusOr<std::unique_ptr<CtrFileBatches>> Open(const TrainOptions& options, int part = 0, int parts = 1);
 
   // This reader's part of global batch `step` into ids [B, F], dense [B, 13], labels [B]. Steps are
   // asked in increasing order; a step beyond the next skips the batches between (a resumed run), an

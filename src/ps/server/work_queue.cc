@@ -29,7 +29,8 @@ bool SamePlan(const WorkPlan& a, const WorkPlan& b) {
 }
 
 std::string FilesText(const WorkPlan& plan) {
-  std::string text = absl::StrJoin(plan.files.begin(), plan.files.begin() + std::min<size_t>(plan.files.size(), 3), ",");
+  std::string text =
+      absl::StrJoin(plan.files.begin(), plan.files.begin() + std::min<size_t>(plan.files.size(), 3), ",");
   if (plan.files.size() > 3) absl::StrAppend(&text, ",… (", plan.files.size(), " files)");
   return absl::StrCat(text, "; ", plan.slices.size(), " slices, ", plan.num_epochs, " epochs",
                       plan.shuffle ? ", shuffled" : "");
@@ -60,7 +61,8 @@ absl::Status CheckWorkPlan(const WorkPlan& plan) {
   int64_t last_end = kWorkSliceToEnd;
   for (const WorkSlice& s : plan.slices) {
     if (s.file < 0 || s.file >= static_cast<int>(plan.files.size())) {
-      return absl::InvalidArgumentError(absl::StrCat("work queue: a slice of file ", s.file, " of ", plan.files.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("work queue: a slice of file ", s.file, " of ", plan.files.size()));
     }
     if (s.file != file) {  // a new file: the previous one ended at its end, this one starts at 0
       if (last_end != kWorkSliceToEnd || s.file != file + 1 || s.begin != 0) {
@@ -223,11 +225,15 @@ absl::StatusOr<std::string> WorkQueue::State() const {
   nlohmann::json split_at = nlohmann::json::array();
   for (const auto& [worker, at] : split_at_) split_at.push_back({worker, at.first, at.second});
   nlohmann::json state = {
-      {"version", kStateVersion}, {"files", plan_.files},   {"slices", slices},     {"num_epochs", plan_.num_epochs},
-      {"shuffle", plan_.shuffle}, {"seed", plan_.seed},     {"epoch", epoch_},      {"cursor", cursor_},
-      {"returned", returned},     {"held", held},           {"handed", handed_},    {"returned_count", returned_count_},
-      {"taken_by", taken_by},     {"examples", examples_}, {"bad_lines", bad_lines_},
-      {"split_workers", plan_.split_workers}, {"split_at", split_at},
+      {"version", kStateVersion}, {"files", plan_.files},
+      {"slices", slices},         {"num_epochs", plan_.num_epochs},
+      {"shuffle", plan_.shuffle}, {"seed", plan_.seed},
+      {"epoch", epoch_},          {"cursor", cursor_},
+      {"returned", returned},     {"held", held},
+      {"handed", handed_},        {"returned_count", returned_count_},
+      {"taken_by", taken_by},     {"examples", examples_},
+      {"bad_lines", bad_lines_},  {"split_workers", plan_.split_workers},
+      {"split_at", split_at},
   };
   return state.dump();
 }
@@ -241,9 +247,8 @@ absl::Status WorkQueue::Restore(std::string_view state_json, bool replace) {
   try {
     const nlohmann::json state = nlohmann::json::parse(state_json);
     if (state.at("version").get<int>() != kStateVersion) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("work queue state of version ", state.at("version").dump(), "; this psflow reads version ",
-                       kStateVersion));
+      return absl::InvalidArgumentError(absl::StrCat("work queue state of version ", state.at("version").dump(),
+                                                     "; this psflow reads version ", kStateVersion));
     }
     plan.files = state.at("files").get<std::vector<std::string>>();
     for (const auto& s : state.at("slices")) {
@@ -278,8 +283,8 @@ absl::Status WorkQueue::Restore(std::string_view state_json, bool replace) {
   if (auto s = CheckWorkPlan(plan); !s.ok()) return s;
   const int n = static_cast<int>(plan.slices.size());
   if (epoch < 0 || epoch >= plan.num_epochs || cursor < 0 || cursor > n) {
-    return absl::InvalidArgumentError(absl::StrCat("work queue state: epoch ", epoch, " cursor ", cursor,
-                                                   " outside ", plan.num_epochs, " epochs of ", n, " slices"));
+    return absl::InvalidArgumentError(absl::StrCat("work queue state: epoch ", epoch, " cursor ", cursor, " outside ",
+                                                   plan.num_epochs, " epochs of ", n, " slices"));
   }
   for (const Held& h : returned) {
     if (h.slice < 0 || h.slice >= n || h.epoch < 0 || h.epoch >= plan.num_epochs) {
