@@ -317,7 +317,10 @@ class WorkerSession::Impl {
 
   // --eval_every_steps: the chief's evaluation during training, logged and written as scalars.
   absl::Status EvaluateNow() {
-    if (auto s = SettlePulls(); !s.ok()) return s;
+    // The values of the pull behind the step; a failed one is recovered from (and pulled) first.
+    if (auto s = SettlePulls(); !s.ok()) {
+      if (auto r = RecoverAndPull(s); !r.ok()) return r;
+    }
     auto eval = options_.evaluate();
     if (!eval.ok()) return eval.status();
     if (auto s = CheckEval(*eval); !s.ok()) return s;

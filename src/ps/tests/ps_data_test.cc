@@ -183,8 +183,9 @@ TEST(AsyncPushTest, StalenessAwareLearningRateDividesByTheStepsSinceThePull) {
 }
 
 // --wire_dtype=bfloat16 / float16: the ps keeps float32 (an SGD step of the rounded gradient),
-// the first pull arrives rounded and later ones as deltas, the rounding of each push is carried into the next (error feedback), and
-// a worker whose wire dtype disagrees with the ps's is refused in one line naming both.
+// the first pull arrives rounded and later ones as deltas, the rounding of each push is carried
+// into the next (error feedback), and a worker whose wire dtype disagrees with the ps's is refused
+// in one line naming both.
 TEST(AsyncPushTest, SixteenBitWireRoundsPullsAndPushesWithErrorFeedback) {
   for (const std::string dtype_name : {"bfloat16", "float16"}) {
     const rpc::WireDtype dtype = *rpc::ParseWireDtype(dtype_name);
