@@ -28,10 +28,9 @@ class PyCtrFileReader {
                   bool shuffle, int file_slices, int64_t max_bad_lines)
       : session_object_(std::move(session)), session_(SessionOf(session_object_)) {
     if (batch_size <= 0 || num_fields <= 0 || num_epochs <= 0 || file_slices <= 0 || max_bad_lines < 0) {
-      throw StatusError(absl::InvalidArgumentError(
-          absl::StrCat("CtrFiles: batch_size=", batch_size, ", num_fields=", num_fields, ", num_epochs=", num_epochs,
-                       ", file_slices=", file_slices, " must be positive and max_bad_lines=", max_bad_lines,
-                       " not negative")));
+      throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+          "CtrFiles: batch_size=", batch_size, ", num_fields=", num_fields, ", num_epochs=", num_epochs,
+          ", file_slices=", file_slices, " must be positive and max_bad_lines=", max_bad_lines, " not negative")));
     }
     pattern_ = std::move(pattern);
     batch_ = batch_size;
@@ -63,9 +62,7 @@ class PyCtrFileReader {
     return py::make_tuple(ids, dense, labels);
   }
 
-  int64_t examples_read() const {
-    return fixed_ ? fixed_->examples_read() : queue_ ? queue_->examples_read() : 0;
-  }
+  int64_t examples_read() const { return fixed_ ? fixed_->examples_read() : queue_ ? queue_->examples_read() : 0; }
   int64_t bad_lines() const { return fixed_ ? fixed_->bad_lines() : queue_ ? queue_->bad_lines() : 0; }
   int64_t epochs_begun() const { return fixed_ ? fixed_->epochs_begun() : queue_ ? queue_->epochs_begun() : 0; }
   int64_t slices_read() const { return queue_ ? queue_->slices_read() : 0; }
@@ -148,9 +145,9 @@ void RegisterCtrFiles(py::module_& m) {
         o.ctr_test_examples = max_examples;
         o.max_bad_lines = max_bad_lines;
         if (num_fields <= 0 || max_examples <= 0 || max_bad_lines < 0) {
-          throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-              "read_ctr_files: num_fields=", num_fields, " and max_examples=", max_examples,
-              " must be positive, max_bad_lines=", max_bad_lines, " not negative")));
+          throw StatusError(absl::InvalidArgumentError(
+              absl::StrCat("read_ctr_files: num_fields=", num_fields, " and max_examples=", max_examples,
+                           " must be positive, max_bad_lines=", max_bad_lines, " not negative")));
         }
         data::CtrExamples test;
         {
@@ -177,8 +174,8 @@ void RegisterCtrFiles(py::module_& m) {
                               "Batches of training files in Criteo's layout for a worker session (use "
                               "psflow.data.CtrFiles).")
       .def(py::init<py::object, std::string, int64_t, int, int64_t, bool, int, int64_t>(), py::arg("session"),
-           py::arg("pattern"), py::arg("batch_size"), py::arg("num_fields"), py::arg("num_epochs"),
-           py::arg("shuffle"), py::arg("file_slices"), py::arg("max_bad_lines"))
+           py::arg("pattern"), py::arg("batch_size"), py::arg("num_fields"), py::arg("num_epochs"), py::arg("shuffle"),
+           py::arg("file_slices"), py::arg("max_bad_lines"))
       .def("next", &PyCtrFileReader::Next)
       .def_property_readonly("examples_read", &PyCtrFileReader::examples_read)
       .def_property_readonly("bad_lines", &PyCtrFileReader::bad_lines)

@@ -92,7 +92,7 @@ constexpr Flag kFlags[] = {
   {"file_slices", &O::file_slices, "--train_files, async: slices of the files per worker in the work queue",
    kPositive},
   {"file_split", &O::file_split, "--train_files, async: queue (slices handed out by ps task 0 as workers need "
-   "them) or static (worker w reads slices w, w+N, ... alone)", OneOf("queue static", "queue or static")},
+   "them) or static (worker w takes slices w, w+N, ... of each epoch alone: the usual split, a baseline)", OneOf("queue static", "queue or static")},
   {"test_files", &O::test_files, "ctr model: test data, files in Criteo's layout; empty: the generator's test set"},
   {"max_bad_lines", &O::max_bad_lines, "bad lines of --train_files/--test_files skipped (and counted) before the "
    "job fails naming file and line", AtLeast(0, "0 or more")},

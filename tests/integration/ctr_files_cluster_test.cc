@@ -9,8 +9,8 @@
 #include <signal.h>
 
 #include <atomic>
-#include <fstream>
 #include <chrono>
+#include <fstream>
 #include <regex>
 #include <thread>
 
@@ -44,11 +44,21 @@ Cluster Addresses(int workers) {
 
 std::vector<std::string> Task(const Cluster& c, const std::string& job, int index, const std::string& data,
                               std::vector<std::string> more) {
-  std::vector<std::string> args = {"train", "--job_name=" + job, absl::StrCat("--task_index=", index),
-                                   "--ps_hosts=" + c.ps, "--worker_hosts=" + c.workers, "--model=ctr",
-                                   "--ctr_fields=4", "--ctr_dim=4", "--batch_size=128", "--seed=2",
-                                   "--train_files=" + data + "/train-*", "--test_files=" + data + "/test.gz",
-                                   "--ctr_test_examples=2048", "--log_every=50", "--file_slices=10"};
+  std::vector<std::string> args = {"train",
+                                   "--job_name=" + job,
+                                   absl::StrCat("--task_index=", index),
+                                   "--ps_hosts=" + c.ps,
+                                   "--worker_hosts=" + c.workers,
+                                   "--model=ctr",
+                                   "--ctr_fields=4",
+                                   "--ctr_dim=4",
+                                   "--batch_size=128",
+                                   "--seed=2",
+                                   "--train_files=" + data + "/train-*",
+                                   "--test_files=" + data + "/test.gz",
+                                   "--ctr_test_examples=2048",
+                                   "--log_every=50",
+                                   "--file_slices=10"};
   args.insert(args.end(), more.begin(), more.end());
   return Psflow(args);
 }
@@ -108,11 +118,21 @@ TEST(CtrFilesClusterTest, AsyncSlowWorkerReadsLessAndTheEndOfTheDataEndsTheJob) 
 TEST(CtrFilesClusterTest, AsyncResumeContinuesTheQueue) {
   const std::string dir = TempDir("ctr_files_resume");
   const std::string data = WriteFiles(dir);
-  std::vector<std::string> job = {"local", "--ps=1", "--workers=2", "--model=ctr", "--ctr_fields=4",
-                                  "--ctr_dim=4", "--batch_size=128", "--seed=2",
-                                  "--train_files=" + data + "/train-*", "--ctr_test_examples=2048",
-                                  "--log_every=1000", "--checkpoint_dir=" + dir + "/ckpt", "--num_epochs=2",
-                                  "--shuffle_files", "--metrics_json=" + dir + "/m.json"};
+  std::vector<std::string> job = {"local",
+                                  "--ps=1",
+                                  "--workers=2",
+                                  "--model=ctr",
+                                  "--ctr_fields=4",
+                                  "--ctr_dim=4",
+                                  "--batch_size=128",
+                                  "--seed=2",
+                                  "--train_files=" + data + "/train-*",
+                                  "--ctr_test_examples=2048",
+                                  "--log_every=1000",
+                                  "--checkpoint_dir=" + dir + "/ckpt",
+                                  "--num_epochs=2",
+                                  "--shuffle_files",
+                                  "--metrics_json=" + dir + "/m.json"};
   std::vector<std::string> first = job;
   first.push_back("--train_steps=150");
   auto r1 = RunProcess(Psflow(first), 600);
@@ -187,11 +207,20 @@ TEST(CtrFilesClusterTest, ABadLineFailsTheJobAndLeavesTheCheckpointAndQueue) {
   const std::string dir = TempDir("ctr_files_bad");
   const std::string data = WriteFiles(dir);
   std::ofstream(data + "/train-00009") << "1\t2\n";  // last in the files' order: a bad line
-  std::vector<std::string> job = {"local", "--ps=1", "--workers=2", "--model=ctr", "--ctr_fields=4",
-                                  "--ctr_dim=4", "--batch_size=128", "--seed=2",
-                                  "--train_files=" + data + "/train-*", "--ctr_test_examples=2048",
-                                  "--log_every=1000", "--checkpoint_dir=" + dir + "/ckpt",
-                                  "--save_checkpoint_steps=20", "--metrics_json=" + dir + "/m.json"};
+  std::vector<std::string> job = {"local",
+                                  "--ps=1",
+                                  "--workers=2",
+                                  "--model=ctr",
+                                  "--ctr_fields=4",
+                                  "--ctr_dim=4",
+                                  "--batch_size=128",
+                                  "--seed=2",
+                                  "--train_files=" + data + "/train-*",
+                                  "--ctr_test_examples=2048",
+                                  "--log_every=1000",
+                                  "--checkpoint_dir=" + dir + "/ckpt",
+                                  "--save_checkpoint_steps=20",
+                                  "--metrics_json=" + dir + "/m.json"};
   auto failed = RunProcess(Psflow(job), 600);
   EXPECT_NE(failed.exit_code, 0) << failed.output;
   EXPECT_NE(failed.output.find("data file " + data + "/train-00009 line 1: 2 tab-separated fields; expected 18"),
@@ -202,7 +231,8 @@ TEST(CtrFilesClusterTest, ABadLineFailsTheJobAndLeavesTheCheckpointAndQueue) {
   for (const auto& entry : std::filesystem::directory_iterator(dir + "/ckpt")) {
     std::smatch m;
     const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, m, std::regex("model\\.ckpt-([0-9]+)\\.safetensors")) && std::stoll(m[1]) > newest_step) {
+    if (std::regex_match(name, m, std::regex("model\\.ckpt-([0-9]+)\\.safetensors")) &&
+        std::stoll(m[1]) > newest_step) {
       newest_step = std::stoll(m[1]);
       newest = entry.path().string();
     }

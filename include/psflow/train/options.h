@@ -76,8 +76,8 @@ struct TrainOptions {
   int64_t num_epochs = 1;
   bool shuffle_files = false;
   int file_slices = 10;
-  // Async: "queue" (the work queue) or "static" (worker w reads slices w, w + N, ... alone: the
-  // usual split, a baseline for bench/ctr_files.py).
+  // Async: "queue" (the work queue) or "static" (worker w takes slices w, w + N, ... of each epoch
+  // alone, through the same queue: the usual split, a baseline for bench/ctr_files.py).
   std::string file_split = "queue";
   // A sync step's row mean divides by the gradients applied ("workers") or by those that held the
   // row ("row_count", TF's).

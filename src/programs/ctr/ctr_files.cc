@@ -19,8 +19,7 @@ absl::StatusOr<int64_t> ReadUpTo(CtrSliceReader& reader, int64_t n, int64_t* ids
   const int fields = reader.layout().num_fields, num_dense = reader.layout().num_dense;
   int64_t have = 0;
   while (have < n) {
-    absl::StatusOr<int64_t> got =
-        reader.Read(n - have, ids + have * fields, dense + have * num_dense, labels + have);
+    absl::StatusOr<int64_t> got = reader.Read(n - have, ids + have * fields, dense + have * num_dense, labels + have);
     if (!got.ok()) return got.status();
     if (*got == 0) break;
     have += *got;
@@ -44,8 +43,8 @@ absl::StatusOr<int64_t> TextSize(const std::string& path) {
     unsigned char trailer[4];
     std::fseek(f, -4, SEEK_END);
     if (std::fread(trailer, 1, 4, f) == 4) {
-      const int64_t isize = int64_t{trailer[0]} | int64_t{trailer[1]} << 8 | int64_t{trailer[2]} << 16 |
-                            int64_t{trailer[3]} << 24;
+      const int64_t isize =
+          int64_t{trailer[0]} | int64_t{trailer[1]} << 8 | int64_t{trailer[2]} << 16 | int64_t{trailer[3]} << 24;
       text = std::max(isize, size);  // a wrapped or multi-member size is at least the compressed one
     }
   }
@@ -101,8 +100,8 @@ SliceSource FixedOrderSlices(std::vector<std::string> files, int64_t num_epochs,
     std::vector<int> order;
   };
   auto at = std::make_shared<Position>();
-  return [files = std::move(files), num_epochs, shuffle, seed,
-          at](int64_t, int64_t) -> absl::StatusOr<std::optional<EpochSlice>> {
+  return [files = std::move(files), num_epochs, shuffle, seed, at](
+             int64_t, int64_t) -> absl::StatusOr<std::optional<EpochSlice>> {
     const int n = static_cast<int>(files.size());
     while (at->epoch < num_epochs) {
       if (at->index == 0) at->order = ps::WorkOrder(n, shuffle, seed, at->epoch);
@@ -138,8 +137,8 @@ absl::StatusOr<ps::WorkPlan> MakeCtrWorkPlan(const std::vector<std::string>& fil
   int64_t before = 0, cumulative = 0;
   for (size_t i = 0; i < files.size(); ++i) {
     cumulative += sizes[i];
-    const int64_t upto = std::llround(static_cast<double>(num_slices) * static_cast<double>(cumulative) /
-                                      static_cast<double>(total));
+    const int64_t upto =
+        std::llround(static_cast<double>(num_slices) * static_cast<double>(cumulative) / static_cast<double>(total));
     const int64_t k = std::clamp<int64_t>(upto - before, 1, std::max<int64_t>(sizes[i] >> 12, 1));
     before = std::max(before, upto);
     for (int64_t j = 0; j < k; ++j) {
@@ -158,8 +157,8 @@ SliceSource QueueSlices(WorkerSession& session, ps::WorkPlan plan, double wait_s
     bool configured = false, end = false;
   };
   auto at = std::make_shared<Position>();
-  return [&session, plan = std::move(plan), wait_secs, end_wait_secs, log = std::move(log),
-          at](int64_t examples, int64_t bad_lines) -> absl::StatusOr<std::optional<EpochSlice>> {
+  return [&session, plan = std::move(plan), wait_secs, end_wait_secs, log = std::move(log), at](
+             int64_t examples, int64_t bad_lines) -> absl::StatusOr<std::optional<EpochSlice>> {
     if (at->end) return std::optional<EpochSlice>();
     if (!at->configured && session.is_chief()) {
       auto state = ps::WorkPlanState(plan);
@@ -171,8 +170,8 @@ SliceSource QueueSlices(WorkerSession& session, ps::WorkPlan plan, double wait_s
       auto configured = session.CallWorkQueue(configure);
       if (!configured.ok()) return configured.status();
       log(absl::StrCat("work queue: ", plan.files.size(), " files in ", plan.slices.size(), " slices, ",
-                       plan.num_epochs, " epoch(s)", plan.shuffle ? ", shuffled" : "", "; ", configured->handed,
-                       " of ", configured->total, " handed out"));
+                       plan.num_epochs, " epoch(s)", plan.shuffle ? ", shuffled" : "", "; ", configured->handed, " of ",
+                       configured->total, " handed out"));
     }
     ps::WorkQueueCall next;
     next.op = ps::WorkQueueCall::Op::kNext;
@@ -181,9 +180,7 @@ SliceSource QueueSlices(WorkerSession& session, ps::WorkPlan plan, double wait_s
     next.examples = examples;
     next.bad_lines = bad_lines;
     const auto start = std::chrono::steady_clock::now();
-    auto waited = [&start] {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    };
+    auto waited = [&start] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
     absl::StatusOr<ps::WorkQueueAnswer> answer;
     for (;;) {
       answer = session.CallWorkQueue(next);
@@ -230,36 +227,7 @@ SliceSource QueueSlices(WorkerSession& session, ps::WorkPlan plan, double wait_s
   };
 }
 
-SliceSource StaticSlices(ps::WorkPlan plan, int worker, int num_workers) {
-  struct Position {
-    int64_t epoch = 0, index = 0;
-    std::vector<int> order;
-  };
-  auto at = std::make_shared<Position>();
-  return [plan = std::move(plan), worker, num_workers,
-          at](int64_t, int64_t) -> absl::StatusOr<std::optional<EpochSlice>> {
-    const int n = static_cast<int>(plan.slices.size());
-    while (at->epoch < plan.num_epochs) {
-      if (at->index == 0) {
-        at->order = ps::WorkOrder(n, plan.shuffle, plan.seed, at->epoch);
-        at->index = worker;
-      }
-      if (at->index < n) {
-        const ps::WorkSlice& w = plan.slices[at->order[at->index]];
-        at->index += num_workers;
-        return std::optional<EpochSlice>(EpochSlice{
-            {plan.files[w.file], w.begin, w.end == ps::kWorkSliceToEnd ? data::CriteoSlice::kToEnd : w.end},
-            at->epoch});
-      }
-      ++at->epoch;
-      at->index = 0;
-    }
-    return std::optional<EpochSlice>();
-  };
-}
-
-absl::StatusOr<std::unique_ptr<CtrFileBatches>> CtrFileBatches::Open(const TrainOptions& options, int part,
-                                                                     int parts) {
+absl::StatusOr<std::unique_ptr<CtrFileBatches>> CtrFileBatches::Open(const TrainOptions& options, int part, int parts) {
   std::unique_ptr<CtrFileBatches> b(new CtrFileBatches());
   auto files = data::ExpandCriteoFiles(options.train_files);
   if (!files.ok()) return files.status();

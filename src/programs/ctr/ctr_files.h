@@ -62,7 +62,7 @@ class CtrSliceReader {
   SliceSource source_;
   data::CriteoReaderOptions options_;
   std::unique_ptr<data::CriteoReader> reader_;
-  int64_t examples_done_ = 0, bad_done_ = 0;        // of the readers closed
+  int64_t examples_done_ = 0, bad_done_ = 0;          // of the readers closed
   int64_t examples_reported_ = 0, bad_reported_ = 0;  // told to the source
   int64_t slices_ = 0, epochs_begun_ = 0;
   bool end_ = false;
@@ -88,18 +88,13 @@ absl::StatusOr<ps::WorkPlan> MakeCtrWorkPlan(const std::vector<std::string>& fil
 SliceSource QueueSlices(WorkerSession& session, ps::WorkPlan plan, double wait_secs, double end_wait_secs,
                         std::function<void(const std::string&)> log);
 
-// --file_split=static (async without the queue, TF's usual files[w::N]): slices w, w + N, w + 2N, ...
-// of `plan` in each epoch's order, read by worker w of N alone; a slow worker holds the job up.
-SliceSource StaticSlices(ps::WorkPlan plan, int worker, int num_workers);
-
 // The fixed order's batches: global batch `step` of parts·B examples, of which this reader hands
 // out part `part` (one process: part 0 of 1).
 class CtrFileBatches {
  public:
   // --train_files, --num_epochs, --shuffle_files, --seed, --batch_size, --max_bad_lines. NotFound /
   // InvalidArgument naming the pattern for an empty list or a glob that matches nothing.
-  static absl::StatusOr<std::unique_ptr<CtrFileBatches>> Open(const TrainOptions& options, int part = 0,
-                                                              int parts = 1);
+  static absl::StatusOr<std::unique_ptr<CtrFileBatches>> Open(const TrainOptions& options, int part = 0, int parts = 1);
 
   // This reader's part of global batch `step` into ids [B, F], dense [B, 13], labels [B]. Steps are
   // asked in increasing order; a step beyond the next skips the batches between (a resumed run), an

@@ -14,9 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "ps/server/work_queue.h"
-
 #include "programs/ctr/ctr_single.h"
+#include "ps/server/work_queue.h"
 #include "psflow/data/criteo.h"
 #include "psflow/train/train.h"
 
@@ -123,7 +122,8 @@ TEST_F(CtrFilesTest, TheEndOfTheFilesEndsTrainingWithACheckpoint) {
                       "100"),
             std::string::npos)
       << said;
-  EXPECT_NE(said.find("training files: 1000 examples read in 1 epoch(s), 0 bad lines skipped"), std::string::npos) << said;
+  EXPECT_NE(said.find("training files: 1000 examples read in 1 epoch(s), 0 bad lines skipped"), std::string::npos)
+      << said;
 }
 
 TEST_F(CtrFilesTest, BadFilesFailWithOneLine) {

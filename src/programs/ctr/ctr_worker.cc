@@ -3,8 +3,8 @@
 // which live on the ps tasks (the update rules run there, one implementation for every mode).
 // Per step the worker takes its part of the one-process stream's batch at the session's data step
 // (docs/design.md#data-order: sync, part w of global batch s of R·B examples, so R workers × B see
-// one process's R·B; async, batch s of B, distinct per push), or a batch of --train_files; it looks its ids up (deduplicated; the
-// rows usually came back with the previous step's answer), computes, hands back each unique id's
+// one process's R·B; async, batch s of B, distinct per push), or a batch of --train_files; it looks its ids up
+// (deduplicated; the rows usually came back with the previous step's answer), computes, hands back each unique id's
 // gradient and the next batch's ids (prefetch), and steps: one round trip per step. The chief
 // evaluates the final model on the generator's test set (log-loss and AUC beside Bayes).
 #include <cmath>
@@ -128,14 +128,12 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
     } else if (from_files) {
       auto files = data::ExpandCriteoFiles(o.train_files);
       if (!files.ok()) return files.status();
-      auto plan = MakeCtrWorkPlan(*files, int64_t{o.file_slices} * session.num_workers(), o.num_epochs,
-                                  o.shuffle_files, o.seed);
+      auto plan = MakeCtrWorkPlan(*files, int64_t{o.file_slices} * session.num_workers(), o.num_epochs, o.shuffle_files,
+                                  o.seed);
       if (!plan.ok()) return plan.status();
+      if (o.file_split == "static") plan->split_workers = session.num_workers();  // the usual split, a baseline
       queue_reader = std::make_unique<CtrSliceReader>(
-          o.file_split == "static"
-              ? StaticSlices(*std::move(plan), worker, session.num_workers())
-              : QueueSlices(session, *std::move(plan), o.init_timeout_secs, o.worker_timeout_secs, log),
-          CtrReaderOptions(o));
+          QueueSlices(session, *std::move(plan), o.init_timeout_secs, o.worker_timeout_secs, log), CtrReaderOptions(o));
       fill = [&](int64_t, int64_t* ids, float* dense, float* labels) -> absl::Status {
         const int64_t batch = OptionValue(o.batch_size), fields = o.ctr_fields;
         int64_t have = 0;
@@ -143,8 +141,8 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
           auto got = queue_reader->Read(batch - have, ids + have * fields, dense + have * kCtrNumDense, labels + have);
           if (!got.ok()) return got.status();
           if (*got == 0) {
-            return absl::OutOfRangeError(absl::StrCat("the work queue is at its end (", have,
-                                                      " examples left over, under a batch)"));
+            return absl::OutOfRangeError(
+                absl::StrCat("the work queue is at its end (", have, " examples left over, under a batch)"));
           }
           have += *got;
         }
@@ -209,8 +207,8 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
       const int64_t epochs = fixed_order ? fixed_order->epochs_begun() : queue_reader->epochs_begun();
       log(absl::StrCat("worker ", worker, ": training files: ", read, " examples read",
                        queue_reader ? absl::StrCat(" in ", queue_reader->slices_read(), " slices") : std::string(),
-                       ", epoch(s) begun: ", epochs, ", ", bad, " bad lines skipped (--max_bad_lines=",
-                       o.max_bad_lines, ")"));
+                       ", epoch(s) begun: ", epochs, ", ", bad, " bad lines skipped (--max_bad_lines=", o.max_bad_lines,
+                       ")"));
       if (session.is_chief()) {
         // The job's figures: sync, the fixed order's (every worker reads it whole); async, the
         // work queue's (the workers' counts as they reported them with each slice).
@@ -224,8 +222,8 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
             job_examples = static_cast<double>(queue->examples);
             job_bad = static_cast<double>(queue->bad_lines);
             job_epochs = static_cast<double>(queue->epoch_now + 1);
-            log(absl::StrCat("work queue: ", queue->handed, " slices handed out (", queue->total, " in ",
-                             o.num_epochs, " epoch(s), ", queue->returned, " given back and handed again)"));
+            log(absl::StrCat("work queue: ", queue->handed, " slices handed out (", queue->total, " in ", o.num_epochs,
+                             " epoch(s), ", queue->returned, " given back and handed again)"));
           }
         }
         files_eval.scalars = {{"train_file_examples", job_examples},

@@ -37,7 +37,8 @@ void PsServer::Impl::HandleWorkQueue(const rpc::IncomingMessage& request, rpc::R
     }
     case wire::WorkQueueRequest::NEXT: {
       if (!work_queue_.configured()) break;  // answered configured = false: the worker waits for the chief
-      absl::StatusOr<WorkQueue::Taken> taken = work_queue_.Next(call.worker_index(), call.seq(), call.fresh(), call.examples(), call.bad_lines());
+      absl::StatusOr<WorkQueue::Taken> taken =
+          work_queue_.Next(call.worker_index(), call.seq(), call.fresh(), call.examples(), call.bad_lines());
       if (!taken.ok()) return responder.Respond(taken.status());
       answer.set_end(taken->end);
       answer.set_epoch(taken->epoch);

@@ -16,7 +16,7 @@ constexpr int kStateVersion = 1;
 
 bool SamePlan(const WorkPlan& a, const WorkPlan& b) {
   if (a.files != b.files || a.slices.size() != b.slices.size() || a.num_epochs != b.num_epochs ||
-      a.shuffle != b.shuffle || a.seed != b.seed) {
+      a.shuffle != b.shuffle || a.seed != b.seed || a.split_workers != b.split_workers) {
     return false;
   }
   for (size_t i = 0; i < a.slices.size(); ++i) {
@@ -29,7 +29,8 @@ bool SamePlan(const WorkPlan& a, const WorkPlan& b) {
 }
 
 std::string FilesText(const WorkPlan& plan) {
-  std::string text = absl::StrJoin(plan.files.begin(), plan.files.begin() + std::min<size_t>(plan.files.size(), 3), ",");
+  std::string text =
+      absl::StrJoin(plan.files.begin(), plan.files.begin() + std::min<size_t>(plan.files.size(), 3), ",");
   if (plan.files.size() > 3) absl::StrAppend(&text, ",… (", plan.files.size(), " files)");
   return absl::StrCat(text, "; ", plan.slices.size(), " slices, ", plan.num_epochs, " epochs",
                       plan.shuffle ? ", shuffled" : "");
@@ -60,7 +61,8 @@ absl::Status CheckWorkPlan(const WorkPlan& plan) {
   int64_t last_end = kWorkSliceToEnd;
   for (const WorkSlice& s : plan.slices) {
     if (s.file < 0 || s.file >= static_cast<int>(plan.files.size())) {
-      return absl::InvalidArgumentError(absl::StrCat("work queue: a slice of file ", s.file, " of ", plan.files.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("work queue: a slice of file ", s.file, " of ", plan.files.size()));
     }
     if (s.file != file) {  // a new file: the previous one ended at its end, this one starts at 0
       if (last_end != kWorkSliceToEnd || s.file != file + 1 || s.begin != 0) {
@@ -115,6 +117,7 @@ absl::Status WorkQueue::ConfigureLocked(const WorkPlan& plan, bool replace) {
   held_.clear();
   last_.clear();
   taken_by_.clear();
+  split_at_.clear();
   handed_ = 0;
   returned_count_ = 0;
   examples_ = 0;
@@ -123,10 +126,23 @@ absl::Status WorkQueue::ConfigureLocked(const WorkPlan& plan, bool replace) {
   return absl::OkStatus();
 }
 
-bool WorkQueue::TakeLocked(Held* out) {
+bool WorkQueue::TakeLocked(int worker, Held* out) {
   if (!returned_.empty()) {
     *out = returned_.front();
     returned_.pop_front();
+    return true;
+  }
+  if (plan_.split_workers > 0) {  // the static split: this worker's own positions only
+    const int n = static_cast<int>(plan_.slices.size());
+    auto [it, inserted] = split_at_.try_emplace(worker, 0, worker);
+    auto& [epoch, position] = it->second;
+    while (position >= n) {
+      if (epoch + 1 >= plan_.num_epochs) return false;
+      ++epoch;
+      position = worker;
+    }
+    *out = {epoch, WorkOrder(n, plan_.shuffle, plan_.seed, epoch)[position]};
+    position += plan_.split_workers;
     return true;
   }
   while (cursor_ >= static_cast<int64_t>(order_.size())) {
@@ -159,7 +175,7 @@ absl::StatusOr<WorkQueue::Taken> WorkQueue::Next(int worker, int64_t seq, bool f
   }
   Taken taken;
   Held next;
-  if (!TakeLocked(&next)) {
+  if (!TakeLocked(worker, &next)) {
     taken.end = true;
   } else {
     held_[worker] = next;
@@ -206,11 +222,18 @@ absl::StatusOr<std::string> WorkQueue::State() const {
   for (const auto& [worker, h] : held_) held.push_back({worker, h.epoch, h.slice});
   nlohmann::json taken_by = nlohmann::json::array();
   for (const auto& [worker, n] : taken_by_) taken_by.push_back({worker, n});
+  nlohmann::json split_at = nlohmann::json::array();
+  for (const auto& [worker, at] : split_at_) split_at.push_back({worker, at.first, at.second});
   nlohmann::json state = {
-      {"version", kStateVersion}, {"files", plan_.files},   {"slices", slices},     {"num_epochs", plan_.num_epochs},
-      {"shuffle", plan_.shuffle}, {"seed", plan_.seed},     {"epoch", epoch_},      {"cursor", cursor_},
-      {"returned", returned},     {"held", held},           {"handed", handed_},    {"returned_count", returned_count_},
-      {"taken_by", taken_by},     {"examples", examples_}, {"bad_lines", bad_lines_},
+      {"version", kStateVersion}, {"files", plan_.files},
+      {"slices", slices},         {"num_epochs", plan_.num_epochs},
+      {"shuffle", plan_.shuffle}, {"seed", plan_.seed},
+      {"epoch", epoch_},          {"cursor", cursor_},
+      {"returned", returned},     {"held", held},
+      {"handed", handed_},        {"returned_count", returned_count_},
+      {"taken_by", taken_by},     {"examples", examples_},
+      {"bad_lines", bad_lines_},  {"split_workers", plan_.split_workers},
+      {"split_at", split_at},
   };
   return state.dump();
 }
@@ -220,12 +243,12 @@ absl::Status WorkQueue::Restore(std::string_view state_json, bool replace) {
   int64_t epoch = 0, cursor = 0, handed = 0, returned_count = 0, examples = 0, bad_lines = 0;
   std::deque<Held> returned;
   std::map<int, int64_t> taken_by;
+  std::map<int, std::pair<int64_t, int64_t>> split_at;
   try {
     const nlohmann::json state = nlohmann::json::parse(state_json);
     if (state.at("version").get<int>() != kStateVersion) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("work queue state of version ", state.at("version").dump(), "; this psflow reads version ",
-                       kStateVersion));
+      return absl::InvalidArgumentError(absl::StrCat("work queue state of version ", state.at("version").dump(),
+                                                     "; this psflow reads version ", kStateVersion));
     }
     plan.files = state.at("files").get<std::vector<std::string>>();
     for (const auto& s : state.at("slices")) {
@@ -248,14 +271,20 @@ absl::Status WorkQueue::Restore(std::string_view state_json, bool replace) {
     }
     for (const auto& r : state.at("returned")) returned.push_back({r.at(0).get<int64_t>(), r.at(1).get<int>()});
     for (const auto& t : state.at("taken_by")) taken_by[t.at(0).get<int>()] = t.at(1).get<int64_t>();
+    plan.split_workers = state.value("split_workers", 0);
+    if (state.contains("split_at")) {
+      for (const auto& a : state.at("split_at")) {
+        split_at[a.at(0).get<int>()] = {a.at(1).get<int64_t>(), a.at(2).get<int64_t>()};
+      }
+    }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("work queue state is not valid: ", e.what()));
   }
   if (auto s = CheckWorkPlan(plan); !s.ok()) return s;
   const int n = static_cast<int>(plan.slices.size());
   if (epoch < 0 || epoch >= plan.num_epochs || cursor < 0 || cursor > n) {
-    return absl::InvalidArgumentError(absl::StrCat("work queue state: epoch ", epoch, " cursor ", cursor,
-                                                   " outside ", plan.num_epochs, " epochs of ", n, " slices"));
+    return absl::InvalidArgumentError(absl::StrCat("work queue state: epoch ", epoch, " cursor ", cursor, " outside ",
+                                                   plan.num_epochs, " epochs of ", n, " slices"));
   }
   for (const Held& h : returned) {
     if (h.slice < 0 || h.slice >= n || h.epoch < 0 || h.epoch >= plan.num_epochs) {
@@ -273,6 +302,7 @@ absl::Status WorkQueue::Restore(std::string_view state_json, bool replace) {
   handed_ = handed;
   returned_count_ = returned_count;
   taken_by_ = std::move(taken_by);
+  split_at_ = std::move(split_at);
   examples_ = examples;
   bad_lines_ = bad_lines;
   return absl::OkStatus();

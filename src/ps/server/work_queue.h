@@ -50,6 +50,9 @@ struct WorkPlan {
   int64_t num_epochs = 1;
   bool shuffle = false;
   uint64_t seed = 0;
+  // 0: the queue (any worker takes the next slice). N > 0: the static split, the usual baseline:
+  // worker w of N takes only positions w, w + N, w + 2N, ... of each epoch's order.
+  int split_workers = 0;
 };
 
 // The slices' indices in the order epoch `epoch` hands them out: 0..n-1, or (shuffle) a permutation
@@ -73,14 +76,14 @@ class WorkQueue {
     int64_t begin = 0, end_offset = 0;
   };
   struct Progress {
-    int64_t epoch = 0;          // the epoch the order is in
-    int64_t handed = 0;         // slices handed out, all epochs (again after a return counts again)
-    int64_t held = 0;           // slices held by workers now
-    int64_t total = 0;          // slices x epochs
-    int64_t returned = 0;       // slices that went back to the queue (a fresh worker, a restore)
-    bool end = false;           // nothing left to hand out
-    std::vector<int> holders;   // the workers holding a slice now, ascending
-    std::map<int, int64_t> taken_by;  // slices each worker took
+    int64_t epoch = 0;                    // the epoch the order is in
+    int64_t handed = 0;                   // slices handed out, all epochs (again after a return counts again)
+    int64_t held = 0;                     // slices held by workers now
+    int64_t total = 0;                    // slices x epochs
+    int64_t returned = 0;                 // slices that went back to the queue (a fresh worker, a restore)
+    bool end = false;                     // nothing left to hand out
+    std::vector<int> holders;             // the workers holding a slice now, ascending
+    std::map<int, int64_t> taken_by;      // slices each worker took
     int64_t examples = 0, bad_lines = 0;  // read by the workers, as they reported
   };
 
@@ -108,18 +111,19 @@ class WorkQueue {
   };
   absl::Status ConfigureLocked(const WorkPlan& plan, bool replace) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next (epoch, slice) to hand out, or false at the end.
-  bool TakeLocked(Held* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool TakeLocked(int worker, Held* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   bool configured_ ABSL_GUARDED_BY(mu_) = false;
   WorkPlan plan_ ABSL_GUARDED_BY(mu_);
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t cursor_ ABSL_GUARDED_BY(mu_) = 0;       // position in order_ of epoch_
-  std::vector<int> order_ ABSL_GUARDED_BY(mu_);   // WorkOrder of epoch_
+  int64_t cursor_ ABSL_GUARDED_BY(mu_) = 0;         // position in order_ of epoch_
+  std::vector<int> order_ ABSL_GUARDED_BY(mu_);     // WorkOrder of epoch_
   std::deque<Held> returned_ ABSL_GUARDED_BY(mu_);  // handed out first
   std::map<int, Held> held_ ABSL_GUARDED_BY(mu_);   // by worker
   std::map<int, LastAnswer> last_ ABSL_GUARDED_BY(mu_);
   std::map<int, int64_t> taken_by_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::pair<int64_t, int64_t>> split_at_ ABSL_GUARDED_BY(mu_);  // static split: (epoch, position)
   int64_t handed_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t returned_count_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t examples_ ABSL_GUARDED_BY(mu_) = 0;

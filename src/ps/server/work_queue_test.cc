@@ -168,5 +168,38 @@ TEST(WorkQueueTest, BadStateIsRefused) {
   EXPECT_FALSE(q.configured());
 }
 
+// The static split (the baseline): worker w takes positions w, w + N, ... of each epoch's order only,
+// however fast the others are; the state keeps each worker's place.
+TEST(WorkQueueTest, TheStaticSplitGivesEachWorkerItsOwnSlices) {
+  WorkPlan plan = Plan(/*epochs=*/2, /*shuffle=*/true);
+  plan.split_workers = 2;
+  WorkQueue q;
+  ASSERT_TRUE(q.Configure(plan, false).ok());
+  std::vector<std::pair<int64_t, int>> worker0;
+  for (int64_t seq = 0;; ++seq) {  // worker 0 alone, to its end
+    auto t = q.Next(0, seq, seq == 0);
+    ASSERT_TRUE(t.ok());
+    if (t->end) break;
+    worker0.push_back({t->epoch, t->slice});
+  }
+  std::vector<std::pair<int64_t, int>> want;
+  for (int64_t e = 0; e < 2; ++e) {
+    const std::vector<int> order = WorkOrder(5, true, 7, e);
+    for (int p = 0; p < 5; p += 2) want.push_back({e, order[p]});
+  }
+  EXPECT_EQ(worker0, want);
+  auto first = q.Next(1, 0, true);  // worker 1's share is still there
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(first->end);
+  EXPECT_EQ(first->slice, WorkOrder(5, true, 7, 0)[1]);
+  WorkQueue restored;
+  ASSERT_TRUE(restored.Restore(*q.State(), true).ok());
+  auto next = restored.Next(1, 0, true);  // the held slice first (at-least-once), then its next own
+  auto after = restored.Next(1, 1, false);
+  ASSERT_TRUE(next.ok() && after.ok());
+  EXPECT_EQ(next->slice, first->slice);
+  EXPECT_EQ(after->slice, WorkOrder(5, true, 7, 0)[3]);
+}
+
 }  // namespace
 }  // namespace psflow::ps
