@@ -97,7 +97,7 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
 
   auto train = [&]() -> absl::StatusOr<RunSummary> {
     if (auto s = session.Open(); !s.ok()) return s;
-    const TrainOptions& o = session.options();  // resolved
+    const TrainOptions& o = session.options();         // resolved
     const int64_t part = session.data_worker_index();  // sync: the worker's index; async: 0
     if (session.is_chief()) {
       log(absl::StrCat(
