@@ -63,6 +63,8 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
   // Each given value against its flag's rule (train/flags.cc), then the model's values for the
   // flags left out, then the rules between flags.
   if (absl::Status s = CheckFlagRules(*o, *defaults); !s.ok()) return s;
+  // Training files without --train_steps train until the files (--num_epochs passes) end.
+  if (!o->train_files.empty() && !o->train_steps.has_value()) o->train_steps = kUntilTheDataEnds;
   FillModelDefaults(*defaults, o);
   if (absl::Status s = ResolveModelSettings(*defaults, o); !s.ok()) return s;
   // The dense rule first: the tables' rule defaults to it, and a bad --optimizer is named as such.

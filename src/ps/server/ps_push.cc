@@ -6,7 +6,11 @@
 // (--table_sync=async) applies the push's table rows on arrival and only its dense gradients wait. Every answer
 // leaves through PushAnswer (the exit). Push deduplication (ps/server/push_dedup.h: client id + sequence
 // number) plugs in at the entry, right after the header is parsed: it wraps the Responder, so
-// both modes and the accumulator answer through it unchanged.
+// both modes and the accumulator answer through it unchanged. A push may come in parts
+// (more_parts on every part but the last): async applies each on arrival and steps with the last;
+// sync stages the parts per worker (Shard::Stage) and counts them with the last part, which is
+// the push the accumulator sees (so a sync step still applies one mean per variable, of whole
+// pushes only).
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -98,8 +102,8 @@ absl::Status PsServer::Impl::ValidatePush(const Model& m, const rpc::IncomingMes
   push->tables = std::make_shared<TablePush>();
   if (absl::Status s = DecodeTableBlocks(m, request, header, num_dense, push->tables.get()); !s.ok()) return s;
   if (absl::Status s = DecodeGradients(m, request, header, num_dense, &push->gradients); !s.ok()) return s;
-  if (header.more_parts() && m.config.sync) {
-    return absl::InvalidArgumentError("a push in parts in sync mode (a sync step counts whole pushes)");
+  if (header.more_parts() && m.config.sync && header.client_id() == 0) {
+    return absl::InvalidArgumentError("a sync push in parts from a client without an id (its parts could not be told apart)");
   }
   for (const std::string& name : header.pull_shards()) {
     auto it = m.by_name.find(name);
@@ -213,6 +217,19 @@ void PsServer::Impl::PushInSyncMode(const Model& m, const std::vector<ShardGradi
                                     const wire::PushRequest& header, std::vector<std::shared_ptr<Shard>> pulls,
                                     std::shared_ptr<TablePush> tables, rpc::Responder responder) {
   const int worker = header.worker_index();
+  if (header.more_parts()) {
+    // A part of a push sent as backward goes: staged apart, counted with the push's last part
+    // (so a push that is not counted adds nothing). A part computed at an older step is stale like
+    // the push it belongs to: not kept.
+    const int64_t step = step_.load(std::memory_order_acquire);
+    const bool stale = header.step_tag() < step;
+    if (!stale) {
+      for (const ShardGradient& g : gradients) g.shard->Stage(g, header.step_tag());
+    }
+    absl::StatusOr<rpc::OutgoingMessage> answer = PushAnswer({}, step, stale, nullptr);
+    if (!answer.ok()) return responder.Respond(answer.status());
+    return responder.Respond(*std::move(answer));
+  }
   // Hybrid (Persia's, --table_sync=async): the tables' rows are applied now, as in async mode
   // (whether or not the dense gradients count for the step: a stale or late push's rows too); the
   // dense gradients wait for the step's quorum.
@@ -226,7 +243,11 @@ void PsServer::Impl::PushInSyncMode(const Model& m, const std::vector<ShardGradi
   }
   sync_.Push(
       m.sync_epoch, worker, header.step_tag(),
-      [&gradients, &m, &tables, worker, hybrid] {
+      [&gradients, &m, &tables, &header, worker, hybrid] {
+        // The push's earlier parts first (each shard's gradient comes in one part or the other).
+        for (const std::shared_ptr<Shard>& shard : m.shards) {
+          shard->CommitStaged(worker, header.client_id(), header.step_tag());
+        }
         for (const ShardGradient& g : gradients) g.shard->Accumulate(g);
         if (!hybrid) m.tables->Accumulate(worker, tables->rows);
       },

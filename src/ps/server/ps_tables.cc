@@ -26,6 +26,28 @@ absl::Status Report(const TableState& t, absl::Status s) {
   return s;
 }
 
+// The one check of a table's ids on the ps (docs/tables.md "Wire format"): every id that enters
+// (a pull, a push, a prefetch, a checkpoint's rows) is routed to `t`'s shard (fixed: in [0, N) and
+// routed here; dynamic: Mix64(id) % P is this task). The shards behind it trust their ids.
+absl::Status CheckOwned(const TableState& t, absl::Span<const int64_t> ids) {
+  const table::TableConfig& config = t.shard->config();
+  for (int64_t id : ids) {
+    int owner;
+    if (config.spec.kind == table::TableKind::kDynamic) {
+      owner = dist::RouteDynamicId(id, t.num_shards);
+    } else {
+      absl::StatusOr<dist::RowLocation> where = dist::RouteFixedId(config.spec.name, config.layout(), id);
+      if (!where.ok()) return where.status();
+      owner = where->shard;
+    }
+    if (owner != t.shard_index) {
+      return Bad(t.name, absl::StrCat("id ", id, " belongs to shard ", owner, ", not ", t.shard_index,
+                                      " (client and ps disagree on the layout?)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 table::SparseRuleConfig SparseRuleOf(const TrainingConfig& config) {
@@ -111,20 +133,7 @@ absl::StatusOr<std::vector<TableBlock>> PsTables::Decode(
     if (!d.ids.empty()) std::memcpy(d.ids.data(), block.ids().data(), block.ids().size());
     const table::TableConfig& config = t->shard->config();
     if (absl::Status s = table::CheckUnique(config, d.ids); !s.ok()) return s;
-    for (int64_t id : d.ids) {
-      int owner;
-      if (config.spec.kind == table::TableKind::kDynamic) {
-        owner = dist::RouteDynamicId(id, t->num_shards);
-      } else {
-        absl::StatusOr<dist::RowLocation> where = dist::RouteFixedId(config.spec.name, config.layout(), id);
-        if (!where.ok()) return where.status();
-        owner = where->shard;
-      }
-      if (owner != t->shard_index) {
-        return Bad(t->name, absl::StrCat("id ", id, " belongs to shard ", owner, ", not ", t->shard_index,
-                                         " (client and ps disagree on the layout?)"));
-      }
-    }
+    if (absl::Status s = CheckOwned(*t, d.ids); !s.ok()) return s;
     if (rows_from == nullptr) continue;
     const int i = first_tensor + b;
     if (i >= rows_from->num_tensors() || rows_from->meta(i).name() != block.table()) {
@@ -257,9 +266,32 @@ absl::Status PsTables::ScanPart(const wire::TableScan& scan, int64_t global_step
     TableState* t = Find(scan.table());
     if (t == nullptr) return Bad(scan.table(), absl::StrCat("no such table shard on ps task ", ps_task_));
     t->shard->RemoveNow(global_step);  // evicted rows are not saved
-    it = scans_.emplace(scan.scan_id(), OpenScan{t, t->shard->Scan()}).first;
+    table::ScanOptions options;
+    options.save_id = scan.save_id();
+    options.increment = scan.increment();
+    options.changed_since = scan.changed_since();
+    options.track_changes = scan.track_changes();
+    absl::StatusOr<std::unique_ptr<table::RowScan>> started = t->shard->Scan(options);
+    if (!started.ok()) return Report(*t, started.status());
+    it = scans_.emplace(scan.scan_id(), OpenScan{t, *std::move(started)}).first;
   } else if (it->second.table->name != scan.table()) {
     return Bad(scan.table(), absl::StrCat("scan ", scan.scan_id(), " reads '", it->second.table->name, "'"));
+  }
+  // An increment's removed ids first, in parts of as many ids as a part's row floats.
+  if (const std::vector<int64_t>& removed = it->second.scan->removed(); it->second.removed_sent < removed.size()) {
+    const size_t n = std::min(removed.size() - it->second.removed_sent,
+                              static_cast<size_t>(std::max<int64_t>(scan.max_rows(), 1) * std::max<int64_t>(
+                                                                                              it->second.table->dim, 1)));
+    part->set_removed_ids(std::string(reinterpret_cast<const char*>(removed.data() + it->second.removed_sent),
+                                      n * sizeof(int64_t)));
+    it->second.removed_sent += n;
+    TableState* t = it->second.table;
+    part->mutable_rows()->set_table(t->name);
+    part->set_done(false);
+    // No rows: empty values and slots, as a part without rows has.
+    const int slots = t->shard->rule().num_slots();
+    for (int k = 0; k <= slots; ++k) AddRows(t->name, 0, t->dim, {}, out, k);
+    return absl::OkStatus();
   }
   table::RowsPart rows;
   const bool more = it->second.scan->Next(std::max<int64_t>(scan.max_rows(), 1), &rows);
@@ -309,6 +341,7 @@ absl::Status PsTables::Load(const google::protobuf::RepeatedPtrField<wire::Table
       ++i;
       return absl::OkStatus();
     };
+    if (absl::Status s = CheckOwned(*t, part.ids); !s.ok()) return s;
     if (absl::Status s = read(&part.values); !s.ok()) return s;
     part.slots.resize(static_cast<size_t>(slots));
     for (int k = 0; k < slots; ++k) {

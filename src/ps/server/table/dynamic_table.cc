@@ -37,9 +37,6 @@ DynamicTableShard::DynamicTableShard(TableConfig config, SparseRule rule, int ps
     : config_(std::move(config)),
       rule_(std::move(rule)),
       accessor_(config_, num_ps),
-      ps_(ps),
-      num_ps_(num_ps),
-      mod_num_ps_(static_cast<uint64_t>(std::max(num_ps, 1))),
       store_(std::move(store)) {
   CHECK(config_.spec.kind == TableKind::kDynamic);
   CHECK(ps >= 0 && ps < num_ps);
@@ -59,22 +56,8 @@ absl::Status DynamicTableShard::Failure() const {
   return failure_;
 }
 
-absl::Status DynamicTableShard::CheckOwned(absl::Span<const int64_t> ids) const {
-  if (num_ps_ == 1) return absl::OkStatus();
-  for (int64_t id : ids) {
-    // dist::RouteDynamicId without its division.
-    const int owner = static_cast<int>(mod_num_ps_(dist::Mix64(static_cast<uint64_t>(id))));
-    if (owner != ps_) {
-      return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': id ", id, " lives on ps ", owner,
-                                                     " of ", num_ps_, ", not ", ps_));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status DynamicTableShard::Gather(absl::Span<const int64_t> ids, absl::Span<float> out) const {
   if (auto s = CheckRowsSize(config_, "a gather's output", ids.size(), out.size()); !s.ok()) return s;
-  if (auto s = CheckOwned(ids); !s.ok()) return s;
   if (auto s = Failure(); !s.ok()) return s;
   const int64_t dim = config_.spec.dim;
   // Find every record first (the memory index prefetches its entries a block at a time; the disk
@@ -107,58 +90,33 @@ absl::Status DynamicTableShard::Gather(absl::Span<const int64_t> ids, absl::Span
 
 absl::Status DynamicTableShard::CheckPush(absl::Span<const int64_t> ids, absl::Span<const float> grads) const {
   if (auto s = CheckRowsSize(config_, "a gradient", ids.size(), grads.size()); !s.ok()) return s;
-  if (auto s = CheckOwned(ids); !s.ok()) return s;
   if (const int64_t cap = accessor_.row_cap(); cap > 0 && static_cast<int64_t>(ids.size()) > cap) {
     return absl::InvalidArgumentError(
         absl::StrCat("table '", config_.spec.name, "': one push holds ", ids.size(), " ids but max_rows allows ", cap,
                      " rows on this ps; raise max_rows above a batch's unique ids per ps"));
   }
-  return CheckFinite(config_, ids, grads);
+  return absl::OkStatus();
 }
 
-void DynamicTableShard::NextEpoch() {
-  if (++epoch_ != 0) return;
-  // Wrapped: clear the marks once every 2^32 pushes.
-  store_->ClearMarks();
-  epoch_ = 1;
-}
-
-absl::Status DynamicTableShard::CountStored(absl::Span<const int64_t> ids, absl::Span<float* const> records,
-                                            int64_t global_step, absl::flat_hash_set<int64_t>* absent) {
+void DynamicTableShard::CountStored(absl::Span<const int64_t> ids, absl::Span<float* const> records,
+                                    int64_t global_step, absl::flat_hash_set<int64_t>* absent) {
+  // The ids are unique (checked where they entered the ps, PsTables::Decode). A counted row is
+  // stamped changed (for a disk store: dirty).
   const size_t n = ids.size();
-  // A stored row is counted as soon as it is checked (its metadata line is at hand); an id listed
-  // twice then undoes the counts taken so far, so a refused push changes nothing. A counted row is
-  // marked changed (for a disk store: dirty).
-  std::unique_ptr<int64_t[]> previous_step(new int64_t[n]);
   for (size_t i = 0; i < n; ++i) {
     if (i + kAhead < n && records[i + kAhead] != nullptr) {
       __builtin_prefetch(&MetaOf(records[i + kAhead]), 1);
     }
-    bool repeated;
     if (records[i] != nullptr) {
       RowMeta& meta = MetaOf(records[i]);
-      repeated = meta.mark == epoch_;
-      if (!repeated) {
-        meta.mark = epoch_;
-        meta.flags |= RowMeta::kDirty | RowMeta::kChanged;
-        previous_step[i] = meta.last_step;
-        ++meta.count;
-        meta.last_step = global_step;
-      }
+      meta.flags |= RowMeta::kDirty;
+      Stamp(ids[i], meta);
+      ++meta.count;
+      meta.last_step = global_step;
     } else {
-      repeated = !absent->insert(ids[i]).second;
-    }
-    if (repeated) {
-      for (size_t j = 0; j < i; ++j) {
-        if (records[j] == nullptr) continue;
-        --MetaOf(records[j]).count;
-        MetaOf(records[j]).last_step = previous_step[j];
-      }
-      return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': id ", ids[i],
-                                                     " listed twice in one push (sum its rows first)"));
+      absent->insert(ids[i]);
     }
   }
-  return absl::OkStatus();
 }
 
 float* DynamicTableShard::AdmitAbsent(int64_t id, int64_t global_step) {
@@ -180,7 +138,8 @@ float* DynamicTableShard::AdmitAbsent(int64_t id, int64_t global_step) {
   float* rec = store_->Create(id);
   accessor_.InitialValue(id, rec);
   rule_.InitSlots(rec + config_.spec.dim, config_.spec.dim);
-  MetaOf(rec) = RowMeta{global_step, count, epoch_, RowMeta::kDirty | RowMeta::kChanged};
+  MetaOf(rec) = RowMeta{global_step, count, 0, RowMeta::kDirty};
+  Stamp(id, MetaOf(rec));
   ++admissions_;
   return rec;
 }
@@ -192,17 +151,11 @@ absl::Status DynamicTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<
   const float lr = rule_.LearningRate(global_step);
   const size_t n = ids.size();
   absl::MutexLock lock(&mu_);
-  // Pass 1: find the stored rows (held by the store until Release) and refuse an id listed twice:
-  // stored rows by the mark in their record, absent ids by a set of those only (few, once a table
-  // is warm).
-  NextEpoch();
+  // Pass 1: find and count the stored rows (held by the store until Release); collect the absent ids.
   std::vector<float*> records(n);
   if (absl::Status s = store_->Acquire(ids.data(), n, records.data()); !s.ok()) return Fail(s);
   absl::flat_hash_set<int64_t> absent;
-  if (absl::Status s = CountStored(ids, records, global_step, &absent); !s.ok()) {
-    if (absl::Status r = store_->Release(records.data(), n); !r.ok()) return Fail(r);
-    return s;
-  }
+  CountStored(ids, records, global_step, &absent);
   // Pass 2 (when a push holds absent ids, or the rule reads counts): count, admit and create absent
   // ids (one not admitted keeps a null record: the rule skips it); each row's update count.
   std::vector<int64_t> updates;
@@ -251,6 +204,12 @@ int64_t DynamicTableShard::RemoveNow(int64_t global_step) {
     if (s.ok()) s = store_->Erase(doomed);  // from memory and disk
     if (s.ok()) {
       removed += static_cast<int64_t>(doomed.size());
+      if (tracking_) {
+        for (int64_t id : doomed) {
+          removed_.emplace_back(id, gen_);
+          changed_.erase(id);
+        }
+      }
     } else {
       (void)Fail(s);  // the next gather or push returns it
     }
@@ -318,9 +277,129 @@ class DynamicTableShard::Scanner final : public RowScan {
 
 std::unique_ptr<RowScan> DynamicTableShard::Scan() const { return std::make_unique<Scanner>(this); }
 
+// An increment: the rows of the change log's ids (ascending, taken at the scan's start), read in
+// runs the store holds at once; an id removed since is skipped.
+class DynamicTableShard::IncrementScanner final : public RowScan {
+ public:
+  IncrementScanner(const DynamicTableShard* shard, std::vector<int64_t> ids, std::vector<int64_t> removed)
+      : shard_(shard), ids_(std::move(ids)), removed_(std::move(removed)) {}
+
+  const std::vector<int64_t>& removed() const override { return removed_; }
+
+  bool Next(int64_t max_rows, RowsPart* part) override {
+    const DynamicTableShard& s = *shard_;
+    const int64_t dim = s.config_.spec.dim;
+    const int slots = s.rule_.num_slots();
+    *part = RowsPart();
+    part->slots.resize(slots);
+    if (!status_.ok()) return false;
+    max_rows = std::max<int64_t>(max_rows, 1);
+    absl::ReaderMutexLock lock(&s.mu_);
+    const size_t run =
+        static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(s.store_->max_rows_held(), max_rows)));
+    std::vector<float*> records;
+    while (next_ < ids_.size() && static_cast<int64_t>(part->ids.size()) < max_rows) {
+      const size_t n = std::min({run, ids_.size() - next_, static_cast<size_t>(max_rows) - part->ids.size()});
+      records.assign(n, nullptr);
+      if (absl::Status f = s.store_->Acquire(ids_.data() + next_, n, records.data()); !f.ok()) {
+        status_ = s.Fail(f);
+        break;
+      }
+      for (size_t j = 0; j < n; ++j) {
+        const float* rec = records[j];
+        if (rec == nullptr) continue;  // removed since the scan began
+        const RowMeta& meta = MetaOf(rec);
+        part->ids.push_back(ids_[next_ + j]);
+        part->values.insert(part->values.end(), rec, rec + dim);
+        for (int k = 0; k < slots; ++k) {
+          part->slots[k].insert(part->slots[k].end(), rec + (1 + k) * dim, rec + (2 + k) * dim);
+        }
+        part->last_step.push_back(meta.last_step);
+        part->count.push_back(meta.count);
+      }
+      next_ += n;
+      if (absl::Status f = s.store_->Release(records.data(), n); !f.ok()) {
+        status_ = s.Fail(f);
+        break;
+      }
+    }
+    if (!status_.ok()) {
+      *part = RowsPart();
+      part->slots.resize(slots);
+      return false;
+    }
+    return !part->ids.empty();
+  }
+
+  absl::Status status() const override { return status_; }
+
+ private:
+  const DynamicTableShard* shard_;  // borrowed
+  const std::vector<int64_t> ids_;  // changed since the save the increment follows, ascending
+  const std::vector<int64_t> removed_;
+  size_t next_ = 0;
+  absl::Status status_;
+};
+
+absl::StatusOr<std::unique_ptr<RowScan>> DynamicTableShard::Scan(const ScanOptions& options) {
+  if (auto s = CheckScanOptions(config_, options); !s.ok()) return s;
+  if (auto s = Failure(); !s.ok()) return s;
+  std::vector<int64_t> ids, removed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (options.increment && (!tracking_ || options.changed_since < known_since_)) {
+      return CannotIncrement(config_, options.changed_since, tracking_ ? known_since_ : -1);
+    }
+    // The new generation: past every stamp so far and past the save's id, so a row changed from
+    // now on is stamped > save_id.
+    const uint32_t previous = gen_;
+    const int64_t next = std::max<int64_t>(int64_t{gen_} + 1, options.save_id + 1);
+    if (next > RowMeta::kMaxGen) {
+      return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': more than ", RowMeta::kMaxGen,
+                                                     " saves of one shard"));
+    }
+    gen_ = static_cast<uint32_t>(next);
+    // Log entries of generation <= `drop` go: those before this scan (full), or those a committed
+    // save holds (increment).
+    const int64_t drop = options.increment ? options.changed_since : int64_t{previous};
+    if (options.increment) {
+      for (const auto& [id, gen] : changed_) {
+        if (gen > options.changed_since) ids.push_back(id);
+      }
+      for (const auto& [id, gen] : removed_) {
+        if (gen > options.changed_since) removed.push_back(id);
+      }
+    }
+    for (auto it = changed_.begin(); it != changed_.end();) {
+      if (it->second <= drop) {
+        changed_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    removed_.erase(std::remove_if(removed_.begin(), removed_.end(), [&](const auto& e) { return e.second <= drop; }),
+                   removed_.end());
+    if (options.track_changes) {
+      // Complete since this save (a full one, or the one the increment follows), or since earlier.
+      const int64_t since = options.increment ? options.changed_since : options.save_id;
+      known_since_ = tracking_ ? std::max(known_since_, since) : since;
+      tracking_ = true;
+    } else {
+      tracking_ = false;
+      known_since_ = -1;
+      changed_ = {};
+      removed_ = {};
+    }
+  }
+  if (!options.increment) return std::unique_ptr<RowScan>(std::make_unique<Scanner>(this));
+  std::sort(ids.begin(), ids.end());
+  std::sort(removed.begin(), removed.end());
+  removed.erase(std::unique(removed.begin(), removed.end()), removed.end());
+  return std::unique_ptr<RowScan>(std::make_unique<IncrementScanner>(this, std::move(ids), std::move(removed)));
+}
+
 absl::Status DynamicTableShard::Load(const RowsPart& part) {
   if (auto s = CheckPart(config_, rule_.num_slots(), part); !s.ok()) return s;
-  if (auto s = CheckOwned(part.ids); !s.ok()) return s;
   if (auto s = Failure(); !s.ok()) return s;
   const int64_t dim = config_.spec.dim;
   absl::MutexLock lock(&mu_);
@@ -343,8 +422,9 @@ absl::Status DynamicTableShard::Load(const RowsPart& part) {
       for (size_t k = 0; k < part.slots.size(); ++k) {
         std::memcpy(rec + (1 + k) * dim, part.slots[k].data() + i * dim, dim * sizeof(float));
       }
-      // As saved: not changed since the save it came from; not yet on disk.
+      // Not yet on disk; stamped as changed now.
       MetaOf(rec) = RowMeta{part.last_step[i], part.count[i], 0, RowMeta::kDirty};
+      Stamp(id, MetaOf(rec));
     }
     if (auto s = store_->Release(records.data(), n); !s.ok()) return Fail(s);
   }
