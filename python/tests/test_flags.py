@@ -22,8 +22,8 @@ HELP_LINE = re.compile(r"^  --([a-z0-9_]+)(?: (INT|UINT|FLOAT|TEXT)(?:=(\S+))?)?
 # Values the flags' own checks accept, for the text flags that take only some (others: any text).
 TEXT_VALUES = {"model": "cnn", "optimizer": "momentum", "transport": "shm", "placement": "greedy",
                "partitioner": "fixed:2", "job_name": "worker", "slurm_jobs": "ps:1,worker:2",
-               "sparse_optimizer": "ftrl", "sparse_sync_mean": "row_count", "table_sync": "async", "wire_dtype": "bfloat16",
-               "overlap": "none", "file_split": "static",
+               "sparse_optimizer": "ftrl", "sparse_sync_mean": "row_count", "table_sync": "async", "ctr_preset": "learnable",
+               "wire_dtype": "bfloat16", "overlap": "none", "file_split": "static",
                # The --table_* flags, made from include/psflow/dist/table_spec.h's TableFields().
                "table_initializer": "zeros", "table_partition_strategy": "mod", "table_storage": "disk"}
 # Flags that need another to be valid: given with it (which then moves too).

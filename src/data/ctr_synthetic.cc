@@ -139,6 +139,23 @@ std::vector<int64_t> DefaultCtrVocabSizes(int num_fields) {
   return sizes;
 }
 
+absl::Status ApplyCtrPreset(std::string_view preset, CtrConfig* config) {
+  const CtrConfig defaults;
+  if (preset == "criteo") {
+    config->vocab_sizes = DefaultCtrVocabSizes(config->num_fields);
+    config->interaction_std = defaults.interaction_std;
+    return absl::OkStatus();
+  }
+  if (preset == "learnable") {
+    config->vocab_sizes = DefaultCtrVocabSizes(config->num_fields);
+    for (int64_t& v : config->vocab_sizes) v = std::min(v, kLearnableVocabCap);
+    config->interaction_std = kLearnableInteractionStd;
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--ctr_preset=", std::string(preset),
+                                                 " is not a preset of the CTR generator; use criteo or learnable"));
+}
+
 absl::StatusOr<CtrGenerator> CtrGenerator::Create(CtrConfig config) {
   if (config.num_fields < 1 || config.num_fields > kMaxFields) {
     return absl::InvalidArgumentError(

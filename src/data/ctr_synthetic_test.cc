@@ -101,6 +101,34 @@ TEST(CtrGeneratorTest, SameSeedWorkerStepSameBits) {
   EXPECT_TRUE(std::equal(tail.ids.begin(), tail.ids.end(), test.ids.begin() + 54 * 26));
 }
 
+// --ctr_preset: "criteo" is CtrConfig's defaults; "learnable" caps every field's vocabulary and
+// raises the FM scale, which raises the Bayes AUC (more signal per example); another name is refused.
+TEST(CtrGeneratorTest, PresetsCriteoAndLearnable) {
+  CtrConfig criteo, learnable, bad;
+  criteo.seed = learnable.seed = 3;
+  ASSERT_TRUE(ApplyCtrPreset("criteo", &criteo).ok());
+  ASSERT_TRUE(ApplyCtrPreset("learnable", &learnable).ok());
+  EXPECT_EQ(criteo.vocab_sizes, DefaultCtrVocabSizes(26));
+  EXPECT_EQ(criteo.interaction_std, CtrConfig{}.interaction_std);
+  ASSERT_EQ(learnable.vocab_sizes.size(), 26u);
+  for (size_t f = 0; f < 26; ++f) {
+    EXPECT_EQ(learnable.vocab_sizes[f], std::min(criteo.vocab_sizes[f], kLearnableVocabCap)) << f;
+  }
+  EXPECT_EQ(learnable.interaction_std, kLearnableInteractionStd);
+  EXPECT_EQ(learnable.seed, 3u);
+  const absl::Status refused = ApplyCtrPreset("kaggle", &bad);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("--ctr_preset=kaggle"));
+  auto bayes = [](CtrConfig config) {
+    auto gen = CtrGenerator::Create(std::move(config));
+    EXPECT_TRUE(gen.ok()) << gen.status();
+    auto test = gen->TestSet(20000);
+    EXPECT_TRUE(test.ok()) << test.status();
+    return BayesMetrics(*test)->auc;
+  };
+  EXPECT_GT(bayes(learnable), bayes(criteo) + 0.05);
+}
+
 TEST(CtrGeneratorTest, FillingABatchAllocatesNothing) {
   const CtrGenerator gen = Make({});
   Batch b = MakeBatch(gen, 0, 0, 256);

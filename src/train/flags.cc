@@ -82,6 +82,9 @@ constexpr Flag kFlags[] = {
    AtLeast(0, "0 (dynamic tables) or a positive number of rows")},
   {"ctr_fields", &O::ctr_fields, "ctr model: categorical fields, one table each", Between(1, 1000, "between 1 and 1000")},
   {"ctr_dim", &O::ctr_dim, "ctr model: embedding dimension", Between(1, 256, "between 1 and 256")},
+  {"ctr_preset", &O::ctr_preset, "ctr model: the generator's configuration, criteo (Criteo's cardinalities) or "
+   "learnable (vocabularies capped at 100 ids, a stronger FM signal: the Bayes AUC can be reached)",
+   OneOf("criteo learnable", "criteo or learnable")},
   {"ctr_test_examples", &O::ctr_test_examples, "ctr model: examples of the fixed test set", kPositive},
   {"train_files", &O::train_files, "ctr model: training data, files in Criteo's layout (globs, comma-separated; "
    "plain or gzip): one process and sync read them in order, async workers take slices from the work queue on "

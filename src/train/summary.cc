@@ -136,8 +136,13 @@ std::string SummaryToJson(const RunSummary& s) {
   if (!s.staleness_counts.empty()) {
     const Staleness st = StalenessOf(s.staleness_counts);
     std::vector<int64_t> counts(s.staleness_counts.begin(), s.staleness_counts.begin() + st.max + 1);
-    j["staleness"] = {{"pushes", st.pushes}, {"mean", Rounded(st.mean)}, {"p50", st.p50}, {"p90", st.p90},
-                      {"p99", st.p99},       {"max", st.max},             {"max_is_lower_bound", st.max_is_open},
+    j["staleness"] = {{"pushes", st.pushes},
+                      {"mean", Rounded(st.mean)},
+                      {"p50", st.p50},
+                      {"p90", st.p90},
+                      {"p99", st.p99},
+                      {"max", st.max},
+                      {"max_is_lower_bound", st.max_is_open},
                       {"counts", counts}};
   }
   if (s.ctr.has_value()) {

@@ -56,6 +56,8 @@ struct TrainOptions {
   // The ctr model (--model=ctr) on docs/tables.md's synthetic data: 0 = dynamic tables, N = fixed
   // `div` tables of N rows taking each hashed id mod N; fields, embedding dim, test examples.
   int64_t ctr_vocab = 0;
+  // The generator's configuration (data::ApplyCtrPreset): "criteo" or "learnable".
+  std::string ctr_preset = "criteo";
   int ctr_fields = 26;
   int ctr_dim = 16;
   // The model's tables' options, --table_<field> for the fields of dist::TableFields()

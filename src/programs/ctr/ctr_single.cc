@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/check.h"
 #include "psflow/core/threading.h"
 #include "psflow/data/ctr_metrics.h"
@@ -44,7 +45,8 @@ absl::StatusOr<data::CtrGenerator> MakeCtrGenerator(const TrainOptions& options,
   data_config.seed = options.seed;
   data_config.num_fields = options.ctr_fields;
   data_config.num_dense = kNumDense;
-  data_config.vocab_sizes = std::move(vocab_sizes);
+  if (absl::Status s = data::ApplyCtrPreset(options.ctr_preset, &data_config); !s.ok()) return s;
+  if (!vocab_sizes.empty()) data_config.vocab_sizes = std::move(vocab_sizes);
   return data::CtrGenerator::Create(data_config);
 }
 
@@ -287,6 +289,13 @@ absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, cons
     (void)progress.AddClicks(result->labels, result->probabilities);  // sizes equal by construction
     progress.Step(step + 1, result->loss, result->accuracy, options.log_every);
     (*telemetry)->OnStep(step + 1, result->loss, result->accuracy, optim::LearningRateAt(dense_config, step), batch);
+    if (options.eval_every_steps > 0 && (step + 1) % options.eval_every_steps == 0 && step + 1 < steps) {
+      // The curve of test figures against steps (bench/ctr_presets_curve.py reads these lines).
+      auto f = (*trainer)->Evaluate(options.ctr_test_examples);
+      if (!f.ok()) return f.status();
+      log(absl::StrFormat("eval at step %d: test_log_loss=%.5f (bayes %.5f) test_auc=%.5f (bayes %.5f)", step + 1,
+                          f->test_log_loss, f->bayes_log_loss, f->test_auc, f->bayes_auc));
+    }
     if (!options.checkpoint_dir.empty() && step + 1 < steps && schedule.Due(step + 1)) {
       // As on the chief: a periodic save that fails (a full disk) is logged and training goes on.
       if (auto s = save(step + 1); !s.ok()) log(absl::StrCat("checkpoint failed: ", s.message()));

@@ -252,8 +252,7 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
   const TrainingConfig& back = *read;
   const auto& [b_optimizer, b_sync, b_replicas, b_total, b_train_steps, b_timeout, b_initial_step, b_tables,
                b_sparse_optimizer, b_ftrl_l1, b_ftrl_l2, b_sparse_sync_mean, b_sparse_learning_rate, b_wire_dtype,
-               b_table_sync, b_staleness_aware_lr] =
-      back;
+               b_table_sync, b_staleness_aware_lr] = back;
   EXPECT_EQ(b_tables, tables);
   EXPECT_EQ(b_sparse_optimizer, sparse_optimizer);
   EXPECT_EQ(b_ftrl_l1, ftrl_l1);

@@ -368,7 +368,8 @@ PsTaskStats PsServer::Impl::Stats() const {
   int64_t counted = 0;
   for (const std::atomic<int64_t>& n : staleness_) counted += n.load(std::memory_order_relaxed);
   if (counted > 0) {
-    for (const std::atomic<int64_t>& n : staleness_) stats.staleness_counts.push_back(n.load(std::memory_order_relaxed));
+    for (const std::atomic<int64_t>& n : staleness_)
+      stats.staleness_counts.push_back(n.load(std::memory_order_relaxed));
   }
   {
     absl::MutexLock lock(&mu_);
