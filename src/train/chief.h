@@ -56,6 +56,9 @@ class Chief {
  private:
   // SaveCheckpoint's pull and write.
   absl::Status PullAndWriteCheckpoint();
+  // Writes `state` and the tables as the chain's next save (full or increment; an increment a ps
+  // task refuses is saved in full instead). The file's path.
+  absl::StatusOr<std::string> WriteChainSave(const TrainingState& state);
   absl::Status TryInitializeCluster();
   // Repeats `attempt` while it fails Unavailable (a ps task down), every 0.5 s for up to `timeout_secs`.
   absl::Status RetryWhileUnavailable(const std::function<absl::Status()>& attempt, double timeout_secs);
@@ -81,7 +84,8 @@ class Chief {
   CheckpointSchedule schedule_;
   int64_t saved_step_ = -1;                                // global step of the last checkpoint this chief wrote
   const std::vector<dist::TableSpec> tables_;              // embedding tables: scanned into / restored from the files
-  std::unique_ptr<ckpt::SafetensorsReader> restore_file_;  // CheckpointState's file, until InitializeWith
+  std::unique_ptr<ckpt::OpenedCheckpoint> restore_file_;  // CheckpointState's checkpoint, until InitializeWith
+  SaveChain chain_;  // the saves' numbers, full or increment (--full_checkpoint_every)
 };
 
 }  // namespace psflow::train
