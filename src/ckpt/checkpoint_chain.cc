@@ -194,22 +194,43 @@ absl::StatusOr<bool> ChainTableReader::Next(int64_t max_rows, std::vector<int64_
     }
     if (!any) break;
     // The newest file that mentions the id decides (its row wins over its own removal).
+    size_t decided = n;  // the file whose row is taken (n: none)
     for (size_t k = n; k-- > 0;) {
       if (has[k] && head[k] == id) {
-        Link& l = *links_[k];
-        ids->push_back(id);
-        for (size_t c = 0; c < columns_.size(); ++c) {
-          const char* from = l.buf_columns[c].data() + l.pos * l.row_bytes[c];
-          (*columns)[c].insert((*columns)[c].end(), from, from + l.row_bytes[c]);
-        }
+        decided = k;
         break;
       }
       if (has_removed[k] && removed_head[k] == id) break;
     }
     for (size_t i = 0; i < n; ++i) {
-      if (has[i] && head[i] == id) ++links_[i]->pos;
+      if (has[i] && head[i] == id && i != decided) ++links_[i]->pos;
       if (has_removed[i] && removed_head[i] == id) ++links_[i]->removed_pos;
     }
+    if (decided == n) continue;
+    // A run of that file's buffered rows below every other file's next id (rows or removed): taken
+    // at once (between increments, most of a full save's rows are such runs).
+    int64_t bound = INT64_MAX;
+    for (size_t i = 0; i < n; ++i) {
+      if (i != decided) {
+        auto h = links_[i]->Head(&head[i]);
+        if (!h.ok()) return h.status();
+        if (*h) bound = std::min(bound, head[i]);
+      }
+      auto g = links_[i]->RemovedHead(&removed_head[i]);
+      if (!g.ok()) return g.status();
+      if (*g) bound = std::min(bound, removed_head[i]);
+    }
+    Link& l = *links_[decided];
+    const size_t begin = l.pos;
+    size_t end = begin + 1;  // the decided row itself
+    const size_t room = static_cast<size_t>(max_rows) - ids->size();
+    while (end < l.buf_ids.size() && end - begin < room && l.buf_ids[end] < bound) ++end;
+    ids->insert(ids->end(), l.buf_ids.begin() + begin, l.buf_ids.begin() + end);
+    for (size_t c = 0; c < columns_.size(); ++c) {
+      const char* from = l.buf_columns[c].data() + begin * l.row_bytes[c];
+      (*columns)[c].insert((*columns)[c].end(), from, from + (end - begin) * l.row_bytes[c]);
+    }
+    l.pos = end;
   }
   return !ids->empty();
 }
