@@ -22,35 +22,13 @@ Parameters:
 Buffers (BatchNorm running statistics and the like) are not ps variables: each worker keeps its
 own, and psflow's checkpoints do not hold them (save them with torch.save if you need them).
 """
-import os
-import socket
 import sys
-import threading
-import time
 from collections.abc import Mapping
 
 from . import _psflow
 from .threads import set_compute_threads
 
 _SPARSE_MODULES = ("Embedding", "EmbeddingBag")
-
-
-def is_standalone(flags):
-    """No cluster flags and no $TF_CONFIG: the script trains alone, with an in-process ps task."""
-    return not flags.job_name and not flags.ps_hosts and not flags.worker_hosts and not os.environ.get("TF_CONFIG")
-
-
-def _free_loopback_ports(n):
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _number(what, value):
@@ -85,56 +63,6 @@ def _checked_evaluate(evaluate):
         return scalars, ctr
 
     return call
-
-
-class _InProcessPs:
-    """Standalone mode: ps task 0 of a one-worker loopback cluster, served by the C++ ps task
-    (psflow.Server's code path) on a thread of this process. The worker session connects to it
-    as to any ps task."""
-
-    def __init__(self, flags):
-        ps_port, worker_port = _free_loopback_ports(2)
-        self.ps_flags = flags._copy_options()
-        self.ps_flags.metrics_port = 0  # the worker's session serves --metrics_port
-        self.worker_flags = flags._copy_options()
-        for f in (self.ps_flags, self.worker_flags):
-            f.ps_hosts = f"127.0.0.1:{ps_port}"
-            f.worker_hosts = f"127.0.0.1:{worker_port}"
-            f.task_index = 0
-        self.ps_flags.job_name = "ps"
-        self.worker_flags.job_name = "worker"
-        self.port = ps_port
-        self.error = None
-        self._thread = None
-
-    def start(self, timeout_secs=30.0):
-        cluster = _psflow.ClusterSpec.from_flags(self.worker_flags)
-
-        def serve():
-            try:
-                _psflow._join_server(cluster, "ps", 0, self.ps_flags)
-            except BaseException as e:  # reported by join() or start()
-                self.error = e
-
-        self._thread = threading.Thread(target=serve, name="psflow-in-process-ps", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout_secs
-        while time.monotonic() < deadline:  # serving once it accepts a connection
-            if not self._thread.is_alive():
-                raise self.error or _psflow.UnavailableError("the in-process ps task ended before serving")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.02)
-        raise _psflow.UnavailableError(f"the in-process ps task did not serve on 127.0.0.1:{self.port} "
-                                       f"within {timeout_secs:.0f} s")
-
-    def join(self, timeout_secs=60.0):
-        """Waits for the ps task's end (after the session's close or abort); its error, if any."""
-        if self._thread is not None:
-            self._thread.join(timeout_secs)
-        return self.error
 
 
 def _sparse_parameter_names(module):
@@ -221,8 +149,6 @@ class WorkerSession:
         self._module = module
         self._flags = flags
         self._evaluate = evaluate
-        self._ps = _InProcessPs(flags) if is_standalone(flags) else None
-        session_flags = self._ps.worker_flags if self._ps is not None else flags
         self._params = list(module.named_parameters())
         from . import torch as tables  # psflow.torch: the model's tables
         self._table_modules = tables.tables_of(module)
@@ -248,10 +174,11 @@ class WorkerSession:
                     f"WorkerSession(optimizer=...) needs a psflow.optim optimizer, got {type(optimizer).__name__}")
             optimizer_config = optimizer._bind(self._params)
         self._session = _psflow._Session(
-            session_flags, [n for n, _ in self._params], [list(p.shape) for _, p in self._params],
+            flags, [n for n, _ in self._params], [list(p.shape) for _, p in self._params],
             self._trainable, model_name or _script_model_name() or type(module).__name__,
             _checked_evaluate(evaluate) if evaluate is not None else None, optimizer_config,
-            [m._spec(n) for n, m in self._table_modules])
+            [m._spec(n) for n, m in self._table_modules], waits_for_values=flags.overlap == "push_pull")  # (auto: push)
+        self._overlap = None
         self._tables = tables._Tables(self._session, self._table_modules) if self._table_modules else None
         self._next_ids = None
         self._values = []
@@ -284,12 +211,17 @@ class WorkerSession:
                 self._values.append(value)
         self._grad_ptrs = [g.data_ptr() if g is not None else None for g in self._grads]
         self._value_ptrs = [v.data_ptr() for v in self._values]
+        self._known = {id(p) for _, p in self._params}
+        self._num_module_params = len(self._params)
+        from .overlap import Overlap
+
+        self._overlap = Overlap(self._session, self._module, self._params, self._trainable, self._sparse,
+                                self._flags.overlap)
+        self._overlap.attach(self._grads)
         self._opened = True
         sys.stdout.flush()  # the script's own lines before the session's (C++ stdout)
-        if self._ps is not None:
-            print(f"standalone: no cluster flags and no TF_CONFIG: training in this process, with an "
-                  f"in-process ps task on 127.0.0.1:{self._ps.port}", flush=True)
-            self._ps.start()
+        # No cluster flags and no $TF_CONFIG: the C++ session trains alone, with a ps task of its
+        # own on a thread of this process (src/train/in_process_ps.h), and says so.
         self._session.open()
         for t, (_, m) in enumerate(self._table_modules):
             if m._tables is not None:
@@ -299,6 +231,8 @@ class WorkerSession:
         return self
 
     def _detach_tables(self):
+        if self._overlap is not None:
+            self._overlap.remove()
         for _, m in self._table_modules:
             if m._tables is self._tables:
                 m._tables, m._index = None, -1
@@ -313,10 +247,6 @@ class WorkerSession:
             self.summary = self._session.close()
         finally:
             self._detach_tables()
-        if self._ps is not None:
-            error = self._ps.join()
-            if error is not None:
-                raise error
         return self.summary
 
     def abort(self, reason):
@@ -326,8 +256,6 @@ class WorkerSession:
     def _abort(self, reason, aborted):
         self._detach_tables()
         self._session.abort(reason, aborted)
-        if self._ps is not None:
-            self._ps.join()  # it ends with the job's abort; its error is this one
 
     def __enter__(self):
         try:
@@ -365,6 +293,8 @@ class WorkerSession:
             raise _psflow.FailedPreconditionError(
                 "step() before the worker session is open: use `with psflow.WorkerSession(...) as sess:` "
                 "or call open() first")
+        self._check_no_new_parameters()
+        handed = self._overlap.handed
         dense_ready = []
         sparse = []
         for i, (name, p) in enumerate(self._params):
@@ -383,10 +313,12 @@ class WorkerSession:
                 elif g.data_ptr() == self._grad_ptrs[i]:
                     ready = True
                 else:  # autograd made a new tensor (e.g. after zero_grad(set_to_none=True))
-                    self._grads[i].copy_(g)
+                    if not handed[i]:  # (a handed one was copied by its hook, and is being pushed)
+                        self._grads[i].copy_(g)
                     p.grad = self._grads[i]
                     ready = True
             dense_ready.append(ready)
+        self._overlap.after_backward(dense_ready)
         loss = float(loss)
         accuracy = float(accuracy)
         if self._tables is not None:
@@ -396,10 +328,54 @@ class WorkerSession:
         try:
             self._session.step(loss, accuracy, dense_ready, sparse)
         finally:
+            self._overlap.step_done()
             if self._tables is not None:
                 self._tables.after_step()
                 self._tables.announce(self._next_ids)
                 self._next_ids = None
+
+    def _check_no_new_parameters(self):
+        """A parameter added to the module after the session was made is on no ps task: its
+        gradient would be dropped silently. Refused, naming it."""
+        count = sum(1 for _ in self._module.parameters())
+        if count == self._num_module_params:
+            return
+        for name, p in self._module.named_parameters():
+            if id(p) not in self._known:
+                raise _psflow.InvalidArgumentError(
+                    f"parameter '{name}' is not on the ps tasks (it was added to the module after the "
+                    "WorkerSession was made, so nothing would push or update it): build the whole module "
+                    "before the session")
+        self._num_module_params = count
+
+    def wait_for_values(self):
+        """Waits until every parameter holds the values of the last step's pull. With
+        --overlap=push_pull the pull runs in forward order behind step() and each module's forward
+        waits for its own values; call this before reading parameters outside a forward between
+        steps (a state_dict, a norm)."""
+        self._session.wait_for_values([])
+
+    def gradient_ready(self, parameter):
+        """Hands `parameter`'s (a parameter of the module, or its name) final gradient of this step
+        to the push now (the session's own hooks do this during backward; for a custom backward).
+        A parameter that is not on the ps tasks is refused."""
+        for i, (name, p) in enumerate(self._params):
+            if (isinstance(parameter, str) and parameter == name) or parameter is p:
+                if self._overlap.handed[i]:
+                    return
+                if p.grad is None or not self._trainable[i] or self._sparse[i]:
+                    raise _psflow.InvalidArgumentError(
+                        f"gradient_ready('{name}'): it has no dense gradient to push")
+                if p.grad.data_ptr() != self._grad_ptrs[i]:
+                    self._grads[i].copy_(p.grad)
+                self._overlap.handed[i] = True
+                self._session.gradient_ready(i)
+                return
+        what = (f"'{parameter}'" if isinstance(parameter, str)
+                else f"a {type(parameter).__name__} of shape {tuple(getattr(parameter, 'shape', ()))}")
+        raise _psflow.InvalidArgumentError(
+            f"gradient_ready: {what} is not a parameter on the ps tasks (not among the module's "
+            "named_parameters() when the session was made)")
 
     # --- tables (psflow.torch.Embedding / EmbeddingBag) ------------------------------------------
 

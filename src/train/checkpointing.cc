@@ -29,6 +29,8 @@ absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const Trai
   std::map<std::string, std::string> metadata = extra;
   metadata["model"] = state.model;
   metadata["optimizer"] = state.optimizer;
+  // In every save, full or increment.
+  if (!state.work_queue.empty()) metadata[kWorkQueueMetadataKey] = state.work_queue;
   for (const auto& [name, v] : state.variables) {
     tensors.emplace_back(name, &v.value);
     for (size_t s = 0; s < v.slots.size() && s < slot_names.size(); ++s) {
@@ -123,6 +125,7 @@ absl::StatusOr<std::optional<OpenedTrainingState>> OpenTrainingState(
   state.global_step = checkpoint.global_step;
   state.model = model;
   state.optimizer = optimizer.name();
+  if (auto it = meta.find(kWorkQueueMetadataKey); it != meta.end()) state.work_queue = it->second;
   const bool same_optimizer = meta.count("optimizer") && meta["optimizer"] == optimizer.name();
   if (!same_optimizer) {
     log(absl::StrCat(checkpoint.path, ": optimizer '", meta["optimizer"], "' differs from --optimizer=",

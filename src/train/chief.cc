@@ -1,10 +1,12 @@
 #include "train/chief.h"
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "ps/common/retry.h"
 #include "psflow/ckpt/checkpoint_chain.h"
 #include "train/table_checkpoint.h"
@@ -44,6 +46,18 @@ Chief::Chief(const TrainOptions& options, std::string model_name, ps::PsClient& 
   }
 }
 
+Chief::~Chief() { AbandonSave(); }
+
+void Chief::WaitForSave() {
+  if (save_thread_.joinable()) save_thread_.join();
+}
+
+void Chief::AbandonSave() {
+  cancel_ = true;
+  WaitForSave();
+  cancel_ = false;
+}
+
 absl::StatusOr<std::optional<ps::ModelSnapshot>> Chief::CheckpointState() {
   if (options_.checkpoint_dir.empty()) return std::nullopt;
   restore_file_.reset();
@@ -62,10 +76,30 @@ absl::StatusOr<std::optional<ps::ModelSnapshot>> Chief::CheckpointState() {
   // change marks the chief knows).
   chain_.Restart((*restored)->save_id);
   if (!tables_.empty()) restore_file_ = std::make_unique<ckpt::OpenedCheckpoint>(std::move((*restored)->checkpoint));
+  restore_work_queue_ = (*restored)->state.work_queue;
   return ToSnapshot(std::move((*restored)->state), variables_);
 }
 
 absl::Status Chief::InitializeWith(const ps::ModelSnapshot& state, bool from_checkpoint) {
+  absl::Status initialized = InitializeModelWith(state, from_checkpoint);
+  if (!initialized.ok() || !from_checkpoint || restore_work_queue_.empty()) return initialized;
+  // The work queue goes back to where the checkpoint saw it (its held slices back in the queue).
+  // Workers that ask before it is back are told it is not configured yet, and wait.
+  ps::WorkQueueCall restore;
+  restore.op = ps::WorkQueueCall::Op::kConfigure;
+  restore.state_json = restore_work_queue_;
+  restore.replace = true;
+  auto answer = client_.CallWorkQueue(restore);
+  if (!answer.ok()) {
+    return absl::Status(answer.status().code(),
+                        absl::StrCat("restoring the work queue of the checkpoint: ", answer.status().message()));
+  }
+  log_(absl::StrCat("chief: restored the work queue at ", answer->handed, " of ", answer->total,
+                    " slices handed out (the slices held at the checkpoint go out again)"));
+  return absl::OkStatus();
+}
+
+absl::Status Chief::InitializeModelWith(const ps::ModelSnapshot& state, bool from_checkpoint) {
   std::unique_ptr<ckpt::OpenedCheckpoint> file = std::move(restore_file_);
   if (!from_checkpoint || tables_.empty()) return client_.Initialize(state, config_);
   if (file == nullptr) return absl::InternalError("the chief restores tables without their checkpoint file");
@@ -97,7 +131,7 @@ absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState(bool* from_checkpoint) 
     return absl::InternalError(
         absl::StrCat("the chief has ", values.size(), " initial values for ", variables_.size(), " variables"));
   }
-  TrainingState fresh{0, model_name_, optimizer_.name(), {}};
+  TrainingState fresh{0, model_name_, optimizer_.name(), {}, {}};
   for (size_t i = 0; i < variables_.size(); ++i) {
     const Tensor& value = values[i];
     optim::SlotState slots = optimizer_.NewState(value.size());
@@ -147,7 +181,10 @@ absl::Status Chief::TryInitializeCluster() {
   if (!checkpoint.ok()) return checkpoint.status();
   const int64_t step = checkpoint->has_value() ? (*checkpoint)->global_step : 0;
   config_.initial_global_step = step;
-  schedule_ = CheckpointSchedule(options_.save_checkpoint_steps, options_.save_checkpoint_secs, step);
+  {
+    absl::MutexLock lock(&mu_);
+    schedule_ = CheckpointSchedule(options_.save_checkpoint_steps, options_.save_checkpoint_secs, step);
+  }
   if (checkpoint->has_value()) {
     if (auto s = InitializeWith(**checkpoint, /*from_checkpoint=*/true); !s.ok()) return s;
   } else {
@@ -165,48 +202,105 @@ absl::Status Chief::TryInitializeCluster() {
 }
 
 absl::Status Chief::MaybeCheckpoint(int64_t global_step) {
-  if (options_.checkpoint_dir.empty() || !schedule_.Due(global_step)) return absl::OkStatus();
-  absl::Status saved = SaveCheckpoint();
-  // A failed save (a full disk) is tried again at the next interval, not at every step: each try
-  // pulls the whole model from the ps tasks.
-  if (!saved.ok()) schedule_.Saved(global_step);
-  return saved;
+  if (options_.checkpoint_dir.empty()) return absl::OkStatus();
+  {
+    absl::MutexLock lock(&mu_);
+    if (saving_ || !schedule_.Due(global_step)) return absl::OkStatus();
+    saving_ = true;
+  }
+  WaitForSave();  // the thread of the previous save, which has ended
+  // The dense variables are pulled here, before the chief's next push: the file holds (and is named
+  // by) the step the save was due at. The tables' scans and the file's writing go on beside training.
+  auto state = PullDense();
+  auto failed = [this, global_step](const absl::Status& s) {
+    log_(absl::StrCat("checkpoint failed: ", s.message()));
+    absl::MutexLock lock(&mu_);
+    // A failed save (a full disk) is tried again at the next interval, not at every step: each try
+    // pulls the whole model from the ps tasks.
+    schedule_.Saved(global_step);
+    saving_ = false;
+  };
+  if (!state.ok()) {
+    internal::ReleaseCachedBlocks();
+    failed(state.status());
+    return absl::OkStatus();
+  }
+  auto read = std::make_shared<absl::Notification>();
+  save_thread_ = std::thread([this, failed, read, state = *std::move(state)]() mutable {
+    absl::Status saved = WriteCheckpoint(std::move(state), read.get());
+    if (!read->HasBeenNotified()) read->Notify();
+    if (!saved.ok()) return failed(saved);
+    absl::MutexLock lock(&mu_);
+    saving_ = false;
+  });
+  // The tables are read from the ps tasks as they stand: the chief's next push waits until they are.
+  read->WaitForNotification();
+  return absl::OkStatus();
 }
 
 absl::Status Chief::SaveCheckpoint() {
+  WaitForSave();
+  return SaveCheckpointNow();
+}
+
+absl::Status Chief::SaveCheckpointNow() {
   if (options_.checkpoint_dir.empty()) return absl::OkStatus();
-  // The snapshot ((1 + slots) x the model) is a burst of big tensors once per checkpoint. The
-  // tensor allocator's cache is emptied before it (the steps' freed buffers, up to 1 GiB, would
-  // otherwise stay resident beside it) and after it (its blocks would stay beside the
-  // evaluation's or the next steps' buffers of other sizes until the next checkpoint). The 1 GB
-  // model's chief (bench/memory.py --checkpoint) peaks 244 MB lower for it.
-  internal::ReleaseCachedBlocks();
-  absl::Status saved = PullAndWriteCheckpoint();
-  internal::ReleaseCachedBlocks();
-  return saved;
+  auto state = PullDense();
+  if (!state.ok()) {
+    internal::ReleaseCachedBlocks();
+    return state.status();
+  }
+  return WriteCheckpoint(*std::move(state));
 }
 
 absl::Status Chief::SaveFinalCheckpoint(int64_t global_step) {
-  if (global_step == saved_step_) return absl::OkStatus();
-  return SaveCheckpoint();
+  WaitForSave();
+  {
+    absl::MutexLock lock(&mu_);
+    if (global_step == saved_step_) return absl::OkStatus();
+  }
+  return SaveCheckpointNow();
 }
 
-absl::Status Chief::PullAndWriteCheckpoint() {
+absl::StatusOr<TrainingState> Chief::PullDense() {
+  // The snapshot ((1 + slots) x the model) is a burst of big tensors once per checkpoint. The
+  // tensor allocator's cache is emptied before it (the steps' freed buffers, up to 1 GiB, would
+  // otherwise stay resident beside it) and after the file is written (its blocks would stay beside
+  // the evaluation's or the next steps' buffers of other sizes until the next checkpoint). The 1 GB
+  // model's chief (bench/memory.py --checkpoint) peaks 244 MB lower for it.
+  internal::ReleaseCachedBlocks();
   auto snapshot = client_.PullState();
   if (!snapshot.ok()) return snapshot.status();
-  TrainingState state{snapshot->global_step, model_name_, optimizer_.name(), {}};
+  TrainingState state{snapshot->global_step, model_name_, optimizer_.name(), {}, {}};
+  // The work queue's state (a job reading --train_files), read after the variables: slices handed
+  // out since are handed out again on a restore (at-least-once).
+  ps::WorkQueueCall state_call;
+  state_call.op = ps::WorkQueueCall::Op::kState;
+  auto queue = client_.CallWorkQueue(state_call);
+  if (!queue.ok()) return queue.status();
+  if (queue->configured) state.work_queue = queue->state_json;
   for (ps::VariableSnapshot& v : snapshot->variables) {
     state.variables.emplace(v.name, VariableState{std::move(v.value), std::move(v.slots), v.updates});
   }
-  absl::StatusOr<std::string> path = WriteChainSave(state);
+  return state;
+}
+
+absl::Status Chief::WriteCheckpoint(TrainingState state, absl::Notification* read) {
+  auto path = WriteChainSave(state, read);
+  if (read != nullptr && !read->HasBeenNotified()) read->Notify();
+  state.variables.clear();
+  internal::ReleaseCachedBlocks();
   if (!path.ok()) return path.status();
-  schedule_.Saved(state.global_step);
-  saved_step_ = state.global_step;
+  {
+    absl::MutexLock lock(&mu_);
+    schedule_.Saved(state.global_step);
+    saved_step_ = state.global_step;
+  }
   log_("saved checkpoint " + *path);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Chief::WriteChainSave(const TrainingState& state) {
+absl::StatusOr<std::string> Chief::WriteChainSave(const TrainingState& state, absl::Notification* read) {
   for (int attempt = 0;; ++attempt) {
     SaveChain::Save save = chain_.Begin(state.global_step);
     std::map<std::string, std::string> metadata = save.metadata;
@@ -216,13 +310,25 @@ absl::StatusOr<std::string> Chief::WriteChainSave(const TrainingState& state) {
       for (const dist::TableSpec& t : tables_) absl::StrAppend(&names, t.name, "\n");
       if (options_.full_checkpoint_every > 1) metadata[ckpt::kTablesKey] = names;
       // The tables are scanned after the dense pull: as in any async checkpoint, their rows may be a
-      // few steps newer than the variables (in sync mode the chief's own step holds the job back).
-      tables = [this, &save](ckpt::SafetensorsWriter& writer) {
+      // few steps newer than the variables.
+      tables = [this, read, &save](ckpt::SafetensorsWriter& writer) {
         auto layout = TableLayoutOf(config_);
         if (!layout.ok()) return layout.status();
-        return WriteTables(client_, tables_, *layout, writer, save.scan);
+        // A save abandoned (a restore, the chief's end) stops between parts; its file is never renamed
+        // into place, and the ps tasks drop the scan it left open.
+        TableScan scan = [this, &save](const std::string& table, int64_t max_rows,
+                                       const std::function<absl::Status(ps::TableRowsPart)>& sink) {
+          return client_.ScanTable(table, max_rows, save.scan, [&](ps::TableRowsPart part) {
+            if (cancel_) return absl::CancelledError("the save was abandoned");
+            return sink(std::move(part));
+          });
+        };
+        absl::Status written = WriteTables(scan, tables_, *layout, writer, save.increment);
+        if (read != nullptr && !read->HasBeenNotified()) read->Notify();
+        return written;
       };
     }
+    if (tables_.empty() && read != nullptr && !read->HasBeenNotified()) read->Notify();
     auto path = SaveTrainingState(options_.checkpoint_dir, state, optimizer_.slot_names(),
                                   ckpt::SaveOptions{5, save.increment}, metadata, options_.env, tables);
     if (path.ok()) {
@@ -238,13 +344,20 @@ absl::StatusOr<std::string> Chief::WriteChainSave(const TrainingState& state) {
 }
 
 absl::Status Chief::MarkTrainingDone() {
-  if (options_.checkpoint_dir.empty() || saved_step_ < 0) return absl::OkStatus();
-  return WriteTrainingEnd(options_.checkpoint_dir, {.failed = false, .global_step = saved_step_, .reason = ""},
+  WaitForSave();
+  int64_t saved_step;
+  {
+    absl::MutexLock lock(&mu_);
+    saved_step = saved_step_;
+  }
+  if (options_.checkpoint_dir.empty() || saved_step < 0) return absl::OkStatus();
+  return WriteTrainingEnd(options_.checkpoint_dir, {.failed = false, .global_step = saved_step, .reason = ""},
                           options_.env);
 }
 
 void Chief::MarkTrainingFailed(const std::string& reason) {
   if (options_.checkpoint_dir.empty()) return;
+  AbandonSave();  // no save ends after the failure is marked
   if (auto s =
           WriteTrainingEnd(options_.checkpoint_dir, {.failed = true, .global_step = 0, .reason = reason}, options_.env);
       !s.ok()) {
@@ -253,6 +366,7 @@ void Chief::MarkTrainingFailed(const std::string& reason) {
 }
 
 absl::Status Chief::RestorePs(int task) {
+  AbandonSave();
   bool from_checkpoint = false;
   auto state = RestorableState(&from_checkpoint);
   if (!state.ok()) return state.status();
@@ -274,6 +388,7 @@ absl::Status Chief::RestorePs(int task) {
   // waits for an unreachable ps (--ps_timeout_secs; ps/client/fan_out.h), not twice that.
   if (auto s = InitializeWith(*state, from_checkpoint); !s.ok()) return s;
   chain_.Restart(0);  // the ps tasks hold restored rows: the next save is full
+  absl::MutexLock lock(&mu_);
   schedule_ = CheckpointSchedule(options_.save_checkpoint_steps, options_.save_checkpoint_secs, state->global_step);
   return absl::OkStatus();
 }

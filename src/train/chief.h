@@ -2,17 +2,25 @@
 // already running, restore the newest checkpoint, or initialize fresh values — save checkpoints
 // of the whole training state on schedule and at the end, and roll the job back to the newest
 // checkpoint when a ps task restarted without its variables. Embedding tables are in the files too
-// (train/table_checkpoint.h), scanned and restored in parts. Used by the chief's training thread only.
+// (train/table_checkpoint.h), scanned and restored in parts. Used by the chief's training thread only;
+// a scheduled save runs beside it on the Chief's own save thread (docs/checkpoints.md#saves-beside-training):
+// the training thread starts it and steps on, at most one save is in flight, and every other duty
+// (the final save, a restore, the destructor) first waits for it (a restore abandons it).
 #ifndef PSFLOW_TRAIN_CHIEF_H_
 #define PSFLOW_TRAIN_CHIEF_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "psflow/dist/partition.h"
 #include "psflow/optim/optimizer.h"
 #include "psflow/ps/ps_client.h"
@@ -37,16 +45,27 @@ class Chief {
         std::vector<dist::VariableSpec> variables, InitialValues initial, const ps::TrainingConfig& config,
         const optim::Optimizer& optimizer, const LogSink& log, std::vector<dist::TableSpec> tables = {});
 
+  // Abandons a save in flight (the ps tasks drop its scans) and waits for its thread.
+  ~Chief();
+
   absl::Status InitializeCluster();
-  // Saves a checkpoint when the schedule says so (no-op without --checkpoint_dir).
+  // Starts a save on the save thread when the schedule says so and none is in flight, and returns
+  // at once (no-op without --checkpoint_dir): the chief steps on while the save pulls, scans and
+  // writes. A failed save is logged ("checkpoint failed: ...") and tried again at the next interval;
+  // a save still running when the next one is due delays it until it ends.
   absl::Status MaybeCheckpoint(int64_t global_step);
+  // Saves now, on the calling thread, after the save in flight (if any) has ended.
   absl::Status SaveCheckpoint();
-  // The chief's last save at Close: SaveCheckpoint, unless the schedule has just saved the
+  // Waits for the save in flight, if any (its failure was logged).
+  void WaitForSave();
+  // The chief's last save at Close: waits for the save in flight, then SaveCheckpoint, unless the
+  // schedule (or that save) has just saved the
   // checkpoint of `global_step` (--train_steps a multiple of --save_checkpoint_steps), which would
   // only be written and logged a second time.
   absl::Status SaveFinalCheckpoint(int64_t global_step);
   // Ps task `task` restarted empty: rolls every ps task back to the newest checkpoint (a consistent
-  // model, global step included), or, without --checkpoint_dir, gives that task fresh values.
+  // model, global step included), or, without --checkpoint_dir, gives that task fresh values. A save
+  // in flight is abandoned first (its rows would mix the states before and after the restore).
   absl::Status RestorePs(int task);
   // The end-of-training marker for the evaluator (train/training_end.h), with --checkpoint_dir only:
   // done at the step of the last checkpoint saved (call it after the final save), or failed.
@@ -54,11 +73,19 @@ class Chief {
   void MarkTrainingFailed(const std::string& reason);
 
  private:
-  // SaveCheckpoint's pull and write.
-  absl::Status PullAndWriteCheckpoint();
-  // Writes `state` and the tables as the chain's next save (full or increment; an increment a ps
-  // task refuses is saved in full instead). The file's path.
-  absl::StatusOr<std::string> WriteChainSave(const TrainingState& state);
+  // SaveCheckpoint without the wait.
+  absl::Status SaveCheckpointNow();
+  // A save's two halves: the dense variables pulled (on the training thread), then the tables
+  // scanned and the file written (on the save thread for a scheduled save); WriteCheckpoint stops
+  // with Cancelled between table parts once cancel_ is set, and notifies `read` (optional) once the
+  // ps tasks' rows are read (when there are no tables: at once).
+  absl::StatusOr<TrainingState> PullDense();
+  absl::Status WriteCheckpoint(TrainingState state, absl::Notification* read = nullptr);
+  // Sets cancel_, waits for the save in flight, clears cancel_.
+  void AbandonSave();
+  // WriteCheckpoint's file: `state` and the tables as the chain's next save (full or increment; an
+  // increment a ps task refuses is saved in full instead); `read` as WriteCheckpoint's. The path.
+  absl::StatusOr<std::string> WriteChainSave(const TrainingState& state, absl::Notification* read);
   absl::Status TryInitializeCluster();
   // Repeats `attempt` while it fails Unavailable (a ps task down), every 0.5 s for up to `timeout_secs`.
   absl::Status RetryWhileUnavailable(const std::function<absl::Status()>& attempt, double timeout_secs);
@@ -71,6 +98,8 @@ class Chief {
   // Initializes every ps task with `state`; the tables' rows come from restore_file_ when
   // `from_checkpoint` (fresh initial values otherwise). Closes restore_file_.
   absl::Status InitializeWith(const ps::ModelSnapshot& state, bool from_checkpoint);
+  // InitializeWith's model and tables (the work queue after them).
+  absl::Status InitializeModelWith(const ps::ModelSnapshot& state, bool from_checkpoint);
 
   const TrainOptions& options_;
   const std::string model_name_;
@@ -81,11 +110,21 @@ class Chief {
   ps::TrainingConfig config_;
   const optim::Optimizer& optimizer_;
   const LogSink& log_;
-  CheckpointSchedule schedule_;
-  int64_t saved_step_ = -1;                                // global step of the last checkpoint this chief wrote
+  absl::Mutex mu_;  // the schedule and the last save, shared with the save thread
+  CheckpointSchedule schedule_ ABSL_GUARDED_BY(mu_);
+  int64_t saved_step_ ABSL_GUARDED_BY(mu_) = -1;  // global step of the last checkpoint this chief wrote
+  bool saving_ ABSL_GUARDED_BY(mu_) = false;      // a save is in flight on save_thread_
+  std::thread save_thread_;                       // started and joined by the training thread only
+  std::atomic<bool> cancel_{false};               // the save in flight stops at its next table part
   const std::vector<dist::TableSpec> tables_;              // embedding tables: scanned into / restored from the files
   std::unique_ptr<ckpt::OpenedCheckpoint> restore_file_;  // CheckpointState's checkpoint, until InitializeWith
-  SaveChain chain_;  // the saves' numbers, full or increment (--full_checkpoint_every)
+  // The saves' numbers, full or increment (--full_checkpoint_every). Used by one save at a time (the
+  // save thread, or the training thread once it has waited for that thread) and by restores (after
+  // AbandonSave).
+  SaveChain chain_;
+  // The work queue's state in the checkpoint CheckpointState read (empty: none), given back to ps
+  // task 0 by InitializeWith.
+  std::string restore_work_queue_;
 };
 
 }  // namespace psflow::train

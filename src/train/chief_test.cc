@@ -4,13 +4,17 @@
 // from what the chief pulled since) — for a caller's own initialization too (the values its buffers
 // held, copied by the Chief); without --checkpoint_dir only that task's variables start over;
 // another ps task down during the restore is waited for; and a sync push held by a ps task that
-// is being restored is answered so that its worker waits for the chief and pulls again.
+// is being restored is answered so that its worker waits for the chief and pulls again. A scheduled
+// save runs beside training: the chief steps on while it writes, at most one is in flight, a failed
+// one is logged and tried again, and the final save waits for the one in flight.
 #include "train/chief.h"
 
 #include <filesystem>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "io/fault_injection_env.h"
 #include "ps/tests/ps_test_util.h"
 #include "psflow/nn/model.h"
 #include "train/cluster_setup.h"
@@ -341,6 +345,141 @@ TEST(ChiefInitTest, AFreshJobSendsTheValuesAloneAndThePsTasksMakeTheSlots) {
     ASSERT_NE(initial, nullptr) << v.name;
     ExpectSameValues({v.value}, {(*initial)->value}, "initial value of " + v.name);
   }
+}
+
+// The POSIX Env, except that creating a checkpoint file waits until the test opens the gate: a save
+// that lasts exactly as long as the test wants, without timing.
+class GatedEnv final : public io::Env {
+ public:
+  absl::StatusOr<std::unique_ptr<io::WritableFile>> NewWritableFile(const std::string& path,
+                                                                    CreateMode mode) override {
+    if (path.find("model.ckpt-") != std::string::npos) {
+      absl::MutexLock lock(&mu_);
+      ++entered_;
+      mu_.Await(absl::Condition(&open_));
+    }
+    return base_->NewWritableFile(path, mode);
+  }
+  absl::StatusOr<std::unique_ptr<io::SequentialFile>> NewSequentialFile(const std::string& path) override {
+    return base_->NewSequentialFile(path);
+  }
+  absl::Status RenameFile(const std::string& from, const std::string& to) override {
+    return base_->RenameFile(from, to);
+  }
+  absl::Status RemoveFile(const std::string& path) override { return base_->RemoveFile(path); }
+  absl::Status CreateDir(const std::string& dir) override { return base_->CreateDir(dir); }
+  absl::StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) override {
+    return base_->GetChildren(dir);
+  }
+  bool FileExists(const std::string& path) override { return base_->FileExists(path); }
+  absl::Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
+
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    open_ = false;
+  }
+  void Open() {
+    absl::MutexLock lock(&mu_);
+    open_ = true;
+  }
+  // Waits until `n` checkpoint files have been asked for.
+  void WaitForEntered(int n) {
+    absl::MutexLock lock(&mu_);
+    auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return entered_ >= n; };
+    mu_.Await(absl::Condition(&reached));
+  }
+  int entered() {
+    absl::MutexLock lock(&mu_);
+    return entered_;
+  }
+
+ private:
+  io::Env* base_ = io::Env::Default();
+  absl::Mutex mu_;
+  bool open_ ABSL_GUARDED_BY(mu_) = true;
+  int entered_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+bool Logged(const std::vector<std::string>& log, const std::string& part) {
+  for (const std::string& line : log) {
+    if (line.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Issue 26.4: a save held up the chief's own training (129 of 400 steps). Now the save of step 2
+// is held inside its file write while the chief steps five more times; the saves due meanwhile wait
+// (one in flight); the file holds step 2's state, not a later one; the next save is the next due.
+TEST(ChiefSaveTest, TheChiefStepsOnWhileItsSaveWrites) {
+  ChiefFixture f;
+  GatedEnv gate;
+  f.options.env = &gate;
+  f.options.save_checkpoint_steps = 2;
+  const std::string dir = FreshDir("chief_save_beside");
+  ASSERT_NO_FATAL_FAILURE(f.Start(dir));
+  for (int64_t step = 0; step < 2; ++step) ASSERT_NO_FATAL_FAILURE(f.Step(step));
+  auto at_save = f.client->PullState();
+  ASSERT_TRUE(at_save.ok()) << at_save.status();
+  ASSERT_EQ(at_save->global_step, 2);
+
+  gate.Close();
+  PSFLOW_ASSERT_OK(f.chief->MaybeCheckpoint(2));  // returns with the save started
+  gate.WaitForEntered(1);                         // the save pulled step 2 and holds its file
+  int64_t steps_during_save = 0;
+  for (int64_t step = 2; step < 7; ++step) {
+    ASSERT_NO_FATAL_FAILURE(f.Step(step));
+    ++steps_during_save;
+    PSFLOW_ASSERT_OK(f.chief->MaybeCheckpoint(step + 1));  // due at 4 and 6: one save in flight
+  }
+  EXPECT_EQ(steps_during_save, 5);
+  EXPECT_EQ(gate.entered(), 1) << "a second save started while the first was in flight";
+  EXPECT_FALSE(Logged(f.log, "saved checkpoint"));
+  gate.Open();
+  f.chief->WaitForSave();
+  EXPECT_TRUE(Logged(f.log, "model.ckpt-2.safetensors")) << "the save did not end with step 2's file";
+
+  auto loaded = LoadTrainingState(dir, f.options.model, VariableSpecsOf(f.model->parameters()), *f.optimizer,
+                                  f.sink, &gate);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE(loaded->has_value());
+  EXPECT_EQ((*loaded)->global_step, 2);
+  for (const ps::VariableSnapshot& v : at_save->variables) {
+    const VariableState& in_file = (*loaded)->variables.at(v.name);
+    ExpectSameValues({in_file.value}, {v.value}, "saved value of " + v.name);
+    ExpectSameValues(in_file.slots, v.slots, "saved slots of " + v.name);
+  }
+
+  // The save due during the first one starts at the next step; the final save waits for it and
+  // does not write the same step twice.
+  ASSERT_NO_FATAL_FAILURE(f.Step(7));
+  PSFLOW_ASSERT_OK(f.chief->MaybeCheckpoint(8));
+  PSFLOW_ASSERT_OK(f.chief->SaveFinalCheckpoint(8));
+  EXPECT_EQ(gate.entered(), 2);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/model.ckpt-8.safetensors"));
+}
+
+// A save that fails on the save thread (a full disk) is logged, and the next interval's save is tried.
+TEST(ChiefSaveTest, AFailedSaveIsLoggedAndTheNextOneTried) {
+  ChiefFixture f;
+  io::FaultInjectionEnv disk;
+  f.options.env = &disk;
+  f.options.save_checkpoint_steps = 2;
+  const std::string dir = FreshDir("chief_save_failed");
+  ASSERT_NO_FATAL_FAILURE(f.Start(dir));
+  disk.Inject({.op = io::FileOp::kAppend, .nth = 1, .error = ENOSPC, .path_part = "model.ckpt-"});
+  for (int64_t step = 0; step < 2; ++step) ASSERT_NO_FATAL_FAILURE(f.Step(step));
+  PSFLOW_ASSERT_OK(f.chief->MaybeCheckpoint(2));
+  f.chief->WaitForSave();
+  EXPECT_TRUE(Logged(f.log, "checkpoint failed: ")) << "the failed save was not logged";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/model.ckpt-2.safetensors"));
+  ASSERT_NO_FATAL_FAILURE(f.Step(2));
+  PSFLOW_ASSERT_OK(f.chief->MaybeCheckpoint(3));  // not due again before the next interval
+  f.chief->WaitForSave();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/model.ckpt-3.safetensors"));
+  ASSERT_NO_FATAL_FAILURE(f.Step(3));
+  PSFLOW_ASSERT_OK(f.chief->MaybeCheckpoint(4));
+  f.chief->WaitForSave();
+  EXPECT_TRUE(std::filesystem::exists(dir + "/model.ckpt-4.safetensors"));
 }
 
 }  // namespace

@@ -116,6 +116,8 @@ struct PushResult {
   bool stale = false;       // sync: dropped because it was older than the step (or a late backup)
 };
 
+class PushStream;
+
 class PsClient {
  public:
   struct Options {
@@ -230,6 +232,10 @@ class PsClient {
                         const std::vector<std::pair<std::string, Tensor*>>& out, const TableStep& tables,
                         std::function<void(absl::StatusOr<PushResult>)> done);
 
+  // A push sent as its gradients become ready (push as backward goes): see PushStream. The
+  // stream borrows this client, which must outlive it.
+  std::unique_ptr<PushStream> StartPush(int64_t step_tag);
+
   // The whole model for a checkpoint: every variable of the plan (in plan order) assembled from
   // its shards, with its optimizer slots and update count (the max over its shards), and the
   // global step. Each shard's value and slots are read together; different shards (and ps tasks)
@@ -258,11 +264,56 @@ class PsClient {
   // silent tasks are retried for up to `timeout_secs` (negative: ps_unavailable_timeout_secs).
   void Abort(const std::string& reason, double timeout_secs = -1);
   absl::StatusOr<std::vector<PsTaskStats>> Stats();
+  // The job's work queue on ps task 0 (WorkQueueCall), retried like the other calls while ps
+  // task 0 is silent (--ps_timeout_secs); OutOfRange / Aborted once the job ended.
+  absl::StatusOr<WorkQueueAnswer> CallWorkQueue(const WorkQueueCall& call);
 
  private:
   class Impl;  // the implementation (src/)
+  friend class PushStream;
   explicit PsClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+};
+
+// One step's push in parts, sent while backward still runs (Horovod's and DDP's overlap, for a
+// parameter server): Send() pushes the gradients given at once, one call per ps task holding
+// their shards (async: applied on arrival; sync: each ps keeps them apart and counts them with
+// the push's last part, so a sync step still applies one mean of whole pushes); Finish() sends
+// the rest, with the pull and the tables, as the push's last part — once every earlier part was
+// acknowledged, so each ps has them all when the last counts — and its result is the push's, as
+// PushAndPull's. A gradient goes in one part only. Errors of earlier parts are Finish's.
+// Not thread-safe: one thread drives a stream; the gradients are borrowed until Finish returns
+// (or the stream is destroyed, which waits for the parts in flight).
+class PushStream {
+ public:
+  ~PushStream();
+  PushStream(const PushStream&) = delete;
+  PushStream& operator=(const PushStream&) = delete;
+
+  // Starts the calls of a part (returns at once; a routing error is kept for Finish).
+  void Send(const std::vector<Gradient>& grads);
+  // Waits for the earlier parts, then pushes `grads` as the last part (with `out` pulled and
+  // `tables` as for PushAndPull; `out` may be empty) and waits for its answer.
+  absl::StatusOr<PushResult> Finish(const std::vector<Gradient>& grads,
+                                    const std::vector<std::pair<std::string, Tensor*>>& out,
+                                    const TableStep& tables = {});
+  // The same, returning once the last part is sent; `done` as for PushAndPullAsync (called at
+  // once, on this thread, when an earlier part failed).
+  void FinishAsync(const std::vector<Gradient>& grads, const std::vector<std::pair<std::string, Tensor*>>& out,
+                   const TableStep& tables, std::function<void(absl::StatusOr<PushResult>)> done);
+  // Waits until every part sent so far is acknowledged; the first failure, if any.
+  absl::Status WaitForParts();
+  int parts_sent() const { return parts_sent_; }
+  int64_t step_tag() const { return step_tag_; }
+
+ private:
+  friend class PsClient;
+  PushStream(PsClient::Impl* client, int64_t step_tag);
+  struct State;
+  PsClient::Impl* const client_;  // borrowed
+  const int64_t step_tag_;
+  int parts_sent_ = 0;
+  std::shared_ptr<State> state_;  // shared with the parts' completions
 };
 
 }  // namespace psflow::ps

@@ -47,6 +47,10 @@ struct TrainingConfig {
   // float32 on the ps; checkpoints' pulls stay float32) and dense gradients in any other are
   // refused; the workers round their gradients to it with error feedback (PsClient::Options).
   std::string wire_dtype = "float32";
+  // Sync: "async" applies table rows as pushes arrive (hybrid), "sync" once per step.
+  std::string table_sync = "sync";
+  // Async: dense pushes of staleness τ applied at lr / max(1, τ).
+  bool staleness_aware_lr = false;
 };
 
 // One variable's whole state, independent of how it is partitioned: its full value, each optimizer
@@ -99,6 +103,44 @@ struct PsTaskStats {
   std::vector<TableTaskStats> tables;             // one per table shard this task holds
   std::vector<int32_t> connected_worker_indices;  // their worker indices, sorted, without repeats
   std::vector<int32_t> pushed_worker_indices;     // workers whose push this task accepted, sorted
+  // Async: the dense pushes applied by staleness τ (global steps between the pull the gradient was
+  // computed from and its apply): element i counts τ = i, the last element τ >= its index. Empty
+  // when no async push was applied (sync jobs).
+  std::vector<int64_t> staleness_counts;
+};
+
+// A call to the job's work queue of training-file slices, held by ps task 0
+// (docs/data-files.md#the-work-queue; PsClient::CallWorkQueue).
+struct WorkQueueCall {
+  enum class Op { kNext, kConfigure, kState };
+  Op op = Op::kNext;
+  // kNext: this worker's slice is used up. `seq` counts the worker process's kNext calls (a retry
+  // repeats it and gets the same answer); `fresh` marks its first (a slice its killed predecessor
+  // held goes back to the queue).
+  int64_t seq = 0;
+  bool fresh = false;
+  int64_t examples = 0, bad_lines = 0;  // kNext: read since this worker's last kNext
+  // kConfigure: the plan or a checkpoint's state (JSON), replacing a configured queue or not.
+  std::string state_json;
+  bool replace = false;
+};
+struct WorkQueueAnswer {
+  bool configured = false;  // false: the chief has not configured it yet (ask again)
+  // kNext: the slice (path, byte range [begin, end_offset) of its text, -1: to its end), or the end.
+  bool end = false;
+  int64_t epoch = 0;
+  int slice = -1;
+  std::string path;
+  int64_t begin = 0, end_offset = -1;
+  std::string state_json;  // kState
+  // Where the queue stands: slices held by workers (and who holds them), handed out, in all
+  // (slices x epochs), given back, and whether nothing is left to hand out.
+  int64_t held = 0;
+  std::vector<int> holders;
+  int64_t handed = 0, total = 0, returned = 0;
+  bool at_end = false;
+  int64_t examples = 0, bad_lines = 0;  // read by all workers, as they reported
+  int64_t epoch_now = 0;                // the epoch the queue's order is in
 };
 
 }  // namespace psflow::ps

@@ -9,6 +9,7 @@
 #ifndef PSFLOW_PS_SERVER_PS_SERVER_IMPL_H_
 #define PSFLOW_PS_SERVER_PS_SERVER_IMPL_H_
 
+#include <array>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -25,6 +26,7 @@
 #include "ps/server/shard.h"
 #include "ps/server/sync_accumulator.h"
 #include "ps/server/table/disk_store.h"
+#include "ps/server/work_queue.h"
 #include "psflow/ps/ps_server.h"
 #include "rpc/transport.h"
 
@@ -118,6 +120,8 @@ class PsServer::Impl final : public rpc::Handler {
   // before MarkInitialized), and one part of a table shard's scan.
   void HandleLoadTable(const rpc::IncomingMessage& request, rpc::Responder responder);
   void HandleScanTable(const rpc::IncomingMessage& request, rpc::Responder responder);
+  // The job's work queue of training-file slices, on ps task 0 (ps_work_queue.cc).
+  void HandleWorkQueue(const rpc::IncomingMessage& request, rpc::Responder responder);
 
   // Data RPCs (ps_push.cc). HandlePush is the push path's entry: it parses and validates, then
   // hands the push to one of the two modes (not to be confused with PsClient::PushAsync, a
@@ -194,6 +198,13 @@ class PsServer::Impl final : public rpc::Handler {
   std::atomic<bool> shutdown_flag_{false};
   std::atomic<int64_t> step_{0};  // async: the global step (on its ps); sync: this task's step
   std::atomic<int64_t> pushes_refused_{0};
+  // Async: whole pushes applied by staleness τ (global steps between the pull their gradient was
+  // computed from, the push's step tag, and their apply): buckets τ = 0 .. kStalenessBuckets - 2,
+  // the last one counting the rest (PsTaskStats::staleness_counts). A ps without the global step
+  // measures τ against the newest step tag it has seen (the global step as the workers last saw it).
+  static constexpr int kStalenessBuckets = 65;
+  std::array<std::atomic<int64_t>, kStalenessBuckets> staleness_{};
+  std::atomic<int64_t> newest_tag_{0};
   // pushed_[i]: worker i had a push accepted (Stats' pushed_worker_indices); one flag per worker
   // of the cluster, set once, read by Stats.
   std::unique_ptr<std::atomic<bool>[]> pushed_;
@@ -218,6 +229,7 @@ class PsServer::Impl final : public rpc::Handler {
   // Retried pushes are applied once (ps/server/push_dedup.h); so are retried Initializes (the last one
   // applied, by client id and number).
   PushDedup dedup_;
+  WorkQueue work_queue_;  // ps task 0's (ps/server/work_queue.h); thread-safe itself
   uint64_t last_init_client_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_init_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_init_first_seq_ ABSL_GUARDED_BY(mu_) = 0;  // of the last Initialize in parts
