@@ -3,7 +3,8 @@
 // (psflow/ckpt/checkpoint.h: structure and checksum checked) and handed to Python as numpy arrays
 // that own the reader's memory (no copy): float32 tensors, and int64 ones (an embedding table's
 // ids, last steps and counts, docs/tables.md#semantics). psflow.read_checkpoint / load_checkpoint
-// (python/psflow/checkpoint.py) are built on it. psflow._read_table_rows: some rows of one table,
+// (python/psflow/checkpoint.py) are built on it; an incremental checkpoint is read with its chain
+// (psflow/ckpt/checkpoint_chain.h: its tables merged). psflow._read_table_rows: some rows of one table,
 // by id, streamed from the file by train/table_checkpoint.h's ReadTableRows (the table is never
 // held in memory), for psflow.read_table_rows. Stateless; the GIL is released while files are read.
 #include <pybind11/numpy.h>
@@ -108,7 +109,8 @@ TableRows ReadRows(const std::string& path, const std::string& name, std::vector
     initial.emplace(*spec, seed);
   }
   ckpt::OpenedCheckpoint c = OpenPath(path);
-  const ckpt::SafetensorsReader& reader = *c.reader;
+  // The table's kind and size from its chain's full save (an increment lists only changed rows).
+  const ckpt::SafetensorsReader& reader = *c.chain().front();
   const ckpt::TensorEntry* values = reader.Find(name);
   if (values == nullptr || values->dtype != ckpt::Dtype::kF32 || values->shape.size() != 2) {
     std::vector<std::string> tables;
@@ -137,7 +139,7 @@ TableRows ReadRows(const std::string& path, const std::string& name, std::vector
   std::sort(unique.begin(), unique.end());
   unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
   std::vector<bool> found;
-  Tensor rows = ValueOrThrow(train::ReadTableRows(reader, spec, unique, &found));
+  Tensor rows = ValueOrThrow(train::ReadTableRows(c, spec, unique, &found));
   TableRows out;
   out.path = c.path;
   out.global_step = c.global_step;

@@ -3,6 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "psflow/ckpt/checkpoint.h"
+#include "psflow/ckpt/checkpoint_chain.h"
 
 namespace psflow::train {
 
@@ -16,8 +17,19 @@ absl::Status PrepareCheckpointDir(const std::string& dir, io::Env* env) {
 absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const TrainingState& state,
                                               const std::vector<std::string>& slot_names, int keep, io::Env* env,
                                               const std::function<absl::Status(ckpt::SafetensorsWriter&)>& more) {
+  return SaveTrainingState(dir, state, slot_names, ckpt::SaveOptions{keep, false}, {}, env, more);
+}
+
+absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const TrainingState& state,
+                                              const std::vector<std::string>& slot_names,
+                                              const ckpt::SaveOptions& save,
+                                              const std::map<std::string, std::string>& extra, io::Env* env,
+                                              const std::function<absl::Status(ckpt::SafetensorsWriter&)>& more) {
   std::vector<std::pair<std::string, const Tensor*>> tensors;
-  std::map<std::string, std::string> metadata = {{"model", state.model}, {"optimizer", state.optimizer}};
+  std::map<std::string, std::string> metadata = extra;
+  metadata["model"] = state.model;
+  metadata["optimizer"] = state.optimizer;
+  // In every save, full or increment.
   if (!state.work_queue.empty()) metadata[kWorkQueueMetadataKey] = state.work_queue;
   for (const auto& [name, v] : state.variables) {
     tensors.emplace_back(name, &v.value);
@@ -34,7 +46,49 @@ absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const Trai
         }
         return more ? more(writer) : absl::OkStatus();
       },
-      std::move(metadata), keep, env);
+      std::move(metadata), save, env);
+}
+
+SaveChain::Save SaveChain::Begin(int64_t global_step) {
+  Save save;
+  save.save_id = next_id_++;
+  save.increment = full_every_ > 1 && in_chain_ && saves_in_chain_ < full_every_ && global_step > last_step_;
+  save.scan.save_id = save.save_id;
+  save.scan.increment = save.increment;
+  save.scan.changed_since = save.increment ? last_save_id_ : -1;
+  save.scan.track_changes = full_every_ > 1;
+  if (full_every_ == 1) return save;  // today's files: no chain
+  save.chain = save.increment ? chain_ : ckpt::NewChainId();
+  save.metadata[ckpt::kKindKey] = save.increment ? "increment" : "full";
+  save.metadata[ckpt::kChainKey] = save.chain;
+  save.metadata[ckpt::kSaveIdKey] = absl::StrCat(save.save_id);
+  if (save.increment) {
+    save.metadata[ckpt::kBaseStepKey] = absl::StrCat(base_step_);
+    save.metadata[ckpt::kPrevStepKey] = absl::StrCat(last_step_);
+    save.metadata[ckpt::kPrevSaveIdKey] = absl::StrCat(last_save_id_);
+  }
+  return save;
+}
+
+void SaveChain::Committed(const Save& save, int64_t global_step) {
+  if (!save.increment) {
+    chain_ = save.chain;
+    base_step_ = global_step;
+    saves_in_chain_ = 0;
+  }
+  ++saves_in_chain_;
+  in_chain_ = true;
+  last_step_ = global_step;
+  last_save_id_ = save.save_id;
+}
+
+void SaveChain::Failed(const Save& save) {
+  if (!save.increment) in_chain_ = false;
+}
+
+void SaveChain::Restart(int64_t last_save_id) {
+  in_chain_ = false;
+  next_id_ = std::max(next_id_, last_save_id + 1);
 }
 
 absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string& dir, const std::string& model,
@@ -50,14 +104,14 @@ absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string
 absl::StatusOr<std::optional<OpenedTrainingState>> OpenTrainingState(
     const std::string& dir, const std::string& model, const std::vector<dist::VariableSpec>& variables,
     const optim::Optimizer& optimizer, const LogSink& log, io::Env* env,
-    const std::function<absl::Status(const ckpt::SafetensorsReader&)>& check_first) {
+    const std::function<absl::Status(const ckpt::OpenedCheckpoint&)>& check_first) {
   std::vector<std::string> skipped;
   auto latest = ckpt::OpenLatestCheckpoint(dir, &skipped, env);
   if (!latest.ok()) return latest.status();
   for (const std::string& s : skipped) log(s);
   if (!latest->has_value()) return std::optional<OpenedTrainingState>();
   ckpt::OpenedCheckpoint& checkpoint = **latest;
-  const ckpt::SafetensorsReader& file = *checkpoint.reader;
+  const ckpt::SafetensorsReader& file = *checkpoint.reader;  // an increment's variables are whole in it
   std::map<std::string, std::string> meta = file.metadata();
   if (meta.count("model") && meta["model"] != model) {
     return absl::FailedPreconditionError(absl::StrCat(checkpoint.path, " holds model '", meta["model"],
@@ -65,7 +119,7 @@ absl::StatusOr<std::optional<OpenedTrainingState>> OpenTrainingState(
                                                       "'; use another --checkpoint_dir or --model=", meta["model"]));
   }
   if (check_first) {
-    if (absl::Status s = check_first(file); !s.ok()) return s;
+    if (absl::Status s = check_first(checkpoint); !s.ok()) return s;
   }
   TrainingState state;
   state.global_step = checkpoint.global_step;
@@ -107,9 +161,17 @@ absl::StatusOr<std::optional<OpenedTrainingState>> OpenTrainingState(
     if (same_optimizer && !absl::SimpleAtoi(meta["updates/" + p.name], &v.updates)) v.updates = 0;
     state.variables.emplace(p.name, std::move(v));
   }
-  log(absl::StrCat("restored ", checkpoint.path, " at global step ", state.global_step));
+  int64_t save_id = 0;
+  if (!absl::SimpleAtoi(meta[ckpt::kSaveIdKey], &save_id)) save_id = 0;
+  log(absl::StrCat("restored ", checkpoint.path, " at global step ", state.global_step,
+                   checkpoint.earlier.empty()
+                       ? std::string()
+                       : absl::StrCat(" (a chain: the full save ", checkpoint.earlier.front().path, " and ",
+                                      checkpoint.earlier.size(), checkpoint.earlier.size() == 1 ? " increment" : " increments",
+                                      ")")));
+  std::string path = checkpoint.path;
   return std::optional<OpenedTrainingState>(
-      OpenedTrainingState{std::move(state), checkpoint.path, std::move(checkpoint.reader)});
+      OpenedTrainingState{std::move(state), std::move(path), std::move(checkpoint), save_id});
 }
 
 }  // namespace psflow::train

@@ -5,6 +5,7 @@
 #ifndef PSFLOW_TRAIN_CHECKPOINTING_H_
 #define PSFLOW_TRAIN_CHECKPOINTING_H_
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -14,11 +15,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "psflow/ckpt/checkpoint.h"
 #include "psflow/ckpt/safetensors_stream.h"
 #include "psflow/core/autodiff.h"
 #include "psflow/dist/partition.h"
 #include "psflow/io/env.h"
 #include "psflow/optim/optimizer.h"
+#include "psflow/ps/ps_client.h"
 #include "psflow/train/train.h"
 
 namespace psflow::train {
@@ -49,6 +52,12 @@ absl::Status PrepareCheckpointDir(const std::string& dir, io::Env* env = io::Env
 absl::StatusOr<std::string> SaveTrainingState(
     const std::string& dir, const TrainingState& state, const std::vector<std::string>& slot_names, int keep = 5,
     io::Env* env = io::Env::Default(), const std::function<absl::Status(ckpt::SafetensorsWriter&)>& more = nullptr);
+// The same as a full save or an increment (`save`), with `metadata` added to the file's.
+absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const TrainingState& state,
+                                              const std::vector<std::string>& slot_names,
+                                              const ckpt::SaveOptions& save,
+                                              const std::map<std::string, std::string>& metadata, io::Env* env,
+                                              const std::function<absl::Status(ckpt::SafetensorsWriter&)>& more);
 
 // The newest valid checkpoint of `dir` as a TrainingState for `variables` (names and shapes must
 // match: a mismatch is an error naming the variable), or nullopt when there is none. Skipped
@@ -58,18 +67,53 @@ absl::StatusOr<std::optional<TrainingState>> LoadTrainingState(const std::string
                                                                const optim::Optimizer& optimizer, const LogSink& log,
                                                                io::Env* env = io::Env::Default());
 
-// LoadTrainingState's state with the checkpoint file still open (its checksum checked), for the
-// tensors read in parts afterwards (embedding tables: train/table_checkpoint.h). `check_first`, when
-// given, checks the file before the variables are read (the tables' names and shapes).
+// LoadTrainingState's state with the checkpoint still open (its checksum checked; an increment with
+// its chain), for the tensors read in parts afterwards (embedding tables: train/table_checkpoint.h).
+// `check_first`, when given, checks the checkpoint before the variables are read (the tables' names
+// and shapes). `save_id`: the save's number in its metadata (0 when it has none).
 struct OpenedTrainingState {
   TrainingState state;
   std::string path;
-  std::unique_ptr<ckpt::SafetensorsReader> file;
+  ckpt::OpenedCheckpoint checkpoint;
+  int64_t save_id = 0;
 };
 absl::StatusOr<std::optional<OpenedTrainingState>> OpenTrainingState(
     const std::string& dir, const std::string& model, const std::vector<dist::VariableSpec>& variables,
     const optim::Optimizer& optimizer, const LogSink& log, io::Env* env = io::Env::Default(),
-    const std::function<absl::Status(const ckpt::SafetensorsReader&)>& check_first = nullptr);
+    const std::function<absl::Status(const ckpt::OpenedCheckpoint&)>& check_first = nullptr);
+
+// The chief's saves as chains (docs/checkpoints.md#increments): it numbers them (save_id 1, 2, ...,
+// going on from a restored save's number) and chooses full save or increment: with
+// --full_checkpoint_every=K, a full save then K - 1 increments, each following the previous
+// committed save. The next save is full after Restart (a restore, a ps task restarted, a chief
+// (re)started: the ps tasks' change logs are unknown) and after a failed full save; a failed
+// increment is followed by an increment since the same committed save (larger). K = 1 writes
+// today's files (no chain metadata). Not thread-safe (the chief's thread).
+class SaveChain {
+ public:
+  explicit SaveChain(int64_t full_every) : full_every_(std::max<int64_t>(full_every, 1)) {}
+
+  struct Save {
+    int64_t save_id = 0;
+    bool increment = false;
+    ps::TableScanOptions scan;                     // the ps tasks' scans
+    std::map<std::string, std::string> metadata;  // the chain's keys (ckpt/checkpoint_chain.h)
+    std::string chain;
+  };
+  // The next save at `global_step`, numbered.
+  Save Begin(int64_t global_step);
+  void Committed(const Save& save, int64_t global_step);
+  void Failed(const Save& save);
+  // The next save is full, numbered after `last_save_id`.
+  void Restart(int64_t last_save_id);
+
+ private:
+  const int64_t full_every_;
+  int64_t next_id_ = 1;
+  bool in_chain_ = false;  // the last committed save is in a chain the next increment may follow
+  std::string chain_;
+  int64_t base_step_ = 0, last_step_ = 0, last_save_id_ = 0, saves_in_chain_ = 0;
+};
 
 // Decides when the chief saves: each time the global step reaches a multiple of `steps`, and/or
 // every `secs` seconds. The step schedule is on the boundaries, not relative to the last save: in

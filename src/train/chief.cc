@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "ps/common/retry.h"
+#include "psflow/ckpt/checkpoint_chain.h"
 #include "train/table_checkpoint.h"
 #include "train/training_end.h"
 
@@ -38,7 +39,8 @@ Chief::Chief(const TrainOptions& options, std::string model_name, ps::PsClient& 
       optimizer_(optimizer),
       log_(log),
       schedule_(options.save_checkpoint_steps, options.save_checkpoint_secs, 0),
-      tables_(std::move(tables)) {
+      tables_(std::move(tables)),
+      chain_(options.full_checkpoint_every) {
   if (!initial_.rebuild) {
     for (const Tensor* t : initial_.at_start) initial_copy_.push_back(*t);
   }
@@ -63,14 +65,17 @@ absl::StatusOr<std::optional<ps::ModelSnapshot>> Chief::CheckpointState() {
   if (!layout.ok()) return layout.status();
   // The tables are checked first: a table of another dim is named as such (its model's dense
   // layers around it usually change shape too).
-  auto check_tables = [&](const ckpt::SafetensorsReader& file) {
+  auto check_tables = [&](const ckpt::OpenedCheckpoint& file) {
     return TableSources(file, tables_, *layout).status();
   };
   auto restored =
       OpenTrainingState(options_.checkpoint_dir, model_name_, variables_, optimizer_, log_, options_.env, check_tables);
   if (!restored.ok()) return restored.status();
   if (!restored->has_value()) return std::nullopt;
-  if (!tables_.empty()) restore_file_ = std::move((*restored)->file);
+  // Saves go on numbering after the restored one; the next is full (the rows restored carry no
+  // change marks the chief knows).
+  chain_.Restart((*restored)->save_id);
+  if (!tables_.empty()) restore_file_ = std::make_unique<ckpt::OpenedCheckpoint>(std::move((*restored)->checkpoint));
   restore_work_queue_ = (*restored)->state.work_queue;
   return ToSnapshot(std::move((*restored)->state), variables_);
 }
@@ -95,7 +100,7 @@ absl::Status Chief::InitializeWith(const ps::ModelSnapshot& state, bool from_che
 }
 
 absl::Status Chief::InitializeModelWith(const ps::ModelSnapshot& state, bool from_checkpoint) {
-  std::unique_ptr<ckpt::SafetensorsReader> file = std::move(restore_file_);
+  std::unique_ptr<ckpt::OpenedCheckpoint> file = std::move(restore_file_);
   if (!from_checkpoint || tables_.empty()) return client_.Initialize(state, config_);
   if (file == nullptr) return absl::InternalError("the chief restores tables without their checkpoint file");
   auto layout = TableLayoutOf(config_);
@@ -281,29 +286,8 @@ absl::StatusOr<TrainingState> Chief::PullDense() {
 }
 
 absl::Status Chief::WriteCheckpoint(TrainingState state, absl::Notification* read) {
-  std::function<absl::Status(ckpt::SafetensorsWriter&)> tables;
-  if (!tables_.empty()) {
-    // The tables are scanned after the dense pull: as in any async checkpoint, their rows may be a
-    // few steps newer than the variables.
-    tables = [this, read](ckpt::SafetensorsWriter& writer) {
-      auto layout = TableLayoutOf(config_);
-      if (!layout.ok()) return layout.status();
-      // A save abandoned (a restore, the chief's end) stops between parts; its file is never renamed
-      // into place, and the ps tasks drop the scan it left open.
-      TableScan scan = [this](const std::string& table, int64_t max_rows,
-                              const std::function<absl::Status(ps::TableRowsPart)>& sink) {
-        return client_.ScanTable(table, max_rows, [&](ps::TableRowsPart part) {
-          if (cancel_) return absl::CancelledError("the save was abandoned");
-          return sink(std::move(part));
-        });
-      };
-      absl::Status written = WriteTables(scan, tables_, *layout, writer);
-      if (read != nullptr) read->Notify();
-      return written;
-    };
-  }
-  if (tables_.empty() && read != nullptr) read->Notify();
-  auto path = SaveTrainingState(options_.checkpoint_dir, state, optimizer_.slot_names(), 5, options_.env, tables);
+  auto path = WriteChainSave(state, read);
+  if (read != nullptr && !read->HasBeenNotified()) read->Notify();
   state.variables.clear();
   internal::ReleaseCachedBlocks();
   if (!path.ok()) return path.status();
@@ -314,6 +298,49 @@ absl::Status Chief::WriteCheckpoint(TrainingState state, absl::Notification* rea
   }
   log_("saved checkpoint " + *path);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Chief::WriteChainSave(const TrainingState& state, absl::Notification* read) {
+  for (int attempt = 0;; ++attempt) {
+    SaveChain::Save save = chain_.Begin(state.global_step);
+    std::map<std::string, std::string> metadata = save.metadata;
+    std::function<absl::Status(ckpt::SafetensorsWriter&)> tables;
+    if (!tables_.empty()) {
+      std::string names;
+      for (const dist::TableSpec& t : tables_) absl::StrAppend(&names, t.name, "\n");
+      if (options_.full_checkpoint_every > 1) metadata[ckpt::kTablesKey] = names;
+      // The tables are scanned after the dense pull: as in any async checkpoint, their rows may be a
+      // few steps newer than the variables.
+      tables = [this, read, &save](ckpt::SafetensorsWriter& writer) {
+        auto layout = TableLayoutOf(config_);
+        if (!layout.ok()) return layout.status();
+        // A save abandoned (a restore, the chief's end) stops between parts; its file is never renamed
+        // into place, and the ps tasks drop the scan it left open.
+        TableScan scan = [this, &save](const std::string& table, int64_t max_rows,
+                                       const std::function<absl::Status(ps::TableRowsPart)>& sink) {
+          return client_.ScanTable(table, max_rows, save.scan, [&](ps::TableRowsPart part) {
+            if (cancel_) return absl::CancelledError("the save was abandoned");
+            return sink(std::move(part));
+          });
+        };
+        absl::Status written = WriteTables(scan, tables_, *layout, writer, save.increment);
+        if (read != nullptr && !read->HasBeenNotified()) read->Notify();
+        return written;
+      };
+    }
+    if (tables_.empty() && read != nullptr && !read->HasBeenNotified()) read->Notify();
+    auto path = SaveTrainingState(options_.checkpoint_dir, state, optimizer_.slot_names(),
+                                  ckpt::SaveOptions{5, save.increment}, metadata, options_.env, tables);
+    if (path.ok()) {
+      chain_.Committed(save, state.global_step);
+      return path;
+    }
+    chain_.Failed(save);
+    // A ps task that cannot answer the increment (restarted, or its change log lost): full, once.
+    if (!save.increment || attempt > 0 || !absl::IsFailedPrecondition(path.status())) return path.status();
+    log_(absl::StrCat("chief: an incremental save was refused (", path.status().message(), "); saving in full"));
+    chain_.Restart(save.save_id);
+  }
 }
 
 absl::Status Chief::MarkTrainingDone() {
@@ -360,6 +387,7 @@ absl::Status Chief::RestorePs(int task) {
   // Another ps task down meanwhile is waited for by the client's own retries, as long as a worker
   // waits for an unreachable ps (--ps_timeout_secs; ps/client/fan_out.h), not twice that.
   if (auto s = InitializeWith(*state, from_checkpoint); !s.ok()) return s;
+  chain_.Restart(0);  // the ps tasks hold restored rows: the next save is full
   absl::MutexLock lock(&mu_);
   schedule_ = CheckpointSchedule(options_.save_checkpoint_steps, options_.save_checkpoint_secs, state->global_step);
   return absl::OkStatus();

@@ -83,6 +83,9 @@ class Chief {
   absl::Status WriteCheckpoint(TrainingState state, absl::Notification* read = nullptr);
   // Sets cancel_, waits for the save in flight, clears cancel_.
   void AbandonSave();
+  // WriteCheckpoint's file: `state` and the tables as the chain's next save (full or increment; an
+  // increment a ps task refuses is saved in full instead); `read` as WriteCheckpoint's. The path.
+  absl::StatusOr<std::string> WriteChainSave(const TrainingState& state, absl::Notification* read);
   absl::Status TryInitializeCluster();
   // Repeats `attempt` while it fails Unavailable (a ps task down), every 0.5 s for up to `timeout_secs`.
   absl::Status RetryWhileUnavailable(const std::function<absl::Status()>& attempt, double timeout_secs);
@@ -114,7 +117,11 @@ class Chief {
   std::thread save_thread_;                       // started and joined by the training thread only
   std::atomic<bool> cancel_{false};               // the save in flight stops at its next table part
   const std::vector<dist::TableSpec> tables_;              // embedding tables: scanned into / restored from the files
-  std::unique_ptr<ckpt::SafetensorsReader> restore_file_;  // CheckpointState's file, until InitializeWith
+  std::unique_ptr<ckpt::OpenedCheckpoint> restore_file_;  // CheckpointState's checkpoint, until InitializeWith
+  // The saves' numbers, full or increment (--full_checkpoint_every). Used by one save at a time (the
+  // save thread, or the training thread once it has waited for that thread) and by restores (after
+  // AbandonSave).
+  SaveChain chain_;
   // The work queue's state in the checkpoint CheckpointState read (empty: none), given back to ps
   // task 0 by InitializeWith.
   std::string restore_work_queue_;

@@ -2,12 +2,14 @@
 #include "train/table_checkpoint.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "ps/server/ps_tables.h"
 #include "ps/server/table/sparse_rule.h"
 #include "psflow/ckpt/checkpoint.h"
+#include "psflow/ckpt/checkpoint_chain.h"
 
 namespace psflow::train {
 namespace {
@@ -51,17 +53,17 @@ absl::StatusOr<TableLayout> TableLayoutOf(const ps::table::SparseRuleConfig& con
 }
 
 absl::Status WriteTables(ps::PsClient& client, const std::vector<dist::TableSpec>& tables, const TableLayout& layout,
-                         ckpt::SafetensorsWriter& writer) {
+                         ckpt::SafetensorsWriter& writer, const ps::TableScanOptions& options) {
   return WriteTables(
-      [&client](const std::string& table, int64_t max_rows,
-                const std::function<absl::Status(ps::TableRowsPart part)>& sink) {
-        return client.ScanTable(table, max_rows, sink);
+      [&client, &options](const std::string& table, int64_t max_rows,
+                          const std::function<absl::Status(ps::TableRowsPart part)>& sink) {
+        return client.ScanTable(table, max_rows, options, sink);
       },
-      tables, layout, writer);
+      tables, layout, writer, options.increment);
 }
 
 absl::Status WriteTables(const TableScan& scan, const std::vector<dist::TableSpec>& tables, const TableLayout& layout,
-                         ckpt::SafetensorsWriter& writer) {
+                         ckpt::SafetensorsWriter& writer, bool increment) {
   for (const dist::TableSpec& t : tables) {
     const Names names = NamesOf(t, layout);
     const size_t num_slots = layout.slot_names.size();
@@ -73,9 +75,13 @@ absl::Status WriteTables(const TableScan& scan, const std::vector<dist::TableSpe
       *handle = *h;
       return absl::OkStatus();
     };
-    int values = -1;
-    if (t.dynamic()) {
-      if (auto s = begin(names.ids, ckpt::Dtype::kI64, {}, &ids); !s.ok()) return s;
+    int values = -1, removed = -1;
+    // An increment lists a fixed table's ids too (its rows are some of 0..N-1).
+    if (t.dynamic() || increment) {
+      if (auto s = begin(t.name + "/ids", ckpt::Dtype::kI64, {}, &ids); !s.ok()) return s;
+    }
+    if (t.dynamic() && increment) {
+      if (auto s = begin(t.name + "/removed", ckpt::Dtype::kI64, {}, &removed); !s.ok()) return s;
     }
     if (auto s = begin(names.values, ckpt::Dtype::kF32, {t.dim}, &values); !s.ok()) return s;
     for (const std::string& slot : names.slots) {
@@ -95,7 +101,13 @@ absl::Status WriteTables(const TableScan& scan, const std::vector<dist::TableSpe
         return absl::DataLossError(absl::StrCat("table '", t.name, "': the ps tasks keep ", part.slots.size(),
                                                 " slots a row, the sparse rule has ", num_slots));
       }
-      if (!t.dynamic()) {
+      if (!part.removed_ids.empty()) {
+        if (removed < 0) {
+          return absl::DataLossError(absl::StrCat("table '", t.name, "': removed ids in a full save's scan"));
+        }
+        if (auto s = writer.Append(removed, part.removed_ids.data(), part.removed_ids.size()); !s.ok()) return s;
+      }
+      if (!t.dynamic() && !increment) {
         for (size_t q = 0; q < n; ++q) {
           if (part.ids[q] != next_fixed++) {
             return absl::DataLossError(absl::StrCat("table '", t.name, "': the scan gave row ", part.ids[q],
@@ -118,7 +130,7 @@ absl::Status WriteTables(const TableScan& scan, const std::vector<dist::TableSpe
       return absl::OkStatus();
     });
     if (!scanned.ok()) return scanned;
-    if (!t.dynamic() && next_fixed != t.num_embeddings) {
+    if (!t.dynamic() && !increment && next_fixed != t.num_embeddings) {
       return absl::DataLossError(
           absl::StrCat("table '", t.name, "': the scan gave ", next_fixed, " rows of ", t.num_embeddings));
     }
@@ -282,6 +294,136 @@ absl::StatusOr<Tensor> ReadTableRows(const ckpt::SafetensorsReader& reader, cons
     if (auto s = (*values)->Read(out.data() + q * table.dim, table.dim); !s.ok()) return s;
     row = r + 1;
     (*found)[q] = true;
+  }
+  return out;
+}
+
+namespace {
+
+// A table's rows merged over a checkpoint chain, as TableRowsParts (the columns by the layout's
+// names).
+struct ChainSource {
+  dist::TableSpec spec;
+  std::unique_ptr<ckpt::ChainTableReader> merged;
+  int values = -1, last_step = -1, count = -1;
+  std::vector<int> slots;
+  size_t num_slots = 0;
+
+  absl::StatusOr<bool> NextPart(ps::TableRowsPart* part) {
+    std::vector<int64_t> ids;
+    std::vector<std::vector<char>> columns;
+    auto more = merged->Next(PartRows(spec.dim, num_slots), &ids, &columns);
+    if (!more.ok() || !*more) return more;
+    const int64_t n = static_cast<int64_t>(ids.size());
+    part->table = spec.name;
+    part->ids = std::move(ids);
+    auto floats = [&](int c) {
+      Tensor t = Tensor::Uninitialized({n, spec.dim});
+      std::memcpy(t.data(), columns[c].data(), columns[c].size());
+      return t;
+    };
+    auto int64s = [&](int c) {
+      std::vector<int64_t> v(static_cast<size_t>(n), 0);
+      if (c >= 0) std::memcpy(v.data(), columns[c].data(), columns[c].size());
+      return v;
+    };
+    part->values = floats(values);
+    part->slots.clear();
+    for (int c : slots) part->slots.push_back(floats(c));
+    part->last_step = int64s(last_step);
+    part->count = int64s(count);
+    part->removed_ids.clear();
+    return true;
+  }
+};
+
+absl::StatusOr<std::unique_ptr<ChainSource>> OpenChainSource(const ckpt::OpenedCheckpoint& checkpoint,
+                                                             const dist::TableSpec& t, const TableLayout& layout) {
+  auto merged = ckpt::ChainTableReader::Open(checkpoint.chain(), t.name);
+  if (!merged.ok()) return merged.status();
+  auto source = std::make_unique<ChainSource>();
+  source->spec = t;
+  source->merged = *std::move(merged);
+  const Names names = NamesOf(t, layout);
+  auto column = [&](const std::string& name, ckpt::Dtype dtype, int64_t row_elements) -> absl::StatusOr<int> {
+    const auto& columns = source->merged->columns();
+    for (size_t c = 0; c < columns.size(); ++c) {
+      if (columns[c].name == name && columns[c].dtype == dtype && columns[c].row_elements == row_elements) {
+        return static_cast<int>(c);
+      }
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat(checkpoint.path, ": table '", t.name, "': its chain has no column '", name, "'"));
+  };
+  auto v = column(names.values, ckpt::Dtype::kF32, t.dim);
+  if (!v.ok()) return v.status();
+  source->values = *v;
+  for (const std::string& slot : names.slots) {
+    auto c = column(slot, ckpt::Dtype::kF32, t.dim);
+    if (!c.ok()) return c.status();
+    source->slots.push_back(*c);
+  }
+  source->num_slots = names.slots.size();
+  if (t.dynamic()) {
+    auto c = column(names.last_step, ckpt::Dtype::kI64, 1);
+    if (!c.ok()) return c.status();
+    source->last_step = *c;
+  }
+  if (HasCount(t, layout)) {
+    auto c = column(names.count, ckpt::Dtype::kI64, 1);
+    if (!c.ok()) return c.status();
+    source->count = *c;
+  }
+  return source;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::pair<std::string, ps::TablePartSource>>> TableSources(
+    const ckpt::OpenedCheckpoint& checkpoint, const std::vector<dist::TableSpec>& tables, const TableLayout& layout) {
+  // The full save is checked as a lone file is; the increments against it (ChainTableReader).
+  const ckpt::SafetensorsReader& full = *checkpoint.chain().front();
+  auto checked = TableSources(full, tables, layout);
+  if (!checked.ok() || checkpoint.earlier.empty()) return checked;
+  std::vector<std::pair<std::string, ps::TablePartSource>> sources;
+  for (const dist::TableSpec& t : tables) {
+    auto source = OpenChainSource(checkpoint, t, layout);
+    if (!source.ok()) return source.status();
+    std::shared_ptr<ChainSource> shared = *std::move(source);
+    sources.emplace_back(t.name, [shared](ps::TableRowsPart* part) { return shared->NextPart(part); });
+  }
+  return sources;
+}
+
+absl::StatusOr<Tensor> ReadTableRows(const ckpt::OpenedCheckpoint& checkpoint, const dist::TableSpec& table,
+                                     const std::vector<int64_t>& ids, std::vector<bool>* found) {
+  if (checkpoint.earlier.empty()) return ReadTableRows(*checkpoint.reader, table, ids, found);
+  // A chain: its merged rows streamed once, the wanted ones kept.
+  auto merged = ckpt::ChainTableReader::Open(checkpoint.chain(), table.name);
+  if (!merged.ok()) return merged.status();
+  const auto& columns = (*merged)->columns();
+  if (columns[0].dtype != ckpt::Dtype::kF32 || columns[0].row_elements != table.dim) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(checkpoint.path, ": table '", table.name, "' has rows of ", columns[0].row_elements,
+                     " values, the table's dim is ", table.dim));
+  }
+  Tensor out({static_cast<int64_t>(ids.size()), table.dim});
+  found->assign(ids.size(), false);
+  std::vector<int64_t> part_ids;
+  std::vector<std::vector<char>> part;
+  size_t q = 0;
+  const size_t row_bytes = static_cast<size_t>(table.dim) * sizeof(float);
+  while (q < ids.size()) {
+    auto more = (*merged)->Next(1 << 14, &part_ids, &part);
+    if (!more.ok()) return more.status();
+    if (!*more) break;
+    for (size_t r = 0; r < part_ids.size() && q < ids.size(); ++r) {
+      while (q < ids.size() && ids[q] < part_ids[r]) ++q;
+      if (q < ids.size() && ids[q] == part_ids[r]) {
+        std::memcpy(out.data() + q * table.dim, part[0].data() + r * row_bytes, row_bytes);
+        (*found)[q++] = true;
+      }
+    }
   }
   return out;
 }

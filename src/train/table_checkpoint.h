@@ -5,6 +5,10 @@
 // - a dynamic table is NAME/ids (int64 [n], ascending), NAME [n, dim], NAME/SLOT [n, dim],
 //   NAME/last_step and NAME/count (int64 [n]); evicted rows are not saved (the ps tasks run a
 //   removal pass before their scan).
+// An increment (docs/checkpoints.md#increments) holds of each table the rows changed since the save
+// it follows, with their ids (NAME/ids for a fixed table too) and the ids removed since
+// (NAME/removed, int64 ascending; dynamic tables); a chain is read back merged
+// (ckpt::ChainTableReader) by the same sources.
 // Neither side holds a second copy of a table: the ps tasks stream parts, the chief appends each
 // part to the file's streamed tensors (ckpt::SafetensorsWriter) and drops it. A restore reads the
 // same tensors back part by part as PsClient::Initialize's table sources, which route every row to
@@ -20,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "ps/server/table/table_config.h"
+#include "psflow/ckpt/checkpoint.h"
 #include "psflow/ckpt/safetensors_stream.h"
 #include "psflow/dist/partition.h"
 #include "psflow/ps/ps_client.h"
@@ -40,11 +45,14 @@ absl::StatusOr<TableLayout> TableLayoutOf(const ps::table::SparseRuleConfig& rul
 using TableScan = std::function<absl::Status(const std::string& table, int64_t max_rows,
                                              const std::function<absl::Status(ps::TableRowsPart part)>& sink)>;
 
-// Scans every table (from the ps tasks, or the single process's own shards) into `writer`.
+// Scans every table (from the ps tasks, or the single process's own shards) into `writer`: a full
+// save's layout, or with `increment` an increment's (the scan then hands over only changed rows and
+// the removed ids).
 absl::Status WriteTables(const TableScan& scan, const std::vector<dist::TableSpec>& tables, const TableLayout& layout,
-                         ckpt::SafetensorsWriter& writer);
+                         ckpt::SafetensorsWriter& writer, bool increment = false);
+// From the ps tasks, the scans numbered and full or increments as `options` say.
 absl::Status WriteTables(ps::PsClient& client, const std::vector<dist::TableSpec>& tables, const TableLayout& layout,
-                         ckpt::SafetensorsWriter& writer);
+                         ckpt::SafetensorsWriter& writer, const ps::TableScanOptions& options = {});
 
 // One source per table reading its rows back from `reader`. FailedPrecondition, one line naming the
 // table, when the file lacks it or holds it with another dim (or a fixed table with another N), or
@@ -52,9 +60,17 @@ absl::Status WriteTables(ps::PsClient& client, const std::vector<dist::TableSpec
 absl::StatusOr<std::vector<std::pair<std::string, ps::TablePartSource>>> TableSources(
     const ckpt::SafetensorsReader& reader, const std::vector<dist::TableSpec>& tables, const TableLayout& layout);
 
+// The same from a checkpoint that may be an increment: its chain's tables merged (checked against
+// the chain's full save as above).
+absl::StatusOr<std::vector<std::pair<std::string, ps::TablePartSource>>> TableSources(
+    const ckpt::OpenedCheckpoint& checkpoint, const std::vector<dist::TableSpec>& tables, const TableLayout& layout);
+
 // The rows of `ids` (ascending, unique) of `table` read from the file, [ids, dim]; `found[i]` false
 // for an id the file does not hold (a dynamic row never admitted or evicted: the caller decides).
 absl::StatusOr<Tensor> ReadTableRows(const ckpt::SafetensorsReader& reader, const dist::TableSpec& table,
+                                     const std::vector<int64_t>& ids, std::vector<bool>* found);
+// The same from a checkpoint that may be an increment (its chain merged).
+absl::StatusOr<Tensor> ReadTableRows(const ckpt::OpenedCheckpoint& checkpoint, const dist::TableSpec& table,
                                      const std::vector<int64_t>& ids, std::vector<bool>* found);
 
 }  // namespace psflow::train

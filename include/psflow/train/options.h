@@ -114,6 +114,9 @@ struct TrainOptions {
   std::string checkpoint_dir;
   int64_t save_checkpoint_steps = 0;
   double save_checkpoint_secs = 0;
+  // A full save every K saves, increments (the tables' changed rows) between them
+  // (docs/checkpoints.md#increments); 1: every save full.
+  int64_t full_checkpoint_every = 1;
   std::string logdir;
   int64_t save_summaries_steps = 100;
   std::string metrics_json;

@@ -65,7 +65,7 @@ absl::StatusOr<int64_t> CtrTrainer::RestoreCheckpoint(const LogSink& log) {
   auto layout = TableLayoutOf(SparseRuleConfigFrom(options_));
   if (!layout.ok()) return layout.status();
   const std::vector<dist::TableSpec> specs = TableSpecsOf(options_);
-  auto check_tables = [&](const ckpt::SafetensorsReader& file) { return TableSources(file, specs, *layout).status(); };
+  auto check_tables = [&](const ckpt::OpenedCheckpoint& file) { return TableSources(file, specs, *layout).status(); };
   auto restored = OpenTrainingState(options_.checkpoint_dir, options_.model, VariableSpecsOf(model_->parameters()),
                                     *optimizer_, log, options_.env, check_tables);
   if (!restored.ok()) return restored.status();
@@ -80,7 +80,7 @@ absl::StatusOr<int64_t> CtrTrainer::RestoreCheckpoint(const LogSink& log) {
     }
     states_[i].updates = v.updates;
   }
-  auto sources = TableSources(*opened.file, specs, *layout);
+  auto sources = TableSources(opened.checkpoint, specs, *layout);
   if (!sources.ok()) return sources.status();
   for (size_t f = 0; f < sources->size(); ++f) {
     ps::TableRowsPart part;

@@ -16,6 +16,7 @@
 #include "programs/eval/checkpoint_metrics.h"
 #include "ps/server/table/row_init.h"
 #include "ps/server/table/table_config.h"
+#include "psflow/ckpt/checkpoint_chain.h"
 #include "psflow/ckpt/checkpoint.h"
 #include "train/table_checkpoint.h"
 
@@ -60,7 +61,7 @@ absl::StatusOr<CtrCheckpointEval> EvaluateCtrFile(const TrainOptions& options, c
           std::sort(ids.begin(), ids.end());
           ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
           std::vector<bool> found;
-          auto rows = ReadTableRows(file, specs[f], ids, &found);
+          auto rows = ReadTableRows(checkpoint, specs[f], ids, &found);
           if (!rows.ok()) return rows.status();
           for (size_t q = 0; q < ids.size(); ++q) {
             if (!found[q]) {
@@ -83,7 +84,21 @@ absl::StatusOr<CtrCheckpointEval> EvaluateCtrFile(const TrainOptions& options, c
   result.figures = *figures;
   result.rows_not_in_file = missing;
   for (const dist::TableSpec& t : specs) {
-    if (const ckpt::TensorEntry* e = file.Find(t.name)) result.figures.table_rows += e->shape[0];
+    if (checkpoint.earlier.empty()) {
+      if (const ckpt::TensorEntry* e = file.Find(t.name)) result.figures.table_rows += e->shape[0];
+      continue;
+    }
+    // An increment: the rows of its chain, merged, counted.
+    auto merged = ckpt::ChainTableReader::Open(checkpoint.chain(), t.name);
+    if (!merged.ok()) return merged.status();
+    std::vector<int64_t> ids;
+    std::vector<std::vector<char>> columns;
+    while (true) {
+      auto more = (*merged)->Next(1 << 16, &ids, &columns);
+      if (!more.ok()) return more.status();
+      if (!*more) break;
+      result.figures.table_rows += static_cast<int64_t>(ids.size());
+    }
   }
   return result;
 }
