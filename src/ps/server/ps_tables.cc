@@ -249,6 +249,11 @@ void AddRows(const std::string& name, int64_t n, int64_t dim, std::vector<float>
 
 }  // namespace
 
+PsTables::~PsTables() {
+  absl::MutexLock lock(&scans_mu_);
+  scans_.clear();  // before the shards they borrow
+}
+
 absl::Status PsTables::ScanPart(const wire::TableScan& scan, int64_t global_step, wire::TableScanPart* part,
                                 rpc::OutgoingMessage* out) {
   absl::MutexLock lock(&scans_mu_);
