@@ -11,7 +11,10 @@ trained on a local cluster of 2 ps + 2 workers, real processes:
   bound each ps holds three times as many) with rows admitted and evicted on each ps, and each worker
   had the rows of every batch but its first prefetched;
 - sync on 2 ps with checkpoints, then resumed from the checkpoint (which holds both tables) on 3 ps
-  to a later step: the resumed job restores the tables, ends at its step and learnt more.
+  to a later step: the resumed job restores the tables, ends at its step and learnt more;
+- alone, without a cluster (no psflow local, no cluster flags, no TF_CONFIG): the program trains
+  with an in-process ps task (src/train/in_process_ps.h), checkpoints, resumes from its checkpoint
+  and learns.
 Both run sync (see test_learns_with_eviction). The independent expectations are the generator's:
 the base rate's entropy from the test set's click rate and the Bayes figures from its true
 probabilities (the summary prints both).
@@ -87,6 +90,30 @@ class CtrFmExampleTest(unittest.TestCase):
         # In sync mode the next batch is known: every batch but the first had its rows prefetched.
         for w in (0, 1):
             self.assertRegex(r.stdout, rf"ctr_fm: worker {w}: 1499 of 1500 batches had their rows prefetched")
+
+    def test_runs_alone(self):
+        ckpt = os.path.join(self.dir, "alone")
+        env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PSFLOW_FLAGS")}
+
+        def alone(steps):
+            return subprocess.run([ARGS.binary, f"--train_steps={steps}", f"--checkpoint_dir={ckpt}",
+                                   "--save_checkpoint_steps=400"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, timeout=TIMEOUT, env=env)
+
+        r = alone(400)
+        self.assertEqual(r.returncode, 0, r.stdout[-5000:] + r.stderr)
+        self.assertRegex(r.stdout, r"standalone: no cluster flags and no TF_CONFIG: training in this process, "
+                                   r"with an in-process ps task on 127\.0\.0\.1:\d+")
+        m = re.search(r"^summary_json: (\{.*\})$", r.stdout, re.M)
+        self.assertTrue(m, r.stdout[-3000:])
+        first = json.loads(m.group(1))
+        self.assertEqual((first["workers"], first["ps"], first["global_step"]), (1, 1, 400))
+        r = alone(1200)
+        self.assertEqual(r.returncode, 0, r.stdout[-5000:] + r.stderr)
+        self.assertRegex(r.stdout, r"restored .*model\.ckpt-400.* at global step 400")
+        s = json.loads(re.search(r"^summary_json: (\{.*\})$", r.stdout, re.M).group(1))
+        self.assertEqual(s["global_step"], 1200)
+        self.check_learnt(s)
 
     def test_sync_checkpoints_and_resumes_with_tables(self):
         ckpt = os.path.join(self.dir, "ckpt")

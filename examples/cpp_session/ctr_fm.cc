@@ -13,7 +13,7 @@
 // came back with the previous step's answer), computes the loss with psflow's ops, hands each
 // table the gradient of its unique rows, names the next batch's ids (session.Prefetch) and steps.
 // The chief reports test log-loss and AUC beside the Bayes values and the base rate's log-loss.
-// Run as a worker of a cluster:
+// Run alone (an in-process ps task: ./ctr_fm --train_steps=1200) or as a worker of a cluster:
 //   psflow local --ps=2 --workers=2 -- ./ctr_fm
 //   psflow local --ps=2 --workers=2 --sync_replicas --checkpoint_dir=/tmp/fm -- ./ctr_fm --fm_dim=16
 #include <algorithm>

@@ -3,7 +3,10 @@
 // y = sin(x·u) + x0·x1/2 + noise over 8 features, generated from --seed (every worker makes the
 // same set) or read from --csv=FILE (rows "x1,...,x8,y"); the loss is mean squared error. psflow's
 // flags come through psflow::cli::ParseFlags; the ps tasks, checkpoints, sync mode, the progress
-// lines and the final summary come from psflow::train::WorkerSession. Run as a worker of a cluster:
+// lines and the final summary come from psflow::train::WorkerSession. Run alone (the session starts
+// a ps task of its own inside the process):
+//   ./regression --train_steps=600 --checkpoint_dir=/tmp/reg
+// or as a worker of a cluster:
 //   psflow local --ps=1 --workers=2 -- ./regression
 //   psflow local --ps=1 --workers=2 --sync_replicas --checkpoint_dir=/tmp/reg -- ./regression --csv=data.csv
 #include <algorithm>

@@ -22,35 +22,13 @@ Parameters:
 Buffers (BatchNorm running statistics and the like) are not ps variables: each worker keeps its
 own, and psflow's checkpoints do not hold them (save them with torch.save if you need them).
 """
-import os
-import socket
 import sys
-import threading
-import time
 from collections.abc import Mapping
 
 from . import _psflow
 from .threads import set_compute_threads
 
 _SPARSE_MODULES = ("Embedding", "EmbeddingBag")
-
-
-def is_standalone(flags):
-    """No cluster flags and no $TF_CONFIG: the script trains alone, with an in-process ps task."""
-    return not flags.job_name and not flags.ps_hosts and not flags.worker_hosts and not os.environ.get("TF_CONFIG")
-
-
-def _free_loopback_ports(n):
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _number(what, value):
@@ -85,56 +63,6 @@ def _checked_evaluate(evaluate):
         return scalars, ctr
 
     return call
-
-
-class _InProcessPs:
-    """Standalone mode: ps task 0 of a one-worker loopback cluster, served by the C++ ps task
-    (psflow.Server's code path) on a thread of this process. The worker session connects to it
-    as to any ps task."""
-
-    def __init__(self, flags):
-        ps_port, worker_port = _free_loopback_ports(2)
-        self.ps_flags = flags._copy_options()
-        self.ps_flags.metrics_port = 0  # the worker's session serves --metrics_port
-        self.worker_flags = flags._copy_options()
-        for f in (self.ps_flags, self.worker_flags):
-            f.ps_hosts = f"127.0.0.1:{ps_port}"
-            f.worker_hosts = f"127.0.0.1:{worker_port}"
-            f.task_index = 0
-        self.ps_flags.job_name = "ps"
-        self.worker_flags.job_name = "worker"
-        self.port = ps_port
-        self.error = None
-        self._thread = None
-
-    def start(self, timeout_secs=30.0):
-        cluster = _psflow.ClusterSpec.from_flags(self.worker_flags)
-
-        def serve():
-            try:
-                _psflow._join_server(cluster, "ps", 0, self.ps_flags)
-            except BaseException as e:  # reported by join() or start()
-                self.error = e
-
-        self._thread = threading.Thread(target=serve, name="psflow-in-process-ps", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout_secs
-        while time.monotonic() < deadline:  # serving once it accepts a connection
-            if not self._thread.is_alive():
-                raise self.error or _psflow.UnavailableError("the in-process ps task ended before serving")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.02)
-        raise _psflow.UnavailableError(f"the in-process ps task did not serve on 127.0.0.1:{self.port} "
-                                       f"within {timeout_secs:.0f} s")
-
-    def join(self, timeout_secs=60.0):
-        """Waits for the ps task's end (after the session's close or abort); its error, if any."""
-        if self._thread is not None:
-            self._thread.join(timeout_secs)
-        return self.error
 
 
 def _sparse_parameter_names(module):
@@ -221,8 +149,6 @@ class WorkerSession:
         self._module = module
         self._flags = flags
         self._evaluate = evaluate
-        self._ps = _InProcessPs(flags) if is_standalone(flags) else None
-        session_flags = self._ps.worker_flags if self._ps is not None else flags
         self._params = list(module.named_parameters())
         from . import torch as tables  # psflow.torch: the model's tables
         self._table_modules = tables.tables_of(module)
@@ -248,7 +174,7 @@ class WorkerSession:
                     f"WorkerSession(optimizer=...) needs a psflow.optim optimizer, got {type(optimizer).__name__}")
             optimizer_config = optimizer._bind(self._params)
         self._session = _psflow._Session(
-            session_flags, [n for n, _ in self._params], [list(p.shape) for _, p in self._params],
+            flags, [n for n, _ in self._params], [list(p.shape) for _, p in self._params],
             self._trainable, model_name or _script_model_name() or type(module).__name__,
             _checked_evaluate(evaluate) if evaluate is not None else None, optimizer_config,
             [m._spec(n) for n, m in self._table_modules])
@@ -286,10 +212,8 @@ class WorkerSession:
         self._value_ptrs = [v.data_ptr() for v in self._values]
         self._opened = True
         sys.stdout.flush()  # the script's own lines before the session's (C++ stdout)
-        if self._ps is not None:
-            print(f"standalone: no cluster flags and no TF_CONFIG: training in this process, with an "
-                  f"in-process ps task on 127.0.0.1:{self._ps.port}", flush=True)
-            self._ps.start()
+        # No cluster flags and no $TF_CONFIG: the C++ session trains alone, with a ps task of its
+        # own on a thread of this process (src/train/in_process_ps.h), and says so.
         self._session.open()
         for t, (_, m) in enumerate(self._table_modules):
             if m._tables is not None:
@@ -313,10 +237,6 @@ class WorkerSession:
             self.summary = self._session.close()
         finally:
             self._detach_tables()
-        if self._ps is not None:
-            error = self._ps.join()
-            if error is not None:
-                raise error
         return self.summary
 
     def abort(self, reason):
@@ -326,8 +246,6 @@ class WorkerSession:
     def _abort(self, reason, aborted):
         self._detach_tables()
         self._session.abort(reason, aborted)
-        if self._ps is not None:
-            self._ps.join()  # it ends with the job's abort; its error is this one
 
     def __enter__(self):
         try:

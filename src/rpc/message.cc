@@ -350,7 +350,7 @@ const MethodInfo* Methods() {
   static const MethodInfo* methods = [] {
     static constexpr const char* kNames[kNumMethods] = {"Hello", "Initialize", "MarkInitialized", "WaitInitialized",
                                                         "Pull",  "Push",       "Goodbye",         "Shutdown",
-                                                        "Stats", "LoadTable",  "ScanTable"};
+                                                        "Stats", "LoadTable",  "ScanTable",       "WorkQueue"};
     auto* m = new MethodInfo[kNumMethods];
     for (int i = 0; i < kNumMethods; ++i) {
       m[i].name = kNames[i];

@@ -44,8 +44,9 @@ enum class Method {
   kStats,
   kLoadTable,
   kScanTable,
+  kWorkQueue,
 };
-inline constexpr int kNumMethods = 11;
+inline constexpr int kNumMethods = 12;
 // "/psflow.wire.Ps/Push"
 const std::string& MethodPath(Method method);
 // "Push"

@@ -46,6 +46,7 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log,
   auto server = ps::PsServer::Start(server_options);
   if (!server.ok()) return server.status();
   log(absl::StrCat("ps task ", setup->task.index, " serving on ", server_options.listen_address));
+  if (control != nullptr) control->serving = true;
   auto telemetry = Telemetry::Create(options, /*write_events=*/true, absl::StrCat("ps_", setup->task.index), log);
   if (!telemetry.ok()) return telemetry.status();
 

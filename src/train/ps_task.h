@@ -21,6 +21,8 @@ struct PsTaskControl {
   std::atomic<bool> stop{false};
   // When set, used instead of $TF_CONFIG ("" = the cluster comes from the flags alone).
   std::optional<std::string> tf_config;
+  // Set by the task once it serves (its server started and listening).
+  std::atomic<bool> serving{false};
 };
 
 // As RunParameterServer(options, log); `control` (borrowed, may be null) as above.

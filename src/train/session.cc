@@ -18,6 +18,7 @@
 #include "psflow/train/train.h"
 #include "train/chief.h"
 #include "train/cluster_setup.h"
+#include "train/in_process_ps.h"
 #include "train/option_value.h"
 #include "train/progress.h"
 #include "train/session_state.h"
@@ -76,6 +77,11 @@ class WorkerSession::Impl {
 
   // Everything that needs no other task: the cluster, this task's role, the plan, the config.
   absl::Status Prepare() {
+    if (InProcessPs::Wanted(options_.train)) {  // alone: worker 0 of a loopback cluster of our own
+      auto ps = InProcessPs::Make(&options_.train, options_.log);
+      if (!ps.ok()) return ps.status();
+      in_process_ps_ = *std::move(ps);
+    }
     auto setup = SetUpTask(options_.train);
     if (!setup.ok()) return setup.status();
     if (setup->task.job != "worker") {
@@ -115,6 +121,12 @@ class WorkerSession::Impl {
   absl::Status Open() {
     if (state_.opened()) return absl::FailedPreconditionError("the worker session is already open");
     const TrainOptions& o = options_.train;
+    if (in_process_ps_ != nullptr) {
+      log(absl::StrCat("standalone: no cluster flags and no TF_CONFIG: training in this process, with an "
+                       "in-process ps task on 127.0.0.1:",
+                       in_process_ps_->port()));
+      if (auto s = in_process_ps_->Start(); !s.ok()) return s;
+    }
     state_.MoveTo(SessionState::kOpen);  // from here on, a failure aborts the job (chief)
     if (auto s = client_->Connect(); !s.ok()) return s;
     if (is_chief()) {
@@ -394,6 +406,12 @@ class WorkerSession::Impl {
 
   bool opened() const { return state_.opened(); }
   bool ended() const { return state_.ended(); }
+  // Running alone: waits for the in-process ps task's end once the job ended (its error, if any),
+  // or stops it after an abort.
+  absl::Status JoinInProcessPs() { return in_process_ps_ != nullptr ? in_process_ps_->Join() : absl::OkStatus(); }
+  void StopInProcessPs() {
+    if (in_process_ps_ != nullptr) in_process_ps_->Stop();
+  }
   bool is_open() const { return state_.is_open(); }
   bool is_chief() const { return index_ == 0; }
   int index() const { return index_; }
@@ -453,6 +471,8 @@ class WorkerSession::Impl {
   dist::PlacementPlan plan_;
   ps::TrainingConfig config_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<InProcessPs> in_process_ps_;  // running alone (in_process_ps.h); declared before the
+                                                // client: destroyed (stopped) after it
   std::unique_ptr<ps::PsClient> client_;
   std::unique_ptr<Chief> chief_;
   std::unique_ptr<Telemetry> telemetry_;
@@ -524,9 +544,16 @@ absl::Status WorkerSession::Open() { return impl_->Open(); }
 bool WorkerSession::ShouldStop() const { return impl_->ShouldStop(); }
 absl::Status WorkerSession::Step(double loss, double accuracy) { return impl_->Step(loss, accuracy); }
 absl::StatusOr<RunSummary> WorkerSession::Close(const std::function<absl::StatusOr<SessionEval>()>& evaluate) {
-  return impl_->Close(evaluate);
+  absl::StatusOr<RunSummary> summary = impl_->Close(evaluate);
+  if (summary.ok() && impl_->ended()) {  // alone: the job is over, so is our ps task
+    if (absl::Status s = impl_->JoinInProcessPs(); !s.ok()) return s;
+  }
+  return summary;
 }
-void WorkerSession::Abort(const absl::Status& reason) { impl_->Abort(reason); }
+void WorkerSession::Abort(const absl::Status& reason) {
+  impl_->Abort(reason);
+  impl_->StopInProcessPs();
+}
 absl::Status WorkerSession::LogScalars(const std::vector<std::pair<std::string, double>>& scalars) {
   return impl_->LogScalars(scalars);
 }

@@ -7,6 +7,7 @@
 #include "psflow/train/session.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 
 #include "gtest/gtest.h"
@@ -153,6 +154,66 @@ TEST(WorkerSessionTest, RefusesBadParameters) {
   options.train.job_name = "ps";
   auto ps = WorkerSession::Create(options, {{"a", &a}});
   EXPECT_NE(ps.status().message().find("needs a worker task"), std::string::npos) << ps.status();
+}
+
+// No cluster in the options: the session is worker 0 of a loopback cluster whose ps task runs in
+// this process (train/in_process_ps.h): it trains, checkpoints, and a second session resumes from
+// the checkpoint; an exception-like abort ends the task as well.
+TEST(WorkerSessionTest, RunsAloneWithAnInProcessPsTask) {
+  ASSERT_EQ(std::getenv("TF_CONFIG"), nullptr);
+  const std::string dir = ::testing::TempDir() + "/session_alone";
+  std::filesystem::remove_all(dir);
+  auto run = [&](int64_t steps, std::vector<std::string>* log) -> absl::StatusOr<RunSummary> {
+    WorkerSession::Options options;
+    options.train.optimizer = "sgd";
+    options.train.learning_rate = 0.25f;
+    options.train.lr_decay_steps = 0;
+    options.train.train_steps = steps;
+    options.train.checkpoint_dir = dir;
+    options.model_name = "alone";
+    options.log = [log](const std::string& line) { log->push_back(line); };
+    Tensor w(Shape{3}, std::vector<float>{1, 2, 3});
+    Tensor grad(Shape{3}, 1.0f);
+    auto session = WorkerSession::Create(options, {{"w", &w, &grad}});
+    if (!session.ok()) return session.status();
+    if (auto s = (*session)->Open(); !s.ok()) return s;
+    EXPECT_TRUE((*session)->is_chief());
+    EXPECT_EQ((*session)->num_workers(), 1);
+    EXPECT_EQ((*session)->num_ps(), 1);
+    while (!(*session)->ShouldStop()) {
+      if (auto s = (*session)->Step(0.5); !s.ok()) return s;
+    }
+    EXPECT_FLOAT_EQ(w[0], 1 - 0.25f * (*session)->global_step());  // the ps task's updates, pulled
+    return (*session)->Close();
+  };
+  std::vector<std::string> log;
+  auto first = run(4, &log);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->global_step, 4);
+  EXPECT_EQ(first->workers, 1);
+  const std::string joined = ::testing::PrintToString(log);
+  EXPECT_NE(joined.find("standalone: no cluster flags and no TF_CONFIG: training in this process, with an "
+                        "in-process ps task on 127.0.0.1:"),
+            std::string::npos)
+      << joined;
+  EXPECT_NE(joined.find("ps task 0 serving on 127.0.0.1:"), std::string::npos) << joined;
+  // Resumed from the checkpoint the first run saved, to a later step.
+  log.clear();
+  auto second = run(6, &log);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->global_step, 6);
+  EXPECT_NE(::testing::PrintToString(log).find("at global step 4"), std::string::npos) << ::testing::PrintToString(log);
+
+  // An abort (the caller's loop failed) ends the in-process task too: Abort returns.
+  WorkerSession::Options options;
+  options.train.train_steps = 100;
+  options.log = [](const std::string&) {};
+  Tensor w(Shape{1}, 0.0f);
+  auto session = WorkerSession::Create(options, {{"w", &w}});
+  ASSERT_TRUE(session.ok()) << session.status();
+  PSFLOW_ASSERT_OK((*session)->Open());
+  (*session)->Abort(absl::InternalError("the caller's loop failed"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CheckMetricName, RefusesEmptyOddAndTheSummarysOwnKeys) {

@@ -5,7 +5,7 @@
 #      its build must compile its own source only (one object file: none of psflow's sources);
 #   2. through add_subdirectory(psflow): psflow's libraries and binary built alongside, without
 #      psflow's tests, benchmarks, examples or Python package.
-# Runs: async 1 ps + 2 workers with checkpoints every 100 steps to 300 (the final checkpoint saved
+# Runs: alone (an in-process ps task); async 1 ps + 2 workers with checkpoints every 100 steps to 300 (the final checkpoint saved
 # and logged once), then sync resumed from it to 400; the model must beat predicting the mean.
 # ctr_fm (a model with embedding tables) on 2 ps + 2 workers: tests/ctr_fm_example_test.py (it
 # learns, eviction bounds its dynamic table, sync checkpoints with tables resume), with the
@@ -69,6 +69,16 @@ run "$work/sync.log" --train_steps=400 --log_every=50 --checkpoint_dir="$ckpt" -
 grep -q "restored .*model.ckpt-300.* at global step 300" "$work/sync.log" || fail "the sync run did not resume from step 300"
 grep -q "final: model=regression mode=sync workers=2 ps=1 global_step=400" "$work/sync.log" \
   || fail "no sync summary line at global step 400"
+# Alone (no psflow local, no cluster flags, no TF_CONFIG): an in-process ps task, and it learns.
+env -u TF_CONFIG -u PSFLOW_FLAGS "$app" --train_steps=300 > "$work/alone.log" 2>&1 \
+  || { cat "$work/alone.log"; fail "the regression alone exited non-zero"; }
+grep -q "standalone: no cluster flags and no TF_CONFIG" "$work/alone.log" || fail "no standalone line when alone"
+grep -q "final: model=regression mode=async workers=1 ps=1 global_step=300" "$work/alone.log" \
+  || { cat "$work/alone.log"; fail "no summary line at global step 300 when alone"; }
+mse=$(grep -o " test_mse=[0-9.e-]*" "$work/alone.log" | cut -d= -f2)
+base=$(grep -o " test_mse_of_mean=[0-9.e-]*" "$work/alone.log" | cut -d= -f2)
+python3 -c "import sys; sys.exit(0 if $mse < 0.5 * $base else 1)" \
+  || fail "alone: test_mse=$mse is not below half of predicting the mean ($base)"
 /usr/bin/python3 "$src/tests/ctr_fm_example_test.py" --psflow "$psflow" --binary "$work/installed/ctr_fm" \
   || fail "ctr_fm built against the installed psflow"
 

@@ -239,6 +239,9 @@ class PsClient {
   // silent tasks are retried for up to `timeout_secs` (negative: ps_unavailable_timeout_secs).
   void Abort(const std::string& reason, double timeout_secs = -1);
   absl::StatusOr<std::vector<PsTaskStats>> Stats();
+  // The job's work queue on ps task 0 (WorkQueueCall), retried like the other calls while ps
+  // task 0 is silent (--ps_timeout_secs); OutOfRange / Aborted once the job ended.
+  absl::StatusOr<WorkQueueAnswer> CallWorkQueue(const WorkQueueCall& call);
 
  private:
   class Impl;  // the implementation (src/)

@@ -101,6 +101,37 @@ struct PsTaskStats {
   std::vector<int32_t> pushed_worker_indices;     // workers whose push this task accepted, sorted
 };
 
+// A call to the job's work queue of training-file slices, held by ps task 0
+// (docs/data-files.md#the-work-queue; PsClient::CallWorkQueue).
+struct WorkQueueCall {
+  enum class Op { kNext, kConfigure, kState };
+  Op op = Op::kNext;
+  // kNext: this worker's slice is used up. `seq` counts the worker process's kNext calls (a retry
+  // repeats it and gets the same answer); `fresh` marks its first (a slice its killed predecessor
+  // held goes back to the queue).
+  int64_t seq = 0;
+  bool fresh = false;
+  // kConfigure: the plan or a checkpoint's state (JSON), replacing a configured queue or not.
+  std::string state_json;
+  bool replace = false;
+};
+struct WorkQueueAnswer {
+  bool configured = false;  // false: the chief has not configured it yet (ask again)
+  // kNext: the slice (path, byte range [begin, end_offset) of its text, -1: to its end), or the end.
+  bool end = false;
+  int64_t epoch = 0;
+  int slice = -1;
+  std::string path;
+  int64_t begin = 0, end_offset = -1;
+  std::string state_json;  // kState
+  // Where the queue stands: slices held by workers (and who holds them), handed out, in all
+  // (slices x epochs), given back, and whether nothing is left to hand out.
+  int64_t held = 0;
+  std::vector<int> holders;
+  int64_t handed = 0, total = 0, returned = 0;
+  bool at_end = false;
+};
+
 }  // namespace psflow::ps
 
 #endif  // PSFLOW_PS_PS_TYPES_H_

@@ -5,7 +5,9 @@
 // It is handed named parameter buffers (name, value memory, dense gradient memory and/or a
 // row-sparse gradient), which become the ps variables: the placement plan is made from their
 // names and shapes (partitioners and placement flags apply). Then:
-//   Open()   resolves the cluster (flags or $TF_CONFIG), connects to every ps task, prints the
+//   Open()   resolves the cluster (flags or $TF_CONFIG; none given: the session runs alone, worker 0
+//            of a one-worker loopback cluster whose ps task it starts on a thread of this process,
+//            and Close/Abort end that task too), connects to every ps task, prints the
 //            placement listing (chief, or --log_device_placement), and either initializes the ps
 //            tasks (chief: from the values its buffers hold at Open — the caller's initialization
 //            is honoured, and they are copied once so that a ps restart before the first checkpoint

@@ -1,8 +1,9 @@
 // A worker task of `psflow train --model=ctr` (programs/ctr/ctr_single.h, RunCtrWorker): the ctr model's
 // dense layers are the session's parameters and its fields' embedding tables the session's tables,
 // which live on the ps tasks (the update rules run there, one implementation for every mode).
-// Per step the worker takes its stream's batch at the session's data step (data::CtrGenerator:
-// worker w's batch at step s depends on (seed, w, s) only), looks its ids up (deduplicated; the
+// Per step the worker takes its part of the one-process stream's batch at the session's data step
+// (docs/design.md#data-order: sync, part w of global batch s of R·B examples, so R workers × B see
+// one process's R·B; async, batch s of B, distinct per push), looks its ids up (deduplicated; the
 // rows usually came back with the previous step's answer), computes, hands back each unique id's
 // gradient and the next batch's ids (prefetch), and steps: one round trip per step. The chief
 // evaluates the final model on the generator's test set (log-loss and AUC beside Bayes).
@@ -18,19 +19,24 @@
 namespace psflow::train {
 namespace {
 
-// One batch of the worker's stream and its table ids per field.
+// One batch (or this worker's part of one) and its table ids per field.
 struct CtrBatch {
   int64_t step = -1;
   std::vector<int64_t> ids;
   std::vector<float> dense, labels;
   std::vector<std::vector<int64_t>> columns;
 
-  absl::Status Fill(const data::CtrGenerator& generator, const TrainOptions& o, int64_t worker, int64_t at) {
+  // Examples [part·B, (part + 1)·B) of batch `at` of the generator's stream 0 (the one one process
+  // reads: FillBatch(0, at, ...), whose smaller batches are prefixes of larger ones).
+  absl::Status Fill(const data::CtrGenerator& generator, const TrainOptions& o, int64_t part, int64_t at) {
     const int64_t batch = OptionValue(o.batch_size);
     ids.resize(batch * o.ctr_fields);
     dense.resize(batch * kCtrNumDense);
     labels.resize(batch);
-    if (auto s = generator.FillBatch(worker, at, batch, ids.data(), dense.data(), labels.data()); !s.ok()) return s;
+    if (auto s = generator.FillBatchPart(0, at, part * batch, batch, ids.data(), dense.data(), labels.data());
+        !s.ok()) {
+      return s;
+    }
     CtrTableIds(o, ids.data(), batch, &columns);
     step = at;
     return absl::OkStatus();
@@ -92,7 +98,7 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
   auto train = [&]() -> absl::StatusOr<RunSummary> {
     if (auto s = session.Open(); !s.ok()) return s;
     const TrainOptions& o = session.options();  // resolved
-    const int64_t worker = session.worker_index();
+    const int64_t part = session.data_worker_index();  // sync: the worker's index; async: 0
     if (session.is_chief()) {
       log(absl::StrCat(
           "ctr: ", o.ctr_fields, " fields of dim ", o.ctr_dim, " (",
@@ -104,11 +110,11 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
     std::vector<Var> leaves;
     const int64_t batch = OptionValue(o.batch_size);
     while (!session.ShouldStop()) {
-      // Sync: the global step's batch of this worker's stream; async: its own consecutive batches.
+      // Sync: this worker's part of the global step's batch; async: the batch its last push claimed.
       const int64_t at = session.data_step();
       if (next.step == at) {
         std::swap(current, next);
-      } else if (auto s = current.Fill(*generator, o, worker, at); !s.ok()) {
+      } else if (auto s = current.Fill(*generator, o, part, at); !s.ok()) {
         return s;
       }
       absl::Status looked = session.Lookup(current.Spans());
@@ -124,7 +130,7 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
         Backward(loss);
         for (int t = 0; t < session.num_tables(); ++t) session.table_batch(t).grads = std::move(leaves[t]->grad);
         // The next batch's ids ride on this step's push; its rows come back with the answer.
-        if (auto s = next.Fill(*generator, o, worker, at + 1); !s.ok()) return s;
+        if (auto s = next.Fill(*generator, o, part, at + 1); !s.ok()) return s;
         if (auto s = session.Prefetch(next.Spans()); !s.ok()) return s;
       }
       if (auto s = session.Step(loss_value, static_cast<double>(correct) / static_cast<double>(batch)); !s.ok()) {

@@ -634,5 +634,8 @@ absl::Status PsClient::Goodbye(const std::string& failure) { return impl_->Goodb
 absl::Status PsClient::Shutdown() { return impl_->Shutdown(); }
 void PsClient::Abort(const std::string& reason, double timeout_secs) { impl_->Abort(reason, timeout_secs); }
 absl::StatusOr<std::vector<PsTaskStats>> PsClient::Stats() { return impl_->Stats(); }
+absl::StatusOr<WorkQueueAnswer> PsClient::CallWorkQueue(const WorkQueueCall& call) {
+  return impl_->CallWorkQueue(call);
+}
 
 }  // namespace psflow::ps

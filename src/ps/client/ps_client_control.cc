@@ -437,6 +437,49 @@ absl::StatusOr<std::vector<PsTaskStats>> PsClient::Impl::Stats() {
   return stats;
 }
 
+absl::StatusOr<WorkQueueAnswer> PsClient::Impl::CallWorkQueue(const WorkQueueCall& call) {
+  wire::WorkQueueRequest request;
+  switch (call.op) {
+    case WorkQueueCall::Op::kNext:
+      request.set_op(wire::WorkQueueRequest::NEXT);
+      break;
+    case WorkQueueCall::Op::kConfigure:
+      request.set_op(wire::WorkQueueRequest::CONFIGURE);
+      break;
+    case WorkQueueCall::Op::kState:
+      request.set_op(wire::WorkQueueRequest::STATE);
+      break;
+  }
+  request.set_worker_index(options_.worker_index);
+  request.set_seq(call.seq);
+  request.set_fresh(call.fresh);
+  request.set_state_json(call.state_json);
+  request.set_replace(call.replace);
+  wire::WorkQueueResponse w;
+  std::vector<rpc::OutgoingMessage> requests;
+  requests.push_back(rpc::OutgoingMessage::Of(request));
+  absl::Status s = CallAndWait(
+      {channel(0)}, rpc::Method::kWorkQueue, std::move(requests), Control(options_.rpc_timeout_secs),
+      [&](int, const rpc::IncomingMessage& r) { return Parse(r, &w, channel(0)->peer_name()); }, retrier_.get());
+  if (!s.ok()) return s;
+  WorkQueueAnswer a;
+  a.configured = w.configured();
+  a.end = w.end();
+  a.epoch = w.epoch();
+  a.slice = w.slice();
+  a.path = w.path();
+  a.begin = w.begin();
+  a.end_offset = w.end_offset();
+  a.state_json = w.state_json();
+  a.held = w.held();
+  a.holders.assign(w.holders().begin(), w.holders().end());
+  a.handed = w.handed();
+  a.total = w.total();
+  a.returned = w.returned();
+  a.at_end = w.at_end();
+  return a;
+}
+
 int64_t PsClient::Impl::SlotCount() const {
   absl::StatusOr<std::unique_ptr<optim::Optimizer>> optimizer = optim::MakeOptimizer(GetConfig().optimizer);
   return optimizer.ok() ? static_cast<int64_t>((*optimizer)->slot_names().size()) : 2;

@@ -178,6 +178,7 @@ class PsClient::Impl {
   absl::Status Shutdown();
   void Abort(const std::string& reason, double timeout_secs);
   absl::StatusOr<std::vector<PsTaskStats>> Stats();
+  absl::StatusOr<WorkQueueAnswer> CallWorkQueue(const WorkQueueCall& call);
 
  private:
   // Bytes of the shards a pull (or push-and-pull) asks one ps task for.

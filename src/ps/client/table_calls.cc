@@ -15,6 +15,12 @@ absl::Status Bad(const char* what, const std::string& table, const std::string& 
 }
 
 // Routes one reference's ids into per-(ps, shard) blocks of `out`.
+//
+// The ids are checked once on the ps, where they enter it (PsTables::Decode); the shards trust
+// them. Three refusals stay here because only the client sees a whole call before any ps task
+// applies its part, and a push must apply on every ps or on none: an id that routes nowhere (a
+// fixed table's id outside [0, N): routing itself fails), an id listed twice and a NaN or Inf row.
+// A ps task refusing its block could not undo another task's applied part.
 absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, const dist::PlacementPlan& plan,
                       std::vector<std::vector<TableBlockCall>>* out) {
   const dist::TablePlacement* t = plan.Table(ref.table);

@@ -1,7 +1,9 @@
 // ps/client/table_calls.h — a step's table rows cut into per-ps blocks (docs/tables.md "Wire
 // format"): each table's unique ids routed to the ps task and shard that own them (div/mod for
-// fixed tables, Mix64(id) % P for dynamic ones, psflow/dist/table_routing.h), validated up front so
-// that a bad id, dim or value fails the whole call before any ps applies anything; then written
+// fixed tables, Mix64(id) % P for dynamic ones, psflow/dist/table_routing.h), refused up front when
+// an id cannot be routed, is repeated or has a NaN or Inf row, so that one bad id fails the whole
+// call before any ps applies anything (each ps checks its blocks again where they enter it,
+// PsTables::Decode: it cannot trust the wire, and cannot undo another task's part); then written
 // into requests (PullRequest.table_pulls, PushRequest.table_pushes / table_prefetch, rows in the
 // tensor area) and the answers' rows scattered back into the caller's tensors.
 //

@@ -84,6 +84,8 @@ void PsServer::Impl::Handle(rpc::Method method, rpc::IncomingMessage request, rp
       return HandleLoadTable(request, std::move(responder));
     case rpc::Method::kScanTable:
       return HandleScanTable(request, std::move(responder));
+    case rpc::Method::kWorkQueue:
+      return HandleWorkQueue(request, std::move(responder));
   }
   responder.Respond(absl::UnimplementedError("unknown method"));
 }

@@ -25,6 +25,7 @@
 #include "ps/server/shard.h"
 #include "ps/server/sync_accumulator.h"
 #include "ps/server/table/disk_store.h"
+#include "ps/server/work_queue.h"
 #include "psflow/ps/ps_server.h"
 #include "rpc/transport.h"
 
@@ -118,6 +119,8 @@ class PsServer::Impl final : public rpc::Handler {
   // before MarkInitialized), and one part of a table shard's scan.
   void HandleLoadTable(const rpc::IncomingMessage& request, rpc::Responder responder);
   void HandleScanTable(const rpc::IncomingMessage& request, rpc::Responder responder);
+  // The job's work queue of training-file slices, on ps task 0 (ps_work_queue.cc).
+  void HandleWorkQueue(const rpc::IncomingMessage& request, rpc::Responder responder);
 
   // Data RPCs (ps_push.cc). HandlePush is the push path's entry: it parses and validates, then
   // hands the push to one of the two modes (not to be confused with PsClient::PushAsync, a
@@ -218,6 +221,7 @@ class PsServer::Impl final : public rpc::Handler {
   // Retried pushes are applied once (ps/server/push_dedup.h); so are retried Initializes (the last one
   // applied, by client id and number).
   PushDedup dedup_;
+  WorkQueue work_queue_;  // ps task 0's (ps/server/work_queue.h); thread-safe itself
   uint64_t last_init_client_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_init_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_init_first_seq_ ABSL_GUARDED_BY(mu_) = 0;  // of the last Initialize in parts

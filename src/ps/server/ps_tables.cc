@@ -26,6 +26,28 @@ absl::Status Report(const TableState& t, absl::Status s) {
   return s;
 }
 
+// The one check of a table's ids on the ps (docs/tables.md "Wire format"): every id that enters
+// (a pull, a push, a prefetch, a checkpoint's rows) is routed to `t`'s shard (fixed: in [0, N) and
+// routed here; dynamic: Mix64(id) % P is this task). The shards behind it trust their ids.
+absl::Status CheckOwned(const TableState& t, absl::Span<const int64_t> ids) {
+  const table::TableConfig& config = t.shard->config();
+  for (int64_t id : ids) {
+    int owner;
+    if (config.spec.kind == table::TableKind::kDynamic) {
+      owner = dist::RouteDynamicId(id, t.num_shards);
+    } else {
+      absl::StatusOr<dist::RowLocation> where = dist::RouteFixedId(config.spec.name, config.layout(), id);
+      if (!where.ok()) return where.status();
+      owner = where->shard;
+    }
+    if (owner != t.shard_index) {
+      return Bad(t.name, absl::StrCat("id ", id, " belongs to shard ", owner, ", not ", t.shard_index,
+                                      " (client and ps disagree on the layout?)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 table::SparseRuleConfig SparseRuleOf(const TrainingConfig& config) {
@@ -111,20 +133,7 @@ absl::StatusOr<std::vector<TableBlock>> PsTables::Decode(
     if (!d.ids.empty()) std::memcpy(d.ids.data(), block.ids().data(), block.ids().size());
     const table::TableConfig& config = t->shard->config();
     if (absl::Status s = table::CheckUnique(config, d.ids); !s.ok()) return s;
-    for (int64_t id : d.ids) {
-      int owner;
-      if (config.spec.kind == table::TableKind::kDynamic) {
-        owner = dist::RouteDynamicId(id, t->num_shards);
-      } else {
-        absl::StatusOr<dist::RowLocation> where = dist::RouteFixedId(config.spec.name, config.layout(), id);
-        if (!where.ok()) return where.status();
-        owner = where->shard;
-      }
-      if (owner != t->shard_index) {
-        return Bad(t->name, absl::StrCat("id ", id, " belongs to shard ", owner, ", not ", t->shard_index,
-                                         " (client and ps disagree on the layout?)"));
-      }
-    }
+    if (absl::Status s = CheckOwned(*t, d.ids); !s.ok()) return s;
     if (rows_from == nullptr) continue;
     const int i = first_tensor + b;
     if (i >= rows_from->num_tensors() || rows_from->meta(i).name() != block.table()) {
@@ -314,6 +323,7 @@ absl::Status PsTables::Load(const google::protobuf::RepeatedPtrField<wire::Table
       ++i;
       return absl::OkStatus();
     };
+    if (absl::Status s = CheckOwned(*t, part.ids); !s.ok()) return s;
     if (absl::Status s = read(&part.values); !s.ok()) return s;
     part.slots.resize(static_cast<size_t>(slots));
     for (int k = 0; k < slots; ++k) {

@@ -6,6 +6,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ps/server/work_queue.h"
 #include "ps/tests/ps_test_util.h"
 
 namespace psflow::ps {
@@ -232,6 +233,55 @@ TEST(LifecycleTest, PortInUseIsAnErrorNamingTheAddress) {
   auto second = PsServer::Start(o);
   ASSERT_FALSE(second.ok());
   EXPECT_THAT(std::string(second.status().message()), HasSubstr(o.listen_address));
+}
+
+// The work queue over the wire: ps task 0 answers "not configured" until the chief configures it,
+// then hands slices to workers, repeats an answer for a retried call, and gives its state.
+TEST(LifecycleTest, WorkQueueCallsReachPsTaskZero) {
+  auto cluster = TestCluster::Start(2, 2);
+  const dist::PlacementPlan plan = Plan(kVars, 2, 2);
+  auto chief = cluster->Client(plan, 0), worker = cluster->Client(plan, 1);
+  PSFLOW_ASSERT_OK(chief->Connect());
+  PSFLOW_ASSERT_OK(worker->Connect());
+  WorkQueueCall next;
+  next.fresh = true;
+  auto early = worker->CallWorkQueue(next);
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_FALSE(early->configured);
+
+  WorkPlan files;
+  files.files = {"/d/train-0", "/d/train-1"};
+  files.slices = {{0, 0, 10}, {0, 10, kWorkSliceToEnd}, {1, 0, kWorkSliceToEnd}};
+  WorkQueueCall configure;
+  configure.op = WorkQueueCall::Op::kConfigure;
+  configure.state_json = *WorkPlanState(files);
+  configure.replace = true;
+  PSFLOW_ASSERT_OK(chief->CallWorkQueue(configure).status());
+
+  auto first = worker->CallWorkQueue(next);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->configured);
+  EXPECT_EQ(first->path, "/d/train-0");
+  EXPECT_EQ(first->begin, 0);
+  EXPECT_EQ(first->end_offset, 10);
+  next.fresh = false;
+  next.seq = 1;
+  auto second = worker->CallWorkQueue(next);
+  auto repeated = worker->CallWorkQueue(next);
+  ASSERT_TRUE(second.ok() && repeated.ok());
+  EXPECT_EQ(second->slice, 1);
+  EXPECT_EQ(second->end_offset, -1);
+  EXPECT_EQ(repeated->slice, 1);
+  EXPECT_EQ(repeated->handed, 2);
+  EXPECT_EQ(repeated->holders, std::vector<int>{1});
+
+  WorkQueueCall state;
+  state.op = WorkQueueCall::Op::kState;
+  auto saved = chief->CallWorkQueue(state);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  WorkQueue copy;
+  PSFLOW_ASSERT_OK(copy.Restore(saved->state_json, true));
+  EXPECT_EQ(copy.progress().handed, 2);
 }
 
 }  // namespace

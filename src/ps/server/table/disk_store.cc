@@ -329,7 +329,6 @@ absl::Status DiskRowStore::WriteBack(const std::vector<DiskTier::Entry*>& entrie
     RowMeta& meta = MetaOf(record);
     if ((meta.flags & RowMeta::kDirty) == 0) continue;
     RowMeta stored = meta;
-    stored.mark = 0;
     stored.flags &= ~RowMeta::kDirty;
     std::memcpy(value.data(), &stored, sizeof(RowMeta));
     std::memcpy(value.data() + sizeof(RowMeta), record, value_bytes - sizeof(RowMeta));
@@ -473,11 +472,6 @@ absl::Status DiskRowStore::ForEachAge(absl::FunctionRef<void(int64_t, int64_t)> 
     f(id, meta.last_step);
   }
   return it->status().ok() ? absl::OkStatus() : Failed("reading rows from disk", it->status().ToString());
-}
-
-void DiskRowStore::ClearMarks() {
-  absl::MutexLock lock(&tier_->mu_);
-  index_.ForEach([](int64_t, float* record) { MetaOf(record).mark = 0; });
 }
 
 absl::Status DiskRowStore::Flush() {

@@ -133,7 +133,6 @@ class DiskRowStore final : public RowStore {
   absl::Status Release(float* const* records, size_t n) override;
   absl::Status Erase(const std::vector<int64_t>& ids) override;
   absl::Status ForEachAge(absl::FunctionRef<void(int64_t, int64_t)> f) const override;
-  void ClearMarks() override;
   absl::StatusOr<std::unique_ptr<RecordScan>> Scan() const override;
   RowStoreStats stats() const override;
 

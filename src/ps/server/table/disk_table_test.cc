@@ -186,27 +186,6 @@ TEST(DiskTableTest, RefusesABatchLargerThanTheCache) {
             absl::StatusCode::kResourceExhausted);
 }
 
-TEST(DiskTableTest, RefusesAnIdListedTwiceWhenItsRowIsOnDisk) {
-  auto tier = DiskTier::Open({FreshDir("twice"), 4 * (64 + 2 * 4 * 4), 0}, nullptr);
-  ASSERT_TRUE(tier.ok());
-  auto shard = *MakeTableShard(testing::DynamicConfig(4), testing::Rule("adagrad"), 0, 1, tier->get());
-  std::vector<float> grads(4 * 4, 1.0f);
-  ASSERT_TRUE(shard->Apply({{1, 2, 3, 4}}, grads, 1).ok());
-  ASSERT_TRUE(shard->Apply({{5, 6, 7, 8}}, grads, 2).ok());  // rows 1-4 now on disk only
-  std::vector<float> before(8);
-  ASSERT_TRUE(shard->Gather({{1, 2}}, absl::MakeSpan(before)).ok());
-  const absl::Status s = shard->Apply({{1, 1}}, absl::MakeSpan(grads).subspan(0, 8), 3);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("id 1 listed twice"), std::string::npos) << s;
-  std::vector<float> after(8);
-  ASSERT_TRUE(shard->Gather({{1, 2}}, absl::MakeSpan(after)).ok());  // nothing applied, the table sound
-  EXPECT_EQ(before, after);
-  EXPECT_EQ(shard->stats().rows, 8);
-  const RowsPart all = ScanAll(*shard, 3);
-  EXPECT_EQ(all.ids, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
-  EXPECT_EQ(all.count, (std::vector<int64_t>(8, 1)));
-}
-
 std::vector<Case> Cases() {
   std::vector<Case> cases;
   for (const char* rule : {"sgd", "momentum", "adagrad", "ftrl", "adam", "rmsprop"}) {

@@ -37,9 +37,6 @@ DynamicTableShard::DynamicTableShard(TableConfig config, SparseRule rule, int ps
     : config_(std::move(config)),
       rule_(std::move(rule)),
       accessor_(config_, num_ps),
-      ps_(ps),
-      num_ps_(num_ps),
-      mod_num_ps_(static_cast<uint64_t>(std::max(num_ps, 1))),
       store_(std::move(store)) {
   CHECK(config_.spec.kind == TableKind::kDynamic);
   CHECK(ps >= 0 && ps < num_ps);
@@ -59,22 +56,8 @@ absl::Status DynamicTableShard::Failure() const {
   return failure_;
 }
 
-absl::Status DynamicTableShard::CheckOwned(absl::Span<const int64_t> ids) const {
-  if (num_ps_ == 1) return absl::OkStatus();
-  for (int64_t id : ids) {
-    // dist::RouteDynamicId without its division.
-    const int owner = static_cast<int>(mod_num_ps_(dist::Mix64(static_cast<uint64_t>(id))));
-    if (owner != ps_) {
-      return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': id ", id, " lives on ps ", owner,
-                                                     " of ", num_ps_, ", not ", ps_));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status DynamicTableShard::Gather(absl::Span<const int64_t> ids, absl::Span<float> out) const {
   if (auto s = CheckRowsSize(config_, "a gather's output", ids.size(), out.size()); !s.ok()) return s;
-  if (auto s = CheckOwned(ids); !s.ok()) return s;
   if (auto s = Failure(); !s.ok()) return s;
   const int64_t dim = config_.spec.dim;
   // Find every record first (the memory index prefetches its entries a block at a time; the disk
@@ -107,58 +90,32 @@ absl::Status DynamicTableShard::Gather(absl::Span<const int64_t> ids, absl::Span
 
 absl::Status DynamicTableShard::CheckPush(absl::Span<const int64_t> ids, absl::Span<const float> grads) const {
   if (auto s = CheckRowsSize(config_, "a gradient", ids.size(), grads.size()); !s.ok()) return s;
-  if (auto s = CheckOwned(ids); !s.ok()) return s;
   if (const int64_t cap = accessor_.row_cap(); cap > 0 && static_cast<int64_t>(ids.size()) > cap) {
     return absl::InvalidArgumentError(
         absl::StrCat("table '", config_.spec.name, "': one push holds ", ids.size(), " ids but max_rows allows ", cap,
                      " rows on this ps; raise max_rows above a batch's unique ids per ps"));
   }
-  return CheckFinite(config_, ids, grads);
+  return absl::OkStatus();
 }
 
-void DynamicTableShard::NextEpoch() {
-  if (++epoch_ != 0) return;
-  // Wrapped: clear the marks once every 2^32 pushes.
-  store_->ClearMarks();
-  epoch_ = 1;
-}
-
-absl::Status DynamicTableShard::CountStored(absl::Span<const int64_t> ids, absl::Span<float* const> records,
-                                            int64_t global_step, absl::flat_hash_set<int64_t>* absent) {
-  const size_t n = ids.size();
-  // A stored row is counted as soon as it is checked (its metadata line is at hand); an id listed
-  // twice then undoes the counts taken so far, so a refused push changes nothing. A counted row is
+void DynamicTableShard::CountStored(absl::Span<const int64_t> ids, absl::Span<float* const> records,
+                                    int64_t global_step, absl::flat_hash_set<int64_t>* absent) {
+  // The ids are unique (checked where they entered the ps, PsTables::Decode). A counted row is
   // marked changed (for a disk store: dirty).
-  std::unique_ptr<int64_t[]> previous_step(new int64_t[n]);
+  const size_t n = ids.size();
   for (size_t i = 0; i < n; ++i) {
     if (i + kAhead < n && records[i + kAhead] != nullptr) {
       __builtin_prefetch(&MetaOf(records[i + kAhead]), 1);
     }
-    bool repeated;
     if (records[i] != nullptr) {
       RowMeta& meta = MetaOf(records[i]);
-      repeated = meta.mark == epoch_;
-      if (!repeated) {
-        meta.mark = epoch_;
-        meta.flags |= RowMeta::kDirty | RowMeta::kChanged;
-        previous_step[i] = meta.last_step;
-        ++meta.count;
-        meta.last_step = global_step;
-      }
+      meta.flags |= RowMeta::kDirty | RowMeta::kChanged;
+      ++meta.count;
+      meta.last_step = global_step;
     } else {
-      repeated = !absent->insert(ids[i]).second;
-    }
-    if (repeated) {
-      for (size_t j = 0; j < i; ++j) {
-        if (records[j] == nullptr) continue;
-        --MetaOf(records[j]).count;
-        MetaOf(records[j]).last_step = previous_step[j];
-      }
-      return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': id ", ids[i],
-                                                     " listed twice in one push (sum its rows first)"));
+      absent->insert(ids[i]);
     }
   }
-  return absl::OkStatus();
 }
 
 float* DynamicTableShard::AdmitAbsent(int64_t id, int64_t global_step) {
@@ -180,7 +137,7 @@ float* DynamicTableShard::AdmitAbsent(int64_t id, int64_t global_step) {
   float* rec = store_->Create(id);
   accessor_.InitialValue(id, rec);
   rule_.InitSlots(rec + config_.spec.dim, config_.spec.dim);
-  MetaOf(rec) = RowMeta{global_step, count, epoch_, RowMeta::kDirty | RowMeta::kChanged};
+  MetaOf(rec) = RowMeta{global_step, count, 0, RowMeta::kDirty | RowMeta::kChanged};
   ++admissions_;
   return rec;
 }
@@ -192,17 +149,11 @@ absl::Status DynamicTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<
   const float lr = rule_.LearningRate(global_step);
   const size_t n = ids.size();
   absl::MutexLock lock(&mu_);
-  // Pass 1: find the stored rows (held by the store until Release) and refuse an id listed twice:
-  // stored rows by the mark in their record, absent ids by a set of those only (few, once a table
-  // is warm).
-  NextEpoch();
+  // Pass 1: find and count the stored rows (held by the store until Release); collect the absent ids.
   std::vector<float*> records(n);
   if (absl::Status s = store_->Acquire(ids.data(), n, records.data()); !s.ok()) return Fail(s);
   absl::flat_hash_set<int64_t> absent;
-  if (absl::Status s = CountStored(ids, records, global_step, &absent); !s.ok()) {
-    if (absl::Status r = store_->Release(records.data(), n); !r.ok()) return Fail(r);
-    return s;
-  }
+  CountStored(ids, records, global_step, &absent);
   // Pass 2 (when a push holds absent ids, or the rule reads counts): count, admit and create absent
   // ids (one not admitted keeps a null record: the rule skips it); each row's update count.
   std::vector<int64_t> updates;
@@ -320,7 +271,6 @@ std::unique_ptr<RowScan> DynamicTableShard::Scan() const { return std::make_uniq
 
 absl::Status DynamicTableShard::Load(const RowsPart& part) {
   if (auto s = CheckPart(config_, rule_.num_slots(), part); !s.ok()) return s;
-  if (auto s = CheckOwned(part.ids); !s.ok()) return s;
   if (auto s = Failure(); !s.ok()) return s;
   const int64_t dim = config_.spec.dim;
   absl::MutexLock lock(&mu_);

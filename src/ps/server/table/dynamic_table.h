@@ -3,7 +3,7 @@
 // owns a row's life (admission, its update by the rule, removal) and keeps the rows in a RowStore
 // (row_store.h): records [meta | w | slots] in memory (slabs and an index), or on disk behind a
 // hot-row cache (disk_store.h); the code above the store is the same for both. A row's metadata
-// (last step, push count, duplicate mark, flags) sits in its record, next to the floats a push
+// (last step, push count, flags) sits in its record, next to the floats a push
 // updates. A row is created by its first admitted gradient; a gather of an absent id answers its
 // initial value without storing it. Ids waiting for admission (admit_after) hold only a count and a
 // step in a second map (in memory for both stores). The accessor decides admission and removals.
@@ -51,16 +51,13 @@ class DynamicTableShard final : public TableShard {
   };
 
   bool PassDue(int64_t global_step) const override { return accessor_.PassDue(global_step); }
-  absl::Status CheckOwned(absl::Span<const int64_t> ids) const;
-  // Apply's steps. The checks that need no lock: sizes, owner, the row cap, finiteness.
+  // Apply's steps. The checks that need no lock: the size and the row cap (the ids themselves were
+  // checked where they entered the ps: PsTables::Decode).
   absl::Status CheckPush(absl::Span<const int64_t> ids, absl::Span<const float> grads) const;
-  // A new push epoch for RowMeta::mark (clearing every mark when it wraps).
-  void NextEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts the push on each stored row (records[i] non-null, held from the store) and collects the
-  // absent ids into `absent`; an id listed twice undoes the counts and is refused (InvalidArgument
-  // naming the table).
-  absl::Status CountStored(absl::Span<const int64_t> ids, absl::Span<float* const> records, int64_t global_step,
-                           absl::flat_hash_set<int64_t>* absent) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // absent ids into `absent`.
+  void CountStored(absl::Span<const int64_t> ids, absl::Span<float* const> records, int64_t global_step,
+                   absl::flat_hash_set<int64_t>* absent) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An absent id pushed at global_step: counted as pending, or admitted and created in the store
   // from its initial value (its record returned, held); nullptr while it is not admitted.
   float* AdmitAbsent(int64_t id, int64_t global_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -72,13 +69,10 @@ class DynamicTableShard final : public TableShard {
   const TableConfig config_;
   const SparseRule rule_;
   const RowAccessor accessor_;
-  const int ps_, num_ps_;
-  const ModOf mod_num_ps_;  // x % num_ps_
 
   mutable absl::Mutex mu_;
   // The rows (changes under mu_ held alone; Acquire/Release also under a shared mu_).
   const std::unique_ptr<RowStore> store_ ABSL_PT_GUARDED_BY(mu_);
-  uint32_t epoch_ ABSL_GUARDED_BY(mu_) = 0;  // per push, for RowMeta::mark
   mutable std::atomic<bool> failed_{false};  // failure_ is set
   mutable absl::Mutex failure_mu_;           // a store's first failure (taken under mu_, shared or not)
   mutable absl::Status failure_ ABSL_GUARDED_BY(failure_mu_);

@@ -31,7 +31,6 @@ FixedTableShard::FixedTableShard(TableConfig config, SparseRule rule, int shard)
   }
   absl::MutexLock lock(&mu_);
   if (rule_.needs_row_steps()) count_.assign(static_cast<size_t>(num_rows_), 0);
-  mark_.assign(static_cast<size_t>(num_rows_), 0);
 }
 
 absl::Status FixedTableShard::LocalRows(absl::Span<const int64_t> ids, std::vector<int64_t>* rows) const {
@@ -62,10 +61,15 @@ absl::Status FixedTableShard::LocalRows(absl::Span<const int64_t> ids, std::vect
   return absl::OkStatus();
 }
 
+void FixedTableShard::CheckedLocalRows(absl::Span<const int64_t> ids, std::vector<int64_t>* rows) const {
+  const absl::Status s = LocalRows(ids, rows);
+  CHECK(s.ok()) << s << " (ids are checked where they enter the ps: PsTables::Decode)";
+}
+
 absl::Status FixedTableShard::Gather(absl::Span<const int64_t> ids, absl::Span<float> out) const {
   if (auto s = CheckRowsSize(config_, "a gather's output", ids.size(), out.size()); !s.ok()) return s;
   std::vector<int64_t> rows;
-  if (auto s = LocalRows(ids, &rows); !s.ok()) return s;
+  CheckedLocalRows(ids, &rows);
   const size_t row_bytes = static_cast<size_t>(config_.spec.dim) * sizeof(float);
   {
     absl::ReaderMutexLock lock(&mu_);
@@ -86,24 +90,11 @@ absl::Status FixedTableShard::Gather(absl::Span<const int64_t> ids, absl::Span<f
 absl::Status FixedTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads, int64_t global_step) {
   if (auto s = CheckRowsSize(config_, "a gradient", ids.size(), grads.size()); !s.ok()) return s;
   std::vector<int64_t> rows;
-  if (auto s = LocalRows(ids, &rows); !s.ok()) return s;
-  if (auto s = CheckFinite(config_, ids, grads); !s.ok()) return s;
+  CheckedLocalRows(ids, &rows);
   const float lr = rule_.LearningRate(global_step);
   const int64_t dim = config_.spec.dim;
   {
     absl::MutexLock lock(&mu_);
-    if (++epoch_ == 0) {  // wrapped: clear the marks once every 2^32 pushes
-      std::fill(mark_.begin(), mark_.end(), 0);
-      epoch_ = 1;
-    }
-    for (size_t i = 0; i < rows.size(); ++i) {
-      uint32_t& mark = mark_[rows[i]];
-      if (mark == epoch_) {
-        return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': id ", ids[i],
-                                                       " listed twice in one push (sum its rows first)"));
-      }
-      mark = epoch_;
-    }
     // One call of the rule for the push's rows (it prefetches the records ahead of the update).
     std::vector<float*> records(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) records[i] = records_ + rows[i] * stride_;
@@ -179,7 +170,7 @@ TableStats FixedTableShard::stats() const {
   {
     absl::ReaderMutexLock lock(&mu_);
     s.bytes = num_rows_ * stride_ * static_cast<int64_t>(sizeof(float)) +
-              static_cast<int64_t>(count_.capacity() * sizeof(int64_t) + mark_.capacity() * sizeof(uint32_t));
+              static_cast<int64_t>(count_.capacity() * sizeof(int64_t));
   }
   s.rows_gathered = rows_gathered_.load(std::memory_order_relaxed);
   s.rows_pushed = rows_pushed_.load(std::memory_order_relaxed);

@@ -35,8 +35,12 @@ class FixedTableShard final : public TableShard {
  private:
   class Scanner;
   bool PassDue(int64_t global_step) const override { return false; }
-  // Rows of `ids` in this shard, or InvalidArgument naming the table and the first foreign id.
+  // Rows of `ids` in this shard, or InvalidArgument naming the table and the first foreign id (Load:
+  // rows from a checkpoint file, which a single-process trainer hands over without a ps).
   absl::Status LocalRows(absl::Span<const int64_t> ids, std::vector<int64_t>* rows) const;
+  // The same for ids checked where they entered the ps (Gather, Apply): a foreign one is a bug of
+  // the caller, stopped before it touches memory outside the shard.
+  void CheckedLocalRows(absl::Span<const int64_t> ids, std::vector<int64_t>* rows) const;
 
   const TableConfig config_;
   const SparseRule rule_;
@@ -51,10 +55,6 @@ class FixedTableShard final : public TableShard {
   const RowArray<float> storage_;
   float* const records_ ABSL_PT_GUARDED_BY(mu_);
   std::vector<int64_t> count_ ABSL_GUARDED_BY(mu_);  // per-row update count (adam only, else empty)
-  // Duplicate detection without a set: a row is listed twice in a push when its mark already holds
-  // the push's epoch (4 bytes a row).
-  std::vector<uint32_t> mark_ ABSL_GUARDED_BY(mu_);
-  uint32_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   mutable std::atomic<int64_t> rows_gathered_{0};
   std::atomic<int64_t> rows_pushed_{0};
 };

@@ -46,13 +46,6 @@ absl::Status MemoryRowStore::ForEachAge(absl::FunctionRef<void(int64_t, int64_t)
   return absl::OkStatus();
 }
 
-void MemoryRowStore::ClearMarks() {
-  for (size_t k = 0; k < slabs_.size(); ++k) {
-    const int64_t used = k + 1 == slabs_.size() ? last_slab_used_ : slab_rows_;
-    for (int64_t r = 0; r < used; ++r) MetaOf(slabs_[k].get() + r * stride_ + kMetaFloats).mark = 0;
-  }
-}
-
 // Sorts the ids at the call (8 bytes a row) and finds each row at Next.
 class MemoryRowStore::Scanner final : public RecordScan {
  public:

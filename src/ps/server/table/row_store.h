@@ -3,7 +3,7 @@
 // a row (admission, its update, removal) and calls a RowStore for the row's record only; the store
 // is the one layer that knows memory from disk.
 //
-// A record is one unit: RowMeta (last step, push count, duplicate mark, flags) followed by
+// A record is one unit: RowMeta (last step, push count, flags) followed by
 // [w | slot 0 | slot 1 ...], (1 + slots)·dim floats. Stores hand out pointers to w; the meta sits
 // just before it (MetaOf). Two stores:
 //   MemoryRowStore  today's slabs of records (about 2 MiB each, huge pages) and the id -> record
@@ -19,7 +19,7 @@
 // kept on disk with the record, so an incremental save can list changed rows; nothing clears it
 // yet). The table shard sets both when it changes a record.
 //
-// Thread-safety: the owning shard serializes changes (Create, Erase, Load, ClearMarks) against
+// Thread-safety: the owning shard serializes changes (Create, Erase, Load) against
 // everything else; Acquire/Release/Scan may run concurrently from several readers (the memory
 // store's are read-only, the disk store locks its cache).
 #ifndef PSFLOW_PS_SERVER_TABLE_ROW_STORE_H_
@@ -42,7 +42,7 @@ namespace psflow::ps::table {
 struct RowMeta {
   int64_t last_step;
   int64_t count;   // pushes that held the id, the admitting one and those before it included
-  uint32_t mark;   // the last push epoch that listed the row (duplicate detection; not kept on disk)
+  uint32_t reserved;  // 0 (the record's layout on disk keeps its room)
   uint32_t flags;  // kDirty | kChanged
   static constexpr uint32_t kDirty = 1;
   static constexpr uint32_t kChanged = 2;
@@ -104,8 +104,6 @@ class RowStore {
 
   // f(id, last_step) for every stored row, in no particular order (a removal pass).
   virtual absl::Status ForEachAge(absl::FunctionRef<void(int64_t, int64_t)> f) const = 0;
-  // Sets every record's mark to 0 (once every 2^32 pushes).
-  virtual void ClearMarks() = 0;
   // Rows in ascending id order. Rows created after the call are not read; rows removed meanwhile
   // are skipped (a disk store: those in its cache; rows only on disk are read as they were at the
   // call).
@@ -132,7 +130,6 @@ class MemoryRowStore final : public RowStore {
   absl::Status Release(float* const*, size_t) override { return absl::OkStatus(); }
   absl::Status Erase(const std::vector<int64_t>& ids) override;
   absl::Status ForEachAge(absl::FunctionRef<void(int64_t, int64_t)> f) const override;
-  void ClearMarks() override;
   absl::StatusOr<std::unique_ptr<RecordScan>> Scan() const override;
   RowStoreStats stats() const override;
 

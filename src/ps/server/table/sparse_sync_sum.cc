@@ -23,8 +23,6 @@ absl::Status SparseStepSum::Add(int worker, absl::Span<const int64_t> ids, absl:
   config.spec.name = table_;
   config.spec.dim = dim_;
   if (auto s = CheckRowsSize(config, "a gradient", ids.size(), rows.size()); !s.ok()) return s;
-  if (auto s = CheckUnique(config, ids); !s.ok()) return s;
-  if (auto s = CheckFinite(config, ids, rows); !s.ok()) return s;
   for (const Gradient& g : grads_) {
     if (g.worker == worker) {
       return absl::InvalidArgumentError(

@@ -36,9 +36,9 @@ class SparseStepSum {
  public:
   SparseStepSum(std::string table, int64_t dim) : table_(std::move(table)), dim_(dim) {}
 
-  // Keeps worker `worker`'s gradient (ids unique, rows [ids.size(), dim], finite) for this step.
-  // InvalidArgument naming the table, nothing kept, for a wrong size, a repeated id, a NaN or Inf,
-  // or a second gradient from the same worker.
+  // Keeps worker `worker`'s gradient (ids unique, rows [ids.size(), dim], finite: checked where they
+  // entered the ps, PsTables::Decode) for this step. InvalidArgument naming the table, nothing kept,
+  // for a wrong size or a second gradient from the same worker.
   absl::Status Add(int worker, absl::Span<const int64_t> ids, absl::Span<const float> rows);
   int num_gradients() const { return static_cast<int>(grads_.size()); }
 

@@ -5,9 +5,12 @@
 // small interface: gather rows, apply gradient rows, removal passes, reading rows in id order for a
 // checkpoint (in parts), loading them back, and counters.
 //
-// Ids are the table's global ids on both kinds; a shard refuses ids that are not its own. Every
-// call that takes rows from a peer validates all of them first (ownership, duplicates, dim,
-// finiteness) and applies nothing when one is bad, with an error naming the table.
+// Ids are the table's global ids on both kinds. A shard trusts its ids: they are checked once,
+// where they enter the ps (PsTables::Decode and PsTables::Load: known table, whole int64s, unique,
+// this shard's, rows of the table's dim and finite), so every Gather and Apply here takes ids
+// that are unique and its own (a fixed shard CHECKs, to keep a caller's bug inside its memory). A
+// shard still refuses sizes that do not match, what only it can judge (its row cap, its store), and
+// a fixed shard a checkpoint part's foreign ids (a single-process trainer loads files without a ps).
 //
 // Thread-safe: each shard holds a mutex (gathers share it, updates hold it alone).
 #ifndef PSFLOW_PS_SERVER_TABLE_TABLE_SHARD_H_
@@ -78,15 +81,15 @@ class TableShard {
   virtual const SparseRule& rule() const = 0;
 
   // Copies the rows of `ids` into out ([ids.size(), dim]). A dynamic id not stored gets its
-  // initial value, and is not stored. InvalidArgument naming the table for an id that is not this
-  // shard's, or an `out` of the wrong size.
+  // initial value, and is not stored. InvalidArgument naming the table for an `out` of the
+  // wrong size.
   virtual absl::Status Gather(absl::Span<const int64_t> ids, absl::Span<float> out) const = 0;
 
-  // Applies gradient rows ([ids.size(), dim], ids unique) with the rule at `global_step` (the
+  // Applies gradient rows ([ids.size(), dim], ids unique and this shard's, rows finite) with the rule at `global_step` (the
   // learning rate decays with it; rows record it as their last update). A dynamic id not stored
   // counts the push and, once admitted, is created from its initial value and updated.
-  // InvalidArgument naming the table (nothing applied) for: an id not this shard's, an id listed
-  // twice, a wrong size, a NaN or Inf, more ids than the shard's row cap.
+  // InvalidArgument naming the table (nothing applied) for a wrong size or more ids than the
+  // shard's row cap.
   virtual absl::Status Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads, int64_t global_step) = 0;
 
   // A removal pass (steps_to_live, max_rows) at `global_step`; returns how many rows and pending
@@ -98,8 +101,8 @@ class TableShard {
   // Rows in id order, in parts (see RowScan).
   virtual std::unique_ptr<RowScan> Scan() const = 0;
   // Stores rows read by a scan (of this table, possibly on another number of ps tasks): each id must
-  // be this shard's, sizes must match dim and the rule's slots. InvalidArgument naming the table
-  // otherwise, nothing stored.
+  // be this shard's (checked by PsTables::Load; a fixed shard also refuses others itself), sizes
+  // must match dim and the rule's slots. InvalidArgument naming the table otherwise, nothing stored.
   virtual absl::Status Load(const RowsPart& part) = 0;
 
   virtual TableStats stats() const = 0;
