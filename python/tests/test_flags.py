@@ -22,11 +22,12 @@ HELP_LINE = re.compile(r"^  --([a-z0-9_]+)(?: (INT|UINT|FLOAT|TEXT)(?:=(\S+))?)?
 # Values the flags' own checks accept, for the text flags that take only some (others: any text).
 TEXT_VALUES = {"model": "cnn", "optimizer": "momentum", "transport": "shm", "placement": "greedy",
                "partitioner": "fixed:2", "job_name": "worker", "slurm_jobs": "ps:1,worker:2",
-               "sparse_optimizer": "ftrl", "sparse_sync_mean": "row_count", "wire_dtype": "bfloat16",
+               "sparse_optimizer": "ftrl", "sparse_sync_mean": "row_count", "table_sync": "async", "wire_dtype": "bfloat16",
+               "overlap": "none",
                # The --table_* flags, made from include/psflow/dist/table_spec.h's TableFields().
                "table_initializer": "zeros", "table_partition_strategy": "mod", "table_storage": "disk"}
 # Flags that need another to be valid: given with it (which then moves too).
-COMPANIONS = {"table_storage": ["--table_dir=/some/table_dir"]}
+COMPANIONS = {"table_storage": ["--table_dir=/some/table_dir"], "table_sync": ["--sync_replicas"]}
 # The tables' rule and rate default to the dense ones: they move with them.
 FOLLOWERS = {"optimizer": {"sparse_optimizer"}, "learning_rate": {"sparse_learning_rate"}}
 

@@ -166,6 +166,9 @@ TEST_F(ParseFlagsTest, EveryFlagSurvivesARoundTripThroughItsText) {
   o.train_files = "/t/train-*,/u/x.gz";
   o.test_files = "/t/test.gz";
   o.max_bad_lines = 12;
+  o.num_epochs = 3;
+  o.shuffle_files = true;
+  o.file_slices = 4;
   o.sparse_sync_mean = "row_count";
   o.table_dir = "/t";
   o.table_cache_bytes = 12345;

@@ -1,6 +1,7 @@
 #include "psflow/core/autodiff.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
@@ -120,7 +121,9 @@ Var MakeOpNode(std::string op_name, Tensor value, std::vector<Var> inputs, std::
   return node;
 }
 
-void Backward(const Var& loss) {
+void Backward(const Var& loss) { Backward(loss, nullptr); }
+
+void Backward(const Var& loss, const std::function<void(Node& leaf)>& on_leaf_done) {
   psflow::internal::PrepareThreadForKernels();
   CHECK(loss != nullptr);
   CHECK_EQ(loss->value.size(), 1) << "Backward needs a scalar loss, got " << ShapeToString(loss->value.shape());
@@ -146,12 +149,34 @@ void Backward(const Var& loss) {
     }
   }
 
+  // With a callback: how many nodes still have to run before each leaf's gradient is final (its
+  // consumers among `order`, counted once per input slot that points at it).
+  std::unordered_map<Node*, int> pending;
+  if (on_leaf_done) {
+    for (Node* node : order) {
+      if (!node->backward) continue;
+      for (const Var& input : node->inputs) {
+        if (input != nullptr && input->requires_grad && !input->backward) ++pending[input.get()];
+      }
+    }
+  }
   loss->AccumulateGrad(Tensor(loss->value.shape(), 1.0f));
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node& node = **it;
-    if (!node.backward) continue;  // a leaf: keeps its gradient
+    if (!node.backward) {  // a leaf: keeps its gradient
+      if (on_leaf_done && &node == loss.get()) on_leaf_done(node);  // the loss is a parameter itself
+      continue;
+    }
     if (!node.grad.empty()) node.backward(node);
     node.grad = Tensor();  // consumed; frees the buffer early
+    if (!on_leaf_done) continue;
+    for (const Var& input : node.inputs) {
+      if (input == nullptr || !input->requires_grad || input->backward) continue;
+      if (auto p = pending.find(input.get()); p != pending.end() && --p->second == 0) {
+        pending.erase(p);
+        on_leaf_done(*input);
+      }
+    }
   }
 }
 

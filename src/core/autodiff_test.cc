@@ -44,6 +44,52 @@ TEST(AutodiffTest, ConstantsGetNoGradientAndOpsOnConstantsNeedNone) {
   EXPECT_EQ(p->grad[1], 1.0f);
 }
 
+TEST(AutodiffTest, LeafDoneComesOncePerLeafInReverseLayerOrderWithItsFinalGradient) {
+  // Two layers, the first parameter also feeding the loss through a second path: w1 is final only
+  // after both of its consumers ran, and the later layer's parameters are reported first.
+  Var x = Constant(Tensor({1, 2}, {1, 2}));
+  Var w1 = MakeParameter("w1", Tensor({2, 2}, {1, 0, 0, 1}));
+  Var b1 = MakeParameter("b1", Tensor({2}, 0.5f));
+  Var w2 = MakeParameter("w2", Tensor({2, 1}, {1, -1}));
+  Var h = ops::Relu(ops::BiasAdd(ops::MatMul(x, w1), b1));
+  Var y = ops::MatMul(h, w2);
+  Var loss = MakeOpNode("Add", Tensor::Scalar(0), {WeightedSum(y, Tensor({1, 1}, 1.0f)),
+                                                   WeightedSum(ops::Reshape(w1, {4}), Tensor({4}, 1.0f))},
+                        [](Node& self) {
+                          self.inputs[0]->AccumulateGrad(self.grad);
+                          self.inputs[1]->AccumulateGrad(self.grad);
+                        });
+  std::vector<std::string> done;
+  std::vector<Tensor> at_done;
+  Backward(loss, [&](Node& leaf) {
+    done.push_back(leaf.name);
+    at_done.push_back(leaf.grad);  // a copy
+  });
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done[0], "w2");
+  EXPECT_EQ(done[1], "b1");
+  EXPECT_EQ(done[2], "w1");
+  // What each callback saw is the gradient Backward leaves.
+  const std::vector<Var> leaves = {w2, b1, w1};
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    ASSERT_EQ(at_done[i].size(), leaves[i]->grad.size());
+    for (int64_t j = 0; j < at_done[i].size(); ++j) EXPECT_EQ(at_done[i][j], leaves[i]->grad[j]) << done[i] << j;
+  }
+  // And the same gradients as Backward without a callback.
+  Var w1b = MakeParameter("w1", Tensor({2, 2}, {1, 0, 0, 1}));
+  Var loss_b = MakeOpNode("Add", Tensor::Scalar(0),
+                          {WeightedSum(ops::MatMul(ops::Relu(ops::BiasAdd(ops::MatMul(x, w1b), b1)), w2),
+                                       Tensor({1, 1}, 1.0f)),
+                           WeightedSum(ops::Reshape(w1b, {4}), Tensor({4}, 1.0f))},
+                          [](Node& self) {
+                            self.inputs[0]->AccumulateGrad(self.grad);
+                            self.inputs[1]->AccumulateGrad(self.grad);
+                          });
+  ZeroGrad({b1, w2});
+  Backward(loss_b);
+  for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(w1b->grad[j], w1->grad[j]) << j;
+}
+
 TEST(AutodiffTest, GradientsAccumulateAcrossBackwardCallsUntilZeroGrad) {
   Var p = MakeParameter("p", Tensor({3}, 1.0f));
   Backward(WeightedSum(p, Tensor({3}, {1, 2, 3})));

@@ -78,7 +78,15 @@ Sequential& Sequential::Add(std::unique_ptr<Layer> layer) {
 
 Var Sequential::Forward(const Var& x, ForwardContext& ctx) {
   Var y = x;
-  for (auto& layer : layers_) y = layer->Forward(y, ctx);
+  std::vector<Var> params;
+  for (auto& layer : layers_) {
+    if (ctx.before_layer) {
+      params.clear();
+      layer->CollectParameters(&params);
+      if (!params.empty()) ctx.before_layer(params);
+    }
+    y = layer->Forward(y, ctx);
+  }
   return y;
 }
 

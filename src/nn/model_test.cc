@@ -58,7 +58,7 @@ TEST(ModelTest, LogitsHaveBatchByClassesShape) {
     auto model = Build(name);
     std::vector<float> images(3 * 784, 0.5f);
     Rng rng(3);
-    ForwardContext ctx{.training = true, .rng = &rng};
+    ForwardContext ctx{.training = true, .rng = &rng, .before_layer = nullptr};
     Var logits = model->Logits(images.data(), 3, ctx);
     EXPECT_EQ(logits->value.shape(), (Shape{3, 10})) << name;
     std::vector<int32_t> labels = {1, 2, 3};

@@ -18,6 +18,7 @@ absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const Trai
                                               const std::function<absl::Status(ckpt::SafetensorsWriter&)>& more) {
   std::vector<std::pair<std::string, const Tensor*>> tensors;
   std::map<std::string, std::string> metadata = {{"model", state.model}, {"optimizer", state.optimizer}};
+  if (!state.work_queue.empty()) metadata[kWorkQueueMetadataKey] = state.work_queue;
   for (const auto& [name, v] : state.variables) {
     tensors.emplace_back(name, &v.value);
     for (size_t s = 0; s < v.slots.size() && s < slot_names.size(); ++s) {
@@ -70,6 +71,7 @@ absl::StatusOr<std::optional<OpenedTrainingState>> OpenTrainingState(
   state.global_step = checkpoint.global_step;
   state.model = model;
   state.optimizer = optimizer.name();
+  if (auto it = meta.find(kWorkQueueMetadataKey); it != meta.end()) state.work_queue = it->second;
   const bool same_optimizer = meta.count("optimizer") && meta["optimizer"] == optimizer.name();
   if (!same_optimizer) {
     log(absl::StrCat(checkpoint.path, ": optimizer '", meta["optimizer"], "' differs from --optimizer=",

@@ -33,7 +33,11 @@ struct TrainingState {
   int64_t global_step = 0;
   std::string model, optimizer;
   std::map<std::string, VariableState> variables;
+  // The work queue of the training files (ps/server/work_queue.h State()), metadata key
+  // "work_queue"; empty: the job has none (the key is left out).
+  std::string work_queue;
 };
+inline constexpr char kWorkQueueMetadataKey[] = "work_queue";
 
 // Creates `dir` (--checkpoint_dir) up front, so that one that cannot be created fails before
 // training rather than at the first save: "cannot create the directory DIR: <cause>; pick a

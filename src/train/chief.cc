@@ -71,10 +71,30 @@ absl::StatusOr<std::optional<ps::ModelSnapshot>> Chief::CheckpointState() {
   if (!restored.ok()) return restored.status();
   if (!restored->has_value()) return std::nullopt;
   if (!tables_.empty()) restore_file_ = std::move((*restored)->file);
+  restore_work_queue_ = (*restored)->state.work_queue;
   return ToSnapshot(std::move((*restored)->state), variables_);
 }
 
 absl::Status Chief::InitializeWith(const ps::ModelSnapshot& state, bool from_checkpoint) {
+  absl::Status initialized = InitializeModelWith(state, from_checkpoint);
+  if (!initialized.ok() || !from_checkpoint || restore_work_queue_.empty()) return initialized;
+  // The work queue goes back to where the checkpoint saw it (its held slices back in the queue).
+  // Workers that ask before it is back are told it is not configured yet, and wait.
+  ps::WorkQueueCall restore;
+  restore.op = ps::WorkQueueCall::Op::kConfigure;
+  restore.state_json = restore_work_queue_;
+  restore.replace = true;
+  auto answer = client_.CallWorkQueue(restore);
+  if (!answer.ok()) {
+    return absl::Status(answer.status().code(),
+                        absl::StrCat("restoring the work queue of the checkpoint: ", answer.status().message()));
+  }
+  log_(absl::StrCat("chief: restored the work queue at ", answer->handed, " of ", answer->total,
+                    " slices handed out (the slices held at the checkpoint go out again)"));
+  return absl::OkStatus();
+}
+
+absl::Status Chief::InitializeModelWith(const ps::ModelSnapshot& state, bool from_checkpoint) {
   std::unique_ptr<ckpt::SafetensorsReader> file = std::move(restore_file_);
   if (!from_checkpoint || tables_.empty()) return client_.Initialize(state, config_);
   if (file == nullptr) return absl::InternalError("the chief restores tables without their checkpoint file");
@@ -106,7 +126,7 @@ absl::StatusOr<ps::ModelSnapshot> Chief::RestorableState(bool* from_checkpoint) 
     return absl::InternalError(
         absl::StrCat("the chief has ", values.size(), " initial values for ", variables_.size(), " variables"));
   }
-  TrainingState fresh{0, model_name_, optimizer_.name(), {}};
+  TrainingState fresh{0, model_name_, optimizer_.name(), {}, {}};
   for (size_t i = 0; i < variables_.size(); ++i) {
     const Tensor& value = values[i];
     optim::SlotState slots = optimizer_.NewState(value.size());
@@ -246,7 +266,14 @@ absl::StatusOr<TrainingState> Chief::PullDense() {
   internal::ReleaseCachedBlocks();
   auto snapshot = client_.PullState();
   if (!snapshot.ok()) return snapshot.status();
-  TrainingState state{snapshot->global_step, model_name_, optimizer_.name(), {}};
+  TrainingState state{snapshot->global_step, model_name_, optimizer_.name(), {}, {}};
+  // The work queue's state (a job reading --train_files), read after the variables: slices handed
+  // out since are handed out again on a restore (at-least-once).
+  ps::WorkQueueCall state_call;
+  state_call.op = ps::WorkQueueCall::Op::kState;
+  auto queue = client_.CallWorkQueue(state_call);
+  if (!queue.ok()) return queue.status();
+  if (queue->configured) state.work_queue = queue->state_json;
   for (ps::VariableSnapshot& v : snapshot->variables) {
     state.variables.emplace(v.name, VariableState{std::move(v.value), std::move(v.slots), v.updates});
   }

@@ -95,6 +95,8 @@ class Chief {
   // Initializes every ps task with `state`; the tables' rows come from restore_file_ when
   // `from_checkpoint` (fresh initial values otherwise). Closes restore_file_.
   absl::Status InitializeWith(const ps::ModelSnapshot& state, bool from_checkpoint);
+  // InitializeWith's model and tables (the work queue after them).
+  absl::Status InitializeModelWith(const ps::ModelSnapshot& state, bool from_checkpoint);
 
   const TrainOptions& options_;
   const std::string model_name_;
@@ -113,6 +115,9 @@ class Chief {
   std::atomic<bool> cancel_{false};               // the save in flight stops at its next table part
   const std::vector<dist::TableSpec> tables_;              // embedding tables: scanned into / restored from the files
   std::unique_ptr<ckpt::SafetensorsReader> restore_file_;  // CheckpointState's file, until InitializeWith
+  // The work queue's state in the checkpoint CheckpointState read (empty: none), given back to ps
+  // task 0 by InitializeWith.
+  std::string restore_work_queue_;
 };
 
 }  // namespace psflow::train

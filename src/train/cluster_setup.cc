@@ -113,6 +113,8 @@ absl::StatusOr<ps::TrainingConfig> TrainingConfigFor(const TrainOptions& options
   config.sparse_sync_mean = options.sparse_sync_mean;
   config.sparse_learning_rate = options.sparse_learning_rate.value_or(0.0f);
   config.wire_dtype = options.wire_dtype;
+  config.table_sync = options.table_sync;
+  config.staleness_aware_lr = options.staleness_aware_lr;
   if (config.sync && config.replicas_to_aggregate > config.total_num_replicas) {
     return absl::InvalidArgumentError(absl::StrCat("--replicas_to_aggregate=", config.replicas_to_aggregate,
                                                    " exceeds --total_num_replicas=", config.total_num_replicas));

@@ -84,7 +84,13 @@ constexpr Flag kFlags[] = {
   {"ctr_dim", &O::ctr_dim, "ctr model: embedding dimension", Between(1, 256, "between 1 and 256")},
   {"ctr_test_examples", &O::ctr_test_examples, "ctr model: examples of the fixed test set", kPositive},
   {"train_files", &O::train_files, "ctr model: training data, files in Criteo's layout (globs, comma-separated; "
-   "plain or gzip), read in order (one process only); empty: the synthetic generator"},
+   "plain or gzip): one process and sync read them in order, async workers take slices from the work queue on "
+   "ps task 0; empty: the synthetic generator"},
+  {"num_epochs", &O::num_epochs, "--train_files: passes over the files; training ends after the last", kPositive},
+  {"shuffle_files", &O::shuffle_files, "--train_files: each epoch in its own order drawn from --seed (async: of the "
+   "slices; one process and sync: of the files)"},
+  {"file_slices", &O::file_slices, "--train_files, async: slices of the files per worker in the work queue",
+   kPositive},
   {"test_files", &O::test_files, "ctr model: test data, files in Criteo's layout; empty: the generator's test set"},
   {"max_bad_lines", &O::max_bad_lines, "bad lines of --train_files/--test_files skipped (and counted) before the "
    "job fails naming file and line", AtLeast(0, "0 or more")},
@@ -100,6 +106,11 @@ constexpr Flag kFlags[] = {
    kAllWorkers},
   {"total_num_replicas", &O::total_num_replicas, "workers taking part in sync training (0: all)", kAllWorkers},
   {"sync_timeout_secs", &O::sync_timeout_secs, "a sync step waits this long for missing workers", kSeconds},
+  {"table_sync", &O::table_sync, "with --sync_replicas: sync (tables' rows once per step, the mean) or async "
+   "(applied as pushes arrive, dense variables still sync: hybrid, not reproducible bit for bit)",
+   OneOf("sync async", "sync or async")},
+  {"staleness_aware_lr", &O::staleness_aware_lr, "async: a dense push of staleness t (global steps since its pull) "
+   "is applied at the learning rate divided by max(1, t)"},
   // Placement.
   {"partitioner", &O::partitioner, "none | fixed:N | min_max:P[:MIN_SLICE_BYTES] | axis_size:MAX_SHARD_BYTES"},
   {"placement", &O::placement, "round_robin | greedy"},
@@ -141,6 +152,10 @@ constexpr Flag kFlags[] = {
    "dtype of dense pulls and pushes on the wire: float32, or bfloat16 / float16 (half the bytes; the ps keeps "
    "float32, workers carry their rounding into the next push); every task the same",
    OneOf("float32 bfloat16 float16", "float32, bfloat16 or float16")},
+  {"overlap", &O::overlap,
+   "what a worker's step overlaps with compute: none, push (each gradient pushed as backward finishes it) or "
+   "push_pull (and the next pull in forward order: a layer's forward waits only for its own values)",
+   OneOf("none push push_pull", "none, push or push_pull")},
   // Security.
   {"cluster_secret_file", &O::cluster_secret_file, "file holding the cluster's shared secret"},
   {"tls_cert", &O::tls_cert, "PEM certificate of this task"},

@@ -63,6 +63,8 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
   // Each given value against its flag's rule (train/flags.cc), then the model's values for the
   // flags left out, then the rules between flags.
   if (absl::Status s = CheckFlagRules(*o, *defaults); !s.ok()) return s;
+  // Training files without --train_steps train until the files (--num_epochs passes) end.
+  if (!o->train_files.empty() && !o->train_steps.has_value()) o->train_steps = kUntilTheDataEnds;
   FillModelDefaults(*defaults, o);
   if (absl::Status s = ResolveModelSettings(*defaults, o); !s.ok()) return s;
   // The dense rule first: the tables' rule defaults to it, and a bad --optimizer is named as such.
@@ -90,6 +92,16 @@ absl::Status ResolveTrainOptions(TrainOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat("--local_replicas=", o->local_replicas,
                                                    " must be at most --batch_size=", *o->batch_size,
                                                    ": each replica needs at least one example"));
+  }
+  if (o->table_sync == "async" && !o->sync_replicas) {
+    return absl::InvalidArgumentError(
+        "--table_sync=async needs --sync_replicas (hybrid: dense variables sync, tables async); without it "
+        "training is asynchronous already, tables included");
+  }
+  if (o->staleness_aware_lr && o->sync_replicas) {
+    return absl::InvalidArgumentError(
+        "--staleness_aware_lr is for asynchronous training; with --sync_replicas stale gradients are dropped "
+        "(leave out one of the two)");
   }
   const auto storage = o->table_options.find("storage");
   const bool disk_tables = storage != o->table_options.end() && storage->second == "disk";

@@ -52,9 +52,14 @@ class ProgressLog {
     const double elapsed = ElapsedSeconds();
     const double per_step = global_step > first_step_ ? elapsed / (global_step - first_step_) : 0;
     const std::string accuracy_text = acc_steps_ > 0 ? absl::StrFormat(" accuracy %.4f", acc_sum_ / acc_steps_) : "";
-    log_(absl::StrFormat("%sstep %d/%d loss %.4f%s worker examples/s %.0f elapsed %.1fs remaining %.1fs", prefix_,
-                         global_step, target_, loss_sum_ / every, accuracy_text, examples_per_sec, elapsed,
-                         std::max<double>(0, per_step * (target_ - global_step))));
+    if (target_ == kUntilTheDataEnds) {  // --train_files without --train_steps: no target to count down to
+      log_(absl::StrFormat("%sstep %d loss %.4f%s worker examples/s %.0f elapsed %.1fs", prefix_, global_step,
+                           loss_sum_ / every, accuracy_text, examples_per_sec, elapsed));
+    } else {
+      log_(absl::StrFormat("%sstep %d/%d loss %.4f%s worker examples/s %.0f elapsed %.1fs remaining %.1fs", prefix_,
+                           global_step, target_, loss_sum_ / every, accuracy_text, examples_per_sec, elapsed,
+                           std::max<double>(0, per_step * (target_ - global_step))));
+    }
     loss_sum_ = acc_sum_ = 0;
     acc_steps_ = 0;
     last_time_ = now;

@@ -13,11 +13,13 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "ps/common/retry.h"
 #include "psflow/ps/ps_client.h"
 #include "psflow/train/train.h"
 #include "train/chief.h"
 #include "train/cluster_setup.h"
+#include "train/forward_pulls.h"
 #include "train/in_process_ps.h"
 #include "train/option_value.h"
 #include "train/progress.h"
@@ -73,6 +75,13 @@ class WorkerSession::Impl {
       variables_.push_back({p.name, p.value->shape()});
       pull_into_.emplace_back(p.name, p.value);
     }
+    handed_.assign(params_.size(), false);
+  }
+
+  ~Impl() {
+    // Nothing of this session's may be in flight once its client and buffers go.
+    if (forward_pulls_ != nullptr) (void)forward_pulls_->Settle();
+    DropStream();
   }
 
   // Everything that needs no other task: the cluster, this task's role, the plan, the config.
@@ -115,6 +124,9 @@ class WorkerSession::Impl {
     auto client = ps::PsClient::Create(client_options);
     if (!client.ok()) return client.status();
     client_ = *std::move(client);
+    if (options_.train.overlap == "push_pull" && options_.waits_for_values) {
+      forward_pulls_ = std::make_unique<ForwardPulls>(client_.get(), pull_into_);
+    }
     return absl::OkStatus();
   }
 
@@ -174,33 +186,54 @@ class WorkerSession::Impl {
       return absl::FailedPreconditionError(absl::StrCat("step after training finished at global step ", global_step_,
                                                         ": stop when should_stop() is true"));
     }
-    // A diverged step is not pushed (the ps would refuse its NaN gradients anyway).
-    if (!std::isfinite(loss)) return DivergedError(global_step_, loss, config_.optimizer.learning_rate);
-    ++local_step_;
-    // One call per ps: the gradients (dense and the tables' rows) go in, the variables as they
-    // stand after the update and the next batch's rows (prefetch) come back.
-    auto pushed = client_->PushAndPull(Gradients(), global_step_, pull_into_, tables_.StepCall());
-    tables_.EndStep(pushed.ok());
-    if (absl::IsOutOfRange(pushed.status())) {  // training finished elsewhere
-      state_.MoveTo(SessionState::kFinished);
-      return absl::OkStatus();
+    // The last step's pull in forward order (--overlap=push_pull) must have ended; a failed one
+    // (a ps task restarted, training finished) is handled as a failed push would be, and this
+    // step's gradients, computed on values that did not all arrive, are not pushed.
+    if (absl::Status pulled = SettlePulls(); !pulled.ok()) {
+      DropStream();
+      ++local_step_;
+      return RecoverAndPull(pulled);
     }
+    // A diverged step is not pushed (the ps would refuse its NaN gradients anyway).
+    if (!std::isfinite(loss)) {
+      DropStream();
+      return DivergedError(global_step_, loss, config_.optimizer.learning_rate);
+    }
+    ++local_step_;
+    // One call per ps (or its last part, when gradients went ahead as backward finished them):
+    // the gradients (dense and the tables' rows) go in, the variables as they stand after the
+    // update and the next batch's rows (prefetch) come back — or, with the pull in forward order,
+    // the values come behind it (async: starting with the last part; sync: once the step is
+    // applied).
+    const bool forward_order = forward_pulls_ != nullptr;
+    static const std::vector<std::pair<std::string, Tensor*>> kNoDense;
+    const auto& out = forward_order ? kNoDense : pull_into_;
+    std::vector<ps::Gradient> grads = Gradients();
+    absl::Notification pushed_done;
+    absl::StatusOr<ps::PushResult> pushed;
+    auto on_pushed = [&](absl::StatusOr<ps::PushResult> r) {
+      pushed = std::move(r);
+      pushed_done.Notify();
+    };
+    if (stream_ != nullptr) {
+      stream_->FinishAsync(grads, out, tables_.StepCall(), on_pushed);
+    } else {
+      client_->PushAndPullAsync(grads, global_step_, out, tables_.StepCall(), on_pushed);
+    }
+    if (forward_order && !config_.sync) forward_pulls_->Start();
+    pushed_done.WaitForNotification();
+    stream_.reset();
+    std::fill(handed_.begin(), handed_.end(), false);
+    tables_.EndStep(pushed.ok());
     if (!pushed.ok()) {
-      if (auto s = Recover(pushed.status()); !s.ok()) return s;
-      auto step = PullCurrent();  // continue from the restored state
-      if (absl::IsOutOfRange(step.status())) {
-        state_.MoveTo(SessionState::kFinished);
-        return absl::OkStatus();
-      }
-      if (!step.ok()) return step.status();
-      global_step_ = *step;
-      state_.MoveTo(SessionState::kOpen);  // a pulled step, not one this worker's push claimed
-      return absl::OkStatus();
+      (void)SettlePulls();  // the values are pulled again after a recovery
+      return RecoverAndPull(pushed.status());
     }
     stale_ += pushed->stale;
     const int64_t step_before = global_step_;
     global_step_ = pushed->global_step;
     state_.MoveTo(SessionState::kStepped);
+    if (forward_order && config_.sync) forward_pulls_->Start();
     progress_->Step(global_step_, loss, accuracy, options_.train.log_every);
     telemetry_->OnStep(global_step_, loss, accuracy, learning_rate(), examples_per_global_step());
     if (is_chief()) {
@@ -215,8 +248,75 @@ class WorkerSession::Impl {
     return absl::OkStatus();
   }
 
+  // After a failed push or pull: training finished elsewhere (OutOfRange), or a ps task restarted
+  // (the chief restores it, the others wait), then the current values are pulled.
+  absl::Status RecoverAndPull(const absl::Status& failure) {
+    if (absl::IsOutOfRange(failure)) {  // training finished elsewhere
+      state_.MoveTo(SessionState::kFinished);
+      return absl::OkStatus();
+    }
+    if (auto s = Recover(failure); !s.ok()) return s;
+    auto step = PullCurrent();  // continue from the restored state
+    if (absl::IsOutOfRange(step.status())) {
+      state_.MoveTo(SessionState::kFinished);
+      return absl::OkStatus();
+    }
+    if (!step.ok()) return step.status();
+    global_step_ = *step;
+    state_.MoveTo(SessionState::kOpen);  // a pulled step, not one this worker's push claimed
+    return absl::OkStatus();
+  }
+
+  // --overlap: parameter `index`'s gradient is final; it joins the next early part.
+  absl::Status GradientReady(int index) {
+    if (!state_.is_open() || state_.finished()) {
+      return absl::FailedPreconditionError("GradientReady needs an open worker session whose training goes on");
+    }
+    if (index < 0 || index >= static_cast<int>(params_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("GradientReady: no parameter ", index, " (the session has ",
+                                                     params_.size(), ")"));
+    }
+    if (handed_[index]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", params_[index].name,
+          "' got a second gradient before the step: with --overlap its first was already pushed; call step() after "
+          "each backward, or accumulate several backward passes with --overlap=none"));
+    }
+    if (options_.train.overlap == "none") return absl::OkStatus();  // pushed with the step
+    // After a failed pull the step is not pushed (Step recovers first).
+    if (forward_pulls_ != nullptr && forward_pulls_->failed()) return absl::OkStatus();
+    std::optional<ps::Gradient> g = GradientOf(params_[index]);
+    if (!g.has_value()) return absl::OkStatus();
+    handed_[index] = true;
+    ready_.push_back(*g);
+    if (g->dense != nullptr) ready_bytes_ += static_cast<int64_t>(g->dense->bytes());
+    if (g->sparse != nullptr) ready_bytes_ += static_cast<int64_t>(g->sparse->values.bytes());
+    if (ready_bytes_ >= kEarlyPartBytes) {
+      if (stream_ == nullptr) stream_ = client_->StartPush(global_step_);
+      stream_->Send(ready_);
+      ready_.clear();
+      ready_bytes_ = 0;
+    }
+    return absl::OkStatus();
+  }
+
+  void WaitForValues(int index) {
+    if (forward_pulls_ != nullptr) forward_pulls_->Wait(index);
+  }
+  void WaitForValues() {
+    if (forward_pulls_ == nullptr) return;
+    for (int i = 0; i < static_cast<int>(params_.size()); ++i) forward_pulls_->Wait(i);
+  }
+  int ParameterIndex(const std::string& name) const {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (params_[i].name == name) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
   // --eval_every_steps: the chief's evaluation during training, logged and written as scalars.
   absl::Status EvaluateNow() {
+    if (auto s = SettlePulls(); !s.ok()) return s;
     auto eval = options_.evaluate();
     if (!eval.ok()) return eval.status();
     if (auto s = CheckEval(*eval); !s.ok()) return s;
@@ -240,6 +340,9 @@ class WorkerSession::Impl {
     if (!state_.opened())
       return absl::FailedPreconditionError("close before the worker session is open: call Open() first");
     if (state_.closed()) return absl::FailedPreconditionError("the worker session is already closed");
+    // A failed last pull is of no matter here: the chief pulls the final values again.
+    (void)SettlePulls();
+    DropStream();
     state_.MoveTo(SessionState::kClosed);
     const double train_seconds = progress_->ElapsedSeconds();
     RunSummary summary;
@@ -316,7 +419,10 @@ class WorkerSession::Impl {
         }
         summary.ps_traffic.push_back({s.task, s.bytes_in, s.bytes_out, s.num_params, std::move(tables)});
         // Every ps drops the same stale push; count it once, where the global step lives.
-        if (s.task == plan_.global_step_ps) summary.stale_gradients_dropped = s.stale_gradients_dropped;
+        if (s.task == plan_.global_step_ps) {
+          summary.stale_gradients_dropped = s.stale_gradients_dropped;
+          summary.staleness_counts = s.staleness_counts;
+        }
       }
     }
     if (auto s = client_->Shutdown(); !s.ok()) return s;
@@ -333,8 +439,17 @@ class WorkerSession::Impl {
     return summary;
   }
 
+  absl::StatusOr<ps::WorkQueueAnswer> CallWorkQueue(const ps::WorkQueueCall& call) {
+    if (!state_.opened() || client_ == nullptr) {
+      return absl::FailedPreconditionError("the work queue needs an open worker session (after Open())");
+    }
+    return client_->CallWorkQueue(call);
+  }
+
   void Abort(const absl::Status& reason) {
     if (!state_.opened() || state_.ended()) return;
+    (void)SettlePulls();
+    DropStream();
     state_.MoveTo(SessionState::kEnded);
     // The chief giving up ends the job: the ps tasks exit non-zero with its reason rather than
     // waiting for a chief that will not come back. (Aborted means a ps told us the job is over.)
@@ -355,12 +470,18 @@ class WorkerSession::Impl {
       return absl::FailedPreconditionError("Lookup needs an open worker session (after Open(), before Close())");
     }
     if (auto s = tables_.CheckCount("Lookup", ids.size()); !s.ok()) return s;
+    bool with_dense = false;  // after a ps restart the dense values are pulled again too
+    if (absl::Status pulled = SettlePulls(); !pulled.ok()) {
+      if (absl::IsOutOfRange(pulled) && state_.is_open()) state_.MoveTo(SessionState::kFinished);
+      if (!ps::IsPsRestarted(pulled) || state_.evaluating()) return pulled;
+      if (auto s = Recover(pulled); !s.ok()) return s;
+      with_dense = true;
+    }
     ps::TableStep step;
     tables_.StartLookup(ids, &step);
-    if (step.pulls.empty()) return absl::OkStatus();
+    if (step.pulls.empty() && !with_dense) return absl::OkStatus();
     // The rows only (the dense values came with the last step); after a ps restart, both.
     static const std::vector<std::pair<std::string, Tensor*>> kNoDense;
-    bool with_dense = false;
     for (;;) {
       auto pulled = client_->Pull(with_dense ? pull_into_ : kNoDense, step);
       if (pulled.ok()) {
@@ -431,16 +552,38 @@ class WorkerSession::Impl {
  private:
   void log(const std::string& line) const { options_.log(line); }
 
-  std::vector<ps::Gradient> Gradients() const {
-    std::vector<ps::Gradient> grads;
-    for (const SessionParameter& p : params_) {
-      ps::Gradient g{p.name};
-      const bool ready = p.dense_grad_ready == nullptr || *p.dense_grad_ready;
-      if (p.grad != nullptr && !p.grad->empty() && ready) g.dense = p.grad;
-      if (p.sparse_grad != nullptr && p.sparse_grad->has_value()) g.sparse = &**p.sparse_grad;
-      if (g.dense || g.sparse) grads.push_back(g);
+  static std::optional<ps::Gradient> GradientOf(const SessionParameter& p) {
+    ps::Gradient g{p.name};
+    const bool ready = p.dense_grad_ready == nullptr || *p.dense_grad_ready;
+    if (p.grad != nullptr && !p.grad->empty() && ready) g.dense = p.grad;
+    if (p.sparse_grad != nullptr && p.sparse_grad->has_value()) g.sparse = &**p.sparse_grad;
+    if (!g.dense && !g.sparse) return std::nullopt;
+    return g;
+  }
+
+  // The step's gradients not pushed ahead (GradientReady): those still waiting for a part, then
+  // the others.
+  std::vector<ps::Gradient> Gradients() {
+    std::vector<ps::Gradient> grads = std::move(ready_);
+    ready_.clear();
+    ready_bytes_ = 0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (handed_[i]) continue;
+      if (std::optional<ps::Gradient> g = GradientOf(params_[i]); g.has_value()) grads.push_back(*g);
     }
     return grads;
+  }
+
+  // The pull in forward order still running, waited for; its failure (OK when none).
+  absl::Status SettlePulls() { return forward_pulls_ != nullptr ? forward_pulls_->Settle() : absl::OkStatus(); }
+  // This step's early parts, waited for and forgotten (a step that is not pushed after all: sync
+  // ps tasks drop what they staged when the next push comes).
+  void DropStream() {
+    if (stream_ != nullptr) (void)stream_->WaitForParts();
+    stream_.reset();
+    ready_.clear();
+    ready_bytes_ = 0;
+    std::fill(handed_.begin(), handed_.end(), false);
   }
 
   // A ps task that restarted empty: the chief restores it, the others wait until it has.
@@ -482,6 +625,15 @@ class WorkerSession::Impl {
   std::chrono::steady_clock::time_point next_worker_check_{};  // the first step checks
   SessionState state_;  // open, stepped, finished, closed, evaluating, ended (train/session_state.h)
   int64_t global_step_ = 0, start_step_ = 0, local_step_ = 0, stale_ = 0;
+  // --overlap: this step's push as backward goes (null until the first early part), the
+  // gradients waiting for the next part, which parameters were handed over this step, and the
+  // pull in forward order (push_pull with a caller that waits for values; else null).
+  static constexpr int64_t kEarlyPartBytes = 64 << 10;
+  std::unique_ptr<ps::PushStream> stream_;
+  std::vector<ps::Gradient> ready_;
+  int64_t ready_bytes_ = 0;
+  std::vector<bool> handed_;
+  std::unique_ptr<ForwardPulls> forward_pulls_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -541,7 +693,14 @@ WorkerSession::~WorkerSession() {
 }
 
 absl::Status WorkerSession::Open() { return impl_->Open(); }
+absl::Status WorkerSession::GradientReady(int index) { return impl_->GradientReady(index); }
+void WorkerSession::WaitForValues(int index) { impl_->WaitForValues(index); }
+void WorkerSession::WaitForValues() { impl_->WaitForValues(); }
+int WorkerSession::ParameterIndex(const std::string& name) const { return impl_->ParameterIndex(name); }
 bool WorkerSession::ShouldStop() const { return impl_->ShouldStop(); }
+absl::StatusOr<ps::WorkQueueAnswer> WorkerSession::CallWorkQueue(const ps::WorkQueueCall& call) {
+  return impl_->CallWorkQueue(call);
+}
 absl::Status WorkerSession::Step(double loss, double accuracy) { return impl_->Step(loss, accuracy); }
 absl::StatusOr<RunSummary> WorkerSession::Close(const std::function<absl::StatusOr<SessionEval>()>& evaluate) {
   absl::StatusOr<RunSummary> summary = impl_->Close(evaluate);

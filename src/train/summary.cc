@@ -16,7 +16,7 @@ namespace {
 // The summary's own keys, which a metric may not take.
 constexpr const char* kSummaryKeys[] = {"model",       "mode",          "workers",          "ps",
                                         "global_step", "train_seconds", "examples_per_sec", "stale_gradients_dropped",
-                                        "ps_traffic"};
+                                        "ps_traffic",  "staleness"};
 
 }  // namespace
 
@@ -58,6 +58,35 @@ std::vector<std::pair<const char*, double>> Measured(const RunSummary& s) {
     if (value.has_value()) out.emplace_back(name, *value);
   }
   return out;
+}
+
+// The staleness distribution of `counts` (element i: pushes of staleness i, the last: at least i).
+struct Staleness {
+  int64_t pushes = 0;
+  double mean = 0;
+  int64_t p50 = 0, p90 = 0, p99 = 0, max = 0;
+  bool max_is_open = false;  // max is the last bucket's lower bound
+};
+Staleness StalenessOf(const std::vector<int64_t>& counts) {
+  Staleness s;
+  double sum = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    s.pushes += counts[i];
+    sum += double(counts[i]) * double(i);
+    if (counts[i] > 0) s.max = int64_t(i), s.max_is_open = i + 1 == counts.size();
+  }
+  if (s.pushes == 0) return s;
+  s.mean = sum / double(s.pushes);
+  auto quantile = [&](double q) {
+    int64_t seen = 0;
+    for (size_t i = 0; i < counts.size(); ++i) {
+      seen += counts[i];
+      if (double(seen) >= q * double(s.pushes)) return int64_t(i);
+    }
+    return int64_t(counts.size()) - 1;
+  };
+  s.p50 = quantile(0.5), s.p90 = quantile(0.9), s.p99 = quantile(0.99);
+  return s;
 }
 
 }  // namespace
@@ -104,6 +133,13 @@ std::string SummaryToJson(const RunSummary& s) {
                       {"ps_traffic", traffic}};
   for (const auto& [name, value] : Measured(s)) j[name] = Rounded(value);
   for (const auto& [name, value] : s.metrics) j[name] = Rounded(value);
+  if (!s.staleness_counts.empty()) {
+    const Staleness st = StalenessOf(s.staleness_counts);
+    std::vector<int64_t> counts(s.staleness_counts.begin(), s.staleness_counts.begin() + st.max + 1);
+    j["staleness"] = {{"pushes", st.pushes}, {"mean", Rounded(st.mean)}, {"p50", st.p50}, {"p90", st.p90},
+                      {"p99", st.p99},       {"max", st.max},             {"max_is_lower_bound", st.max_is_open},
+                      {"counts", counts}};
+  }
   if (s.ctr.has_value()) {
     const CtrFigures& c = *s.ctr;
     j["ctr"] = {{"test_examples", c.test_examples},  {"test_log_loss", Rounded(c.test_log_loss)},
@@ -126,6 +162,13 @@ std::string FormatSummary(const RunSummary& s) {
   absl::StrAppendFormat(&out, " stale_gradients_dropped=%d", s.stale_gradients_dropped);
   for (const auto& [name, value] : s.metrics) absl::StrAppendFormat(&out, " %s=%.6g", name, value);
   out += "\n";
+  if (!s.staleness_counts.empty()) {
+    const Staleness st = StalenessOf(s.staleness_counts);
+    absl::StrAppendFormat(&out,
+                          "  staleness (global steps between pull and apply): pushes=%d mean=%.2f p50=%d p90=%d "
+                          "p99=%d max=%d%s\n",
+                          st.pushes, st.mean, st.p50, st.p90, st.p99, st.max, st.max_is_open ? "+" : "");
+  }
   for (const PsTraffic& t : s.ps_traffic) {
     absl::StrAppendFormat(&out, "  ps %d: params=%d bytes_in=%d bytes_out=%d\n", t.task, t.num_params, t.bytes_in,
                           t.bytes_out);

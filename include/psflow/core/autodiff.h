@@ -66,6 +66,13 @@ Var MakeOpNode(std::string op_name, Tensor value, std::vector<Var> inputs, std::
 // Seeds d(loss)/d(loss) = 1 (loss must hold one element) and runs every reachable backward
 // closure once, in reverse topological order. Iterative: deep graphs do not exhaust the stack.
 void Backward(const Var& loss);
+// The same, calling `on_leaf_done(leaf)` for each leaf that requires a gradient (a parameter) as
+// soon as its gradient is final for this Backward: right after the last node that feeds it ran
+// its backward closure, so in reverse layer order for a feed-forward network (the last layer's
+// parameters first). A worker hands each gradient to the network then (push as backward goes);
+// the leaf's `grad`/`sparse_grad` are not touched again by this Backward. Leaves the loss does not
+// reach are not reported. The callback runs on the calling thread.
+void Backward(const Var& loss, const std::function<void(Node& leaf)>& on_leaf_done);
 
 // Clears the dense and sparse gradients of the given parameters.
 void ZeroGrad(const std::vector<Var>& params);

@@ -6,6 +6,7 @@
 #ifndef PSFLOW_NN_LAYERS_H_
 #define PSFLOW_NN_LAYERS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,9 @@ namespace psflow::nn {
 struct ForwardContext {
   bool training = false;
   Rng* rng = nullptr;  // borrowed; used by Dropout when training
+  // Called by Sequential with each layer's parameters right before that layer's forward (a
+  // worker waits there for the layer's values of a pull in forward order). Null: nothing.
+  std::function<void(const std::vector<Var>& params)> before_layer;
 };
 
 class Layer {

@@ -78,13 +78,29 @@ struct TableStep {
 
 // A run of one table's rows in ascending id order, as a checkpoint stores them (docs/tables.md#semantics):
 // ids, values [n, dim], each slot of the sparse rule [n, dim] (its slot_names order), and each
-// row's last update step and push count. Owns its memory.
+// row's last update step and push count. Owns its memory. An incremental save's scan also hands over
+// the ids removed since the save it follows (docs/checkpoints.md#increments): all of them, ascending,
+// in its first part (which may then hold no rows).
 struct TableRowsPart {
   std::string table;
   std::vector<int64_t> ids;
   Tensor values;
   std::vector<Tensor> slots;
   std::vector<int64_t> last_step, count;
+  std::vector<int64_t> removed_ids;
+};
+
+// What a checkpoint's table scan reads (docs/checkpoints.md#increments). The chief numbers its saves
+// 1, 2, 3 ... (save_id). A full scan reads every row; an increment reads the rows changed since save
+// `changed_since` (the last committed save of the chain) and the ids removed since. track_changes
+// asks the ps tasks to keep the change logs later increments read (on while saves may be
+// increments). An increment a ps task cannot answer (restarted, restored or saved without
+// track_changes since) fails with FailedPrecondition naming the table: save in full.
+struct TableScanOptions {
+  int64_t save_id = 0;
+  bool increment = false;
+  int64_t changed_since = -1;
+  bool track_changes = false;
 };
 
 // Fills `part` with a table's next rows (ascending ids across calls); false once none are left.
@@ -99,6 +115,8 @@ struct PushResult {
   int64_t global_step = 0;  // after this push (async) or after the step it joined (sync)
   bool stale = false;       // sync: dropped because it was older than the step (or a late backup)
 };
+
+class PushStream;
 
 class PsClient {
  public:
@@ -214,6 +232,10 @@ class PsClient {
                         const std::vector<std::pair<std::string, Tensor*>>& out, const TableStep& tables,
                         std::function<void(absl::StatusOr<PushResult>)> done);
 
+  // A push sent as its gradients become ready (push as backward goes): see PushStream. The
+  // stream borrows this client, which must outlive it.
+  std::unique_ptr<PushStream> StartPush(int64_t step_tag);
+
   // The whole model for a checkpoint: every variable of the plan (in plan order) assembled from
   // its shards, with its optimizer slots and update count (the max over its shards), and the
   // global step. Each shard's value and slots are read together; different shards (and ps tasks)
@@ -227,6 +249,9 @@ class PsClient {
   // when their part is read. A failed call fails the scan (it is not retried: a repeated part
   // would skip rows); the chief checkpoints again later.
   absl::Status ScanTable(const std::string& table, int64_t max_rows,
+                         const std::function<absl::Status(TableRowsPart part)>& sink);
+  // The same as a numbered save, full or an increment (TableScanOptions).
+  absl::Status ScanTable(const std::string& table, int64_t max_rows, const TableScanOptions& options,
                          const std::function<absl::Status(TableRowsPart part)>& sink);
 
   // This worker stops; with a `failure`, it gives up on the job and says why (a ps task whose
@@ -245,8 +270,50 @@ class PsClient {
 
  private:
   class Impl;  // the implementation (src/)
+  friend class PushStream;
   explicit PsClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+};
+
+// One step's push in parts, sent while backward still runs (Horovod's and DDP's overlap, for a
+// parameter server): Send() pushes the gradients given at once, one call per ps task holding
+// their shards (async: applied on arrival; sync: each ps keeps them apart and counts them with
+// the push's last part, so a sync step still applies one mean of whole pushes); Finish() sends
+// the rest, with the pull and the tables, as the push's last part — once every earlier part was
+// acknowledged, so each ps has them all when the last counts — and its result is the push's, as
+// PushAndPull's. A gradient goes in one part only. Errors of earlier parts are Finish's.
+// Not thread-safe: one thread drives a stream; the gradients are borrowed until Finish returns
+// (or the stream is destroyed, which waits for the parts in flight).
+class PushStream {
+ public:
+  ~PushStream();
+  PushStream(const PushStream&) = delete;
+  PushStream& operator=(const PushStream&) = delete;
+
+  // Starts the calls of a part (returns at once; a routing error is kept for Finish).
+  void Send(const std::vector<Gradient>& grads);
+  // Waits for the earlier parts, then pushes `grads` as the last part (with `out` pulled and
+  // `tables` as for PushAndPull; `out` may be empty) and waits for its answer.
+  absl::StatusOr<PushResult> Finish(const std::vector<Gradient>& grads,
+                                    const std::vector<std::pair<std::string, Tensor*>>& out,
+                                    const TableStep& tables = {});
+  // The same, returning once the last part is sent; `done` as for PushAndPullAsync (called at
+  // once, on this thread, when an earlier part failed).
+  void FinishAsync(const std::vector<Gradient>& grads, const std::vector<std::pair<std::string, Tensor*>>& out,
+                   const TableStep& tables, std::function<void(absl::StatusOr<PushResult>)> done);
+  // Waits until every part sent so far is acknowledged; the first failure, if any.
+  absl::Status WaitForParts();
+  int parts_sent() const { return parts_sent_; }
+  int64_t step_tag() const { return step_tag_; }
+
+ private:
+  friend class PsClient;
+  PushStream(PsClient::Impl* client, int64_t step_tag);
+  struct State;
+  PsClient::Impl* const client_;  // borrowed
+  const int64_t step_tag_;
+  int parts_sent_ = 0;
+  std::shared_ptr<State> state_;  // shared with the parts' completions
 };
 
 }  // namespace psflow::ps

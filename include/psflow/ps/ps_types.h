@@ -47,6 +47,10 @@ struct TrainingConfig {
   // float32 on the ps; checkpoints' pulls stay float32) and dense gradients in any other are
   // refused; the workers round their gradients to it with error feedback (PsClient::Options).
   std::string wire_dtype = "float32";
+  // Sync: "async" applies table rows as pushes arrive (hybrid), "sync" once per step.
+  std::string table_sync = "sync";
+  // Async: dense pushes of staleness τ applied at lr / max(1, τ).
+  bool staleness_aware_lr = false;
 };
 
 // One variable's whole state, independent of how it is partitioned: its full value, each optimizer
@@ -99,6 +103,10 @@ struct PsTaskStats {
   std::vector<TableTaskStats> tables;             // one per table shard this task holds
   std::vector<int32_t> connected_worker_indices;  // their worker indices, sorted, without repeats
   std::vector<int32_t> pushed_worker_indices;     // workers whose push this task accepted, sorted
+  // Async: the dense pushes applied by staleness τ (global steps between the pull the gradient was
+  // computed from and its apply): element i counts τ = i, the last element τ >= its index. Empty
+  // when no async push was applied (sync jobs).
+  std::vector<int64_t> staleness_counts;
 };
 
 // A call to the job's work queue of training-file slices, held by ps task 0
@@ -111,6 +119,7 @@ struct WorkQueueCall {
   // held goes back to the queue).
   int64_t seq = 0;
   bool fresh = false;
+  int64_t examples = 0, bad_lines = 0;  // kNext: read since this worker's last kNext
   // kConfigure: the plan or a checkpoint's state (JSON), replacing a configured queue or not.
   std::string state_json;
   bool replace = false;
@@ -130,6 +139,8 @@ struct WorkQueueAnswer {
   std::vector<int> holders;
   int64_t handed = 0, total = 0, returned = 0;
   bool at_end = false;
+  int64_t examples = 0, bad_lines = 0;  // read by all workers, as they reported
+  int64_t epoch_now = 0;                // the epoch the queue's order is in
 };
 
 }  // namespace psflow::ps

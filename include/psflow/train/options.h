@@ -63,13 +63,19 @@ struct TrainOptions {
   // (checked by ResolveTrainOptions); a field left out keeps the model's (ctr: its tables' template).
   std::map<std::string, std::string> table_options;
   int64_t ctr_test_examples = 65536;
-  // The ctr model's data from files in Criteo's layout (docs/data-files.md; one process so far):
-  // comma-separated globs read in order, global batch s being the s-th batch of their lines; empty:
+  // The ctr model's data from files in Criteo's layout (docs/data-files.md): comma-separated globs
+  // read in order, global batch s being the s-th batch of their lines (async: slices from the work
+  // queue); empty:
   // the generator's stream. The test set from files likewise (empty: the generator's), and how many
   // bad lines the reader may skip (counted) before failing.
   std::string train_files;
   std::string test_files;
   int64_t max_bad_lines = 0;
+  // Passes over --train_files, each in its own order from --seed when shuffled, and (async) slices
+  // per worker of the work queue on ps task 0 (docs/data-files.md#the-work-queue).
+  int64_t num_epochs = 1;
+  bool shuffle_files = false;
+  int file_slices = 10;
   // A sync step's row mean divides by the gradients applied ("workers") or by those that held the
   // row ("row_count", TF's).
   std::string sparse_sync_mean = "workers";
@@ -86,6 +92,12 @@ struct TrainOptions {
   int replicas_to_aggregate = 0;
   int total_num_replicas = 0;
   double sync_timeout_secs = 30;
+  // Sync only: "async" applies the tables' gradient rows as pushes arrive while the dense variables
+  // stay synchronous (Persia's hybrid, docs/sync-async.md#hybrid); "sync": once per step, the mean.
+  std::string table_sync = "sync";
+  // Async only: a dense push of staleness τ (global steps between its pull and its apply) is
+  // applied at the learning rate divided by max(1, τ) (Zhang et al., IJCAI'16).
+  bool staleness_aware_lr = false;
 
   // Placement.
   std::string partitioner = "none";
@@ -118,6 +130,10 @@ struct TrainOptions {
   int64_t max_message_mb = 1024;       // largest RPC message a task accepts
   std::string transport = "grpc";      // "shm": data calls to a ps on this host over shared memory
   std::string wire_dtype = "float32";  // dense pulls and pushes as "bfloat16" / "float16" (ps::TrainingConfig)
+  // What a worker's step overlaps with compute (docs/sync-async.md#overlap): "none" (compute, then
+  // push, then pull), "push" (each gradient pushed as backward finishes it), "push_pull" (and the
+  // next pull in forward order, each layer's forward waiting for its own values only).
+  std::string overlap = "push_pull";
 
   // Security.
   std::string cluster_secret_file, tls_cert, tls_key, tls_ca;
@@ -128,6 +144,10 @@ struct TrainOptions {
 // InvalidArgument naming the flag, the value and the fix ("--batch_size=0 must be a positive
 // integer"), which the CLI prints as one line and exits 2 (docs/bad-input.md).
 absl::Status ResolveTrainOptions(TrainOptions* options);
+
+// --train_steps after ResolveTrainOptions when --train_files were given without it: no limit, the
+// end of the files ends training.
+inline constexpr int64_t kUntilTheDataEnds = INT64_MAX;
 
 // The model the options describe: --model, --hidden_units, --seed and the model's settings.
 nn::ModelConfig ModelConfigFrom(const TrainOptions& options);

@@ -56,6 +56,17 @@
 // The TableBatch buffers belong to the session and are reused: the caller may read or move
 // `rows` out, and fill or move a Tensor into `grads`, between Lookup and Step.
 //
+// Overlap (--overlap, docs/sync-async.md#overlap): with "push" or "push_pull" the caller may call
+// GradientReady(i) as soon as backward has finished parameter i's gradient (psflow train's workers
+// do it from autodiff, psflow.torch from gradient hooks): the gradients go to the ps tasks in parts
+// while backward runs, and Step sends the rest as the push's last part (sync: each ps counts the
+// parts with it, one mean of whole pushes per step, bit for bit as without overlap). With
+// "push_pull" and Options::waits_for_values, Step does not wait for the pull: the values come
+// back in forward order (the parameters' order), a group after another, and the caller calls
+// WaitForValues(i) before its forward reads parameter i (a forward pre-hook); the pull of step
+// k + 1 starts with the push's last part in async mode, after the step is applied in sync mode.
+// Every other call (Step, Lookup, Close, the chief's evaluation) first waits for the pull to end.
+//
 // Memory: the session pulls straight into the caller's value Tensors and pushes straight from its
 // gradient Tensors (psflow Tensors own their memory; the Python binding therefore allocates the
 // Tensors and points each torch parameter's .data and .grad at them, so that no copy is made per
@@ -85,6 +96,7 @@
 #include "psflow/dist/partition.h"
 #include "psflow/dist/table_spec.h"
 #include "psflow/optim/optimizer.h"
+#include "psflow/ps/ps_types.h"
 #include "psflow/train/options.h"
 #include "psflow/train/summary.h"
 
@@ -156,6 +168,10 @@ class WorkerSession {
     // The ps tasks' update rule, parameter groups and learning-rate schedule, instead of the
     // flags' (--optimizer, --learning_rate, --lr_decay_*): psflow.optim's. Checked by Create.
     std::optional<optim::OptimizerConfig> optimizer;
+    // The caller calls WaitForValues(i) before its forward reads parameter i (and WaitForValues()
+    // before reading them all): with --overlap=push_pull the pull then runs in forward order behind
+    // Step instead of inside it.
+    bool waits_for_values = false;
   };
 
   // Checks the options and the parameters (non-null values, distinct non-empty names, gradient
@@ -178,6 +194,22 @@ class WorkerSession {
   bool ShouldStop() const;
   // FailedPrecondition before Open(), after Close(), or after ShouldStop() became true.
   absl::Status Step(double loss, double accuracy = std::numeric_limits<double>::quiet_NaN());
+  // Overlap (see the header comment): parameter `index`'s gradient is final for this step; with
+  // --overlap=push|push_pull it is pushed in the next part (parts of at least 64 KiB, the small
+  // ones joining the next), else with Step. Call it between the forward and Step, at most once per
+  // parameter and step; the gradient must stay unchanged until Step returns. InvalidArgument for an
+  // index out of range or a parameter handed over twice in one step (a second backward before
+  // Step: its gradient was already pushed; use --overlap=none to accumulate several backward
+  // passes); FailedPrecondition when the session is not open.
+  absl::Status GradientReady(int index);
+  // Waits until parameter `index`'s values of the pull after the last Step have arrived (at once
+  // when there is none in flight). A failed pull is reported by the next Step instead.
+  void WaitForValues(int index);
+  // The same for every parameter.
+  void WaitForValues();
+  // The index of the parameter named `name`, or -1.
+  int ParameterIndex(const std::string& name) const;
+
   // Tables (see the header comment). `ids` holds one span per declared table; InvalidArgument
   // naming the table for a wrong count or (fixed) an id outside [0, N); FailedPrecondition when
   // the session is not open.
@@ -194,6 +226,10 @@ class WorkerSession {
   // workers write no events) at the current global step. InvalidArgument for a bad name
   // (CheckMetricName); FailedPrecondition before Open().
   absl::Status LogScalars(const std::vector<std::pair<std::string, double>>& scalars);
+  // The job's work queue of training-file slices on ps task 0 (psflow/ps/ps_types.h WorkQueueCall;
+  // docs/data-files.md#the-work-queue), retried like every call. FailedPrecondition before Open().
+  // The chief saves the queue's state in every checkpoint and gives it back on a restore.
+  absl::StatusOr<ps::WorkQueueAnswer> CallWorkQueue(const ps::WorkQueueCall& call);
 
   bool is_open() const;
   bool is_chief() const;

@@ -51,6 +51,9 @@ struct RunSummary {
   std::optional<double> test_accuracy, validation_accuracy;
   std::optional<double> validation_cross_entropy, test_cross_entropy;
   int64_t stale_gradients_dropped = 0;
+  // Async: pushes by staleness τ (ps::PsTaskStats::staleness_counts of the global step's ps): the
+  // summary's "staleness" block (pushes, mean, p50, p90, p99, max, counts). Empty: no block.
+  std::vector<int64_t> staleness_counts;
   std::vector<PsTraffic> ps_traffic;
   // The evaluation's other scalars (SessionEval::scalars), by their own names, after the fixed
   // fields on the summary line and as top-level keys of the JSON.

@@ -12,6 +12,9 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include "ps/server/work_queue.h"
 
 #include "programs/ctr/ctr_single.h"
 #include "psflow/data/criteo.h"
@@ -120,7 +123,7 @@ TEST_F(CtrFilesTest, TheEndOfTheFilesEndsTrainingWithACheckpoint) {
                       "100"),
             std::string::npos)
       << said;
-  EXPECT_NE(said.find("training files: 1000 examples read, 0 bad lines skipped"), std::string::npos) << said;
+  EXPECT_NE(said.find("training files: 1000 examples read in 1 epoch(s), 0 bad lines skipped"), std::string::npos) << said;
 }
 
 TEST_F(CtrFilesTest, BadFilesFailWithOneLine) {
@@ -152,6 +155,122 @@ TEST_F(CtrFilesTest, BadFilesFailWithOneLine) {
                 .message()
                 .find("--train_files and --test_files are the ctr model's data; --model=mlp reads --data_dir"),
             std::string::npos);
+}
+
+// All examples of a slice source, read in batches of `n` (the last one short).
+std::vector<int64_t> AllIds(CtrSliceReader& reader, int fields) {
+  std::vector<int64_t> all, ids(100 * fields);
+  std::vector<float> dense(100 * kCtrNumDense), labels(100);
+  for (;;) {
+    auto n = reader.Read(100, ids.data(), dense.data(), labels.data());
+    EXPECT_TRUE(n.ok()) << n.status();
+    if (!n.ok() || *n == 0) break;
+    all.insert(all.end(), ids.begin(), ids.begin() + *n * fields);
+  }
+  return all;
+}
+
+// The work queue's plan cuts the files into slices that read every line once: the slices of the
+// plan in order give the files' examples (plain and gzip, many slices a file and fewer).
+TEST_F(CtrFilesTest, ThePlansSlicesReadEveryLineOnce) {
+  for (bool gzip : {false, true}) {
+    SCOPED_TRACE(gzip ? "gzip" : "plain");
+    const std::string data = gzip ? "gz" : "plain";
+    WriteFiles(data, 3, 700, gzip);
+    auto files = data::ExpandCriteoFiles(Path(data) + "/train-*");
+    ASSERT_TRUE(files.ok());
+    const TrainOptions o = Options("", 1);
+    CtrSliceReader whole(FixedOrderSlices(*files, 1, false, 0), CtrReaderOptions(o));
+    const std::vector<int64_t> want = AllIds(whole, o.ctr_fields);
+    ASSERT_EQ(want.size(), 2100u * o.ctr_fields);
+    EXPECT_EQ(whole.epochs_begun(), 1);
+    for (int64_t slices : {1, 5, 12}) {
+      auto plan = MakeCtrWorkPlan(*files, slices, 1, false, 0);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      ASSERT_TRUE(ps::CheckWorkPlan(*plan).ok());
+      EXPECT_EQ(plan->slices.size(), static_cast<size_t>(std::max<int64_t>(slices, 3)));
+      size_t next = 0;
+      CtrSliceReader sliced(
+          [&](int64_t, int64_t) -> absl::StatusOr<std::optional<EpochSlice>> {
+            if (next == plan->slices.size()) return std::optional<EpochSlice>();
+            const ps::WorkSlice& w = plan->slices[next++];
+            return std::optional<EpochSlice>(EpochSlice{
+                {plan->files[w.file], w.begin, w.end == ps::kWorkSliceToEnd ? data::CriteoSlice::kToEnd : w.end}, 0});
+          },
+          CtrReaderOptions(o));
+      EXPECT_TRUE(AllIds(sliced, o.ctr_fields) == want) << slices << " slices";
+    }
+  }
+}
+
+// Epochs: the fixed order passes over the files --num_epochs times, shuffled per epoch from the
+// seed; the end of the last epoch ends training.
+TEST_F(CtrFilesTest, EpochsPassOverTheFilesInTheirOrder) {
+  WriteFiles("data", 4, 100, false);
+  TrainOptions o = Options("", 1);
+  o.train_files = Path("data") + "/train-*";
+  auto files = data::ExpandCriteoFiles(o.train_files);
+  ASSERT_TRUE(files.ok());
+  std::vector<std::vector<int64_t>> per_file;
+  for (const std::string& f : *files) {
+    CtrSliceReader one(FixedOrderSlices({f}, 1, false, 0), CtrReaderOptions(o));
+    per_file.push_back(AllIds(one, o.ctr_fields));
+  }
+  CtrSliceReader epochs(FixedOrderSlices(*files, 3, true, 11), CtrReaderOptions(o));
+  const std::vector<int64_t> got = AllIds(epochs, o.ctr_fields);
+  EXPECT_EQ(epochs.epochs_begun(), 3);
+  std::vector<int64_t> want;
+  for (int64_t e = 0; e < 3; ++e) {
+    for (int f : ps::WorkOrder(4, true, 11, e)) want.insert(want.end(), per_file[f].begin(), per_file[f].end());
+  }
+  EXPECT_TRUE(got == want);
+  EXPECT_NE(ps::WorkOrder(4, true, 11, 0), ps::WorkOrder(4, true, 11, 1));
+
+  o.num_epochs = 3;  // 1200 examples: 18 whole batches of 64
+  o.train_steps = kUntilTheDataEnds;
+  std::string said;
+  auto summary = RunCtrSingleProcess(o, [&](const std::string& line) { said += line + "\n"; });
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->global_step, 18);
+  EXPECT_NE(said.find("training ends at step 18 (no --train_steps)"), std::string::npos) << said;
+  EXPECT_NE(said.find("1200 examples read in 3 epoch(s)"), std::string::npos) << said;
+}
+
+// Sync: worker w of N takes part w of global batch s of N·B: the N parts make one process's batch
+// of N·B, in order, also after a jump (a resume) and a step back (a rollback).
+TEST_F(CtrFilesTest, SyncPartsMakeOneProcesssBatch) {
+  WriteFiles("data", 2, 333, true);
+  TrainOptions big = Options("", 1);
+  big.train_files = Path("data") + "/train-*";
+  TrainOptions small = big;
+  big.batch_size = 96;
+  small.batch_size = 32;
+  auto one = CtrFileBatches::Open(big);
+  ASSERT_TRUE(one.ok()) << one.status();
+  std::vector<std::unique_ptr<CtrFileBatches>> parts;
+  for (int w = 0; w < 3; ++w) {
+    auto part = CtrFileBatches::Open(small, w, 3);
+    ASSERT_TRUE(part.ok()) << part.status();
+    parts.push_back(*std::move(part));
+  }
+  const int fields = big.ctr_fields;
+  std::vector<int64_t> ids(96 * fields), part_ids(32 * fields);
+  std::vector<float> dense(96 * kCtrNumDense), labels(96), part_dense(32 * kCtrNumDense), part_labels(32);
+  for (int64_t step : {0, 1, 4, 2, 5}) {
+    SCOPED_TRACE(step);
+    ASSERT_TRUE((*one)->Fill(step, ids.data(), dense.data(), labels.data()).ok());
+    for (int w = 0; w < 3; ++w) {
+      ASSERT_TRUE(parts[w]->Fill(step, part_ids.data(), part_dense.data(), part_labels.data()).ok());
+      EXPECT_TRUE(std::equal(part_ids.begin(), part_ids.end(), ids.begin() + w * 32 * fields));
+      EXPECT_TRUE(std::equal(part_labels.begin(), part_labels.end(), labels.begin() + w * 32));
+      EXPECT_TRUE(std::equal(part_dense.begin(), part_dense.end(), dense.begin() + w * 32 * kCtrNumDense));
+    }
+  }
+  // 666 examples: 6 whole global batches of 96; batch 6 is not whole, for every part alike.
+  for (int w = 0; w < 3; ++w) {
+    EXPECT_EQ(parts[w]->Fill(6, part_ids.data(), part_dense.data(), part_labels.data()).code(),
+              absl::StatusCode::kOutOfRange);
+  }
 }
 
 }  // namespace

@@ -275,7 +275,8 @@ absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, cons
   for (; step < steps; ++step) {
     auto result = (*trainer)->Step(step);
     if (absl::IsOutOfRange(result.status())) {  // the end of --train_files ends training here
-      log(absl::StrCat(result.status().message(), ": training ends at step ", step, " of ", steps));
+      log(absl::StrCat(result.status().message(), ": training ends at step ", step,
+                       steps == kUntilTheDataEnds ? std::string(" (no --train_steps)") : absl::StrCat(" of ", steps)));
       break;
     }
     if (!result.ok()) return result.status();
@@ -290,7 +291,8 @@ absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, cons
   }
   const int64_t end_step = step;  // `steps`, or where the training files ended
   if (const CtrFileBatches* files = (*trainer)->training_files(); files != nullptr) {
-    log(absl::StrCat("training files: ", files->examples_read(), " examples read, ", files->bad_lines(),
+    log(absl::StrCat("training files: ", files->examples_read(), " examples read in ", files->epochs_begun(),
+                     " epoch(s), ", files->bad_lines(),
                      " bad lines skipped (--max_bad_lines=", options.max_bad_lines, ")"));
   }
   if (!options.checkpoint_dir.empty() && saved_step != end_step) {

@@ -24,7 +24,7 @@ std::vector<dist::TableSpec> TableSpecsOf(const TrainOptions& options) {
 absl::StatusOr<std::string> CtrTrainer::SaveCheckpoint(int64_t step) const {
   auto layout = TableLayoutOf(SparseRuleConfigFrom(options_));
   if (!layout.ok()) return layout.status();
-  TrainingState state{step, options_.model, optimizer_->name(), {}};
+  TrainingState state{step, options_.model, optimizer_->name(), {}, {}};
   const auto& params = model_->parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     VariableState v{params[i]->value, {}, states_[i].updates};

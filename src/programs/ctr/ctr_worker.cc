@@ -3,14 +3,18 @@
 // which live on the ps tasks (the update rules run there, one implementation for every mode).
 // Per step the worker takes its part of the one-process stream's batch at the session's data step
 // (docs/design.md#data-order: sync, part w of global batch s of R·B examples, so R workers × B see
-// one process's R·B; async, batch s of B, distinct per push), looks its ids up (deduplicated; the
+// one process's R·B; async, batch s of B, distinct per push), or a batch of --train_files; it looks its ids up (deduplicated; the
 // rows usually came back with the previous step's answer), computes, hands back each unique id's
 // gradient and the next batch's ids (prefetch), and steps: one round trip per step. The chief
 // evaluates the final model on the generator's test set (log-loss and AUC beside Bayes).
 #include <cmath>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "programs/ctr/ctr_files.h"
 #include "programs/ctr/ctr_single.h"
 #include "psflow/core/threading.h"
 #include "psflow/train/session.h"
@@ -19,24 +23,24 @@
 namespace psflow::train {
 namespace {
 
-// One batch (or this worker's part of one) and its table ids per field.
+// Fills a batch of B examples at data step `at` (ids [B, F], dense [B, 13], labels [B]); OutOfRange at
+// the end of the training files.
+using CtrBatchFill = std::function<absl::Status(int64_t at, int64_t* ids, float* dense, float* labels)>;
+
+// One batch of the worker's stream and its table ids per field.
 struct CtrBatch {
   int64_t step = -1;
   std::vector<int64_t> ids;
   std::vector<float> dense, labels;
   std::vector<std::vector<int64_t>> columns;
 
-  // Examples [part·B, (part + 1)·B) of batch `at` of the generator's stream 0 (the one one process
-  // reads: FillBatch(0, at, ...), whose smaller batches are prefixes of larger ones).
-  absl::Status Fill(const data::CtrGenerator& generator, const TrainOptions& o, int64_t part, int64_t at) {
+  absl::Status Fill(const CtrBatchFill& fill, const TrainOptions& o, int64_t at) {
     const int64_t batch = OptionValue(o.batch_size);
     ids.resize(batch * o.ctr_fields);
     dense.resize(batch * kCtrNumDense);
     labels.resize(batch);
-    if (auto s = generator.FillBatchPart(0, at, part * batch, batch, ids.data(), dense.data(), labels.data());
-        !s.ok()) {
-      return s;
-    }
+    step = -1;
+    if (auto s = fill(at, ids.data(), dense.data(), labels.data()); !s.ok()) return s;
     CtrTableIds(o, ids.data(), batch, &columns);
     step = at;
     return absl::OkStatus();
@@ -64,11 +68,6 @@ std::vector<nn::FieldRows> FieldRowsOf(WorkerSession& session, std::vector<Var>*
 }  // namespace
 
 absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSink& log) {
-  if (!options.train_files.empty() || !options.test_files.empty()) {
-    return absl::UnimplementedError(
-        "--train_files/--test_files train in one process so far (psflow train without --job_name): the work "
-        "queue that hands file slices to a cluster's workers is not built yet");
-  }
   SetIntraOpThreads(options.intra_op_threads);
   auto generator = MakeCtrGenerator(options);
   if (!generator.ok()) return generator.status();
@@ -98,7 +97,7 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
   auto train = [&]() -> absl::StatusOr<RunSummary> {
     if (auto s = session.Open(); !s.ok()) return s;
     const TrainOptions& o = session.options();  // resolved
-    const int64_t part = session.data_worker_index();  // sync: the worker's index; async: 0
+    const int64_t worker = session.worker_index();
     if (session.is_chief()) {
       log(absl::StrCat(
           "ctr: ", o.ctr_fields, " fields of dim ", o.ctr_dim, " (",
@@ -106,15 +105,66 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
           ", ", o.sparse_optimizer, " lr ", OptionValue(o.sparse_learning_rate), " on the ps), ", model.NumParameters(),
           " dense parameters (", o.optimizer, " lr ", OptionValue(o.learning_rate), ")"));
     }
+    // The data: the generator's stream, or --train_files (sync: the fixed order, this worker's part
+    // of each global batch; async: slices from the work queue on ps task 0, programs/ctr/ctr_files.h).
+    // The generator: examples [part·B, (part + 1)·B) of batch `at` of stream 0, the one one process
+    // reads (FillBatch(0, at, ...), whose smaller batches are prefixes of larger ones). Sync: part is
+    // the worker's index, so R workers × B see one process's R·B; async: 0, batch `at` distinct per push.
+    const int64_t part = session.data_worker_index();
+    CtrBatchFill fill = [&](int64_t at, int64_t* ids, float* dense, float* labels) {
+      const int64_t batch = OptionValue(o.batch_size);
+      return generator->FillBatchPart(0, at, part * batch, batch, ids, dense, labels);
+    };
+    std::unique_ptr<CtrFileBatches> fixed_order;
+    std::unique_ptr<CtrSliceReader> queue_reader;
+    const bool from_files = !o.train_files.empty();
+    if (from_files && session.sync()) {
+      auto files = CtrFileBatches::Open(o, worker, session.num_workers());
+      if (!files.ok()) return files.status();
+      fixed_order = *std::move(files);
+      fill = [&](int64_t at, int64_t* ids, float* dense, float* labels) {
+        return fixed_order->Fill(at, ids, dense, labels);
+      };
+    } else if (from_files) {
+      auto files = data::ExpandCriteoFiles(o.train_files);
+      if (!files.ok()) return files.status();
+      auto plan = MakeCtrWorkPlan(*files, int64_t{o.file_slices} * session.num_workers(), o.num_epochs,
+                                  o.shuffle_files, o.seed);
+      if (!plan.ok()) return plan.status();
+      queue_reader = std::make_unique<CtrSliceReader>(
+          QueueSlices(session, *std::move(plan), o.init_timeout_secs, o.worker_timeout_secs, log),
+          CtrReaderOptions(o));
+      fill = [&](int64_t, int64_t* ids, float* dense, float* labels) -> absl::Status {
+        const int64_t batch = OptionValue(o.batch_size), fields = o.ctr_fields;
+        int64_t have = 0;
+        while (have < batch) {
+          auto got = queue_reader->Read(batch - have, ids + have * fields, dense + have * kCtrNumDense, labels + have);
+          if (!got.ok()) return got.status();
+          if (*got == 0) {
+            return absl::OutOfRangeError(absl::StrCat("the work queue is at its end (", have,
+                                                      " examples left over, under a batch)"));
+          }
+          have += *got;
+        }
+        return absl::OkStatus();
+      };
+    }
     CtrBatch current, next;
     std::vector<Var> leaves;
     const int64_t batch = OptionValue(o.batch_size);
+    int64_t own_step = 0;  // async from files: this worker's batches, in order
+    std::string data_end;  // why the training files ended training, or empty
     while (!session.ShouldStop()) {
-      // Sync: this worker's part of the global step's batch; async: the batch its last push claimed.
-      const int64_t at = session.data_step();
+      // Sync: this worker's part of the global step's batch; async: the batch its last push claimed
+      // (from files: its own consecutive batches of the queue's slices).
+      const int64_t at = queue_reader != nullptr ? own_step : session.data_step();
       if (next.step == at) {
         std::swap(current, next);
-      } else if (auto s = current.Fill(*generator, o, part, at); !s.ok()) {
+      } else if (auto s = current.Fill(fill, o, at); !s.ok()) {
+        if (from_files && absl::IsOutOfRange(s)) {
+          data_end = std::string(s.message());
+          break;
+        }
         return s;
       }
       absl::Status looked = session.Lookup(current.Spans());
@@ -130,25 +180,69 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
         Backward(loss);
         for (int t = 0; t < session.num_tables(); ++t) session.table_batch(t).grads = std::move(leaves[t]->grad);
         // The next batch's ids ride on this step's push; its rows come back with the answer.
-        if (auto s = next.Fill(*generator, o, part, at + 1); !s.ok()) return s;
-        if (auto s = session.Prefetch(next.Spans()); !s.ok()) return s;
+        absl::Status filled = next.Fill(fill, o, at + 1);
+        if (filled.ok()) {
+          if (auto s = session.Prefetch(next.Spans()); !s.ok()) return s;
+        } else if (!from_files || !absl::IsOutOfRange(filled)) {
+          return filled;  // (the end of the files is met again at the next step, and ends it)
+        }
       }
       if (auto s = session.Step(loss_value, static_cast<double>(correct) / static_cast<double>(batch)); !s.ok()) {
         return s;
       }
       ZeroGrad(model.parameters());
+      ++own_step;
+    }
+    SessionEval files_eval;
+    if (from_files) {
+      if (!data_end.empty()) log(absl::StrCat("worker ", worker, ": ", data_end, ": training ends here"));
+      const int64_t read = fixed_order ? fixed_order->examples_read() : queue_reader->examples_read();
+      const int64_t bad = fixed_order ? fixed_order->bad_lines() : queue_reader->bad_lines();
+      const int64_t epochs = fixed_order ? fixed_order->epochs_begun() : queue_reader->epochs_begun();
+      log(absl::StrCat("worker ", worker, ": training files: ", read, " examples read",
+                       queue_reader ? absl::StrCat(" in ", queue_reader->slices_read(), " slices") : std::string(),
+                       ", epoch(s) begun: ", epochs, ", ", bad, " bad lines skipped (--max_bad_lines=",
+                       o.max_bad_lines, ")"));
+      if (session.is_chief()) {
+        // The job's figures: sync, the fixed order's (every worker reads it whole); async, the
+        // work queue's (the workers' counts as they reported them with each slice).
+        double job_examples = static_cast<double>(read), job_bad = static_cast<double>(bad),
+               job_epochs = static_cast<double>(epochs);
+        if (queue_reader != nullptr) {
+          ps::WorkQueueCall state;
+          state.op = ps::WorkQueueCall::Op::kState;
+          auto queue = session.CallWorkQueue(state);
+          if (queue.ok() && queue->configured) {
+            job_examples = static_cast<double>(queue->examples);
+            job_bad = static_cast<double>(queue->bad_lines);
+            job_epochs = static_cast<double>(queue->epoch_now + 1);
+            log(absl::StrCat("work queue: ", queue->handed, " slices handed out (", queue->total, " in ",
+                             o.num_epochs, " epoch(s), ", queue->returned, " given back and handed again)"));
+          }
+        }
+        files_eval.scalars = {{"train_file_examples", job_examples},
+                              {"train_file_epochs", job_epochs},
+                              {"train_file_bad_lines", job_bad}};
+      }
+    }
+    std::optional<data::CtrExamples> test_files;
+    if (session.is_chief() && !o.test_files.empty()) {
+      auto test = ReadCtrTestFiles(o);
+      if (!test.ok()) return test.status();
+      test_files = *std::move(test);
     }
     return session.Close([&]() -> absl::StatusOr<SessionEval> {
-      auto figures = EvaluateCtrModel(
-          o, *generator, model, o.ctr_test_examples,
+      const CtrRowSource rows =
           [&](const std::vector<std::vector<int64_t>>& columns) -> absl::StatusOr<std::vector<nn::FieldRows>> {
-            std::vector<absl::Span<const int64_t>> spans;
-            for (const auto& c : columns) spans.emplace_back(c);
-            if (auto s = session.Lookup(spans); !s.ok()) return s;
-            return FieldRowsOf(session, &leaves, /*trainable=*/false);
-          });
+        std::vector<absl::Span<const int64_t>> spans;
+        for (const auto& c : columns) spans.emplace_back(c);
+        if (auto s = session.Lookup(spans); !s.ok()) return s;
+        return FieldRowsOf(session, &leaves, /*trainable=*/false);
+      };
+      auto figures = test_files.has_value() ? EvaluateCtrExamples(o, *test_files, model, rows)
+                                            : EvaluateCtrModel(o, *generator, model, o.ctr_test_examples, rows);
       if (!figures.ok()) return figures.status();
-      SessionEval eval;
+      SessionEval eval = files_eval;
       eval.test_cross_entropy = figures->test_log_loss;
       eval.ctr = *figures;
       return eval;

@@ -39,7 +39,7 @@ int64_t ActivationFloatsPerExample(nn::Model& model, const data::Dataset& datase
 }  // namespace
 
 EvalResult Evaluate(nn::Model& model, const data::Dataset& dataset) {
-  nn::ForwardContext ctx{.training = false, .rng = nullptr};
+  nn::ForwardContext ctx{.training = false, .rng = nullptr, .before_layer = nullptr};
   if (dataset.num_examples <= 0) return {0, 0};
   int64_t param_bytes = 0;
   for (const Var& p : model.parameters()) param_bytes += 4 * p->value.size();

@@ -1,8 +1,10 @@
 #include "programs/mnist/local_replicas.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
+#include <unordered_map>
 
 #include "core/check.h"
 #include "psflow/core/random.h"
@@ -38,13 +40,26 @@ struct ReplicaOutput {
   double loss = 0, accuracy = 0;
 };
 
-ReplicaOutput RunReplica(nn::Model& model, const float* images, const int32_t* labels, int64_t batch, uint64_t seed) {
+ReplicaOutput RunReplica(nn::Model& model, const float* images, const int32_t* labels, int64_t batch, uint64_t seed,
+                         const StepHooks* hooks = nullptr) {
   ZeroGrad(model.parameters());
   Rng rng(seed);
-  nn::ForwardContext ctx{.training = true, .rng = &rng};
+  nn::ForwardContext ctx{.training = true, .rng = &rng, .before_layer = nullptr};
+  if (hooks != nullptr) ctx.before_layer = hooks->before_layer;
   Var logits = model.Logits(images, batch, ctx);
   Var loss = nn::Model::Loss(logits, std::span<const int32_t>(labels, batch));
-  Backward(loss);
+  if (hooks != nullptr && hooks->gradient_ready && std::isfinite(loss->value[0])) {
+    // Each parameter handed over as soon as its gradient is final (a diverged step hands over
+    // nothing: the session refuses it whole).
+    std::unordered_map<const Node*, int> index;
+    const auto& params = model.parameters();
+    for (size_t i = 0; i < params.size(); ++i) index.emplace(params[i].get(), static_cast<int>(i));
+    Backward(loss, [&](Node& leaf) {
+      if (auto it = index.find(&leaf); it != index.end()) hooks->gradient_ready(it->second);
+    });
+  } else {
+    Backward(loss);
+  }
   return {loss->value[0], ops::Accuracy(logits->value, std::span<const int32_t>(labels, batch))};
 }
 
@@ -61,10 +76,10 @@ void AddSparse(const RowSparse& src, float weight, int64_t row_size, std::map<in
 }  // namespace
 
 StepStats LocalReplicas::ComputeGradients(const float* images, const int32_t* labels, int64_t batch,
-                                          uint64_t step_seed) {
+                                          uint64_t step_seed, const StepHooks& hooks) {
   const int k = std::min<int>(size(), static_cast<int>(batch));
   if (k <= 1) {
-    ReplicaOutput out = RunReplica(*replicas_[0], images, labels, batch, step_seed);
+    ReplicaOutput out = RunReplica(*replicas_[0], images, labels, batch, step_seed, &hooks);
     return {out.loss, out.accuracy};
   }
   SyncReplicaParameters();

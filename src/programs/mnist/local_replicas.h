@@ -6,6 +6,7 @@
 #define PSFLOW_PROGRAMS_MNIST_LOCAL_REPLICAS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -21,6 +22,14 @@ struct StepStats {
   double accuracy = 0;  // on the batch
 };
 
+// What a worker does while one replica computes (push as backward goes, pull in forward order).
+struct StepHooks {
+  // Parameter i (of parameters()) has its final gradient for this step.
+  std::function<void(int index)> gradient_ready;
+  // Before a layer's forward, with its parameters (nn::ForwardContext::before_layer).
+  std::function<void(const std::vector<Var>& params)> before_layer;
+};
+
 class LocalReplicas {
  public:
   // Builds `num_replicas` identical models (same seed) on as many CPU devices.
@@ -33,7 +42,10 @@ class LocalReplicas {
 
   // Forward/backward on `batch` examples; afterwards parameters()[i]->grad (or sparse_grad) hold
   // the mean gradient over the batch. `step_seed` seeds dropout deterministically.
-  StepStats ComputeGradients(const float* images, const int32_t* labels, int64_t batch, uint64_t step_seed);
+  // With K = 1 the hooks run during the forward and backward (with K > 1 they are not called: the
+  // replicas' gradients are final only once averaged).
+  StepStats ComputeGradients(const float* images, const int32_t* labels, int64_t batch, uint64_t step_seed,
+                             const StepHooks& hooks = {});
 
  private:
   LocalReplicas() = default;

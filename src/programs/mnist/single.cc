@@ -162,7 +162,7 @@ class SingleProcessRun {
   const std::vector<Var>& params() const { return replicas_->parameters(); }
 
   absl::Status Save(int64_t step) {
-    TrainingState state{step, options_.model, optimizer_->name(), {}};
+    TrainingState state{step, options_.model, optimizer_->name(), {}, {}};
     for (size_t i = 0; i < params().size(); ++i) {
       VariableState v{params()[i]->value, {}, states_[i].updates};
       for (const FloatBuffer& slot : states_[i].slots) {

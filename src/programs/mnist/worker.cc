@@ -3,6 +3,7 @@
 // them, pulls the updated variables back, and does the chief's duties on worker 0, until the
 // global step reaches --train_steps. The chief evaluates the final parameters on MNIST.
 #include <cmath>
+#include <unordered_map>
 
 #include "programs/mnist/local_replicas.h"
 #include "programs/mnist/mnist.h"
@@ -15,6 +16,14 @@
 #include "train/option_value.h"
 
 namespace psflow::train {
+namespace {
+
+// The built-in models, each one nn::Sequential (src/nn/model.cc).
+bool IsSeedModel(const std::string& name) {
+  return name == "softmax" || name == "mlp" || name == "cnn" || name == "vgg19";
+}
+
+}  // namespace
 
 absl::StatusOr<RunSummary> RunImageWorker(const TrainOptions& options, const LogSink& log) {
   SetIntraOpThreads(options.intra_op_threads);
@@ -40,6 +49,8 @@ absl::StatusOr<RunSummary> RunImageWorker(const TrainOptions& options, const Log
   // Filled below, once the data is loaded (the session calls it only after Open).
   std::function<absl::StatusOr<SessionEval>()> evaluate;
   session_options.evaluate = [&evaluate] { return evaluate(); };
+  // Each layer's forward waits for its own values (--overlap=push_pull): see the hooks below.
+  session_options.waits_for_values = true;
   auto session_or = WorkerSession::Create(session_options, std::move(params));
   if (!session_or.ok()) return session_or.status();
   WorkerSession& session = **session_or;
@@ -70,14 +81,36 @@ absl::StatusOr<RunSummary> RunImageWorker(const TrainOptions& options, const Log
     std::vector<int64_t> indices;
     std::vector<float> images(batch_size * train.example_size);
     std::vector<int32_t> labels(batch_size);
+    // Overlap (--overlap): each gradient handed to the session as backward finishes it, and each
+    // layer's forward waiting only for its own values. The seed models are one Sequential, whose
+    // layers call before_layer; a registered model may not be, so it waits for all its values
+    // first, as do K > 1 local replicas (they copy every value before computing).
+    const std::vector<Var>& master = (*replicas)->parameters();
+    std::unordered_map<const Node*, int> index_of;
+    for (size_t i = 0; i < master.size(); ++i) index_of.emplace(master[i].get(), static_cast<int>(i));
+    const bool per_layer = (*replicas)->size() == 1 && IsSeedModel(o.model);
+    absl::Status handed = absl::OkStatus();
+    StepHooks hooks;
+    hooks.gradient_ready = [&](int i) {
+      if (handed.ok()) handed = session.GradientReady(i);
+    };
+    if (per_layer) {
+      hooks.before_layer = [&](const std::vector<Var>& layer_params) {
+        for (const Var& p : layer_params) {
+          if (auto it = index_of.find(p.get()); it != index_of.end()) session.WaitForValues(it->second);
+        }
+      };
+    }
     while (!session.ShouldStop()) {
+      if (!per_layer) session.WaitForValues();
       // Sync: worker i takes slice i of global batch `global_step` (the data order contract).
       // Async: the batch after the step this worker's last push claimed (session.h's data_step).
       sampler.BatchAt(session.data_step(), &indices);
       data::Gather(train, indices, images.data(), labels.data());
       StepStats stats = (*replicas)->ComputeGradients(
           images.data(), labels.data(), batch_size,
-          Rng::Mix(o.seed, (uint64_t(session.worker_index()) << 40) + session.local_step()));
+          Rng::Mix(o.seed, (uint64_t(session.worker_index()) << 40) + session.local_step()), hooks);
+      if (!handed.ok()) return handed;
       if (auto s = session.Step(stats.loss, stats.accuracy); !s.ok()) return s;
     }
     return session.Close(evaluate);

@@ -314,7 +314,8 @@ void PsClient::Impl::RoundForWire(PerPs* per_ps) {
 }
 
 std::vector<CallRound> PsClient::Impl::PushRounds(PerPs per_ps, int64_t step_tag, const Targets* targets,
-                                                  const TrainingConfig& config, const TableWork* tables) {
+                                                  const TrainingConfig& config, const TableWork* tables,
+                                                  bool early_part) {
   // Async pushes bigger than a part go as parts, one round of calls after another
   // (ps/client/call_parts.h); a sync push, or one that fits, is one round: a call per ps task. A pull
   // that fits rides on the task's last part; a bigger one follows as Pull calls in parts.
@@ -328,7 +329,9 @@ std::vector<CallRound> PsClient::Impl::PushRounds(PerPs per_ps, int64_t step_tag
     const bool pulls_here = targets != nullptr && !(*targets)[k].empty();
     if (pulls_here && PullInParts((*targets)[k])) pulls_in_parts.push_back(k);
     const bool tables_here = tables != nullptr && tables->Any(k);
-    if (per_ps[k].empty() && !pulls_here && !tables_here && !config.sync && k != gs_ps()) continue;
+    if (per_ps[k].empty() && (early_part || (!pulls_here && !tables_here && !config.sync && k != gs_ps()))) {
+      continue;  // an early part goes only where it has gradients
+    }
     tasks.push_back(k);
     if (config.sync || options_.max_part_bytes <= 0) {
       parts.emplace_back().push_back(std::move(per_ps[k]));
@@ -348,7 +351,9 @@ std::vector<CallRound> PsClient::Impl::PushRounds(PerPs per_ps, int64_t step_tag
     const int k = tasks[i];
     const bool pull_with_push = targets != nullptr && !(*targets)[k].empty() && !PullInParts((*targets)[k]);
     for (size_t p = 0; p < parts[i].size(); ++p) {
-      const bool last = p + 1 == parts[i].size();
+      // An early part of a push as backward goes: every call has more parts to come (the push's
+      // last part is another PushRounds), and its answer carries nothing to read.
+      const bool last = p + 1 == parts[i].size() && !early_part;
       wire::PushRequest request = header;
       request.set_seq(first_seq + p);
       request.set_more_parts(!last);
@@ -385,7 +390,7 @@ std::vector<CallRound> PsClient::Impl::PushRounds(PerPs per_ps, int64_t step_tag
 
 void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
                                const std::vector<std::pair<std::string, Tensor*>>* out, const TableStep* tables,
-                               std::function<void(absl::StatusOr<PushResult>)> done) {
+                               std::function<void(absl::StatusOr<PushResult>)> done, bool early_part) {
   std::shared_ptr<Targets> targets;
   if (out != nullptr) {
     absl::StatusOr<std::shared_ptr<Targets>> targets_or = PullTargets("PushAndPull", *out);
@@ -410,10 +415,11 @@ void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_
   const TrainingConfig config = GetConfig();
   RoundForWire(&*per_ps);  // after every check: a refused push leaves the residuals alone
   auto rounds = std::make_shared<std::vector<CallRound>>(
-      PushRounds(*std::move(per_ps), step_tag, targets.get(), config, work.get()));
+      PushRounds(*std::move(per_ps), step_tag, targets.get(), config, work.get(), early_part));
+  if ((*rounds)[0].calls.empty()) return done(PushResult{});  // an early part with nothing in it
   // Sync: the tasks that answered hear that this worker is alive while others keep it waiting.
   std::shared_ptr<WaitHeartbeat> heartbeat;
-  if (config.sync && (*rounds)[0].calls.size() > 1) {
+  if (config.sync && !early_part && (*rounds)[0].calls.size() > 1) {
     wire::HelloRequest hello;
     hello.set_worker_index(options_.worker_index);
     hello.set_client_id(client_id_);
@@ -529,7 +535,11 @@ absl::Status PsClient::Initialize(const ModelSnapshot& state, const TrainingConf
 }
 absl::Status PsClient::ScanTable(const std::string& table, int64_t max_rows,
                                  const std::function<absl::Status(TableRowsPart part)>& sink) {
-  return impl_->ScanTable(table, max_rows, sink);
+  return impl_->ScanTable(table, max_rows, TableScanOptions(), sink);
+}
+absl::Status PsClient::ScanTable(const std::string& table, int64_t max_rows, const TableScanOptions& options,
+                                 const std::function<absl::Status(TableRowsPart part)>& sink) {
+  return impl_->ScanTable(table, max_rows, options, sink);
 }
 absl::Status PsClient::WaitForInitialization(double timeout_secs) { return impl_->WaitForInitialization(timeout_secs); }
 absl::StatusOr<bool> PsClient::IsInitialized() { return impl_->IsInitialized(); }

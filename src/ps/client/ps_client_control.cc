@@ -453,6 +453,8 @@ absl::StatusOr<WorkQueueAnswer> PsClient::Impl::CallWorkQueue(const WorkQueueCal
   request.set_worker_index(options_.worker_index);
   request.set_seq(call.seq);
   request.set_fresh(call.fresh);
+  request.set_examples(call.examples);
+  request.set_bad_lines(call.bad_lines);
   request.set_state_json(call.state_json);
   request.set_replace(call.replace);
   wire::WorkQueueResponse w;
@@ -477,6 +479,9 @@ absl::StatusOr<WorkQueueAnswer> PsClient::Impl::CallWorkQueue(const WorkQueueCal
   a.total = w.total();
   a.returned = w.returned();
   a.at_end = w.at_end();
+  a.examples = w.examples();
+  a.bad_lines = w.bad_lines();
+  a.epoch_now = w.epoch_now();
   return a;
 }
 

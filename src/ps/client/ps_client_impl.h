@@ -107,7 +107,7 @@ class PsClient::Impl {
                           const std::vector<std::pair<std::string, TablePartSource>>* tables);
 
   // Tables in checkpoints (table_checkpoint.cc).
-  absl::Status ScanTable(const std::string& table, int64_t max_rows,
+  absl::Status ScanTable(const std::string& table, int64_t max_rows, const TableScanOptions& options,
                          const std::function<absl::Status(TableRowsPart part)>& sink);
   absl::Status LoadTable(const std::string& table, const TablePartSource& source);
 
@@ -150,10 +150,12 @@ class PsClient::Impl {
 
   absl::StatusOr<Tensor> PullRows(const std::string& variable, const std::vector<int64_t>& rows);
 
-  // Push, or push-and-pull when `out` is given.
+  // Push, or push-and-pull when `out` is given. `early_part`: a part of a push sent as backward
+  // goes (PushStream): to the ps tasks holding these gradients only, every call with more parts
+  // to come, nothing read from the answers (`out` and `tables` must be null).
   void PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
                  const std::vector<std::pair<std::string, Tensor*>>* out, const TableStep* tables,
-                 std::function<void(absl::StatusOr<PushResult>)> done);
+                 std::function<void(absl::StatusOr<PushResult>)> done, bool early_part = false);
   // Sends round r of a push or pull (a call to each ps task with a part left; ps/client/call_parts.h)
   // and, once all answered, the next round; `done` gets the outcome after the last round or the
   // first failed one.
@@ -168,7 +170,7 @@ class PsClient::Impl {
   // given) that rides on it or follows it in parts.
   // `tables` (or null): each task's table pushes and prefetch ride on its last part.
   std::vector<CallRound> PushRounds(PerPs per_ps, int64_t step_tag, const Targets* targets,
-                                    const TrainingConfig& config, const TableWork* tables);
+                                    const TrainingConfig& config, const TableWork* tables, bool early_part = false);
   // `tables` keeps the table blocks the calls' answers are scattered by alive until the last round.
   void SendRound(std::shared_ptr<std::vector<CallRound>> rounds, size_t r, std::shared_ptr<Targets> targets,
                  std::shared_ptr<WaitHeartbeat> heartbeat, std::shared_ptr<PushResult> result,

@@ -5,6 +5,7 @@
 // to the shard that owns it under this client's plan — Mix64(id) % P' for a dynamic table, div/mod
 // over the new shards for a fixed one — and sends each ps task its rows (the LoadTable call) part
 // by part, between the chief's Initialize and MarkInitialized.
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -70,11 +71,18 @@ int64_t ScanAnswerBytes(int64_t max_rows, int64_t dim) {
   return max_rows * (3 * dim * static_cast<int64_t>(sizeof(float)) + 3 * static_cast<int64_t>(sizeof(int64_t)));
 }
 
-// Cursor c's next part from a ScanTable answer of `peer` (a shard of `table`, rows of `dim`).
+// Cursor c's next part from a ScanTable answer of `peer` (a shard of `table`, rows of `dim`); its
+// removed ids appended to `removed`.
 absl::Status ReadScanPart(const rpc::IncomingMessage& m, const std::string& table, const std::string& shard,
-                          int64_t dim, const std::string& peer, ShardCursor* c) {
+                          int64_t dim, const std::string& peer, ShardCursor* c, std::vector<int64_t>* removed) {
   wire::ScanTableResponse response;
   if (absl::Status s = Parse(m, &response, peer); !s.ok()) return s;
+  const std::string& removed_bytes = response.part().removed_ids();
+  if (removed_bytes.size() % sizeof(int64_t) != 0) {
+    return absl::DataLossError(absl::StrCat(peer, ": a malformed list of removed ids of '", shard, "'"));
+  }
+  const std::vector<int64_t> gone = Int64s(removed_bytes);
+  removed->insert(removed->end(), gone.begin(), gone.end());
   const wire::TableRows& rows = response.part().rows();
   TableRowsPart part;
   part.table = table;
@@ -172,7 +180,7 @@ void AddLoadBlock(const dist::TableShardSpec& shard, const TableRowsPart& part, 
 
 }  // namespace
 
-absl::Status PsClient::Impl::ScanTable(const std::string& table, int64_t max_rows,
+absl::Status PsClient::Impl::ScanTable(const std::string& table, int64_t max_rows, const TableScanOptions& options,
                                        const std::function<absl::Status(TableRowsPart part)>& sink) {
   CHECK(!rpc::OnTransportThread()) << "ScanTable from an async completion callback would deadlock";
   const dist::TablePlacement* t = options_.plan.Table(table);
@@ -181,6 +189,7 @@ absl::Status PsClient::Impl::ScanTable(const std::string& table, int64_t max_row
   max_rows = std::max<int64_t>(max_rows, 1);
   const int64_t dim = t->spec.dim;
   std::vector<ShardCursor> cursors(t->shards.size());
+  std::vector<int64_t> removed;  // an increment's, from every shard
   for (size_t s = 0; s < t->shards.size(); ++s) {
     cursors[s].shard = &t->shards[s];
     cursors[s].scan_id = (client_id_ << 16) ^ next_seq_.fetch_add(1);
@@ -191,20 +200,31 @@ absl::Status PsClient::Impl::ScanTable(const std::string& table, int64_t max_row
     scan.set_table(c.shard->name);
     scan.set_scan_id(c.scan_id);
     scan.set_max_rows(max_rows);
+    scan.set_save_id(options.save_id);
+    scan.set_increment(options.increment);
+    scan.set_changed_since(options.changed_since);
+    scan.set_track_changes(options.track_changes);
     std::vector<rpc::OutgoingMessage> requests;
     requests.push_back(rpc::OutgoingMessage::Of(scan));
     const int k = c.shard->ps_task;
     return CallAndWait({channel(k)}, rpc::Method::kScanTable, std::move(requests), Control(options_.rpc_timeout_secs),
                        [&](int, const rpc::IncomingMessage& m) {
-                         return ReadScanPart(m, table, c.shard->name, dim, channel(k)->peer_name(), &c);
+                         return ReadScanPart(m, table, c.shard->name, dim, channel(k)->peer_name(), &c, &removed);
                        },
                        /*retrier=*/nullptr, {ScanAnswerBytes(max_rows, dim)});
   };
+  // Each shard's first rows (its removed ids come before them).
   for (ShardCursor& c : cursors) {
     if (absl::Status s = refill(c); !s.ok()) return s;
+    while (c.part.ids.empty() && !c.done) {
+      if (absl::Status s = refill(c); !s.ok()) return s;
+    }
   }
   const size_t slots = cursors.empty() ? 0 : cursors[0].part.slots.size();
   TableRowsPart out = NewPart(table, max_rows, dim, slots);
+  std::sort(removed.begin(), removed.end());
+  removed.erase(std::unique(removed.begin(), removed.end()), removed.end());
+  out.removed_ids = std::move(removed);
   while (true) {
     ShardCursor* best = nullptr;
     for (ShardCursor& c : cursors) {
@@ -225,7 +245,7 @@ absl::Status PsClient::Impl::ScanTable(const std::string& table, int64_t max_row
       out = NewPart(table, max_rows, dim, slots);
     }
   }
-  if (!out.ids.empty()) {
+  if (!out.ids.empty() || !out.removed_ids.empty()) {
     CutTo(&out, dim);
     return sink(std::move(out));
   }

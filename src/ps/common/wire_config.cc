@@ -155,6 +155,8 @@ wire::TrainingConfig ToWire(const TrainingConfig& c) {
   w.set_sparse_sync_mean(c.sparse_sync_mean);
   w.set_sparse_learning_rate(c.sparse_learning_rate);
   if (c.wire_dtype != "float32") w.set_wire_dtype(c.wire_dtype);  // unset: float32, as before the field
+  if (c.table_sync != "sync") w.set_table_sync(c.table_sync);
+  w.set_staleness_aware_lr(c.staleness_aware_lr);
   return w;
 }
 
@@ -178,6 +180,11 @@ absl::StatusOr<TrainingConfig> FromWire(const wire::TrainingConfig& w) {
   c.sparse_sync_mean = w.sparse_sync_mean();
   c.sparse_learning_rate = w.sparse_learning_rate();
   c.wire_dtype = w.wire_dtype().empty() ? "float32" : w.wire_dtype();
+  c.table_sync = w.table_sync().empty() ? "sync" : w.table_sync();
+  if (c.table_sync != "sync" && c.table_sync != "async") {
+    return absl::InvalidArgumentError(absl::StrCat("table_sync '", c.table_sync, "' is not sync or async"));
+  }
+  c.staleness_aware_lr = w.staleness_aware_lr();
   return c;
 }
 
@@ -212,6 +219,7 @@ wire::StatsResponse ToWire(const PsTaskStats& s) {
   }
   for (int32_t i : s.connected_worker_indices) w.add_connected_worker_indices(i);
   for (int32_t i : s.pushed_worker_indices) w.add_pushed_worker_indices(i);
+  for (int64_t n : s.staleness_counts) w.add_staleness_counts(n);
   return w;
 }
 
@@ -245,6 +253,7 @@ PsTaskStats FromWire(const wire::StatsResponse& w) {
   }
   s.connected_worker_indices.assign(w.connected_worker_indices().begin(), w.connected_worker_indices().end());
   s.pushed_worker_indices.assign(w.pushed_worker_indices().begin(), w.pushed_worker_indices().end());
+  s.staleness_counts.assign(w.staleness_counts().begin(), w.staleness_counts().end());
   return s;
 }
 

@@ -132,6 +132,7 @@ TEST(WireConfigTest, TrainingConfigFromTheWireAndBack) {
   // Its strategy, initializer kind and storage are names FromWire reads: fill, then name real ones.
   MakeReadable(w.mutable_tables(0), 0);
   MakeReadable(w.mutable_tables(1), 1);
+  w.set_table_sync("async");  // "sync" is sent as unset
   const absl::StatusOr<TrainingConfig> read = FromWire(w);
   ASSERT_TRUE(read.ok()) << read.status();
   const wire::TrainingConfig back = ToWire(*read);
@@ -208,11 +209,11 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
   TrainingConfig c;
   // Exactly the struct's fields: adding one breaks this line until it is converted and listed.
   auto& [optimizer, sync, replicas, total, train_steps, timeout, initial_step, tables, sparse_optimizer, ftrl_l1,
-         ftrl_l2, sparse_sync_mean, sparse_learning_rate, wire_dtype] = c;
+         ftrl_l2, sparse_sync_mean, sparse_learning_rate, wire_dtype, table_sync, staleness_aware_lr] = c;
   auto& [name, convention, lr, momentum, nesterov, init_acc, adagrad_eps, beta1, beta2, adam_eps, rms_decay,
          rms_momentum, rms_eps, weight_decay, groups, schedule, decay_steps, decay_rate, staircase, cosine_steps,
          min_lr, boundaries, values, warmup_steps, warmup_start] = optimizer;
-  EXPECT_EQ(wire::TrainingConfig::descriptor()->field_count(), 14);
+  EXPECT_EQ(wire::TrainingConfig::descriptor()->field_count(), 16);
   EXPECT_EQ(wire::TableConfig::descriptor()->field_count(), 13);  // the lifecycle and initializer flattened
   EXPECT_EQ(wire::TableInitializer::descriptor()->field_count(), 7);
   EXPECT_EQ(wire::OptimizerConfig::descriptor()->field_count(), 25);
@@ -227,6 +228,8 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
   Set(sparse_optimizer, ++k), Set(ftrl_l1, ++k), Set(ftrl_l2, ++k), Set(sparse_sync_mean, ++k),
       Set(sparse_learning_rate, ++k);
   Set(wire_dtype, ++k);
+  table_sync = "async";
+  staleness_aware_lr = true;
   for (int t = 0; t < 2; ++t) {
     TableDeclaration& d = tables.emplace_back();
     auto& [spec, num_shards] = d;
@@ -248,7 +251,8 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
   ASSERT_TRUE(read.ok()) << read.status();
   const TrainingConfig& back = *read;
   const auto& [b_optimizer, b_sync, b_replicas, b_total, b_train_steps, b_timeout, b_initial_step, b_tables,
-               b_sparse_optimizer, b_ftrl_l1, b_ftrl_l2, b_sparse_sync_mean, b_sparse_learning_rate, b_wire_dtype] =
+               b_sparse_optimizer, b_ftrl_l1, b_ftrl_l2, b_sparse_sync_mean, b_sparse_learning_rate, b_wire_dtype,
+               b_table_sync, b_staleness_aware_lr] =
       back;
   EXPECT_EQ(b_tables, tables);
   EXPECT_EQ(b_sparse_optimizer, sparse_optimizer);
@@ -257,6 +261,8 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
   EXPECT_EQ(b_sparse_sync_mean, sparse_sync_mean);
   EXPECT_EQ(b_sparse_learning_rate, sparse_learning_rate);
   EXPECT_EQ(b_wire_dtype, wire_dtype);
+  EXPECT_EQ(b_table_sync, table_sync);
+  EXPECT_EQ(b_staleness_aware_lr, staleness_aware_lr);
   const auto& [b_name, b_convention, b_lr, b_momentum, b_nesterov, b_init_acc, b_adagrad_eps, b_beta1, b_beta2,
                b_adam_eps, b_rms_decay, b_rms_momentum, b_rms_eps, b_weight_decay, b_groups, b_schedule, b_decay_steps,
                b_decay_rate, b_staircase, b_cosine_steps, b_min_lr, b_boundaries, b_values, b_warmup_steps,
@@ -297,8 +303,8 @@ TEST(WireConfigTest, TrainingConfigToTheWireAndBackKeepsEveryField) {
 TEST(WireConfigTest, StatsToTheWireAndBackKeepsEveryField) {
   PsTaskStats s;
   auto& [task, bytes_in, bytes_out, num_params, global_step, stale, refused, unauthenticated, connected, tables,
-         connected_indices, pushed_indices] = s;
-  EXPECT_EQ(wire::StatsResponse::descriptor()->field_count(), 12);
+         connected_indices, pushed_indices, staleness_counts] = s;
+  EXPECT_EQ(wire::StatsResponse::descriptor()->field_count(), 13);
   EXPECT_EQ(wire::TableStatsWire::descriptor()->field_count(), 15);
   int k = 0;
   Set(task, ++k), Set(bytes_in, ++k), Set(bytes_out, ++k), Set(num_params, ++k), Set(global_step, ++k);
@@ -310,9 +316,11 @@ TEST(WireConfigTest, StatsToTheWireAndBackKeepsEveryField) {
   Set(disk_bytes, ++k), Set(disk_read, ++k), Set(disk_written, ++k);
   connected_indices = {0, 2, 5};
   pushed_indices = {1, 2};
+  staleness_counts = {7, 0, int64_t{1} << 40};
   const PsTaskStats back = FromWire(ToWire(s));
   const auto& [b_task, b_bytes_in, b_bytes_out, b_num_params, b_global_step, b_stale, b_refused, b_unauthenticated,
-               b_connected, b_tables, b_connected_indices, b_pushed_indices] = back;
+               b_connected, b_tables, b_connected_indices, b_pushed_indices, b_staleness_counts] = back;
+  EXPECT_EQ(b_staleness_counts, staleness_counts);
   ASSERT_EQ(b_tables.size(), 1u);
   const auto& [b_table, b_rows, b_pending, b_bytes, b_admissions, b_evictions, b_pulled, b_pushed, b_dropped, b_storage,
                b_hits, b_misses, b_disk_bytes, b_disk_read, b_disk_written] = b_tables[0];

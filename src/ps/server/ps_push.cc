@@ -1,10 +1,18 @@
 // PsServer: pushes. HandlePush (the entry: parse, admit, validate) hands each push to its mode: async
-// mode applies it on arrival; sync mode (SyncReplicasOptimizer) gives it to the sync accumulator
+// mode applies it on arrival (with --staleness_aware_lr, a dense push of staleness τ at lr / max(1, τ));
+// sync mode (SyncReplicasOptimizer) gives it to the sync accumulator
 // (ps/server/sync_accumulator.h), which holds the push's call open (its Responder) until the step's
-// quorum is complete and its mean applied — no thread blocks per waiting worker. Every answer
+// quorum is complete and its mean applied — no thread blocks per waiting worker; hybrid sync
+// (--table_sync=async) applies the push's table rows on arrival and only its dense gradients wait. Every answer
 // leaves through PushAnswer (the exit). Push deduplication (ps/server/push_dedup.h: client id + sequence
 // number) plugs in at the entry, right after the header is parsed: it wraps the Responder, so
-// both modes and the accumulator answer through it unchanged.
+// both modes and the accumulator answer through it unchanged. A push may come in parts
+// (more_parts on every part but the last): async applies each on arrival and steps with the last;
+// sync stages the parts per worker (Shard::Stage) and counts them with the last part, which is
+// the push the accumulator sees (so a sync step still applies one mean per variable, of whole
+// pushes only).
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/check.h"
@@ -94,8 +102,8 @@ absl::Status PsServer::Impl::ValidatePush(const Model& m, const rpc::IncomingMes
   push->tables = std::make_shared<TablePush>();
   if (absl::Status s = DecodeTableBlocks(m, request, header, num_dense, push->tables.get()); !s.ok()) return s;
   if (absl::Status s = DecodeGradients(m, request, header, num_dense, &push->gradients); !s.ok()) return s;
-  if (header.more_parts() && m.config.sync) {
-    return absl::InvalidArgumentError("a push in parts in sync mode (a sync step counts whole pushes)");
+  if (header.more_parts() && m.config.sync && header.client_id() == 0) {
+    return absl::InvalidArgumentError("a sync push in parts from a client without an id (its parts could not be told apart)");
   }
   for (const std::string& name : header.pull_shards()) {
     auto it = m.by_name.find(name);
@@ -157,9 +165,24 @@ void PsServer::Impl::PushInAsyncMode(const Model& m, std::vector<ShardGradient>&
     } while (!step_.compare_exchange_weak(step, step + 1, std::memory_order_acq_rel));
     ++step;
   }
+  // Staleness τ: global steps applied between the pull this gradient was computed from (its step
+  // tag) and this apply. The global step's ps knows them (its claimed step is update `step`, so
+  // step - 1 came before); another measures against the newest step tag it has seen.
+  int64_t newest = newest_tag_.load(std::memory_order_relaxed);
+  while (header.step_tag() > newest &&
+         !newest_tag_.compare_exchange_weak(newest, header.step_tag(), std::memory_order_relaxed)) {
+  }
+  newest = std::max(newest, header.step_tag());
+  const int64_t now = !m.holds_global_step ? newest : header.more_parts() ? step : step - 1;
+  const int64_t tau = std::max<int64_t>(0, now - header.step_tag());
+  if (!header.more_parts()) {
+    staleness_[std::min<int64_t>(tau, kStalenessBuckets - 1)].fetch_add(1, std::memory_order_relaxed);
+  }
+  // --staleness_aware_lr (Zhang et al., IJCAI'16): the dense rate divided by max(1, τ).
+  const float lr_divisor = m.config.staleness_aware_lr ? static_cast<float>(std::max<int64_t>(1, tau)) : 1.0f;
   for (ShardGradient& g : gradients) {
     const optim::Optimizer& rule = m.RuleFor(g.shard);
-    g.shard->Apply(g, rule, optim::LearningRateAt(rule.config(), header.step_tag()));
+    g.shard->Apply(g, rule, optim::LearningRateAt(rule.config(), header.step_tag()) / lr_divisor);
   }
   // Table rows: the rule's learning rate and the rows' last update at the step the gradient was
   // computed at (the dense rate's step; a ps without the global step knows no other).
@@ -184,7 +207,8 @@ SyncAccumulator::Config PsServer::Impl::SyncConfig(std::shared_ptr<const Model> 
       const optim::Optimizer& rule = model->RuleFor(shard.get());
       shard->ApplyAccumulated(count, rule, optim::LearningRateAt(rule.config(), step));
     }
-    model->tables->ApplyStep(step);
+    // Hybrid (--table_sync=async): the tables' rows were applied as their pushes arrived.
+    if (model->config.table_sync != "async") model->tables->ApplyStep(step);
   };
   return c;
 }
@@ -193,11 +217,39 @@ void PsServer::Impl::PushInSyncMode(const Model& m, const std::vector<ShardGradi
                                     const wire::PushRequest& header, std::vector<std::shared_ptr<Shard>> pulls,
                                     std::shared_ptr<TablePush> tables, rpc::Responder responder) {
   const int worker = header.worker_index();
+  if (header.more_parts()) {
+    // A part of a push sent as backward goes: staged apart, counted with the push's last part
+    // (so a push that is not counted adds nothing). A part computed at an older step is stale like
+    // the push it belongs to: not kept.
+    const int64_t step = step_.load(std::memory_order_acquire);
+    const bool stale = header.step_tag() < step;
+    if (!stale) {
+      for (const ShardGradient& g : gradients) g.shard->Stage(g, header.step_tag());
+    }
+    absl::StatusOr<rpc::OutgoingMessage> answer = PushAnswer({}, step, stale, nullptr);
+    if (!answer.ok()) return responder.Respond(answer.status());
+    return responder.Respond(*std::move(answer));
+  }
+  // Hybrid (Persia's, --table_sync=async): the tables' rows are applied now, as in async mode
+  // (whether or not the dense gradients count for the step: a stale or late push's rows too); the
+  // dense gradients wait for the step's quorum.
+  const bool hybrid = m.config.table_sync == "async";
+  if (hybrid) {
+    const int64_t at = std::max(header.step_tag(), step_.load(std::memory_order_acquire));
+    if (absl::Status s = m.tables->ApplyAsync(tables->rows, at); !s.ok()) {
+      pushes_refused_.fetch_add(1);
+      return responder.Respond(s);
+    }
+  }
   sync_.Push(
       m.sync_epoch, worker, header.step_tag(),
-      [&gradients, &m, &tables, worker] {
+      [&gradients, &m, &tables, &header, worker, hybrid] {
+        // The push's earlier parts first (each shard's gradient comes in one part or the other).
+        for (const std::shared_ptr<Shard>& shard : m.shards) {
+          shard->CommitStaged(worker, header.client_id(), header.step_tag());
+        }
         for (const ShardGradient& g : gradients) g.shard->Accumulate(g);
-        m.tables->Accumulate(worker, tables->rows);
+        if (!hybrid) m.tables->Accumulate(worker, tables->rows);
       },
       [pulls = std::move(pulls), tables,
        responder = std::move(responder)](absl::StatusOr<SyncAccumulator::Outcome> outcome) mutable {

@@ -365,6 +365,11 @@ PsTaskStats PsServer::Impl::Stats() const {
   stats.global_step = step_.load();
   stats.stale_gradients_dropped = sync_.stale_dropped();
   stats.pushes_refused = pushes_refused_.load();
+  int64_t counted = 0;
+  for (const std::atomic<int64_t>& n : staleness_) counted += n.load(std::memory_order_relaxed);
+  if (counted > 0) {
+    for (const std::atomic<int64_t>& n : staleness_) stats.staleness_counts.push_back(n.load(std::memory_order_relaxed));
+  }
   {
     absl::MutexLock lock(&mu_);
     stats.connected_workers = static_cast<int64_t>(connected_.size());

@@ -9,6 +9,7 @@
 #ifndef PSFLOW_PS_SERVER_PS_SERVER_IMPL_H_
 #define PSFLOW_PS_SERVER_PS_SERVER_IMPL_H_
 
+#include <array>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -197,6 +198,13 @@ class PsServer::Impl final : public rpc::Handler {
   std::atomic<bool> shutdown_flag_{false};
   std::atomic<int64_t> step_{0};  // async: the global step (on its ps); sync: this task's step
   std::atomic<int64_t> pushes_refused_{0};
+  // Async: whole pushes applied by staleness τ (global steps between the pull their gradient was
+  // computed from, the push's step tag, and their apply): buckets τ = 0 .. kStalenessBuckets - 2,
+  // the last one counting the rest (PsTaskStats::staleness_counts). A ps without the global step
+  // measures τ against the newest step tag it has seen (the global step as the workers last saw it).
+  static constexpr int kStalenessBuckets = 65;
+  std::array<std::atomic<int64_t>, kStalenessBuckets> staleness_{};
+  std::atomic<int64_t> newest_tag_{0};
   // pushed_[i]: worker i had a push accepted (Stats' pushed_worker_indices); one flag per worker
   // of the cluster, set once, read by Stats.
   std::unique_ptr<std::atomic<bool>[]> pushed_;

@@ -271,9 +271,32 @@ absl::Status PsTables::ScanPart(const wire::TableScan& scan, int64_t global_step
     TableState* t = Find(scan.table());
     if (t == nullptr) return Bad(scan.table(), absl::StrCat("no such table shard on ps task ", ps_task_));
     t->shard->RemoveNow(global_step);  // evicted rows are not saved
-    it = scans_.emplace(scan.scan_id(), OpenScan{t, t->shard->Scan()}).first;
+    table::ScanOptions options;
+    options.save_id = scan.save_id();
+    options.increment = scan.increment();
+    options.changed_since = scan.changed_since();
+    options.track_changes = scan.track_changes();
+    absl::StatusOr<std::unique_ptr<table::RowScan>> started = t->shard->Scan(options);
+    if (!started.ok()) return Report(*t, started.status());
+    it = scans_.emplace(scan.scan_id(), OpenScan{t, *std::move(started)}).first;
   } else if (it->second.table->name != scan.table()) {
     return Bad(scan.table(), absl::StrCat("scan ", scan.scan_id(), " reads '", it->second.table->name, "'"));
+  }
+  // An increment's removed ids first, in parts of as many ids as a part's row floats.
+  if (const std::vector<int64_t>& removed = it->second.scan->removed(); it->second.removed_sent < removed.size()) {
+    const size_t n = std::min(removed.size() - it->second.removed_sent,
+                              static_cast<size_t>(std::max<int64_t>(scan.max_rows(), 1) * std::max<int64_t>(
+                                                                                              it->second.table->dim, 1)));
+    part->set_removed_ids(std::string(reinterpret_cast<const char*>(removed.data() + it->second.removed_sent),
+                                      n * sizeof(int64_t)));
+    it->second.removed_sent += n;
+    TableState* t = it->second.table;
+    part->mutable_rows()->set_table(t->name);
+    part->set_done(false);
+    // No rows: empty values and slots, as a part without rows has.
+    const int slots = t->shard->rule().num_slots();
+    for (int k = 0; k <= slots; ++k) AddRows(t->name, 0, t->dim, {}, out, k);
+    return absl::OkStatus();
   }
   table::RowsPart rows;
   const bool more = it->second.scan->Next(std::max<int64_t>(scan.max_rows(), 1), &rows);

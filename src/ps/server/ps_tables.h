@@ -98,8 +98,11 @@ class PsTables {
 
   std::vector<TableTaskStats> Stats() const;
 
-  // Checkpoints. A part of a scan (its first call runs a removal pass at `global_step`): the rows
-  // into `part` (ids, last_step, count) and `out`'s tensors (values, then each slot).
+  // Checkpoints. A part of a scan (its first call runs a removal pass at `global_step` and starts
+  // the scan with the request's options: full or an increment): an increment's removed ids first,
+  // then the rows into `part` (ids, last_step, count) and `out`'s tensors (values, then each slot).
+  // FailedPrecondition naming the table for an increment the shard cannot answer (the save must be
+  // full).
   absl::Status ScanPart(const wire::TableScan& scan, int64_t global_step, wire::TableScanPart* part,
                         rpc::OutgoingMessage* out) ABSL_LOCKS_EXCLUDED(scans_mu_);
   // Stores checkpoint rows (a LoadTable call; its tensors in order: per block the
@@ -115,6 +118,7 @@ class PsTables {
   struct OpenScan {
     TableState* table = nullptr;
     std::unique_ptr<table::RowScan> scan;
+    size_t removed_sent = 0;  // of scan->removed()
   };
   mutable absl::Mutex scans_mu_;
   absl::flat_hash_map<uint64_t, OpenScan> scans_ ABSL_GUARDED_BY(scans_mu_);

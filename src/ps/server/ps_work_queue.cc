@@ -12,6 +12,9 @@ void FillProgress(const WorkQueue::Progress& p, wire::WorkQueueResponse* r) {
   r->set_total(p.total);
   r->set_returned(p.returned);
   r->set_at_end(p.end);
+  r->set_examples(p.examples);
+  r->set_bad_lines(p.bad_lines);
+  r->set_epoch_now(p.epoch);
 }
 
 }  // namespace
@@ -34,7 +37,7 @@ void PsServer::Impl::HandleWorkQueue(const rpc::IncomingMessage& request, rpc::R
     }
     case wire::WorkQueueRequest::NEXT: {
       if (!work_queue_.configured()) break;  // answered configured = false: the worker waits for the chief
-      absl::StatusOr<WorkQueue::Taken> taken = work_queue_.Next(call.worker_index(), call.seq(), call.fresh());
+      absl::StatusOr<WorkQueue::Taken> taken = work_queue_.Next(call.worker_index(), call.seq(), call.fresh(), call.examples(), call.bad_lines());
       if (!taken.ok()) return responder.Respond(taken.status());
       answer.set_end(taken->end);
       answer.set_epoch(taken->epoch);

@@ -14,7 +14,7 @@
 // Client id 0 (a client that predates these fields) is never deduplicated.
 //
 // Memory is bounded: per client, the last kWindow pushes (a client has one push per ps in flight
-// at a time, a few when it pipelines); at most kMaxClients clients, the least recently seen
+// at a time, a few when it pipelines, a step's parts when it pushes as backward goes); at most kMaxClients clients, the least recently seen
 // forgotten first. A duplicate older than its client's window (its answer forgotten) is refused
 // with FailedPrecondition and not applied. An answer Unavailable (the ps stopping before it
 // applied the push) is not recorded, so a retry is applied afresh.
@@ -36,7 +36,7 @@ namespace psflow::ps {
 
 class PushDedup {
  public:
-  static constexpr int kWindow = 16;
+  static constexpr int kWindow = 64;
   static constexpr size_t kMaxClients = 4096;
 
   // Rebuilds the answer to a duplicate from the recorded answer's header (the serialized

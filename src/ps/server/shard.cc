@@ -235,7 +235,51 @@ void Shard::ApplySliceLocked(const ShardGradient& gradient, const optim::Optimiz
 
 void Shard::Accumulate(const ShardGradient& gradient) {
   absl::MutexLock lock(&mu_);
-  Kept& kept = kept_[gradient.worker];
+  KeepLocked(gradient, &kept_[gradient.worker]);
+}
+
+void Shard::Stage(const ShardGradient& gradient, int64_t step_tag) {
+  absl::MutexLock lock(&mu_);
+  Staged& staged = staged_[gradient.worker];
+  if (staged.client_id != gradient.client_id || staged.step_tag != step_tag) {
+    staged.client_id = gradient.client_id;
+    staged.step_tag = step_tag;
+    staged.kept.used = staged.kept.has_dense = false;
+    staged.kept.rows.clear();
+    staged.kept.values.clear();
+  }
+  KeepLocked(gradient, &staged.kept);
+}
+
+void Shard::CommitStaged(int worker, uint64_t client_id, int64_t step_tag) {
+  absl::MutexLock lock(&mu_);
+  auto it = staged_.find(worker);
+  if (it == staged_.end() || !it->second.kept.used) return;
+  Kept& staged = it->second.kept;
+  if (it->second.client_id == client_id && it->second.step_tag == step_tag) {
+    Kept& kept = kept_[worker];
+    if (!kept.used) {
+      std::swap(kept, staged);  // the buffers trade places: no copy, none freed
+    } else {
+      if (staged.has_dense) {
+        if (!kept.has_dense) {
+          kept.dense.swap(staged.dense);
+          kept.has_dense = true;
+        } else {
+          simd::AddInto(kept.dense.data(), staged.dense.data(), size_);
+        }
+      }
+      kept.rows.insert(kept.rows.end(), staged.rows.begin(), staged.rows.end());
+      kept.values.insert(kept.values.end(), staged.values.begin(), staged.values.end());
+    }
+  }
+  staged.used = staged.has_dense = false;
+  staged.rows.clear();
+  staged.values.clear();
+}
+
+void Shard::KeepLocked(const ShardGradient& gradient, Kept* kept_ptr) {
+  Kept& kept = *kept_ptr;
   kept.used = true;
   if (!gradient.sparse) {
     const bool first = !kept.has_dense;

@@ -86,6 +86,15 @@ class Shard {
   // Sync: keeps a copy of a decoded gradient of gradient.worker for this step (added to one
   // already kept for that worker).
   void Accumulate(const ShardGradient& gradient);
+  // Sync, a push in parts (push as backward goes): keeps a part's gradient for gradient.worker
+  // apart from the step's, tagged with the client and the step it was computed at (a part of
+  // another push replaces what was staged), so that a push that ends up not counted (stale, a late
+  // backup) adds nothing to the step.
+  void Stage(const ShardGradient& gradient, int64_t step_tag);
+  // Sync, the counted last part of that push: what `worker` staged as (client_id, step_tag) joins
+  // the step's kept gradients, as if it had come with the last part; anything else it staged is
+  // dropped.
+  void CommitStaged(int worker, uint64_t client_id, int64_t step_tag);
   // Sync: sums the step's kept gradients in ascending worker order (so the bits do not depend on
   // the order pushes arrived in: the same seed gives the same model), applies the sum divided by
   // `count` (one optimizer update) and clears them; nothing when no gradient touched the shard.
@@ -128,6 +137,15 @@ class Shard {
     FloatBuffer values;
   };
   std::map<int, Kept> kept_ ABSL_GUARDED_BY(mu_);
+  // The parts of a sync push in progress, per worker, until its last part is counted.
+  struct Staged {
+    uint64_t client_id = 0;
+    int64_t step_tag = 0;
+    Kept kept;
+  };
+  std::map<int, Staged> staged_ ABSL_GUARDED_BY(mu_);
+  // Adds `gradient` into `kept` (a copy, or a sum with what it holds).
+  void KeepLocked(const ShardGradient& gradient, Kept* kept) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The update count (Adam's t) each client's slices in progress use, until its last slice.
   absl::flat_hash_map<uint64_t, int64_t> slice_update_ ABSL_GUARDED_BY(mu_);
 };

@@ -117,6 +117,8 @@ absl::Status WorkQueue::ConfigureLocked(const WorkPlan& plan, bool replace) {
   taken_by_.clear();
   handed_ = 0;
   returned_count_ = 0;
+  examples_ = 0;
+  bad_lines_ = 0;
   configured_ = true;
   return absl::OkStatus();
 }
@@ -137,13 +139,16 @@ bool WorkQueue::TakeLocked(Held* out) {
   return true;
 }
 
-absl::StatusOr<WorkQueue::Taken> WorkQueue::Next(int worker, int64_t seq, bool fresh) {
+absl::StatusOr<WorkQueue::Taken> WorkQueue::Next(int worker, int64_t seq, bool fresh, int64_t examples,
+                                                 int64_t bad_lines) {
   absl::MutexLock lock(&mu_);
   if (!configured_) {
     return absl::FailedPreconditionError("the work queue is not configured yet (the chief configures it at start)");
   }
   auto last = last_.find(worker);
   if (!fresh && last != last_.end() && last->second.seq == seq) return last->second.taken;  // a retried call
+  examples_ += std::max<int64_t>(examples, 0);
+  bad_lines_ += std::max<int64_t>(bad_lines, 0);
   auto held = held_.find(worker);
   if (held != held_.end()) {
     if (fresh) {  // its predecessor's slice, unfinished: back to the queue, first in line
@@ -183,6 +188,8 @@ WorkQueue::Progress WorkQueue::progress() const {
           epoch_ + 1 >= plan_.num_epochs;
   for (const auto& [worker, h] : held_) p.holders.push_back(worker);
   p.taken_by = taken_by_;
+  p.examples = examples_;
+  p.bad_lines = bad_lines_;
   return p;
 }
 
@@ -203,14 +210,14 @@ absl::StatusOr<std::string> WorkQueue::State() const {
       {"version", kStateVersion}, {"files", plan_.files},   {"slices", slices},     {"num_epochs", plan_.num_epochs},
       {"shuffle", plan_.shuffle}, {"seed", plan_.seed},     {"epoch", epoch_},      {"cursor", cursor_},
       {"returned", returned},     {"held", held},           {"handed", handed_},    {"returned_count", returned_count_},
-      {"taken_by", taken_by},
+      {"taken_by", taken_by},     {"examples", examples_}, {"bad_lines", bad_lines_},
   };
   return state.dump();
 }
 
 absl::Status WorkQueue::Restore(std::string_view state_json, bool replace) {
   WorkPlan plan;
-  int64_t epoch = 0, cursor = 0, handed = 0, returned_count = 0;
+  int64_t epoch = 0, cursor = 0, handed = 0, returned_count = 0, examples = 0, bad_lines = 0;
   std::deque<Held> returned;
   std::map<int, int64_t> taken_by;
   try {
@@ -232,6 +239,8 @@ absl::Status WorkQueue::Restore(std::string_view state_json, bool replace) {
     cursor = state.at("cursor").get<int64_t>();
     handed = state.at("handed").get<int64_t>();
     returned_count = state.at("returned_count").get<int64_t>();
+    examples = state.value("examples", int64_t{0});
+    bad_lines = state.value("bad_lines", int64_t{0});
     // The slices held when the state was saved go back first (at-least-once), then the returned ones.
     for (const auto& h : state.at("held")) {
       returned.push_back({h.at(1).get<int64_t>(), h.at(2).get<int>()});
@@ -264,6 +273,8 @@ absl::Status WorkQueue::Restore(std::string_view state_json, bool replace) {
   handed_ = handed;
   returned_count_ = returned_count;
   taken_by_ = std::move(taken_by);
+  examples_ = examples;
+  bad_lines_ = bad_lines;
   return absl::OkStatus();
 }
 

@@ -81,6 +81,7 @@ class WorkQueue {
     bool end = false;           // nothing left to hand out
     std::vector<int> holders;   // the workers holding a slice now, ascending
     std::map<int, int64_t> taken_by;  // slices each worker took
+    int64_t examples = 0, bad_lines = 0;  // read by the workers, as they reported
   };
 
   // A new plan (fresh queue), or the state a checkpoint saved (State()'s JSON). With `replace`
@@ -91,7 +92,8 @@ class WorkQueue {
   bool configured() const;
 
   // FailedPrecondition "not configured" before Configure/Restore.
-  absl::StatusOr<Taken> Next(int worker, int64_t seq, bool fresh);
+  // `examples` and `bad_lines`: what the worker read since its last call (summed into progress()).
+  absl::StatusOr<Taken> Next(int worker, int64_t seq, bool fresh, int64_t examples = 0, int64_t bad_lines = 0);
   absl::StatusOr<std::string> State() const;
   Progress progress() const;
 
@@ -120,6 +122,8 @@ class WorkQueue {
   std::map<int, int64_t> taken_by_ ABSL_GUARDED_BY(mu_);
   int64_t handed_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t returned_count_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t examples_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t bad_lines_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace psflow::ps

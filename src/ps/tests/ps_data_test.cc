@@ -149,6 +149,39 @@ TEST(AsyncPushTest, SgdGivesExactlyWMinusLrG) {
   for (int64_t i = 0; i < b.size(); ++i) EXPECT_EQ(b2[i], b[i] - 0.5f * gb[i]) << i;
 }
 
+// --staleness_aware_lr: a push tagged with step 0 applied as update s has staleness s - 1 (the
+// updates between its pull and its apply) and moves the weights by lr / max(1, s - 1); the ps counts
+// every push's staleness (Stats' staleness_counts), with or without the flag.
+TEST(AsyncPushTest, StalenessAwareLearningRateDividesByTheStepsSinceThePull) {
+  const dist::PlacementPlan plan = Plan({{"w", {3, 2}}}, 1, 1);
+  for (bool aware : {false, true}) {
+    SCOPED_TRACE(aware);
+    auto cluster = TestCluster::Start(1, 1);
+    auto client = cluster->Client(plan, 0);
+    PSFLOW_ASSERT_OK(client->Connect());
+    const Tensor w = Filled({3, 2}, 1.0f, 0.125f), g = Filled({3, 2}, -0.3f, 0.0625f);
+    TrainingConfig config = Sgd(0.5f);
+    config.staleness_aware_lr = aware;
+    PSFLOW_ASSERT_OK(client->Initialize({{"w", &w}}, config));
+    Tensor want = w;
+    for (int s = 1; s <= 4; ++s) {  // every push computed at step 0
+      auto pushed = client->Push({{"w", &g, nullptr}}, 0);
+      ASSERT_TRUE(pushed.ok()) << pushed.status();
+      EXPECT_EQ(pushed->global_step, s);
+      const float lr = aware ? 0.5f / static_cast<float>(std::max(1, s - 1)) : 0.5f;
+      for (int64_t i = 0; i < want.size(); ++i) want[i] -= lr * g[i];
+    }
+    Tensor got({3, 2});
+    PSFLOW_ASSERT_OK(client->Pull({{"w", &got}}).status());
+    for (int64_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(got[i], want[i]) << i;
+    auto stats = client->Stats();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    std::vector<int64_t> counts = (*stats)[0].staleness_counts;
+    ASSERT_GE(counts.size(), 5u);
+    EXPECT_EQ(std::vector<int64_t>(counts.begin(), counts.begin() + 5), (std::vector<int64_t>{1, 1, 1, 1, 0}));
+  }
+}
+
 // --wire_dtype=bfloat16 / float16: the ps keeps float32 (an SGD step of the rounded gradient),
 // pulls arrive rounded, the rounding of each push is carried into the next (error feedback), and
 // a worker whose wire dtype disagrees with the ps's is refused in one line naming both.

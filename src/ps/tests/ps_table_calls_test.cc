@@ -1,8 +1,13 @@
 // The table checkpoint calls, LoadTable and ScanTable, over real gRPC as a peer sends them: a scan's
 // parts carry the rows in id order with their slots and the ps's step; loading before Initialize,
 // after MarkInitialized, or rows of a table the ps does not hold is refused with one line saying so;
-// rows loaded come back from a scan; the calls are their own (a Push or Pull never carries them).
+// rows loaded come back from a scan; the calls are their own (a Push or Pull never carries them). An
+// incremental scan through PsClient::ScanTable on two ps tasks hands over only the rows pushed since
+// the save it follows and the ids removed since (in its first part); one the ps tasks cannot answer
+// is FailedPrecondition naming the table.
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -185,6 +190,86 @@ TEST(TableCallsTest, LoadTableRefusesRowsTheTableCannotHold) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("restore: "));
   EXPECT_THAT(std::string(s.message()), HasSubstr("slots"));
+}
+
+// Every row and removed id of a scan of `table` on `client`.
+struct Scanned {
+  std::vector<int64_t> ids, removed;
+  size_t parts = 0;
+};
+absl::StatusOr<Scanned> ScanWith(PsClient& client, const std::string& table, const TableScanOptions& options) {
+  Scanned out;
+  absl::Status s = client.ScanTable(table, 2, options, [&](TableRowsPart p) {
+    if (!p.removed_ids.empty()) {
+      EXPECT_EQ(out.parts, 0u) << "removed ids after the first part";
+    }
+    ++out.parts;
+    out.ids.insert(out.ids.end(), p.ids.begin(), p.ids.end());
+    out.removed.insert(out.removed.end(), p.removed_ids.begin(), p.removed_ids.end());
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+TEST(TableCallsTest, AnIncrementalScanReadsTheRowsChangedAndTheIdsRemovedSince) {
+  TrainingConfig config = Sgd(0.1f);
+  config.sparse_optimizer = "adagrad";
+  dist::TableSpec spec = Dynamic("hashed", 3);
+  spec.lifecycle.steps_to_live = 2;  // rows not pushed in the last 2 steps go at the next pass
+  spec.lifecycle.evict_every = 1000;
+  Job job = StartJob(TablePlan({spec}, 2, 1), 1, config);
+  PsClient& client = *job.workers[0];
+  auto push = [&](const std::vector<int64_t>& ids) {
+    const Tensor g({static_cast<int64_t>(ids.size()), 3}, 0.5f);
+    TableStep t;
+    t.pushes.push_back({"hashed", &ids, nullptr, &g});
+    ASSERT_TRUE(client.PushAndPull({}, 0, {}, t).ok());
+  };
+  TableScanOptions increment;
+  increment.save_id = 1;
+  increment.increment = true;
+  increment.changed_since = 0;
+  increment.track_changes = true;
+  // Never saved: nothing to follow.
+  auto refused = ScanWith(client, "hashed", increment);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("hashed"));
+
+  push({1, 2, 3, 4, 5, 6});  // step 1
+  TableScanOptions full;
+  full.save_id = 2;
+  full.track_changes = true;
+  auto all = ScanWith(client, "hashed", full);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->ids, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_TRUE(all->removed.empty());
+
+  push({2, 5});     // step 2
+  push({5, 9, 2});  // step 3: rows 1, 3, 4, 6 were last pushed at step 1, and go at the next save's pass
+  increment.save_id = 3;
+  increment.changed_since = 2;
+  auto changed = ScanWith(client, "hashed", increment);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_EQ(changed->ids, (std::vector<int64_t>{2, 5, 9}));
+  // Removed: the rows of save 2 gone now (each ps's step counts the pushes it received, so which of
+  // 1, 3, 4, 6 have aged out depends on the routing).
+  full.save_id = 4;
+  auto now = ScanWith(client, "hashed", full);
+  ASSERT_TRUE(now.ok()) << now.status();
+  std::vector<int64_t> gone;
+  std::set_difference(all->ids.begin(), all->ids.end(), now->ids.begin(), now->ids.end(), std::back_inserter(gone));
+  EXPECT_FALSE(gone.empty());
+  EXPECT_EQ(changed->removed, gone);
+
+  // Nothing since: an empty increment.
+  increment.save_id = 5;
+  increment.changed_since = 4;
+  auto nothing = ScanWith(client, "hashed", increment);
+  ASSERT_TRUE(nothing.ok()) << nothing.status();
+  EXPECT_TRUE(nothing->ids.empty());
+  EXPECT_TRUE(nothing->removed.empty());
 }
 
 }  // namespace

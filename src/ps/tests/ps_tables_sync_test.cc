@@ -124,6 +124,54 @@ TEST(PsTablesTest, SyncMeansWorkersAndRowCount) {
   }
 }
 
+// Hybrid sync (--table_sync=async): a push's table rows are applied when it arrives, each at the
+// full rate (no mean over the step), while its dense gradients wait for the step's quorum.
+TEST(PsTablesTest, HybridAppliesTableRowsOnArrivalAndDenseGradientsPerStep) {
+  const std::vector<int64_t> ids0 = {1, 4}, ids1 = {4, 9};
+  const Tensor g0 = testing::Filled({2, 2}, 0.5f, 0.25f), g1 = testing::Filled({2, 2}, -1.0f, 0.5f);
+  TrainingConfig config = Sgd(0.1f);
+  config.sync = true;
+  config.replicas_to_aggregate = config.total_num_replicas = 2;
+  config.table_sync = "async";
+  const dist::TableSpec spec = Fixed("emb", 10, 2, dist::TableStrategy::kMod);
+  table::RowInitializer init(spec.initializer, spec.initializer.seed);
+  Job job = StartJob(TablePlan({spec}, 2, 2), 2, config);
+  std::thread first([&] {
+    TableStep t;
+    t.pushes.push_back({"emb", &ids0, nullptr, &g0});
+    auto r = job.workers[0]->PushAndPull({}, 0, {}, t);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->global_step, 1);
+  });
+  // Worker 0's rows show before the step completes (it waits for worker 1's push).
+  const std::vector<int64_t> probe = {1};
+  float w1[2];
+  init.Fill(1, w1, 2);
+  const float applied = w1[0] - 0.1f * g0.data()[0];
+  for (int tries = 0; tries < 3000 && PullRows(*job.workers[1], "emb", probe, 2).data()[0] != applied; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(PullRows(*job.workers[1], "emb", probe, 2).data()[0], applied);
+  TableStep t;
+  t.pushes.push_back({"emb", &ids1, nullptr, &g1});
+  auto r = job.workers[1]->PushAndPull({}, 0, {}, t);
+  first.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->global_step, 1);
+  const Tensor got = PullRows(*job.workers[0], "emb", Range(10), 2);
+  for (int64_t id = 0; id < 10; ++id) {
+    float want[2];
+    init.Fill(id, want, 2);
+    for (int d = 0; d < 2; ++d) {
+      for (size_t q = 0; q < 2; ++q) {
+        if (ids0[q] == id) want[d] -= 0.1f * g0.data()[q * 2 + d];
+        if (ids1[q] == id) want[d] -= 0.1f * g1.data()[q * 2 + d];
+      }
+      EXPECT_FLOAT_EQ(got.data()[id * 2 + d], want[d]) << "id " << id;
+    }
+  }
+}
+
 TEST(PsTablesTest, SyncSumsInWorkerOrderWhateverTheArrivalOrder) {
   const dist::TableSpec spec = Fixed("emb", 4, 1, dist::TableStrategy::kDiv);
   const float values[3] = {1.0f, 1e8f, -1e8f};

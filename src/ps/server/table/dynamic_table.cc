@@ -101,7 +101,7 @@ absl::Status DynamicTableShard::CheckPush(absl::Span<const int64_t> ids, absl::S
 void DynamicTableShard::CountStored(absl::Span<const int64_t> ids, absl::Span<float* const> records,
                                     int64_t global_step, absl::flat_hash_set<int64_t>* absent) {
   // The ids are unique (checked where they entered the ps, PsTables::Decode). A counted row is
-  // marked changed (for a disk store: dirty).
+  // stamped changed (for a disk store: dirty).
   const size_t n = ids.size();
   for (size_t i = 0; i < n; ++i) {
     if (i + kAhead < n && records[i + kAhead] != nullptr) {
@@ -109,7 +109,8 @@ void DynamicTableShard::CountStored(absl::Span<const int64_t> ids, absl::Span<fl
     }
     if (records[i] != nullptr) {
       RowMeta& meta = MetaOf(records[i]);
-      meta.flags |= RowMeta::kDirty | RowMeta::kChanged;
+      meta.flags |= RowMeta::kDirty;
+      Stamp(ids[i], meta);
       ++meta.count;
       meta.last_step = global_step;
     } else {
@@ -137,7 +138,8 @@ float* DynamicTableShard::AdmitAbsent(int64_t id, int64_t global_step) {
   float* rec = store_->Create(id);
   accessor_.InitialValue(id, rec);
   rule_.InitSlots(rec + config_.spec.dim, config_.spec.dim);
-  MetaOf(rec) = RowMeta{global_step, count, 0, RowMeta::kDirty | RowMeta::kChanged};
+  MetaOf(rec) = RowMeta{global_step, count, 0, RowMeta::kDirty};
+  Stamp(id, MetaOf(rec));
   ++admissions_;
   return rec;
 }
@@ -202,6 +204,12 @@ int64_t DynamicTableShard::RemoveNow(int64_t global_step) {
     if (s.ok()) s = store_->Erase(doomed);  // from memory and disk
     if (s.ok()) {
       removed += static_cast<int64_t>(doomed.size());
+      if (tracking_) {
+        for (int64_t id : doomed) {
+          removed_.emplace_back(id, gen_);
+          changed_.erase(id);
+        }
+      }
     } else {
       (void)Fail(s);  // the next gather or push returns it
     }
@@ -269,6 +277,127 @@ class DynamicTableShard::Scanner final : public RowScan {
 
 std::unique_ptr<RowScan> DynamicTableShard::Scan() const { return std::make_unique<Scanner>(this); }
 
+// An increment: the rows of the change log's ids (ascending, taken at the scan's start), read in
+// runs the store holds at once; an id removed since is skipped.
+class DynamicTableShard::IncrementScanner final : public RowScan {
+ public:
+  IncrementScanner(const DynamicTableShard* shard, std::vector<int64_t> ids, std::vector<int64_t> removed)
+      : shard_(shard), ids_(std::move(ids)), removed_(std::move(removed)) {}
+
+  const std::vector<int64_t>& removed() const override { return removed_; }
+
+  bool Next(int64_t max_rows, RowsPart* part) override {
+    const DynamicTableShard& s = *shard_;
+    const int64_t dim = s.config_.spec.dim;
+    const int slots = s.rule_.num_slots();
+    *part = RowsPart();
+    part->slots.resize(slots);
+    if (!status_.ok()) return false;
+    max_rows = std::max<int64_t>(max_rows, 1);
+    absl::ReaderMutexLock lock(&s.mu_);
+    const size_t run =
+        static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(s.store_->max_rows_held(), max_rows)));
+    std::vector<float*> records;
+    while (next_ < ids_.size() && static_cast<int64_t>(part->ids.size()) < max_rows) {
+      const size_t n = std::min({run, ids_.size() - next_, static_cast<size_t>(max_rows) - part->ids.size()});
+      records.assign(n, nullptr);
+      if (absl::Status f = s.store_->Acquire(ids_.data() + next_, n, records.data()); !f.ok()) {
+        status_ = s.Fail(f);
+        break;
+      }
+      for (size_t j = 0; j < n; ++j) {
+        const float* rec = records[j];
+        if (rec == nullptr) continue;  // removed since the scan began
+        const RowMeta& meta = MetaOf(rec);
+        part->ids.push_back(ids_[next_ + j]);
+        part->values.insert(part->values.end(), rec, rec + dim);
+        for (int k = 0; k < slots; ++k) {
+          part->slots[k].insert(part->slots[k].end(), rec + (1 + k) * dim, rec + (2 + k) * dim);
+        }
+        part->last_step.push_back(meta.last_step);
+        part->count.push_back(meta.count);
+      }
+      next_ += n;
+      if (absl::Status f = s.store_->Release(records.data(), n); !f.ok()) {
+        status_ = s.Fail(f);
+        break;
+      }
+    }
+    if (!status_.ok()) {
+      *part = RowsPart();
+      part->slots.resize(slots);
+      return false;
+    }
+    return !part->ids.empty();
+  }
+
+  absl::Status status() const override { return status_; }
+
+ private:
+  const DynamicTableShard* shard_;  // borrowed
+  const std::vector<int64_t> ids_;  // changed since the save the increment follows, ascending
+  const std::vector<int64_t> removed_;
+  size_t next_ = 0;
+  absl::Status status_;
+};
+
+absl::StatusOr<std::unique_ptr<RowScan>> DynamicTableShard::Scan(const ScanOptions& options) {
+  if (auto s = CheckScanOptions(config_, options); !s.ok()) return s;
+  if (auto s = Failure(); !s.ok()) return s;
+  std::vector<int64_t> ids, removed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (options.increment && (!tracking_ || options.changed_since < known_since_)) {
+      return CannotIncrement(config_, options.changed_since, tracking_ ? known_since_ : -1);
+    }
+    // The new generation: past every stamp so far and past the save's id, so a row changed from
+    // now on is stamped > save_id.
+    const uint32_t previous = gen_;
+    const int64_t next = std::max<int64_t>(int64_t{gen_} + 1, options.save_id + 1);
+    if (next > RowMeta::kMaxGen) {
+      return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': more than ", RowMeta::kMaxGen,
+                                                     " saves of one shard"));
+    }
+    gen_ = static_cast<uint32_t>(next);
+    // Log entries of generation <= `drop` go: those before this scan (full), or those a committed
+    // save holds (increment).
+    const int64_t drop = options.increment ? options.changed_since : int64_t{previous};
+    if (options.increment) {
+      for (const auto& [id, gen] : changed_) {
+        if (gen > options.changed_since) ids.push_back(id);
+      }
+      for (const auto& [id, gen] : removed_) {
+        if (gen > options.changed_since) removed.push_back(id);
+      }
+    }
+    for (auto it = changed_.begin(); it != changed_.end();) {
+      if (it->second <= drop) {
+        changed_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    removed_.erase(std::remove_if(removed_.begin(), removed_.end(), [&](const auto& e) { return e.second <= drop; }),
+                   removed_.end());
+    if (options.track_changes) {
+      // Complete since this save (a full one, or the one the increment follows), or since earlier.
+      const int64_t since = options.increment ? options.changed_since : options.save_id;
+      known_since_ = tracking_ ? std::max(known_since_, since) : since;
+      tracking_ = true;
+    } else {
+      tracking_ = false;
+      known_since_ = -1;
+      changed_ = {};
+      removed_ = {};
+    }
+  }
+  if (!options.increment) return std::unique_ptr<RowScan>(std::make_unique<Scanner>(this));
+  std::sort(ids.begin(), ids.end());
+  std::sort(removed.begin(), removed.end());
+  removed.erase(std::unique(removed.begin(), removed.end()), removed.end());
+  return std::unique_ptr<RowScan>(std::make_unique<IncrementScanner>(this, std::move(ids), std::move(removed)));
+}
+
 absl::Status DynamicTableShard::Load(const RowsPart& part) {
   if (auto s = CheckPart(config_, rule_.num_slots(), part); !s.ok()) return s;
   if (auto s = Failure(); !s.ok()) return s;
@@ -293,8 +422,9 @@ absl::Status DynamicTableShard::Load(const RowsPart& part) {
       for (size_t k = 0; k < part.slots.size(); ++k) {
         std::memcpy(rec + (1 + k) * dim, part.slots[k].data() + i * dim, dim * sizeof(float));
       }
-      // As saved: not changed since the save it came from; not yet on disk.
+      // Not yet on disk; stamped as changed now.
       MetaOf(rec) = RowMeta{part.last_step[i], part.count[i], 0, RowMeta::kDirty};
+      Stamp(id, MetaOf(rec));
     }
     if (auto s = store_->Release(records.data(), n); !s.ok()) return Fail(s);
   }

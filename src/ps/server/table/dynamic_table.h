@@ -7,6 +7,11 @@
 // updates. A row is created by its first admitted gradient; a gather of an absent id answers its
 // initial value without storing it. Ids waiting for admission (admit_after) hold only a count and a
 // step in a second map (in memory for both stores). The accessor decides admission and removals.
+// Saves (table_shard.h ScanOptions): every change stamps the row's generation in its metadata; while
+// the saves track changes, the first change of a row in a generation also enters a change log
+// (id -> generation) and a removal enters a removal log (id, generation), so an increment reads the
+// changed rows only, not the table; the logs shrink as saves are committed (an increment since save
+// m drops the entries of generation <= m; a full save drops all before it).
 // A store's failure (a disk read or write) is returned by the call that met it and by every later
 // one. Thread-safe (table_shard.h).
 #ifndef PSFLOW_PS_SERVER_TABLE_DYNAMIC_TABLE_H_
@@ -14,6 +19,7 @@
 
 #include <atomic>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -40,11 +46,13 @@ class DynamicTableShard final : public TableShard {
   absl::Status Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads, int64_t global_step) override;
   int64_t RemoveNow(int64_t global_step) override;
   std::unique_ptr<RowScan> Scan() const override;
+  absl::StatusOr<std::unique_ptr<RowScan>> Scan(const ScanOptions& options) override;
   absl::Status Load(const RowsPart& part) override;
   TableStats stats() const override;
 
  private:
   class Scanner;
+  class IncrementScanner;
   struct Pending {
     int64_t count;
     int64_t last_step;
@@ -61,6 +69,13 @@ class DynamicTableShard final : public TableShard {
   // An absent id pushed at global_step: counted as pending, or admitted and created in the store
   // from its initial value (its record returned, held); nullptr while it is not admitted.
   float* AdmitAbsent(int64_t id, int64_t global_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A change to row `id` (its record's meta): stamps the current generation, logging the id when the
+  // generation is new to the row and changes are tracked.
+  void Stamp(int64_t id, RowMeta& meta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (GenOf(meta) == gen_) return;
+    SetGen(meta, gen_);
+    if (tracking_) changed_[id] = gen_;
+  }
   // A store error `s`, kept (every later call returns it) and returned.
   absl::Status Fail(absl::Status s) const;
   // The kept store error, or OK.
@@ -77,6 +92,13 @@ class DynamicTableShard final : public TableShard {
   mutable absl::Mutex failure_mu_;           // a store's first failure (taken under mu_, shared or not)
   mutable absl::Status failure_ ABSL_GUARDED_BY(failure_mu_);
   absl::flat_hash_map<int64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  // Saves: the current generation; whether the change logs are kept, and since which save they are
+  // complete (-1: not at all); the logs.
+  uint32_t gen_ ABSL_GUARDED_BY(mu_) = 0;
+  bool tracking_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t known_since_ ABSL_GUARDED_BY(mu_) = -1;
+  absl::flat_hash_map<int64_t, uint32_t> changed_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<int64_t, uint32_t>> removed_ ABSL_GUARDED_BY(mu_);
   int64_t admissions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t rows_dropped_ ABSL_GUARDED_BY(mu_) = 0;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "ps/server/table/row_memory.h"
+#include "ps/server/table/row_store.h"
 #include "ps/server/table/shard_checks.h"
 
 namespace psflow::ps::table {
@@ -31,6 +32,7 @@ FixedTableShard::FixedTableShard(TableConfig config, SparseRule rule, int shard)
   }
   absl::MutexLock lock(&mu_);
   if (rule_.needs_row_steps()) count_.assign(static_cast<size_t>(num_rows_), 0);
+  gen_of_.assign(static_cast<size_t>(num_rows_), 0);
 }
 
 absl::Status FixedTableShard::LocalRows(absl::Span<const int64_t> ids, std::vector<int64_t>* rows) const {
@@ -95,6 +97,7 @@ absl::Status FixedTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<co
   const int64_t dim = config_.spec.dim;
   {
     absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < rows.size(); ++i) gen_of_[rows[i]] = gen_;  // the ids are unique (PsTables::Decode)
     // One call of the rule for the push's rows (it prefetches the records ahead of the update).
     std::vector<float*> records(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) records[i] = records_ + rows[i] * stride_;
@@ -110,42 +113,58 @@ absl::Status FixedTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<co
   return absl::OkStatus();
 }
 
+// Every row in order, or (an increment) the rows whose generation is past `changed_since`, found by
+// walking the stamps as the scan goes (a row changed meanwhile may be read too: harmless).
 class FixedTableShard::Scanner final : public RowScan {
  public:
-  explicit Scanner(const FixedTableShard* shard) : shard_(shard) {}
+  explicit Scanner(const FixedTableShard* shard, int64_t changed_since = -1)
+      : shard_(shard), changed_since_(changed_since) {}
   bool Next(int64_t max_rows, RowsPart* part) override {
     const FixedTableShard& s = *shard_;
-    const int64_t n = std::min(std::max<int64_t>(max_rows, 1), s.num_rows_ - next_);
     const int64_t dim = s.config_.spec.dim;
     const int slots = s.rule_.num_slots();
+    max_rows = std::max<int64_t>(max_rows, 1);
     *part = RowsPart();
-    if (n <= 0) return false;
-    part->ids.resize(n);
-    part->values.resize(n * dim);
-    part->slots.assign(slots, std::vector<float>(n * dim));
-    part->last_step.assign(n, 0);
-    part->count.assign(n, 0);
+    part->slots.resize(slots);
     absl::ReaderMutexLock lock(&s.mu_);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t row = next_ + i;
-      part->ids[i] = dist::FixedRowId(s.config_.layout(), s.shard_, row);
+    for (; next_ < s.num_rows_ && static_cast<int64_t>(part->ids.size()) < max_rows; ++next_) {
+      const int64_t row = next_;
+      if (changed_since_ >= 0 && int64_t{s.gen_of_[row]} <= changed_since_) continue;
+      part->ids.push_back(dist::FixedRowId(s.config_.layout(), s.shard_, row));
       const float* rec = s.records_ + row * s.stride_;
-      std::memcpy(part->values.data() + i * dim, rec, dim * sizeof(float));
+      part->values.insert(part->values.end(), rec, rec + dim);
       for (int k = 0; k < slots; ++k) {
-        std::memcpy(part->slots[k].data() + i * dim, rec + (1 + k) * dim, dim * sizeof(float));
+        part->slots[k].insert(part->slots[k].end(), rec + (1 + k) * dim, rec + (2 + k) * dim);
       }
-      if (!s.count_.empty()) part->count[i] = s.count_[row];
+      part->last_step.push_back(0);
+      part->count.push_back(s.count_.empty() ? 0 : s.count_[row]);
     }
-    next_ += n;
-    return true;
+    return !part->ids.empty();
   }
 
  private:
   const FixedTableShard* shard_;  // borrowed
+  const int64_t changed_since_;   // -1: every row
   int64_t next_ = 0;
 };
 
 std::unique_ptr<RowScan> FixedTableShard::Scan() const { return std::make_unique<Scanner>(this); }
+
+absl::StatusOr<std::unique_ptr<RowScan>> FixedTableShard::Scan(const ScanOptions& options) {
+  if (auto s = CheckScanOptions(config_, options); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  if (options.increment && (known_since_ < 0 || options.changed_since < known_since_)) {
+    return CannotIncrement(config_, options.changed_since, known_since_);
+  }
+  const int64_t next = std::max<int64_t>(int64_t{gen_} + 1, options.save_id + 1);
+  if (next > RowMeta::kMaxGen) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", config_.spec.name, "': more than ", RowMeta::kMaxGen, " saves of one shard"));
+  }
+  gen_ = static_cast<uint32_t>(next);
+  if (known_since_ < 0) known_since_ = options.save_id;  // a full save (an increment was refused above)
+  return std::unique_ptr<RowScan>(std::make_unique<Scanner>(this, options.increment ? options.changed_since : -1));
+}
 
 absl::Status FixedTableShard::Load(const RowsPart& part) {
   if (auto s = CheckPart(config_, rule_.num_slots(), part); !s.ok()) return s;
@@ -160,6 +179,7 @@ absl::Status FixedTableShard::Load(const RowsPart& part) {
       std::memcpy(rec + (1 + k) * dim, part.slots[k].data() + i * dim, dim * sizeof(float));
     }
     if (!count_.empty()) count_[rows[i]] = part.count[i];
+    gen_of_[rows[i]] = gen_;
   }
   return absl::OkStatus();
 }

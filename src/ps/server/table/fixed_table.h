@@ -2,7 +2,9 @@
 // all of its rows, created at construction from their initial values (a function of (seed, id),
 // so the same on any number of shards), each stored as a record [w | slots] of (1 + slots)·dim
 // floats, in one block of row memory (huge pages). Ids are global; the shard holds those that dist::RouteFixedId sends
-// to it. A row's update count is kept only for lazy adam. Rows are never removed. Thread-safe (table_shard.h).
+// to it. A row's update count is kept only for lazy adam. Rows are never removed. Each row's save
+// generation (table_shard.h ScanOptions) is stamped beside the array (4 bytes a row), always: an
+// increment walks the stamps and reads the rows changed. Thread-safe (table_shard.h).
 #ifndef PSFLOW_PS_SERVER_TABLE_FIXED_TABLE_H_
 #define PSFLOW_PS_SERVER_TABLE_FIXED_TABLE_H_
 
@@ -29,6 +31,7 @@ class FixedTableShard final : public TableShard {
   absl::Status Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads, int64_t global_step) override;
   int64_t RemoveNow(int64_t global_step) override { return 0; }
   std::unique_ptr<RowScan> Scan() const override;
+  absl::StatusOr<std::unique_ptr<RowScan>> Scan(const ScanOptions& options) override;
   absl::Status Load(const RowsPart& part) override;
   TableStats stats() const override;
 
@@ -55,6 +58,11 @@ class FixedTableShard final : public TableShard {
   const RowArray<float> storage_;
   float* const records_ ABSL_PT_GUARDED_BY(mu_);
   std::vector<int64_t> count_ ABSL_GUARDED_BY(mu_);  // per-row update count (adam only, else empty)
+  // Saves: each row's generation, the current one, and the first save scanned (-1: none yet; the
+  // stamps are complete since then).
+  std::vector<uint32_t> gen_of_ ABSL_GUARDED_BY(mu_);
+  uint32_t gen_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t known_since_ ABSL_GUARDED_BY(mu_) = -1;
   mutable std::atomic<int64_t> rows_gathered_{0};
   std::atomic<int64_t> rows_pushed_{0};
 };

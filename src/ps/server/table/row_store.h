@@ -15,9 +15,10 @@
 // pointer must not be used.
 //
 // Flags: kDirty — the record differs from the store's copy below the cache (disk: written back when
-// it leaves the cache); kChanged — changed since the last checkpoint save (set by every update and
-// kept on disk with the record, so an incremental save can list changed rows; nothing clears it
-// yet). The table shard sets both when it changes a record.
+// it leaves the cache). The flags word's upper 24 bits hold the row's save generation (GenOf): the
+// shard's current generation when the row last changed (a push, its admission, a load), kept on disk
+// with the record; an incremental save lists the rows changed since a save by it (dynamic_table.h,
+// docs/checkpoints.md#increments). The table shard sets both when it changes a record.
 //
 // Thread-safety: the owning shard serializes changes (Create, Erase, Load) against
 // everything else; Acquire/Release/Scan may run concurrently from several readers (the memory
@@ -43,10 +44,16 @@ struct RowMeta {
   int64_t last_step;
   int64_t count;   // pushes that held the id, the admitting one and those before it included
   uint32_t reserved;  // 0 (the record's layout on disk keeps its room)
-  uint32_t flags;  // kDirty | kChanged
+  uint32_t flags;     // kDirty | generation << kGenShift
   static constexpr uint32_t kDirty = 1;
-  static constexpr uint32_t kChanged = 2;
+  static constexpr int kGenShift = 8;
+  static constexpr uint32_t kMaxGen = (uint32_t{1} << (32 - kGenShift)) - 1;  // generations are 24 bits
 };
+// A record's save generation, and the flags with it replaced (gen <= RowMeta::kMaxGen).
+inline uint32_t GenOf(const RowMeta& meta) { return meta.flags >> RowMeta::kGenShift; }
+inline void SetGen(RowMeta& meta, uint32_t gen) {
+  meta.flags = (meta.flags & ((uint32_t{1} << RowMeta::kGenShift) - 1)) | (gen << RowMeta::kGenShift);
+}
 static_assert(sizeof(RowMeta) == 24 && sizeof(RowMeta) % sizeof(float) == 0);
 inline constexpr int64_t kMetaFloats = sizeof(RowMeta) / sizeof(float);
 // A record's metadata, from its floats.

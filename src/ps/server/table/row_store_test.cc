@@ -46,7 +46,7 @@ std::shared_ptr<DiskTier> OpenTier(const std::string& dir, int64_t cache_rows, i
 // The value a row holds after `updates` writes: a function of (id, updates).
 void Fill(float* record, int64_t id, int64_t updates) {
   for (int64_t k = 0; k < kFloats; ++k) record[k] = static_cast<float>(id % 1000) * 0.5f + updates + k * 0.25f;
-  MetaOf(record) = RowMeta{updates, id, 0, RowMeta::kDirty | RowMeta::kChanged};
+  MetaOf(record) = RowMeta{updates, id, 0, RowMeta::kDirty | (3u << RowMeta::kGenShift)};
 }
 
 // Writes `ids` (creating the absent) as one batch, the way a push does: Acquire, Create, Release.

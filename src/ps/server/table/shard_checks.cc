@@ -3,10 +3,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/simd_dispatch.h"
+#include "ps/server/table/row_store.h"
 
 namespace psflow::ps::table {
 
@@ -81,6 +83,27 @@ absl::Status CheckPart(const TableConfig& config, int num_slots, const RowsPart&
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckScanOptions(const TableConfig& config, const ScanOptions& options) {
+  if (options.save_id < 0 || options.save_id >= RowMeta::kMaxGen) {
+    return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': save id ", options.save_id,
+                                                   " is not in [0, ", RowMeta::kMaxGen, ")"));
+  }
+  if (options.increment && (options.changed_since < 0 || options.changed_since >= options.save_id)) {
+    return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': an increment for save ",
+                                                   options.save_id, " since save ", options.changed_since,
+                                                   " (it must follow an earlier save)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CannotIncrement(const TableConfig& config, int64_t changed_since, int64_t known_since) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "table '", config.spec.name, "': this shard has not tracked its changes since save ", changed_since,
+      known_since < 0 ? std::string(" (it was made or restored since, or saved without tracking)")
+                      : absl::StrCat(" (only since save ", known_since, ")"),
+      ": the save must be full"));
 }
 
 }  // namespace psflow::ps::table

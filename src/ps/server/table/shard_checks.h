@@ -19,6 +19,11 @@ absl::Status CheckRowsSize(const TableConfig& config, std::string_view what, siz
 absl::Status CheckFinite(const TableConfig& config, absl::Span<const int64_t> ids, absl::Span<const float> rows);
 // No id twice, else the repeated id.
 absl::Status CheckUnique(const TableConfig& config, absl::Span<const int64_t> ids);
+// A checkpoint scan's options in range (table_shard.h ScanOptions), else InvalidArgument.
+absl::Status CheckScanOptions(const TableConfig& config, const ScanOptions& options);
+// FailedPrecondition: an increment since save `changed_since` that the shard cannot answer, its
+// changes being known since save `known_since` only (-1: not at all).
+absl::Status CannotIncrement(const TableConfig& config, int64_t changed_since, int64_t known_since);
 // A part's sizes match the table's dim and the rule's slot count, and its ids ascend.
 absl::Status CheckPart(const TableConfig& config, int num_slots, const RowsPart& part);
 

@@ -60,12 +60,39 @@ struct RowsPart {
   std::vector<int64_t> count;
 };
 
+// What a checkpoint's scan reads (docs/checkpoints.md#increments). Saves are numbered 1, 2, 3 ...
+// by the chief (save_id). Each shard keeps a current generation; a scan for save n sets it to n + 1
+// before it reads a row, and every change to a row (push, admission, load) stamps the row with it;
+// a dynamic shard tracking changes also logs the ids it removes with the generation. So the rows
+// changed since save m are those whose generation is > m.
+//   full      (increment false): every row; the shard's change log before save n is dropped.
+//   increment (increment true, changed_since = m, the last committed save of the chain): the rows
+//             changed since save m and the ids removed since, each ascending; log entries of
+//             generation <= m are dropped (save m is committed: nobody needs them).
+// A dynamic shard lists changed rows from a log (id -> generation, 12 bytes a changed row) kept only
+// while the saves ask for it (track_changes: the job makes increments); a fixed shard stamps every
+// row (4 bytes a row) always. An increment the shard cannot answer — it has not tracked changes since
+// save m (it was made, restored or restarted after it, or saved without track_changes) — is refused
+// with FailedPrecondition naming the table: the save must be full.
+struct ScanOptions {
+  int64_t save_id = 0;  // this save's number (>= 0, < RowMeta::kMaxGen)
+  bool increment = false;
+  int64_t changed_since = -1;  // increment: the save it follows (0 <= changed_since < save_id)
+  bool track_changes = false;  // keep the change log for later increments
+};
+
 // Reads a shard's rows in id order, a part at a time, without a second copy of the table (a
 // dynamic shard's scan holds its ids sorted: 8 bytes per row). Rows removed between parts are
 // skipped; rows created after Scan() are not read. Borrows the shard: it must outlive the scan.
 class RowScan {
  public:
   virtual ~RowScan() = default;
+  // An increment's removed ids (ascending; a removed id may be among the rows too, when it was
+  // created again since); empty for a full scan.
+  virtual const std::vector<int64_t>& removed() const {
+    static const std::vector<int64_t> kNone;
+    return kNone;
+  }
   // Fills `part` with up to max_rows (>= 1) next rows; false once every row has been read or the
   // scan failed (status()).
   virtual bool Next(int64_t max_rows, RowsPart* part) = 0;
@@ -98,8 +125,12 @@ class TableShard {
   virtual int64_t RemoveNow(int64_t global_step) = 0;
   int64_t MaybeRemove(int64_t global_step);
 
-  // Rows in id order, in parts (see RowScan).
+  // Rows in id order, in parts (see RowScan): every row, the shard's generations left alone.
   virtual std::unique_ptr<RowScan> Scan() const = 0;
+  // A checkpoint's scan (see ScanOptions): full or an increment; moves the shard's generation on.
+  // InvalidArgument for bad options, FailedPrecondition for an increment the shard cannot answer;
+  // each naming the table.
+  virtual absl::StatusOr<std::unique_ptr<RowScan>> Scan(const ScanOptions& options) = 0;
   // Stores rows read by a scan (of this table, possibly on another number of ps tasks): each id must
   // be this shard's (checked by PsTables::Load; a fixed shard also refuses others itself), sizes
   // must match dim and the rule's slots. InvalidArgument naming the table otherwise, nothing stored.

@@ -1,0 +1,75 @@
+// PushStream (psflow/ps/ps_client.h): a step's push in parts, sent while backward runs. Each
+// Send is a push of its own through PsClient::Impl::PushAsync marked as an early part (every call
+// says more parts follow; only the ps tasks holding the part's shards are called); Finish waits
+// for them and sends the push's last part, which counts (the global step, the sync quorum) and
+// carries the pull and the tables.
+#include <utility>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "core/check.h"
+#include "ps/client/ps_client_impl.h"
+
+namespace psflow::ps {
+
+struct PushStream::State {
+  absl::Mutex mu;
+  int in_flight ABSL_GUARDED_BY(mu) = 0;
+  absl::Status status ABSL_GUARDED_BY(mu);  // the first failure of a part
+};
+
+PushStream::PushStream(PsClient::Impl* client, int64_t step_tag)
+    : client_(client), step_tag_(step_tag), state_(std::make_shared<State>()) {}
+
+PushStream::~PushStream() { (void)WaitForParts(); }
+
+std::unique_ptr<PushStream> PsClient::StartPush(int64_t step_tag) {
+  return std::unique_ptr<PushStream>(new PushStream(impl_.get(), step_tag));
+}
+
+void PushStream::Send(const std::vector<Gradient>& grads) {
+  if (grads.empty()) return;
+  ++parts_sent_;
+  {
+    absl::MutexLock lock(&state_->mu);
+    ++state_->in_flight;
+  }
+  client_->PushAsync(
+      grads, step_tag_, nullptr, nullptr,
+      [state = state_](absl::StatusOr<PushResult> r) {
+        absl::MutexLock lock(&state->mu);
+        if (!r.ok() && state->status.ok()) state->status = r.status();
+        --state->in_flight;
+      },
+      /*early_part=*/true);
+}
+
+absl::Status PushStream::WaitForParts() {
+  CHECK(!rpc::OnTransportThread()) << "PushStream: waiting from an async completion callback would deadlock";
+  absl::MutexLock lock(&state_->mu);
+  state_->mu.Await(absl::Condition(
+      +[](State* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) { return s->in_flight == 0; }, state_.get()));
+  return state_->status;
+}
+
+void PushStream::FinishAsync(const std::vector<Gradient>& grads,
+                             const std::vector<std::pair<std::string, Tensor*>>& out, const TableStep& tables,
+                             std::function<void(absl::StatusOr<PushResult>)> done) {
+  if (absl::Status s = WaitForParts(); !s.ok()) return done(s);
+  client_->PushAsync(grads, step_tag_, &out, &tables, std::move(done));
+}
+
+absl::StatusOr<PushResult> PushStream::Finish(const std::vector<Gradient>& grads,
+                                              const std::vector<std::pair<std::string, Tensor*>>& out,
+                                              const TableStep& tables) {
+  absl::Notification done;
+  absl::StatusOr<PushResult> result;
+  FinishAsync(grads, out, tables, [&](absl::StatusOr<PushResult> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+}  // namespace psflow::ps

@@ -1,0 +1,63 @@
+// train/forward_pulls.h — the pull after a step in forward order (--overlap=push_pull,
+// docs/sync-async.md#overlap): the parameters, in their order (the order a forward uses them),
+// cut into groups of about kGroupBytes (a parameter never split; a group closed before a
+// parameter that would make it bigger), pulled a group after another with kWindow groups in
+// flight, so the first layers' values arrive first and a forward can start on them while later
+// layers still come. Wait(i) blocks until parameter i's group has landed.
+//
+// Owned by the worker session (train/session.cc), which starts a pull after a step and settles it
+// before anything else touches the value buffers or the client. Thread-safe: the groups' answers
+// arrive on transport threads; Start, Wait and Settle are called by the session's thread.
+#ifndef PSFLOW_TRAIN_FORWARD_PULLS_H_
+#define PSFLOW_TRAIN_FORWARD_PULLS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "psflow/core/tensor.h"
+#include "psflow/ps/ps_client.h"
+
+namespace psflow::train {
+
+class ForwardPulls {
+ public:
+  static constexpr int64_t kGroupBytes = 256 << 10;
+  static constexpr int kWindow = 2;
+
+  // `client` and the tensors of `out` are borrowed and must outlive this (it settles on
+  // destruction).
+  ForwardPulls(ps::PsClient* client, std::vector<std::pair<std::string, Tensor*>> out);
+  ~ForwardPulls();
+  ForwardPulls(const ForwardPulls&) = delete;
+  ForwardPulls& operator=(const ForwardPulls&) = delete;
+
+  // Starts pulling every group (the last pull must have been settled).
+  void Start();
+  // Waits until parameter `index`'s group has arrived (or failed); at once when no pull runs.
+  void Wait(int index);
+  // Waits for every group; returns the pull's first failure (OK when none, or when no pull was
+  // started) and forgets it.
+  absl::Status Settle();
+  // A pull was started and not settled yet.
+  bool active() const;
+  // A group of the running pull failed (the session then pushes nothing more of this step early).
+  bool failed() const;
+  int num_groups() const { return static_cast<int>(groups_.size()); }
+
+ private:
+  struct State;
+  void Launch(int group);
+
+  ps::PsClient* const client_;
+  std::vector<std::vector<std::pair<std::string, Tensor*>>> groups_;
+  std::vector<int> group_of_;  // parameter index -> its group
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace psflow::train
+
+#endif  // PSFLOW_TRAIN_FORWARD_PULLS_H_

@@ -1,0 +1,184 @@
+// `psflow train --model=ctr --train_files=...` on a cluster, real processes over loopback gRPC, on
+// files `psflow data ctr-files` wrote (docs/data-files.md#the-work-queue):
+//   - async, one worker slowed 3x (SIGSTOP/SIGCONT from here, 2/3 of the time stopped) reads well
+//     under half of the work queue's slices, and every task exits 0 at the end of the data with
+//     the job's examples and epochs in the summary;
+//   - a job stopped by --train_steps resumes from its checkpoint where the queue stood;
+//   - a worker killed while it reads and started again: its slice goes back to the queue;
+//   - sync reads the fixed order and ends at the step the files give.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <regex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "test_util.h"
+
+namespace psflow::testing {
+namespace {
+
+constexpr int kFiles = 4, kPerFile = 6000, kExamples = kFiles * kPerFile;
+
+// The generator's files for --ctr_fields=4 --seed=2, gzip, under DIR/data.
+std::string WriteFiles(const std::string& dir) {
+  auto r = RunProcess(Psflow({"data", "ctr-files", "--out=" + dir + "/data", absl::StrCat("--files=", kFiles),
+                              absl::StrCat("--examples_per_file=", kPerFile), "--seed=2", "--ctr_fields=4",
+                              "--ctr_test_examples=2048", "--batch_size=128", "--gzip"}),
+                      300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return dir + "/data";
+}
+
+struct Cluster {
+  std::string ps, workers;
+};
+Cluster Addresses(int workers) {
+  const std::vector<int> ports = FreePorts(1 + workers);
+  Cluster c{absl::StrCat("127.0.0.1:", ports[0]), ""};
+  for (int w = 0; w < workers; ++w) absl::StrAppend(&c.workers, w ? "," : "", "127.0.0.1:", ports[1 + w]);
+  return c;
+}
+
+std::vector<std::string> Task(const Cluster& c, const std::string& job, int index, const std::string& data,
+                              std::vector<std::string> more) {
+  std::vector<std::string> args = {"train", "--job_name=" + job, absl::StrCat("--task_index=", index),
+                                   "--ps_hosts=" + c.ps, "--worker_hosts=" + c.workers, "--model=ctr",
+                                   "--ctr_fields=4", "--ctr_dim=4", "--batch_size=128", "--seed=2",
+                                   "--train_files=" + data + "/train-*", "--test_files=" + data + "/test.gz",
+                                   "--ctr_test_examples=2048", "--log_every=50", "--file_slices=10"};
+  args.insert(args.end(), more.begin(), more.end());
+  return Psflow(args);
+}
+
+// "worker W: training files: N examples read in K slices": K.
+int SlicesRead(const std::string& output) {
+  std::smatch m;
+  static const std::regex re("training files: [0-9]+ examples read in ([0-9]+) slices");
+  return std::regex_search(output, m, re) ? std::stoi(m[1]) : -1;
+}
+
+TEST(CtrFilesClusterTest, AsyncSlowWorkerReadsLessAndTheEndOfTheDataEndsTheJob) {
+  const std::string dir = TempDir("ctr_files_slow");
+  const std::string data = WriteFiles(dir);
+  const Cluster c = Addresses(2);
+  Process ps(Task(c, "ps", 0, data, {}));
+  Process chief(Task(c, "worker", 0, data, {"--metrics_json=" + dir + "/m.json", "--checkpoint_dir=" + dir + "/ckpt"}));
+  Process slow(Task(c, "worker", 1, data, {}));
+  // Worker 1 runs a third of the time: stopped 20 ms of every 30.
+  std::atomic<bool> done{false};
+  std::thread throttle([&] {
+    while (!done.load()) {
+      kill(slow.pid(), SIGSTOP);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      kill(slow.pid(), SIGCONT);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  ProcessResult chief_r = chief.Wait(600);
+  ProcessResult slow_r = slow.Wait(600);
+  done = true;
+  throttle.join();
+  kill(slow.pid(), SIGCONT);
+  ProcessResult ps_r = ps.Wait(120);
+  ASSERT_EQ(chief_r.exit_code, 0) << chief_r.output;
+  ASSERT_EQ(slow_r.exit_code, 0) << slow_r.output;
+  ASSERT_EQ(ps_r.exit_code, 0) << ps_r.output;
+  const int fast = SlicesRead(chief_r.output), slowed = SlicesRead(slow_r.output);
+  std::printf("work queue, worker 1 slowed 3x: worker 0 read %d slices, worker 1 %d\n", fast, slowed);
+  ASSERT_GT(fast, 0) << chief_r.output;
+  ASSERT_GE(slowed, 0) << slow_r.output;
+  EXPECT_EQ(fast + slowed, 20);  // --file_slices=10 x 2 workers, one epoch, none handed twice
+  EXPECT_LT(slowed, 7) << "the slowed worker read " << slowed << " of 20 slices";
+  const nlohmann::json m = ReadJson(dir + "/m.json");
+  ASSERT_TRUE(m.contains("train_file_examples")) << m.dump();
+  EXPECT_EQ(m["train_file_examples"], kExamples) << m.dump();
+  EXPECT_EQ(m["train_file_epochs"], 1) << m.dump();
+  EXPECT_EQ(m["train_file_bad_lines"], 0) << m.dump();
+  // Each worker trains whole batches only: at most a batch left over per worker.
+  const int64_t step = m["global_step"];
+  EXPECT_LE(step * 128, kExamples);
+  EXPECT_GE(step * 128, kExamples - 2 * 128);
+  EXPECT_TRUE(std::filesystem::exists(absl::StrCat(dir, "/ckpt/model.ckpt-", step, ".safetensors")));
+}
+
+// psflow local, async: a job stopped by --train_steps and run again continues where the queue stood.
+TEST(CtrFilesClusterTest, AsyncResumeContinuesTheQueue) {
+  const std::string dir = TempDir("ctr_files_resume");
+  const std::string data = WriteFiles(dir);
+  std::vector<std::string> job = {"local", "--ps=1", "--workers=2", "--model=ctr", "--ctr_fields=4",
+                                  "--ctr_dim=4", "--batch_size=128", "--seed=2",
+                                  "--train_files=" + data + "/train-*", "--ctr_test_examples=2048",
+                                  "--log_every=1000", "--checkpoint_dir=" + dir + "/ckpt", "--num_epochs=2",
+                                  "--shuffle_files", "--metrics_json=" + dir + "/m.json"};
+  std::vector<std::string> first = job;
+  first.push_back("--train_steps=150");
+  auto r1 = RunProcess(Psflow(first), 600);
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  EXPECT_EQ(ReadJson(dir + "/m.json")["global_step"], 150);
+  auto r2 = RunProcess(Psflow(job), 600);
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  EXPECT_NE(r2.output.find("chief: restored the work queue at "), std::string::npos) << r2.output;
+  const nlohmann::json m = ReadJson(dir + "/m.json");
+  // Two epochs in all: the second run read what the first had not, plus the slices held when the
+  // first run's final checkpoint was taken (at-least-once), at most one slice per worker.
+  const double examples = m["train_file_examples"];
+  EXPECT_GE(examples, 2 * kExamples) << m.dump();
+  EXPECT_LE(examples, 2 * kExamples + 2 * (kExamples / 20 + kPerFile)) << m.dump();
+  EXPECT_EQ(m["train_file_epochs"], 2);
+  EXPECT_GE(m["global_step"].get<int64_t>() * 128, 2 * kExamples - 4 * 128) << m.dump();
+}
+
+// A worker killed while it reads, and started again: its slice goes back to the queue.
+TEST(CtrFilesClusterTest, AKilledWorkersSliceGoesBackToTheQueue) {
+  const std::string dir = TempDir("ctr_files_kill");
+  const std::string data = WriteFiles(dir);
+  const Cluster c = Addresses(2);
+  Process ps(Task(c, "ps", 0, data, {}));
+  Process chief(Task(c, "worker", 0, data, {"--metrics_json=" + dir + "/m.json"}));
+  {
+    Process victim(Task(c, "worker", 1, data, {}));
+    // Until worker 1 has stepped (it holds a slice), then SIGKILL.
+    for (int i = 0; i < 3000 && victim.OutputSoFar().find(" loss ") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    kill(victim.pid(), SIGKILL);
+    victim.Wait(30);
+  }
+  Process again(Task(c, "worker", 1, data, {}));
+  ProcessResult chief_r = chief.Wait(600), again_r = again.Wait(600), ps_r = ps.Wait(120);
+  ASSERT_EQ(chief_r.exit_code, 0) << chief_r.output;
+  ASSERT_EQ(again_r.exit_code, 0) << again_r.output;
+  ASSERT_EQ(ps_r.exit_code, 0) << ps_r.output;
+  std::smatch given;
+  ASSERT_TRUE(std::regex_search(chief_r.output, given, std::regex("([0-9]+) given back and handed again")))
+      << chief_r.output;
+  EXPECT_EQ(std::stoi(given[1]), 1) << chief_r.output;
+  const nlohmann::json m = ReadJson(dir + "/m.json");
+  // Every example read at least once: the slices the killed worker finished were reported when it
+  // asked for the next, and the one it held was read again whole by another.
+  EXPECT_GE(m["train_file_examples"].get<double>(), kExamples) << m.dump();
+}
+
+// Sync: the fixed order, worker w's part of each global batch; the end of the files ends the job
+// at the step they give (24000 examples, global batches of 2 x 128: 93 whole ones).
+TEST(CtrFilesClusterTest, SyncEndsAtTheFilesStep) {
+  const std::string dir = TempDir("ctr_files_sync");
+  const std::string data = WriteFiles(dir);
+  auto r = RunProcess(Psflow({"local", "--ps=1", "--workers=2", "--sync_replicas", "--model=ctr", "--ctr_fields=4",
+                              "--ctr_dim=4", "--batch_size=128", "--seed=2", "--train_files=" + data + "/train-*",
+                              "--test_files=" + data + "/test.gz", "--ctr_test_examples=2048", "--log_every=1000",
+                              "--checkpoint_dir=" + dir + "/ckpt", "--metrics_json=" + dir + "/m.json"}),
+                      600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json m = ReadJson(dir + "/m.json");
+  EXPECT_EQ(m["global_step"], kExamples / 256);
+  EXPECT_EQ(m["train_file_examples"], kExamples);
+  EXPECT_EQ(m["train_file_epochs"], 1);
+  EXPECT_TRUE(std::filesystem::exists(absl::StrCat(dir, "/ckpt/model.ckpt-", kExamples / 256, ".safetensors")));
+  EXPECT_NE(r.output.find("the training files end after"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace psflow::testing
