@@ -29,6 +29,7 @@ void SnapshotSet::Capture(int64_t id, uint32_t gen, const float* floats, int64_t
     it->second.floats.assign(floats, floats + n);
     it->second.last_step = last_step;
     it->second.count = count;
+    it->second.gen = gen;
   }
 }
 

@@ -36,6 +36,7 @@ struct KeptRow {
   std::vector<float> floats;
   int64_t last_step = 0;
   int64_t count = 0;
+  uint32_t gen = 0;  // its generation stamp then
 };
 
 class SnapshotSet;
