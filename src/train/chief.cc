@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "ps/common/retry.h"
 #include "train/table_checkpoint.h"
 #include "train/training_end.h"
@@ -200,10 +199,18 @@ absl::Status Chief::MaybeCheckpoint(int64_t global_step) {
   if (options_.checkpoint_dir.empty()) return absl::OkStatus();
   {
     absl::MutexLock lock(&mu_);
-    if (saving_ || !schedule_.Due(global_step)) return absl::OkStatus();
+    if (!schedule_.Due(global_step)) return absl::OkStatus();
+  }
+  // At most one save in flight: a save due while the previous one still writes waits for it, so each
+  // save is of the step it was due at (a sync job's files are the same, run to run, whatever the
+  // saves' speed). Training is held only when saves take longer than the interval between them.
+  WaitForSave();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!schedule_.Due(global_step)) return absl::OkStatus();  // (the one it waited for saved this step)
+    schedule_.Saved(global_step);  // this interval's save: the next is due at the next boundary
     saving_ = true;
   }
-  WaitForSave();  // the thread of the previous save, which has ended
   // The dense variables are pulled here, before the chief's next push: the file holds (and is named
   // by) the step the save was due at. The tables' scans and the file's writing go on beside training.
   auto state = PullDense();
@@ -215,21 +222,20 @@ absl::Status Chief::MaybeCheckpoint(int64_t global_step) {
     schedule_.Saved(global_step);
     saving_ = false;
   };
-  if (!state.ok()) {
+  // The tables' scans start now too, on every ps task at once: each shard is read as it stands now,
+  // whatever the chief and the others push while the save thread reads it.
+  absl::Status opened = state.ok() ? OpenTableScans() : state.status();
+  if (!opened.ok()) {
     internal::ReleaseCachedBlocks();
-    failed(state.status());
+    failed(opened);
     return absl::OkStatus();
   }
-  auto read = std::make_shared<absl::Notification>();
-  save_thread_ = std::thread([this, failed, read, state = *std::move(state)]() mutable {
-    absl::Status saved = WriteCheckpoint(std::move(state), read.get());
-    if (!read->HasBeenNotified()) read->Notify();
+  save_thread_ = std::thread([this, failed, state = *std::move(state)]() mutable {
+    absl::Status saved = WriteCheckpoint(std::move(state));
     if (!saved.ok()) return failed(saved);
     absl::MutexLock lock(&mu_);
     saving_ = false;
   });
-  // The tables are read from the ps tasks as they stand: the chief's next push waits until they are.
-  read->WaitForNotification();
   return absl::OkStatus();
 }
 
@@ -241,11 +247,19 @@ absl::Status Chief::SaveCheckpoint() {
 absl::Status Chief::SaveCheckpointNow() {
   if (options_.checkpoint_dir.empty()) return absl::OkStatus();
   auto state = PullDense();
-  if (!state.ok()) {
+  absl::Status opened = state.ok() ? OpenTableScans() : state.status();
+  if (!opened.ok()) {
     internal::ReleaseCachedBlocks();
-    return state.status();
+    return opened;
   }
   return WriteCheckpoint(*std::move(state));
+}
+
+absl::Status Chief::OpenTableScans() {
+  if (tables_.empty()) return absl::OkStatus();
+  std::vector<std::string> names;
+  for (const dist::TableSpec& t : tables_) names.push_back(t.name);
+  return client_.OpenTableScans(names, ps::TableScanOptions());
 }
 
 absl::Status Chief::SaveFinalCheckpoint(int64_t global_step) {
@@ -280,12 +294,12 @@ absl::StatusOr<TrainingState> Chief::PullDense() {
   return state;
 }
 
-absl::Status Chief::WriteCheckpoint(TrainingState state, absl::Notification* read) {
+absl::Status Chief::WriteCheckpoint(TrainingState state) {
   std::function<absl::Status(ckpt::SafetensorsWriter&)> tables;
   if (!tables_.empty()) {
-    // The tables are scanned after the dense pull: as in any async checkpoint, their rows may be a
-    // few steps newer than the variables.
-    tables = [this, read](ckpt::SafetensorsWriter& writer) {
+    // The tables' scans were opened right after the dense pull (OpenTableScans): their rows are of
+    // the same moment (in sync mode the same step), read now while training goes on.
+    tables = [this](ckpt::SafetensorsWriter& writer) {
       auto layout = TableLayoutOf(config_);
       if (!layout.ok()) return layout.status();
       // A save abandoned (a restore, the chief's end) stops between parts; its file is never renamed
@@ -297,16 +311,18 @@ absl::Status Chief::WriteCheckpoint(TrainingState state, absl::Notification* rea
           return sink(std::move(part));
         });
       };
-      absl::Status written = WriteTables(scan, tables_, *layout, writer);
-      if (read != nullptr) read->Notify();
-      return written;
+      return WriteTables(scan, tables_, *layout, writer);
     };
   }
-  if (tables_.empty() && read != nullptr) read->Notify();
   auto path = SaveTrainingState(options_.checkpoint_dir, state, optimizer_.slot_names(), 5, options_.env, tables);
   state.variables.clear();
   internal::ReleaseCachedBlocks();
-  if (!path.ok()) return path.status();
+  if (!path.ok()) {
+    // The scans it opened and did not read: the ps tasks drop their snapshots now rather than at the
+    // next save (a disk that stays full would otherwise hold them interval after interval).
+    if (!tables_.empty()) (void)client_.CloseTableScans();
+    return path.status();
+  }
   {
     absl::MutexLock lock(&mu_);
     schedule_.Saved(state.global_step);

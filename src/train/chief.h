@@ -20,7 +20,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "psflow/dist/partition.h"
 #include "psflow/optim/optimizer.h"
 #include "psflow/ps/ps_client.h"
@@ -50,9 +49,9 @@ class Chief {
 
   absl::Status InitializeCluster();
   // Starts a save on the save thread when the schedule says so and none is in flight, and returns
-  // at once (no-op without --checkpoint_dir): the chief steps on while the save pulls, scans and
-  // writes. A failed save is logged ("checkpoint failed: ...") and tried again at the next interval;
-  // a save still running when the next one is due delays it until it ends.
+  // at once (no-op without --checkpoint_dir): the chief steps on while the save scans the tables and
+  // writes the file. A failed save is logged ("checkpoint failed: ...") and tried again at the next
+  // interval; a save due while the previous one still runs waits for it (one save in flight).
   absl::Status MaybeCheckpoint(int64_t global_step);
   // Saves now, on the calling thread, after the save in flight (if any) has ended.
   absl::Status SaveCheckpoint();
@@ -75,12 +74,13 @@ class Chief {
  private:
   // SaveCheckpoint without the wait.
   absl::Status SaveCheckpointNow();
-  // A save's two halves: the dense variables pulled (on the training thread), then the tables
-  // scanned and the file written (on the save thread for a scheduled save); WriteCheckpoint stops
-  // with Cancelled between table parts once cancel_ is set, and notifies `read` (optional) once the
-  // ps tasks' rows are read (when there are no tables: at once).
+  // A save's halves: the dense variables pulled and the tables' scans opened on every ps task (on
+  // the training thread, before its next push: the save's consistent moment), then the tables read
+  // and the file written (on the save thread for a scheduled save); WriteCheckpoint stops with
+  // Cancelled between table parts once cancel_ is set.
   absl::StatusOr<TrainingState> PullDense();
-  absl::Status WriteCheckpoint(TrainingState state, absl::Notification* read = nullptr);
+  absl::Status OpenTableScans();
+  absl::Status WriteCheckpoint(TrainingState state);
   // Sets cancel_, waits for the save in flight, clears cancel_.
   void AbandonSave();
   absl::Status TryInitializeCluster();
