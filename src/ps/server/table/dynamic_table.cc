@@ -181,12 +181,25 @@ void DynamicTableShard::Keep(int64_t id, const RowMeta& meta) {
   snapshots_->Capture(id, GenOf(meta), rec, (1 + rule_.num_slots()) * config_.spec.dim, meta.last_step, meta.count);
 }
 
+absl::Status DynamicTableShard::KeepBeforeRemoval(const std::vector<int64_t>& ids) {
+  const size_t run = static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(store_->max_rows_held(), 4096)));
+  std::vector<float*> records;
+  for (size_t start = 0; start < ids.size(); start += run) {
+    const size_t n = std::min(run, ids.size() - start);
+    records.assign(n, nullptr);
+    if (absl::Status s = store_->Acquire(ids.data() + start, n, records.data()); !s.ok()) return s;
+    for (size_t j = 0; j < n; ++j) {
+      if (records[j] != nullptr && GenOf(MetaOf(records[j])) != gen_) Keep(ids[start + j], MetaOf(records[j]));
+    }
+    if (absl::Status s = store_->Release(records.data(), n); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 int64_t DynamicTableShard::RemoveNow(int64_t global_step) {
   if (!accessor_.removes_anything()) return 0;
   absl::MutexLock lock(&mu_);
-  // A save scan reads the rows as they were when it started: no pass while one is open (the next
-  // due pass after it removes what this one would have).
-  if (snapshots_->any()) return 0;
+
   int64_t removed = 0;
   if (Failure().ok() && accessor_.MayRemove(store_->size())) {
     // A pass over a table near max_rows (millions of rows) lists only the rows it removes: the cut
@@ -209,6 +222,7 @@ int64_t DynamicTableShard::RemoveNow(int64_t global_step) {
       std::nth_element(tied.begin(), tied.begin() + (cut.ties - 1), tied.end());
       doomed.insert(doomed.end(), tied.begin(), tied.begin() + cut.ties);
     }
+    if (s.ok() && snapshots_->any()) s = KeepBeforeRemoval(doomed);  // for the save scans open
     if (s.ok()) s = store_->Erase(doomed);  // from memory and disk
     if (s.ok()) {
       removed += static_cast<int64_t>(doomed.size());
@@ -263,6 +277,11 @@ void AppendAsOf(Snapshot* snapshot, int64_t id, const float* rec, int64_t dim, i
   }
 }
 
+// Appends rows kept for a snapshot (ascending ids).
+void AppendKept(const std::vector<std::pair<int64_t, KeptRow>>& rows, int64_t dim, int slots, RowsPart* part) {
+  for (const auto& [id, kept] : rows) AppendRow(id, kept.floats.data(), kept.last_step, kept.count, dim, slots, part);
+}
+
 class DynamicTableShard::Scanner final : public RowScan {
  public:
   // `snapshot` (optional): read the shard as it was when the snapshot opened.
@@ -289,6 +308,7 @@ class DynamicTableShard::Scanner final : public RowScan {
     // Until some rows are read or none are left (a run may hold only rows made since the snapshot).
     while (part->ids.empty()) {
       absl::StatusOr<bool> more = scan_->Next(max_rows, [&](int64_t id, const float* rec) {
+        if (snapshot_ != nullptr) AppendKept(snapshot_->TakeKeptBefore(id), dim, slots, part);  // removed since
         AppendAsOf(snapshot_.get(), id, rec, dim, slots, part);
       });
       if (!more.ok()) {
@@ -298,8 +318,9 @@ class DynamicTableShard::Scanner final : public RowScan {
         return false;
       }
       if (!*more) {
+        if (snapshot_ != nullptr) AppendKept(snapshot_->TakeKeptBefore(std::nullopt), dim, slots, part);
         done_ = true;
-        snapshot_.reset();  // read to the end: the shard's writers and removal passes go on freely
+        snapshot_.reset();  // read to the end: the shard's writers go on without keeping records
         break;
       }
     }
@@ -349,7 +370,13 @@ class DynamicTableShard::IncrementScanner final : public RowScan {
       }
       for (size_t j = 0; j < n; ++j) {
         const float* rec = records[j];
-        if (rec == nullptr) continue;  // removed since the scan began
+        if (rec == nullptr) {  // removed since the scan began: as it was then
+          KeptRow kept;
+          if (snapshot_ != nullptr && snapshot_->Read(ids_[next_ + j], RowMeta::kMaxGen, &kept) == Snapshot::kKept) {
+            AppendRow(ids_[next_ + j], kept.floats.data(), kept.last_step, kept.count, dim, slots, part);
+          }
+          continue;
+        }
         AppendAsOf(snapshot_.get(), ids_[next_ + j], rec, dim, slots, part);
       }
       next_ += n;

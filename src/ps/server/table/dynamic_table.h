@@ -82,6 +82,8 @@ class DynamicTableShard final : public TableShard {
     if (tracking_) changed_[id] = gen_;
   }
   void Keep(int64_t id, const RowMeta& meta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps the records of `ids` (about to be removed) for the open save scans that have not read them.
+  absl::Status KeepBeforeRemoval(const std::vector<int64_t>& ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A store error `s`, kept (every later call returns it) and returned.
   absl::Status Fail(absl::Status s) const;
   // The kept store error, or OK.
@@ -105,8 +107,7 @@ class DynamicTableShard final : public TableShard {
   int64_t known_since_ ABSL_GUARDED_BY(mu_) = -1;
   absl::flat_hash_map<int64_t, uint32_t> changed_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<int64_t, uint32_t>> removed_ ABSL_GUARDED_BY(mu_);
-  // The save scans open on the shard, each reading the shard as it was when it started; removal
-  // passes wait while one is open (rows are never removed under a scan).
+  // The save scans open on the shard, each reading the shard as it was when it started.
   const std::shared_ptr<SnapshotSet> snapshots_ = SnapshotSet::Make();
   int64_t admissions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;

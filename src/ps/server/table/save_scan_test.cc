@@ -3,7 +3,7 @@
 // scan, and of an increment, pushes change rows already read and rows not read yet, create rows and
 // make removal passes due; what the scan returns is exactly the shard at its start (compared with a
 // plain scan taken then), for memory and disk dynamic tables and fixed tables under adagrad and
-// adam — while the shard itself did change. Removal passes wait for the scan and run after it.
+// adam — while the shard itself did change, removal passes included.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -155,9 +155,8 @@ TEST_P(SaveScanTest, AFullScanReadsTheShardAsItWasWhenItStarted) {
   scan->reset();
   // The pushes did change the shard meanwhile (so the comparison above could fail).
   EXPECT_FALSE(Everything(*shard_) == at_start);
+  // Removal passes ran during the scan (their rows were read as they were at its start).
   if (GetParam().kind != Kind::kFixed) {
-    EXPECT_EQ(removed_, removed_before) << "a removal pass ran during the scan";
-    Push(6);  // the passes that came due during the scan run now
     EXPECT_GT(removed_, removed_before);
   }
 }

@@ -45,6 +45,19 @@ Snapshot::Source Snapshot::Read(int64_t id, uint32_t live_gen, KeptRow* kept) {
   return live_gen >= start_gen_ ? kSkip : kLive;
 }
 
+std::vector<std::pair<int64_t, KeptRow>> Snapshot::TakeKeptBefore(std::optional<int64_t> id) {
+  absl::MutexLock lock(&set_->mu_);
+  std::vector<std::pair<int64_t, KeptRow>> rows;
+  const auto end = id.has_value() ? kept_.lower_bound(*id) : kept_.end();
+  for (auto it = kept_.begin(); it != end; ++it) {
+    started_ = true;
+    cursor_ = std::max(cursor_, it->first);
+    rows.emplace_back(it->first, std::move(it->second));
+  }
+  kept_.erase(kept_.begin(), end);  // (a btree's erase moves its other iterators)
+  return rows;
+}
+
 int64_t Snapshot::kept_rows() const {
   absl::MutexLock lock(&set_->mu_);
   return static_cast<int64_t>(kept_.size());

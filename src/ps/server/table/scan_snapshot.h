@@ -8,8 +8,8 @@
 // the snapshot's g) and whose cursor has not passed the row yet keeps the row's old record (value,
 // slots, last step, count) in its side map. The scan then reads, per row, the kept record if there is
 // one, else the live record — and skips a live row stamped >= g without a kept record: it was
-// created after the scan started. Rows are not removed while a snapshot is open (the shard defers
-// its removal passes). The side map holds at most the rows changed during the scan, each once, and
+// created after the scan started. A row removed during the scan leaves its record too (the shard
+// keeps it before the removal), read in its place in id order. The side map holds at most the rows changed during the scan, each once, and
 // an entry leaves it when the scan reads it; everything goes with the snapshot (scan read to the end,
 // or dropped).
 //
@@ -23,10 +23,12 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/btree_map.h"
 #include "absl/synchronization/mutex.h"
 
 namespace psflow::ps::table {
@@ -55,6 +57,10 @@ class Snapshot {
   // (kLive), or nothing (kSkip: made after the scan started). Moves the cursor past `id`.
   enum Source { kKept, kLive, kSkip };
   Source Read(int64_t id, uint32_t live_gen, KeptRow* kept);
+  // The kept rows of ids below `id` not read yet (rows removed since the scan started, which the
+  // store no longer yields), ascending, taken out of the side map; every one left when `id` is
+  // nullopt (the store's rows are all read). Moves the cursor past them.
+  std::vector<std::pair<int64_t, KeptRow>> TakeKeptBefore(std::optional<int64_t> id);
   // Rows in the side map now (tests, stats).
   int64_t kept_rows() const;
 
@@ -66,7 +72,7 @@ class Snapshot {
   const uint32_t start_gen_;
   bool started_ ABSL_GUARDED_BY(set_->mu_) = false;  // the cursor has read a row
   int64_t cursor_ ABSL_GUARDED_BY(set_->mu_) = std::numeric_limits<int64_t>::min();  // the last id read
-  absl::flat_hash_map<int64_t, KeptRow> kept_ ABSL_GUARDED_BY(set_->mu_);
+  absl::btree_map<int64_t, KeptRow> kept_ ABSL_GUARDED_BY(set_->mu_);  // ascending ids
 };
 
 class SnapshotSet : public std::enable_shared_from_this<SnapshotSet> {
