@@ -41,7 +41,29 @@ struct KeptRow {
   uint32_t gen = 0;  // its generation stamp then
 };
 
-class SnapshotSet;
+class Snapshot;
+
+class SnapshotSet : public std::enable_shared_from_this<SnapshotSet> {
+ public:
+  static std::shared_ptr<SnapshotSet> Make() { return std::shared_ptr<SnapshotSet>(new SnapshotSet()); }
+
+  // A snapshot of the shard as it stands: call it under the shard's exclusive lock, right after the
+  // shard's generation moved to `start_gen`.
+  std::unique_ptr<Snapshot> Open(uint32_t start_gen);
+  // Whether any snapshot is open (a writer's fast path; exact under the shard's exclusive lock).
+  bool any() const { return open_.load(std::memory_order_acquire) > 0; }
+  // Row `id`, stamped `gen`, is about to change: every open snapshot that started after its last
+  // change and has not read it yet keeps `floats[0, n)`, `last_step` and `count`.
+  void Capture(int64_t id, uint32_t gen, const float* floats, int64_t n, int64_t last_step, int64_t count);
+
+ private:
+  friend class Snapshot;
+  SnapshotSet() = default;
+
+  mutable absl::Mutex mu_;
+  std::vector<Snapshot*> snapshots_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int> open_{0};
+};
 
 // One open scan's view. Made by SnapshotSet::Open; closes (leaves the set) when destroyed.
 class Snapshot {
@@ -73,28 +95,6 @@ class Snapshot {
   bool started_ ABSL_GUARDED_BY(set_->mu_) = false;  // the cursor has read a row
   int64_t cursor_ ABSL_GUARDED_BY(set_->mu_) = std::numeric_limits<int64_t>::min();  // the last id read
   absl::btree_map<int64_t, KeptRow> kept_ ABSL_GUARDED_BY(set_->mu_);  // ascending ids
-};
-
-class SnapshotSet : public std::enable_shared_from_this<SnapshotSet> {
- public:
-  static std::shared_ptr<SnapshotSet> Make() { return std::shared_ptr<SnapshotSet>(new SnapshotSet()); }
-
-  // A snapshot of the shard as it stands: call it under the shard's exclusive lock, right after the
-  // shard's generation moved to `start_gen`.
-  std::unique_ptr<Snapshot> Open(uint32_t start_gen);
-  // Whether any snapshot is open (a writer's fast path; exact under the shard's exclusive lock).
-  bool any() const { return open_.load(std::memory_order_acquire) > 0; }
-  // Row `id`, stamped `gen`, is about to change: every open snapshot that started after its last
-  // change and has not read it yet keeps `floats[0, n)`, `last_step` and `count`.
-  void Capture(int64_t id, uint32_t gen, const float* floats, int64_t n, int64_t last_step, int64_t count);
-
- private:
-  friend class Snapshot;
-  SnapshotSet() = default;
-
-  mutable absl::Mutex mu_;
-  std::vector<Snapshot*> snapshots_ ABSL_GUARDED_BY(mu_);
-  std::atomic<int> open_{0};
 };
 
 }  // namespace psflow::ps::table
