@@ -245,8 +245,9 @@ class PsClient {
   // A checkpoint of one table: all its rows (every shard, every ps task's share) in ascending id
   // order, handed to `sink` in parts of at most `max_rows` rows. Each ps runs a removal pass first
   // and keeps a cursor (8 bytes a row) while the scan lasts; the client holds one part per shard:
-  // no task holds a second copy of the table. Rows updated during the scan are read as they are
-  // when their part is read. A failed call fails the scan (it is not retried: a repeated part
+  // no task holds a second copy of the table. Each shard is read as it was when its scan started
+  // (OpenTableScans, or the first part's call), whatever is pushed meanwhile: the ps keeps a row's
+  // old record at its first change (docs/checkpoints.md#saves-beside-training). A failed call fails the scan (it is not retried: a repeated part
   // would skip rows); the chief checkpoints again later.
   absl::Status ScanTable(const std::string& table, int64_t max_rows,
                          const std::function<absl::Status(TableRowsPart part)>& sink);
