@@ -442,7 +442,7 @@ def psflow_torch_overhead(args, transport):
                       f"--ctr_fields={FIELDS}", f"--ctr_dim={DIM}", f"--ctr_vocab={args.vocab}", "--optimizer=adam",
                       f"--learning_rate={DENSE_LR}", "--sparse_optimizer=adagrad",
                       f"--sparse_learning_rate={SPARSE_LR}", "--intra_op_threads=1", f"--seed={args.seed}",
-                      f"--log_every={args.steps}"]
+                      f"--log_every={args.steps}", f"--overlap={args.overlap}"]
     ps = [subprocess.Popen(cpp_ps(args) + ["--job_name=ps", f"--task_index={i}"] + common,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
     clock = {"psflow": 0.0, "rpc": 0.0, "cpu": 0.0}
@@ -469,6 +469,13 @@ def psflow_torch_overhead(args, transport):
     for cls, name in ((session.WorkerSession, "step"), (session.WorkerSession, "lookup"),
                       (session.WorkerSession, "prefetch"), (ptables._Tables, "rows")):
         setattr(cls, name, timed(getattr(cls, name), "psflow", cpu=True))
+    # --overlap's hooks run inside backward and forward: psflow's time too (handing a gradient over,
+    # waiting for a layer's values).
+    import psflow.overlap as overlap
+    grad_hook, pre_hook = overlap.Overlap._gradient_hook, overlap.Overlap._pre_hook
+    overlap.Overlap._gradient_hook = lambda self, i: timed(grad_hook(self, i), "psflow", cpu=True)
+    overlap.Overlap._pre_hook = lambda self, own: timed(pre_hook(self, own), "psflow", cpu=True)
+    overlap.Overlap._root_hook = timed(overlap.Overlap._root_hook, "psflow", cpu=True)
     try:
         flags = psflow.parse_flags(["--job_name=worker", "--task_index=0"] + common)
         torch.set_num_threads(1)
@@ -496,7 +503,7 @@ def psflow_torch_overhead(args, transport):
             if p.poll() is None:
                 p.kill()
     n = steps - warmup
-    return {"transport": transport, "steps_timed": n, "step_ms": round(wall / n * 1e3, 3),
+    return {"transport": transport, "overlap": args.overlap, "steps_timed": n, "step_ms": round(wall / n * 1e3, 3),
             "psflow_ms": round(clock["psflow"] / n * 1e3, 3), "rpc_ms": round(clock["rpc"] / n * 1e3, 3),
             "psflow_cpu_ms": round(clock["cpu"] / n * 1e3, 3), "load_avg_1min": os.getloadavg()[0],
             "peak_rss_mb": [peak_rss_mb()]}
@@ -524,6 +531,7 @@ def main():
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one configuration in this process
     ap.add_argument("--torch_threads", type=int, default=TORCH_THREADS, help="intra-op threads of the one process")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds before a run is given up")
+    ap.add_argument("--overlap", default="auto", help="--overlap of the overhead runs (i, j)")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
     # Every child (the runs, their ranks and tasks) finds the binding of --build, and runs libgomp's
@@ -543,7 +551,7 @@ def main():
         try:
             proc = subprocess.run([PYTHON, __file__, f"--one={key}", f"--build={args.build}", f"--steps={args.steps}",
                                    f"--vocab={args.vocab}", f"--seed={args.seed}",
-                                   f"--torch_threads={args.torch_threads}"],
+                                   f"--torch_threads={args.torch_threads}", f"--overlap={args.overlap}"],
                                   capture_output=True, text=True, timeout=args.timeout)
         except subprocess.TimeoutExpired:
             print(json.dumps({"run": name, "error": f"no result within --timeout={args.timeout:.0f} s"}), flush=True)

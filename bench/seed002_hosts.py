@@ -45,7 +45,9 @@ def loadavg():
         return [float(x) for x in f.read().split()[:3]]
 
 
-def run_job(a, model, workers, steps, partitioner, placement, rate, extra=()):
+def run_job(a, model, workers, steps, partitioner, placement, rate, extra=(), per_ps_out=None):
+    """One job; its JSON row, or None when it failed. `per_ps_out` (a list): gets the summary's
+    ps_traffic entries (bench/overlap_hosts.py prints them per step)."""
     workdir = tempfile.mkdtemp(prefix=f"seed002_{model}_")
     load_before = loadavg()
     with hosts.Network() as net:
@@ -71,6 +73,8 @@ def run_job(a, model, workers, steps, partitioner, placement, rate, extra=()):
             return None
         s = job.summary()
     shutil.rmtree(workdir, ignore_errors=True)
+    if per_ps_out is not None:
+        per_ps_out.extend(s["ps_traffic"])
     traffic = [t["bytes_in"] + t["bytes_out"] for t in s["ps_traffic"]]
     busiest = max(range(2), key=lambda i: traffic[i])
     # Per direction: what the busiest ps receives (pushes) and sends (pulls) per global step.

@@ -10,7 +10,18 @@ dense layers --optimizer (default adam). --ctr_vocab=0 (default): dynamic tables
 int64 ids; N: fixed tables of N rows (ids mod N). The chief prints the test log-loss and AUC beside
 the Bayes values (the true probabilities' figures) and puts them in the summary's `ctr` block.
 
-Data order: async, worker w's batch at its local step s is the generator's stream w at s; sync,
+Training files: --train_files='DIR/train-*.gz' (Criteo's layout, e.g. from `psflow data ctr-files`)
+instead of the generator, read by psflow's C++ reader through the job's work queue
+(psflow.data.CtrFiles: async workers take file slices from ps task 0 as they need them; sync takes
+each worker's part of one fixed order), with --num_epochs, --shuffle_files, --max_bad_lines; the test
+set from --test_files (its Bayes figures unknown: NaN). Training ends at the end of the data or at
+--train_steps, whichever comes first.
+
+    psflow data ctr-files --out=/tmp/ctr --files=4 --examples_per_file=100000 --gzip
+    psflow local --workers=2 -- /usr/bin/python3 examples/pytorch/ctr_dlrm.py \
+        --train_files='/tmp/ctr/train-*' --test_files=/tmp/ctr/test.gz --train_steps=100000
+
+Data order (the generator): async, worker w's batch at its local step s is the generator's stream w at s; sync,
 global batch s is stream 0's batch of (workers x batch_size) examples at s and worker w takes its
 w-th slice, so R workers x B equal one worker x R*B. Each batch's ids are prefetched (sess.batches):
 one round trip per ps per step.
@@ -82,19 +93,25 @@ def batches(gen, sess, batch_size):
         yield torch.from_numpy(ids), torch.from_numpy(dense), torch.from_numpy(labels)
 
 
-def evaluate_fn(model, gen, n):
+def evaluate_fn(model, gen, n, flags):
     def evaluate():
-        test = gen.test_set(n)
+        nan = float("nan")
+        if flags.test_files:  # read by the C++ reader; a file's true probabilities are unknown
+            test = psflow.data.read_ctr_files(flags.test_files, flags.ctr_fields, n, flags.max_bad_lines)
+            bayes = {"log_loss": nan, "auc": nan}
+        else:
+            test = gen.test_set(n)
+            bayes = gen.bayes_metrics(n)
+        n_test = len(test["labels"])
         ids, dense = torch.from_numpy(test["ids"]), torch.from_numpy(test["dense"])
         with torch.no_grad():
-            logits = torch.cat([model(ids[i:i + 8192], dense[i:i + 8192]) for i in range(0, n, 8192)])
+            logits = torch.cat([model(ids[i:i + 8192], dense[i:i + 8192]) for i in range(0, n_test, 8192)])
         p = torch.sigmoid(logits.double()).numpy()
-        bayes = gen.bayes_metrics(n)
-        ctr = {"test_examples": n, "test_log_loss": psflow.log_loss(test["labels"], p),
+        ctr = {"test_examples": n_test, "test_log_loss": psflow.log_loss(test["labels"], p),
                "test_auc": psflow.auc(test["labels"], p), "bayes_log_loss": bayes["log_loss"],
                "bayes_auc": bayes["auc"]}
         print(f"ctr_dlrm: test log-loss {ctr['test_log_loss']:.5f} (Bayes {ctr['bayes_log_loss']:.5f}), "
-              f"test AUC {ctr['test_auc']:.5f} (Bayes {ctr['bayes_auc']:.5f}) on {n} examples", flush=True)
+              f"test AUC {ctr['test_auc']:.5f} (Bayes {ctr['bayes_auc']:.5f}) on {n_test} examples", flush=True)
         return {"test_cross_entropy": ctr["test_log_loss"], "ctr": ctr}
     return evaluate
 
@@ -111,16 +128,21 @@ def main(argv):
     gen = psflow.CtrGenerator(seed=flags.seed, num_fields=flags.ctr_fields, num_dense=NUM_DENSE)
     model = DLRM(flags.ctr_fields, flags.ctr_dim, flags.ctr_vocab, flags.seed)
     loss_fn = nn.BCEWithLogitsLoss()
-    with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, gen, flags.ctr_test_examples),
+    with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, gen, flags.ctr_test_examples, flags),
                               model_name=MODEL_NAME) as sess:
+        files = psflow.data.CtrFiles(flags.train_files, sess) if flags.train_files else None
+        data = files if files is not None else batches(gen, sess, flags.batch_size)
         # sess.batches announces each batch's ids and prefetches the next one's: their rows come
         # back with the step's push (one round trip per ps per step).
-        for ids, dense, labels in sess.batches(batches(gen, sess, flags.batch_size),
-                                               lambda b: model.table_ids(b[0])):
+        for ids, dense, labels in sess.batches(data, lambda b: model.table_ids(b[0])):
             logits = model(ids, dense)
             loss = loss_fn(logits, labels)
             loss.backward()  # the dense layers' .grad, and each table's unique rows' gradients
             sess.step(loss.item())
+        if files is not None:
+            print(f"ctr_dlrm: worker {sess.worker_index}: training files: {files.examples_read} examples read"
+                  f" ({files.slices_read} slices from the work queue), epoch(s) begun: {files.epochs_begun}, "
+                  f"{files.bad_lines} bad lines skipped", flush=True)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,10 @@ void RegisterSession(pybind11::module_& m);
 void RegisterOptim(pybind11::module_& m);
 void RegisterCheckpoint(pybind11::module_& m);
 void RegisterEvaluator(pybind11::module_& m);
+void RegisterCtrFiles(pybind11::module_& m);
+
+// The C++ worker session of a psflow._Session object (session_binding.cc); TypeError otherwise.
+train::WorkerSession& SessionOf(const pybind11::object& session);
 
 // Embedding tables of the worker session (table_binding.cc).
 // A table's declaration from a dict: name, dim, num_embeddings (None: dynamic) and any of

@@ -99,4 +99,5 @@ PYBIND11_MODULE(_psflow, m) {
   RegisterOptim(m);
   RegisterCheckpoint(m);
   RegisterEvaluator(m);
+  RegisterCtrFiles(m);
 }

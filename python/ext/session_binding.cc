@@ -57,7 +57,8 @@ class PySession {
   PySession(const train::TrainOptions& options, const std::vector<std::string>& names,
             const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& trainable,
             const std::string& model_name, const py::object& evaluate,
-            const std::optional<optim::OptimizerConfig>& optimizer, const std::vector<py::dict>& table_specs)
+            const std::optional<optim::OptimizerConfig>& optimizer, const std::vector<py::dict>& table_specs,
+            bool waits_for_values)
       : memory_(std::make_shared<Memory>()) {
     if (names.size() != shapes.size() || names.size() != trainable.size()) {
       throw StatusError(absl::InvalidArgumentError("_Session: names, shapes and trainable differ in length"));
@@ -84,6 +85,7 @@ class PySession {
     session_options.train = options;
     session_options.model_name = model_name;
     session_options.optimizer = optimizer;
+    session_options.waits_for_values = waits_for_values;
     session_options.log = [](const std::string& line) { std::cout << line << std::endl; };
     if (!evaluate.is_none()) {
       evaluate_ = evaluate;
@@ -156,6 +158,22 @@ class PySession {
     }
     RethrowRaised();
     ThrowIfError(status);
+  }
+
+  // --overlap: parameter i's dense gradient memory holds its final gradient of this step (a
+  // gradient hook, during backward): pushed in the next early part.
+  void GradientReady(size_t i) {
+    BusyGuard guard(busy_);
+    ParamMemory& p = Param(i);
+    p.dense_ready = true;
+    py::gil_scoped_release release;
+    ThrowIfError(session_->GradientReady(static_cast<int>(i)));
+  }
+  // Waits for the values of these parameters (a forward pre-hook), or of all (`indices` empty).
+  void WaitForValues(const std::vector<int>& indices) {
+    py::gil_scoped_release release;
+    if (indices.empty()) return session_->WaitForValues();
+    for (int i : indices) session_->WaitForValues(i);
   }
 
   // Tables (table_binding.cc). Lookup also runs inside close()'s evaluate (the chief's final rows).
@@ -260,20 +278,25 @@ class PySession {
 
 }  // namespace
 
+train::WorkerSession& SessionOf(const py::object& session) { return session.cast<PySession&>().session(); }
+
 void RegisterSession(py::module_& m) {
   py::class_<PySession>(m, "_Session", "The C++ worker session over memory it owns (use psflow.WorkerSession).")
       .def(py::init([](const Flags& flags, const std::vector<std::string>& names,
                        const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& trainable,
                        const std::string& model_name, const py::object& evaluate,
-                       const std::optional<py::dict>& optimizer, const std::vector<py::dict>& tables) {
+                       const std::optional<py::dict>& optimizer, const std::vector<py::dict>& tables,
+                       bool waits_for_values) {
              std::optional<optim::OptimizerConfig> config;
              if (optimizer.has_value()) config = OptimizerConfigFromDict(*optimizer);
              return std::make_unique<PySession>(flags.options, names, shapes, trainable, model_name, evaluate, config,
-                                                tables);
+                                                tables, waits_for_values);
            }),
            py::arg("flags"), py::arg("names"), py::arg("shapes"), py::arg("trainable"), py::arg("model_name"),
            py::arg("evaluate") = py::none(), py::arg("optimizer") = py::none(),
-           py::arg("tables") = std::vector<py::dict>())
+           py::arg("tables") = std::vector<py::dict>(), py::arg("waits_for_values") = false)
+      .def("gradient_ready", &PySession::GradientReady, py::arg("index"))
+      .def("wait_for_values", &PySession::WaitForValues, py::arg("indices"))
       .def("lookup", &PySession::Lookup, py::arg("ids"))
       .def("prefetch", &PySession::Prefetch, py::arg("next_ids"))
       .def("set_table_grads", &PySession::SetTableGrads, py::arg("table"), py::arg("grads"))

@@ -111,3 +111,81 @@ class DistributedBatchSampler:
                 return
             self._last = p
             yield sampler.batch(p).tolist()
+
+
+class CtrFiles:
+    """CtrFiles(pattern, session, batch_size=None, ...): the job's training files in Criteo's layout
+    (docs/data-files.md) as batches for a PyTorch worker: yields (ids int64 [B, F], dense float32
+    [B, 13], labels float32 [B]) torch tensors, read and parsed by psflow's C++ reader (no text
+    parsing in Python), through the same work queue as `psflow train`'s workers:
+
+      * async: slices of the files handed out by ps task 0 as this worker's slice is used up (a slow
+        worker reads less); the queue's state is in every checkpoint, so a resumed job goes on where
+        it stood, and a restarted worker's unfinished slice goes back to the queue (at-least-once
+        per slice);
+      * sync: worker w's part of global batch s of one fixed order (file order, or with shuffle an
+        order of the files per epoch from --seed), from the session's data step on: sync N x B
+        reads what one process of N*B reads.
+
+    Composes with sess.batches (it may read one batch ahead):
+
+        with psflow.WorkerSession(model, flags) as sess:
+            files = psflow.data.CtrFiles(flags.train_files, sess)
+            for ids, dense, labels in sess.batches(files, table_ids):
+                ...
+
+    Iteration ends at the end of the data (--num_epochs passes; the rest under a batch is unused)
+    or once the session should stop. pattern: comma-separated globs (plain or gzip files).
+    batch_size, num_fields, num_epochs, shuffle, file_slices (per worker, async), max_bad_lines:
+    default to the session's flags (--batch_size, --ctr_fields, --num_epochs, --shuffle_files,
+    --file_slices, --max_bad_lines). A bad line fails with one line naming file and line number
+    (psflow.InvalidArgumentError); --max_bad_lines=N skips up to N (bad_lines counts them)."""
+
+    def __init__(self, pattern, session, batch_size=None, num_fields=None, num_epochs=None, shuffle=None,
+                 file_slices=None, max_bad_lines=None):
+        f = session._flags
+
+        def pick(value, default):
+            return default if value is None else value
+
+        self.session = session
+        self._reader = _psflow._CtrFileReader(
+            session._session, str(pattern), int(pick(batch_size, f.batch_size)), int(pick(num_fields, f.ctr_fields)),
+            int(pick(num_epochs, f.num_epochs)), bool(pick(shuffle, f.shuffle_files)),
+            int(pick(file_slices, f.file_slices)), int(pick(max_bad_lines, f.max_bad_lines)))
+
+    def __iter__(self):
+        import torch
+        while not self.session.should_stop():
+            batch = self._reader.next()
+            if batch is None:
+                return
+            ids, dense, labels = batch
+            yield torch.from_numpy(ids), torch.from_numpy(dense), torch.from_numpy(labels)
+
+    @property
+    def examples_read(self):
+        """Examples this worker read so far (whole batches and the rest under a batch)."""
+        return self._reader.examples_read
+
+    @property
+    def bad_lines(self):
+        """Bad lines skipped so far (--max_bad_lines)."""
+        return self._reader.bad_lines
+
+    @property
+    def epochs_begun(self):
+        """The highest epoch this worker reached, plus one."""
+        return self._reader.epochs_begun
+
+    @property
+    def slices_read(self):
+        """Async: the work queue's slices this worker took."""
+        return self._reader.slices_read
+
+
+def read_ctr_files(pattern, num_fields=26, max_examples=65536, max_bad_lines=0):
+    """The first max_examples examples of files in Criteo's layout (e.g. --test_files), read by
+    psflow's C++ reader: {"ids": int64 [n, F], "dense": float32 [n, 13], "labels": float32 [n]}
+    numpy arrays."""
+    return _psflow.read_ctr_files(str(pattern), int(num_fields), int(max_examples), int(max_bad_lines))

@@ -177,7 +177,8 @@ class WorkerSession:
             flags, [n for n, _ in self._params], [list(p.shape) for _, p in self._params],
             self._trainable, model_name or _script_model_name() or type(module).__name__,
             _checked_evaluate(evaluate) if evaluate is not None else None, optimizer_config,
-            [m._spec(n) for n, m in self._table_modules])
+            [m._spec(n) for n, m in self._table_modules], waits_for_values=flags.overlap == "push_pull")  # (auto: push)
+        self._overlap = None
         self._tables = tables._Tables(self._session, self._table_modules) if self._table_modules else None
         self._next_ids = None
         self._values = []
@@ -210,6 +211,13 @@ class WorkerSession:
                 self._values.append(value)
         self._grad_ptrs = [g.data_ptr() if g is not None else None for g in self._grads]
         self._value_ptrs = [v.data_ptr() for v in self._values]
+        self._known = {id(p) for _, p in self._params}
+        self._num_module_params = len(self._params)
+        from .overlap import Overlap
+
+        self._overlap = Overlap(self._session, self._module, self._params, self._trainable, self._sparse,
+                                self._flags.overlap)
+        self._overlap.attach(self._grads)
         self._opened = True
         sys.stdout.flush()  # the script's own lines before the session's (C++ stdout)
         # No cluster flags and no $TF_CONFIG: the C++ session trains alone, with a ps task of its
@@ -223,6 +231,8 @@ class WorkerSession:
         return self
 
     def _detach_tables(self):
+        if self._overlap is not None:
+            self._overlap.remove()
         for _, m in self._table_modules:
             if m._tables is self._tables:
                 m._tables, m._index = None, -1
@@ -283,6 +293,8 @@ class WorkerSession:
             raise _psflow.FailedPreconditionError(
                 "step() before the worker session is open: use `with psflow.WorkerSession(...) as sess:` "
                 "or call open() first")
+        self._check_no_new_parameters()
+        handed = self._overlap.handed
         dense_ready = []
         sparse = []
         for i, (name, p) in enumerate(self._params):
@@ -301,10 +313,12 @@ class WorkerSession:
                 elif g.data_ptr() == self._grad_ptrs[i]:
                     ready = True
                 else:  # autograd made a new tensor (e.g. after zero_grad(set_to_none=True))
-                    self._grads[i].copy_(g)
+                    if not handed[i]:  # (a handed one was copied by its hook, and is being pushed)
+                        self._grads[i].copy_(g)
                     p.grad = self._grads[i]
                     ready = True
             dense_ready.append(ready)
+        self._overlap.after_backward(dense_ready)
         loss = float(loss)
         accuracy = float(accuracy)
         if self._tables is not None:
@@ -314,10 +328,54 @@ class WorkerSession:
         try:
             self._session.step(loss, accuracy, dense_ready, sparse)
         finally:
+            self._overlap.step_done()
             if self._tables is not None:
                 self._tables.after_step()
                 self._tables.announce(self._next_ids)
                 self._next_ids = None
+
+    def _check_no_new_parameters(self):
+        """A parameter added to the module after the session was made is on no ps task: its
+        gradient would be dropped silently. Refused, naming it."""
+        count = sum(1 for _ in self._module.parameters())
+        if count == self._num_module_params:
+            return
+        for name, p in self._module.named_parameters():
+            if id(p) not in self._known:
+                raise _psflow.InvalidArgumentError(
+                    f"parameter '{name}' is not on the ps tasks (it was added to the module after the "
+                    "WorkerSession was made, so nothing would push or update it): build the whole module "
+                    "before the session")
+        self._num_module_params = count
+
+    def wait_for_values(self):
+        """Waits until every parameter holds the values of the last step's pull. With
+        --overlap=push_pull the pull runs in forward order behind step() and each module's forward
+        waits for its own values; call this before reading parameters outside a forward between
+        steps (a state_dict, a norm)."""
+        self._session.wait_for_values([])
+
+    def gradient_ready(self, parameter):
+        """Hands `parameter`'s (a parameter of the module, or its name) final gradient of this step
+        to the push now (the session's own hooks do this during backward; for a custom backward).
+        A parameter that is not on the ps tasks is refused."""
+        for i, (name, p) in enumerate(self._params):
+            if (isinstance(parameter, str) and parameter == name) or parameter is p:
+                if self._overlap.handed[i]:
+                    return
+                if p.grad is None or not self._trainable[i] or self._sparse[i]:
+                    raise _psflow.InvalidArgumentError(
+                        f"gradient_ready('{name}'): it has no dense gradient to push")
+                if p.grad.data_ptr() != self._grad_ptrs[i]:
+                    self._grads[i].copy_(p.grad)
+                self._overlap.handed[i] = True
+                self._session.gradient_ready(i)
+                return
+        what = (f"'{parameter}'" if isinstance(parameter, str)
+                else f"a {type(parameter).__name__} of shape {tuple(getattr(parameter, 'shape', ()))}")
+        raise _psflow.InvalidArgumentError(
+            f"gradient_ready: {what} is not a parameter on the ps tasks (not among the module's "
+            "named_parameters() when the session was made)")
 
     # --- tables (psflow.torch.Embedding / EmbeddingBag) ------------------------------------------
 

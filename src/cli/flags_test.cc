@@ -169,6 +169,7 @@ TEST_F(ParseFlagsTest, EveryFlagSurvivesARoundTripThroughItsText) {
   o.num_epochs = 3;
   o.shuffle_files = true;
   o.file_slices = 4;
+  o.file_split = "static";
   o.sparse_sync_mean = "row_count";
   o.table_dir = "/t";
   o.table_cache_bytes = 12345;

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -78,30 +79,35 @@ class Timings {
   double total_ = 0;
 };
 
-// Runs the three kinds of call in rounds of about kRoundSecs each, one kind after another in
-// every round, until each kind ran for about `seconds` (at least 10 calls each, after 3 warm-up
-// calls each).
-template <typename Tcp, typename Push, typename Pull>
-absl::Status MeasureInterleaved(double seconds, Tcp&& tcp, Push&& push, Pull&& pull, Timings* t_tcp, Timings* t_push,
-                                Timings* t_pull) {
+// Runs the kinds of call (TCP, push, pull, ...) in rounds of about kRoundSecs each, one kind after
+// another in every round, until each kind ran for about `seconds` (at least 10 calls each, after 3
+// warm-up calls each). timings[k] receives calls[k]'s.
+absl::Status MeasureInterleaved(double seconds, const std::vector<std::function<absl::Status()>>& calls,
+                                std::vector<Timings>* timings) {
   constexpr double kRoundSecs = 0.02;
+  timings->assign(calls.size(), Timings());
   for (int i = 0; i < 3; ++i) {
-    for (absl::Status s : {tcp(), push(), pull()}) {
-      if (!s.ok()) return s;
+    for (const auto& call : calls) {
+      if (absl::Status s = call(); !s.ok()) return s;
     }
   }
   // Calls per round for each kind, from the first round's single calls.
-  int n_tcp = 1, n_push = 1, n_pull = 1;
-  auto per_round = [](const Timings& t) {
-    const double each = t.total_secs() / static_cast<double>(std::max<size_t>(t.calls(), 1));
-    return static_cast<int>(std::clamp(kRoundSecs / std::max(each, 1e-9), 1.0, 10000.0));
+  std::vector<int> per_round(calls.size(), 1);
+  auto enough = [&] {
+    for (const Timings& t : *timings) {
+      if (t.calls() < 10 || t.total_secs() < seconds) return false;
+    }
+    return true;
   };
-  while (t_tcp->calls() < 10 || t_push->calls() < 10 || t_pull->calls() < 10 ||
-         std::min({t_tcp->total_secs(), t_push->total_secs(), t_pull->total_secs()}) < seconds) {
-    if (absl::Status s = t_tcp->Run(n_tcp, tcp); !s.ok()) return s;
-    if (absl::Status s = t_push->Run(n_push, push); !s.ok()) return s;
-    if (absl::Status s = t_pull->Run(n_pull, pull); !s.ok()) return s;
-    n_tcp = per_round(*t_tcp), n_push = per_round(*t_push), n_pull = per_round(*t_pull);
+  while (!enough()) {
+    for (size_t k = 0; k < calls.size(); ++k) {
+      if (absl::Status s = (*timings)[k].Run(per_round[k], calls[k]); !s.ok()) return s;
+    }
+    for (size_t k = 0; k < calls.size(); ++k) {
+      const Timings& t = (*timings)[k];
+      const double each = t.total_secs() / static_cast<double>(std::max<size_t>(t.calls(), 1));
+      per_round[k] = static_cast<int>(std::clamp(kRoundSecs / std::max(each, 1e-9), 1.0, 10000.0));
+    }
   }
   return absl::OkStatus();
 }
@@ -289,35 +295,51 @@ absl::StatusOr<std::unique_ptr<ps::PsClient>> BenchClient(const PsTarget& target
 }
 
 struct SizeFigures {
-  Measurement tcp, push, pull;
+  Measurement tcp, push, pull, rpc;
 };
 
-// TCP, push and pull side by side in short rounds (MeasureInterleaved), so load from elsewhere on
-// the machine hits all three alike.
-absl::StatusOr<SizeFigures> MeasureSize(TcpBaseline& tcp, ps::PsClient& client, int64_t size, Tensor& values,
-                                        double seconds) {
+// TCP, push, pull and the bare call side by side in short rounds (MeasureInterleaved), so load
+// from elsewhere on the machine hits all of them alike. The bare call sends the same bytes as a
+// push to a method that ignores them (Stats): the transport alone, without the ps's update.
+absl::StatusOr<SizeFigures> MeasureSize(TcpBaseline& tcp, ps::PsClient& client, ClientChannel& channel, int64_t size,
+                                        Tensor& values, double seconds) {
   const Tensor grad(values.shape(), 1e-3f);
-  Timings t_tcp, t_push, t_pull;
+  std::vector<Timings> t;
   absl::Status measured = MeasureInterleaved(
-      seconds, [&] { return tcp.Call(size); },
-      [&] {
-        return client.Push({ps::Gradient{"bench/v", &grad, nullptr}}, 0).status();
-      },
-      [&] {
-        return client.Pull({{"bench/v", &values}}).status();
-      },
-      &t_tcp, &t_push, &t_pull);
+      seconds,
+      {[&] { return tcp.Call(size); },
+       [&] {
+         return client.Push({ps::Gradient{"bench/v", &grad, nullptr}}, 0).status();
+       },
+       [&] {
+         return client.Pull({{"bench/v", &values}}).status();
+       },
+       [&] {
+         OutgoingMessage bare = OutgoingMessage::Of(wire::StatsRequest());
+         rpc::OutgoingTensor tensor;
+         tensor.meta.set_name("bench/v");
+         tensor.meta.add_shape(grad.size());
+         tensor.data = grad.data();  // borrowed: CallBlocking returns after the transport let go of it
+         tensor.num_floats = grad.size();
+         bare.tensors.push_back(std::move(tensor));
+         CallOptions call;
+         call.timeout_secs = 60;
+         return channel.CallBlocking(Method::kStats, std::move(bare), call).status();
+       }},
+      &t);
   if (!measured.ok()) return measured;
-  return SizeFigures{t_tcp.Of(size), t_push.Of(size), t_pull.Of(size)};
+  return SizeFigures{t[0].Of(size), t[1].Of(size), t[2].Of(size), t[3].Of(size)};
 }
 
 // One JSON line per size.
 void PrintFigures(std::ostream& out, int64_t size, const SizeFigures& f) {
   out << absl::StrFormat(
              "{\"size\":%d,\"push_gbps\":%.3f,\"pull_gbps\":%.3f,\"tcp_gbps\":%.3f,\"push_ratio\":%.3f,"
-             "\"pull_ratio\":%.3f,\"push_latency_ms\":%.4f,\"pull_latency_ms\":%.4f,\"tcp_latency_ms\":%.4f}",
+             "\"pull_ratio\":%.3f,\"push_latency_ms\":%.4f,\"pull_latency_ms\":%.4f,\"tcp_latency_ms\":%.4f,"
+             "\"rpc_gbps\":%.3f,\"rpc_ratio\":%.3f,\"rpc_latency_ms\":%.4f}",
              size, f.push.gbps, f.pull.gbps, f.tcp.gbps, f.push.gbps / f.tcp.gbps, f.pull.gbps / f.tcp.gbps,
-             f.push.latency_ms, f.pull.latency_ms, f.tcp.latency_ms)
+             f.push.latency_ms, f.pull.latency_ms, f.tcp.latency_ms, f.rpc.gbps, f.rpc.gbps / f.tcp.gbps,
+             f.rpc.latency_ms)
       << std::endl;
 }
 
@@ -332,11 +354,17 @@ absl::Status RunTransportBench(const std::string& ps_address, std::ostream& out,
   }
   absl::StatusOr<PsTarget> target = ProbePs(ps_address);
   if (!target.ok()) return target.status();
+  TransportOptions transport;
+  transport.transport = options.transport;
+  absl::StatusOr<std::unique_ptr<ClientChannel>> channel =
+      rpc::MakeChannel(ps_address, absl::StrCat("ps ", ps_address), transport);
+  if (!channel.ok()) return channel.status();
   for (int64_t size : options.sizes) {
     Tensor values(Shape{size / static_cast<int64_t>(sizeof(float))}, 0.5f);
     auto client = BenchClient(*target, values.size(), options.transport, &values);
     if (!client.ok()) return client.status();
-    absl::StatusOr<SizeFigures> figures = MeasureSize(tcp, **client, size, values, options.seconds_per_measurement);
+    absl::StatusOr<SizeFigures> figures =
+        MeasureSize(tcp, **client, **channel, size, values, options.seconds_per_measurement);
     if (!figures.ok()) return figures.status();
     if (size == options.sizes.back() && options.shutdown_ps) {
       if (absl::Status s = (*client)->Shutdown(); !s.ok()) return s;

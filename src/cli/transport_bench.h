@@ -2,7 +2,11 @@
 // against a ps task for several tensor sizes, beside raw TCP between the same two hosts, one JSON
 // line per size:
 //   {"size":..., "push_gbps":..., "pull_gbps":..., "tcp_gbps":..., "push_ratio":..., "pull_ratio":...,
-//    "push_latency_ms":..., "pull_latency_ms":..., "tcp_latency_ms":...}
+//    "push_latency_ms":..., "pull_latency_ms":..., "tcp_latency_ms":...,
+//    "rpc_gbps":..., "rpc_ratio":..., "rpc_latency_ms":...}
+// (push and pull go through the ps client and the ps, which applies each push; "rpc" is the bare
+// transport: the push's bytes sent to a method that ignores them, answered with a few bytes, like
+// the TCP baseline's sink)
 // The benchmark initializes the ps with its own variable (one per size): point it only at a ps task
 // started for benchmarking. Not thread-safe with respect to other users of that ps.
 // It drives the ps through its client, so it is built above the ps, not in the transport library

@@ -116,6 +116,40 @@ absl::StatusOr<IncomingMessage> IncomingMessage::Make(std::string header, wire::
   return m;
 }
 
+IncomingMessage IncomingMessage::WithTensorsReplaced(
+    const std::vector<std::pair<int, std::shared_ptr<const std::vector<float>>>>& replaced) const {
+  struct Keepalive {
+    std::shared_ptr<const void> original;
+    std::vector<std::shared_ptr<const std::vector<float>>> values;
+  };
+  auto keepalive = std::make_shared<Keepalive>();
+  keepalive->original = keepalive_;
+  wire::TensorList list = tensors_;
+  std::vector<Segment> payload;
+  size_t r = 0;
+  for (int k = 0; k < num_tensors(); ++k) {
+    if (r < replaced.size() && replaced[r].first == k) {
+      const std::shared_ptr<const std::vector<float>>& values = replaced[r++].second;
+      CHECK_EQ(static_cast<int64_t>(values->size()), num_floats_[k]);
+      wire::TensorMeta* meta = list.mutable_tensors(k);
+      meta->set_dtype(kWireDtype);
+      payload.push_back({reinterpret_cast<const char*>(values->data()), values->size() * sizeof(float)});
+      keepalive->values.push_back(values);
+      continue;
+    }
+    const int64_t bytes = num_floats_[k] * static_cast<int64_t>(WireDtypeBytes(dtypes_[k]));
+    ForEachByteRange(tensor_offsets_[k], bytes, [&payload](const char* p, size_t n, int64_t) {
+      payload.push_back({p, n});
+      return true;
+    });
+  }
+  CHECK_EQ(r, replaced.size()) << "replaced tensors must be in ascending order";
+  absl::StatusOr<IncomingMessage> made =
+      Make(header_, std::move(list), std::move(payload), std::move(keepalive), wire_bytes_);
+  CHECK(made.ok()) << made.status();
+  return *std::move(made);
+}
+
 absl::Status IncomingMessage::ParseHeader(google::protobuf::MessageLite* message) const {
   if (!message->ParseFromString(header_)) {
     return absl::InvalidArgumentError(

@@ -26,6 +26,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "rpc/delta_pull.h"
 #include "rpc/shm_wire.h"
 #include "rpc/tensor_coding.h"
 
@@ -423,11 +424,23 @@ class CombinedServer final : public Server {
   std::unique_ptr<ShmServer> shm_;
 };
 
-}  // namespace
+// A server and the handler (delta pulls around the caller's) it answers with: the server goes first.
+class HandlerOwningServer final : public Server {
+ public:
+  HandlerOwningServer(std::unique_ptr<Handler> handler, std::unique_ptr<Server> server)
+      : handler_(std::move(handler)), server_(std::move(server)) {}
+  int port() const override { return server_->port(); }
+  ServerCounters counters() const override { return server_->counters(); }
+  void Shutdown(double grace_secs) override { server_->Shutdown(grace_secs); }
 
-absl::StatusOr<std::unique_ptr<ClientChannel>> MakeChannel(const std::string& address, const std::string& peer_name,
-                                                           const TransportOptions& security) {
-  if (absl::Status s = CheckTransport(security.transport); !s.ok()) return s;
+ private:
+  std::unique_ptr<Handler> handler_;
+  std::unique_ptr<Server> server_;  // declared last: destroyed (shut down) first
+};
+
+absl::StatusOr<std::unique_ptr<ClientChannel>> MakeTransportChannel(const std::string& address,
+                                                                    const std::string& peer_name,
+                                                                    const TransportOptions& security) {
   absl::StatusOr<std::unique_ptr<ClientChannel>> grpc = MakeGrpcChannel(address, peer_name, security);
   if (!grpc.ok() || security.transport != "shm" || !IsLoopbackAddress(address)) return grpc;
   int port = 0;
@@ -435,14 +448,32 @@ absl::StatusOr<std::unique_ptr<ClientChannel>> MakeChannel(const std::string& ad
   return std::unique_ptr<ClientChannel>(new ShmChannel(port, peer_name, security, *std::move(grpc)));
 }
 
-absl::StatusOr<std::unique_ptr<Server>> StartServer(const std::string& address, const TransportOptions& security,
-                                                    Handler* handler) {
-  if (absl::Status s = CheckTransport(security.transport); !s.ok()) return s;
+absl::StatusOr<std::unique_ptr<Server>> StartTransportServer(const std::string& address,
+                                                             const TransportOptions& security, Handler* handler) {
   absl::StatusOr<std::unique_ptr<Server>> grpc = StartGrpcServer(address, security, handler);
   if (!grpc.ok() || security.transport != "shm") return grpc;
   absl::StatusOr<std::unique_ptr<ShmServer>> shm = ShmServer::Start((*grpc)->port(), security, handler);
   if (!shm.ok()) return shm.status();
   return std::unique_ptr<Server>(new CombinedServer(*std::move(grpc), *std::move(shm)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ClientChannel>> MakeChannel(const std::string& address, const std::string& peer_name,
+                                                           const TransportOptions& security) {
+  if (absl::Status s = CheckTransport(security.transport); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<ClientChannel>> channel = MakeTransportChannel(address, peer_name, security);
+  if (!channel.ok()) return channel.status();
+  return std::unique_ptr<ClientChannel>(new DeltaChannel(*std::move(channel)));
+}
+
+absl::StatusOr<std::unique_ptr<Server>> StartServer(const std::string& address, const TransportOptions& security,
+                                                    Handler* handler) {
+  if (absl::Status s = CheckTransport(security.transport); !s.ok()) return s;
+  auto delta = std::make_unique<DeltaHandler>(handler);
+  absl::StatusOr<std::unique_ptr<Server>> server = StartTransportServer(address, security, delta.get());
+  if (!server.ok()) return server.status();
+  return std::unique_ptr<Server>(new HandlerOwningServer(std::move(delta), *std::move(server)));
 }
 
 }  // namespace psflow::rpc

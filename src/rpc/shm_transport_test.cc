@@ -19,6 +19,7 @@
 #include "core/check.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rpc/delta_pull.h"
 #include "rpc/test_handler.h"
 #include "rpc/transport.h"
 
@@ -58,6 +59,12 @@ OutgoingMessage TensorMessage(const std::vector<float>& data, const std::string&
   return m;
 }
 
+// The shm channel inside a factory-made channel (which wraps it for delta pulls), or null.
+ShmChannel* AsShm(ClientChannel* channel) {
+  auto* delta = dynamic_cast<DeltaChannel*>(channel);
+  return dynamic_cast<ShmChannel*>(delta != nullptr ? delta->inner() : channel);
+}
+
 struct Fixture {
   TestHandler handler;
   std::unique_ptr<Server> server;
@@ -71,7 +78,7 @@ struct Fixture {
     auto c = MakeChannel(absl::StrCat("127.0.0.1:", server->port()), "ps task 0 (test)", client_security);
     CHECK(c.ok()) << c.status();
     channel = *std::move(c);
-    shm = dynamic_cast<ShmChannel*>(channel.get());
+    shm = AsShm(channel.get());
     CHECK(shm != nullptr);
   }
 };
@@ -248,10 +255,10 @@ TEST(ShmTransportTest, FactoriesPickTheTransport) {
   EXPECT_THAT(refused.status().message(), HasSubstr("--transport=tcp"));
   auto remote = MakeChannel("10.1.2.3:2222", "ps", Shm());
   ASSERT_TRUE(remote.ok());
-  EXPECT_EQ(dynamic_cast<ShmChannel*>(remote->get()), nullptr);
+  EXPECT_EQ(AsShm(remote->get()), nullptr);
   auto grpc = MakeChannel("127.0.0.1:2222", "ps", {});
   ASSERT_TRUE(grpc.ok());
-  EXPECT_EQ(dynamic_cast<ShmChannel*>(grpc->get()), nullptr);
+  EXPECT_EQ(AsShm(grpc->get()), nullptr);
   EXPECT_TRUE(IsLoopbackAddress("localhost:1"));
   EXPECT_TRUE(IsLoopbackAddress("[::1]:1"));
   EXPECT_FALSE(IsLoopbackAddress("192.168.0.1:1"));
@@ -299,7 +306,7 @@ TEST(ShmTransportTest, KilledServerProcessFailsCallsUnavailable) {
   ASSERT_NE(port, 0);
   auto channel = MakeChannel(absl::StrCat("127.0.0.1:", port), "ps task 0 (child)", Shm());
   ASSERT_TRUE(channel.ok());
-  auto* shm = dynamic_cast<ShmChannel*>(channel->get());
+  auto* shm = AsShm(channel->get());
   std::vector<float> x = {1, 2, 3};
   ASSERT_TRUE((*channel)->CallBlocking(Method::kPush, TensorMessage(x, "x"), Options()).ok());
   EXPECT_EQ(shm->shm_calls(), 1);

@@ -150,6 +150,7 @@ PreparedMessage Prepare(OutgoingMessage& message) {
     if (wire.bytes > 0) out.payload.emplace_back(wire.data, wire.bytes);
     if (wire.owner != nullptr) out.converted.push_back(std::move(wire.owner));
   }
+  if (message.delta.client() != 0) *list.mutable_delta() = message.delta;
   const std::string list_bytes = list.SerializeAsString();
   out.prefix.reserve(8 + message.header.size() + list_bytes.size() + 8);
   AppendU32(&out.prefix, static_cast<uint32_t>(message.header.size()));

@@ -58,6 +58,7 @@ grpc::ByteBuffer EncodeMessage(OutgoingMessage message, const std::shared_ptr<co
     if (t.meta.dtype().empty()) t.meta.set_dtype(kWireDtype);  // a test may name another, to be refused
     *list.add_tensors() = std::move(t.meta);
   }
+  if (message.delta.client() != 0) *list.mutable_delta() = std::move(message.delta);
   const std::string list_bytes = list.SerializeAsString();
 
   std::string inline_bytes;

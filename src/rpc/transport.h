@@ -82,6 +82,8 @@ WireBytes ToWireBytes(const OutgoingTensor& tensor);
 struct OutgoingMessage {
   std::string header;  // the serialized request or response proto of the method
   std::vector<OutgoingTensor> tensors;
+  // Requests of a client of delta pulls (rpc/delta_pull.h) only: travels in the tensor list.
+  wire::DeltaAnnouncement delta;
 
   // Convenience: serializes `header` into a message without tensors.
   static OutgoingMessage Of(const google::protobuf::MessageLite& header);
@@ -116,6 +118,14 @@ class IncomingMessage {
   WireDtype dtype(int i) const { return dtypes_[i]; }
   // Bytes of the whole message on the wire (headers and payload).
   int64_t wire_bytes() const { return wire_bytes_; }
+  // The sender's announcement as a client of delta pulls (client 0: none; rpc/delta_pull.h).
+  const wire::DeltaAnnouncement& delta_announcement() const { return tensors_.delta(); }
+
+  // This message with tensor k's values replaced, for each (k, values) of `replaced` (k
+  // ascending, values->size() == num_floats(k)): those tensors read as float32 from `values`
+  // (kept alive by the result), with dtype "float32" in their meta.
+  IncomingMessage WithTensorsReplaced(
+      const std::vector<std::pair<int, std::shared_ptr<const std::vector<float>>>>& replaced) const;
 
   // Copies tensor i's floats to dst[0, num_floats(i)).
   void CopyTo(int i, float* dst) const;

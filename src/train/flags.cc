@@ -91,6 +91,8 @@ constexpr Flag kFlags[] = {
    "slices; one process and sync: of the files)"},
   {"file_slices", &O::file_slices, "--train_files, async: slices of the files per worker in the work queue",
    kPositive},
+  {"file_split", &O::file_split, "--train_files, async: queue (slices handed out by ps task 0 as workers need "
+   "them) or static (worker w reads slices w, w+N, ... alone)", OneOf("queue static", "queue or static")},
   {"test_files", &O::test_files, "ctr model: test data, files in Criteo's layout; empty: the generator's test set"},
   {"max_bad_lines", &O::max_bad_lines, "bad lines of --train_files/--test_files skipped (and counted) before the "
    "job fails naming file and line", AtLeast(0, "0 or more")},
@@ -153,9 +155,10 @@ constexpr Flag kFlags[] = {
    "float32, workers carry their rounding into the next push); every task the same",
    OneOf("float32 bfloat16 float16", "float32, bfloat16 or float16")},
   {"overlap", &O::overlap,
-   "what a worker's step overlaps with compute: none, push (each gradient pushed as backward finishes it) or "
-   "push_pull (and the next pull in forward order: a layer's forward waits only for its own values)",
-   OneOf("none push push_pull", "none, push or push_pull")},
+   "what a worker's step overlaps with compute: none, push (each gradient pushed as backward finishes it), "
+   "push_pull (and the next pull in forward order: a layer's forward waits only for its own values), or auto "
+   "(push_pull for psflow train's image-model workers, push for the others and for PyTorch scripts)",
+   OneOf("auto none push push_pull", "auto, none, push or push_pull")},
   // Security.
   {"cluster_secret_file", &O::cluster_secret_file, "file holding the cluster's shared secret"},
   {"tls_cert", &O::tls_cert, "PEM certificate of this task"},

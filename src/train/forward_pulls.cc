@@ -11,6 +11,9 @@ struct ForwardPulls::State {
   int next ABSL_GUARDED_BY(mu) = 0;       // the next group to launch
   int in_flight ABSL_GUARDED_BY(mu) = 0;  // groups launched and not answered
   absl::Status status ABSL_GUARDED_BY(mu);
+  // Sync: heartbeats while the pull runs (a stalled task must not get this worker dropped from
+  // the others' quorum while its forward waits), released when the last group is in.
+  std::shared_ptr<void> keep_alive ABSL_GUARDED_BY(mu);
 };
 
 ForwardPulls::ForwardPulls(ps::PsClient* client, std::vector<std::pair<std::string, Tensor*>> out)
@@ -35,8 +38,10 @@ ForwardPulls::~ForwardPulls() { (void)Settle(); }
 
 void ForwardPulls::Start() {
   std::vector<int> launch;
+  std::shared_ptr<void> keep_alive = client_->KeepAlive();
   {
     absl::MutexLock lock(&state_->mu);
+    state_->keep_alive = std::move(keep_alive);
     state_->active = true;
     state_->status = absl::OkStatus();
     state_->done.assign(groups_.size(), false);
@@ -52,6 +57,7 @@ void ForwardPulls::Start() {
 void ForwardPulls::Launch(int group) {
   client_->PullAsync(groups_[group], [this, state = state_, group](absl::StatusOr<int64_t> r) {
     int next = -1;
+    std::shared_ptr<void> keep_alive;  // released outside the lock once every group is in
     {
       absl::MutexLock lock(&state->mu);
       state->done[group] = true;
@@ -65,7 +71,9 @@ void ForwardPulls::Launch(int group) {
         for (int g = state->next; g < static_cast<int>(state->done.size()); ++g) state->done[g] = true;
         state->next = static_cast<int>(state->done.size());
       }
+      if (next < 0 && state->in_flight == 0) keep_alive = std::move(state->keep_alive);
     }
+    keep_alive.reset();
     if (next >= 0) Launch(next);
   });
 }
@@ -91,6 +99,7 @@ absl::Status ForwardPulls::Settle() {
         return st->in_flight == 0 && st->next >= static_cast<int>(st->done.size());
       },
       s));
+  std::shared_ptr<void> keep_alive = std::move(s->keep_alive);
   absl::Status status = s->active ? s->status : absl::OkStatus();
   s->active = false;
   s->status = absl::OkStatus();

@@ -124,7 +124,8 @@ class WorkerSession::Impl {
     auto client = ps::PsClient::Create(client_options);
     if (!client.ok()) return client.status();
     client_ = *std::move(client);
-    if (options_.train.overlap == "push_pull" && options_.waits_for_values) {
+    const std::string& overlap = options_.train.overlap;
+    if ((overlap == "push_pull" || overlap == "auto") && options_.waits_for_values) {
       forward_pulls_ = std::make_unique<ForwardPulls>(client_.get(), pull_into_);
     }
     return absl::OkStatus();
@@ -316,7 +317,10 @@ class WorkerSession::Impl {
 
   // --eval_every_steps: the chief's evaluation during training, logged and written as scalars.
   absl::Status EvaluateNow() {
-    if (auto s = SettlePulls(); !s.ok()) return s;
+    // The values of the pull behind the step; a failed one is recovered from (and pulled) first.
+    if (auto s = SettlePulls(); !s.ok()) {
+      if (auto r = RecoverAndPull(s); !r.ok()) return r;
+    }
     auto eval = options_.evaluate();
     if (!eval.ok()) return eval.status();
     if (auto s = CheckEval(*eval); !s.ok()) return s;

@@ -139,6 +139,54 @@ TEST(WorkerSessionTest, SavesTheLastStepOnceAndReportsTheCallersMetrics) {
   std::filesystem::remove_all(dir);
 }
 
+// --overlap=push_pull over one ps: gradients handed over early (GradientReady), the pull in forward
+// order behind Step (WaitForValues), SGD's update checked by hand; misuse of GradientReady refused.
+TEST(WorkerSessionTest, OverlapHandsGradientsOverEarlyAndPullsBehindTheStep) {
+  auto cluster = TestCluster::Start(1, 1);
+  ASSERT_NE(cluster, nullptr);
+  WorkerSession::Options options;
+  options.train.job_name = "worker";
+  options.train.ps_hosts = cluster->cluster.ps()[0];
+  options.train.worker_hosts = cluster->cluster.workers()[0];
+  options.train.optimizer = "sgd";
+  options.train.learning_rate = 0.5f;
+  options.train.lr_decay_steps = 0;
+  options.train.train_steps = 3;
+  options.train.overlap = "push_pull";
+  options.waits_for_values = true;
+  options.log = [](const std::string&) {};
+  // A first layer of 512 KiB: an early part of its own, and pull groups of their own.
+  Tensor a(Shape{256, 512}, 1.0f), a_grad(Shape{256, 512}, 1.0f);
+  Tensor b(Shape{4}, 2.0f), b_grad(Shape{4}, 4.0f);
+  auto session_or = WorkerSession::Create(options, {{"a", &a, &a_grad, nullptr}, {"b", &b, &b_grad, nullptr}});
+  ASSERT_TRUE(session_or.ok()) << session_or.status();
+  WorkerSession& session = **session_or;
+  EXPECT_TRUE(absl::IsFailedPrecondition(session.GradientReady(0)));  // not open yet
+  PSFLOW_ASSERT_OK(session.Open());
+  EXPECT_EQ(session.ParameterIndex("b"), 1);
+  EXPECT_EQ(session.ParameterIndex("c"), -1);
+  for (int step = 1; step <= 3; ++step) {
+    session.WaitForValues(0);  // the forward's first layer
+    EXPECT_FLOAT_EQ(a[7], 1 - 0.5f * (step - 1));
+    session.WaitForValues(1);
+    EXPECT_FLOAT_EQ(b[3], 2 - 2.0f * (step - 1));
+    PSFLOW_ASSERT_OK(session.GradientReady(1));  // backward: the last layer first
+    PSFLOW_ASSERT_OK(session.GradientReady(0));
+    absl::Status twice = session.GradientReady(0);
+    EXPECT_TRUE(absl::IsInvalidArgument(twice)) << twice;
+    EXPECT_NE(twice.message().find("'a' got a second gradient"), std::string::npos) << twice;
+    EXPECT_TRUE(absl::IsInvalidArgument(session.GradientReady(2)));
+    PSFLOW_ASSERT_OK(session.Step(1.0));
+    EXPECT_EQ(session.global_step(), step);
+  }
+  session.WaitForValues();
+  EXPECT_FLOAT_EQ(a[0], 1 - 0.5f * 3);
+  EXPECT_FLOAT_EQ(b[0], 2 - 2.0f * 3);
+  auto summary = session.Close();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->global_step, 3);
+}
+
 TEST(WorkerSessionTest, RefusesBadParameters) {
   WorkerSession::Options options;
   options.train.job_name = "worker";

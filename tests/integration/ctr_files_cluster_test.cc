@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <fstream>
 #include <chrono>
 #include <regex>
 #include <thread>
@@ -178,6 +179,51 @@ TEST(CtrFilesClusterTest, SyncEndsAtTheFilesStep) {
   EXPECT_EQ(m["train_file_epochs"], 1);
   EXPECT_TRUE(std::filesystem::exists(absl::StrCat(dir, "/ckpt/model.ckpt-", kExamples / 256, ".safetensors")));
   EXPECT_NE(r.output.find("the training files end after"), std::string::npos) << r.output;
+}
+
+// A bad line fails the job with one line naming file and line; the job's last checkpoint holds the
+// queue's state. With --max_bad_lines=1 the line is skipped and counted.
+TEST(CtrFilesClusterTest, ABadLineFailsTheJobAndLeavesTheCheckpointAndQueue) {
+  const std::string dir = TempDir("ctr_files_bad");
+  const std::string data = WriteFiles(dir);
+  std::ofstream(data + "/train-00009") << "1\t2\n";  // last in the files' order: a bad line
+  std::vector<std::string> job = {"local", "--ps=1", "--workers=2", "--model=ctr", "--ctr_fields=4",
+                                  "--ctr_dim=4", "--batch_size=128", "--seed=2",
+                                  "--train_files=" + data + "/train-*", "--ctr_test_examples=2048",
+                                  "--log_every=1000", "--checkpoint_dir=" + dir + "/ckpt",
+                                  "--save_checkpoint_steps=20", "--metrics_json=" + dir + "/m.json"};
+  auto failed = RunProcess(Psflow(job), 600);
+  EXPECT_NE(failed.exit_code, 0) << failed.output;
+  EXPECT_NE(failed.output.find("data file " + data + "/train-00009 line 1: 2 tab-separated fields; expected 18"),
+            std::string::npos)
+      << failed.output;
+  std::string newest;
+  int64_t newest_step = -1;
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/ckpt")) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, m, std::regex("model\\.ckpt-([0-9]+)\\.safetensors")) && std::stoll(m[1]) > newest_step) {
+      newest_step = std::stoll(m[1]);
+      newest = entry.path().string();
+    }
+  }
+  ASSERT_GT(newest_step, 0) << failed.output;
+  // The file's header (8 bytes of length, then JSON) holds the metadata.
+  std::ifstream in(newest, std::ios::binary);
+  uint64_t header_bytes = 0;
+  in.read(reinterpret_cast<char*>(&header_bytes), 8);
+  std::string header(header_bytes, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  const nlohmann::json metadata = nlohmann::json::parse(header)["__metadata__"];
+  ASSERT_TRUE(metadata.contains("work_queue")) << newest;
+  const nlohmann::json queue = nlohmann::json::parse(metadata["work_queue"].get<std::string>());
+  EXPECT_GT(queue["handed"].get<int64_t>(), 0) << queue.dump();
+  EXPECT_EQ(queue["files"].size(), 5u) << queue.dump();
+
+  job.push_back("--max_bad_lines=1");  // the same job goes on from its checkpoint, skipping the line
+  auto skipped = RunProcess(Psflow(job), 600);
+  ASSERT_EQ(skipped.exit_code, 0) << skipped.output;
+  EXPECT_EQ(ReadJson(dir + "/m.json")["train_file_bad_lines"], 1);
 }
 
 }  // namespace

@@ -235,6 +235,11 @@ class PsClient {
   // A push sent as its gradients become ready (push as backward goes): see PushStream. The
   // stream borrows this client, which must outlive it.
   std::unique_ptr<PushStream> StartPush(int64_t step_tag);
+  // Sync mode: until the returned handle is released, every ps task hears every quarter of
+  // --sync_timeout_secs that this worker is alive, so that a worker waiting on a stalled task
+  // outside a push (for a pull in forward order) stays in the other tasks' quorum. Null in async
+  // mode and with one ps task.
+  std::shared_ptr<void> KeepAlive();
 
   // The whole model for a checkpoint: every variable of the plan (in plan order) assembled from
   // its shards, with its optimizer slots and update count (the max over its shards), and the

@@ -76,6 +76,9 @@ struct TrainOptions {
   int64_t num_epochs = 1;
   bool shuffle_files = false;
   int file_slices = 10;
+  // Async: "queue" (the work queue) or "static" (worker w reads slices w, w + N, ... alone: the
+  // usual split, a baseline for bench/ctr_files.py).
+  std::string file_split = "queue";
   // A sync step's row mean divides by the gradients applied ("workers") or by those that held the
   // row ("row_count", TF's).
   std::string sparse_sync_mean = "workers";
@@ -132,8 +135,11 @@ struct TrainOptions {
   std::string wire_dtype = "float32";  // dense pulls and pushes as "bfloat16" / "float16" (ps::TrainingConfig)
   // What a worker's step overlaps with compute (docs/sync-async.md#overlap): "none" (compute, then
   // push, then pull), "push" (each gradient pushed as backward finishes it), "push_pull" (and the
-  // next pull in forward order, each layer's forward waiting for its own values only).
-  std::string overlap = "push_pull";
+  // next pull in forward order, each layer's forward waiting for its own values only), or "auto":
+  // push_pull where the worker waits for each layer's values itself (psflow train's workers of the
+  // image models; WorkerSession::Options::waits_for_values), else push (a PyTorch script may read
+  // its parameters between steps: it asks for push_pull by name).
+  std::string overlap = "auto";
 
   // Security.
   std::string cluster_secret_file, tls_cert, tls_key, tls_ca;

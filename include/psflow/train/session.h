@@ -169,8 +169,8 @@ class WorkerSession {
     // flags' (--optimizer, --learning_rate, --lr_decay_*): psflow.optim's. Checked by Create.
     std::optional<optim::OptimizerConfig> optimizer;
     // The caller calls WaitForValues(i) before its forward reads parameter i (and WaitForValues()
-    // before reading them all): with --overlap=push_pull the pull then runs in forward order behind
-    // Step instead of inside it.
+    // before reading them all): with --overlap=push_pull (or auto) the pull then runs in forward
+    // order behind Step instead of inside it.
     bool waits_for_values = false;
   };
 

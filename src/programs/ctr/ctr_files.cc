@@ -230,6 +230,34 @@ SliceSource QueueSlices(WorkerSession& session, ps::WorkPlan plan, double wait_s
   };
 }
 
+SliceSource StaticSlices(ps::WorkPlan plan, int worker, int num_workers) {
+  struct Position {
+    int64_t epoch = 0, index = 0;
+    std::vector<int> order;
+  };
+  auto at = std::make_shared<Position>();
+  return [plan = std::move(plan), worker, num_workers,
+          at](int64_t, int64_t) -> absl::StatusOr<std::optional<EpochSlice>> {
+    const int n = static_cast<int>(plan.slices.size());
+    while (at->epoch < plan.num_epochs) {
+      if (at->index == 0) {
+        at->order = ps::WorkOrder(n, plan.shuffle, plan.seed, at->epoch);
+        at->index = worker;
+      }
+      if (at->index < n) {
+        const ps::WorkSlice& w = plan.slices[at->order[at->index]];
+        at->index += num_workers;
+        return std::optional<EpochSlice>(EpochSlice{
+            {plan.files[w.file], w.begin, w.end == ps::kWorkSliceToEnd ? data::CriteoSlice::kToEnd : w.end},
+            at->epoch});
+      }
+      ++at->epoch;
+      at->index = 0;
+    }
+    return std::optional<EpochSlice>();
+  };
+}
+
 absl::StatusOr<std::unique_ptr<CtrFileBatches>> CtrFileBatches::Open(const TrainOptions& options, int part,
                                                                      int parts) {
   std::unique_ptr<CtrFileBatches> b(new CtrFileBatches());

@@ -88,6 +88,10 @@ absl::StatusOr<ps::WorkPlan> MakeCtrWorkPlan(const std::vector<std::string>& fil
 SliceSource QueueSlices(WorkerSession& session, ps::WorkPlan plan, double wait_secs, double end_wait_secs,
                         std::function<void(const std::string&)> log);
 
+// --file_split=static (async without the queue, TF's usual files[w::N]): slices w, w + N, w + 2N, ...
+// of `plan` in each epoch's order, read by worker w of N alone; a slow worker holds the job up.
+SliceSource StaticSlices(ps::WorkPlan plan, int worker, int num_workers);
+
 // The fixed order's batches: global batch `step` of parts·B examples, of which this reader hands
 // out part `part` (one process: part 0 of 1).
 class CtrFileBatches {

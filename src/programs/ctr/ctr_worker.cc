@@ -132,7 +132,9 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
                                   o.shuffle_files, o.seed);
       if (!plan.ok()) return plan.status();
       queue_reader = std::make_unique<CtrSliceReader>(
-          QueueSlices(session, *std::move(plan), o.init_timeout_secs, o.worker_timeout_secs, log),
+          o.file_split == "static"
+              ? StaticSlices(*std::move(plan), worker, session.num_workers())
+              : QueueSlices(session, *std::move(plan), o.init_timeout_secs, o.worker_timeout_secs, log),
           CtrReaderOptions(o));
       fill = [&](int64_t, int64_t* ids, float* dense, float* labels) -> absl::Status {
         const int64_t batch = OptionValue(o.batch_size), fields = o.ctr_fields;

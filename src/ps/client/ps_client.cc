@@ -432,6 +432,20 @@ void PsClient::Impl::PushAsync(const std::vector<Gradient>& grads, int64_t step_
             std::move(done), std::move(work));
 }
 
+std::shared_ptr<WaitHeartbeat> PsClient::Impl::StartPartsHeartbeat() {
+  const TrainingConfig config = GetConfig();
+  if (!config.sync || num_ps() < 2) return nullptr;
+  wire::HelloRequest hello;
+  hello.set_worker_index(options_.worker_index);
+  hello.set_client_id(client_id_);
+  hello.set_heartbeat(true);
+  std::shared_ptr<WaitHeartbeat> heartbeat =
+      WaitHeartbeat::Start(AllChannels(), std::move(hello), std::clamp(config.sync_timeout_secs / 4, 0.05, 10.0),
+                           options_.rpc_timeout_secs, retrier_.get());
+  for (int k = 0; k < num_ps(); ++k) heartbeat->Answered(k);
+  return heartbeat;
+}
+
 void PsClient::Impl::SendRound(std::shared_ptr<std::vector<CallRound>> rounds, size_t r,
                                std::shared_ptr<Targets> targets, std::shared_ptr<WaitHeartbeat> heartbeat,
                                std::shared_ptr<PushResult> result, std::function<void(absl::StatusOr<PushResult>)> done,

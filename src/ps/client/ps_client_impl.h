@@ -159,6 +159,10 @@ class PsClient::Impl {
   void PushAsync(const std::vector<Gradient>& grads, int64_t step_tag,
                  const std::vector<std::pair<std::string, Tensor*>>* out, const TableStep* tables,
                  std::function<void(absl::StatusOr<PushResult>)> done, bool early_part = false);
+  // Sync: while a push's last part waits for its earlier parts (one of them held by a stalled ps
+  // task), every ps task hears that this worker is alive (ps/client/wait_heartbeat.h), so that the
+  // others keep it in their quorum. Null in async mode. Stop() it when the wait ends.
+  std::shared_ptr<WaitHeartbeat> StartPartsHeartbeat();
   // Sends round r of a push or pull (a call to each ps task with a part left; ps/client/call_parts.h)
   // and, once all answered, the next round; `done` gets the outcome after the last round or the
   // first failed one.

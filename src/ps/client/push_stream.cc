@@ -27,6 +27,13 @@ std::unique_ptr<PushStream> PsClient::StartPush(int64_t step_tag) {
   return std::unique_ptr<PushStream>(new PushStream(impl_.get(), step_tag));
 }
 
+std::shared_ptr<void> PsClient::KeepAlive() {
+  std::shared_ptr<WaitHeartbeat> heartbeat = impl_->StartPartsHeartbeat();
+  if (heartbeat == nullptr) return nullptr;
+  WaitHeartbeat* raw = heartbeat.get();
+  return std::shared_ptr<void>(raw, [heartbeat = std::move(heartbeat)](void*) { heartbeat->Stop(); });
+}
+
 void PushStream::Send(const std::vector<Gradient>& grads) {
   if (grads.empty()) return;
   ++parts_sent_;
@@ -55,7 +62,12 @@ absl::Status PushStream::WaitForParts() {
 void PushStream::FinishAsync(const std::vector<Gradient>& grads,
                              const std::vector<std::pair<std::string, Tensor*>>& out, const TableStep& tables,
                              std::function<void(absl::StatusOr<PushResult>)> done) {
-  if (absl::Status s = WaitForParts(); !s.ok()) return done(s);
+  // Sync: the ps tasks that have all their parts hear that this worker is alive while another
+  // (stalled) holds one, so that they do not drop it from the step's quorum meanwhile.
+  std::shared_ptr<WaitHeartbeat> heartbeat = client_->StartPartsHeartbeat();
+  absl::Status parts = WaitForParts();
+  if (heartbeat != nullptr) heartbeat->Stop();
+  if (!parts.ok()) return done(parts);
   client_->PushAsync(grads, step_tag_, &out, &tables, std::move(done));
 }
 

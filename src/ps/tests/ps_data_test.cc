@@ -183,8 +183,9 @@ TEST(AsyncPushTest, StalenessAwareLearningRateDividesByTheStepsSinceThePull) {
 }
 
 // --wire_dtype=bfloat16 / float16: the ps keeps float32 (an SGD step of the rounded gradient),
-// pulls arrive rounded, the rounding of each push is carried into the next (error feedback), and
-// a worker whose wire dtype disagrees with the ps's is refused in one line naming both.
+// the first pull arrives rounded and later ones as deltas, the rounding of each push is carried
+// into the next (error feedback), and a worker whose wire dtype disagrees with the ps's is refused
+// in one line naming both.
 TEST(AsyncPushTest, SixteenBitWireRoundsPullsAndPushesWithErrorFeedback) {
   for (const std::string dtype_name : {"bfloat16", "float16"}) {
     const rpc::WireDtype dtype = *rpc::ParseWireDtype(dtype_name);
@@ -220,6 +221,17 @@ TEST(AsyncPushTest, SixteenBitWireRoundsPullsAndPushesWithErrorFeedback) {
       const double moved = static_cast<double>(w[i]) - got[i];
       const double want = static_cast<double>(gw[i]) * kPushes;
       EXPECT_NEAR(moved, want, 1.5e-5) << dtype_name << " " << i;
+    }
+    // Pulls after the first travel as deltas from what the worker holds (rpc/delta_pull.h): the
+    // next one brings the ps's exact values, later ones stay within a rounding of the change.
+    ASSERT_TRUE(client->Pull({{"w", &w2}, {"b", &b2}}).ok());
+    for (int64_t i = 0; i < w.size(); ++i) EXPECT_EQ(w2[i], got[i]) << dtype_name << " " << i;
+    ASSERT_TRUE(client->Push({{"w", &gw, nullptr}, {"b", &gb, nullptr}}, kPushes).ok());
+    ASSERT_TRUE(client->Pull({{"w", &w2}, {"b", &b2}}).ok());
+    for (int64_t i = 0; i < w.size(); ++i) {
+      // (one push rounded with its residual, one delta rounded: ~1e-5; a plain rounding of w ~ 1
+      // would be off by up to 2e-3)
+      EXPECT_NEAR(w2[i], got[i] - gw[i], 1e-5f) << dtype_name << " " << i;
     }
     // A worker pushing float32 to this ps is refused, naming both dtypes.
     auto other = cluster->Client(plan, 1);
