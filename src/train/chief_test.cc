@@ -351,8 +351,7 @@ TEST(ChiefInitTest, AFreshJobSendsTheValuesAloneAndThePsTasksMakeTheSlots) {
 // that lasts exactly as long as the test wants, without timing.
 class GatedEnv final : public io::Env {
  public:
-  absl::StatusOr<std::unique_ptr<io::WritableFile>> NewWritableFile(const std::string& path,
-                                                                    CreateMode mode) override {
+  absl::StatusOr<std::unique_ptr<io::WritableFile>> NewWritableFile(const std::string& path, CreateMode mode) override {
     if (path.find("model.ckpt-") != std::string::npos) {
       absl::MutexLock lock(&mu_);
       ++entered_;
@@ -439,8 +438,8 @@ TEST(ChiefSaveTest, TheChiefStepsOnWhileItsSaveWrites) {
   f.chief->WaitForSave();
   EXPECT_TRUE(Logged(f.log, "model.ckpt-10.safetensors")) << "the save did not end with step 10's file";
 
-  auto loaded = LoadTrainingState(dir, f.options.model, VariableSpecsOf(f.model->parameters()), *f.optimizer,
-                                  f.sink, &gate);
+  auto loaded =
+      LoadTrainingState(dir, f.options.model, VariableSpecsOf(f.model->parameters()), *f.optimizer, f.sink, &gate);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ASSERT_TRUE(loaded->has_value());
   EXPECT_EQ((*loaded)->global_step, 10);

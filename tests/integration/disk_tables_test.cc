@@ -15,8 +15,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "psflow/ckpt/checkpoint.h"
 #include "process.h"
+#include "psflow/ckpt/checkpoint.h"
 #include "test_util.h"
 
 namespace psflow::testing {
@@ -128,13 +128,26 @@ struct DiskJob {
   std::unique_ptr<Process> ps[2], workers[2];
 
   std::vector<std::string> Task(const std::string& job, int index, int64_t steps) const {
-    return Psflow({"train", "--job_name=" + job, absl::StrCat("--task_index=", index),
+    return Psflow({"train",
+                   "--job_name=" + job,
+                   absl::StrCat("--task_index=", index),
                    absl::StrCat("--ps_hosts=127.0.0.1:", ports[0], ",127.0.0.1:", ports[1]),
-                   absl::StrCat("--worker_hosts=127.0.0.1:", ports[2], ",127.0.0.1:", ports[3]), "--model=ctr",
-                   "--ctr_fields=3", "--ctr_dim=4", "--ctr_vocab=0", "--batch_size=96", "--seed=5",
-                   "--ctr_test_examples=512", absl::StrCat("--train_steps=", steps), "--checkpoint_dir=" + checkpoints,
-                   "--save_checkpoint_steps=100", "--log_every=100000", "--table_storage=disk",
-                   "--table_dir=" + tables, absl::StrCat("--table_cache_bytes=", kCacheBytes), "--ps_timeout_secs=60"});
+                   absl::StrCat("--worker_hosts=127.0.0.1:", ports[2], ",127.0.0.1:", ports[3]),
+                   "--model=ctr",
+                   "--ctr_fields=3",
+                   "--ctr_dim=4",
+                   "--ctr_vocab=0",
+                   "--batch_size=96",
+                   "--seed=5",
+                   "--ctr_test_examples=512",
+                   absl::StrCat("--train_steps=", steps),
+                   "--checkpoint_dir=" + checkpoints,
+                   "--save_checkpoint_steps=100",
+                   "--log_every=100000",
+                   "--table_storage=disk",
+                   "--table_dir=" + tables,
+                   absl::StrCat("--table_cache_bytes=", kCacheBytes),
+                   "--ps_timeout_secs=60"});
   }
   void Start(int64_t steps) {
     for (int i = 0; i < 2; ++i) ps[i] = std::make_unique<Process>(Task("ps", i, steps));
@@ -202,17 +215,18 @@ TEST(DiskTablesFaultTest, AfterKillNineTheJobResumesFromTheLastSaveOnThreePs) {
   ASSERT_FALSE(saved.empty());
   const int64_t last = saved.back();
 
-  auto resumed = RunProcess(Psflow({"local", "--ps=3", "--workers=2", "--model=ctr", "--ctr_fields=3", "--ctr_dim=4",
-                                    "--ctr_vocab=0", "--batch_size=96", "--seed=5", "--ctr_test_examples=512",
-                                    absl::StrCat("--train_steps=", last + 100), "--checkpoint_dir=" + job.checkpoints,
-                                    "--save_checkpoint_steps=100", "--log_every=100000", "--table_storage=disk",
-                                    "--table_dir=" + job.tables, absl::StrCat("--table_cache_bytes=", kCacheBytes)}),
-                            600);
+  auto resumed = RunProcess(
+      Psflow({"local", "--ps=3", "--workers=2", "--model=ctr", "--ctr_fields=3", "--ctr_dim=4", "--ctr_vocab=0",
+              "--batch_size=96", "--seed=5", "--ctr_test_examples=512", absl::StrCat("--train_steps=", last + 100),
+              "--checkpoint_dir=" + job.checkpoints, "--save_checkpoint_steps=100", "--log_every=100000",
+              "--table_storage=disk", "--table_dir=" + job.tables, absl::StrCat("--table_cache_bytes=", kCacheBytes)}),
+      600);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find(absl::StrCat("restored ", job.checkpoints, "/model.ckpt-", last,
-                                             ".safetensors at global step ", last)),
+  EXPECT_NE(resumed.output.find(
+                absl::StrCat("restored ", job.checkpoints, "/model.ckpt-", last, ".safetensors at global step ", last)),
             std::string::npos)
-      << "saved " << last << ":\n" << resumed.output;
+      << "saved " << last << ":\n"
+      << resumed.output;
   EXPECT_NE(resumed.output.find("and 3 tables at global step " + std::to_string(last)), std::string::npos)
       << resumed.output;
   auto ck = ckpt::ReadCheckpoint(absl::StrCat(job.checkpoints, "/model.ckpt-", last + 100, ".safetensors"));

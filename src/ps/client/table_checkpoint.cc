@@ -180,8 +180,7 @@ void AddLoadBlock(const dist::TableShardSpec& shard, const TableRowsPart& part, 
 
 }  // namespace
 
-absl::Status PsClient::Impl::OpenTableScans(const std::vector<std::string>& tables,
-                                            const TableScanOptions& options) {
+absl::Status PsClient::Impl::OpenTableScans(const std::vector<std::string>& tables, const TableScanOptions& options) {
   CHECK(!rpc::OnTransportThread()) << "OpenTableScans from an async completion callback would deadlock";
   // Every shard of every table, one request each, all in flight at once.
   std::vector<const dist::TablePlacement*> placements;

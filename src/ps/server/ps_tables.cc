@@ -309,11 +309,11 @@ absl::Status PsTables::ScanPart(const wire::TableScan& scan, int64_t global_step
   }
   // An increment's removed ids first, in parts of as many ids as a part's row floats.
   if (const std::vector<int64_t>& removed = it->second.scan->removed(); it->second.removed_sent < removed.size()) {
-    const size_t n = std::min(removed.size() - it->second.removed_sent,
-                              static_cast<size_t>(std::max<int64_t>(scan.max_rows(), 1) * std::max<int64_t>(
-                                                                                              it->second.table->dim, 1)));
-    part->set_removed_ids(std::string(reinterpret_cast<const char*>(removed.data() + it->second.removed_sent),
-                                      n * sizeof(int64_t)));
+    const size_t n = std::min(
+        removed.size() - it->second.removed_sent,
+        static_cast<size_t>(std::max<int64_t>(scan.max_rows(), 1) * std::max<int64_t>(it->second.table->dim, 1)));
+    part->set_removed_ids(
+        std::string(reinterpret_cast<const char*>(removed.data() + it->second.removed_sent), n * sizeof(int64_t)));
     it->second.removed_sent += n;
     TableState* t = it->second.table;
     part->mutable_rows()->set_table(t->name);

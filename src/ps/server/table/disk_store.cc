@@ -386,8 +386,8 @@ absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records
   // (inserting and evicting them cost a tenth of a miss).
   rocksdb::ReadOptions read;
   read.fill_cache = false;
-  db_->MultiGet(read, db_->DefaultColumnFamily(), missed.size(), slices.data(), values.data(),
-                statuses.data(), /*sorted_input=*/true);
+  db_->MultiGet(read, db_->DefaultColumnFamily(), missed.size(), slices.data(), values.data(), statuses.data(),
+                /*sorted_input=*/true);
   const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);
   for (size_t k = 0; k < missed.size(); ++k) {
     if (statuses[k].IsNotFound()) continue;

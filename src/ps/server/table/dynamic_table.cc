@@ -34,10 +34,7 @@ void PrefetchBytes(const float* p, int64_t bytes, bool write) {
 
 DynamicTableShard::DynamicTableShard(TableConfig config, SparseRule rule, int ps, int num_ps,
                                      std::unique_ptr<RowStore> store)
-    : config_(std::move(config)),
-      rule_(std::move(rule)),
-      accessor_(config_, num_ps),
-      store_(std::move(store)) {
+    : config_(std::move(config)), rule_(std::move(rule)), accessor_(config_, num_ps), store_(std::move(store)) {
   CHECK(config_.spec.kind == TableKind::kDynamic);
   CHECK(ps >= 0 && ps < num_ps);
   CHECK(store_ != nullptr);
@@ -223,7 +220,7 @@ int64_t DynamicTableShard::RemoveNow(int64_t global_step) {
       doomed.insert(doomed.end(), tied.begin(), tied.begin() + cut.ties);
     }
     if (s.ok() && snapshots_->any()) s = KeepBeforeRemoval(doomed);  // for the save scans open
-    if (s.ok()) s = store_->Erase(doomed);  // from memory and disk
+    if (s.ok()) s = store_->Erase(doomed);                           // from memory and disk
     if (s.ok()) {
       removed += static_cast<int64_t>(doomed.size());
       if (tracking_) {
@@ -330,7 +327,7 @@ class DynamicTableShard::Scanner final : public RowScan {
   absl::Status status() const override { return status_; }
 
  private:
-  const DynamicTableShard* shard_;  // borrowed
+  const DynamicTableShard* shard_;      // borrowed
   std::unique_ptr<Snapshot> snapshot_;  // until the scan is read to the end
   std::unique_ptr<RecordScan> scan_;
   absl::Status status_;
@@ -420,8 +417,8 @@ absl::StatusOr<std::unique_ptr<RowScan>> DynamicTableShard::Scan(const ScanOptio
     const uint32_t previous = gen_;
     const int64_t next = std::max<int64_t>(int64_t{gen_} + 1, options.save_id + 1);
     if (next > RowMeta::kMaxGen) {
-      return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': more than ", RowMeta::kMaxGen,
-                                                     " saves of one shard"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", config_.spec.name, "': more than ", RowMeta::kMaxGen, " saves of one shard"));
     }
     gen_ = static_cast<uint32_t>(next);
     // From here on the scan reads the rows as they stand now, whatever is pushed meanwhile.

@@ -126,7 +126,8 @@ void FixedTableShard::Keep(int64_t row) {
 // they were when the scan started.
 class FixedTableShard::Scanner final : public RowScan {
  public:
-  explicit Scanner(const FixedTableShard* shard, int64_t changed_since = -1, std::unique_ptr<Snapshot> snapshot = nullptr)
+  explicit Scanner(const FixedTableShard* shard, int64_t changed_since = -1,
+                   std::unique_ptr<Snapshot> snapshot = nullptr)
       : shard_(shard), changed_since_(changed_since), snapshot_(std::move(snapshot)) {}
   bool Next(int64_t max_rows, RowsPart* part) override {
     const FixedTableShard& s = *shard_;
@@ -161,8 +162,8 @@ class FixedTableShard::Scanner final : public RowScan {
   }
 
  private:
-  const FixedTableShard* shard_;  // borrowed
-  const int64_t changed_since_;   // -1: every row
+  const FixedTableShard* shard_;        // borrowed
+  const int64_t changed_since_;         // -1: every row
   std::unique_ptr<Snapshot> snapshot_;  // until the scan is read to the end
   int64_t next_ = 0;
 };
@@ -183,8 +184,8 @@ absl::StatusOr<std::unique_ptr<RowScan>> FixedTableShard::Scan(const ScanOptions
   gen_ = static_cast<uint32_t>(next);
   if (known_since_ < 0) known_since_ = options.save_id;  // a full save (an increment was refused above)
   // The scan reads the rows as they stand now, whatever is pushed meanwhile.
-  return std::unique_ptr<RowScan>(std::make_unique<Scanner>(this, options.increment ? options.changed_since : -1,
-                                                            snapshots_->Open(gen_)));
+  return std::unique_ptr<RowScan>(
+      std::make_unique<Scanner>(this, options.increment ? options.changed_since : -1, snapshots_->Open(gen_)));
 }
 
 absl::Status FixedTableShard::Load(const RowsPart& part) {

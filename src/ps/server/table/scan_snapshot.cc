@@ -22,9 +22,9 @@ Snapshot::~Snapshot() {
 void SnapshotSet::Capture(int64_t id, uint32_t gen, const float* floats, int64_t n, int64_t last_step, int64_t count) {
   absl::MutexLock lock(&mu_);
   for (Snapshot* s : snapshots_) {
-    s->set_->mu_.AssertHeld();  // (mu_ itself: every snapshot of the set is guarded by it)
-    if (gen >= s->start_gen_) continue;               // changed since the snapshot: kept already, or made after it
-    if (s->started_ && id <= s->cursor_) continue;    // read already
+    s->set_->mu_.AssertHeld();                      // (mu_ itself: every snapshot of the set is guarded by it)
+    if (gen >= s->start_gen_) continue;             // changed since the snapshot: kept already, or made after it
+    if (s->started_ && id <= s->cursor_) continue;  // read already
     auto [it, added] = s->kept_.try_emplace(id);
     if (!added) continue;  // (a stamp left unchanged by a refused push: the first copy stands)
     it->second.floats.assign(floats, floats + n);

@@ -9,9 +9,9 @@
 // slots, last step, count) in its side map. The scan then reads, per row, the kept record if there is
 // one, else the live record — and skips a live row stamped >= g without a kept record: it was
 // created after the scan started. A row removed during the scan leaves its record too (the shard
-// keeps it before the removal), read in its place in id order. The side map holds at most the rows changed during the scan, each once, and
-// an entry leaves it when the scan reads it; everything goes with the snapshot (scan read to the end,
-// or dropped).
+// keeps it before the removal), read in its place in id order. The side map holds at most the rows changed during the
+// scan, each once, and an entry leaves it when the scan reads it; everything goes with the snapshot (scan read to the
+// end, or dropped).
 //
 // Thread-safety: one mutex guards the set and every snapshot in it; Capture comes from the shard's
 // writers (under the shard's exclusive lock), Read/Advance from the scan (under the shard's shared
@@ -92,9 +92,9 @@ class Snapshot {
 
   const std::shared_ptr<SnapshotSet> set_;
   const uint32_t start_gen_;
-  bool started_ ABSL_GUARDED_BY(set_->mu_) = false;  // the cursor has read a row
+  bool started_ ABSL_GUARDED_BY(set_->mu_) = false;                                  // the cursor has read a row
   int64_t cursor_ ABSL_GUARDED_BY(set_->mu_) = std::numeric_limits<int64_t>::min();  // the last id read
-  absl::btree_map<int64_t, KeptRow> kept_ ABSL_GUARDED_BY(set_->mu_);  // ascending ids
+  absl::btree_map<int64_t, KeptRow> kept_ ABSL_GUARDED_BY(set_->mu_);                // ascending ids
 };
 
 }  // namespace psflow::ps::table

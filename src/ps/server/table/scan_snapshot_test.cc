@@ -21,7 +21,7 @@ TEST(ScanSnapshotTest, KeepsTheFirstOldRecordOfRowsNotReadYet) {
 
   KeptRow kept;
   EXPECT_EQ(snapshot->Read(3, /*live_gen=*/1, &kept), Snapshot::kLive);  // unchanged since the start
-  set->Capture(3, 1, old3, 2, 0, 0);                                      // read already: not kept
+  set->Capture(3, 1, old3, 2, 0, 0);                                     // read already: not kept
   EXPECT_EQ(snapshot->kept_rows(), 1);
   EXPECT_EQ(snapshot->Read(5, /*live_gen=*/5, &kept), Snapshot::kSkip);  // made after the start
   ASSERT_EQ(snapshot->Read(7, /*live_gen=*/5, &kept), Snapshot::kKept);
