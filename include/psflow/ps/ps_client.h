@@ -252,8 +252,8 @@ class PsClient {
   // and keeps a cursor (8 bytes a row) while the scan lasts; the client holds one part per shard:
   // no task holds a second copy of the table. Each shard is read as it was when its scan started
   // (OpenTableScans, or the first part's call), whatever is pushed meanwhile: the ps keeps a row's
-  // old record at its first change (docs/checkpoints.md#saves-beside-training). A failed call fails the scan (it is not retried: a repeated part
-  // would skip rows); the chief checkpoints again later.
+  // old record at its first change (docs/checkpoints.md#saves-beside-training). A failed call fails
+  // the scan (it is not retried: a repeated part would skip rows); the chief checkpoints again later.
   absl::Status ScanTable(const std::string& table, int64_t max_rows,
                          const std::function<absl::Status(TableRowsPart part)>& sink);
   // The same as a numbered save, full or an increment (TableScanOptions).
