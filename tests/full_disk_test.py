@@ -13,6 +13,9 @@ and fails with ENOSPC like a full volume would. Checks, with the real `psflow` b
   3. checkpoints of a cluster (`psflow local`, 1 ps + 2 workers) on a disk that fills up: the
      chief's failed periodic saves are reported once per interval, the final failure ends the job
      (the ps task exits 1 with the chief's line), the checkpoint that fitted loads.
+  4. disk tables (--table_storage=disk) whose --table_dir fills up: the ps task's write-back fails,
+     and the job ends (exit 1) with one line naming the ps task and the table; the checkpoints,
+     on another disk, stay readable (`psflow eval` loads the newest) with no temporary file left.
 
 Skipped (exit 77) where user namespaces or tmpfs mounts are not allowed.
 Usage: full_disk_test.py --build BUILD_DIR --data_dir DATA_DIR
@@ -162,6 +165,35 @@ exit 0""")
           "the full disk holds the step-100 checkpoint and no temporary file")
     check(f"eval: {ckpt}/model.ckpt-100.safetensors global_step=100" in read("c.eval"),
           "psflow eval loads it: " + read("c.eval").strip())
+
+    # 4. Disk tables on a 1 MiB --table_dir: RocksDB's first table file does not fit (the rows move
+    # through a 30 kB cache, so every step writes rows back); the checkpoints go to a real disk.
+    ck4 = os.path.join(out, "ck4")
+    code, output = in_full_namespace(1024 * 1024, f"""
+mkdir "$D/tables"
+{shlex.quote(psflow)} local --ps=1 --workers=1 --model=ctr --ctr_fields=3 --ctr_dim=4 --ctr_vocab=0 --batch_size=96 \
+    --seed=5 --ctr_test_examples=512 --train_steps=20000 --log_every=100000 --table_storage=disk \
+    --table_dir="$D/tables" --table_cache_bytes=30000 --checkpoint_dir={shlex.quote(ck4)} \
+    --save_checkpoint_steps=100 >{out}/t.out 2>&1
+echo "exit=$?" >{out}/t.code
+exit 0""")
+    t_out = read("t.out").splitlines()
+    errors = [l for l in t_out if l.startswith("[worker0] psflow: error: ")]
+    print("disk tables:", errors)
+    check(read("t.code").strip() == "exit=1", "the job with a full --table_dir exits 1")
+    check(len(errors) == 1 and re.search(r"ps task 0, table 'field_0\d': writing rows back to disk in "
+                                         + re.escape(full_dir) + r"/tables/ps_0/field_0\d failed: IO error: "
+                                         r"No space left on device", errors[0]) is not None,
+          "the chief ends the job with one line naming the ps task, the table and the full disk")
+    saved = sorted(int(m) for m in re.findall(r"model\.ckpt-(\d+)\.safetensors", " ".join(os.listdir(ck4))))
+    check(saved != [] and all(not f.endswith(".tmp") and ".tmp." not in f for f in os.listdir(ck4)),
+          f"the checkpoints saved before it are there and no temporary file: {sorted(os.listdir(ck4))}")
+    evaluated = subprocess.run([psflow, "eval", "--model=ctr", "--ctr_fields=3", "--ctr_dim=4", "--ctr_vocab=0",
+                                "--seed=5", "--ctr_test_examples=512", f"--checkpoint_dir={ck4}"],
+                               capture_output=True, text=True, timeout=120)
+    check(evaluated.returncode == 0 and saved != [] and
+          f"model.ckpt-{saved[-1]}.safetensors global_step={saved[-1]}" in evaluated.stdout,
+          "psflow eval loads the newest of them: " + evaluated.stdout.strip() + evaluated.stderr.strip())
 
 print(f"full_disk_test: {len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "ps/common/retry.h"
 #include "psflow/ckpt/checkpoint_chain.h"
 #include "train/table_checkpoint.h"
@@ -205,10 +204,18 @@ absl::Status Chief::MaybeCheckpoint(int64_t global_step) {
   if (options_.checkpoint_dir.empty()) return absl::OkStatus();
   {
     absl::MutexLock lock(&mu_);
-    if (saving_ || !schedule_.Due(global_step)) return absl::OkStatus();
+    if (!schedule_.Due(global_step)) return absl::OkStatus();
+  }
+  // At most one save in flight: a save due while the previous one still writes waits for it, so each
+  // save is of the step it was due at (a sync job's files are the same, run to run, whatever the
+  // saves' speed). Training is held only when saves take longer than the interval between them.
+  WaitForSave();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!schedule_.Due(global_step)) return absl::OkStatus();  // (the one it waited for saved this step)
+    schedule_.Saved(global_step);  // this interval's save: the next is due at the next boundary
     saving_ = true;
   }
-  WaitForSave();  // the thread of the previous save, which has ended
   // The dense variables are pulled here, before the chief's next push: the file holds (and is named
   // by) the step the save was due at. The tables' scans and the file's writing go on beside training.
   auto state = PullDense();
@@ -220,21 +227,21 @@ absl::Status Chief::MaybeCheckpoint(int64_t global_step) {
     schedule_.Saved(global_step);
     saving_ = false;
   };
-  if (!state.ok()) {
+  // The tables' scans start now too, on every ps task at once: each shard is read as it stands now,
+  // whatever the chief and the others push while the save thread reads it.
+  absl::StatusOr<SaveChain::Save> opened =
+      state.ok() ? OpenTableScans(state->global_step) : absl::StatusOr<SaveChain::Save>(state.status());
+  if (!opened.ok()) {
     internal::ReleaseCachedBlocks();
-    failed(state.status());
+    failed(opened.status());
     return absl::OkStatus();
   }
-  auto read = std::make_shared<absl::Notification>();
-  save_thread_ = std::thread([this, failed, read, state = *std::move(state)]() mutable {
-    absl::Status saved = WriteCheckpoint(std::move(state), read.get());
-    if (!read->HasBeenNotified()) read->Notify();
+  save_thread_ = std::thread([this, failed, state = *std::move(state), save = *std::move(opened)]() mutable {
+    absl::Status saved = WriteCheckpoint(std::move(state), save);
     if (!saved.ok()) return failed(saved);
     absl::MutexLock lock(&mu_);
     saving_ = false;
   });
-  // The tables are read from the ps tasks as they stand: the chief's next push waits until they are.
-  read->WaitForNotification();
   return absl::OkStatus();
 }
 
@@ -246,11 +253,33 @@ absl::Status Chief::SaveCheckpoint() {
 absl::Status Chief::SaveCheckpointNow() {
   if (options_.checkpoint_dir.empty()) return absl::OkStatus();
   auto state = PullDense();
-  if (!state.ok()) {
+  absl::StatusOr<SaveChain::Save> opened =
+      state.ok() ? OpenTableScans(state->global_step) : absl::StatusOr<SaveChain::Save>(state.status());
+  if (!opened.ok()) {
     internal::ReleaseCachedBlocks();
-    return state.status();
+    return opened.status();
   }
-  return WriteCheckpoint(*std::move(state));
+  return WriteCheckpoint(*std::move(state), *opened);
+}
+
+absl::StatusOr<SaveChain::Save> Chief::OpenTableScans(int64_t global_step) {
+  SaveChain::Save save = chain_.Begin(global_step);
+  if (tables_.empty()) return save;
+  std::vector<std::string> names;
+  for (const dist::TableSpec& t : tables_) names.push_back(t.name);
+  absl::Status opened = client_.OpenTableScans(names, save.scan);
+  if (opened.ok()) return save;
+  chain_.Failed(save);
+  (void)client_.CloseTableScans();
+  // A ps task that cannot answer the increment (restarted, or its change log lost): full, at once.
+  if (!save.increment || !absl::IsFailedPrecondition(opened)) return opened;
+  log_(absl::StrCat("chief: an incremental save was refused (", opened.message(), "); saving in full"));
+  chain_.Restart(save.save_id);
+  save = chain_.Begin(global_step);
+  if (opened = client_.OpenTableScans(names, save.scan); opened.ok()) return save;
+  chain_.Failed(save);
+  (void)client_.CloseTableScans();
+  return opened;
 }
 
 absl::Status Chief::SaveFinalCheckpoint(int64_t global_step) {
@@ -285,12 +314,16 @@ absl::StatusOr<TrainingState> Chief::PullDense() {
   return state;
 }
 
-absl::Status Chief::WriteCheckpoint(TrainingState state, absl::Notification* read) {
-  auto path = WriteChainSave(state, read);
-  if (read != nullptr && !read->HasBeenNotified()) read->Notify();
+absl::Status Chief::WriteCheckpoint(TrainingState state, const SaveChain::Save& save) {
+  auto path = WriteChainSave(state, save);
   state.variables.clear();
   internal::ReleaseCachedBlocks();
-  if (!path.ok()) return path.status();
+  if (!path.ok()) {
+    // The scans it opened and did not read: the ps tasks drop their snapshots now rather than at the
+    // next save (a disk that stays full would otherwise hold them interval after interval).
+    if (!tables_.empty()) (void)client_.CloseTableScans();
+    return path.status();
+  }
   {
     absl::MutexLock lock(&mu_);
     schedule_.Saved(state.global_step);
@@ -300,47 +333,42 @@ absl::Status Chief::WriteCheckpoint(TrainingState state, absl::Notification* rea
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Chief::WriteChainSave(const TrainingState& state, absl::Notification* read) {
-  for (int attempt = 0;; ++attempt) {
-    SaveChain::Save save = chain_.Begin(state.global_step);
-    std::map<std::string, std::string> metadata = save.metadata;
-    std::function<absl::Status(ckpt::SafetensorsWriter&)> tables;
-    if (!tables_.empty()) {
-      std::string names;
-      for (const dist::TableSpec& t : tables_) absl::StrAppend(&names, t.name, "\n");
-      if (options_.full_checkpoint_every > 1) metadata[ckpt::kTablesKey] = names;
-      // The tables are scanned after the dense pull: as in any async checkpoint, their rows may be a
-      // few steps newer than the variables.
-      tables = [this, read, &save](ckpt::SafetensorsWriter& writer) {
-        auto layout = TableLayoutOf(config_);
-        if (!layout.ok()) return layout.status();
-        // A save abandoned (a restore, the chief's end) stops between parts; its file is never renamed
-        // into place, and the ps tasks drop the scan it left open.
-        TableScan scan = [this, &save](const std::string& table, int64_t max_rows,
-                                       const std::function<absl::Status(ps::TableRowsPart)>& sink) {
-          return client_.ScanTable(table, max_rows, save.scan, [&](ps::TableRowsPart part) {
-            if (cancel_) return absl::CancelledError("the save was abandoned");
-            return sink(std::move(part));
-          });
-        };
-        absl::Status written = WriteTables(scan, tables_, *layout, writer, save.increment);
-        if (read != nullptr && !read->HasBeenNotified()) read->Notify();
-        return written;
+absl::StatusOr<std::string> Chief::WriteChainSave(const TrainingState& state, const SaveChain::Save& save) {
+  std::map<std::string, std::string> metadata = save.metadata;
+  std::function<absl::Status(ckpt::SafetensorsWriter&)> tables;
+  if (!tables_.empty()) {
+    std::string names;
+    for (const dist::TableSpec& t : tables_) absl::StrAppend(&names, t.name, "\n");
+    if (options_.full_checkpoint_every > 1) metadata[ckpt::kTablesKey] = names;
+    // The tables' scans were opened right after the dense pull (OpenTableScans, with this save's
+    // number and kind): their rows are of the same moment (in sync mode the same step), read now
+    // while training goes on.
+    tables = [this, &save](ckpt::SafetensorsWriter& writer) {
+      auto layout = TableLayoutOf(config_);
+      if (!layout.ok()) return layout.status();
+      // A save abandoned (a restore, the chief's end) stops between parts; its file is never renamed
+      // into place, and the ps tasks drop the scan it left open.
+      TableScan scan = [this, &save](const std::string& table, int64_t max_rows,
+                                     const std::function<absl::Status(ps::TableRowsPart)>& sink) {
+        return client_.ScanTable(table, max_rows, save.scan, [&](ps::TableRowsPart part) {
+          if (cancel_) return absl::CancelledError("the save was abandoned");
+          return sink(std::move(part));
+        });
       };
-    }
-    if (tables_.empty() && read != nullptr && !read->HasBeenNotified()) read->Notify();
-    auto path = SaveTrainingState(options_.checkpoint_dir, state, optimizer_.slot_names(),
-                                  ckpt::SaveOptions{5, save.increment}, metadata, options_.env, tables);
-    if (path.ok()) {
-      chain_.Committed(save, state.global_step);
-      return path;
-    }
-    chain_.Failed(save);
-    // A ps task that cannot answer the increment (restarted, or its change log lost): full, once.
-    if (!save.increment || attempt > 0 || !absl::IsFailedPrecondition(path.status())) return path.status();
-    log_(absl::StrCat("chief: an incremental save was refused (", path.status().message(), "); saving in full"));
-    chain_.Restart(save.save_id);
+      return WriteTables(scan, tables_, *layout, writer, save.increment);
+    };
   }
+  auto path = SaveTrainingState(options_.checkpoint_dir, state, optimizer_.slot_names(),
+                                ckpt::SaveOptions{5, save.increment}, metadata, options_.env, tables);
+  if (path.ok()) {
+    chain_.Committed(save, state.global_step);
+    return path;
+  }
+  chain_.Failed(save);
+  // An increment that failed part-way (a ps task refused it: restarted, or its change log lost):
+  // the next save is full.
+  if (save.increment && absl::IsFailedPrecondition(path.status())) chain_.Restart(save.save_id);
+  return path.status();
 }
 
 absl::Status Chief::MarkTrainingDone() {

@@ -20,7 +20,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "psflow/dist/partition.h"
 #include "psflow/optim/optimizer.h"
 #include "psflow/ps/ps_client.h"
@@ -50,9 +49,9 @@ class Chief {
 
   absl::Status InitializeCluster();
   // Starts a save on the save thread when the schedule says so and none is in flight, and returns
-  // at once (no-op without --checkpoint_dir): the chief steps on while the save pulls, scans and
-  // writes. A failed save is logged ("checkpoint failed: ...") and tried again at the next interval;
-  // a save still running when the next one is due delays it until it ends.
+  // at once (no-op without --checkpoint_dir): the chief steps on while the save scans the tables and
+  // writes the file. A failed save is logged ("checkpoint failed: ...") and tried again at the next
+  // interval; a save due while the previous one still runs waits for it (one save in flight).
   absl::Status MaybeCheckpoint(int64_t global_step);
   // Saves now, on the calling thread, after the save in flight (if any) has ended.
   absl::Status SaveCheckpoint();
@@ -75,17 +74,19 @@ class Chief {
  private:
   // SaveCheckpoint without the wait.
   absl::Status SaveCheckpointNow();
-  // A save's two halves: the dense variables pulled (on the training thread), then the tables
-  // scanned and the file written (on the save thread for a scheduled save); WriteCheckpoint stops
-  // with Cancelled between table parts once cancel_ is set, and notifies `read` (optional) once the
-  // ps tasks' rows are read (when there are no tables: at once).
+  // A save's halves: the dense variables pulled and the tables' scans opened on every ps task (on
+  // the training thread, before its next push: the save's consistent moment), then the tables read
+  // and the file written (on the save thread for a scheduled save); WriteCheckpoint stops with
+  // Cancelled between table parts once cancel_ is set.
   absl::StatusOr<TrainingState> PullDense();
-  absl::Status WriteCheckpoint(TrainingState state, absl::Notification* read = nullptr);
+  // Begins the chain's next save at `global_step` and opens its scans (an increment a ps task
+  // refuses is begun again in full).
+  absl::StatusOr<SaveChain::Save> OpenTableScans(int64_t global_step);
+  absl::Status WriteCheckpoint(TrainingState state, const SaveChain::Save& save);
   // Sets cancel_, waits for the save in flight, clears cancel_.
   void AbandonSave();
-  // WriteCheckpoint's file: `state` and the tables as the chain's next save (full or increment; an
-  // increment a ps task refuses is saved in full instead); `read` as WriteCheckpoint's. The path.
-  absl::StatusOr<std::string> WriteChainSave(const TrainingState& state, absl::Notification* read);
+  // WriteCheckpoint's file: `state` and the tables as `save` (full or increment). The path.
+  absl::StatusOr<std::string> WriteChainSave(const TrainingState& state, const SaveChain::Save& save);
   absl::Status TryInitializeCluster();
   // Repeats `attempt` while it fails Unavailable (a ps task down), every 0.5 s for up to `timeout_secs`.
   absl::Status RetryWhileUnavailable(const std::function<absl::Status()>& attempt, double timeout_secs);
@@ -112,10 +113,10 @@ class Chief {
   const LogSink& log_;
   absl::Mutex mu_;  // the schedule and the last save, shared with the save thread
   CheckpointSchedule schedule_ ABSL_GUARDED_BY(mu_);
-  int64_t saved_step_ ABSL_GUARDED_BY(mu_) = -1;  // global step of the last checkpoint this chief wrote
-  bool saving_ ABSL_GUARDED_BY(mu_) = false;      // a save is in flight on save_thread_
-  std::thread save_thread_;                       // started and joined by the training thread only
-  std::atomic<bool> cancel_{false};               // the save in flight stops at its next table part
+  int64_t saved_step_ ABSL_GUARDED_BY(mu_) = -1;           // global step of the last checkpoint this chief wrote
+  bool saving_ ABSL_GUARDED_BY(mu_) = false;               // a save is in flight on save_thread_
+  std::thread save_thread_;                                // started and joined by the training thread only
+  std::atomic<bool> cancel_{false};                        // the save in flight stops at its next table part
   const std::vector<dist::TableSpec> tables_;              // embedding tables: scanned into / restored from the files
   std::unique_ptr<ckpt::OpenedCheckpoint> restore_file_;  // CheckpointState's checkpoint, until InitializeWith
   // The saves' numbers, full or increment (--full_checkpoint_every). Used by one save at a time (the

@@ -351,8 +351,7 @@ TEST(ChiefInitTest, AFreshJobSendsTheValuesAloneAndThePsTasksMakeTheSlots) {
 // that lasts exactly as long as the test wants, without timing.
 class GatedEnv final : public io::Env {
  public:
-  absl::StatusOr<std::unique_ptr<io::WritableFile>> NewWritableFile(const std::string& path,
-                                                                    CreateMode mode) override {
+  absl::StatusOr<std::unique_ptr<io::WritableFile>> NewWritableFile(const std::string& path, CreateMode mode) override {
     if (path.find("model.ckpt-") != std::string::npos) {
       absl::MutexLock lock(&mu_);
       ++entered_;
@@ -407,55 +406,54 @@ bool Logged(const std::vector<std::string>& log, const std::string& part) {
   return false;
 }
 
-// Issue 26.4: a save held up the chief's own training (129 of 400 steps). Now the save of step 2
-// is held inside its file write while the chief steps five more times; the saves due meanwhile wait
-// (one in flight); the file holds step 2's state, not a later one; the next save is the next due.
+// Issue 26.4: a save held up the chief's own training (129 of 400 steps). Now the save of step 10
+// is held inside its file write while the chief steps five more times; the file holds step 10's
+// state, not a later one; the next save is the next one due, and the final save waits for a save in
+// flight and does not write the same step twice.
 TEST(ChiefSaveTest, TheChiefStepsOnWhileItsSaveWrites) {
   ChiefFixture f;
   GatedEnv gate;
   f.options.env = &gate;
-  f.options.save_checkpoint_steps = 2;
+  f.options.save_checkpoint_steps = 10;
   const std::string dir = FreshDir("chief_save_beside");
   ASSERT_NO_FATAL_FAILURE(f.Start(dir));
-  for (int64_t step = 0; step < 2; ++step) ASSERT_NO_FATAL_FAILURE(f.Step(step));
+  for (int64_t step = 0; step < 10; ++step) ASSERT_NO_FATAL_FAILURE(f.Step(step));
   auto at_save = f.client->PullState();
   ASSERT_TRUE(at_save.ok()) << at_save.status();
-  ASSERT_EQ(at_save->global_step, 2);
+  ASSERT_EQ(at_save->global_step, 10);
 
   gate.Close();
-  PSFLOW_ASSERT_OK(f.chief->MaybeCheckpoint(2));  // returns with the save started
-  gate.WaitForEntered(1);                         // the save pulled step 2 and holds its file
+  PSFLOW_ASSERT_OK(f.chief->MaybeCheckpoint(10));  // returns with the save started
+  gate.WaitForEntered(1);                          // the save pulled step 10 and holds its file
   int64_t steps_during_save = 0;
-  for (int64_t step = 2; step < 7; ++step) {
+  for (int64_t step = 10; step < 15; ++step) {
     ASSERT_NO_FATAL_FAILURE(f.Step(step));
     ++steps_during_save;
-    PSFLOW_ASSERT_OK(f.chief->MaybeCheckpoint(step + 1));  // due at 4 and 6: one save in flight
+    PSFLOW_ASSERT_OK(f.chief->MaybeCheckpoint(step + 1));  // none due before step 20
   }
   EXPECT_EQ(steps_during_save, 5);
   EXPECT_EQ(gate.entered(), 1) << "a second save started while the first was in flight";
   EXPECT_FALSE(Logged(f.log, "saved checkpoint"));
   gate.Open();
   f.chief->WaitForSave();
-  EXPECT_TRUE(Logged(f.log, "model.ckpt-2.safetensors")) << "the save did not end with step 2's file";
+  EXPECT_TRUE(Logged(f.log, "model.ckpt-10.safetensors")) << "the save did not end with step 10's file";
 
-  auto loaded = LoadTrainingState(dir, f.options.model, VariableSpecsOf(f.model->parameters()), *f.optimizer,
-                                  f.sink, &gate);
+  auto loaded =
+      LoadTrainingState(dir, f.options.model, VariableSpecsOf(f.model->parameters()), *f.optimizer, f.sink, &gate);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ASSERT_TRUE(loaded->has_value());
-  EXPECT_EQ((*loaded)->global_step, 2);
+  EXPECT_EQ((*loaded)->global_step, 10);
   for (const ps::VariableSnapshot& v : at_save->variables) {
     const VariableState& in_file = (*loaded)->variables.at(v.name);
     ExpectSameValues({in_file.value}, {v.value}, "saved value of " + v.name);
     ExpectSameValues(in_file.slots, v.slots, "saved slots of " + v.name);
   }
 
-  // The save due during the first one starts at the next step; the final save waits for it and
-  // does not write the same step twice.
-  ASSERT_NO_FATAL_FAILURE(f.Step(7));
-  PSFLOW_ASSERT_OK(f.chief->MaybeCheckpoint(8));
-  PSFLOW_ASSERT_OK(f.chief->SaveFinalCheckpoint(8));
+  for (int64_t step = 15; step < 20; ++step) ASSERT_NO_FATAL_FAILURE(f.Step(step));
+  PSFLOW_ASSERT_OK(f.chief->MaybeCheckpoint(20));
+  PSFLOW_ASSERT_OK(f.chief->SaveFinalCheckpoint(20));
   EXPECT_EQ(gate.entered(), 2);
-  EXPECT_TRUE(std::filesystem::exists(dir + "/model.ckpt-8.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/model.ckpt-20.safetensors"));
 }
 
 // A save that fails on the save thread (a full disk) is logged, and the next interval's save is tried.

@@ -3,10 +3,19 @@
 // byte-identical to the same job with memory tables, on 1 and 3 ps tasks, for adagrad (the ctr
 // default) and lazy adam (per-row counts); its summary shows the cache and the disk. Bad input is
 // one line: disk storage without --table_dir, a --table_dir that does not exist, a cache smaller
-// than one push's rows (naming the ps, the table and the sizes).
+// than one push's rows (naming the ps, the table and the sizes). kill -9 of a ps task with disk
+// tables mid-run (issue 26.5): the job resumes from its last save, with the ps restarted (the same
+// number of ps tasks) or started again on another number of ps tasks; the steps since that save are
+// the only ones lost, and the table directory the killed task left is wiped, never read.
+#include <signal.h>
+
+#include <chrono>
 #include <fstream>
+#include <regex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "process.h"
 #include "psflow/ckpt/checkpoint.h"
 #include "test_util.h"
 
@@ -109,6 +118,119 @@ TEST(DiskTablesBadInputTest, ACacheSmallerThanAPushIsOneLineNamingPsTableAndSize
   EXPECT_TRUE(OneLineSays(r.output, "ps task 0, table 'field_0")) << r.output;
   EXPECT_TRUE(OneLineSays(r.output, "--table_cache_bytes=2000 holds 20 rows of 96 bytes but one batch here has"))
       << r.output;
+}
+
+// A job of 2 ps tasks and 2 async workers started by hand (so a ps task can be killed and started
+// again), ctr with disk tables, a save every 100 steps.
+struct DiskJob {
+  std::string checkpoints = TempDir("dtt_kill_ck"), tables = TempDir("dtt_kill_tables");
+  std::vector<int> ports = FreePorts(4);
+  std::unique_ptr<Process> ps[2], workers[2];
+
+  std::vector<std::string> Task(const std::string& job, int index, int64_t steps) const {
+    return Psflow({"train",
+                   "--job_name=" + job,
+                   absl::StrCat("--task_index=", index),
+                   absl::StrCat("--ps_hosts=127.0.0.1:", ports[0], ",127.0.0.1:", ports[1]),
+                   absl::StrCat("--worker_hosts=127.0.0.1:", ports[2], ",127.0.0.1:", ports[3]),
+                   "--model=ctr",
+                   "--ctr_fields=3",
+                   "--ctr_dim=4",
+                   "--ctr_vocab=0",
+                   "--batch_size=96",
+                   "--seed=5",
+                   "--ctr_test_examples=512",
+                   absl::StrCat("--train_steps=", steps),
+                   "--checkpoint_dir=" + checkpoints,
+                   "--save_checkpoint_steps=100",
+                   "--log_every=100000",
+                   "--table_storage=disk",
+                   "--table_dir=" + tables,
+                   absl::StrCat("--table_cache_bytes=", kCacheBytes),
+                   "--ps_timeout_secs=60"});
+  }
+  void Start(int64_t steps) {
+    for (int i = 0; i < 2; ++i) ps[i] = std::make_unique<Process>(Task("ps", i, steps));
+    for (int i = 0; i < 2; ++i) workers[i] = std::make_unique<Process>(Task("worker", i, steps));
+  }
+  // Waits (bounded) until the chief has logged a saved checkpoint.
+  bool WaitForASave() const {
+    for (int i = 0; i < 1200; ++i) {
+      if (workers[0]->OutputSoFar().find("saved checkpoint ") != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+};
+
+// The steps of the checkpoints the chief logged as saved in `log` (before `end`), in order.
+std::vector<int64_t> SavedSteps(const std::string& log, size_t end = std::string::npos) {
+  std::vector<int64_t> steps;
+  const std::string text = log.substr(0, end);
+  static const std::regex saved(R"(saved checkpoint \S*model\.ckpt-(\d+)\.safetensors)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), saved); it != std::sregex_iterator(); ++it) {
+    steps.push_back(std::stoll((*it)[1].str()));
+  }
+  return steps;
+}
+
+TEST(DiskTablesFaultTest, KillNineOfAPsRestoresEveryPsFromTheLastSaveAndTheJobFinishes) {
+  DiskJob job;
+  job.Start(3000);
+  ASSERT_TRUE(job.WaitForASave()) << job.workers[0]->OutputSoFar();
+  ASSERT_EQ(kill(job.ps[1]->pid(), SIGKILL), 0);
+  job.ps[1]->Wait(30);
+  job.ps[1] = std::make_unique<Process>(job.Task("ps", 1, 3000));  // the same --table_dir
+
+  const ProcessResult chief = job.workers[0]->Wait(600);
+  ASSERT_EQ(chief.exit_code, 0) << chief.output << "\nps 0:\n" << job.ps[0]->OutputSoFar();
+  static const std::regex restoring(
+      R"(ps task 1 restarted without its variables; restoring every ps task at global step (\d+) from the newest checkpoint)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(chief.output, m, restoring)) << chief.output;
+  const int64_t restored = std::stoll(m[1].str());
+  // At most the steps since the last save are lost: the job went back to the newest save it had.
+  const std::vector<int64_t> before = SavedSteps(chief.output, static_cast<size_t>(m.position(0)));
+  ASSERT_FALSE(before.empty());
+  EXPECT_EQ(restored, before.back()) << chief.output;
+  EXPECT_EQ(job.workers[1]->Wait(120).exit_code, 0);
+  const ProcessResult restarted = job.ps[1]->Wait(120);
+  EXPECT_EQ(restarted.exit_code, 0) << restarted.output;
+  // What the killed task left in its table directory was wiped, not mixed with the restore.
+  EXPECT_NE(restarted.output.find("ps task 1: wiped "), std::string::npos) << restarted.output;
+  EXPECT_EQ(job.ps[0]->Wait(120).exit_code, 0);
+  auto ck = ckpt::ReadCheckpoint(job.checkpoints + "/model.ckpt-3000.safetensors");
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  EXPECT_GT(ck->contents.tensors.at("field_00").shape()[0], 0);
+}
+
+TEST(DiskTablesFaultTest, AfterKillNineTheJobResumesFromTheLastSaveOnThreePs) {
+  DiskJob job;
+  job.Start(3000);
+  ASSERT_TRUE(job.WaitForASave()) << job.workers[0]->OutputSoFar();
+  ASSERT_EQ(kill(job.ps[1]->pid(), SIGKILL), 0);
+  ASSERT_EQ(kill(job.workers[0]->pid(), SIGKILL), 0);  // the job is down; its chief's log says what it saved
+  const std::vector<int64_t> saved = SavedSteps(job.workers[0]->Wait(30).output);
+  for (auto* p : {job.ps[0].get(), job.ps[1].get(), job.workers[1].get()}) kill(p->pid(), SIGKILL);
+  ASSERT_FALSE(saved.empty());
+  const int64_t last = saved.back();
+
+  auto resumed = RunProcess(
+      Psflow({"local", "--ps=3", "--workers=2", "--model=ctr", "--ctr_fields=3", "--ctr_dim=4", "--ctr_vocab=0",
+              "--batch_size=96", "--seed=5", "--ctr_test_examples=512", absl::StrCat("--train_steps=", last + 100),
+              "--checkpoint_dir=" + job.checkpoints, "--save_checkpoint_steps=100", "--log_every=100000",
+              "--table_storage=disk", "--table_dir=" + job.tables, absl::StrCat("--table_cache_bytes=", kCacheBytes)}),
+      600);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find(
+                absl::StrCat("restored ", job.checkpoints, "/model.ckpt-", last, ".safetensors at global step ", last)),
+            std::string::npos)
+      << "saved " << last << ":\n"
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("and 3 tables at global step " + std::to_string(last)), std::string::npos)
+      << resumed.output;
+  auto ck = ckpt::ReadCheckpoint(absl::StrCat(job.checkpoints, "/model.ckpt-", last + 100, ".safetensors"));
+  ASSERT_TRUE(ck.ok()) << ck.status();
 }
 
 }  // namespace

@@ -250,14 +250,25 @@ class PsClient {
   // A checkpoint of one table: all its rows (every shard, every ps task's share) in ascending id
   // order, handed to `sink` in parts of at most `max_rows` rows. Each ps runs a removal pass first
   // and keeps a cursor (8 bytes a row) while the scan lasts; the client holds one part per shard:
-  // no task holds a second copy of the table. Rows updated during the scan are read as they are
-  // when their part is read. A failed call fails the scan (it is not retried: a repeated part
-  // would skip rows); the chief checkpoints again later.
+  // no task holds a second copy of the table. Each shard is read as it was when its scan started
+  // (OpenTableScans, or the first part's call), whatever is pushed meanwhile: the ps keeps a row's
+  // old record at its first change (docs/checkpoints.md#saves-beside-training). A failed call fails
+  // the scan (it is not retried: a repeated part would skip rows); the chief checkpoints again later.
   absl::Status ScanTable(const std::string& table, int64_t max_rows,
                          const std::function<absl::Status(TableRowsPart part)>& sink);
   // The same as a numbered save, full or an increment (TableScanOptions).
   absl::Status ScanTable(const std::string& table, int64_t max_rows, const TableScanOptions& options,
                          const std::function<absl::Status(TableRowsPart part)>& sink);
+  // A save's table scans opened on every ps task at once, before any is read: each shard's scan
+  // starts now and reads the shard as it is now, whatever is pushed later (the ps keeps a row's old
+  // record when a push first changes it: docs/checkpoints.md#saves-beside-training). The next
+  // ScanTable of each table by this client reads its scan (with the options given here). A scan
+  // left unread is dropped by the ps when the next scan of that table starts.
+  absl::Status OpenTableScans(const std::vector<std::string>& tables, const TableScanOptions& options);
+  // Closes the scans OpenTableScans opened that no ScanTable has read yet (a save that failed before
+  // reading them), so the ps tasks drop their snapshots now. Best effort: errors are returned, the
+  // scans are forgotten here either way.
+  absl::Status CloseTableScans();
 
   // This worker stops; with a `failure`, it gives up on the job and says why (a ps task whose
   // workers all left, one of them failing, exits non-zero at once instead of waiting

@@ -555,6 +555,12 @@ absl::Status PsClient::ScanTable(const std::string& table, int64_t max_rows, con
                                  const std::function<absl::Status(TableRowsPart part)>& sink) {
   return impl_->ScanTable(table, max_rows, options, sink);
 }
+
+absl::Status PsClient::OpenTableScans(const std::vector<std::string>& tables, const TableScanOptions& options) {
+  return impl_->OpenTableScans(tables, options);
+}
+
+absl::Status PsClient::CloseTableScans() { return impl_->CloseTableScans(); }
 absl::Status PsClient::WaitForInitialization(double timeout_secs) { return impl_->WaitForInitialization(timeout_secs); }
 absl::StatusOr<bool> PsClient::IsInitialized() { return impl_->IsInitialized(); }
 

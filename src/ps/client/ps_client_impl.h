@@ -109,6 +109,9 @@ class PsClient::Impl {
   // Tables in checkpoints (table_checkpoint.cc).
   absl::Status ScanTable(const std::string& table, int64_t max_rows, const TableScanOptions& options,
                          const std::function<absl::Status(TableRowsPart part)>& sink);
+  absl::Status OpenTableScans(const std::vector<std::string>& tables, const TableScanOptions& options)
+      ABSL_LOCKS_EXCLUDED(scans_mu_);
+  absl::Status CloseTableScans() ABSL_LOCKS_EXCLUDED(scans_mu_);
   absl::Status LoadTable(const std::string& table, const TablePartSource& source);
 
   absl::StatusOr<ModelSnapshot> PullState();
@@ -227,6 +230,9 @@ class PsClient::Impl {
   // --wire_dtype (Options::wire_dtype) and, when 16-bit, each dense shard's rounding residual
   // (error feedback: added to its next gradient before rounding).
   rpc::WireDtype wire_dtype_ = rpc::WireDtype::kFloat32;  // set by Init
+  // Scans opened by OpenTableScans and not read yet: per table, its shards' scan ids (plan order).
+  absl::Mutex scans_mu_;
+  absl::flat_hash_map<std::string, std::vector<uint64_t>> opened_scans_ ABSL_GUARDED_BY(scans_mu_);
   absl::Mutex residual_mu_;
   absl::flat_hash_map<std::string, std::vector<float>> residuals_ ABSL_GUARDED_BY(residual_mu_);
 };

@@ -180,6 +180,76 @@ void AddLoadBlock(const dist::TableShardSpec& shard, const TableRowsPart& part, 
 
 }  // namespace
 
+absl::Status PsClient::Impl::OpenTableScans(const std::vector<std::string>& tables, const TableScanOptions& options) {
+  CHECK(!rpc::OnTransportThread()) << "OpenTableScans from an async completion callback would deadlock";
+  // Every shard of every table, one request each, all in flight at once.
+  std::vector<const dist::TablePlacement*> placements;
+  for (const std::string& table : tables) {
+    const dist::TablePlacement* t = options_.plan.Table(table);
+    if (t == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("OpenTableScans: table '", table, "' is not in the plan"));
+    }
+    placements.push_back(t);
+  }
+  std::vector<std::vector<uint64_t>> ids(placements.size());
+  std::vector<rpc::ClientChannel*> channels;
+  std::vector<rpc::OutgoingMessage> requests;
+  for (size_t i = 0; i < placements.size(); ++i) {
+    for (const dist::TableShardSpec& shard : placements[i]->shards) {
+      ids[i].push_back((client_id_ << 16) ^ next_seq_.fetch_add(1));
+      wire::TableScan scan;
+      scan.set_table(shard.name);
+      scan.set_scan_id(ids[i].back());
+      scan.set_max_rows(0);  // open only
+      scan.set_save_id(options.save_id);
+      scan.set_increment(options.increment);
+      scan.set_changed_since(options.changed_since);
+      scan.set_track_changes(options.track_changes);
+      channels.push_back(channel(shard.ps_task));
+      requests.push_back(rpc::OutgoingMessage::Of(scan));
+    }
+  }
+  absl::Status opened = CallAndWait(
+      channels, rpc::Method::kScanTable, std::move(requests), Control(options_.rpc_timeout_secs),
+      [&](int k, const rpc::IncomingMessage& m) {
+        wire::ScanTableResponse response;
+        return Parse(m, &response, channels[k]->peer_name());
+      },
+      /*retrier=*/nullptr);
+  if (!opened.ok()) return opened;
+  absl::MutexLock lock(&scans_mu_);
+  for (size_t i = 0; i < placements.size(); ++i) opened_scans_[tables[i]] = std::move(ids[i]);
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::Impl::CloseTableScans() {
+  CHECK(!rpc::OnTransportThread()) << "CloseTableScans from an async completion callback would deadlock";
+  absl::flat_hash_map<std::string, std::vector<uint64_t>> opened;
+  {
+    absl::MutexLock lock(&scans_mu_);
+    opened.swap(opened_scans_);
+  }
+  std::vector<rpc::ClientChannel*> channels;
+  std::vector<rpc::OutgoingMessage> requests;
+  for (const auto& [table, ids] : opened) {
+    const dist::TablePlacement* t = options_.plan.Table(table);
+    for (size_t s = 0; t != nullptr && s < t->shards.size() && s < ids.size(); ++s) {
+      wire::TableScan scan;
+      scan.set_table(t->shards[s].name);
+      scan.set_scan_id(ids[s]);
+      scan.set_max_rows(-1);  // close
+      channels.push_back(channel(t->shards[s].ps_task));
+      requests.push_back(rpc::OutgoingMessage::Of(scan));
+    }
+  }
+  if (requests.empty()) return absl::OkStatus();
+  return CallAndWait(channels, rpc::Method::kScanTable, std::move(requests), Control(options_.rpc_timeout_secs),
+                     [&](int k, const rpc::IncomingMessage& m) {
+                       wire::ScanTableResponse response;
+                       return Parse(m, &response, channels[k]->peer_name());
+                     });
+}
+
 absl::Status PsClient::Impl::ScanTable(const std::string& table, int64_t max_rows, const TableScanOptions& options,
                                        const std::function<absl::Status(TableRowsPart part)>& sink) {
   CHECK(!rpc::OnTransportThread()) << "ScanTable from an async completion callback would deadlock";
@@ -190,9 +260,17 @@ absl::Status PsClient::Impl::ScanTable(const std::string& table, int64_t max_row
   const int64_t dim = t->spec.dim;
   std::vector<ShardCursor> cursors(t->shards.size());
   std::vector<int64_t> removed;  // an increment's, from every shard
+  std::vector<uint64_t> opened;  // by OpenTableScans
+  {
+    absl::MutexLock lock(&scans_mu_);
+    if (auto it = opened_scans_.find(table); it != opened_scans_.end()) {
+      opened = std::move(it->second);
+      opened_scans_.erase(it);
+    }
+  }
   for (size_t s = 0; s < t->shards.size(); ++s) {
     cursors[s].shard = &t->shards[s];
-    cursors[s].scan_id = (client_id_ << 16) ^ next_seq_.fetch_add(1);
+    cursors[s].scan_id = s < opened.size() ? opened[s] : (client_id_ << 16) ^ next_seq_.fetch_add(1);
   }
   // Reads cursor c's next part from its ps task (not retried: see ps_client.h).
   auto refill = [&](ShardCursor& c) -> absl::Status {

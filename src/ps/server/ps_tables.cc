@@ -258,13 +258,34 @@ void AddRows(const std::string& name, int64_t n, int64_t dim, std::vector<float>
 
 }  // namespace
 
+PsTables::~PsTables() {
+  absl::MutexLock lock(&scans_mu_);
+  scans_.clear();  // before the shards they borrow
+}
+
 absl::Status PsTables::ScanPart(const wire::TableScan& scan, int64_t global_step, wire::TableScanPart* part,
                                 rpc::OutgoingMessage* out) {
   absl::MutexLock lock(&scans_mu_);
   auto it = scans_.find(scan.scan_id());
+  if (scan.max_rows() < 0) {
+    // Close (PsClient::CloseTableScans): a save that failed before reading its opened scans.
+    if (it != scans_.end()) scans_.erase(it);
+    part->mutable_rows()->set_table(scan.table());
+    part->set_done(true);
+    return absl::OkStatus();
+  }
   if (it == scans_.end()) {
     TableState* t = Find(scan.table());
     if (t == nullptr) return Bad(scan.table(), absl::StrCat("no such table shard on ps task ", ps_task_));
+    // One scan of a shard at a time: a new one replaces a scan left open (a save abandoned or failed
+    // half-way), whose snapshot would otherwise keep rows and hold back removal passes.
+    for (auto open = scans_.begin(); open != scans_.end();) {
+      if (open->second.table == t) {
+        scans_.erase(open++);
+      } else {
+        ++open;
+      }
+    }
     t->shard->RemoveNow(global_step);  // evicted rows are not saved
     table::ScanOptions options;
     options.save_id = scan.save_id();
@@ -277,13 +298,22 @@ absl::Status PsTables::ScanPart(const wire::TableScan& scan, int64_t global_step
   } else if (it->second.table->name != scan.table()) {
     return Bad(scan.table(), absl::StrCat("scan ", scan.scan_id(), " reads '", it->second.table->name, "'"));
   }
+  if (scan.max_rows() == 0) {
+    // Open only (PsClient::OpenTableScans): the scan's snapshot is taken now; its parts come later.
+    TableState* t = it->second.table;
+    part->mutable_rows()->set_table(t->name);
+    part->set_done(false);
+    const int slots = t->shard->rule().num_slots();
+    for (int k = 0; k <= slots; ++k) AddRows(t->name, 0, t->dim, {}, out, k);
+    return absl::OkStatus();
+  }
   // An increment's removed ids first, in parts of as many ids as a part's row floats.
   if (const std::vector<int64_t>& removed = it->second.scan->removed(); it->second.removed_sent < removed.size()) {
-    const size_t n = std::min(removed.size() - it->second.removed_sent,
-                              static_cast<size_t>(std::max<int64_t>(scan.max_rows(), 1) * std::max<int64_t>(
-                                                                                              it->second.table->dim, 1)));
-    part->set_removed_ids(std::string(reinterpret_cast<const char*>(removed.data() + it->second.removed_sent),
-                                      n * sizeof(int64_t)));
+    const size_t n = std::min(
+        removed.size() - it->second.removed_sent,
+        static_cast<size_t>(std::max<int64_t>(scan.max_rows(), 1) * std::max<int64_t>(it->second.table->dim, 1)));
+    part->set_removed_ids(
+        std::string(reinterpret_cast<const char*>(removed.data() + it->second.removed_sent), n * sizeof(int64_t)));
     it->second.removed_sent += n;
     TableState* t = it->second.table;
     part->mutable_rows()->set_table(t->name);

@@ -67,6 +67,7 @@ class PsTables {
   static absl::StatusOr<std::unique_ptr<PsTables>> Create(const wire::InitializeRequest& init, int ps_task,
                                                           table::DiskTier* disk = nullptr,
                                                           std::function<void(const absl::Status&)> on_failure = {});
+  ~PsTables();
 
   bool empty() const { return list_.empty(); }
   const std::vector<std::shared_ptr<TableState>>& list() const { return list_; }
@@ -111,6 +112,9 @@ class PsTables {
                     const rpc::IncomingMessage& message);
 
  private:
+  // An open scan borrows its shard: scans_ is emptied before the shards go (a disk table's database
+  // closed under an open iterator aborted the ps task when a restore replaced the tables while a
+  // save's scan was left open by a chief whose save had failed).
   struct OpenScan {
     TableState* table = nullptr;
     std::unique_ptr<table::RowScan> scan;

@@ -34,10 +34,7 @@ void PrefetchBytes(const float* p, int64_t bytes, bool write) {
 
 DynamicTableShard::DynamicTableShard(TableConfig config, SparseRule rule, int ps, int num_ps,
                                      std::unique_ptr<RowStore> store)
-    : config_(std::move(config)),
-      rule_(std::move(rule)),
-      accessor_(config_, num_ps),
-      store_(std::move(store)) {
+    : config_(std::move(config)), rule_(std::move(rule)), accessor_(config_, num_ps), store_(std::move(store)) {
   CHECK(config_.spec.kind == TableKind::kDynamic);
   CHECK(ps >= 0 && ps < num_ps);
   CHECK(store_ != nullptr);
@@ -139,7 +136,7 @@ float* DynamicTableShard::AdmitAbsent(int64_t id, int64_t global_step) {
   accessor_.InitialValue(id, rec);
   rule_.InitSlots(rec + config_.spec.dim, config_.spec.dim);
   MetaOf(rec) = RowMeta{global_step, count, 0, RowMeta::kDirty};
-  Stamp(id, MetaOf(rec));
+  Stamp(id, MetaOf(rec), /*fresh=*/true);
   ++admissions_;
   return rec;
 }
@@ -176,9 +173,30 @@ absl::Status DynamicTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<
   return absl::OkStatus();
 }
 
+void DynamicTableShard::Keep(int64_t id, const RowMeta& meta) {
+  const float* rec = reinterpret_cast<const float*>(&meta) + kMetaFloats;
+  snapshots_->Capture(id, GenOf(meta), rec, (1 + rule_.num_slots()) * config_.spec.dim, meta.last_step, meta.count);
+}
+
+absl::Status DynamicTableShard::KeepBeforeRemoval(const std::vector<int64_t>& ids) {
+  const size_t run = static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(store_->max_rows_held(), 4096)));
+  std::vector<float*> records;
+  for (size_t start = 0; start < ids.size(); start += run) {
+    const size_t n = std::min(run, ids.size() - start);
+    records.assign(n, nullptr);
+    if (absl::Status s = store_->Acquire(ids.data() + start, n, records.data()); !s.ok()) return s;
+    for (size_t j = 0; j < n; ++j) {
+      if (records[j] != nullptr && GenOf(MetaOf(records[j])) != gen_) Keep(ids[start + j], MetaOf(records[j]));
+    }
+    if (absl::Status s = store_->Release(records.data(), n); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 int64_t DynamicTableShard::RemoveNow(int64_t global_step) {
   if (!accessor_.removes_anything()) return 0;
   absl::MutexLock lock(&mu_);
+
   int64_t removed = 0;
   if (Failure().ok() && accessor_.MayRemove(store_->size())) {
     // A pass over a table near max_rows (millions of rows) lists only the rows it removes: the cut
@@ -201,7 +219,8 @@ int64_t DynamicTableShard::RemoveNow(int64_t global_step) {
       std::nth_element(tied.begin(), tied.begin() + (cut.ties - 1), tied.end());
       doomed.insert(doomed.end(), tied.begin(), tied.begin() + cut.ties);
     }
-    if (s.ok()) s = store_->Erase(doomed);  // from memory and disk
+    if (s.ok() && snapshots_->any()) s = KeepBeforeRemoval(doomed);  // for the save scans open
+    if (s.ok()) s = store_->Erase(doomed);                           // from memory and disk
     if (s.ok()) {
       removed += static_cast<int64_t>(doomed.size());
       if (tracking_) {
@@ -227,9 +246,44 @@ int64_t DynamicTableShard::RemoveNow(int64_t global_step) {
   return removed;
 }
 
+// Appends one row (value, slots, last step, count) to `part`.
+void AppendRow(int64_t id, const float* floats, int64_t last_step, int64_t count, int64_t dim, int slots,
+               RowsPart* part) {
+  part->ids.push_back(id);
+  part->values.insert(part->values.end(), floats, floats + dim);
+  for (int k = 0; k < slots; ++k) {
+    part->slots[k].insert(part->slots[k].end(), floats + (1 + k) * dim, floats + (2 + k) * dim);
+  }
+  part->last_step.push_back(last_step);
+  part->count.push_back(count);
+}
+
+// Appends row `id` as `snapshot` (when given) says the scan reads it: as it was when the scan
+// started, or not at all (made since).
+void AppendAsOf(Snapshot* snapshot, int64_t id, const float* rec, int64_t dim, int slots, RowsPart* part) {
+  const RowMeta& meta = MetaOf(rec);
+  if (snapshot == nullptr) return AppendRow(id, rec, meta.last_step, meta.count, dim, slots, part);
+  KeptRow kept;
+  switch (snapshot->Read(id, GenOf(meta), &kept)) {
+    case Snapshot::kKept:
+      return AppendRow(id, kept.floats.data(), kept.last_step, kept.count, dim, slots, part);
+    case Snapshot::kLive:
+      return AppendRow(id, rec, meta.last_step, meta.count, dim, slots, part);
+    case Snapshot::kSkip:
+      return;
+  }
+}
+
+// Appends rows kept for a snapshot (ascending ids).
+void AppendKept(const std::vector<std::pair<int64_t, KeptRow>>& rows, int64_t dim, int slots, RowsPart* part) {
+  for (const auto& [id, kept] : rows) AppendRow(id, kept.floats.data(), kept.last_step, kept.count, dim, slots, part);
+}
+
 class DynamicTableShard::Scanner final : public RowScan {
  public:
-  explicit Scanner(const DynamicTableShard* shard) : shard_(shard) {
+  // `snapshot` (optional): read the shard as it was when the snapshot opened.
+  explicit Scanner(const DynamicTableShard* shard, std::unique_ptr<Snapshot> snapshot = nullptr)
+      : shard_(shard), snapshot_(std::move(snapshot)) {
     absl::ReaderMutexLock lock(&shard_->mu_);
     absl::StatusOr<std::unique_ptr<RecordScan>> scan = shard_->store_->Scan();
     if (scan.ok()) {
@@ -245,24 +299,27 @@ class DynamicTableShard::Scanner final : public RowScan {
     const int slots = s.rule_.num_slots();
     *part = RowsPart();
     part->slots.resize(slots);
-    if (!status_.ok()) return false;
+    if (!status_.ok() || done_) return false;
     max_rows = std::max<int64_t>(max_rows, 1);
     absl::ReaderMutexLock lock(&s.mu_);
-    absl::StatusOr<bool> more = scan_->Next(max_rows, [&](int64_t id, const float* rec) {
-      const RowMeta& meta = MetaOf(rec);
-      part->ids.push_back(id);
-      part->values.insert(part->values.end(), rec, rec + dim);
-      for (int k = 0; k < slots; ++k) {
-        part->slots[k].insert(part->slots[k].end(), rec + (1 + k) * dim, rec + (2 + k) * dim);
+    // Until some rows are read or none are left (a run may hold only rows made since the snapshot).
+    while (part->ids.empty()) {
+      absl::StatusOr<bool> more = scan_->Next(max_rows, [&](int64_t id, const float* rec) {
+        if (snapshot_ != nullptr) AppendKept(snapshot_->TakeKeptBefore(id), dim, slots, part);  // removed since
+        AppendAsOf(snapshot_.get(), id, rec, dim, slots, part);
+      });
+      if (!more.ok()) {
+        status_ = s.Fail(more.status());
+        *part = RowsPart();
+        part->slots.resize(slots);
+        return false;
       }
-      part->last_step.push_back(meta.last_step);
-      part->count.push_back(meta.count);
-    });
-    if (!more.ok()) {
-      status_ = s.Fail(more.status());
-      *part = RowsPart();
-      part->slots.resize(slots);
-      return false;
+      if (!*more) {
+        if (snapshot_ != nullptr) AppendKept(snapshot_->TakeKeptBefore(std::nullopt), dim, slots, part);
+        done_ = true;
+        snapshot_.reset();  // read to the end: the shard's writers go on without keeping records
+        break;
+      }
     }
     return !part->ids.empty();
   }
@@ -270,9 +327,11 @@ class DynamicTableShard::Scanner final : public RowScan {
   absl::Status status() const override { return status_; }
 
  private:
-  const DynamicTableShard* shard_;  // borrowed
+  const DynamicTableShard* shard_;      // borrowed
+  std::unique_ptr<Snapshot> snapshot_;  // until the scan is read to the end
   std::unique_ptr<RecordScan> scan_;
   absl::Status status_;
+  bool done_ = false;
 };
 
 std::unique_ptr<RowScan> DynamicTableShard::Scan() const { return std::make_unique<Scanner>(this); }
@@ -281,8 +340,9 @@ std::unique_ptr<RowScan> DynamicTableShard::Scan() const { return std::make_uniq
 // runs the store holds at once; an id removed since is skipped.
 class DynamicTableShard::IncrementScanner final : public RowScan {
  public:
-  IncrementScanner(const DynamicTableShard* shard, std::vector<int64_t> ids, std::vector<int64_t> removed)
-      : shard_(shard), ids_(std::move(ids)), removed_(std::move(removed)) {}
+  IncrementScanner(const DynamicTableShard* shard, std::vector<int64_t> ids, std::vector<int64_t> removed,
+                   std::unique_ptr<Snapshot> snapshot)
+      : shard_(shard), ids_(std::move(ids)), removed_(std::move(removed)), snapshot_(std::move(snapshot)) {}
 
   const std::vector<int64_t>& removed() const override { return removed_; }
 
@@ -307,15 +367,14 @@ class DynamicTableShard::IncrementScanner final : public RowScan {
       }
       for (size_t j = 0; j < n; ++j) {
         const float* rec = records[j];
-        if (rec == nullptr) continue;  // removed since the scan began
-        const RowMeta& meta = MetaOf(rec);
-        part->ids.push_back(ids_[next_ + j]);
-        part->values.insert(part->values.end(), rec, rec + dim);
-        for (int k = 0; k < slots; ++k) {
-          part->slots[k].insert(part->slots[k].end(), rec + (1 + k) * dim, rec + (2 + k) * dim);
+        if (rec == nullptr) {  // removed since the scan began: as it was then
+          KeptRow kept;
+          if (snapshot_ != nullptr && snapshot_->Read(ids_[next_ + j], RowMeta::kMaxGen, &kept) == Snapshot::kKept) {
+            AppendRow(ids_[next_ + j], kept.floats.data(), kept.last_step, kept.count, dim, slots, part);
+          }
+          continue;
         }
-        part->last_step.push_back(meta.last_step);
-        part->count.push_back(meta.count);
+        AppendAsOf(snapshot_.get(), ids_[next_ + j], rec, dim, slots, part);
       }
       next_ += n;
       if (absl::Status f = s.store_->Release(records.data(), n); !f.ok()) {
@@ -328,6 +387,7 @@ class DynamicTableShard::IncrementScanner final : public RowScan {
       part->slots.resize(slots);
       return false;
     }
+    if (next_ == ids_.size()) snapshot_.reset();  // read to the end
     return !part->ids.empty();
   }
 
@@ -337,6 +397,7 @@ class DynamicTableShard::IncrementScanner final : public RowScan {
   const DynamicTableShard* shard_;  // borrowed
   const std::vector<int64_t> ids_;  // changed since the save the increment follows, ascending
   const std::vector<int64_t> removed_;
+  std::unique_ptr<Snapshot> snapshot_;  // until the scan is read to the end
   size_t next_ = 0;
   absl::Status status_;
 };
@@ -345,6 +406,7 @@ absl::StatusOr<std::unique_ptr<RowScan>> DynamicTableShard::Scan(const ScanOptio
   if (auto s = CheckScanOptions(config_, options); !s.ok()) return s;
   if (auto s = Failure(); !s.ok()) return s;
   std::vector<int64_t> ids, removed;
+  std::unique_ptr<Snapshot> snapshot;
   {
     absl::MutexLock lock(&mu_);
     if (options.increment && (!tracking_ || options.changed_since < known_since_)) {
@@ -355,10 +417,12 @@ absl::StatusOr<std::unique_ptr<RowScan>> DynamicTableShard::Scan(const ScanOptio
     const uint32_t previous = gen_;
     const int64_t next = std::max<int64_t>(int64_t{gen_} + 1, options.save_id + 1);
     if (next > RowMeta::kMaxGen) {
-      return absl::InvalidArgumentError(absl::StrCat("table '", config_.spec.name, "': more than ", RowMeta::kMaxGen,
-                                                     " saves of one shard"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", config_.spec.name, "': more than ", RowMeta::kMaxGen, " saves of one shard"));
     }
     gen_ = static_cast<uint32_t>(next);
+    // From here on the scan reads the rows as they stand now, whatever is pushed meanwhile.
+    snapshot = snapshots_->Open(gen_);
     // Log entries of generation <= `drop` go: those before this scan (full), or those a committed
     // save holds (increment).
     const int64_t drop = options.increment ? options.changed_since : int64_t{previous};
@@ -391,11 +455,12 @@ absl::StatusOr<std::unique_ptr<RowScan>> DynamicTableShard::Scan(const ScanOptio
       removed_ = {};
     }
   }
-  if (!options.increment) return std::unique_ptr<RowScan>(std::make_unique<Scanner>(this));
+  if (!options.increment) return std::unique_ptr<RowScan>(std::make_unique<Scanner>(this, std::move(snapshot)));
   std::sort(ids.begin(), ids.end());
   std::sort(removed.begin(), removed.end());
   removed.erase(std::unique(removed.begin(), removed.end()), removed.end());
-  return std::unique_ptr<RowScan>(std::make_unique<IncrementScanner>(this, std::move(ids), std::move(removed)));
+  return std::unique_ptr<RowScan>(
+      std::make_unique<IncrementScanner>(this, std::move(ids), std::move(removed), std::move(snapshot)));
 }
 
 absl::Status DynamicTableShard::Load(const RowsPart& part) {
@@ -417,6 +482,8 @@ absl::Status DynamicTableShard::Load(const RowsPart& part) {
       if (rec == nullptr) {
         rec = records[j] = store_->Create(id);
         pending_.erase(id);
+      } else {
+        Stamp(id, MetaOf(rec));  // its record as it was, for a save scan open on the shard
       }
       std::memcpy(rec, part.values.data() + i * dim, dim * sizeof(float));
       for (size_t k = 0; k < part.slots.size(); ++k) {
@@ -424,7 +491,7 @@ absl::Status DynamicTableShard::Load(const RowsPart& part) {
       }
       // Not yet on disk; stamped as changed now.
       MetaOf(rec) = RowMeta{part.last_step[i], part.count[i], 0, RowMeta::kDirty};
-      Stamp(id, MetaOf(rec));
+      Stamp(id, MetaOf(rec), /*fresh=*/true);
     }
     if (auto s = store_->Release(records.data(), n); !s.ok()) return Fail(s);
   }

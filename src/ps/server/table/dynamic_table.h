@@ -30,6 +30,7 @@
 #include "ps/server/table/accessor.h"
 #include "ps/server/table/row_index.h"
 #include "ps/server/table/row_store.h"
+#include "ps/server/table/scan_snapshot.h"
 #include "ps/server/table/table_shard.h"
 
 namespace psflow::ps::table {
@@ -71,11 +72,18 @@ class DynamicTableShard final : public TableShard {
   float* AdmitAbsent(int64_t id, int64_t global_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A change to row `id` (its record's meta): stamps the current generation, logging the id when the
   // generation is new to the row and changes are tracked.
-  void Stamp(int64_t id, RowMeta& meta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Before the row's first change in the generation, its record goes to the save scans open on the
+  // shard that have not read it yet (scan_snapshot.h): call Stamp before the change. A row made now
+  // (`fresh`) has no earlier record to keep.
+  void Stamp(int64_t id, RowMeta& meta, bool fresh = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (GenOf(meta) == gen_) return;
+    if (!fresh && snapshots_->any()) Keep(id, meta);
     SetGen(meta, gen_);
     if (tracking_) changed_[id] = gen_;
   }
+  void Keep(int64_t id, const RowMeta& meta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps the records of `ids` (about to be removed) for the open save scans that have not read them.
+  absl::Status KeepBeforeRemoval(const std::vector<int64_t>& ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A store error `s`, kept (every later call returns it) and returned.
   absl::Status Fail(absl::Status s) const;
   // The kept store error, or OK.
@@ -99,6 +107,8 @@ class DynamicTableShard final : public TableShard {
   int64_t known_since_ ABSL_GUARDED_BY(mu_) = -1;
   absl::flat_hash_map<int64_t, uint32_t> changed_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<int64_t, uint32_t>> removed_ ABSL_GUARDED_BY(mu_);
+  // The save scans open on the shard, each reading the shard as it was when it started.
+  const std::shared_ptr<SnapshotSet> snapshots_ = SnapshotSet::Make();
   int64_t admissions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t rows_dropped_ ABSL_GUARDED_BY(mu_) = 0;

@@ -97,7 +97,10 @@ absl::Status FixedTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<co
   const int64_t dim = config_.spec.dim;
   {
     absl::MutexLock lock(&mu_);
-    for (size_t i = 0; i < rows.size(); ++i) gen_of_[rows[i]] = gen_;  // the ids are unique (PsTables::Decode)
+    for (size_t i = 0; i < rows.size(); ++i) {  // the ids are unique (PsTables::Decode)
+      if (gen_of_[rows[i]] != gen_ && snapshots_->any()) Keep(rows[i]);
+      gen_of_[rows[i]] = gen_;
+    }
     // One call of the rule for the push's rows (it prefetches the records ahead of the update).
     std::vector<float*> records(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) records[i] = records_ + rows[i] * stride_;
@@ -113,12 +116,19 @@ absl::Status FixedTableShard::Apply(absl::Span<const int64_t> ids, absl::Span<co
   return absl::OkStatus();
 }
 
+void FixedTableShard::Keep(int64_t row) {
+  const int64_t floats = (1 + rule_.num_slots()) * config_.spec.dim;
+  snapshots_->Capture(row, gen_of_[row], records_ + row * stride_, floats, 0, count_.empty() ? 0 : count_[row]);
+}
+
 // Every row in order, or (an increment) the rows whose generation is past `changed_since`, found by
-// walking the stamps as the scan goes (a row changed meanwhile may be read too: harmless).
+// walking the stamps as the scan goes. With a snapshot (a save's scan), each row and its stamp as
+// they were when the scan started.
 class FixedTableShard::Scanner final : public RowScan {
  public:
-  explicit Scanner(const FixedTableShard* shard, int64_t changed_since = -1)
-      : shard_(shard), changed_since_(changed_since) {}
+  explicit Scanner(const FixedTableShard* shard, int64_t changed_since = -1,
+                   std::unique_ptr<Snapshot> snapshot = nullptr)
+      : shard_(shard), changed_since_(changed_since), snapshot_(std::move(snapshot)) {}
   bool Next(int64_t max_rows, RowsPart* part) override {
     const FixedTableShard& s = *shard_;
     const int64_t dim = s.config_.spec.dim;
@@ -129,22 +139,32 @@ class FixedTableShard::Scanner final : public RowScan {
     absl::ReaderMutexLock lock(&s.mu_);
     for (; next_ < s.num_rows_ && static_cast<int64_t>(part->ids.size()) < max_rows; ++next_) {
       const int64_t row = next_;
-      if (changed_since_ >= 0 && int64_t{s.gen_of_[row]} <= changed_since_) continue;
-      part->ids.push_back(dist::FixedRowId(s.config_.layout(), s.shard_, row));
       const float* rec = s.records_ + row * s.stride_;
+      int64_t count = s.count_.empty() ? 0 : s.count_[row];
+      uint32_t gen = s.gen_of_[row];
+      KeptRow kept;
+      if (snapshot_ != nullptr && snapshot_->Read(row, gen, &kept) == Snapshot::kKept) {
+        rec = kept.floats.data();
+        count = kept.count;
+        gen = kept.gen;
+      }
+      if (changed_since_ >= 0 && int64_t{gen} <= changed_since_) continue;
+      part->ids.push_back(dist::FixedRowId(s.config_.layout(), s.shard_, row));
       part->values.insert(part->values.end(), rec, rec + dim);
       for (int k = 0; k < slots; ++k) {
         part->slots[k].insert(part->slots[k].end(), rec + (1 + k) * dim, rec + (2 + k) * dim);
       }
       part->last_step.push_back(0);
-      part->count.push_back(s.count_.empty() ? 0 : s.count_[row]);
+      part->count.push_back(count);
     }
+    if (next_ == s.num_rows_) snapshot_.reset();  // read to the end
     return !part->ids.empty();
   }
 
  private:
-  const FixedTableShard* shard_;  // borrowed
-  const int64_t changed_since_;   // -1: every row
+  const FixedTableShard* shard_;        // borrowed
+  const int64_t changed_since_;         // -1: every row
+  std::unique_ptr<Snapshot> snapshot_;  // until the scan is read to the end
   int64_t next_ = 0;
 };
 
@@ -163,7 +183,9 @@ absl::StatusOr<std::unique_ptr<RowScan>> FixedTableShard::Scan(const ScanOptions
   }
   gen_ = static_cast<uint32_t>(next);
   if (known_since_ < 0) known_since_ = options.save_id;  // a full save (an increment was refused above)
-  return std::unique_ptr<RowScan>(std::make_unique<Scanner>(this, options.increment ? options.changed_since : -1));
+  // The scan reads the rows as they stand now, whatever is pushed meanwhile.
+  return std::unique_ptr<RowScan>(
+      std::make_unique<Scanner>(this, options.increment ? options.changed_since : -1, snapshots_->Open(gen_)));
 }
 
 absl::Status FixedTableShard::Load(const RowsPart& part) {
@@ -174,6 +196,7 @@ absl::Status FixedTableShard::Load(const RowsPart& part) {
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < rows.size(); ++i) {
     float* rec = records_ + rows[i] * stride_;
+    if (gen_of_[rows[i]] != gen_ && snapshots_->any()) Keep(rows[i]);
     std::memcpy(rec, part.values.data() + i * dim, dim * sizeof(float));
     for (size_t k = 0; k < part.slots.size(); ++k) {
       std::memcpy(rec + (1 + k) * dim, part.slots[k].data() + i * dim, dim * sizeof(float));

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "ps/server/table/accessor.h"
 #include "ps/server/table/row_memory.h"
+#include "ps/server/table/scan_snapshot.h"
 #include "ps/server/table/table_shard.h"
 
 namespace psflow::ps::table {
@@ -62,6 +63,10 @@ class FixedTableShard final : public TableShard {
   // stamps are complete since then).
   std::vector<uint32_t> gen_of_ ABSL_GUARDED_BY(mu_);
   uint32_t gen_ ABSL_GUARDED_BY(mu_) = 0;
+  // The save scans open on the shard (scan_snapshot.h): a row's record goes to them before its
+  // first change in a generation (Keep, before the stamp moves), keyed by its local row.
+  const std::shared_ptr<SnapshotSet> snapshots_ = SnapshotSet::Make();
+  void Keep(int64_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t known_since_ ABSL_GUARDED_BY(mu_) = -1;
   mutable std::atomic<int64_t> rows_gathered_{0};
   std::atomic<int64_t> rows_pushed_{0};
