@@ -119,9 +119,9 @@ class Chief {
   std::atomic<bool> cancel_{false};                        // the save in flight stops at its next table part
   const std::vector<dist::TableSpec> tables_;              // embedding tables: scanned into / restored from the files
   std::unique_ptr<ckpt::OpenedCheckpoint> restore_file_;  // CheckpointState's checkpoint, until InitializeWith
-  // The saves' numbers, full or increment (--full_checkpoint_every). Used by one save at a time (the
-  // save thread, or the training thread once it has waited for that thread) and by restores (after
-  // AbandonSave).
+  // The saves' numbers, full or increment (--full_checkpoint_every). Used by one save at a time:
+  // begun on the training thread where its scans open (OpenTableScans, after waiting for the save
+  // before it), committed or failed on the save thread; and by restores (after AbandonSave).
   SaveChain chain_;
   // The work queue's state in the checkpoint CheckpointState read (empty: none), given back to ps
   // task 0 by InitializeWith.
