@@ -214,9 +214,9 @@ class PySession {
   void AddClicks(const py::array_t<float, py::array::c_style | py::array::forcecast>& labels,
                  const py::array_t<float, py::array::c_style | py::array::forcecast>& probabilities) {
     BusyGuard guard(busy_);
-    ThrowIfError(session_->AddClicks(absl::MakeConstSpan(labels.data(), static_cast<size_t>(labels.size())),
-                                     absl::MakeConstSpan(probabilities.data(),
-                                                         static_cast<size_t>(probabilities.size()))));
+    ThrowIfError(
+        session_->AddClicks(absl::MakeConstSpan(labels.data(), static_cast<size_t>(labels.size())),
+                            absl::MakeConstSpan(probabilities.data(), static_cast<size_t>(probabilities.size()))));
   }
 
   // `aborted`: the failure was the job being aborted elsewhere (psflow.AbortedError).

@@ -180,8 +180,8 @@ absl::Status OpenChainOf(OpenedCheckpoint* opened, io::Env* env) {
     const int64_t prev_step = MetaInt(*follower, kPrevStepKey);
     const int64_t prev_save = MetaInt(*follower, kPrevSaveIdKey);
     const bool full = prev_step == base_step;
-    const std::string path = full ? absl::StrCat(dir, "/model.ckpt-", prev_step, ".safetensors")
-                                  : IncrementPath(dir, prev_step);
+    const std::string path =
+        full ? absl::StrCat(dir, "/model.ckpt-", prev_step, ".safetensors") : IncrementPath(dir, prev_step);
     if (prev_step < base_step || prev_step >= StepOfFile(follower_path, follower->metadata())) {
       return broken(follower_path, " follows step ", prev_step, ", outside its chain (full save at step ", base_step,
                     ")");

@@ -29,8 +29,8 @@ std::string NewChainId() {
 // One file of the chain: its rows (ids and columns) a buffer at a time, and its removed ids.
 struct ChainTableReader::Link {
   const SafetensorsReader* reader = nullptr;
-  int64_t rows = 0;      // in the file
-  int64_t next_id = 0;   // implicit ids (a fixed table's full save)
+  int64_t rows = 0;     // in the file
+  int64_t next_id = 0;  // implicit ids (a fixed table's full save)
   std::unique_ptr<SafetensorsReader::Stream> ids, removed;
   std::vector<std::unique_ptr<SafetensorsReader::Stream>> columns;
   std::vector<size_t> row_bytes, row_elements;

@@ -3,6 +3,8 @@
 // table's implicit ids); the newest readable chain is opened, and a corrupt or missing increment ends
 // it at the save before, named with its step; an increment of another chain (another job's) is
 // refused in one line; retention keeps whole chains.
+#include "psflow/ckpt/checkpoint_chain.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,7 +16,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "psflow/ckpt/checkpoint.h"
-#include "psflow/ckpt/checkpoint_chain.h"
 
 namespace psflow::ckpt {
 namespace {
@@ -43,8 +44,8 @@ struct Link {
 };
 
 // Saves `link` into `dir` as chain `chain`, save `save_id`, following `prev` (an increment).
-std::string Save(const std::string& dir, const Link& link, const std::string& chain, int64_t save_id,
-                 int64_t base_step, int64_t prev_step, int keep = 5) {
+std::string Save(const std::string& dir, const Link& link, const std::string& chain, int64_t save_id, int64_t base_step,
+                 int64_t prev_step, int keep = 5) {
   std::map<std::string, std::string> meta = {{kKindKey, link.increment ? "increment" : "full"},
                                              {kChainKey, chain},
                                              {kSaveIdKey, absl::StrCat(save_id)},

@@ -163,7 +163,7 @@ void Backward(const Var& loss, const std::function<void(Node& leaf)>& on_leaf_do
   loss->AccumulateGrad(Tensor(loss->value.shape(), 1.0f));
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node& node = **it;
-    if (!node.backward) {  // a leaf: keeps its gradient
+    if (!node.backward) {                                           // a leaf: keeps its gradient
       if (on_leaf_done && &node == loss.get()) on_leaf_done(node);  // the loss is a parameter itself
       continue;
     }

@@ -53,8 +53,8 @@ TEST(AutodiffTest, LeafDoneComesOncePerLeafInReverseLayerOrderWithItsFinalGradie
   Var w2 = MakeParameter("w2", Tensor({2, 1}, {1, -1}));
   Var h = ops::Relu(ops::BiasAdd(ops::MatMul(x, w1), b1));
   Var y = ops::MatMul(h, w2);
-  Var loss = MakeOpNode("Add", Tensor::Scalar(0), {WeightedSum(y, Tensor({1, 1}, 1.0f)),
-                                                   WeightedSum(ops::Reshape(w1, {4}), Tensor({4}, 1.0f))},
+  Var loss = MakeOpNode("Add", Tensor::Scalar(0),
+                        {WeightedSum(y, Tensor({1, 1}, 1.0f)), WeightedSum(ops::Reshape(w1, {4}), Tensor({4}, 1.0f))},
                         [](Node& self) {
                           self.inputs[0]->AccumulateGrad(self.grad);
                           self.inputs[1]->AccumulateGrad(self.grad);
@@ -77,14 +77,14 @@ TEST(AutodiffTest, LeafDoneComesOncePerLeafInReverseLayerOrderWithItsFinalGradie
   }
   // And the same gradients as Backward without a callback.
   Var w1b = MakeParameter("w1", Tensor({2, 2}, {1, 0, 0, 1}));
-  Var loss_b = MakeOpNode("Add", Tensor::Scalar(0),
-                          {WeightedSum(ops::MatMul(ops::Relu(ops::BiasAdd(ops::MatMul(x, w1b), b1)), w2),
-                                       Tensor({1, 1}, 1.0f)),
-                           WeightedSum(ops::Reshape(w1b, {4}), Tensor({4}, 1.0f))},
-                          [](Node& self) {
-                            self.inputs[0]->AccumulateGrad(self.grad);
-                            self.inputs[1]->AccumulateGrad(self.grad);
-                          });
+  Var loss_b =
+      MakeOpNode("Add", Tensor::Scalar(0),
+                 {WeightedSum(ops::MatMul(ops::Relu(ops::BiasAdd(ops::MatMul(x, w1b), b1)), w2), Tensor({1, 1}, 1.0f)),
+                  WeightedSum(ops::Reshape(w1b, {4}), Tensor({4}, 1.0f))},
+                 [](Node& self) {
+                   self.inputs[0]->AccumulateGrad(self.grad);
+                   self.inputs[1]->AccumulateGrad(self.grad);
+                 });
   ZeroGrad({b1, w2});
   Backward(loss_b);
   for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(w1b->grad[j], w1->grad[j]) << j;

@@ -21,8 +21,7 @@ absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const Trai
 }
 
 absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const TrainingState& state,
-                                              const std::vector<std::string>& slot_names,
-                                              const ckpt::SaveOptions& save,
+                                              const std::vector<std::string>& slot_names, const ckpt::SaveOptions& save,
                                               const std::map<std::string, std::string>& extra, io::Env* env,
                                               const std::function<absl::Status(ckpt::SafetensorsWriter&)>& more) {
   std::vector<std::pair<std::string, const Tensor*>> tensors;
@@ -167,8 +166,8 @@ absl::StatusOr<std::optional<OpenedTrainingState>> OpenTrainingState(
                    checkpoint.earlier.empty()
                        ? std::string()
                        : absl::StrCat(" (a chain: the full save ", checkpoint.earlier.front().path, " and ",
-                                      checkpoint.earlier.size(), checkpoint.earlier.size() == 1 ? " increment" : " increments",
-                                      ")")));
+                                      checkpoint.earlier.size(),
+                                      checkpoint.earlier.size() == 1 ? " increment" : " increments", ")")));
   std::string path = checkpoint.path;
   return std::optional<OpenedTrainingState>(
       OpenedTrainingState{std::move(state), std::move(path), std::move(checkpoint), save_id});

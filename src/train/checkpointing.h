@@ -54,8 +54,7 @@ absl::StatusOr<std::string> SaveTrainingState(
     io::Env* env = io::Env::Default(), const std::function<absl::Status(ckpt::SafetensorsWriter&)>& more = nullptr);
 // The same as a full save or an increment (`save`), with `metadata` added to the file's.
 absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const TrainingState& state,
-                                              const std::vector<std::string>& slot_names,
-                                              const ckpt::SaveOptions& save,
+                                              const std::vector<std::string>& slot_names, const ckpt::SaveOptions& save,
                                               const std::map<std::string, std::string>& metadata, io::Env* env,
                                               const std::function<absl::Status(ckpt::SafetensorsWriter&)>& more);
 
@@ -96,7 +95,7 @@ class SaveChain {
   struct Save {
     int64_t save_id = 0;
     bool increment = false;
-    ps::TableScanOptions scan;                     // the ps tasks' scans
+    ps::TableScanOptions scan;                    // the ps tasks' scans
     std::map<std::string, std::string> metadata;  // the chain's keys (ckpt/checkpoint_chain.h)
     std::string chain;
   };

@@ -64,9 +64,7 @@ absl::StatusOr<std::optional<ps::ModelSnapshot>> Chief::CheckpointState() {
   if (!layout.ok()) return layout.status();
   // The tables are checked first: a table of another dim is named as such (its model's dense
   // layers around it usually change shape too).
-  auto check_tables = [&](const ckpt::OpenedCheckpoint& file) {
-    return TableSources(file, tables_, *layout).status();
-  };
+  auto check_tables = [&](const ckpt::OpenedCheckpoint& file) { return TableSources(file, tables_, *layout).status(); };
   auto restored =
       OpenTrainingState(options_.checkpoint_dir, model_name_, variables_, optimizer_, log_, options_.env, check_tables);
   if (!restored.ok()) return restored.status();

@@ -113,11 +113,11 @@ class Chief {
   const LogSink& log_;
   absl::Mutex mu_;  // the schedule and the last save, shared with the save thread
   CheckpointSchedule schedule_ ABSL_GUARDED_BY(mu_);
-  int64_t saved_step_ ABSL_GUARDED_BY(mu_) = -1;           // global step of the last checkpoint this chief wrote
-  bool saving_ ABSL_GUARDED_BY(mu_) = false;               // a save is in flight on save_thread_
-  std::thread save_thread_;                                // started and joined by the training thread only
-  std::atomic<bool> cancel_{false};                        // the save in flight stops at its next table part
-  const std::vector<dist::TableSpec> tables_;              // embedding tables: scanned into / restored from the files
+  int64_t saved_step_ ABSL_GUARDED_BY(mu_) = -1;          // global step of the last checkpoint this chief wrote
+  bool saving_ ABSL_GUARDED_BY(mu_) = false;              // a save is in flight on save_thread_
+  std::thread save_thread_;                               // started and joined by the training thread only
+  std::atomic<bool> cancel_{false};                       // the save in flight stops at its next table part
+  const std::vector<dist::TableSpec> tables_;             // embedding tables: scanned into / restored from the files
   std::unique_ptr<ckpt::OpenedCheckpoint> restore_file_;  // CheckpointState's checkpoint, until InitializeWith
   // The saves' numbers, full or increment (--full_checkpoint_every). Used by one save at a time:
   // begun on the training thread where its scans open (OpenTableScans, after waiting for the save

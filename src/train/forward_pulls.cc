@@ -85,9 +85,8 @@ void ForwardPulls::Wait(int index) {
   absl::MutexLock lock(&s->mu);
   std::pair<State*, int> arg(s, group);
   s->mu.Await(absl::Condition(
-      +[](std::pair<State*, int>* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return static_cast<bool>(a->first->done[a->second]);
-      },
+      +[](std::pair<State*, int>* a)
+           ABSL_NO_THREAD_SAFETY_ANALYSIS { return static_cast<bool>(a->first->done[a->second]); },
       &arg));
 }
 

@@ -87,8 +87,8 @@ absl::Status InProcessPs::Start(double timeout_secs) {
     }
     if (std::chrono::steady_clock::now() > deadline) {
       Stop();
-      return absl::UnavailableError(absl::StrCat("the in-process ps task did not serve on 127.0.0.1:", port_,
-                                                 " within ", timeout_secs, " s"));
+      return absl::UnavailableError(
+          absl::StrCat("the in-process ps task did not serve on 127.0.0.1:", port_, " within ", timeout_secs, " s"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

@@ -54,8 +54,8 @@ class InProcessPs {
   const LogSink log_;
   PsTaskControl control_;
   std::thread thread_;
-  absl::Status result_;              // written by thread_, read after joining it
-  std::atomic<bool> ended_{false};   // set by thread_ when the task returned
+  absl::Status result_;             // written by thread_, read after joining it
+  std::atomic<bool> ended_{false};  // set by thread_ when the task returned
 };
 
 }  // namespace psflow::train

@@ -100,7 +100,7 @@ class ProgressLog {
   int64_t local_steps_ = 0;
   int64_t first_step_ = -1;  // global step when this task started, for the remaining-time estimate
   double loss_sum_ = 0, acc_sum_ = 0;
-  int64_t acc_steps_ = 0;  // steps of the window that had an accuracy
+  int64_t acc_steps_ = 0;                      // steps of the window that had an accuracy
   std::vector<float> labels_, probabilities_;  // the window's clicks (AddClicks)
 };
 

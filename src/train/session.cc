@@ -136,7 +136,8 @@ class WorkerSession::Impl {
     if (state_.opened()) return absl::FailedPreconditionError("the worker session is already open");
     const TrainOptions& o = options_.train;
     if (in_process_ps_ != nullptr) {
-      log(absl::StrCat("standalone: no cluster flags and no TF_CONFIG: training in this process, with an "
+      log(
+          absl::StrCat("standalone: no cluster flags and no TF_CONFIG: training in this process, with an "
                        "in-process ps task on 127.0.0.1:",
                        in_process_ps_->port()));
       if (auto s = in_process_ps_->Start(); !s.ok()) return s;
@@ -275,8 +276,8 @@ class WorkerSession::Impl {
       return absl::FailedPreconditionError("GradientReady needs an open worker session whose training goes on");
     }
     if (index < 0 || index >= static_cast<int>(params_.size())) {
-      return absl::InvalidArgumentError(absl::StrCat("GradientReady: no parameter ", index, " (the session has ",
-                                                     params_.size(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("GradientReady: no parameter ", index, " (the session has ", params_.size(), ")"));
     }
     if (handed_[index]) {
       return absl::InvalidArgumentError(absl::StrCat(

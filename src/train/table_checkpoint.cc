@@ -403,9 +403,9 @@ absl::StatusOr<Tensor> ReadTableRows(const ckpt::OpenedCheckpoint& checkpoint, c
   if (!merged.ok()) return merged.status();
   const auto& columns = (*merged)->columns();
   if (columns[0].dtype != ckpt::Dtype::kF32 || columns[0].row_elements != table.dim) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(checkpoint.path, ": table '", table.name, "' has rows of ", columns[0].row_elements,
-                     " values, the table's dim is ", table.dim));
+    return absl::FailedPreconditionError(absl::StrCat(checkpoint.path, ": table '", table.name, "' has rows of ",
+                                                      columns[0].row_elements, " values, the table's dim is ",
+                                                      table.dim));
   }
   Tensor out({static_cast<int64_t>(ids.size()), table.dim});
   found->assign(ids.size(), false);

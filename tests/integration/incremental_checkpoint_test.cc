@@ -3,10 +3,9 @@
 // training, so a save still writing when the next is due moves that one on a step or two): its
 // chain read back at its final step 100 equals, tensor for tensor and byte for byte, the final save
 // at step 100 of the same job saving in full on 1 ps; restored from the chain onto another number of
-// ps tasks it trains on to a step-150 checkpoint byte-identical to the straight run's — for every sparse rule, dynamic and fixed
-// tables, memory and disk storage, 1 and 3 ps, 3 -> 2. `psflow eval` reads the chain. A chain whose
-// middle increment is missing restores from the save before it, naming the file and step; a corrupt
-// one too.
+// ps tasks it trains on to a step-150 checkpoint byte-identical to the straight run's — for every sparse rule, dynamic
+// and fixed tables, memory and disk storage, 1 and 3 ps, 3 -> 2. `psflow eval` reads the chain. A chain whose middle
+// increment is missing restores from the save before it, naming the file and step; a corrupt one too.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -127,8 +126,7 @@ TEST_P(IncrementalCheckpointTest, AChainRestoresToTheFullSaveByteForByte) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("restored " + last + " at global step 100"), std::string::npos) << resumed.output;
   if (ckpt::IsIncrementPath(last)) {
-    EXPECT_NE(resumed.output.find("at global step 100 (a chain: the full save "), std::string::npos)
-        << resumed.output;
+    EXPECT_NE(resumed.output.find("at global step 100 (a chain: the full save "), std::string::npos) << resumed.output;
   }
   auto straight_run = RunProcess(Ctr(straight, 1, 150, c.rule, c.vocab), 300);
   ASSERT_EQ(straight_run.exit_code, 0) << straight_run.output;
@@ -136,21 +134,22 @@ TEST_P(IncrementalCheckpointTest, AChainRestoresToTheFullSaveByteForByte) {
       << "the step-150 checkpoints differ";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    RulesTablesStorages, IncrementalCheckpointTest,
-    ::testing::Values(Case{"sgd", 0, false, 3, 2}, Case{"momentum", 0, false, 1, 3}, Case{"adagrad", 0, false, 3, 2},
-                      Case{"ftrl", 0, false, 1, 1}, Case{"adam", 0, false, 3, 2}, Case{"rmsprop", 0, false, 3, 3},
-                      Case{"adagrad", 0, true, 3, 2}, Case{"adam", 0, true, 1, 3}, Case{"sgd", 500, false, 3, 2},
-                      Case{"adagrad", 500, false, 1, 3}, Case{"adam", 500, false, 3, 2}),
-    Name);
+INSTANTIATE_TEST_SUITE_P(RulesTablesStorages, IncrementalCheckpointTest,
+                         ::testing::Values(Case{"sgd", 0, false, 3, 2}, Case{"momentum", 0, false, 1, 3},
+                                           Case{"adagrad", 0, false, 3, 2}, Case{"ftrl", 0, false, 1, 1},
+                                           Case{"adam", 0, false, 3, 2}, Case{"rmsprop", 0, false, 3, 3},
+                                           Case{"adagrad", 0, true, 3, 2}, Case{"adam", 0, true, 1, 3},
+                                           Case{"sgd", 500, false, 3, 2}, Case{"adagrad", 500, false, 1, 3},
+                                           Case{"adam", 500, false, 3, 2}),
+                         Name);
 
 // A chain of a full save and at least two increments in a fresh directory (saves run beside
 // training: on a loaded machine some are skipped, so the job runs longer until it has them).
 std::vector<std::pair<int64_t, std::string>> ChainOfThree(const std::string& name) {
   for (int64_t steps : {100, 300, 900}) {
     const std::string dir = TempDir(absl::StrCat(name, "_", steps));
-    auto a = RunProcess(Ctr(dir, 1, steps, "adagrad", 0, {"--full_checkpoint_every=1000", "--save_checkpoint_steps=10"}),
-                        300);
+    auto a = RunProcess(
+        Ctr(dir, 1, steps, "adagrad", 0, {"--full_checkpoint_every=1000", "--save_checkpoint_steps=10"}), 300);
     EXPECT_EQ(a.exit_code, 0) << a.output;
     auto files = Files(dir);
     if (files.size() >= 3 && !ckpt::IsIncrementPath(files[0].second)) return files;

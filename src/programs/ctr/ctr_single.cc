@@ -305,8 +305,8 @@ absl::StatusOr<RunSummary> RunCtrSingleProcess(const TrainOptions& options, cons
   const int64_t end_step = step;  // `steps`, or where the training files ended
   if (const CtrFileBatches* files = (*trainer)->training_files(); files != nullptr) {
     log(absl::StrCat("training files: ", files->examples_read(), " examples read in ", files->epochs_begun(),
-                     " epoch(s), ", files->bad_lines(),
-                     " bad lines skipped (--max_bad_lines=", options.max_bad_lines, ")"));
+                     " epoch(s), ", files->bad_lines(), " bad lines skipped (--max_bad_lines=", options.max_bad_lines,
+                     ")"));
   }
   if (!options.checkpoint_dir.empty() && saved_step != end_step) {
     if (auto s = save(end_step); !s.ok()) return s;

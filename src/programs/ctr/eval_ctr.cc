@@ -16,8 +16,8 @@
 #include "programs/eval/checkpoint_metrics.h"
 #include "ps/server/table/row_init.h"
 #include "ps/server/table/table_config.h"
-#include "psflow/ckpt/checkpoint_chain.h"
 #include "psflow/ckpt/checkpoint.h"
+#include "psflow/ckpt/checkpoint_chain.h"
 #include "train/table_checkpoint.h"
 
 namespace psflow::train {

@@ -75,8 +75,8 @@ void AddSparse(const RowSparse& src, float weight, int64_t row_size, std::map<in
 
 }  // namespace
 
-StepStats LocalReplicas::ComputeGradients(const float* images, const int32_t* labels, int64_t batch,
-                                          uint64_t step_seed, const StepHooks& hooks) {
+StepStats LocalReplicas::ComputeGradients(const float* images, const int32_t* labels, int64_t batch, uint64_t step_seed,
+                                          const StepHooks& hooks) {
   const int k = std::min<int>(size(), static_cast<int>(batch));
   if (k <= 1) {
     ReplicaOutput out = RunReplica(*replicas_[0], images, labels, batch, step_seed, &hooks);

@@ -103,7 +103,8 @@ absl::Status PsServer::Impl::ValidatePush(const Model& m, const rpc::IncomingMes
   if (absl::Status s = DecodeTableBlocks(m, request, header, num_dense, push->tables.get()); !s.ok()) return s;
   if (absl::Status s = DecodeGradients(m, request, header, num_dense, &push->gradients); !s.ok()) return s;
   if (header.more_parts() && m.config.sync && header.client_id() == 0) {
-    return absl::InvalidArgumentError("a sync push in parts from a client without an id (its parts could not be told apart)");
+    return absl::InvalidArgumentError(
+        "a sync push in parts from a client without an id (its parts could not be told apart)");
   }
   for (const std::string& name : header.pull_shards()) {
     auto it = m.by_name.find(name);

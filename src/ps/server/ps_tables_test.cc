@@ -152,8 +152,8 @@ TEST(PsTablesDecodeTest, EveryBadIdIsRefusedAtTheEntryWithNothingApplied) {
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   ASSERT_TRUE(tables->ApplyAsync(*decoded, 1).ok());
   const std::vector<float> emb_after = Rows(*tables, "emb/part_0", {3, 4});
-  EXPECT_EQ(emb_after, (std::vector<float>{emb_before[6] - 1, emb_before[7] - 2, emb_before[8] - 3,
-                                           emb_before[9] - 4}));
+  EXPECT_EQ(emb_after,
+            (std::vector<float>{emb_before[6] - 1, emb_before[7] - 2, emb_before[8] - 3, emb_before[9] - 4}));
 }
 
 TEST(PsTablesDecodeTest, CheckpointRowsOfAnotherShardAreRefused) {

@@ -14,8 +14,8 @@
 // Client id 0 (a client that predates these fields) is never deduplicated.
 //
 // Memory is bounded: per client, the last kWindow pushes (a client has one push per ps in flight
-// at a time, a few when it pipelines, a step's parts when it pushes as backward goes); at most kMaxClients clients, the least recently seen
-// forgotten first. A duplicate older than its client's window (its answer forgotten) is refused
+// at a time, a few when it pipelines, a step's parts when it pushes as backward goes); at most kMaxClients clients, the
+// least recently seen forgotten first. A duplicate older than its client's window (its answer forgotten) is refused
 // with FailedPrecondition and not applied. An answer Unavailable (the ps stopping before it
 // applied the push) is not recorded, so a retry is applied afresh.
 //

@@ -42,7 +42,7 @@ namespace psflow::ps::table {
 // At the start of each record, just before the row's floats.
 struct RowMeta {
   int64_t last_step;
-  int64_t count;   // pushes that held the id, the admitting one and those before it included
+  int64_t count;      // pushes that held the id, the admitting one and those before it included
   uint32_t reserved;  // 0 (the record's layout on disk keeps its room)
   uint32_t flags;     // kDirty | generation << kGenShift
   static constexpr uint32_t kDirty = 1;

@@ -99,11 +99,11 @@ absl::Status CheckScanOptions(const TableConfig& config, const ScanOptions& opti
 }
 
 absl::Status CannotIncrement(const TableConfig& config, int64_t changed_since, int64_t known_since) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "table '", config.spec.name, "': this shard has not tracked its changes since save ", changed_since,
-      known_since < 0 ? std::string(" (it was made or restored since, or saved without tracking)")
-                      : absl::StrCat(" (only since save ", known_since, ")"),
-      ": the save must be full"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("table '", config.spec.name, "': this shard has not tracked its changes since save ", changed_since,
+                   known_since < 0 ? std::string(" (it was made or restored since, or saved without tracking)")
+                                   : absl::StrCat(" (only since save ", known_since, ")"),
+                   ": the save must be full"));
 }
 
 }  // namespace psflow::ps::table

@@ -112,11 +112,10 @@ class TableShard {
   // wrong size.
   virtual absl::Status Gather(absl::Span<const int64_t> ids, absl::Span<float> out) const = 0;
 
-  // Applies gradient rows ([ids.size(), dim], ids unique and this shard's, rows finite) with the rule at `global_step` (the
-  // learning rate decays with it; rows record it as their last update). A dynamic id not stored
-  // counts the push and, once admitted, is created from its initial value and updated.
-  // InvalidArgument naming the table (nothing applied) for a wrong size or more ids than the
-  // shard's row cap.
+  // Applies gradient rows ([ids.size(), dim], ids unique and this shard's, rows finite) with the rule at `global_step`
+  // (the learning rate decays with it; rows record it as their last update). A dynamic id not stored counts the push
+  // and, once admitted, is created from its initial value and updated. InvalidArgument naming the table (nothing
+  // applied) for a wrong size or more ids than the shard's row cap.
   virtual absl::Status Apply(absl::Span<const int64_t> ids, absl::Span<const float> grads, int64_t global_step) = 0;
 
   // A removal pass (steps_to_live, max_rows) at `global_step`; returns how many rows and pending
