@@ -100,7 +100,7 @@ class DataTest(unittest.TestCase):
     def test_a_killed_async_job_resumes_its_streams(self):
         ckpt = self.path("ckpt")
         common = ["--batch_size=3", "--train_steps=120", "--save_checkpoint_steps=10", f"--checkpoint_dir={ckpt}"]
-        first = run(cluster(2, common, ["--examples=500", f"--record={self.path('first')}", "--crash_at_step=25"]))
+        first = run(cluster(2, common, ["--examples=500", f"--record={self.path('first')}", "--crash_at_step=45"]))
         self.assertNotEqual(first.returncode, 0, "the chief was killed")
         restored = psflow.checkpoint_info(ckpt)[1]
         self.assertGreaterEqual(restored, 10)
