@@ -5,12 +5,9 @@
 // plain scan taken then), for memory and disk dynamic tables and fixed tables under adagrad and
 // adam — while the shard itself did change, removal passes included.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <random>
 #include <string>
@@ -23,18 +20,7 @@
 namespace psflow::ps::table {
 namespace {
 
-namespace fs = std::filesystem;
-
 constexpr int64_t kDim = 3;
-
-std::string FreshDir() {
-  static std::atomic<int> n{0};
-  const fs::path p =
-      fs::path(::testing::TempDir()) / ("save_scan_" + std::to_string(getpid()) + "_" + std::to_string(n++));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
 
 // A row as a checkpoint stores it, bit for bit.
 struct Row {
@@ -71,22 +57,15 @@ Rows Everything(const TableShard& shard) {
   return rows;
 }
 
-enum class Kind { kMemory, kDisk, kFixed };
-struct Case {
-  Kind kind;
-  std::string rule;
-};
-std::string Name(const ::testing::TestParamInfo<Case>& info) {
-  const char* kind[] = {"memory", "disk", "fixed"};
-  return std::string(kind[static_cast<int>(info.param.kind)]) + "_" + info.param.rule;
-}
+using testing::Storage;
+using Case = testing::StorageRule;
 
 class SaveScanTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     const Case c = GetParam();
     TableConfig config;
-    if (c.kind == Kind::kFixed) {
+    if (c.storage == Storage::kFixed) {
       config = testing::FixedConfig(300, kDim, 1, dist::TableStrategy::kDiv);
     } else {
       config = testing::DynamicConfig(kDim);
@@ -94,16 +73,8 @@ class SaveScanTest : public ::testing::TestWithParam<Case> {
       config.spec.lifecycle = {/*admit_after=*/2, /*steps_to_live=*/15, /*max_rows=*/0, /*evict_every=*/5};
     }
     const SparseRuleConfig rule = testing::Rule(c.rule, 0.05f);
-    if (c.kind == Kind::kDisk) {
-      auto tier = DiskTier::Open({FreshDir(), 12 * 200, 0}, nullptr);  // a cache of a dozen rows
-      ASSERT_TRUE(tier.ok()) << tier.status();
-      tier_ = *tier;
-      auto made = MakeTableShard(config, rule, 0, 1, tier_.get());
-      ASSERT_TRUE(made.ok()) << made.status();
-      shard_ = *std::move(made);
-    } else {
-      shard_ = testing::MakeOrDie(config, rule, 0, 1);
-    }
+    shard_ = testing::MakeShardOn(c.storage, config, rule, 12 * 200, &tier_);  // a cache of a few rows
+    ASSERT_NE(shard_, nullptr);
   }
 
   // Pushes at steps [step_, step_ + n): a few ids of 0..299 each, new ones among them.
@@ -156,7 +127,7 @@ TEST_P(SaveScanTest, AFullScanReadsTheShardAsItWasWhenItStarted) {
   // The pushes did change the shard meanwhile (so the comparison above could fail).
   EXPECT_FALSE(Everything(*shard_) == at_start);
   // Removal passes ran during the scan (their rows were read as they were at its start).
-  if (GetParam().kind != Kind::kFixed) {
+  if (GetParam().storage != Storage::kFixed) {
     EXPECT_GT(removed_, removed_before);
   }
 }
@@ -183,10 +154,10 @@ TEST_P(SaveScanTest, AnIncrementReadsTheChangedRowsAsTheyWereWhenItStarted) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, SaveScanTest,
-                         ::testing::Values(Case{Kind::kMemory, "adagrad"}, Case{Kind::kMemory, "adam"},
-                                           Case{Kind::kDisk, "adagrad"}, Case{Kind::kDisk, "adam"},
-                                           Case{Kind::kFixed, "adagrad"}, Case{Kind::kFixed, "adam"}),
-                         Name);
+                         ::testing::Values(Case{Storage::kMemory, "adagrad"}, Case{Storage::kMemory, "adam"},
+                                           Case{Storage::kDisk, "adagrad"}, Case{Storage::kDisk, "adam"},
+                                           Case{Storage::kFixed, "adagrad"}, Case{Storage::kFixed, "adam"}),
+                         testing::StorageRuleName);
 
 }  // namespace
 }  // namespace psflow::ps::table

@@ -5,12 +5,9 @@
 // since the save it follows; a failed (uncommitted) increment makes the next one larger; the
 // increments a shard cannot answer are refused.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <random>
 #include <set>
@@ -24,18 +21,7 @@
 namespace psflow::ps::table {
 namespace {
 
-namespace fs = std::filesystem;
-
 constexpr int64_t kDim = 3;
-
-std::string FreshDir() {
-  static std::atomic<int> n{0};
-  const fs::path p =
-      fs::path(::testing::TempDir()) / ("table_increment_" + std::to_string(getpid()) + "_" + std::to_string(n++));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
 
 // A row as a checkpoint stores it.
 struct Row {
@@ -83,24 +69,15 @@ Rows Everything(const TableShard& shard) {
   return rows;
 }
 
-enum class Kind { kMemory, kDisk, kFixed };
-
-struct Case {
-  Kind kind;
-  std::string rule;
-};
-
-std::string Name(const ::testing::TestParamInfo<Case>& info) {
-  const char* kind[] = {"memory", "disk", "fixed"};
-  return std::string(kind[static_cast<int>(info.param.kind)]) + "_" + info.param.rule;
-}
+using testing::Storage;
+using Case = testing::StorageRule;
 
 class IncrementTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     const Case c = GetParam();
     TableConfig config;
-    if (c.kind == Kind::kFixed) {
+    if (c.storage == Storage::kFixed) {
       config = testing::FixedConfig(400, kDim, 1, dist::TableStrategy::kDiv);
     } else {
       config = testing::DynamicConfig(kDim);
@@ -108,16 +85,8 @@ class IncrementTest : public ::testing::TestWithParam<Case> {
       config.spec.lifecycle = {/*admit_after=*/2, /*steps_to_live=*/20, /*max_rows=*/150, /*evict_every=*/5};
     }
     const SparseRuleConfig rule = testing::Rule(c.rule, 0.05f);
-    if (c.kind == Kind::kDisk) {
-      auto tier = DiskTier::Open({FreshDir(), 10 * 200, 0}, nullptr);  // a cache of a few rows
-      ASSERT_TRUE(tier.ok()) << tier.status();
-      tier_ = *tier;
-      auto made = MakeTableShard(config, rule, 0, 1, tier_.get());
-      ASSERT_TRUE(made.ok()) << made.status();
-      shard_ = *std::move(made);
-    } else {
-      shard_ = testing::MakeOrDie(config, rule, 0, 1);
-    }
+    shard_ = testing::MakeShardOn(c.storage, config, rule, 10 * 200, &tier_);  // a cache of a few rows
+    ASSERT_NE(shard_, nullptr);
   }
 
   // Steps [from, to) of pushes of a few ids from 0..399 (hot ids more often); the ids pushed into
@@ -177,7 +146,7 @@ TEST_P(IncrementTest, FullPlusIncrementsEqualsAFullScan) {
       EXPECT_TRUE(pushed.count(id) > 0) << "save " << save << ": row " << id << " was not pushed";
     }
     EXPECT_TRUE(std::is_sorted(removed.begin(), removed.end()));
-    if (GetParam().kind == Kind::kFixed) {
+    if (GetParam().storage == Storage::kFixed) {
       EXPECT_TRUE(removed.empty());
       EXPECT_EQ(rows.size(), pushed.size());
     }
@@ -194,7 +163,7 @@ TEST_P(IncrementTest, FullPlusIncrementsEqualsAFullScan) {
     EXPECT_TRUE(merged == now) << "save " << save;
     committed = save;
   }
-  if (GetParam().kind != Kind::kFixed) {
+  if (GetParam().storage != Storage::kFixed) {
     EXPECT_TRUE(saw_removal);
     (void)saw_recreated;  // depends on the draw; merged == now covers it when it happens
   }
@@ -214,7 +183,7 @@ TEST_P(IncrementTest, AnIncrementTheShardCannotAnswerIsRefused) {
   // Bad options.
   EXPECT_EQ(Save(7, 9).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Save(-1, -1).status().code(), absl::StatusCode::kInvalidArgument);
-  if (GetParam().kind != Kind::kFixed) {
+  if (GetParam().storage != Storage::kFixed) {
     // A full save without tracking ends the change log: the next increment is refused.
     ScanOptions untracked;
     untracked.save_id = 8;
@@ -254,12 +223,12 @@ TEST_P(IncrementTest, AnIncrementWithNothingChangedIsEmpty) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Storages, IncrementTest,
-                         ::testing::Values(Case{Kind::kMemory, "sgd"}, Case{Kind::kMemory, "adagrad"},
-                                           Case{Kind::kMemory, "adam"}, Case{Kind::kMemory, "ftrl"},
-                                           Case{Kind::kDisk, "sgd"}, Case{Kind::kDisk, "adagrad"},
-                                           Case{Kind::kDisk, "adam"}, Case{Kind::kFixed, "sgd"},
-                                           Case{Kind::kFixed, "adagrad"}, Case{Kind::kFixed, "adam"}),
-                         Name);
+                         ::testing::Values(Case{Storage::kMemory, "sgd"}, Case{Storage::kMemory, "adagrad"},
+                                           Case{Storage::kMemory, "adam"}, Case{Storage::kMemory, "ftrl"},
+                                           Case{Storage::kDisk, "sgd"}, Case{Storage::kDisk, "adagrad"},
+                                           Case{Storage::kDisk, "adam"}, Case{Storage::kFixed, "sgd"},
+                                           Case{Storage::kFixed, "adagrad"}, Case{Storage::kFixed, "adam"}),
+                         testing::StorageRuleName);
 
 }  // namespace
 }  // namespace psflow::ps::table

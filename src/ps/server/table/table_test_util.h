@@ -3,11 +3,15 @@
 #define PSFLOW_PS_SERVER_TABLE_TABLE_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ps/server/table/disk_store.h"
 #include "ps/server/table/table_shard.h"
 
 namespace psflow::ps::table::testing {
@@ -47,6 +51,42 @@ inline SparseRuleConfig Rule(const std::string& name, float lr = 0.1f) {
 inline std::unique_ptr<TableShard> MakeOrDie(const TableConfig& config, const SparseRuleConfig& rule, int shard,
                                              int num_ps) {
   auto made = MakeTableShard(config, rule, shard, num_ps);
+  EXPECT_TRUE(made.ok()) << made.status();
+  return made.ok() ? *std::move(made) : nullptr;
+}
+
+// Where a test's shard keeps its rows: a dynamic table in memory or on disk, or a fixed table. Tests
+// run over each with a sparse rule (TestWithParam<StorageRule>, named by StorageRuleName).
+enum class Storage { kMemory, kDisk, kFixed };
+struct StorageRule {
+  Storage storage;
+  std::string rule;
+};
+inline std::string StorageRuleName(const ::testing::TestParamInfo<StorageRule>& info) {
+  const char* storage[] = {"memory", "disk", "fixed"};
+  return std::string(storage[static_cast<int>(info.param.storage)]) + "_" + info.param.rule;
+}
+
+// A new empty directory under the test's temporary directory, its name starting with `prefix`.
+inline std::string FreshTempDir(const std::string& prefix) {
+  static std::atomic<int> n{0};
+  const std::filesystem::path p = std::filesystem::path(::testing::TempDir()) /
+                                  (prefix + "_" + std::to_string(getpid()) + "_" + std::to_string(n++));
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p.string();
+}
+
+// Shard 0 of 1 of `config` under `rule`; Storage::kDisk opens a disk tier with a cache of
+// `cache_bytes` in a fresh directory into `tier` (the caller keeps it while the shard lives).
+inline std::unique_ptr<TableShard> MakeShardOn(Storage storage, const TableConfig& config, const SparseRuleConfig& rule,
+                                               int64_t cache_bytes, std::shared_ptr<DiskTier>* tier) {
+  if (storage != Storage::kDisk) return MakeOrDie(config, rule, 0, 1);
+  auto opened = DiskTier::Open({FreshTempDir("table_disk"), cache_bytes, 0}, nullptr);
+  EXPECT_TRUE(opened.ok()) << opened.status();
+  if (!opened.ok()) return nullptr;
+  *tier = *opened;
+  auto made = MakeTableShard(config, rule, 0, 1, tier->get());
   EXPECT_TRUE(made.ok()) << made.status();
   return made.ok() ? *std::move(made) : nullptr;
 }
