@@ -68,10 +68,10 @@ TEST_P(DiskTablesTest, SyncCheckpointsEqualTheMemoryTablesByteForByte) {
   const std::string tables = TempDir("dtt_tables_" + tag);
   auto m = RunProcess(Ctr(memory, c.ps, c.rule), 300);
   ASSERT_EQ(m.exit_code, 0) << m.output;
-  auto d = RunProcess(
-      Ctr(disk, c.ps, c.rule,
-          {"--table_storage=disk", "--table_dir=" + tables, absl::StrCat("--table_cache_bytes=", kCacheBytes)}),
-      300);
+  auto d = RunProcess(Ctr(disk, c.ps, c.rule,
+                          {"--table_storage=disk", "--table_dir=" + tables,
+                           absl::StrCat("--table_cache_bytes=", kCacheBytes), "--metrics_json=" + disk + "/m.json"}),
+                      300);
   ASSERT_EQ(d.exit_code, 0) << d.output;
   for (int64_t step : {50, 100, 150}) {
     const std::string name = absl::StrCat("/model.ckpt-", step, ".safetensors");
@@ -85,6 +85,25 @@ TEST_P(DiskTablesTest, SyncCheckpointsEqualTheMemoryTablesByteForByte) {
   EXPECT_GT(rows * 96, 5 * kCacheBytes * c.ps) << rows << " rows";
   EXPECT_NE(d.output.find("disk: cache_hit_rate="), std::string::npos) << d.output;
   EXPECT_EQ(m.output.find("disk: cache_hit_rate="), std::string::npos) << m.output;
+  // The summary's ps_traffic[].tables: every ps task's share of every table, with its cache and disk.
+  nlohmann::json summary = ReadJson(disk + "/m.json");
+  ASSERT_EQ(summary["ps_traffic"].size(), static_cast<size_t>(c.ps)) << summary.dump();
+  for (const nlohmann::json& task : summary["ps_traffic"]) {
+    ASSERT_EQ(task["tables"].size(), 3u) << task.dump();
+    for (const nlohmann::json& t : task["tables"]) {
+      EXPECT_EQ(t["storage"], "disk") << t.dump();
+      EXPECT_GT(t["cache_hit_rate"].get<double>(), 0.0) << t.dump();
+      EXPECT_LT(t["cache_hit_rate"].get<double>(), 1.0) << t.dump();  // a cache far smaller than the table
+      EXPECT_GT(t["cache_bytes"].get<int64_t>(), 0) << t.dump();
+      EXPECT_LE(t["cache_bytes"].get<int64_t>(), 2 * kCacheBytes) << t.dump();
+      // Its table files (0 here: rows this few stay in RocksDB's memtables, which no kill outlives).
+      EXPECT_TRUE(t.contains("disk_bytes") && t["disk_bytes"].is_number_integer()) << t.dump();
+      EXPECT_GT(t["disk_rows_read"].get<int64_t>(), 0) << t.dump();
+      EXPECT_GT(t["disk_rows_written"].get<int64_t>(), 0) << t.dump();
+      EXPECT_GT(t["disk_rows_read_per_sec"].get<double>(), 0.0) << t.dump();
+      EXPECT_GT(t["disk_rows_written_per_sec"].get<double>(), 0.0) << t.dump();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(OneAndThreePs, DiskTablesTest,
