@@ -330,13 +330,13 @@ class SortedIds {
 // does not mention stay in `pending` for the files before it. `fixed_full`: a fixed table's full
 // save (ids implicit, 0..N-1).
 absl::Status ReadFromLink(const ckpt::SafetensorsReader& file, const dist::TableSpec& table,
-                          const std::vector<int64_t>& ids, bool fixed_full, std::vector<size_t>* pending,
-                          Tensor* out, std::vector<bool>* found) {
+                          const std::vector<int64_t>& ids, bool fixed_full, std::vector<size_t>* pending, Tensor* out,
+                          std::vector<bool>* found) {
   const ckpt::TensorEntry* values = file.Find(table.name);
   if (values == nullptr || values->dtype != ckpt::Dtype::kF32 || values->shape.size() != 2 ||
       values->shape[1] != table.dim) {
-    return absl::FailedPreconditionError(absl::StrCat(file.path(), ": table '", table.name, "' is not [rows, ",
-                                                      table.dim, "] float32 there"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(file.path(), ": table '", table.name, "' is not [rows, ", table.dim, "] float32 there"));
   }
   const int64_t rows = values->shape[0];
   std::vector<std::pair<int64_t, size_t>> at;  // (row in the file, index in ids), ascending
@@ -352,8 +352,8 @@ absl::Status ReadFromLink(const ckpt::SafetensorsReader& file, const dist::Table
   } else {
     const ckpt::TensorEntry* file_ids = file.Find(table.name + "/ids");
     if (file_ids == nullptr || file_ids->dtype != ckpt::Dtype::kI64 || file_ids->elements() != rows) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(file.path(), ": table '", table.name, "' has no int64 '", table.name, "/ids' of ", rows, " ids"));
+      return absl::FailedPreconditionError(absl::StrCat(file.path(), ": table '", table.name, "' has no int64 '",
+                                                        table.name, "/ids' of ", rows, " ids"));
     }
     // An increment's removed ids (what changed since the save before: small).
     std::vector<int64_t> removed;

@@ -4,8 +4,6 @@
 // blocks of ids and a fixed table, ids asked in many patterns (absent ones, removed ones, a run
 // across blocks, the first and last ids); the same from a lone full save. CountTableRows counts the
 // merged rows from the ids alone.
-#include "train/table_checkpoint.h"
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -18,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "psflow/ckpt/checkpoint.h"
 #include "psflow/ckpt/checkpoint_chain.h"
+#include "train/table_checkpoint.h"
 
 namespace psflow::train {
 namespace {
@@ -80,8 +79,7 @@ void Save(const std::string& dir, const Link& link, int64_t save_id, int64_t bas
         if (auto s = put("d", link.dyn, true); !s.ok()) return s;
         if (link.increment) {
           ids.push_back(link.removed);
-          if (auto s = w.AddI64("d/removed", {static_cast<int64_t>(link.removed.size())}, ids.back().data());
-              !s.ok()) {
+          if (auto s = w.AddI64("d/removed", {static_cast<int64_t>(link.removed.size())}, ids.back().data()); !s.ok()) {
             return s;
           }
         }
