@@ -250,9 +250,12 @@ absl::StatusOr<std::unique_ptr<Server>> StartGrpcServer(const std::string& addre
 // The transport `security.transport` asks for: MakeGrpcChannel / StartGrpcServer for "grpc"; for
 // "shm", a channel to a loopback address that carries calls over shared memory when the ps serves
 // it (else over gRPC), and a gRPC server that also serves shared memory. InvalidArgument naming --transport for another
-// value.
+// value. A channel for a 16-bit `wire_dtype` (--wire_dtype) is a client of delta pulls
+// (rpc/delta_pull.h); a float32 one calls the transport directly. A server answers delta pulls to
+// the clients that announce themselves, plainly to the others.
 absl::StatusOr<std::unique_ptr<ClientChannel>> MakeChannel(const std::string& address, const std::string& peer_name,
-                                                           const TransportOptions& security);
+                                                           const TransportOptions& security,
+                                                           WireDtype wire_dtype = WireDtype::kFloat32);
 absl::StatusOr<std::unique_ptr<Server>> StartServer(const std::string& address, const TransportOptions& security,
                                                     Handler* handler);
 
