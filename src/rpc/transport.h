@@ -137,6 +137,10 @@ class IncomingMessage {
   void CopyStrided(int i, float* dst, int64_t block, int64_t stride) const;
   // dst[j] += tensor i's float j.
   void AddTo(int i, float* dst) const;
+  // The index (from the tensor's start) of the first Inf or NaN among tensor i's floats
+  // [first, first + count), or -1. Reads float32 bytes where they were received, whatever their
+  // alignment (no bounce copy: the check is one pass over the bytes).
+  int64_t FirstNonFinite(int i, int64_t first, int64_t count) const;
   // Calls fn(run, first, n) over the tensor's floats [first, first + n) in order, with `run` a
   // properly aligned pointer valid only during the call (in place when the bytes are aligned and
   // contiguous, else through a small bounce buffer). Stops early and returns false when fn does.
