@@ -198,11 +198,17 @@ absl::Status Chief::TryInitializeCluster() {
   return absl::OkStatus();
 }
 
-absl::Status Chief::MaybeCheckpoint(int64_t global_step) {
+absl::Status Chief::MaybeCheckpoint(int64_t global_step) { return StartSave(global_step, false, {}); }
+
+absl::Status Chief::CheckpointNow(int64_t global_step, SavedFn then) {
+  return StartSave(global_step, true, std::move(then));
+}
+
+absl::Status Chief::StartSave(int64_t global_step, bool force, SavedFn then) {
   if (options_.checkpoint_dir.empty()) return absl::OkStatus();
   {
     absl::MutexLock lock(&mu_);
-    if (!schedule_.Due(global_step)) return absl::OkStatus();
+    if (!force && !schedule_.Due(global_step)) return absl::OkStatus();
   }
   // At most one save in flight: a save due while the previous one still writes waits for it, so each
   // save is of the step it was due at (a sync job's files are the same, run to run, whatever the
@@ -210,7 +216,11 @@ absl::Status Chief::MaybeCheckpoint(int64_t global_step) {
   WaitForSave();
   {
     absl::MutexLock lock(&mu_);
-    if (!schedule_.Due(global_step)) return absl::OkStatus();  // (the one it waited for saved this step)
+    if (saved_step_ == global_step) {  // the one it waited for saved this step
+      if (then) then(saved_step_, saved_path_);
+      return absl::OkStatus();
+    }
+    if (!force && !schedule_.Due(global_step)) return absl::OkStatus();
     schedule_.Saved(global_step);  // this interval's save: the next is due at the next boundary
     saving_ = true;
   }
@@ -234,8 +244,9 @@ absl::Status Chief::MaybeCheckpoint(int64_t global_step) {
     failed(opened.status());
     return absl::OkStatus();
   }
-  save_thread_ = std::thread([this, failed, state = *std::move(state), save = *std::move(opened)]() mutable {
-    absl::Status saved = WriteCheckpoint(std::move(state), save);
+  save_thread_ = std::thread([this, failed, state = *std::move(state), save = *std::move(opened),
+                              then = std::move(then)]() mutable {
+    absl::Status saved = WriteCheckpoint(std::move(state), save, then);
     if (!saved.ok()) return failed(saved);
     absl::MutexLock lock(&mu_);
     saving_ = false;
@@ -315,7 +326,7 @@ absl::StatusOr<TrainingState> Chief::PullDense() {
   return state;
 }
 
-absl::Status Chief::WriteCheckpoint(TrainingState state, const SaveChain::Save& save) {
+absl::Status Chief::WriteCheckpoint(TrainingState state, const SaveChain::Save& save, const SavedFn& then) {
   auto path = WriteChainSave(state, save);
   state.variables.clear();
   internal::ReleaseCachedBlocks();
@@ -329,8 +340,10 @@ absl::Status Chief::WriteCheckpoint(TrainingState state, const SaveChain::Save& 
     absl::MutexLock lock(&mu_);
     schedule_.Saved(state.global_step);
     saved_step_ = state.global_step;
+    saved_path_ = *path;
   }
   log_("saved checkpoint " + *path);
+  if (then) then(state.global_step, *path);
   return absl::OkStatus();
 }
 

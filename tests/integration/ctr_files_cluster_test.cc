@@ -5,11 +5,15 @@
 //     the job's examples and epochs in the summary;
 //   - a job stopped by --train_steps resumes from its checkpoint where the queue stood;
 //   - a worker killed while it reads and started again: its slice goes back to the queue;
-//   - sync reads the fixed order and ends at the step the files give.
+//   - sync reads the fixed order and ends at the step the files give;
+//   - files of 5 integers and 7 categoricals (--ctr_dense, --ctr_fields) train a hybrid job, which
+//     names itself hybrid, and --eval_every_steps evaluates beside training: each figure equals
+//     `psflow eval` of that step's checkpoint.
 #include <signal.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <thread>
@@ -264,6 +268,71 @@ TEST(CtrFilesClusterTest, ABadLineFailsTheJobAndLeavesTheCheckpointAndQueue) {
   auto skipped = RunProcess(Psflow(job), 600);
   ASSERT_EQ(skipped.exit_code, 0) << skipped.output;
   EXPECT_EQ(ReadJson(dir + "/m.json")["train_file_bad_lines"], 1);
+}
+
+// Files of another layout train on a cluster (hybrid: sync dense, async tables); the chief's
+// --eval_every_steps evaluation runs beside training on the checkpoint of each step S, and its
+// figures are `psflow eval`'s on that checkpoint.
+TEST(CtrFilesClusterTest, OtherFieldCountsHybridAndEvaluationBesideTraining) {
+  const std::string dir = TempDir("ctr_files_beside");
+  auto wrote = RunProcess(Psflow({"data", "ctr-files", "--out=" + dir + "/data", "--files=2", "--examples_per_file=4000",
+                                  "--seed=2", "--ctr_fields=7", "--ctr_dense=5", "--ctr_test_examples=1024",
+                                  "--batch_size=128"}),
+                          300);
+  ASSERT_EQ(wrote.exit_code, 0) << wrote.output;
+  const std::vector<std::string> layout = {"--model=ctr", "--ctr_fields=7", "--ctr_dense=5", "--ctr_dim=4", "--seed=2",
+                                           "--test_files=" + dir + "/data/test", "--ctr_test_examples=1024"};
+  std::vector<std::string> job = {"local",
+                                  "--ps=1",
+                                  "--workers=2",
+                                  "--batch_size=64",
+                                  "--sync_replicas",
+                                  "--table_sync=async",
+                                  "--train_files=" + dir + "/data/train-*",
+                                  "--train_steps=30",
+                                  "--eval_every_steps=10",
+                                  "--log_every=10",
+                                  "--checkpoint_dir=" + dir + "/ckpt",
+                                  "--metrics_json=" + dir + "/m.json"};
+  job.insert(job.end(), layout.begin(), layout.end());
+  auto r = RunProcess(Psflow(job), 600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json m = ReadJson(dir + "/m.json");
+  EXPECT_EQ(m["mode"], "hybrid") << m.dump();
+  EXPECT_EQ(m["global_step"], 30) << m.dump();
+  EXPECT_NE(r.output.find("hybrid: step 30/30 loss"), std::string::npos) << r.output;
+  // "eval at global step S: test_log_loss=A test_auc=B ... (Ts beside training, PATH)"; a checkpoint
+  // waiting while the evaluation before it runs may be replaced by a newer one (heavy load).
+  static const std::regex line("eval at global step ([0-9]+): test_log_loss=([0-9.e-]+) test_auc=([0-9.e-]+)[^\n]*"
+                               "beside training, ([^;)]+)");
+  int evaluated = 0;
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), line), end; it != end; ++it) {
+    const int64_t step = std::stoll((*it)[1]);
+    const std::string path = (*it)[4];
+    SCOPED_TRACE(path);
+    EXPECT_EQ(step % 10, 0);
+    EXPECT_EQ(path, absl::StrCat(dir, "/ckpt/model.ckpt-", step, ".safetensors"));
+    // psflow eval of that file alone (full saves), with the job's layout and test set.
+    const std::string alone = absl::StrCat(dir, "/alone-", step);
+    std::filesystem::create_directories(alone);
+    std::filesystem::copy_file(path, alone + "/" + std::filesystem::path(path).filename().string());
+    std::vector<std::string> eval = {"eval", "--checkpoint_dir=" + alone};
+    eval.insert(eval.end(), layout.begin(), layout.end());
+    auto e = RunProcess(Psflow(eval), 300);
+    ASSERT_EQ(e.exit_code, 0) << e.output;
+    std::smatch got;
+    ASSERT_TRUE(std::regex_search(e.output, got,
+                                  std::regex(absl::StrCat("global_step=", step,
+                                                          " test_log_loss=([0-9.]+) \\(bayes nan\\) "
+                                                          "test_auc=([0-9.]+)"))))
+        << e.output;
+    // The same doubles, printed to 6 significant digits there and 5 decimals here.
+    EXPECT_NEAR(std::stod((*it)[2]), std::stod(got[1]), 6e-6) << e.output;
+    EXPECT_NEAR(std::stod((*it)[3]), std::stod(got[2]), 6e-6) << e.output;
+    ++evaluated;
+  }
+  EXPECT_GE(evaluated, 1) << r.output;
+  std::printf("evaluations beside training reported: %d of 3\n", evaluated);
 }
 
 }  // namespace

@@ -82,6 +82,15 @@ class PsServer {
   // call comes before its Shutdown), or nullopt. Stats() minus these is exactly that answer, the
   // Shutdown and any call after it.
   std::optional<PsTaskStats> ReportedStats() const;
+  // Sync mode: where this task's applied steps spent their time, summed over the steps (seconds):
+  // each counted push's wait from its arrival to its step's quorum (the barrier), each step's first
+  // arrival to its quorum (the slowest worker's lag), the steps' apply, and answering their pushes.
+  // All zero in async mode. (Local only: not in the Stats call's answer.)
+  struct SyncTiming {
+    int64_t steps = 0, pushes = 0;
+    double wait_secs = 0, spread_secs = 0, apply_secs = 0, answer_secs = 0;
+  };
+  SyncTiming sync_timing() const;
   int port() const;  // the bound port
 
  private:

@@ -59,6 +59,7 @@ struct TrainOptions {
   // The generator's configuration (data::ApplyCtrPreset): "criteo" or "learnable".
   std::string ctr_preset = "criteo";
   int ctr_fields = 26;
+  int ctr_dense = 13;  // integer (dense) features per example: the model's dense input, the files' I fields
   int ctr_dim = 16;
   // The model's tables' options, --table_<field> for the fields of dist::TableFields()
   // (psflow/dist/table_spec.h) but the seed and the rule: the given ones by field name, as text

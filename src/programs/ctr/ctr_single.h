@@ -32,7 +32,6 @@ namespace psflow::train {
 
 // The ctr model's pieces shared by the single-process trainer and the distributed worker
 // (programs/ctr/ctr_worker.cc), so both train the same model on the same data.
-inline constexpr int kCtrNumDense = 13;  // D, as Criteo's (the generator's default)
 // Field f's table: [--ctr_vocab, --ctr_dim] fixed div (ids taken mod N), or dynamic when
 // --ctr_vocab=0; rows N(0, 0.05²) truncated at 2 stddev from (seed, f).
 dist::TableSpec CtrTableSpec(const TrainOptions& options, int field);

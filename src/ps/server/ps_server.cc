@@ -529,6 +529,10 @@ absl::Status PsServer::Wait() { return impl_->Wait(); }
 void PsServer::Stop() { impl_->Stop(); }
 PsTaskStats PsServer::Stats() const { return impl_->Stats(); }
 std::optional<PsTaskStats> PsServer::ReportedStats() const { return impl_->ReportedStats(); }
+PsServer::SyncTiming PsServer::sync_timing() const {
+  const SyncAccumulator::Timing t = impl_->sync_timing();
+  return {t.steps, t.pushes, t.wait_secs, t.spread_secs, t.apply_secs, t.answer_secs};
+}
 int PsServer::port() const { return impl_->port(); }
 
 }  // namespace psflow::ps
