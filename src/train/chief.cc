@@ -39,7 +39,7 @@ Chief::Chief(const TrainOptions& options, std::string model_name, ps::PsClient& 
       log_(log),
       schedule_(options.save_checkpoint_steps, options.save_checkpoint_secs, 0),
       tables_(std::move(tables)),
-      chain_(options.full_checkpoint_every) {
+      chain_(options.full_checkpoint_every, options.seed) {
   if (!initial_.rebuild) {
     for (const Tensor* t : initial_.at_start) initial_copy_.push_back(*t);
   }
@@ -238,7 +238,7 @@ absl::Status Chief::StartSave(int64_t global_step, bool force, SavedFn then) {
   // The tables' scans start now too, on every ps task at once: each shard is read as it stands now,
   // whatever the chief and the others push while the save thread reads it.
   absl::StatusOr<SaveChain::Save> opened =
-      state.ok() ? OpenTableScans(state->global_step) : absl::StatusOr<SaveChain::Save>(state.status());
+      state.ok() ? OpenTableScans(*state) : absl::StatusOr<SaveChain::Save>(state.status());
   if (!opened.ok()) {
     internal::ReleaseCachedBlocks();
     failed(opened.status());
@@ -263,7 +263,7 @@ absl::Status Chief::SaveCheckpointNow() {
   if (options_.checkpoint_dir.empty()) return absl::OkStatus();
   auto state = PullDense();
   absl::StatusOr<SaveChain::Save> opened =
-      state.ok() ? OpenTableScans(state->global_step) : absl::StatusOr<SaveChain::Save>(state.status());
+      state.ok() ? OpenTableScans(*state) : absl::StatusOr<SaveChain::Save>(state.status());
   if (!opened.ok()) {
     internal::ReleaseCachedBlocks();
     return opened.status();
@@ -271,8 +271,11 @@ absl::Status Chief::SaveCheckpointNow() {
   return WriteCheckpoint(*std::move(state), *opened);
 }
 
-absl::StatusOr<SaveChain::Save> Chief::OpenTableScans(int64_t global_step) {
-  SaveChain::Save save = chain_.Begin(global_step);
+absl::StatusOr<SaveChain::Save> Chief::OpenTableScans(const TrainingState& state) {
+  const int64_t global_step = state.global_step;
+  // A full save's chain id comes from what it saves (two runs of one job write the same bits).
+  const uint64_t fingerprint = options_.full_checkpoint_every > 1 ? ChainFingerprint(state) : 0;
+  SaveChain::Save save = chain_.Begin(global_step, fingerprint);
   if (tables_.empty()) return save;
   std::vector<std::string> names;
   for (const dist::TableSpec& t : tables_) names.push_back(t.name);
@@ -284,7 +287,7 @@ absl::StatusOr<SaveChain::Save> Chief::OpenTableScans(int64_t global_step) {
   if (!save.increment || !absl::IsFailedPrecondition(opened)) return opened;
   log_(absl::StrCat("chief: an incremental save was refused (", opened.message(), "); saving in full"));
   chain_.Restart(save.save_id);
-  save = chain_.Begin(global_step);
+  save = chain_.Begin(global_step, fingerprint);
   if (opened = client_.OpenTableScans(names, save.scan); opened.ok()) return save;
   chain_.Failed(save);
   (void)client_.CloseTableScans();

@@ -85,9 +85,9 @@ class Chief {
   // and the file written (on the save thread for a scheduled save); WriteCheckpoint stops with
   // Cancelled between table parts once cancel_ is set.
   absl::StatusOr<TrainingState> PullDense();
-  // Begins the chain's next save at `global_step` and opens its scans (an increment a ps task
+  // Begins the chain's next save at the state's step and opens its scans (an increment a ps task
   // refuses is begun again in full).
-  absl::StatusOr<SaveChain::Save> OpenTableScans(int64_t global_step);
+  absl::StatusOr<SaveChain::Save> OpenTableScans(const TrainingState& state);
   absl::Status WriteCheckpoint(TrainingState state, const SaveChain::Save& save, const SavedFn& then = {});
   // MaybeCheckpoint's save, begun when `force` or the schedule says so.
   absl::Status StartSave(int64_t global_step, bool force, SavedFn then);

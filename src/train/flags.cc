@@ -107,6 +107,8 @@ constexpr Flag kFlags[] = {
    "directory; each ps task keeps its tables in ps_<task> inside it (wiped at start: a cache of the checkpoint)"},
   {"table_cache_bytes", &O::table_cache_bytes, "disk tables: bytes of rows a ps task keeps in memory, shared by "
    "its disk tables (least recently used rows leave)", kPositive},
+  {"table_scan_timeout_secs", &O::table_scan_timeout_secs, "a ps task drops a checkpoint's table scan its chief "
+   "left unread this long (a dead chief's; 0: never)", Finite(AtLeast(0, "0 (never) or a number of seconds"))},
   // Synchronous replicas.
   {"sync_replicas", &O::sync_replicas, "synchronous training (SyncReplicasOptimizer)"},
   {"replicas_to_aggregate", &O::replicas_to_aggregate, "gradients averaged per sync step (0: the number of workers)",

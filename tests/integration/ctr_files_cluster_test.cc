@@ -47,7 +47,7 @@ Cluster Addresses(int workers) {
 }
 
 std::vector<std::string> Task(const Cluster& c, const std::string& job, int index, const std::string& data,
-                              std::vector<std::string> more) {
+                              std::vector<std::string> more, int log_every = 50) {
   std::vector<std::string> args = {"train",
                                    "--job_name=" + job,
                                    absl::StrCat("--task_index=", index),
@@ -61,7 +61,7 @@ std::vector<std::string> Task(const Cluster& c, const std::string& job, int inde
                                    "--train_files=" + data + "/train-*",
                                    "--test_files=" + data + "/test.gz",
                                    "--ctr_test_examples=2048",
-                                   "--log_every=50",
+                                   absl::StrCat("--log_every=", log_every),
                                    "--file_slices=10"};
   args.insert(args.end(), more.begin(), more.end());
   return Psflow(args);
@@ -160,18 +160,28 @@ TEST(CtrFilesClusterTest, AKilledWorkersSliceGoesBackToTheQueue) {
   const std::string dir = TempDir("ctr_files_kill");
   const std::string data = WriteFiles(dir);
   const Cluster c = Addresses(2);
-  Process ps(Task(c, "ps", 0, data, {}));
-  Process chief(Task(c, "worker", 0, data, {"--metrics_json=" + dir + "/m.json"}));
-  {
-    Process victim(Task(c, "worker", 1, data, {}));
-    // Until worker 1 has stepped (it holds a slice), then SIGKILL.
-    for (int i = 0; i < 3000 && victim.OutputSoFar().find(" loss ") == std::string::npos; ++i) {
+  // Every task logs every step. The chief is stopped once it has stepped (it configured the queue
+  // with its first ask) until the killed worker 1 has been started again and has stepped: the whole
+  // job takes about a second, and on a loaded machine the chief could otherwise read every slice and
+  // end the job before worker 1 first steps, or before the new worker 1 connects.
+  Process ps(Task(c, "ps", 0, data, {}, 1));
+  Process chief(Task(c, "worker", 0, data, {"--metrics_json=" + dir + "/m.json"}, 1));
+  const auto wait_for_a_step = [](Process& p) {
+    for (int i = 0; i < 3000 && p.OutputSoFar().find(" loss ") == std::string::npos; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+  };
+  wait_for_a_step(chief);
+  kill(chief.pid(), SIGSTOP);
+  {
+    Process victim(Task(c, "worker", 1, data, {}, 1));
+    wait_for_a_step(victim);  // worker 1 holds a slice
     kill(victim.pid(), SIGKILL);
     victim.Wait(30);
   }
-  Process again(Task(c, "worker", 1, data, {}));
+  Process again(Task(c, "worker", 1, data, {}, 1));
+  wait_for_a_step(again);
+  kill(chief.pid(), SIGCONT);
   ProcessResult chief_r = chief.Wait(600), again_r = again.Wait(600), ps_r = ps.Wait(120);
   ASSERT_EQ(chief_r.exit_code, 0) << chief_r.output;
   ASSERT_EQ(again_r.exit_code, 0) << again_r.output;
