@@ -29,10 +29,10 @@ class PyCtrFileReader {
       : session_object_(std::move(session)), session_(SessionOf(session_object_)) {
     if (batch_size <= 0 || num_fields <= 0 || num_epochs <= 0 || file_slices <= 0 || max_bad_lines < 0 ||
         num_dense < 0) {
-      throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-          "CtrFiles: batch_size=", batch_size, ", num_fields=", num_fields, ", num_epochs=", num_epochs,
-          ", file_slices=", file_slices, " must be positive and max_bad_lines=", max_bad_lines, ", num_dense=",
-          num_dense, " not negative")));
+      throw StatusError(absl::InvalidArgumentError(
+          absl::StrCat("CtrFiles: batch_size=", batch_size, ", num_fields=", num_fields, ", num_epochs=", num_epochs,
+                       ", file_slices=", file_slices, " must be positive and max_bad_lines=", max_bad_lines,
+                       ", num_dense=", num_dense, " not negative")));
     }
     pattern_ = std::move(pattern);
     batch_ = batch_size;

@@ -307,11 +307,10 @@ void AddEvalCommand(CommandLine& c) {
   c.eval_cmd->add_flag("--watch", c.eval_watch,
                        "evaluate each new checkpoint as it appears, write eval/ summaries under --logdir, and exit "
                        "after the final one (docs/evaluator.md)");
-  AddTrainFlags(
-      c.eval_cmd, &c.eval_options,
-      {"checkpoint_dir", "model", "hidden_units", "data_dir", "intra_op_threads", "seed", "ctr_fields", "ctr_dense", "ctr_dim",
-       "ctr_vocab", "ctr_preset", "ctr_test_examples", "test_files", "max_bad_lines", "logdir", "train_steps",
-       "eval_timeout_secs"});
+  AddTrainFlags(c.eval_cmd, &c.eval_options,
+                {"checkpoint_dir", "model", "hidden_units", "data_dir", "intra_op_threads", "seed", "ctr_fields",
+                 "ctr_dense", "ctr_dim", "ctr_vocab", "ctr_preset", "ctr_test_examples", "test_files", "max_bad_lines",
+                 "logdir", "train_steps", "eval_timeout_secs"});
   c.eval_cmd->get_option("--checkpoint_dir")->required();
 }
 

@@ -244,13 +244,13 @@ absl::Status Chief::StartSave(int64_t global_step, bool force, SavedFn then) {
     failed(opened.status());
     return absl::OkStatus();
   }
-  save_thread_ = std::thread([this, failed, state = *std::move(state), save = *std::move(opened),
-                              then = std::move(then)]() mutable {
-    absl::Status saved = WriteCheckpoint(std::move(state), save, then);
-    if (!saved.ok()) return failed(saved);
-    absl::MutexLock lock(&mu_);
-    saving_ = false;
-  });
+  save_thread_ = std::thread(
+      [this, failed, state = *std::move(state), save = *std::move(opened), then = std::move(then)]() mutable {
+        absl::Status saved = WriteCheckpoint(std::move(state), save, then);
+        if (!saved.ok()) return failed(saved);
+        absl::MutexLock lock(&mu_);
+        saving_ = false;
+      });
   return absl::OkStatus();
 }
 

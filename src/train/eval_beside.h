@@ -41,7 +41,7 @@ class EvalBeside {
     int64_t global_step = 0;
     std::string path;
     absl::StatusOr<SessionEval> eval;
-    double seconds = 0;  // the evaluation's own time, on its thread
+    double seconds = 0;    // the evaluation's own time, on its thread
     int64_t replaced = 0;  // checkpoints submitted before it and never evaluated (evaluation fell behind)
   };
   // The evaluations finished since the last call, in order.

@@ -366,14 +366,15 @@ class WorkerSession::Impl {
   absl::Status ReportBesideEvals() {
     for (EvalBeside::Result& r : beside_->TakeResults()) {
       if (!r.eval.ok()) {
-        return absl::Status(r.eval.status().code(),
-                            absl::StrCat("the evaluation of ", r.path, " beside training: ", r.eval.status().message()));
+        return absl::Status(r.eval.status().code(), absl::StrCat("the evaluation of ", r.path,
+                                                                 " beside training: ", r.eval.status().message()));
       }
       if (auto s = CheckEval(*r.eval); !s.ok()) return s;
       log(absl::StrCat("eval at global step ", r.global_step, ": ", ScalarsText(r.eval->scalars),
                        absl::StrFormat(" (%.1fs beside training, ", r.seconds), r.path,
-                       r.replaced > 0 ? absl::StrCat("; ", r.replaced, " earlier checkpoint(s) left unevaluated: the "
-                                                                        "evaluation falls behind --eval_every_steps")
+                       r.replaced > 0 ? absl::StrCat("; ", r.replaced,
+                                                     " earlier checkpoint(s) left unevaluated: the "
+                                                     "evaluation falls behind --eval_every_steps")
                                       : std::string(),
                        ")"));
       telemetry_->OnScalars(r.eval->scalars, r.global_step);

@@ -275,13 +275,18 @@ TEST(CtrFilesClusterTest, ABadLineFailsTheJobAndLeavesTheCheckpointAndQueue) {
 // figures are `psflow eval`'s on that checkpoint.
 TEST(CtrFilesClusterTest, OtherFieldCountsHybridAndEvaluationBesideTraining) {
   const std::string dir = TempDir("ctr_files_beside");
-  auto wrote = RunProcess(Psflow({"data", "ctr-files", "--out=" + dir + "/data", "--files=2", "--examples_per_file=4000",
-                                  "--seed=2", "--ctr_fields=7", "--ctr_dense=5", "--ctr_test_examples=1024",
-                                  "--batch_size=128"}),
-                          300);
+  auto wrote = RunProcess(
+      Psflow({"data", "ctr-files", "--out=" + dir + "/data", "--files=2", "--examples_per_file=4000", "--seed=2",
+              "--ctr_fields=7", "--ctr_dense=5", "--ctr_test_examples=1024", "--batch_size=128"}),
+      300);
   ASSERT_EQ(wrote.exit_code, 0) << wrote.output;
-  const std::vector<std::string> layout = {"--model=ctr", "--ctr_fields=7", "--ctr_dense=5", "--ctr_dim=4", "--seed=2",
-                                           "--test_files=" + dir + "/data/test", "--ctr_test_examples=1024"};
+  const std::vector<std::string> layout = {"--model=ctr",
+                                           "--ctr_fields=7",
+                                           "--ctr_dense=5",
+                                           "--ctr_dim=4",
+                                           "--seed=2",
+                                           "--test_files=" + dir + "/data/test",
+                                           "--ctr_test_examples=1024"};
   std::vector<std::string> job = {"local",
                                   "--ps=1",
                                   "--workers=2",
@@ -303,8 +308,9 @@ TEST(CtrFilesClusterTest, OtherFieldCountsHybridAndEvaluationBesideTraining) {
   EXPECT_NE(r.output.find("hybrid: step 30/30 loss"), std::string::npos) << r.output;
   // "eval at global step S: test_log_loss=A test_auc=B ... (Ts beside training, PATH)"; a checkpoint
   // waiting while the evaluation before it runs may be replaced by a newer one (heavy load).
-  static const std::regex line("eval at global step ([0-9]+): test_log_loss=([0-9.e-]+) test_auc=([0-9.e-]+)[^\n]*"
-                               "beside training, ([^;)]+)");
+  static const std::regex line(
+      "eval at global step ([0-9]+): test_log_loss=([0-9.e-]+) test_auc=([0-9.e-]+)[^\n]*"
+      "beside training, ([^;)]+)");
   int evaluated = 0;
   for (std::sregex_iterator it(r.output.begin(), r.output.end(), line), end; it != end; ++it) {
     const int64_t step = std::stoll((*it)[1]);

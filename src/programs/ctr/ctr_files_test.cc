@@ -211,8 +211,10 @@ TEST_F(CtrFilesTest, OtherFieldCountsTrainAndAMismatchIsRefused) {
   // psflow eval likewise: the test files refused, and the checkpoint of 5 dense inputs read as 13.
   mismatch.checkpoint_dir = Path("files");
   mismatch.test_files = Path("data/test");
-  EXPECT_NE(EvaluateCtrCheckpoint(mismatch, Quiet).status().message().find(
-                "data file " + Path("data/test") + " line 1: 13 tab-separated fields; expected 21"),
+  EXPECT_NE(EvaluateCtrCheckpoint(mismatch, Quiet)
+                .status()
+                .message()
+                .find("data file " + Path("data/test") + " line 1: 13 tab-separated fields; expected 21"),
             std::string::npos);
   mismatch.test_files = "";
   auto not_evaluated = EvaluateCtrCheckpoint(mismatch, Quiet);

@@ -198,8 +198,8 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
   if (options.eval_every_steps > 0 && !options.checkpoint_dir.empty()) {
     auto metrics = CtrCheckpointMetrics(options);
     if (!metrics.ok()) return metrics.status();
-    session_options.evaluate_checkpoint = [metrics = *std::move(metrics)](
-                                              const std::string& path) -> absl::StatusOr<SessionEval> {
+    session_options.evaluate_checkpoint =
+        [metrics = *std::move(metrics)](const std::string& path) -> absl::StatusOr<SessionEval> {
       auto file = ckpt::OpenCheckpointFile(path);
       if (!file.ok()) return file.status();
       auto figures = metrics(*file);

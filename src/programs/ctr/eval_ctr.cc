@@ -1,13 +1,11 @@
 // `psflow eval --model=ctr`: the newest valid checkpoint of --checkpoint_dir evaluated on the
-// generator's test set or --test_files' (test log-loss and AUC beside Bayes, NaN for files), without any ps task. The dense layers
-// are read whole; each field's table is never read whole: per chunk of test examples, the unique
-// ids of each field are looked up in the file, or in a chain's files newest first
-// (train/table_checkpoint.h ReadTableRows: a search of each file's sorted ids, the wanted rows
-// read, the others skipped); the tables' rows are counted from their ids alone (CountTableRows). A
-// dynamic id the file does not hold (never admitted, or evicted) gets the table's initial value for
-// it, as a ps's lookup would.
-// The evaluator task (programs/eval/evaluator.h) evaluates each new checkpoint the same way
-// (CtrCheckpointMetrics), the generator made once.
+// generator's test set or --test_files' (test log-loss and AUC beside Bayes, NaN for files), without any ps task. The
+// dense layers are read whole; each field's table is never read whole: per chunk of test examples, the unique ids of
+// each field are looked up in the file, or in a chain's files newest first (train/table_checkpoint.h ReadTableRows: a
+// search of each file's sorted ids, the wanted rows read, the others skipped); the tables' rows are counted from their
+// ids alone (CountTableRows). A dynamic id the file does not hold (never admitted, or evicted) gets the table's initial
+// value for it, as a ps's lookup would. The evaluator task (programs/eval/evaluator.h) evaluates each new checkpoint
+// the same way (CtrCheckpointMetrics), the generator made once.
 #include "programs/ctr/eval_ctr.h"
 
 #include <algorithm>
@@ -68,28 +66,28 @@ absl::StatusOr<CtrCheckpointEval> EvaluateCtrFile(const TrainOptions& options, c
   int64_t missing = 0;
   const CtrRowSource rows =
       [&](const std::vector<std::vector<int64_t>>& columns) -> absl::StatusOr<std::vector<nn::FieldRows>> {
-        std::vector<nn::FieldRows> fields;
-        for (size_t f = 0; f < specs.size(); ++f) {
-          std::vector<int64_t> ids = columns[f];
-          std::sort(ids.begin(), ids.end());
-          ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-          std::vector<bool> found;
-          auto rows = ReadTableRows(checkpoint, specs[f], ids, &found);
-          if (!rows.ok()) return rows.status();
-          for (size_t q = 0; q < ids.size(); ++q) {
-            if (!found[q]) {
-              initial[f].Fill(ids[q], rows->data() + q * specs[f].dim, specs[f].dim);
-              ++missing;
-            }
-          }
-          index[f].resize(columns[f].size());
-          for (size_t i = 0; i < columns[f].size(); ++i) {
-            index[f][i] = std::lower_bound(ids.begin(), ids.end(), columns[f][i]) - ids.begin();
-          }
-          fields.push_back({Constant(*std::move(rows)), index[f]});
+    std::vector<nn::FieldRows> fields;
+    for (size_t f = 0; f < specs.size(); ++f) {
+      std::vector<int64_t> ids = columns[f];
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      std::vector<bool> found;
+      auto rows = ReadTableRows(checkpoint, specs[f], ids, &found);
+      if (!rows.ok()) return rows.status();
+      for (size_t q = 0; q < ids.size(); ++q) {
+        if (!found[q]) {
+          initial[f].Fill(ids[q], rows->data() + q * specs[f].dim, specs[f].dim);
+          ++missing;
         }
-        return fields;
-      };
+      }
+      index[f].resize(columns[f].size());
+      for (size_t i = 0; i < columns[f].size(); ++i) {
+        index[f][i] = std::lower_bound(ids.begin(), ids.end(), columns[f][i]) - ids.begin();
+      }
+      fields.push_back({Constant(*std::move(rows)), index[f]});
+    }
+    return fields;
+  };
   auto figures = test.files.has_value()
                      ? EvaluateCtrExamples(options, *test.files, **model, rows)
                      : EvaluateCtrModel(options, test.generator, **model, options.ctr_test_examples, rows);
@@ -128,17 +126,17 @@ absl::StatusOr<CtrCheckpointEval> EvaluateCtrCheckpoint(const TrainOptions& opti
 absl::StatusOr<CheckpointMetricsFn> CtrCheckpointMetrics(const TrainOptions& options) {
   auto test = MakeCtrTestSet(options);
   if (!test.ok()) return test.status();
-  return CheckpointMetricsFn([options, shared = *std::move(test)](
-                                 const ckpt::OpenedCheckpoint& checkpoint) -> absl::StatusOr<Metrics> {
-    auto eval = EvaluateCtrFile(options, *shared, checkpoint);
-    if (!eval.ok()) return eval.status();
-    const CtrFigures& f = eval->figures;
-    return Metrics{{"test_log_loss", f.test_log_loss},
-                   {"test_auc", f.test_auc},
-                   {"bayes_log_loss", f.bayes_log_loss},
-                   {"bayes_auc", f.bayes_auc},
-                   {"table_rows", static_cast<double>(f.table_rows)}};
-  });
+  return CheckpointMetricsFn(
+      [options, shared = *std::move(test)](const ckpt::OpenedCheckpoint& checkpoint) -> absl::StatusOr<Metrics> {
+        auto eval = EvaluateCtrFile(options, *shared, checkpoint);
+        if (!eval.ok()) return eval.status();
+        const CtrFigures& f = eval->figures;
+        return Metrics{{"test_log_loss", f.test_log_loss},
+                       {"test_auc", f.test_auc},
+                       {"bayes_log_loss", f.bayes_log_loss},
+                       {"bayes_auc", f.bayes_auc},
+                       {"table_rows", static_cast<double>(f.table_rows)}};
+      });
 }
 
 }  // namespace psflow::train
