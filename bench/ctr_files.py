@@ -19,9 +19,13 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "lib"))
+from localhost import free_ports  # noqa: E402  (tests/lib/localhost.py)
 
 COMMON = ["--model=ctr", "--seed=1", "--log_every=100000", "--ctr_test_examples=4096"]
 
@@ -52,17 +56,6 @@ def cluster(build, tmp, batch, steps, files=None):
     run([f"{build}/psflow", "local", "--ps=1", "--workers=2", *COMMON, f"--batch_size={batch}",
          f"--train_steps={steps}", f"--metrics_json={m}", *extra])
     return summary(m)["examples_per_sec"]
-
-
-def free_ports(n):
-    import socket
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def slowed_job(build, files, batch, split, slices):
