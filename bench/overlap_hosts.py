@@ -20,15 +20,13 @@ Needs root (network namespaces); exits 77 and says why otherwise. The machine's 
 each line records the load average before and after.
 """
 import argparse
-import json
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-import seed002_hosts  # noqa: E402  (run_job, and tests/netns on the path)
-import hosts  # noqa: E402
+import seed002_hosts  # noqa: E402  (run_job, the arguments and the JSON lines; tests/netns on the path)
 
 
 def traffic_table(row, per_ps):
@@ -54,20 +52,10 @@ def main():
     p.add_argument("--partitioner", default="fixed:2")
     p.add_argument("--timeout", type=float, default=900, help="a run not over after this long is killed")
     p.add_argument("--out", default="", help="also append the JSON lines to this file")
-    a = p.parse_args()
-    a.psflow = os.path.join(os.path.abspath(a.build), "psflow")
-    a.data_dir = os.path.abspath(a.data_dir)
-    reason = hosts.unavailable()
-    if reason:
-        print(f"SKIPPED: simulated hosts unavailable: {reason}")
-        sys.exit(hosts.SKIP)
+    a = seed002_hosts.parse_args_or_skip(p)
 
     def emit(row):
-        line = json.dumps(row)
-        print(line, flush=True)
-        if a.out:
-            with open(a.out, "a") as f:
-                f.write(line + "\n")
+        seed002_hosts.emit_json_line(row, a.out)
 
     summary = []
     for model in a.models.split(","):

@@ -108,6 +108,28 @@ def compute_limit(a, model, steps):
             "loadavg_before": load_before, "loadavg_after": loadavg()}
 
 
+def parse_args_or_skip(p):
+    """p's arguments (it has --build and --data_dir), with a.psflow the binary and a.data_dir made
+    absolute; exits with hosts.SKIP when the simulated hosts are unavailable here."""
+    a = p.parse_args()
+    a.psflow = os.path.join(os.path.abspath(a.build), "psflow")
+    a.data_dir = os.path.abspath(a.data_dir)
+    reason = hosts.unavailable()
+    if reason:
+        print(f"SKIPPED: simulated hosts unavailable: {reason}")
+        sys.exit(hosts.SKIP)
+    return a
+
+
+def emit_json_line(row, out):
+    """Prints row as a JSON line and, given an --out file, appends the line to it."""
+    line = json.dumps(row)
+    print(line, flush=True)
+    if out:
+        with open(out, "a") as f:
+            f.write(line + "\n")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -123,24 +145,13 @@ def main():
     p.add_argument("--repeats", type=int, default=1, help="runs of each configuration, interleaved")
     p.add_argument("--timeout", type=float, default=900, help="a run not over after this long is killed")
     p.add_argument("--out", default="", help="also append the JSON lines to this file")
-    a = p.parse_args()
-    a.psflow = os.path.join(os.path.abspath(a.build), "psflow")
-    a.data_dir = os.path.abspath(a.data_dir)
-    reason = hosts.unavailable()
-    if reason:
-        print(f"SKIPPED: simulated hosts unavailable: {reason}")
-        sys.exit(hosts.SKIP)
+    a = parse_args_or_skip(p)
     # partitioner/placement[/rate]: a third field overrides --rate ("unshaped": no tbf at all).
     configs = [(c.split("/") + [a.rate])[:3] for c in a.configs.split(",")]
 
     def emit(row):
-        if row is None:
-            return
-        line = json.dumps(row)
-        print(line, flush=True)
-        if a.out:
-            with open(a.out, "a") as f:
-                f.write(line + "\n")
+        if row is not None:
+            emit_json_line(row, a.out)
 
     for model in a.models.split(","):
         workers, steps = (a.vgg_workers, a.vgg_steps) if model == "vgg19" else (a.workers, a.steps)
