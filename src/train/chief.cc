@@ -275,23 +275,21 @@ absl::StatusOr<SaveChain::Save> Chief::OpenTableScans(const TrainingState& state
   const int64_t global_step = state.global_step;
   // A full save's chain id comes from what it saves (two runs of one job write the same bits).
   const uint64_t fingerprint = options_.full_checkpoint_every > 1 ? ChainFingerprint(state) : 0;
-  SaveChain::Save save = chain_.Begin(global_step, fingerprint);
-  if (tables_.empty()) return save;
   std::vector<std::string> names;
   for (const dist::TableSpec& t : tables_) names.push_back(t.name);
-  absl::Status opened = client_.OpenTableScans(names, save.scan);
-  if (opened.ok()) return save;
-  chain_.Failed(save);
-  (void)client_.CloseTableScans();
-  // A ps task that cannot answer the increment (restarted, or its change log lost): full, at once.
-  if (!save.increment || !absl::IsFailedPrecondition(opened)) return opened;
-  log_(absl::StrCat("chief: an incremental save was refused (", opened.message(), "); saving in full"));
-  chain_.Restart(save.save_id);
-  save = chain_.Begin(global_step, fingerprint);
-  if (opened = client_.OpenTableScans(names, save.scan); opened.ok()) return save;
-  chain_.Failed(save);
-  (void)client_.CloseTableScans();
-  return opened;
+  // At most two tries: the save the chain asks for, then (an increment refused) a full one.
+  for (bool refused = false;; refused = true) {
+    SaveChain::Save save = chain_.Begin(global_step, fingerprint);
+    if (tables_.empty()) return save;
+    const absl::Status opened = client_.OpenTableScans(names, save.scan);
+    if (opened.ok()) return save;
+    chain_.Failed(save);
+    (void)client_.CloseTableScans();
+    // A ps task that cannot answer the increment (restarted, or its change log lost): full, at once.
+    if (refused || !save.increment || !absl::IsFailedPrecondition(opened)) return opened;
+    log_(absl::StrCat("chief: an incremental save was refused (", opened.message(), "); saving in full"));
+    chain_.Restart(save.save_id);
+  }
 }
 
 absl::Status Chief::SaveFinalCheckpoint(int64_t global_step) {
