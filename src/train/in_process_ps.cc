@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace psflow::train {
@@ -49,6 +50,11 @@ bool InProcessPs::Wanted(const TrainOptions& o) {
   const char* tf_config = std::getenv("TF_CONFIG");
   return o.job_name.empty() && o.ps_hosts.empty() && o.worker_hosts.empty() && o.slurm_jobs.empty() &&
          (tf_config == nullptr || *tf_config == '\0');
+}
+
+bool InProcessPs::PortTaken(const absl::Status& start_error) {
+  // The gRPC server's bind failure (rpc/grpc_transport.cc), as the ps task returns it.
+  return absl::IsUnavailable(start_error) && absl::StrContains(start_error.message(), "cannot listen on ");
 }
 
 absl::StatusOr<std::unique_ptr<InProcessPs>> InProcessPs::Make(TrainOptions* worker, LogSink log) {

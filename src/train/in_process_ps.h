@@ -32,7 +32,13 @@ class InProcessPs {
   // Picks two free loopback ports and rewrites `worker` (resolved options) to be worker 0 of the
   // cluster {ps: [127.0.0.1:P], worker: [127.0.0.1:W]}; the ps task gets the same options as ps
   // task 0 (no --metrics_port: the worker's session serves it). Lines of the task go to `log`.
+  // Called again on the rewritten options, picks fresh ports (after Start's PortTaken).
   static absl::StatusOr<std::unique_ptr<InProcessPs>> Make(TrainOptions* worker, LogSink log);
+  // Whether Start's error says the ps task could not listen on its port (another process took it
+  // after Make picked it). The port is not bound by Make: the worker's cluster spec, checked by
+  // the ps task's Hello through its fingerprint, must name the port before the task binds it, so
+  // the task cannot take port 0 and report what it got.
+  static bool PortTaken(const absl::Status& start_error);
   ~InProcessPs();  // stops and joins a task still running
   InProcessPs(const InProcessPs&) = delete;
   InProcessPs& operator=(const InProcessPs&) = delete;

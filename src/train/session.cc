@@ -93,6 +93,11 @@ class WorkerSession::Impl {
       if (!ps.ok()) return ps.status();
       in_process_ps_ = *std::move(ps);
     }
+    return PrepareTask();
+  }
+
+  // Prepare's part after the cluster is known (again when the in-process ps task moved to fresh ports).
+  absl::Status PrepareTask() {
     auto setup = SetUpTask(options_.train);
     if (!setup.ok()) return setup.status();
     if (setup->task.job != "worker") {
@@ -137,11 +142,7 @@ class WorkerSession::Impl {
     if (state_.opened()) return absl::FailedPreconditionError("the worker session is already open");
     const TrainOptions& o = options_.train;
     if (in_process_ps_ != nullptr) {
-      log(
-          absl::StrCat("standalone: no cluster flags and no TF_CONFIG: training in this process, with an "
-                       "in-process ps task on 127.0.0.1:",
-                       in_process_ps_->port()));
-      if (auto s = in_process_ps_->Start(); !s.ok()) return s;
+      if (auto s = StartInProcessPs(); !s.ok()) return s;
     }
     state_.MoveTo(SessionState::kOpen);  // from here on, a failure aborts the job (chief)
     if (auto s = client_->Connect(); !s.ok()) return s;
@@ -597,6 +598,27 @@ class WorkerSession::Impl {
   bool ended() const { return state_.ended(); }
   // Running alone: waits for the in-process ps task's end once the job ended (its error, if any),
   // or stops it after an abort.
+  // The in-process ps task's port was free when Make picked it, at Create; another process may have
+  // taken it since. Then the task starts again on fresh ports, with the worker's cluster and client
+  // made anew for them (the cluster spec, hence its fingerprint in Hello, names the ports).
+  absl::Status StartInProcessPs() {
+    constexpr int kTries = 3;
+    for (int tries = 1;; ++tries) {
+      log(
+          absl::StrCat("standalone: no cluster flags and no TF_CONFIG: training in this process, with an "
+                       "in-process ps task on 127.0.0.1:",
+                       in_process_ps_->port()));
+      absl::Status started = in_process_ps_->Start();
+      if (started.ok() || tries == kTries || !InProcessPs::PortTaken(started)) return started;
+      log(absl::StrCat("standalone: ", started.message(), "; trying fresh ports"));
+      auto ps = InProcessPs::Make(&options_.train, options_.log);
+      if (!ps.ok()) return ps.status();
+      in_process_ps_ = *std::move(ps);
+      forward_pulls_.reset();  // holds the client PrepareTask replaces
+      if (auto s = PrepareTask(); !s.ok()) return s;
+    }
+  }
+
   absl::Status JoinInProcessPs() { return in_process_ps_ != nullptr ? in_process_ps_->Join() : absl::OkStatus(); }
   void StopInProcessPs() {
     if (in_process_ps_ != nullptr) in_process_ps_->Stop();
