@@ -67,6 +67,26 @@ std::vector<std::string> Task(const Cluster& c, const std::string& job, int inde
   return Psflow(args);
 }
 
+// psflow local, 1 ps + 2 workers, async unless `more` says otherwise: the ctr job over DATA's
+// training files, its checkpoints under DIR/ckpt and its summary in DIR/m.json.
+std::vector<std::string> LocalJob(const std::string& dir, const std::string& data, std::vector<std::string> more) {
+  std::vector<std::string> job = {"local",
+                                  "--ps=1",
+                                  "--workers=2",
+                                  "--model=ctr",
+                                  "--ctr_fields=4",
+                                  "--ctr_dim=4",
+                                  "--batch_size=128",
+                                  "--seed=2",
+                                  "--train_files=" + data + "/train-*",
+                                  "--ctr_test_examples=2048",
+                                  "--log_every=1000",
+                                  "--checkpoint_dir=" + dir + "/ckpt",
+                                  "--metrics_json=" + dir + "/m.json"};
+  job.insert(job.end(), more.begin(), more.end());
+  return job;
+}
+
 // "worker W: training files: N examples read in K slices": K.
 int SlicesRead(const std::string& output) {
   std::smatch m;
@@ -122,21 +142,7 @@ TEST(CtrFilesClusterTest, AsyncSlowWorkerReadsLessAndTheEndOfTheDataEndsTheJob) 
 TEST(CtrFilesClusterTest, AsyncResumeContinuesTheQueue) {
   const std::string dir = TempDir("ctr_files_resume");
   const std::string data = WriteFiles(dir);
-  std::vector<std::string> job = {"local",
-                                  "--ps=1",
-                                  "--workers=2",
-                                  "--model=ctr",
-                                  "--ctr_fields=4",
-                                  "--ctr_dim=4",
-                                  "--batch_size=128",
-                                  "--seed=2",
-                                  "--train_files=" + data + "/train-*",
-                                  "--ctr_test_examples=2048",
-                                  "--log_every=1000",
-                                  "--checkpoint_dir=" + dir + "/ckpt",
-                                  "--num_epochs=2",
-                                  "--shuffle_files",
-                                  "--metrics_json=" + dir + "/m.json"};
+  const std::vector<std::string> job = LocalJob(dir, data, {"--num_epochs=2", "--shuffle_files"});
   std::vector<std::string> first = job;
   first.push_back("--train_steps=150");
   auto r1 = RunProcess(Psflow(first), 600);
@@ -201,11 +207,7 @@ TEST(CtrFilesClusterTest, AKilledWorkersSliceGoesBackToTheQueue) {
 TEST(CtrFilesClusterTest, SyncEndsAtTheFilesStep) {
   const std::string dir = TempDir("ctr_files_sync");
   const std::string data = WriteFiles(dir);
-  auto r = RunProcess(Psflow({"local", "--ps=1", "--workers=2", "--sync_replicas", "--model=ctr", "--ctr_fields=4",
-                              "--ctr_dim=4", "--batch_size=128", "--seed=2", "--train_files=" + data + "/train-*",
-                              "--test_files=" + data + "/test.gz", "--ctr_test_examples=2048", "--log_every=1000",
-                              "--checkpoint_dir=" + dir + "/ckpt", "--metrics_json=" + dir + "/m.json"}),
-                      600);
+  auto r = RunProcess(Psflow(LocalJob(dir, data, {"--sync_replicas", "--test_files=" + data + "/test.gz"})), 600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json m = ReadJson(dir + "/m.json");
   EXPECT_EQ(m["global_step"], kExamples / 256);
@@ -221,20 +223,7 @@ TEST(CtrFilesClusterTest, ABadLineFailsTheJobAndLeavesTheCheckpointAndQueue) {
   const std::string dir = TempDir("ctr_files_bad");
   const std::string data = WriteFiles(dir);
   std::ofstream(data + "/train-00009") << "1\t2\n";  // last in the files' order: a bad line
-  std::vector<std::string> job = {"local",
-                                  "--ps=1",
-                                  "--workers=2",
-                                  "--model=ctr",
-                                  "--ctr_fields=4",
-                                  "--ctr_dim=4",
-                                  "--batch_size=128",
-                                  "--seed=2",
-                                  "--train_files=" + data + "/train-*",
-                                  "--ctr_test_examples=2048",
-                                  "--log_every=1000",
-                                  "--checkpoint_dir=" + dir + "/ckpt",
-                                  "--save_checkpoint_steps=20",
-                                  "--metrics_json=" + dir + "/m.json"};
+  std::vector<std::string> job = LocalJob(dir, data, {"--save_checkpoint_steps=20"});
   auto failed = RunProcess(Psflow(job), 600);
   EXPECT_NE(failed.exit_code, 0) << failed.output;
   EXPECT_NE(failed.output.find("data file " + data + "/train-00009 line 1: 2 tab-separated fields; expected 18"),
