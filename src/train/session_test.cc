@@ -23,17 +23,23 @@ namespace {
 
 using ps::testing::TestCluster;
 
+// Options of worker 0 of `cluster` (its only worker) training `train_steps` steps with SGD.
+WorkerSession::Options WorkerZeroOf(const TestCluster& cluster, int64_t train_steps) {
+  WorkerSession::Options options;
+  options.train.job_name = "worker";
+  options.train.ps_hosts = cluster.cluster.ps()[0];
+  options.train.worker_hosts = cluster.cluster.workers()[0];
+  options.train.optimizer = "sgd";
+  options.train.train_steps = train_steps;
+  return options;
+}
+
 TEST(WorkerSessionTest, DrivesOneWorkerOverCallerOwnedBuffers) {
   auto cluster = TestCluster::Start(1, 1);
   ASSERT_NE(cluster, nullptr);
-  WorkerSession::Options options;
-  options.train.job_name = "worker";
-  options.train.ps_hosts = cluster->cluster.ps()[0];
-  options.train.worker_hosts = cluster->cluster.workers()[0];
-  options.train.optimizer = "sgd";
+  WorkerSession::Options options = WorkerZeroOf(*cluster, 3);
   options.train.learning_rate = 0.5f;
   options.train.lr_decay_steps = 0;
-  options.train.train_steps = 3;
   options.model_name = "external";
   std::vector<std::string> log;
   options.log = [&log](const std::string& line) { log.push_back(line); };
@@ -96,12 +102,7 @@ TEST(WorkerSessionTest, SavesTheLastStepOnceAndReportsTheCallersMetrics) {
   ASSERT_NE(cluster, nullptr);
   const std::string dir = ::testing::TempDir() + "/session_final_checkpoint";
   std::filesystem::remove_all(dir);
-  WorkerSession::Options options;
-  options.train.job_name = "worker";
-  options.train.ps_hosts = cluster->cluster.ps()[0];
-  options.train.worker_hosts = cluster->cluster.workers()[0];
-  options.train.optimizer = "sgd";
-  options.train.train_steps = 4;
+  WorkerSession::Options options = WorkerZeroOf(*cluster, 4);
   options.train.checkpoint_dir = dir;
   options.train.save_checkpoint_steps = 2;
   options.train.metrics_json = dir + "/metrics.json";
@@ -149,14 +150,9 @@ TEST(WorkerSessionTest, SavesTheLastStepOnceAndReportsTheCallersMetrics) {
 TEST(WorkerSessionTest, OverlapHandsGradientsOverEarlyAndPullsBehindTheStep) {
   auto cluster = TestCluster::Start(1, 1);
   ASSERT_NE(cluster, nullptr);
-  WorkerSession::Options options;
-  options.train.job_name = "worker";
-  options.train.ps_hosts = cluster->cluster.ps()[0];
-  options.train.worker_hosts = cluster->cluster.workers()[0];
-  options.train.optimizer = "sgd";
+  WorkerSession::Options options = WorkerZeroOf(*cluster, 3);
   options.train.learning_rate = 0.5f;
   options.train.lr_decay_steps = 0;
-  options.train.train_steps = 3;
   options.train.overlap = "push_pull";
   options.waits_for_values = true;
   options.log = [](const std::string&) {};
