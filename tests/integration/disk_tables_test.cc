@@ -23,12 +23,6 @@
 namespace psflow::testing {
 namespace {
 
-std::string Bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in.good()) << "missing " << path;
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // A row in the cache: 64 bytes of header and meta, then w and the rule's slots (dim 4).
 constexpr int64_t kCacheBytes = 30000;  // about 300 rows of adagrad, 230 of adam: one push's rows on 1 ps
 

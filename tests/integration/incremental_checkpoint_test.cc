@@ -22,12 +22,6 @@
 namespace psflow::testing {
 namespace {
 
-std::string Bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in.good()) << "missing " << path;
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 std::vector<std::string> Ctr(const std::string& dir, int ps, int64_t steps, const std::string& rule, int64_t vocab,
                              std::vector<std::string> more = {}) {
   std::vector<std::string> args = {"local",

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -25,6 +26,13 @@ inline nlohmann::json ReadJson(const std::string& path) {
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << "missing " << path;
   return nlohmann::json::parse(in, nullptr, false);
+}
+
+// The file's bytes ("" and a failure when it is missing): checkpoints compared byte for byte.
+inline std::string Bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << "missing " << path;
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // The only checkpoint file in `dir` (the final one).
