@@ -4,10 +4,8 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <map>
-#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,24 +14,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "data/heap_allocations_testing.h"
 #include "data/test_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "psflow/data/criteo.h"
 #include "psflow/data/ctr.h"
-
-// Counts heap allocations (every thread), to check that reading allocates nothing per example.
-static std::atomic<int64_t> g_allocations{0};
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-#pragma GCC diagnostic pop
 
 namespace psflow::data {
 namespace {
@@ -392,14 +378,14 @@ TEST_F(CriteoReaderTest, ReadingAllocatesNothingPerExample) {
   std::vector<int64_t> ids(100 * 26);
   std::vector<float> dense(100 * 13), labels(100);
   for (int i = 0; i < 50; ++i) ASSERT_EQ(*(*reader)->Read(100, ids.data(), dense.data(), labels.data()), 100);
-  const int64_t before = g_allocations.load();
+  const int64_t before = testing::HeapAllocations();
   int64_t examples = 0;
   for (;;) {
     const int64_t n = *(*reader)->Read(100, ids.data(), dense.data(), labels.data());
     examples += n;
     if (n < 100) break;
   }
-  const int64_t allocations = g_allocations.load() - before;
+  const int64_t allocations = testing::HeapAllocations() - before;
   EXPECT_EQ(examples, 15000);
   // Over 2000 chunks of 4 KB went by: a chunk's arrays grow only when it meets more lines than before.
   EXPECT_LT(allocations, 60) << "allocations while reading " << examples << " examples";

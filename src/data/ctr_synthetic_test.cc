@@ -3,33 +3,18 @@
 // FM sum, the base rate, and the Bayes metrics against a trivial model and a dense-only logistic
 // regression fitted here.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
-#include <new>
 #include <numeric>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "data/heap_allocations_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "psflow/data/ctr.h"
 #include "psflow/data/ctr_metrics.h"
-
-// Counts heap allocations, to check that filling a batch makes none. (GCC 12 flags free() on what
-// this operator new returns once both are inlined; they are a matched pair.)
-static std::atomic<int64_t> g_allocations{0};
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-#pragma GCC diagnostic pop
 
 namespace psflow::data {
 namespace {
@@ -132,9 +117,9 @@ TEST(CtrGeneratorTest, PresetsCriteoAndLearnable) {
 TEST(CtrGeneratorTest, FillingABatchAllocatesNothing) {
   const CtrGenerator gen = Make({});
   Batch b = MakeBatch(gen, 0, 0, 256);
-  const int64_t before = g_allocations.load();
+  const int64_t before = testing::HeapAllocations();
   ASSERT_TRUE(gen.FillBatch(0, 1, 256, b.ids.data(), b.dense.data(), b.labels.data(), b.probabilities.data()).ok());
-  EXPECT_EQ(g_allocations.load() - before, 0);
+  EXPECT_EQ(testing::HeapAllocations() - before, 0);
 }
 
 TEST(CtrGeneratorTest, IdsAreABijectionOfRanksIntoNonNegativeInt64) {
