@@ -56,6 +56,7 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log,
   server_options.table_storage = options.table_dir.empty() ? "memory" : "disk";
   server_options.table_dir = options.table_dir;
   server_options.table_cache_bytes = options.table_cache_bytes;
+  server_options.table_scan_timeout_secs = options.table_scan_timeout_secs;
   auto server = ps::PsServer::Start(server_options);
   if (!server.ok()) return server.status();
   log(absl::StrCat("ps task ", setup->task.index, " serving on ", server_options.listen_address));

@@ -55,6 +55,10 @@ class PsServer {
     std::string table_storage = "memory";
     std::string table_dir;
     int64_t table_cache_bytes = int64_t{1} << 30;
+    // A checkpoint's table scan left open (its snapshot keeps the rows changed since it opened) is
+    // dropped, with a log line, when its client made no scan call to this task for this long (0:
+    // never), and at once when its client's worker is replaced by a new process (a restarted chief).
+    double table_scan_timeout_secs = 300;
   };
 
   // Starts serving. Errors: cannot listen (names the address), unreadable TLS files, a bad

@@ -23,6 +23,8 @@
 #include "absl/synchronization/mutex.h"
 #include "programs/ctr/ctr_files.h"
 #include "programs/ctr/ctr_single.h"
+#include "programs/ctr/eval_ctr.h"
+#include "psflow/ckpt/checkpoint.h"
 #include "psflow/core/threading.h"
 #include "psflow/train/session.h"
 #include "train/option_value.h"
@@ -30,7 +32,7 @@
 namespace psflow::train {
 namespace {
 
-// Fills a batch of B examples at data step `at` (ids [B, F], dense [B, 13], labels [B]); OutOfRange at
+// Fills a batch of B examples at data step `at` (ids [B, F], dense [B, D], labels [B]); OutOfRange at
 // the end of the training files.
 using CtrBatchFill = std::function<absl::Status(int64_t at, int64_t* ids, float* dense, float* labels)>;
 
@@ -44,7 +46,7 @@ struct CtrBatch {
   absl::Status Fill(const CtrBatchFill& fill, const TrainOptions& o, int64_t at) {
     const int64_t batch = OptionValue(o.batch_size);
     ids.resize(batch * o.ctr_fields);
-    dense.resize(batch * kCtrNumDense);
+    dense.resize(batch * o.ctr_dense);
     labels.resize(batch);
     step = -1;
     if (auto s = fill(at, ids.data(), dense.data(), labels.data()); !s.ok()) return s;
@@ -209,6 +211,25 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
     for (const Var& p : (*fresh)->parameters()) values.push_back(std::move(p->value));
     return values;
   };
+  // --eval_every_steps with --checkpoint_dir: the chief evaluates the checkpoint of each multiple of
+  // N beside training (train/eval_beside.h), from the file alone as `psflow eval` does.
+  if (options.eval_every_steps > 0 && !options.checkpoint_dir.empty()) {
+    auto metrics = CtrCheckpointMetrics(options);
+    if (!metrics.ok()) return metrics.status();
+    session_options.evaluate_checkpoint = [metrics = *std::move(metrics)](
+                                              const std::string& path) -> absl::StatusOr<SessionEval> {
+      auto file = ckpt::OpenCheckpointFile(path);
+      if (!file.ok()) return file.status();
+      auto figures = metrics(*file);
+      if (!figures.ok()) return figures.status();
+      SessionEval eval;
+      eval.scalars = *std::move(figures);
+      return eval;
+    };
+  } else if (options.eval_every_steps > 0) {
+    log("--eval_every_steps: the ctr chief evaluates the checkpoints it saves at those steps, beside training: give "
+        "--checkpoint_dir (without it there is no evaluation during training)");
+  }
   auto session_or = WorkerSession::Create(session_options, std::move(params), std::move(tables));
   if (!session_or.ok()) return session_or.status();
   WorkerSession& session = **session_or;
@@ -257,7 +278,7 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
         const int64_t batch = OptionValue(o.batch_size), fields = o.ctr_fields;
         int64_t have = 0;
         while (have < batch) {
-          auto got = queue_reader->Read(batch - have, ids + have * fields, dense + have * kCtrNumDense, labels + have);
+          auto got = queue_reader->Read(batch - have, ids + have * fields, dense + have * o.ctr_dense, labels + have);
           if (!got.ok()) return got.status();
           if (*got == 0) {
             return absl::OutOfRangeError(

@@ -181,6 +181,8 @@ class PsServer::Impl final : public rpc::Handler {
 
   // Why Wait() should give up now (a bound passed), or OK.
   absl::Status GiveUpReason() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops the table scans left unread past options_.table_scan_timeout_secs (logged).
+  void DropIdleScans() ABSL_LOCKS_EXCLUDED(mu_);
 
   // After the shutdown: every connected worker said Goodbye, and every worker of the cluster said
   // Hello at least once (a worker that starts after a short job ended learns it is over from

@@ -29,11 +29,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Settings below the two flags (disk_store.h): memtables of every table of a task within 64 MiB,
-// an 8 MiB block cache for index and filter blocks (rows are cached as records, not blocks).
+// Settings below the two flags (disk_store.h). RocksDB's memory is bounded whatever the table's
+// size: the memtables of every table of a task within 64 MiB, and one 64 MiB block cache that
+// holds the index and filter blocks (partitioned: only the partitions in use are in memory; without
+// partitions, every table file's whole index and filter stay in RAM, ~4 B a row: 150 MB a ps at
+// 40M rows) beside the data blocks the misses read (rows are cached as records, not blocks).
 constexpr size_t kWriteBufferBytes = size_t{64} << 20;
 constexpr size_t kTableWriteBuffer = size_t{8} << 20;
-constexpr size_t kBlockCacheBytes = size_t{8} << 20;
+constexpr size_t kBlockCacheBytes = size_t{64} << 20;
 
 constexpr size_t kKeyBytes = 8;
 constexpr size_t kHeaderAhead = 8;  // records whose header line is prefetched ahead in a batch
@@ -189,9 +192,24 @@ absl::StatusOr<std::unique_ptr<DiskRowStore>> DiskTier::OpenTable(const std::str
   o.keep_log_file_num = 1;
   o.max_log_file_size = size_t{1} << 20;
   o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  // Read choices:
+  // - data blocks of 4 KiB (a few records each: a miss reads one page); checksums verified on
+  //   every read (XXH3, RocksDB's default: ~0.1 µs a block);
+  // - bloom filters of 10 bits a key on every level, the last one included (not
+  //   optimize_filters_for_hits: a job's ids not stored yet, which are most misses of a CTR table,
+  //   are answered from the filter, not by reading a block of the last level);
+  // - index and filters partitioned and kept in the block cache at high priority (the top level
+  //   pinned), so their memory is the cache's 64 MiB, not ∝ rows (see kBlockCacheBytes);
+  // - direct reads only with DiskTierOptions::direct_reads (the page cache is free speed where RAM
+  //   is left, and outside the task's RSS).
   rocksdb::BlockBasedTableOptions t;
   t.block_cache = block_cache_;
   t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));  // absent ids: answered from memory
+  t.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
+  t.partition_filters = true;
+  t.cache_index_and_filter_blocks = true;
+  t.cache_index_and_filter_blocks_with_high_priority = true;
+  t.pin_top_level_index_and_filter = true;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   rocksdb::DB* db = nullptr;
   const rocksdb::Status s = rocksdb::DB::Open(o, path, &db);
@@ -220,14 +238,26 @@ void DiskTier::Unlink(Entry* e) {
   e->prev = e->next = nullptr;
 }
 
+int64_t DiskTier::RecordBudget() const {
+  // The records' indexes, as they grow, count against the cache's bytes (at 2 GiB of 576-byte
+  // records, their index is 2^23 entries of 16 bytes: 128 MiB); an empty index's few entries do not.
+  int64_t index_bytes = 0;
+  for (const DiskRowStore* store : stores_) {
+    store->tier_->mu_.AssertHeld();
+    index_bytes += store->index_.bytes() - store->empty_index_bytes_;
+  }
+  return options_.cache_bytes - index_bytes;
+}
+
 absl::Status DiskTier::EvictToBudget() {
-  if (bytes_ <= options_.cache_bytes) return absl::OkStatus();
+  const int64_t budget = RecordBudget();
+  if (bytes_ <= budget) return absl::OkStatus();
   // The least recently used unpinned records, until what stays fits.
   // From the back: a record used since it was put at the front gets a second chance (to the
   // front, unmarked; the walk meets it again last); an unmarked unpinned one leaves.
   absl::flat_hash_map<DiskRowStore*, std::vector<Entry*>> leaving;
   int64_t after = bytes_;
-  for (Entry* e = tail_; e != nullptr && after > options_.cache_bytes;) {
+  for (Entry* e = tail_; e != nullptr && after > budget;) {
     Entry* const prev = e->prev;
     if (e->pins == 0) {
       if (e->touched != 0) {
@@ -295,8 +325,7 @@ int64_t DiskRowStore::size() const {
 
 float* DiskRowStore::NewEntry(int64_t id) {
   const int64_t bytes = entry_bytes();
-  void* block = std::aligned_alloc(64, static_cast<size_t>((bytes + 63) / 64 * 64));
-  CHECK(block != nullptr) << "out of memory for the disk tier's cache (" << bytes << " bytes)";
+  void* block = tier_->pool_.Allocate(bytes);
   auto* e = static_cast<DiskTier::Entry*>(block);
   e->owner = this;
   e->id = id;
@@ -315,7 +344,7 @@ void DiskRowStore::DropEntry(DiskTier::Entry* e) {
   tier_->bytes_ -= entry_bytes();
   cached_bytes_ -= entry_bytes();
   index_.Erase(e->id);
-  std::free(e);
+  tier_->pool_.Free(e);
 }
 
 absl::Status DiskRowStore::WriteBack(const std::vector<DiskTier::Entry*>& entries) {
@@ -382,10 +411,10 @@ absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records
   }
   std::vector<rocksdb::PinnableSlice> values(missed.size());
   std::vector<rocksdb::Status> statuses(missed.size());
-  // The rows read are cached as records: their blocks are not kept in RocksDB's block cache too
-  // (inserting and evicting them cost a tenth of a miss).
+  // fill_cache stays on: the index and filter partitions a read needs must stay in the block cache
+  // (fill_cache off keeps every block out, and each miss read its partitions again). The data
+  // blocks go in too, at low priority, and leave first.
   rocksdb::ReadOptions read;
-  read.fill_cache = false;
   db_->MultiGet(read, db_->DefaultColumnFamily(), missed.size(), slices.data(), values.data(), statuses.data(),
                 /*sorted_input=*/true);
   const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);

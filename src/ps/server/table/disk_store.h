@@ -10,10 +10,14 @@
 //   RocksDB     key: the id with its sign bit flipped, big-endian (8 bytes: iteration is ascending
 //               signed id order, as a checkpoint stores rows); value: the record (RowMeta with mark 0
 //               and kDirty clear, then the floats; native byte order). Write-ahead log off, no
-//               compression (floats do not compress), bloom filters (a lookup of an absent id stays in
-//               memory), small memtables under one write-buffer budget per tier (64 MiB).
+//               compression (floats do not compress), bloom filters (a lookup of an absent id reads no
+//               data block), small memtables under one write-buffer budget per tier (64 MiB), index
+//               and filters partitioned in one 64 MiB block cache per tier: RocksDB's memory does not
+//               grow with the rows on disk (disk_store.cc states the read options chosen).
 //   cache       records in memory, bounded in bytes (--table_cache_bytes per ps task: each record's
-//               block, header + meta + floats, counts), one list over every disk table of the task,
+//               block, header + meta + floats, and the growth of the records' indexes count; the
+//               blocks come from a RecordPool, record_pool.h: no allocator overhead per record), one
+//               list over every disk table of the task,
 //               LRU approximated by second chance (CLOCK): a record read from disk or created goes
 //               to the front; a hit only marks it (no list surgery, which would touch two more cache
 //               lines a row); eviction walks from the back, moving marked records to the front
@@ -41,6 +45,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "ps/server/table/record_pool.h"
 #include "ps/server/table/row_store.h"
 
 namespace rocksdb {
@@ -103,6 +108,8 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   // LRU list operations (mu_ held).
   void PushFront(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unlink(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The bytes the records may take: --table_cache_bytes less their indexes'.
+  int64_t RecordBudget() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records leave from the least recently used end until the cache is within its bytes; dirty ones
   // are written back, one WriteBatch per table.
   absl::Status EvictToBudget() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -117,6 +124,7 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   Entry* head_ ABSL_GUARDED_BY(mu_) = nullptr;  // most recently used
   Entry* tail_ ABSL_GUARDED_BY(mu_) = nullptr;
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  RecordPool pool_ ABSL_GUARDED_BY(mu_);  // the records' memory
   std::vector<DiskRowStore*> stores_ ABSL_GUARDED_BY(mu_);  // open tables (borrowed)
 };
 
@@ -159,6 +167,7 @@ class DiskRowStore final : public RowStore {
   const int64_t floats_;                          // (1 + slots)·dim
   std::unique_ptr<rocksdb::DB> db_;               // closed first by the destructor
   RowIndex index_ ABSL_GUARDED_BY(tier_->mu_);    // id -> cached record
+  const int64_t empty_index_bytes_ = index_.bytes();  // not counted against the cache (RecordBudget)
   int64_t rows_ ABSL_GUARDED_BY(tier_->mu_) = 0;  // stored rows (cached, on disk or both)
   int64_t cached_bytes_ ABSL_GUARDED_BY(tier_->mu_) = 0;
   RowStoreStats counters_ ABSL_GUARDED_BY(tier_->mu_);  // hits, misses, rows read and written
