@@ -149,16 +149,18 @@ class FillAhead {
   bool Due() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pending_ || stop_; }
   void Run() {
     FlushDenormalsOnThisThread();  // as on the worker's own thread, where the ops set it
-    absl::MutexLock lock(&mu_);
     while (true) {
-      mu_.Await(absl::Condition(this, &FillAhead::Due));
-      if (stop_) return;
-      Job job = job_;
-      mu_.Unlock();
+      Job job;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(this, &FillAhead::Due));
+        if (stop_) return;
+        job = job_;
+      }
       const StepPhases::Sample start = StepPhases::Now();
       (void)job.batch->Fill(*job.fill, *job.o, job.at);  // step stays -1 on failure
       const StepPhases::Sample end = StepPhases::Now();
-      mu_.Lock();
+      absl::MutexLock lock(&mu_);
       spent_[0] += end.wall - start.wall;
       spent_[1] += end.cpu - start.cpu;
       pending_ = false;
