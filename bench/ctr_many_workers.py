@@ -16,7 +16,8 @@ table: test AUC and log-loss on the generator's test set, AUC minus sync's, samp
 to async's, and the staleness distribution the ps measured (async modes).
 
 Then where the time went: each worker's step in phases (its log line "step timing": data,
-lookup, forward+backward, push and wait; wall and the thread's CPU, averaged over the workers), the
+lookup, forward+backward, push and wait; wall and the thread's CPU, averaged over the workers; sync
+workers fill the batch after next on a thread of their own during the wait: "data beside the wait"), the
 sync ps tasks' barrier (their "sync timing" line: a push's wait for its step's quorum, the step's
 first arrival to its quorum, its apply and its answers, averaged over the ps tasks), and the job's
 CPU: CPU seconds of all its processes per 1024 examples and the cores it kept busy (CPU / wall).
@@ -65,7 +66,8 @@ def command(a, mode, metrics):
 
 PHASES = ("data", "lookup", "forward+backward", "push and wait")
 WORKER_TIMING = re.compile(r"worker \d+ step timing: (\d+) steps; ms per step, wall/cpu: data ([\d.]+)/([\d.]+) "
-                           r"lookup ([\d.]+)/([\d.]+) forward\+backward ([\d.]+)/([\d.]+) push and wait ([\d.]+)/([\d.]+)")
+                           r"lookup ([\d.]+)/([\d.]+) forward\+backward ([\d.]+)/([\d.]+) push and wait ([\d.]+)/([\d.]+)"
+                           r"(?:; data filled beside the wait ([\d.]+)/([\d.]+))?")
 PS_TIMING = re.compile(r"ps task \d+ sync timing: (\d+) steps of [\d.]+ pushes; a push waited for its step's quorum "
                        r"([\d.]+) ms on average, the step's first push ([\d.]+) ms \(first arrival to quorum\); "
                        r"apply ([\d.]+) ms, answering the step's pushes ([\d.]+) ms")
@@ -74,12 +76,13 @@ PS_TIMING = re.compile(r"ps task \d+ sync timing: (\d+) steps of [\d.]+ pushes; 
 def timing(log):
     """The workers' step phases (mean over workers, ms per step: [wall, cpu] each) and the sync ps
     tasks' barrier figures (mean over the ps tasks), from the job's log."""
-    workers = [[float(x) for x in m.groups()[1:]] for m in WORKER_TIMING.finditer(log)]
+    workers = [[float(x or 0) for x in m.groups()[1:]] for m in WORKER_TIMING.finditer(log)]
     ps = [[float(x) for x in m.groups()[1:]] for m in PS_TIMING.finditer(log)]
     out = {}
     if workers:
         mean = [statistics.mean(col) for col in zip(*workers)]
-        out["worker_ms"] = {p: [round(mean[2 * i], 3), round(mean[2 * i + 1], 3)] for i, p in enumerate(PHASES)}
+        out["worker_ms"] = {p: [round(mean[2 * i], 3), round(mean[2 * i + 1], 3)]
+                            for i, p in enumerate(PHASES + ("data beside the wait",))}
     if ps:
         mean = [statistics.mean(col) for col in zip(*ps)]
         out["ps_ms"] = dict(zip(("push_wait", "first_to_quorum", "apply", "answer"), (round(x, 3) for x in mean)))
@@ -177,12 +180,12 @@ def table(a, results):
     print("Where the time went (ms per worker step, wall / CPU, mean over the workers; sync ps tasks: ms per step")
     print("or per push, mean over the ps tasks; the job's CPU per 1024 examples and the cores it kept busy):")
     print()
-    print("| mode | data | lookup | forward+backward | push and wait | push's wait for quorum | first arrival to "
-          "quorum | apply | answers | CPU ms / 1024 ex. | cores busy |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| mode | data | lookup | forward+backward | push and wait | data beside the wait | push's wait for quorum "
+          "| first arrival to quorum | apply | answers | CPU ms / 1024 ex. | cores busy |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for mode, m in results.items():
         w = m.get("worker_ms")
-        cells = ["%.2f / %.2f" % tuple(w[p]) for p in PHASES] if w else [""] * 4
+        cells = ["%.2f / %.2f" % tuple(w[p]) for p in PHASES + ("data beside the wait",)] if w else [""] * 5
         ps = m.get("ps_ms")
         cells += ["%.2f" % ps[k] for k in ("push_wait", "first_to_quorum", "apply", "answer")] if ps else [""] * 4
         print("| %s | %s | %.1f | %.2f |" % (LABELS[mode], " | ".join(cells), m["cpu_ms_per_1024"], m["cores_busy"]))

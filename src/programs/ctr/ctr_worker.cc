@@ -9,6 +9,7 @@
 // evaluates the final model on the generator's test set (log-loss and AUC beside Bayes).
 #include <time.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -75,26 +76,33 @@ class StepPhases {
     last_ = now;
   }
   void Restart() { last_ = Now(); }
-  std::string Text(int64_t steps) const {
+  // `beside`: the batches filled on FillAhead's thread during the waits (wall, cpu seconds), or nullopt.
+  std::string Text(int64_t steps, const std::optional<std::array<double, 2>>& beside) const {
     static constexpr const char* kNames[] = {"data", "lookup", "forward+backward", "push and wait"};
     const double n = static_cast<double>(std::max<int64_t>(1, steps));
     std::string text = absl::StrCat(steps, " steps; ms per step, wall/cpu:");
     for (int p = 0; p < kNumPhases; ++p) {
       absl::StrAppend(&text, absl::StrFormat(" %s %.3f/%.3f", kNames[p], 1e3 * wall_[p] / n, 1e3 * cpu_[p] / n));
     }
+    if (beside.has_value()) {
+      absl::StrAppend(&text, absl::StrFormat("; data filled beside the wait %.3f/%.3f", 1e3 * (*beside)[0] / n,
+                                             1e3 * (*beside)[1] / n));
+    }
     return text;
   }
 
- private:
   struct Sample {
     double wall, cpu;
   };
+  // Now, by the steady clock and the calling thread's CPU clock.
   static Sample Now() {
     timespec ts{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return {std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(),
             static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec)};
   }
+
+ private:
   Sample last_;
   double wall_[kNumPhases] = {}, cpu_[kNumPhases] = {};
 };
@@ -124,6 +132,11 @@ class FillAhead {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(this, &FillAhead::Idle));
   }
+  // The fills' wall and CPU seconds so far (after Wait).
+  std::array<double, 2> spent() {
+    absl::MutexLock lock(&mu_);
+    return spent_;
+  }
 
  private:
   struct Job {
@@ -136,14 +149,20 @@ class FillAhead {
   bool Due() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pending_ || stop_; }
   void Run() {
     FlushDenormalsOnThisThread();  // as on the worker's own thread, where the ops set it
-    absl::MutexLock lock(&mu_);
     while (true) {
-      mu_.Await(absl::Condition(this, &FillAhead::Due));
-      if (stop_) return;
-      Job job = job_;
-      mu_.Unlock();
+      Job job;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(this, &FillAhead::Due));
+        if (stop_) return;
+        job = job_;
+      }
+      const StepPhases::Sample start = StepPhases::Now();
       (void)job.batch->Fill(*job.fill, *job.o, job.at);  // step stays -1 on failure
-      mu_.Lock();
+      const StepPhases::Sample end = StepPhases::Now();
+      absl::MutexLock lock(&mu_);
+      spent_[0] += end.wall - start.wall;
+      spent_[1] += end.cpu - start.cpu;
       pending_ = false;
     }
   }
@@ -151,6 +170,7 @@ class FillAhead {
   absl::Mutex mu_;
   Job job_ ABSL_GUARDED_BY(mu_);
   bool pending_ ABSL_GUARDED_BY(mu_) = false;
+  std::array<double, 2> spent_ ABSL_GUARDED_BY(mu_) = {};
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: starts once the rest is built
 };
@@ -272,9 +292,10 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
       };
     }
     CtrBatch current, next, ahead;
-    // Sync with the generator or the fixed order: the batch after next is filled while the step waits.
+    // Sync from the generator: the batch after next is filled while the step waits. (Not from files:
+    // the fixed order reads forward, and a fill that met the files' end would have it read them again.)
     std::unique_ptr<FillAhead> fill_ahead;
-    if (session.sync() && queue_reader == nullptr) fill_ahead = std::make_unique<FillAhead>();
+    if (session.sync() && !from_files) fill_ahead = std::make_unique<FillAhead>();
     std::vector<Var> leaves;
     const int64_t batch = OptionValue(o.batch_size);
     int64_t own_step = 0;  // async from files: this worker's batches, in order
@@ -339,7 +360,8 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
       ++timed_steps;
       ++own_step;
     }
-    log(absl::StrCat("worker ", worker, " step timing: ", phases.Text(timed_steps)));
+    log(absl::StrCat("worker ", worker, " step timing: ",
+                     phases.Text(timed_steps, fill_ahead != nullptr ? std::optional(fill_ahead->spent()) : std::nullopt)));
     SessionEval files_eval;
     if (from_files) {
       if (!data_end.empty()) log(absl::StrCat("worker ", worker, ": ", data_end, ": training ends here"));
