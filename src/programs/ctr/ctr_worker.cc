@@ -360,8 +360,9 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
       ++timed_steps;
       ++own_step;
     }
-    log(absl::StrCat("worker ", worker, " step timing: ",
-                     phases.Text(timed_steps, fill_ahead != nullptr ? std::optional(fill_ahead->spent()) : std::nullopt)));
+    log(absl::StrCat(
+        "worker ", worker, " step timing: ",
+        phases.Text(timed_steps, fill_ahead != nullptr ? std::optional(fill_ahead->spent()) : std::nullopt)));
     SessionEval files_eval;
     if (from_files) {
       if (!data_end.empty()) log(absl::StrCat("worker ", worker, ": ", data_end, ": training ends here"));
