@@ -4,10 +4,11 @@ epoch by epoch. Each worker writes one JSON line per step to --record.i (i its w
 data step, the global step, the epoch and the example indices it trained on.
 
 Own flags: --record=FILE, --examples=M, --crash_at_step=S (the chief exits with status 3 once the
-global step reached S: a killed job), --save_state=FILE (the chief's final state_dict),
+global step reached S and a checkpoint is on disk: a killed job), --save_state=FILE (the chief's final state_dict),
 --start_together=DIR (the workers wait for each other after open).
 """
 import argparse
+import glob
 import json
 import os
 import sys
@@ -58,7 +59,10 @@ with psflow.WorkerSession(model, flags) as sess:
                 record.write(json.dumps({"data_step": data_step, "global_step": step, "epoch": epoch,
                                          "epoch_batches": batches, "indices": xb[:, 0].long().tolist()}) + "\n")
                 record.flush()
-            if flags.crash_at_step and sess.is_chief and sess.global_step >= flags.crash_at_step:
+            # Once a checkpoint is on disk: worker 1 may carry the global step past S before the
+            # chief's first save (saves run beside training), and the test resumes from a save.
+            if (flags.crash_at_step and sess.is_chief and sess.global_step >= flags.crash_at_step
+                    and glob.glob(os.path.join(flags.checkpoint_dir, "model.ckpt-*.safetensors"))):
                 os._exit(3)
 if flags.save_state and sess.is_chief:
     torch.save(model.state_dict(), flags.save_state)
