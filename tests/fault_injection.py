@@ -15,7 +15,7 @@ accuracy is checked against the C++ baseline of their mode within --pytorch_accu
 With --model ctr the job is the ctr model: embedding tables on the ps tasks (dynamic by
 default, --ctr_vocab=N for fixed ones) checkpointed with the dense layers; a killed ps rolls every
 ps back to the last checkpoint, tables included, and the run's test AUC must stay within
---auc_tolerance of the undisturbed run's. Its PyTorch runs use examples/pytorch/ctr_dlrm.py
+--auc_tolerance (sync; --async_auc_tolerance for async) of the undisturbed run's. Its PyTorch runs use examples/pytorch/ctr_dlrm.py
 (psflow.torch.EmbeddingBag tables) and compare with an undisturbed PyTorch run of their mode.
 
 Every run whose fault rolled the job back (a ps killed, or the chief resuming) must restart from
@@ -201,7 +201,13 @@ def main():
     p.add_argument("--model", default="mlp", choices=["mlp", "ctr"], help="the job: mlp on MNIST, or ctr with tables")
     p.add_argument("--ctr_vocab", type=int, default=0, help="ctr: 0 for dynamic tables, N for fixed ones of N rows")
     p.add_argument("--auc_tolerance", type=float, default=0.01,
-                   help="ctr: largest test-AUC difference from the undisturbed run that passes")
+                   help="ctr, sync: largest test-AUC difference from the undisturbed run that passes")
+    # Async ctr: one very stale push moves the final AUC by up to about 0.01 with no fault at all (a
+    # worker stopped with SIGSTOP for 1 s at step 1000 and let go: 0.6853-0.6957 over 4 runs, against
+    # undisturbed runs at 0.6909-0.6951), so a killed worker, whose restart takes about as long, is
+    # held to what async itself gives.
+    p.add_argument("--async_auc_tolerance", type=float, default=0.015,
+                   help="ctr, async: largest test-AUC difference from the undisturbed runs' mean that passes")
     p.add_argument("--pytorch_accuracy_tolerance", type=float, default=0.01,
                    help="largest test-accuracy difference of a PyTorch run from the C++ baseline of its mode")
     p.add_argument("--steps", type=int, default=STEPS, help="global steps of each run")
@@ -255,7 +261,7 @@ def main():
                          pytorch, a.model, a.ctr_vocab)
         acc = r["test_accuracy"]
         if a.model == "ctr":
-            tolerance = a.auc_tolerance
+            tolerance = a.async_auc_tolerance if mode == "async" else a.auc_tolerance
         else:
             tolerance = a.pytorch_accuracy_tolerance if pytorch else a.accuracy_tolerance
         reference = pytorch_baseline[mode] if pytorch and a.model == "ctr" else baseline[mode]
@@ -270,7 +276,8 @@ def main():
         print(json.dumps(r), flush=True)
     print(json.dumps({"model": a.model, "runs": a.runs, "faults_injected": injected, "failed_runs": failures, "hangs": hangs,
                       "accuracy_outside_tolerance": off,
-                      "accuracy_tolerance": a.auc_tolerance if a.model == "ctr" else a.accuracy_tolerance,
+                      "accuracy_tolerance": ({"sync": a.auc_tolerance, "async": a.async_auc_tolerance}
+                                             if a.model == "ctr" else a.accuracy_tolerance),
                       "baseline_accuracy": {m: round(v, 4) for m, v in baseline.items()},
                       "pytorch_baseline_accuracy": {m: round(v, 4) for m, v in pytorch_baseline.items()},
                       "max_steps_lost_per_fault": max(lost) if lost else 0, "faults_with_rollback": len(lost),

@@ -9,9 +9,9 @@ Two things keep it short (it was 6 of the suite's 15 minutes on 2 cores):
 - A test's unit is checked only when its own text locks or names a capability (Mutex, GUARDED_BY,
   REQUIRES, ...): the analysis is per function body, so a test that takes no lock and touches no
   guarded member cannot warn; every library, program, benchmark and example unit is checked.
-- A unit that passed is remembered in BUILD_DIR/thread_safety_passed.json under a hash of its clang
-  command and the contents of every file its compile read (the build's own .o.d dependency list),
-  so a rerun checks only what changed. A unit without a dependency list is always checked.
+- Each clang run goes through ccache, as the build's compiles do: a unit whose command and every
+  file it read are unchanged since it was checked (in this checkout or another) is answered from
+  the cache, its warnings included; a unit that failed is not cached and is compiled again.
 
 Usage: thread_safety_check.py SOURCE_DIR BUILD_DIR [--jobs N] [--clang PATH]
 Exit status: 0 clean; 1 warnings or a compile error (each printed); 77 skipped (clang++-14 absent,
@@ -19,7 +19,6 @@ so CTest reports the test as skipped and says why).
 """
 import argparse
 import concurrent.futures
-import hashlib
 import json
 import os
 import shlex
@@ -65,48 +64,15 @@ def locks_anything(path):
     return any(word in text for word in LOCKING_WORDS)
 
 
-class PassedCache:
-    """Units that passed, by a hash of their clang command and every file their compile read."""
-
-    def __init__(self, build_dir):
-        self.path = os.path.join(build_dir, "thread_safety_passed.json")
-        self.file_hashes = {}
-        try:
-            with open(self.path) as f:
-                self.passed = set(json.load(f))
-        except (OSError, ValueError):
-            self.passed = set()
-
-    def _file_hash(self, path):
-        if path not in self.file_hashes:
-            try:
-                with open(path, "rb") as f:
-                    self.file_hashes[path] = hashlib.sha256(f.read()).hexdigest()
-            except OSError:
-                self.file_hashes[path] = "missing"
-        return self.file_hashes[path]
-
-    def key(self, entry, command):
-        args = shlex.split(entry["command"]) if "command" in entry else list(entry["arguments"])
-        output = args[args.index("-o") + 1] if "-o" in args else None
-        if output is None:
-            return None
-        try:
-            with open(os.path.join(entry["directory"], output + ".d")) as f:
-                deps = f.read().replace("\\\n", " ").split()
-        except OSError:
-            return None
-        files = sorted({os.path.realpath(os.path.join(entry["directory"], d)) for d in deps if not d.endswith(":")})
-        h = hashlib.sha256(" ".join(command).encode())
-        for path in files:
-            h.update(path.encode())
-            h.update(self._file_hash(path).encode())
-        return h.hexdigest()
-
-    def save(self):
-        with open(self.path + ".tmp", "w") as f:
-            json.dump(sorted(self.passed), f)
-        os.replace(self.path + ".tmp", self.path)
+def ccache_environment(source_dir):
+    """ccache (scripts/setup.sh installs it; 4.x caches -fsyntax-only runs, warnings included) keeps
+    each unit's result under a hash of its command and every file it read, as the build's objects
+    are kept: a rerun, or another checkout of the same sources (paths are hashed relative to the
+    checkout's parent, as the build does), checks only what changed. Without ccache every unit is
+    checked."""
+    ccache = shutil.which("ccache")
+    env = dict(os.environ, CCACHE_BASEDIR=os.path.dirname(os.path.realpath(source_dir)))
+    return ([ccache] if ccache else []), env
 
 
 def main():
@@ -144,19 +110,19 @@ def main():
     skipped_tests = sorted(p for p in entries if is_test(p) and not locks_anything(p))
     for p in skipped_tests:
         del entries[p]
-    cache = PassedCache(args.build_dir)
-    keys = {path: cache.key(e, clang_command(e, clang)) for path, e in entries.items()}
-    to_check = [e for path, e in sorted(entries.items()) if keys[path] is None or keys[path] not in cache.passed]
+    launcher, env = ccache_environment(args.source_dir)
+    to_check = [e for _, e in sorted(entries.items())]
 
     def run(entry):
-        p = subprocess.run(clang_command(entry, clang), cwd=entry["directory"], capture_output=True, text=True)
+        p = subprocess.run(launcher + clang_command(entry, clang), cwd=entry["directory"], env=env,
+                           capture_output=True, text=True)
         return entry["file"], p.returncode, p.stderr
 
     start = time.monotonic()
     warnings = 0
     failed = []
     print(f"{len(entries)} units to check ({len(skipped_tests)} tests that lock nothing left out), "
-          f"{len(entries) - len(to_check)} of them unchanged since they passed", flush=True)
+          f"{'through ccache' if launcher else 'without ccache (not installed): every unit compiled'}", flush=True)
     with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
         for path, rc, err in pool.map(run, to_check):
             n = err.count("[-Wthread-safety") + err.count("[-Werror,-Wthread-safety")
@@ -165,9 +131,6 @@ def main():
                 failed.append(path)
                 print(f"--- {os.path.relpath(path, args.source_dir)}: exit {rc}, {n} thread-safety warning(s)", flush=True)
                 print(err.strip(), flush=True)
-            elif keys[path] is not None:
-                cache.passed.add(keys[path])
-    cache.save()
     print(f"{len(to_check)} translation units checked with {os.path.basename(clang)} "
           f"-Wthread-safety in {time.monotonic() - start:.0f} s: {warnings} thread-safety warning(s), "
           f"{len(failed)} unit(s) failing")

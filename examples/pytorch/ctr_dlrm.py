@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """A DLRM-style click-through-rate model in PyTorch with its embedding tables on the ps tasks
 (psflow.torch.EmbeddingBag, docs/recommendation.md), on docs/tables.md's synthetic CTR data
-(psflow.CtrGenerator: 26 Zipf-distributed categorical fields, 13 dense features, a known answer).
+(psflow.CtrGenerator: 26 Zipf-distributed categorical fields (--ctr_fields), 13 dense features
+(--ctr_dense), a known answer).
 
-Model: dense features -> bottom MLP 13-64-dim; one EmbeddingBag(sum) of dim --ctr_dim per field;
-the pairwise dot products of the 27 vectors; top MLP -> 128 -> 64 -> 1 logit. The tables use
+Model: dense features -> bottom MLP D-64-dim (D = --ctr_dense); one EmbeddingBag(sum) of dim --ctr_dim per field;
+the pairwise dot products of the F + 1 vectors; top MLP -> 128 -> 64 -> 1 logit. The tables use
 --sparse_optimizer (default adagrad, TF's: accumulators from 0.1) at --sparse_learning_rate, the
 dense layers --optimizer (default adam). --ctr_vocab=0 (default): dynamic tables keyed by the raw
 int64 ids; N: fixed tables of N rows (ids mod N). The chief prints the test log-loss and AUC beside
@@ -44,11 +45,10 @@ import psflow
 MODEL_NAME = "ctr_dlrm"
 DEFAULTS = {"batch_size": 1024, "optimizer": "adam", "learning_rate": 1e-3, "sparse_optimizer": "adagrad",
             "sparse_learning_rate": 0.5, "train_steps": 300, "log_every": 50, "ctr_test_examples": 16384}
-NUM_DENSE = 13
 
 
 class DLRM(nn.Module):
-    def __init__(self, fields, dim, vocab):
+    def __init__(self, fields, dim, vocab, num_dense=13):
         super().__init__()
         n = vocab if vocab > 0 else None  # None: a dynamic table (any int64 id)
         # Was: nn.EmbeddingBag(n, dim, mode="sum", sparse=True). Rows drawn on the ps from (seed, id), each
@@ -57,7 +57,7 @@ class DLRM(nn.Module):
             psflow.torch.EmbeddingBag(n, dim, mode="sum", initializer="truncated_normal:0:0.05")
             for f in range(fields))
         self.vocab = vocab
-        self.bottom = nn.Sequential(nn.Linear(NUM_DENSE, 64), nn.ReLU(), nn.Linear(64, dim), nn.ReLU())
+        self.bottom = nn.Sequential(nn.Linear(num_dense, 64), nn.ReLU(), nn.Linear(64, dim), nn.ReLU())
         k = fields + 1
         self.register_buffer("iu", torch.triu_indices(k, k, offset=1))
         self.top = nn.Sequential(nn.Linear(dim + k * (k - 1) // 2, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
@@ -95,7 +95,8 @@ def evaluate_fn(model, gen, n, flags):
     def evaluate():
         nan = float("nan")
         if flags.test_files:  # read by the C++ reader; a file's true probabilities are unknown
-            test = psflow.data.read_ctr_files(flags.test_files, flags.ctr_fields, n, flags.max_bad_lines)
+            test = psflow.data.read_ctr_files(flags.test_files, flags.ctr_fields, n, flags.max_bad_lines,
+                                              num_dense=flags.ctr_dense)
             bayes = {"log_loss": nan, "auc": nan}
         else:
             test = gen.test_set(n)
@@ -123,8 +124,8 @@ def main(argv):
         psflow.Server.from_flags(flags).join()
         return
     torch.manual_seed(flags.seed)
-    gen = psflow.CtrGenerator(seed=flags.seed, num_fields=flags.ctr_fields, num_dense=NUM_DENSE)
-    model = DLRM(flags.ctr_fields, flags.ctr_dim, flags.ctr_vocab)
+    gen = psflow.CtrGenerator(seed=flags.seed, num_fields=flags.ctr_fields, num_dense=flags.ctr_dense)
+    model = DLRM(flags.ctr_fields, flags.ctr_dim, flags.ctr_vocab, flags.ctr_dense)
     loss_fn = nn.BCEWithLogitsLoss()
     with psflow.WorkerSession(model, flags, evaluate=evaluate_fn(model, gen, flags.ctr_test_examples, flags),
                               model_name=MODEL_NAME) as sess:

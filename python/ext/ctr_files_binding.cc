@@ -25,16 +25,19 @@ namespace {
 class PyCtrFileReader {
  public:
   PyCtrFileReader(py::object session, std::string pattern, int64_t batch_size, int num_fields, int64_t num_epochs,
-                  bool shuffle, int file_slices, int64_t max_bad_lines)
+                  bool shuffle, int file_slices, int64_t max_bad_lines, int num_dense)
       : session_object_(std::move(session)), session_(SessionOf(session_object_)) {
-    if (batch_size <= 0 || num_fields <= 0 || num_epochs <= 0 || file_slices <= 0 || max_bad_lines < 0) {
+    if (batch_size <= 0 || num_fields <= 0 || num_epochs <= 0 || file_slices <= 0 || max_bad_lines < 0 ||
+        num_dense < 0) {
       throw StatusError(absl::InvalidArgumentError(absl::StrCat(
           "CtrFiles: batch_size=", batch_size, ", num_fields=", num_fields, ", num_epochs=", num_epochs,
-          ", file_slices=", file_slices, " must be positive and max_bad_lines=", max_bad_lines, " not negative")));
+          ", file_slices=", file_slices, " must be positive and max_bad_lines=", max_bad_lines, ", num_dense=",
+          num_dense, " not negative")));
     }
     pattern_ = std::move(pattern);
     batch_ = batch_size;
     fields_ = num_fields;
+    dense_ = num_dense;
     epochs_ = num_epochs;
     shuffle_ = shuffle;
     slices_ = file_slices;
@@ -43,11 +46,11 @@ class PyCtrFileReader {
     ThrowIfError(data::ExpandCriteoFiles(pattern_).status());
   }
 
-  // The next batch (ids int64 [B, F], dense float32 [B, 13], labels float32 [B]), or None at the end
+  // The next batch (ids int64 [B, F], dense float32 [B, D], labels float32 [B]), or None at the end
   // of the data (the rest, under a batch, unused).
   py::object Next() {
     py::array_t<int64_t> ids({batch_, static_cast<int64_t>(fields_)});
-    py::array_t<float> dense({batch_, static_cast<int64_t>(train::kCtrNumDense)});
+    py::array_t<float> dense({batch_, static_cast<int64_t>(dense_)});
     py::array_t<float> labels(batch_);
     absl::Status filled;
     {
@@ -77,6 +80,7 @@ class PyCtrFileReader {
     o.train_files = pattern_;
     o.batch_size = static_cast<int>(batch_);
     o.ctr_fields = fields_;
+    o.ctr_dense = dense_;
     o.num_epochs = epochs_;
     o.shuffle_files = shuffle_;
     o.file_slices = slices_;
@@ -115,7 +119,7 @@ class PyCtrFileReader {
     }
     int64_t have = 0;
     while (have < batch_) {
-      auto got = queue_->Read(batch_ - have, ids + have * fields_, dense + have * train::kCtrNumDense, labels + have);
+      auto got = queue_->Read(batch_ - have, ids + have * fields_, dense + have * dense_, labels + have);
       if (!got.ok()) return got.status();
       if (*got == 0) return absl::OutOfRangeError("the work queue is at its end");
       have += *got;
@@ -127,7 +131,7 @@ class PyCtrFileReader {
   train::WorkerSession& session_;
   std::string pattern_;
   int64_t batch_ = 0, epochs_ = 1, max_bad_ = 0, step_ = 0;
-  int fields_ = 26, slices_ = 10;
+  int fields_ = 26, dense_ = 13, slices_ = 10;
   bool shuffle_ = false;
   std::unique_ptr<train::CtrFileBatches> fixed_;
   std::unique_ptr<train::CtrSliceReader> queue_;
@@ -138,16 +142,17 @@ class PyCtrFileReader {
 void RegisterCtrFiles(py::module_& m) {
   m.def(
       "read_ctr_files",
-      [](const std::string& pattern, int num_fields, int64_t max_examples, int64_t max_bad_lines) {
+      [](const std::string& pattern, int num_fields, int64_t max_examples, int64_t max_bad_lines, int num_dense) {
         train::TrainOptions o;
         o.test_files = pattern;
         o.ctr_fields = num_fields;
+        o.ctr_dense = num_dense;
         o.ctr_test_examples = max_examples;
         o.max_bad_lines = max_bad_lines;
-        if (num_fields <= 0 || max_examples <= 0 || max_bad_lines < 0) {
-          throw StatusError(absl::InvalidArgumentError(
-              absl::StrCat("read_ctr_files: num_fields=", num_fields, " and max_examples=", max_examples,
-                           " must be positive, max_bad_lines=", max_bad_lines, " not negative")));
+        if (num_fields <= 0 || max_examples <= 0 || max_bad_lines < 0 || num_dense < 0) {
+          throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+              "read_ctr_files: num_fields=", num_fields, " and max_examples=", max_examples,
+              " must be positive, max_bad_lines=", max_bad_lines, " and num_dense=", num_dense, " not negative")));
         }
         data::CtrExamples test;
         {
@@ -156,7 +161,7 @@ void RegisterCtrFiles(py::module_& m) {
         }
         const int64_t n = test.num_examples;
         py::array_t<int64_t> ids({n, static_cast<int64_t>(num_fields)});
-        py::array_t<float> dense({n, static_cast<int64_t>(train::kCtrNumDense)});
+        py::array_t<float> dense({n, static_cast<int64_t>(num_dense)});
         py::array_t<float> labels(n);
         std::copy(test.ids.begin(), test.ids.end(), ids.mutable_data());
         std::copy(test.dense.begin(), test.dense.end(), dense.mutable_data());
@@ -168,14 +173,16 @@ void RegisterCtrFiles(py::module_& m) {
         return out;
       },
       py::arg("pattern"), py::arg("num_fields"), py::arg("max_examples"), py::arg("max_bad_lines") = 0,
-      "read_ctr_files(pattern, num_fields, max_examples, max_bad_lines=0) -> {'ids', 'dense', 'labels'}: the "
+      py::arg("num_dense") = 13,
+      "read_ctr_files(pattern, num_fields, max_examples, max_bad_lines=0, num_dense=13) -> {'ids', 'dense', "
+      "'labels'}: the "
       "first max_examples examples of files in Criteo's layout (a test set), read by the C++ reader.");
   py::class_<PyCtrFileReader>(m, "_CtrFileReader",
                               "Batches of training files in Criteo's layout for a worker session (use "
                               "psflow.data.CtrFiles).")
-      .def(py::init<py::object, std::string, int64_t, int, int64_t, bool, int, int64_t>(), py::arg("session"),
+      .def(py::init<py::object, std::string, int64_t, int, int64_t, bool, int, int64_t, int>(), py::arg("session"),
            py::arg("pattern"), py::arg("batch_size"), py::arg("num_fields"), py::arg("num_epochs"), py::arg("shuffle"),
-           py::arg("file_slices"), py::arg("max_bad_lines"))
+           py::arg("file_slices"), py::arg("max_bad_lines"), py::arg("num_dense"))
       .def("next", &PyCtrFileReader::Next)
       .def_property_readonly("examples_read", &PyCtrFileReader::examples_read)
       .def_property_readonly("bad_lines", &PyCtrFileReader::bad_lines)

@@ -126,7 +126,7 @@ class DistributedBatchSampler:
 class CtrFiles:
     """CtrFiles(pattern, session, batch_size=None, ...): the job's training files in Criteo's layout
     (docs/data-files.md) as batches for a PyTorch worker: yields (ids int64 [B, F], dense float32
-    [B, 13], labels float32 [B]) torch tensors, read and parsed by psflow's C++ reader (no text
+    [B, D], labels float32 [B]) torch tensors, read and parsed by psflow's C++ reader (no text
     parsing in Python), through the same work queue as `psflow train`'s workers:
 
       * async: slices of the files handed out by ps task 0 as this worker's slice is used up (a slow
@@ -146,13 +146,14 @@ class CtrFiles:
 
     Iteration ends at the end of the data (--num_epochs passes; the rest under a batch is unused)
     or once the session should stop. pattern: comma-separated globs (plain or gzip files).
-    batch_size, num_fields, num_epochs, shuffle, file_slices (per worker, async), max_bad_lines:
-    default to the session's flags (--batch_size, --ctr_fields, --num_epochs, --shuffle_files,
-    --file_slices, --max_bad_lines). A bad line fails with one line naming file and line number
+    batch_size, num_fields, num_epochs, shuffle, file_slices (per worker, async), max_bad_lines,
+    num_dense (D, the integer fields): default to the session's flags (--batch_size, --ctr_fields,
+    --num_epochs, --shuffle_files, --file_slices, --max_bad_lines, --ctr_dense). A line with another
+    number of fields fails naming file, line and the counts (--ctr_dense, --ctr_fields). A bad line fails with one line naming file and line number
     (psflow.InvalidArgumentError); --max_bad_lines=N skips up to N (bad_lines counts them)."""
 
     def __init__(self, pattern, session, batch_size=None, num_fields=None, num_epochs=None, shuffle=None,
-                 file_slices=None, max_bad_lines=None):
+                 file_slices=None, max_bad_lines=None, num_dense=None):
         f = session._flags
 
         def pick(value, default):
@@ -162,7 +163,8 @@ class CtrFiles:
         self._reader = _psflow._CtrFileReader(
             session._session, str(pattern), int(pick(batch_size, f.batch_size)), int(pick(num_fields, f.ctr_fields)),
             int(pick(num_epochs, f.num_epochs)), bool(pick(shuffle, f.shuffle_files)),
-            int(pick(file_slices, f.file_slices)), int(pick(max_bad_lines, f.max_bad_lines)))
+            int(pick(file_slices, f.file_slices)), int(pick(max_bad_lines, f.max_bad_lines)),
+            int(pick(num_dense, f.ctr_dense)))
 
     def __iter__(self):
         import torch
@@ -194,8 +196,9 @@ class CtrFiles:
         return self._reader.slices_read
 
 
-def read_ctr_files(pattern, num_fields=26, max_examples=65536, max_bad_lines=0):
+def read_ctr_files(pattern, num_fields=26, max_examples=65536, max_bad_lines=0, num_dense=13):
     """The first max_examples examples of files in Criteo's layout (e.g. --test_files), read by
-    psflow's C++ reader: {"ids": int64 [n, F], "dense": float32 [n, 13], "labels": float32 [n]}
-    numpy arrays."""
-    return _psflow.read_ctr_files(str(pattern), int(num_fields), int(max_examples), int(max_bad_lines))
+    psflow's C++ reader: {"ids": int64 [n, F], "dense": float32 [n, D], "labels": float32 [n]}
+    numpy arrays (F = num_fields categoricals, D = num_dense integers a line)."""
+    return _psflow.read_ctr_files(str(pattern), int(num_fields), int(max_examples), int(max_bad_lines),
+                                  int(num_dense))

@@ -441,55 +441,21 @@ class WorkerSession:
         for all tables) instead of prefetched."""
         from .data import draws_from_distributed_sampler
 
-        if ids is None:
-            yield from self._learnt_batches(iterable)
-            return
-        if not self.sync and draws_from_distributed_sampler(iterable):
-            for current in iterable:
-                self.lookup(ids(current))
-                yield current
-                if self.should_stop():
-                    return
-            return
-        it = iter(iterable)
-        try:
-            current = next(it)
-        except StopIteration:
-            return
-        self.lookup(ids(current))
-        while not self.should_stop():
-            try:
-                following = next(it)
-            except StopIteration:
-                following = None
-            if following is not None:
-                self.prefetch(ids(following))
-            yield current
-            if following is None:
-                return
-            current = following
-
-    def _learnt_batches(self, iterable):
-        """batches() without an ids function: the ids learnt from the first step's forwards."""
-        from .data import draws_from_distributed_sampler
-        from .torch import _IdsLearner
-
-        if self._tables is None:
+        if ids is None and self._tables is None:
             yield from iterable
             return
-        learner = _IdsLearner(self._table_modules)
-        seen = self._tables.ids_seen
+        # What differs between given and learnt ids: the first batch's announcement, a batch
+        # announced when it is not read ahead, and the next batch's ids given before the step.
+        if ids is not None:
+            first = announce = lambda current: self.lookup(ids(current))
 
-        def ids_of(batch):
-            ids = self._ids_list(learner.ids(batch), "batches()")
-            return ids if any(i is not None for i in ids) else None
-
-        if not self.sync and draws_from_distributed_sampler(iterable):  # not read ahead (see batches)
+            def ahead(current, following):
+                self.prefetch(ids(following))
+        else:
+            first, announce, ahead = self._learnt_ids()
+        if not self.sync and draws_from_distributed_sampler(iterable):  # not read ahead (see above)
             for current in iterable:
-                if learner.learnt:
-                    self.lookup(learner.ids(current))
-                else:  # learnt in step(), after the forwards
-                    self._next_ids_from = lambda current=current: learner.learn(current, seen)
+                announce(current)
                 yield current
                 self._next_ids_from = None
                 if self.should_stop():
@@ -500,24 +466,48 @@ class WorkerSession:
             current = next(it)
         except StopIteration:
             return
+        first(current)
         while not self.should_stop():
             try:
                 following = next(it)
             except StopIteration:
                 following = None
             if following is not None:
-
-                def next_ids(current=current, following=following):  # in step(), after the forwards
-                    if not learner.learnt:
-                        learner.learn(current, seen)
-                    return ids_of(following)
-
-                self._next_ids_from = next_ids
+                ahead(current, following)
             yield current
             self._next_ids_from = None
             if following is None:
                 return
             current = following
+
+    def _learnt_ids(self):
+        """batches()' three steps when the ids are learnt from the first step's forwards: the first
+        batch is pulled by its forwards; after that each batch's ids are taken as they were learnt,
+        in step() (after the forwards) for a batch read ahead."""
+        from .torch import _IdsLearner
+
+        learner = _IdsLearner(self._table_modules)
+        seen = self._tables.ids_seen
+
+        def first(current):
+            pass
+
+        def announce(current):
+            if learner.learnt:
+                self.lookup(learner.ids(current))
+            else:  # learnt in step(), after the forwards
+                self._next_ids_from = lambda: learner.learn(current, seen)
+
+        def ahead(current, following):
+            def next_ids():  # in step(), after the forwards
+                if not learner.learnt:
+                    learner.learn(current, seen)
+                ids = self._ids_list(learner.ids(following), "batches()")
+                return ids if any(i is not None for i in ids) else None
+
+            self._next_ids_from = next_ids
+
+        return first, announce, ahead
 
     def log_scalar(self, name, value):
         """Writes a scalar of the script's (e.g. a gradient norm, the learning rate it uses) to

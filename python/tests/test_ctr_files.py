@@ -3,7 +3,8 @@ examples/pytorch/ctr_dlrm.py, `psflow local` for the clusters): sync 2 workers x
 step, exactly what one process reads with 2·B; async workers share the work queue's slices (every
 slice once, every example once) and end cleanly at the end of the data; a job stopped by
 --train_steps resumes from its checkpoint where the queue stood; a bad line fails naming file and
-line; examples/pytorch/ctr_dlrm.py trains from the files.
+line; examples/pytorch/ctr_dlrm.py trains from the files, also files of 5 integers and 7
+categoricals (--ctr_dense, --ctr_fields), and a job whose counts differ from the files' is refused.
 
 Run: PYTHONPATH=build/python PSFLOW_BINARY=build/psflow /usr/bin/python3 -m unittest -v test_ctr_files
 """
@@ -112,6 +113,29 @@ class CtrFilesTest(unittest.TestCase):
         self.assertEqual(sorted(slices) and sum(slices), 20, out)  # --file_slices=10 x 2 workers
         self.assertRegex(out, r"ctr_dlrm: test log-loss [0-9.]+ \(Bayes nan\), test AUC [0-9.]+ \(Bayes nan\) "
                               r"on 256 examples")
+
+    def test_other_field_counts_train_and_a_mismatch_is_refused(self):
+        other = self.path("other")
+        r = run([BINARY, "data", "ctr-files", f"--out={other}", "--files=2", "--examples_per_file=300", "--seed=4",
+                 "--ctr_fields=7", "--ctr_dense=5", "--ctr_test_examples=128"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        test = psflow.data.read_ctr_files(f"{other}/test", 7, 100, num_dense=5)
+        self.assertEqual((test["ids"].shape, test["dense"].shape, test["labels"].shape), ((100, 7), (100, 5), (100,)))
+        flags = [f"--train_files={other}/train-*", f"--test_files={other}/test", "--ctr_fields=7", "--ctr_dim=4",
+                 "--batch_size=32", "--ctr_test_examples=128"]
+        r = run(self.cluster(2, [], [*flags, "--ctr_dense=5"], script=DLRM))
+        out = r.stdout + r.stderr
+        self.assertEqual(r.returncode, 0, out)
+        self.assertRegex(out, r"ctr_dlrm: test log-loss [0-9.]+ \(Bayes nan\), test AUC [0-9.]+ \(Bayes nan\) "
+                              r"on 128 examples")
+        r = run(self.cluster(2, [], flags, script=DLRM))  # --ctr_dense=13 by default
+        out = r.stdout + r.stderr
+        self.assertNotEqual(r.returncode, 0, out)
+        self.assertRegex(out, rf"data file {re.escape(other)}/(train-0000[01]|test) line 1: 13 tab-separated fields; "
+                              r"expected 21 \(label, 13 integers and 7 categoricals\): set --ctr_dense and "
+                              r"--ctr_fields to the files' counts")
+        with self.assertRaisesRegex(psflow.InvalidArgumentError, r"expected 21 .*--ctr_dense"):
+            psflow.data.read_ctr_files(f"{other}/test", 7, 100)  # num_dense=13 by default
 
 
 if __name__ == "__main__":

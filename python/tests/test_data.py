@@ -99,13 +99,17 @@ class DataTest(unittest.TestCase):
 
     def test_a_killed_async_job_resumes_its_streams(self):
         ckpt = self.path("ckpt")
-        common = ["--batch_size=3", "--train_steps=120", "--save_checkpoint_steps=10", f"--checkpoint_dir={ckpt}"]
-        first = run(cluster(2, common, ["--examples=500", f"--record={self.path('first')}", "--crash_at_step=45"]))
+        common = ["--batch_size=3", "--save_checkpoint_steps=10", f"--checkpoint_dir={ckpt}"]
+        # The first run's end is far (on a loaded machine worker 1 may step far ahead of the chief,
+        # which must still reach step 45 and crash); the second trains 60 steps past the restore.
+        first = run(cluster(2, common + ["--train_steps=100000"],
+                            ["--examples=500", f"--record={self.path('first')}", "--crash_at_step=45"]))
         self.assertNotEqual(first.returncode, 0, "the chief was killed")
         restored = psflow.checkpoint_info(ckpt)[1]
         self.assertGreaterEqual(restored, 10)
         before = [records(self.path("first.0")), records(self.path("first.1"))]
-        again = run(cluster(2, common, ["--examples=500", f"--record={self.path('again')}"]))
+        again = run(cluster(2, common + [f"--train_steps={restored + 60}"],
+                            ["--examples=500", f"--record={self.path('again')}"]))
         self.assertEqual(again.returncode, 0, again.stdout + again.stderr)
         self.assertIn(f"chief: restored 2 variables at global step {restored}", again.stdout)
         after = [records(self.path("again.0")), records(self.path("again.1"))]

@@ -309,8 +309,9 @@ void AddEvalCommand(CommandLine& c) {
                        "after the final one (docs/evaluator.md)");
   AddTrainFlags(
       c.eval_cmd, &c.eval_options,
-      {"checkpoint_dir", "model", "hidden_units", "data_dir", "intra_op_threads", "seed", "ctr_fields", "ctr_dim",
-       "ctr_vocab", "ctr_preset", "ctr_test_examples", "logdir", "train_steps", "eval_timeout_secs"});
+      {"checkpoint_dir", "model", "hidden_units", "data_dir", "intra_op_threads", "seed", "ctr_fields", "ctr_dense", "ctr_dim",
+       "ctr_vocab", "ctr_preset", "ctr_test_examples", "test_files", "max_bad_lines", "logdir", "train_steps",
+       "eval_timeout_secs"});
   c.eval_cmd->get_option("--checkpoint_dir")->required();
 }
 

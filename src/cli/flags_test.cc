@@ -173,6 +173,7 @@ TEST_F(ParseFlagsTest, EveryFlagSurvivesARoundTripThroughItsText) {
   o.sparse_sync_mean = "row_count";
   o.table_dir = "/t";
   o.table_cache_bytes = 12345;
+  o.table_scan_timeout_secs = 42.5;
   o.sync_replicas = true;
   o.replicas_to_aggregate = 2;
   o.total_num_replicas = 2;

@@ -169,7 +169,8 @@ std::string DescribeFault(std::string_view line, const LineFault& fault, const C
   const size_t expected = 1 + static_cast<size_t>(layout.num_dense) + static_cast<size_t>(layout.num_fields);
   if (fault.fault == Fault::kFieldCount || fields.size() != expected) {
     return absl::StrCat(fields.size(), " tab-separated field", fields.size() == 1 ? "" : "s", "; expected ", expected,
-                        " (", internal::DescribeLayout(layout), ")");
+                        " (", internal::DescribeLayout(layout), "): set --ctr_dense and --ctr_fields to the files' "
+                        "counts");
   }
   std::string_view text = fields[fault.field];
   std::string shown(text.substr(0, 40));

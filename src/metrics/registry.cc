@@ -171,6 +171,8 @@ absl::Status DeclarePsflowMetrics(MetricsRegistry& registry) {
       {kStaleGradientsDropped, Type::kCounter, "Gradients dropped for being too stale.", {}},
       {kPushesRefused, Type::kCounter, "Gradient pushes refused by the parameter servers.", {}},
       {kConnectedWorkers, Type::kGauge, "Workers currently connected.", {}},
+      {kTrainingMode, Type::kGauge, "1 for this worker's training mode: async, sync or hybrid (sync dense, async tables).",
+       {"mode"}},
       {kTableRows, Type::kGauge, "Rows of an embedding table held by parameter-server task ps.", {"ps", "table"}},
       {kTableBytes, Type::kGauge, "Bytes of an embedding table held by parameter-server task ps.", {"ps", "table"}},
       {kTableRowsPulled, Type::kCounter, "Embedding table rows answered to pulls by task ps.", {"ps", "table"}},

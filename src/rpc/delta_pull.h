@@ -28,9 +28,10 @@
 // Cost: on each ps, a float32 copy of what every worker pulled (the model's size per worker);
 // per-client copies unseen for 10 minutes are dropped (the next pull is a full one).
 //
-// MakeChannel and StartServer (transport.h) put these around every channel and server; channels
-// and servers made directly (MakeGrpcChannel, StartGrpcServer) answer and pull plainly, and
-// either side alone keeps the plain protocol. Thread-safe.
+// StartServer (transport.h) puts a DeltaHandler around every server, and MakeChannel a
+// DeltaChannel around the channels of a 16-bit --wire_dtype (a float32 job's calls skip it);
+// channels and servers made directly (MakeGrpcChannel, StartGrpcServer) answer and pull plainly,
+// and either side alone keeps the plain protocol. Thread-safe.
 #ifndef PSFLOW_RPC_DELTA_PULL_H_
 #define PSFLOW_RPC_DELTA_PULL_H_
 

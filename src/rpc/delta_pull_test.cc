@@ -321,7 +321,8 @@ TEST(DeltaPullTest, EndToEndOverGrpcAndSharedMemory) {
     options.transport = transport;
     auto server = StartServer("127.0.0.1:0", options, &ps);
     ASSERT_TRUE(server.ok()) << server.status();
-    auto channel = MakeChannel(absl::StrCat("127.0.0.1:", (*server)->port()), "ps task 0", options);
+    auto channel =
+        MakeChannel(absl::StrCat("127.0.0.1:", (*server)->port()), "ps task 0", options, WireDtype::kBFloat16);
     ASSERT_TRUE(channel.ok()) << channel.status();
     CallOptions call;
     call.timeout_secs = 30;

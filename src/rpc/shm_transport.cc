@@ -460,10 +460,10 @@ absl::StatusOr<std::unique_ptr<Server>> StartTransportServer(const std::string& 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ClientChannel>> MakeChannel(const std::string& address, const std::string& peer_name,
-                                                           const TransportOptions& security) {
+                                                           const TransportOptions& security, WireDtype wire_dtype) {
   if (absl::Status s = CheckTransport(security.transport); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<ClientChannel>> channel = MakeTransportChannel(address, peer_name, security);
-  if (!channel.ok()) return channel.status();
+  if (!channel.ok() || wire_dtype == WireDtype::kFloat32) return channel;
   return std::unique_ptr<ClientChannel>(new DeltaChannel(*std::move(channel)));
 }
 

@@ -3,6 +3,7 @@
 #include "rpc/tensor_coding.h"
 
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,10 +22,10 @@ std::string Flatten(const grpc::ByteBuffer& buffer) {
   return out;
 }
 
-// Splits bytes into slices of random sizes (1 byte up to 64 KiB), like TCP reads do; `offset`
-// shifts the start of each slice's memory so floats land at every alignment.
-grpc::ByteBuffer Reslice(const std::string& bytes, std::mt19937& rng, int offset) {
-  std::uniform_int_distribution<size_t> size_dist(1, 65536);
+// Splits bytes into slices of random sizes (1 byte up to `max_slice`, 64 KiB by default), like TCP
+// reads do; `offset` shifts the start of each slice's memory so floats land at every alignment.
+grpc::ByteBuffer Reslice(const std::string& bytes, std::mt19937& rng, int offset, size_t max_slice = 65536) {
+  std::uniform_int_distribution<size_t> size_dist(1, max_slice);
   std::vector<grpc::Slice> slices;
   size_t pos = 0;
   while (pos < bytes.size()) {
@@ -115,6 +116,44 @@ TEST(TensorCodingTest, DenseRoundTripOverManySizesAndSlicings) {
       std::vector<float> part(static_cast<size_t>(count));
       in->CopyRange(0, first, count, part.data());
       EXPECT_EQ(std::memcmp(part.data(), original.data() + first, count * 4), 0);
+    }
+  }
+}
+
+TEST(TensorCodingTest, FirstNonFiniteFindsTheFirstInfOrNanWhereverTheBytesLie) {
+  std::mt19937 rng(11);
+  constexpr int64_t n = 3001;
+  const float kBad[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                        -std::numeric_limits<float>::infinity()};
+  for (WireDtype dtype : {WireDtype::kFloat32, WireDtype::kBFloat16}) {
+    for (int64_t at : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{1500}, n - 2, n - 1}) {
+      for (float bad : kBad) {
+        Tensor t = Iota(n, 0.5f);
+        t[5] = 1e38f;  // large and tiny finite values (in every dtype) are not flagged
+        t[6] = std::numeric_limits<float>::denorm_min();
+        t[at] = bad;
+        if (at + 1 < n) t[n - 1] = -bad;  // a later one: only the first counts
+        OutgoingMessage msg;
+        msg.header = "h";
+        msg.tensors.push_back(Dense("g", t));
+        if (dtype != WireDtype::kFloat32) msg.tensors.back().meta.set_dtype(WireDtypeName(dtype));
+        const std::string bytes = Flatten(EncodeMessage(std::move(msg)));
+        for (int offset = 0; offset < 4; ++offset) {
+          for (size_t max_slice : {size_t{7}, size_t{65536}}) {
+            SCOPED_TRACE(testing::Message() << WireDtypeName(dtype) << " at=" << at << " bad=" << bad
+                                            << " offset=" << offset << " max_slice=" << max_slice);
+            absl::StatusOr<IncomingMessage> in = DecodeMessage(Reslice(bytes, rng, offset, max_slice));
+            ASSERT_TRUE(in.ok()) << in.status();
+            EXPECT_EQ(in->FirstNonFinite(0, 0, n), at);
+            EXPECT_EQ(in->FirstNonFinite(0, 0, at), -1);
+            EXPECT_EQ(in->FirstNonFinite(0, at, 1), at);
+            if (at + 1 < n) {
+              EXPECT_EQ(in->FirstNonFinite(0, at + 1, n - at - 1), n - 1);
+              EXPECT_EQ(in->FirstNonFinite(0, at + 1, n - at - 2), -1);
+            }
+          }
+        }
+      }
     }
   }
 }

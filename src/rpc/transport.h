@@ -137,6 +137,10 @@ class IncomingMessage {
   void CopyStrided(int i, float* dst, int64_t block, int64_t stride) const;
   // dst[j] += tensor i's float j.
   void AddTo(int i, float* dst) const;
+  // The index (from the tensor's start) of the first Inf or NaN among tensor i's floats
+  // [first, first + count), or -1. Reads float32 bytes where they were received, whatever their
+  // alignment (no bounce copy: the check is one pass over the bytes).
+  int64_t FirstNonFinite(int i, int64_t first, int64_t count) const;
   // Calls fn(run, first, n) over the tensor's floats [first, first + n) in order, with `run` a
   // properly aligned pointer valid only during the call (in place when the bytes are aligned and
   // contiguous, else through a small bounce buffer). Stops early and returns false when fn does.
@@ -250,9 +254,12 @@ absl::StatusOr<std::unique_ptr<Server>> StartGrpcServer(const std::string& addre
 // The transport `security.transport` asks for: MakeGrpcChannel / StartGrpcServer for "grpc"; for
 // "shm", a channel to a loopback address that carries calls over shared memory when the ps serves
 // it (else over gRPC), and a gRPC server that also serves shared memory. InvalidArgument naming --transport for another
-// value.
+// value. A channel for a 16-bit `wire_dtype` (--wire_dtype) is a client of delta pulls
+// (rpc/delta_pull.h); a float32 one calls the transport directly. A server answers delta pulls to
+// the clients that announce themselves, plainly to the others.
 absl::StatusOr<std::unique_ptr<ClientChannel>> MakeChannel(const std::string& address, const std::string& peer_name,
-                                                           const TransportOptions& security);
+                                                           const TransportOptions& security,
+                                                           WireDtype wire_dtype = WireDtype::kFloat32);
 absl::StatusOr<std::unique_ptr<Server>> StartServer(const std::string& address, const TransportOptions& security,
                                                     Handler* handler);
 

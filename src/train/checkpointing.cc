@@ -1,7 +1,10 @@
 #include "train/checkpointing.h"
 
+#include <cstring>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "psflow/ckpt/checkpoint.h"
 #include "psflow/ckpt/checkpoint_chain.h"
 
@@ -48,7 +51,68 @@ absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, const Trai
       std::move(metadata), save, env);
 }
 
-SaveChain::Save SaveChain::Begin(int64_t global_step) {
+namespace {
+
+// A 64-bit mix of words (the finalizer of SplitMix64 over a running state): stable across runs and
+// machines, unlike absl::Hash.
+class Fingerprint {
+ public:
+  void Add(uint64_t word) {
+    h_ = Mix(h_ ^ (word + 0x9e3779b97f4a7c15ULL + (h_ << 6) + (h_ >> 2)));
+  }
+  void Add(const std::string& s) {
+    Add(static_cast<uint64_t>(s.size()));
+    AddBytes(s.data(), s.size());
+  }
+  void AddBytes(const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      Add(w);
+    }
+    uint64_t tail = 0;
+    for (size_t k = 0; i < n; ++i, ++k) tail |= static_cast<uint64_t>(p[i]) << (8 * k);
+    Add(tail);
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  static uint64_t Mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  uint64_t h_ = 0x70736666c6f77ULL;  // "psflow"
+};
+
+}  // namespace
+
+uint64_t ChainFingerprint(const TrainingState& state) {
+  Fingerprint f;
+  f.Add(state.model);
+  f.Add(state.optimizer);
+  f.Add(static_cast<uint64_t>(state.global_step));
+  for (const auto& [name, v] : state.variables) {  // a std::map: name order
+    f.Add(name);
+    f.AddBytes(v.value.data(), v.value.size() * sizeof(float));
+    for (const Tensor& slot : v.slots) f.AddBytes(slot.data(), slot.size() * sizeof(float));
+    f.Add(static_cast<uint64_t>(v.updates));
+  }
+  return f.value();
+}
+
+std::string DerivedChainId(uint64_t seed, int64_t global_step, int64_t save_id, uint64_t fingerprint) {
+  Fingerprint f;
+  f.Add(seed);
+  f.Add(static_cast<uint64_t>(global_step));
+  f.Add(static_cast<uint64_t>(save_id));
+  f.Add(fingerprint);
+  return absl::StrFormat("%016x", f.value());
+}
+
+SaveChain::Save SaveChain::Begin(int64_t global_step, uint64_t fingerprint) {
   Save save;
   save.save_id = next_id_++;
   save.increment = full_every_ > 1 && in_chain_ && saves_in_chain_ < full_every_ && global_step > last_step_;
@@ -57,7 +121,7 @@ SaveChain::Save SaveChain::Begin(int64_t global_step) {
   save.scan.changed_since = save.increment ? last_save_id_ : -1;
   save.scan.track_changes = full_every_ > 1;
   if (full_every_ == 1) return save;  // today's files: no chain
-  save.chain = save.increment ? chain_ : ckpt::NewChainId();
+  save.chain = save.increment ? chain_ : DerivedChainId(seed_, global_step, save.save_id, fingerprint);
   save.metadata[ckpt::kKindKey] = save.increment ? "increment" : "full";
   save.metadata[ckpt::kChainKey] = save.chain;
   save.metadata[ckpt::kSaveIdKey] = absl::StrCat(save.save_id);

@@ -87,10 +87,15 @@ absl::StatusOr<std::optional<OpenedTrainingState>> OpenTrainingState(
 // committed save. The next save is full after Restart (a restore, a ps task restarted, a chief
 // (re)started: the ps tasks' change logs are unknown) and after a failed full save; a failed
 // increment is followed by an increment since the same committed save (larger). K = 1 writes
-// today's files (no chain metadata). Not thread-safe (the chief's thread).
+// today's files (no chain metadata). A full save's chain id is derived, not drawn: from the job's
+// --seed, the save's step and number, and the fingerprint of what it saves (ChainFingerprint), so
+// two runs of the same job write the same bits, while another job's (another seed, or other dense
+// values at that step) chain differs and its increments are refused. Not thread-safe (the chief's
+// thread).
 class SaveChain {
  public:
-  explicit SaveChain(int64_t full_every) : full_every_(std::max<int64_t>(full_every, 1)) {}
+  explicit SaveChain(int64_t full_every, uint64_t seed = 0)
+      : full_every_(std::max<int64_t>(full_every, 1)), seed_(seed) {}
 
   struct Save {
     int64_t save_id = 0;
@@ -99,8 +104,9 @@ class SaveChain {
     std::map<std::string, std::string> metadata;  // the chain's keys (ckpt/checkpoint_chain.h)
     std::string chain;
   };
-  // The next save at `global_step`, numbered.
-  Save Begin(int64_t global_step);
+  // The next save at `global_step`, numbered; a full one's chain id from `fingerprint` (what it
+  // saves: ChainFingerprint of its state).
+  Save Begin(int64_t global_step, uint64_t fingerprint = 0);
   void Committed(const Save& save, int64_t global_step);
   void Failed(const Save& save);
   // The next save is full, numbered after `last_save_id`.
@@ -108,11 +114,20 @@ class SaveChain {
 
  private:
   const int64_t full_every_;
+  const uint64_t seed_;
   int64_t next_id_ = 1;
   bool in_chain_ = false;  // the last committed save is in a chain the next increment may follow
   std::string chain_;
   int64_t base_step_ = 0, last_step_ = 0, last_save_id_ = 0, saves_in_chain_ = 0;
 };
+
+// A fingerprint of a save's state (its model, optimizer, global step and every dense variable's
+// name, bytes, slots and update count; 64 bits, the same on every machine and run): what a full
+// save's chain id is derived from.
+uint64_t ChainFingerprint(const TrainingState& state);
+// The chain id of a full save (16 hex digits) from the job's seed, its step, its number and its
+// fingerprint.
+std::string DerivedChainId(uint64_t seed, int64_t global_step, int64_t save_id, uint64_t fingerprint);
 
 // Decides when the chief saves: each time the global step reaches a multiple of `steps`, and/or
 // every `secs` seconds. The step schedule is on the boundaries, not relative to the last save: in

@@ -39,7 +39,7 @@ Chief::Chief(const TrainOptions& options, std::string model_name, ps::PsClient& 
       log_(log),
       schedule_(options.save_checkpoint_steps, options.save_checkpoint_secs, 0),
       tables_(std::move(tables)),
-      chain_(options.full_checkpoint_every) {
+      chain_(options.full_checkpoint_every, options.seed) {
   if (!initial_.rebuild) {
     for (const Tensor* t : initial_.at_start) initial_copy_.push_back(*t);
   }
@@ -198,11 +198,17 @@ absl::Status Chief::TryInitializeCluster() {
   return absl::OkStatus();
 }
 
-absl::Status Chief::MaybeCheckpoint(int64_t global_step) {
+absl::Status Chief::MaybeCheckpoint(int64_t global_step) { return StartSave(global_step, false, {}); }
+
+absl::Status Chief::CheckpointNow(int64_t global_step, SavedFn then) {
+  return StartSave(global_step, true, std::move(then));
+}
+
+absl::Status Chief::StartSave(int64_t global_step, bool force, SavedFn then) {
   if (options_.checkpoint_dir.empty()) return absl::OkStatus();
   {
     absl::MutexLock lock(&mu_);
-    if (!schedule_.Due(global_step)) return absl::OkStatus();
+    if (!force && !schedule_.Due(global_step)) return absl::OkStatus();
   }
   // At most one save in flight: a save due while the previous one still writes waits for it, so each
   // save is of the step it was due at (a sync job's files are the same, run to run, whatever the
@@ -210,7 +216,11 @@ absl::Status Chief::MaybeCheckpoint(int64_t global_step) {
   WaitForSave();
   {
     absl::MutexLock lock(&mu_);
-    if (!schedule_.Due(global_step)) return absl::OkStatus();  // (the one it waited for saved this step)
+    if (saved_step_ == global_step) {  // the one it waited for saved this step
+      if (then) then(saved_step_, saved_path_);
+      return absl::OkStatus();
+    }
+    if (!force && !schedule_.Due(global_step)) return absl::OkStatus();
     schedule_.Saved(global_step);  // this interval's save: the next is due at the next boundary
     saving_ = true;
   }
@@ -228,14 +238,15 @@ absl::Status Chief::MaybeCheckpoint(int64_t global_step) {
   // The tables' scans start now too, on every ps task at once: each shard is read as it stands now,
   // whatever the chief and the others push while the save thread reads it.
   absl::StatusOr<SaveChain::Save> opened =
-      state.ok() ? OpenTableScans(state->global_step) : absl::StatusOr<SaveChain::Save>(state.status());
+      state.ok() ? OpenTableScans(*state) : absl::StatusOr<SaveChain::Save>(state.status());
   if (!opened.ok()) {
     internal::ReleaseCachedBlocks();
     failed(opened.status());
     return absl::OkStatus();
   }
-  save_thread_ = std::thread([this, failed, state = *std::move(state), save = *std::move(opened)]() mutable {
-    absl::Status saved = WriteCheckpoint(std::move(state), save);
+  save_thread_ = std::thread([this, failed, state = *std::move(state), save = *std::move(opened),
+                              then = std::move(then)]() mutable {
+    absl::Status saved = WriteCheckpoint(std::move(state), save, then);
     if (!saved.ok()) return failed(saved);
     absl::MutexLock lock(&mu_);
     saving_ = false;
@@ -252,7 +263,7 @@ absl::Status Chief::SaveCheckpointNow() {
   if (options_.checkpoint_dir.empty()) return absl::OkStatus();
   auto state = PullDense();
   absl::StatusOr<SaveChain::Save> opened =
-      state.ok() ? OpenTableScans(state->global_step) : absl::StatusOr<SaveChain::Save>(state.status());
+      state.ok() ? OpenTableScans(*state) : absl::StatusOr<SaveChain::Save>(state.status());
   if (!opened.ok()) {
     internal::ReleaseCachedBlocks();
     return opened.status();
@@ -260,8 +271,11 @@ absl::Status Chief::SaveCheckpointNow() {
   return WriteCheckpoint(*std::move(state), *opened);
 }
 
-absl::StatusOr<SaveChain::Save> Chief::OpenTableScans(int64_t global_step) {
-  SaveChain::Save save = chain_.Begin(global_step);
+absl::StatusOr<SaveChain::Save> Chief::OpenTableScans(const TrainingState& state) {
+  const int64_t global_step = state.global_step;
+  // A full save's chain id comes from what it saves (two runs of one job write the same bits).
+  const uint64_t fingerprint = options_.full_checkpoint_every > 1 ? ChainFingerprint(state) : 0;
+  SaveChain::Save save = chain_.Begin(global_step, fingerprint);
   if (tables_.empty()) return save;
   std::vector<std::string> names;
   for (const dist::TableSpec& t : tables_) names.push_back(t.name);
@@ -273,7 +287,7 @@ absl::StatusOr<SaveChain::Save> Chief::OpenTableScans(int64_t global_step) {
   if (!save.increment || !absl::IsFailedPrecondition(opened)) return opened;
   log_(absl::StrCat("chief: an incremental save was refused (", opened.message(), "); saving in full"));
   chain_.Restart(save.save_id);
-  save = chain_.Begin(global_step);
+  save = chain_.Begin(global_step, fingerprint);
   if (opened = client_.OpenTableScans(names, save.scan); opened.ok()) return save;
   chain_.Failed(save);
   (void)client_.CloseTableScans();
@@ -312,7 +326,7 @@ absl::StatusOr<TrainingState> Chief::PullDense() {
   return state;
 }
 
-absl::Status Chief::WriteCheckpoint(TrainingState state, const SaveChain::Save& save) {
+absl::Status Chief::WriteCheckpoint(TrainingState state, const SaveChain::Save& save, const SavedFn& then) {
   auto path = WriteChainSave(state, save);
   state.variables.clear();
   internal::ReleaseCachedBlocks();
@@ -326,8 +340,10 @@ absl::Status Chief::WriteCheckpoint(TrainingState state, const SaveChain::Save& 
     absl::MutexLock lock(&mu_);
     schedule_.Saved(state.global_step);
     saved_step_ = state.global_step;
+    saved_path_ = *path;
   }
   log_("saved checkpoint " + *path);
+  if (then) then(state.global_step, *path);
   return absl::OkStatus();
 }
 

@@ -53,6 +53,12 @@ class Chief {
   // writes the file. A failed save is logged ("checkpoint failed: ...") and tried again at the next
   // interval; a save due while the previous one still runs waits for it (one save in flight).
   absl::Status MaybeCheckpoint(int64_t global_step);
+  // Called with a save's global step and file once it is written (on the save thread).
+  using SavedFn = std::function<void(int64_t global_step, const std::string& path)>;
+  // The same save made whether or not the schedule says so (--eval_every_steps' evaluation beside
+  // training), then `then` with its file; when the save in flight it waits for was of this step,
+  // `then` gets that file. A failed save is logged and `then` not called.
+  absl::Status CheckpointNow(int64_t global_step, SavedFn then);
   // Saves now, on the calling thread, after the save in flight (if any) has ended.
   absl::Status SaveCheckpoint();
   // Waits for the save in flight, if any (its failure was logged).
@@ -79,10 +85,12 @@ class Chief {
   // and the file written (on the save thread for a scheduled save); WriteCheckpoint stops with
   // Cancelled between table parts once cancel_ is set.
   absl::StatusOr<TrainingState> PullDense();
-  // Begins the chain's next save at `global_step` and opens its scans (an increment a ps task
+  // Begins the chain's next save at the state's step and opens its scans (an increment a ps task
   // refuses is begun again in full).
-  absl::StatusOr<SaveChain::Save> OpenTableScans(int64_t global_step);
-  absl::Status WriteCheckpoint(TrainingState state, const SaveChain::Save& save);
+  absl::StatusOr<SaveChain::Save> OpenTableScans(const TrainingState& state);
+  absl::Status WriteCheckpoint(TrainingState state, const SaveChain::Save& save, const SavedFn& then = {});
+  // MaybeCheckpoint's save, begun when `force` or the schedule says so.
+  absl::Status StartSave(int64_t global_step, bool force, SavedFn then);
   // Sets cancel_, waits for the save in flight, clears cancel_.
   void AbandonSave();
   // WriteCheckpoint's file: `state` and the tables as `save` (full or increment). The path.
@@ -114,6 +122,7 @@ class Chief {
   absl::Mutex mu_;  // the schedule and the last save, shared with the save thread
   CheckpointSchedule schedule_ ABSL_GUARDED_BY(mu_);
   int64_t saved_step_ ABSL_GUARDED_BY(mu_) = -1;          // global step of the last checkpoint this chief wrote
+  std::string saved_path_ ABSL_GUARDED_BY(mu_);           // and its file
   bool saving_ ABSL_GUARDED_BY(mu_) = false;              // a save is in flight on save_thread_
   std::thread save_thread_;                               // started and joined by the training thread only
   std::atomic<bool> cancel_{false};                       // the save in flight stops at its next table part

@@ -81,6 +81,8 @@ constexpr Flag kFlags[] = {
   {"ctr_vocab", &O::ctr_vocab, "ctr model: 0 for dynamic tables, N for fixed div tables of N rows (ids mod N)",
    AtLeast(0, "0 (dynamic tables) or a positive number of rows")},
   {"ctr_fields", &O::ctr_fields, "ctr model: categorical fields, one table each", Between(1, 1000, "between 1 and 1000")},
+  {"ctr_dense", &O::ctr_dense, "ctr model: integer (dense) features per example (the files' I1..I_D)",
+   Between(0, 1000, "between 0 and 1000")},
   {"ctr_dim", &O::ctr_dim, "ctr model: embedding dimension", Between(1, 256, "between 1 and 256")},
   {"ctr_preset", &O::ctr_preset, "ctr model: the generator's configuration, criteo (Criteo's cardinalities) or "
    "learnable (vocabularies capped at 100 ids, a stronger FM signal: the Bayes AUC can be reached)",
@@ -105,6 +107,8 @@ constexpr Flag kFlags[] = {
    "directory; each ps task keeps its tables in ps_<task> inside it (wiped at start: a cache of the checkpoint)"},
   {"table_cache_bytes", &O::table_cache_bytes, "disk tables: bytes of rows a ps task keeps in memory, shared by "
    "its disk tables (least recently used rows leave)", kPositive},
+  {"table_scan_timeout_secs", &O::table_scan_timeout_secs, "a ps task drops a checkpoint's table scan its chief "
+   "left unread this long (a dead chief's; 0: never)", Finite(AtLeast(0, "0 (never) or a number of seconds"))},
   // Synchronous replicas.
   {"sync_replicas", &O::sync_replicas, "synchronous training (SyncReplicasOptimizer)"},
   {"replicas_to_aggregate", &O::replicas_to_aggregate, "gradients averaged per sync step (0: the number of workers)",
@@ -134,7 +138,8 @@ constexpr Flag kFlags[] = {
   {"save_summaries_steps", &O::save_summaries_steps, "TensorBoard summary cadence", kPositive},
   {"metrics_json", &O::metrics_json, "write the final summary as JSON to this file"},
   {"eval_every_steps", &O::eval_every_steps,
-   "the chief runs the evaluation every N global steps during training (0: only at the end)",
+   "the chief runs the evaluation every N global steps during training (0: only at the end); the ctr model on "
+   "a cluster with --checkpoint_dir: of that step's checkpoint, beside training",
    AtLeast(0, "0 (only at the end) or positive")},
   {"eval_timeout_secs", &O::eval_timeout_secs,
    "an evaluator that sees no new checkpoint and no end of training for this long exits non-zero", kSeconds},

@@ -2,9 +2,11 @@
 // training, then return so the process exits 0 (TF's server.join() never returned).
 #include "train/ps_task.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "psflow/ps/ps_server.h"
 #include "psflow/train/train.h"
@@ -20,6 +22,17 @@ namespace {
 std::string TrafficText(const ps::PsTaskStats& now, const std::optional<ps::PsTaskStats>& reported) {
   const ps::PsTaskStats& shown = reported.has_value() ? *reported : now;
   return absl::StrCat(shown.bytes_in, " bytes in, ", shown.bytes_out, " bytes out");
+}
+
+// Sync: where this task's steps spent their time (bench/ctr_many_workers.py reads the line).
+std::string SyncTimingText(int task, const ps::PsServer::SyncTiming& s) {
+  const double steps = static_cast<double>(s.steps), pushes = static_cast<double>(std::max<int64_t>(1, s.pushes));
+  return absl::StrFormat(
+      "ps task %d sync timing: %d steps of %.1f pushes; a push waited for its step's quorum %.2f ms on average, the "
+      "step's first push %.2f ms (first arrival to quorum); apply %.2f ms, answering the step's pushes %.2f ms "
+      "per step",
+      task, s.steps, static_cast<double>(s.pushes) / steps, 1e3 * s.wait_secs / pushes, 1e3 * s.spread_secs / steps,
+      1e3 * s.apply_secs / steps, 1e3 * s.answer_secs / steps);
 }
 
 }  // namespace
@@ -43,6 +56,7 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log,
   server_options.table_storage = options.table_dir.empty() ? "memory" : "disk";
   server_options.table_dir = options.table_dir;
   server_options.table_cache_bytes = options.table_cache_bytes;
+  server_options.table_scan_timeout_secs = options.table_scan_timeout_secs;
   auto server = ps::PsServer::Start(server_options);
   if (!server.ok()) return server.status();
   log(absl::StrCat("ps task ", setup->task.index, " serving on ", server_options.listen_address));
@@ -83,6 +97,9 @@ absl::Status RunParameterServer(const TrainOptions& options, const LogSink& log,
   if (status.ok()) {
     log(absl::StrCat("ps task ", setup->task.index, " done at global step ", stats.global_step, ": ", stats.num_params,
                      " params, ", TrafficText(stats, (*server)->ReportedStats())));
+    if (const ps::PsServer::SyncTiming t = (*server)->sync_timing(); t.steps > 0) {
+      log(SyncTimingText(setup->task.index, t));
+    }
   }
   return status;
 }

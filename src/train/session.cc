@@ -20,6 +20,7 @@
 #include "psflow/train/train.h"
 #include "train/chief.h"
 #include "train/cluster_setup.h"
+#include "train/eval_beside.h"
 #include "train/forward_pulls.h"
 #include "train/in_process_ps.h"
 #include "train/option_value.h"
@@ -151,6 +152,9 @@ class WorkerSession::Impl {
       initial.rebuild = options_.rebuild_initial_values;
       chief_ = std::make_unique<Chief>(o, options_.model_name, *client_, variables_, std::move(initial), config_,
                                        *optimizer_, options_.log, table_specs());
+      if (o.eval_every_steps > 0 && options_.evaluate_checkpoint && !o.checkpoint_dir.empty()) {
+        beside_ = std::make_unique<EvalBeside>(options_.evaluate_checkpoint);
+      }
     }
     if (is_chief() || o.log_device_placement) log("variable placement:\n" + plan_.Format());
     if (is_chief()) {
@@ -163,7 +167,12 @@ class WorkerSession::Impl {
     if (!telemetry.ok()) return telemetry.status();
     telemetry_ = *std::move(telemetry);
     roster_ = std::make_unique<WorkerRoster>(cluster_.num_workers(), index_);
-    progress_ = std::make_unique<ProgressLog>(options_.log, "", OptionValue(o.train_steps), OptionValue(o.batch_size));
+    // Hybrid (sync dense, async tables) names itself on each progress line; sync and async are told
+    // apart by the flags alone.
+    const std::string mode = ModeName();
+    telemetry_->SetTrainingMode(mode);
+    progress_ = std::make_unique<ProgressLog>(options_.log, mode == "hybrid" ? "hybrid: " : "",
+                                              OptionValue(o.train_steps), OptionValue(o.batch_size));
 
     auto first = PullCurrent();
     if (absl::IsOutOfRange(first.status())) {
@@ -240,10 +249,18 @@ class WorkerSession::Impl {
     progress_->Step(global_step_, loss, accuracy, options_.train.log_every);
     telemetry_->OnStep(global_step_, loss, accuracy, learning_rate(), examples_per_global_step());
     if (is_chief()) {
-      if (auto s = chief_->MaybeCheckpoint(global_step_); !s.ok())
-        log(absl::StrCat("checkpoint failed: ", s.message()));
       const int64_t every = options_.train.eval_every_steps;
-      if (every > 0 && options_.evaluate && global_step_ / every != step_before / every) {
+      const bool eval_due = every > 0 && global_step_ / every != step_before / every;
+      // Beside training: this step's checkpoint, evaluated on the evaluation thread once written.
+      absl::Status saved =
+          eval_due && beside_ != nullptr
+              ? chief_->CheckpointNow(global_step_,
+                                      [this](int64_t step, const std::string& path) { beside_->Submit(step, path); })
+              : chief_->MaybeCheckpoint(global_step_);
+      if (!saved.ok()) log(absl::StrCat("checkpoint failed: ", saved.message()));
+      if (beside_ != nullptr) {
+        if (auto s = ReportBesideEvals(); !s.ok()) return s;
+      } else if (eval_due && options_.evaluate) {
         if (auto s = EvaluateNow(); !s.ok()) return s;
       }
     }
@@ -317,6 +334,13 @@ class WorkerSession::Impl {
     return -1;
   }
 
+  // The summary's, the progress line's and Prometheus' name of the training mode: async, sync, or
+  // hybrid (--sync_replicas --table_sync=async: the dense variables sync, the tables async).
+  std::string ModeName() const {
+    if (!config_.sync) return "async";
+    return config_.table_sync == "async" ? "hybrid" : "sync";
+  }
+
   // --eval_every_steps: the chief's evaluation during training, logged and written as scalars.
   // It runs on the chief's thread, between two of its steps (the values it reads are the ones the
   // step pulled): the chief does not train meanwhile, the other workers do (async) or wait for it
@@ -334,6 +358,26 @@ class WorkerSession::Impl {
     log(absl::StrCat("eval at global step ", global_step_, ": ", ScalarsText(eval->scalars),
                      absl::StrFormat(" (%.1fs, the chief's training paused)", seconds)));
     telemetry_->OnScalars(eval->scalars, global_step_);
+    return absl::OkStatus();
+  }
+
+  // The evaluations beside training finished since the last call: logged, written to TensorBoard at
+  // their checkpoints' steps. A failed one fails the job, as an evaluation between steps does.
+  absl::Status ReportBesideEvals() {
+    for (EvalBeside::Result& r : beside_->TakeResults()) {
+      if (!r.eval.ok()) {
+        return absl::Status(r.eval.status().code(),
+                            absl::StrCat("the evaluation of ", r.path, " beside training: ", r.eval.status().message()));
+      }
+      if (auto s = CheckEval(*r.eval); !s.ok()) return s;
+      log(absl::StrCat("eval at global step ", r.global_step, ": ", ScalarsText(r.eval->scalars),
+                       absl::StrFormat(" (%.1fs beside training, ", r.seconds), r.path,
+                       r.replaced > 0 ? absl::StrCat("; ", r.replaced, " earlier checkpoint(s) left unevaluated: the "
+                                                                        "evaluation falls behind --eval_every_steps")
+                                      : std::string(),
+                       ")"));
+      telemetry_->OnScalars(r.eval->scalars, r.global_step);
+    }
     return absl::OkStatus();
   }
 
@@ -366,7 +410,7 @@ class WorkerSession::Impl {
     const double train_seconds = progress_->ElapsedSeconds();
     RunSummary summary;
     summary.model = options_.model_name;
-    summary.mode = config_.sync ? "sync" : "async";
+    summary.mode = ModeName();
     summary.workers = cluster_.num_workers();
     summary.ps = cluster_.num_ps();
     summary.stale_gradients_dropped = stale_;
@@ -383,6 +427,10 @@ class WorkerSession::Impl {
     auto step = client_->Pull(pull_into_);
     if (!step.ok()) return step.status();
     if (auto s = chief_->SaveFinalCheckpoint(*step); !s.ok()) return s;
+    if (beside_ != nullptr) {  // the last evaluations beside training (their saves are written)
+      beside_->Finish();
+      if (auto s = ReportBesideEvals(); !s.ok()) return s;
+    }
     // The job succeeded even if the marker cannot be written: say so (an evaluator then waits for
     // --eval_timeout_secs).
     if (auto s = chief_->MarkTrainingDone(); !s.ok()) log(absl::StrCat("chief: ", s.message()));
@@ -636,6 +684,8 @@ class WorkerSession::Impl {
   std::unique_ptr<InProcessPs> in_process_ps_;  // running alone (in_process_ps.h); declared before the
                                                 // client: destroyed (stopped) after it
   std::unique_ptr<ps::PsClient> client_;
+  // Before chief_: the chief's save thread hands files to it, so it outlives that thread.
+  std::unique_ptr<EvalBeside> beside_;  // chief, --eval_every_steps with evaluate_checkpoint
   std::unique_ptr<Chief> chief_;
   std::unique_ptr<Telemetry> telemetry_;
   std::unique_ptr<ProgressLog> progress_;

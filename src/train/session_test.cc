@@ -6,11 +6,16 @@
 // schedule falls on the last step; the caller's own metrics reach the summary line and its JSON.
 #include "psflow/train/session.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "ps/tests/ps_test_util.h"
 
 namespace psflow::train {
@@ -270,6 +275,59 @@ TEST(WorkerSessionTest, RunsAloneWithAnInProcessPsTask) {
   PSFLOW_ASSERT_OK((*session)->Open());
   (*session)->Abort(absl::InternalError("the caller's loop failed"));
   std::filesystem::remove_all(dir);
+}
+
+// A loopback port free a moment ago (bound to port 0, then closed).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Hybrid sync (--sync_replicas --table_sync=async) names itself "hybrid" in the summary, on the
+// progress line and in Prometheus' psflow_training_mode; plain sync stays "sync".
+TEST(WorkerSessionTest, HybridNamesItselfInTheSummaryTheProgressLineAndPrometheus) {
+  for (const std::string table_sync : {"async", "sync"}) {
+    const std::string mode = table_sync == "async" ? "hybrid" : "sync";
+    SCOPED_TRACE(mode);
+    WorkerSession::Options options;
+    options.train.sync_replicas = true;
+    options.train.table_sync = table_sync;
+    options.train.optimizer = "sgd";
+    options.train.train_steps = 2;
+    options.train.log_every = 1;
+    options.train.metrics_port = FreePort();
+    options.model_name = "modes";
+    std::vector<std::string> log;
+    options.log = [&log](const std::string& line) { log.push_back(line); };
+    Tensor w(Shape{3}, std::vector<float>{1, 2, 3});
+    Tensor grad(Shape{3}, 1.0f);
+    auto session = WorkerSession::Create(options, {{"w", &w, &grad}});
+    ASSERT_TRUE(session.ok()) << session.status();
+    PSFLOW_ASSERT_OK((*session)->Open());
+    while (!(*session)->ShouldStop()) PSFLOW_ASSERT_OK((*session)->Step(0.5));
+    httplib::Client client("127.0.0.1", options.train.metrics_port);
+    client.set_connection_timeout(5);
+    client.set_read_timeout(5);
+    httplib::Result scraped = client.Get("/metrics");
+    ASSERT_TRUE(scraped) << httplib::to_string(scraped.error());
+    EXPECT_NE(scraped->body.find("psflow_training_mode{mode=\"" + mode + "\"} 1\n"), std::string::npos)
+        << scraped->body;
+    auto summary = (*session)->Close();
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    EXPECT_EQ(summary->mode, mode);
+    EXPECT_NE(FormatSummary(*summary).find(" mode=" + mode + " "), std::string::npos) << FormatSummary(*summary);
+    const std::string joined = ::testing::PrintToString(log);
+    EXPECT_EQ(joined.find("hybrid: step 2/2 loss") != std::string::npos, mode == "hybrid") << joined;
+    EXPECT_NE(joined.find("step 2/2 loss"), std::string::npos) << joined;
+  }
 }
 
 TEST(CheckMetricName, RefusesEmptyOddAndTheSummarysOwnKeys) {

@@ -112,9 +112,15 @@ std::string SummaryToJson(const RunSummary& s) {
           table["cache_hits"] = x.cache_hits;
           table["cache_misses"] = x.cache_misses;
           table["cache_hit_rate"] = lookups > 0 ? Rounded(double(x.cache_hits) / double(lookups)) : 0.0;
+          table["cache_bytes"] = x.bytes;  // its rows in the ps task's cache, and its index
           table["disk_bytes"] = x.disk_bytes;
           table["disk_rows_read"] = x.disk_rows_read;
           table["disk_rows_written"] = x.disk_rows_written;
+          // Over the training time (the curves in TensorBoard give them per interval).
+          table["disk_rows_read_per_sec"] =
+              s.train_seconds > 0 ? Rounded(double(x.disk_rows_read) / s.train_seconds) : 0.0;
+          table["disk_rows_written_per_sec"] =
+              s.train_seconds > 0 ? Rounded(double(x.disk_rows_written) / s.train_seconds) : 0.0;
         }
         tables.push_back(std::move(table));
       }

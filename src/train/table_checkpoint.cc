@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -257,6 +258,140 @@ absl::StatusOr<std::vector<std::pair<std::string, ps::TablePartSource>>> TableSo
   return sources;
 }
 
+namespace {
+
+// A file's ascending int64 column (a table's NAME/ids) searched without reading it whole: a binary
+// search over blocks of kBlock ids, each probe one read of a block's first id (cached), then the
+// block read once. Lookups must come in ascending id order (a sorted request): each starts where
+// the previous one ended.
+class SortedIds {
+ public:
+  static constexpr int64_t kBlock = 4096;
+
+  SortedIds(const ckpt::SafetensorsReader& reader, std::string name, int64_t rows)
+      : reader_(reader), name_(std::move(name)), rows_(rows), blocks_((rows + kBlock - 1) / kBlock) {}
+
+  // The row of `id` in the column, or -1.
+  absl::StatusOr<int64_t> Find(int64_t id) {
+    if (rows_ == 0) return -1;
+    if (loaded_ < 0 || id > block_.back()) {
+      // The last block (from the current one on) whose first id is <= id.
+      int64_t lo = std::max<int64_t>(loaded_, 0), hi = blocks_ - 1;
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo + 1) / 2;
+        auto first = FirstId(mid);
+        if (!first.ok()) return first.status();
+        if (*first <= id) {
+          lo = mid;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      if (lo != loaded_) {
+        if (auto s = Load(lo); !s.ok()) return s;
+      }
+    }
+    auto it = std::lower_bound(block_.begin(), block_.end(), id);
+    if (it == block_.end() || *it != id) return -1;
+    return loaded_ * kBlock + (it - block_.begin());
+  }
+
+ private:
+  absl::StatusOr<int64_t> FirstId(int64_t block) {
+    if (auto it = first_.find(block); it != first_.end()) return it->second;
+    auto stream = reader_.OpenStream(name_, ckpt::Dtype::kI64);
+    if (!stream.ok()) return stream.status();
+    if (auto s = (*stream)->Skip(static_cast<size_t>(block * kBlock)); !s.ok()) return s;
+    int64_t id = 0;
+    if (auto s = (*stream)->Read(&id, 1); !s.ok()) return s;
+    first_[block] = id;
+    return id;
+  }
+  absl::Status Load(int64_t block) {
+    auto stream = reader_.OpenStream(name_, ckpt::Dtype::kI64);
+    if (!stream.ok()) return stream.status();
+    if (auto s = (*stream)->Skip(static_cast<size_t>(block * kBlock)); !s.ok()) return s;
+    block_.resize(static_cast<size_t>(std::min(kBlock, rows_ - block * kBlock)));
+    if (auto s = (*stream)->Read(block_.data(), block_.size()); !s.ok()) return s;
+    loaded_ = block;
+    return absl::OkStatus();
+  }
+
+  const ckpt::SafetensorsReader& reader_;
+  const std::string name_;
+  const int64_t rows_, blocks_;
+  std::map<int64_t, int64_t> first_;  // block -> its first id
+  int64_t loaded_ = -1;
+  std::vector<int64_t> block_;
+};
+
+// From one file of a chain, the rows of the wanted ids it decides: for each index q in `pending`
+// (ascending ids), the file's row (copied into out, found) or its removal (not found); the ids it
+// does not mention stay in `pending` for the files before it. `fixed_full`: a fixed table's full
+// save (ids implicit, 0..N-1).
+absl::Status ReadFromLink(const ckpt::SafetensorsReader& file, const dist::TableSpec& table,
+                          const std::vector<int64_t>& ids, bool fixed_full, std::vector<size_t>* pending,
+                          Tensor* out, std::vector<bool>* found) {
+  const ckpt::TensorEntry* values = file.Find(table.name);
+  if (values == nullptr || values->dtype != ckpt::Dtype::kF32 || values->shape.size() != 2 ||
+      values->shape[1] != table.dim) {
+    return absl::FailedPreconditionError(absl::StrCat(file.path(), ": table '", table.name, "' is not [rows, ",
+                                                      table.dim, "] float32 there"));
+  }
+  const int64_t rows = values->shape[0];
+  std::vector<std::pair<int64_t, size_t>> at;  // (row in the file, index in ids), ascending
+  std::vector<size_t> left;
+  if (fixed_full) {
+    for (size_t q : *pending) {
+      if (ids[q] >= 0 && ids[q] < rows) {
+        at.emplace_back(ids[q], q);
+      } else {
+        left.push_back(q);
+      }
+    }
+  } else {
+    const ckpt::TensorEntry* file_ids = file.Find(table.name + "/ids");
+    if (file_ids == nullptr || file_ids->dtype != ckpt::Dtype::kI64 || file_ids->elements() != rows) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(file.path(), ": table '", table.name, "' has no int64 '", table.name, "/ids' of ", rows, " ids"));
+    }
+    // An increment's removed ids (what changed since the save before: small).
+    std::vector<int64_t> removed;
+    if (file.Find(table.name + "/removed") != nullptr) {
+      auto read = file.ReadI64(table.name + "/removed");
+      if (!read.ok()) return read.status();
+      removed = *std::move(read);
+    }
+    SortedIds index(file, table.name + "/ids", rows);
+    for (size_t q : *pending) {
+      auto row = index.Find(ids[q]);
+      if (!row.ok()) return row.status();
+      if (*row >= 0) {
+        at.emplace_back(*row, q);  // within one file the row wins over a removal
+      } else if (std::binary_search(removed.begin(), removed.end(), ids[q])) {
+        (*found)[q] = false;  // removed since the saves before: absent
+      } else {
+        left.push_back(q);
+      }
+    }
+  }
+  if (!at.empty()) {
+    auto stream = file.OpenStream(table.name, ckpt::Dtype::kF32);
+    if (!stream.ok()) return stream.status();
+    int64_t row = 0;
+    for (const auto& [r, q] : at) {
+      if (auto s = (*stream)->Skip(static_cast<size_t>((r - row) * table.dim)); !s.ok()) return s;
+      if (auto s = (*stream)->Read(out->data() + q * table.dim, table.dim); !s.ok()) return s;
+      row = r + 1;
+      (*found)[q] = true;
+    }
+  }
+  pending->swap(left);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> ReadTableRows(const ckpt::SafetensorsReader& reader, const dist::TableSpec& table,
                                      const std::vector<int64_t>& ids, std::vector<bool>* found) {
   int64_t rows = 0;
@@ -264,37 +399,9 @@ absl::StatusOr<Tensor> ReadTableRows(const ckpt::SafetensorsReader& reader, cons
   if (auto s = Expect(reader, table.name, table.name, ckpt::Dtype::kF32, want, table.dim, &rows); !s.ok()) return s;
   Tensor out({static_cast<int64_t>(ids.size()), table.dim});
   found->assign(ids.size(), false);
-  // Positions of the wanted ids in the file (ascending, as the ids are).
-  std::vector<std::pair<int64_t, size_t>> at;  // (row in file, index in ids)
-  if (table.dynamic()) {
-    auto file_ids = reader.OpenStream(table.name + "/ids", ckpt::Dtype::kI64);
-    if (!file_ids.ok()) return file_ids.status();
-    std::vector<int64_t> chunk;
-    size_t q = 0;
-    int64_t row = 0;
-    while ((*file_ids)->remaining() > 0 && q < ids.size()) {
-      chunk.resize(std::min<int64_t>((*file_ids)->remaining(), 1 << 16));
-      if (auto s = (*file_ids)->Read(chunk.data(), chunk.size()); !s.ok()) return s;
-      for (int64_t id : chunk) {
-        while (q < ids.size() && ids[q] < id) ++q;
-        if (q < ids.size() && ids[q] == id) at.emplace_back(row, q++);
-        ++row;
-      }
-    }
-  } else {
-    for (size_t q = 0; q < ids.size(); ++q) {
-      if (ids[q] >= 0 && ids[q] < rows) at.emplace_back(ids[q], q);
-    }
-  }
-  auto values = reader.OpenStream(table.name, ckpt::Dtype::kF32);
-  if (!values.ok()) return values.status();
-  int64_t row = 0;
-  for (const auto& [r, q] : at) {
-    if (auto s = (*values)->Skip(static_cast<size_t>((r - row) * table.dim)); !s.ok()) return s;
-    if (auto s = (*values)->Read(out.data() + q * table.dim, table.dim); !s.ok()) return s;
-    row = r + 1;
-    (*found)[q] = true;
-  }
+  std::vector<size_t> pending(ids.size());
+  for (size_t q = 0; q < ids.size(); ++q) pending[q] = q;
+  if (auto s = ReadFromLink(reader, table, ids, !table.dynamic(), &pending, &out, found); !s.ok()) return s;
   return out;
 }
 
@@ -398,31 +505,18 @@ absl::StatusOr<std::vector<std::pair<std::string, ps::TablePartSource>>> TableSo
 absl::StatusOr<Tensor> ReadTableRows(const ckpt::OpenedCheckpoint& checkpoint, const dist::TableSpec& table,
                                      const std::vector<int64_t>& ids, std::vector<bool>* found) {
   if (checkpoint.earlier.empty()) return ReadTableRows(*checkpoint.reader, table, ids, found);
-  // A chain: its merged rows streamed once, the wanted ones kept.
-  auto merged = ckpt::ChainTableReader::Open(checkpoint.chain(), table.name);
-  if (!merged.ok()) return merged.status();
-  const auto& columns = (*merged)->columns();
-  if (columns[0].dtype != ckpt::Dtype::kF32 || columns[0].row_elements != table.dim) {
-    return absl::FailedPreconditionError(absl::StrCat(checkpoint.path, ": table '", table.name, "' has rows of ",
-                                                      columns[0].row_elements, " values, the table's dim is ",
-                                                      table.dim));
-  }
+  // A chain: the newest file first, each asked only for the ids the files after it did not
+  // mention (a search of its sorted ids, not a read of its rows), the full save last. What this
+  // reads grows with the ids asked and the chain's length, not with the table.
+  const std::vector<const ckpt::SafetensorsReader*> links = checkpoint.chain();
   Tensor out({static_cast<int64_t>(ids.size()), table.dim});
   found->assign(ids.size(), false);
-  std::vector<int64_t> part_ids;
-  std::vector<std::vector<char>> part;
-  size_t q = 0;
-  const size_t row_bytes = static_cast<size_t>(table.dim) * sizeof(float);
-  while (q < ids.size()) {
-    auto more = (*merged)->Next(1 << 14, &part_ids, &part);
-    if (!more.ok()) return more.status();
-    if (!*more) break;
-    for (size_t r = 0; r < part_ids.size() && q < ids.size(); ++r) {
-      while (q < ids.size() && ids[q] < part_ids[r]) ++q;
-      if (q < ids.size() && ids[q] == part_ids[r]) {
-        std::memcpy(out.data() + q * table.dim, part[0].data() + r * row_bytes, row_bytes);
-        (*found)[q++] = true;
-      }
+  std::vector<size_t> pending(ids.size());
+  for (size_t q = 0; q < ids.size(); ++q) pending[q] = q;
+  for (size_t k = links.size(); k-- > 0 && !pending.empty();) {
+    const bool full = k == 0;
+    if (auto s = ReadFromLink(*links[k], table, ids, full && !table.dynamic(), &pending, &out, found); !s.ok()) {
+      return s;
     }
   }
   return out;

@@ -69,7 +69,10 @@ absl::StatusOr<std::vector<std::pair<std::string, ps::TablePartSource>>> TableSo
 // for an id the file does not hold (a dynamic row never admitted or evicted: the caller decides).
 absl::StatusOr<Tensor> ReadTableRows(const ckpt::SafetensorsReader& reader, const dist::TableSpec& table,
                                      const std::vector<int64_t>& ids, std::vector<bool>* found);
-// The same from a checkpoint that may be an increment (its chain merged).
+// The same from a checkpoint that may be an increment: the rows its chain merged would hold, read
+// file by file, newest first, each file asked only for the ids the newer ones did not mention (a
+// search of its sorted ids, not a pass over its rows): the cost grows with the ids asked and the
+// chain's length, not with the table.
 absl::StatusOr<Tensor> ReadTableRows(const ckpt::OpenedCheckpoint& checkpoint, const dist::TableSpec& table,
                                      const std::vector<int64_t>& ids, std::vector<bool>* found);
 

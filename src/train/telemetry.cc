@@ -25,6 +25,10 @@ absl::StatusOr<std::unique_ptr<Telemetry>> Telemetry::Create(const TrainOptions&
   return t;
 }
 
+void Telemetry::SetTrainingMode(const std::string& mode) {
+  registry_.SetGauge(metrics::kTrainingMode, {{"mode", mode}}, 1);
+}
+
 Telemetry::~Telemetry() {
   if (server_) server_->Stop();
   if (events_) (void)events_->Close();

@@ -46,6 +46,9 @@ class Telemetry {
   // rows_pushed_per_sec}.
   void OnPsTableStats(int task, int64_t global_step, const std::vector<ps::TableTaskStats>& tables);
 
+  // A worker's training mode ("async", "sync" or "hybrid"): psflow_training_mode{mode="..."} 1.
+  void SetTrainingMode(const std::string& mode);
+
   metrics::MetricsRegistry& registry() { return registry_; }
 
  private:

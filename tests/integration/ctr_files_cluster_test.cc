@@ -5,11 +5,15 @@
 //     the job's examples and epochs in the summary;
 //   - a job stopped by --train_steps resumes from its checkpoint where the queue stood;
 //   - a worker killed while it reads and started again: its slice goes back to the queue;
-//   - sync reads the fixed order and ends at the step the files give.
+//   - sync reads the fixed order and ends at the step the files give;
+//   - files of 5 integers and 7 categoricals (--ctr_dense, --ctr_fields) train a hybrid job, which
+//     names itself hybrid, and --eval_every_steps evaluates beside training: each figure equals
+//     `psflow eval` of that step's checkpoint.
 #include <signal.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <thread>
@@ -43,7 +47,7 @@ Cluster Addresses(int workers) {
 }
 
 std::vector<std::string> Task(const Cluster& c, const std::string& job, int index, const std::string& data,
-                              std::vector<std::string> more) {
+                              std::vector<std::string> more, int log_every = 50) {
   std::vector<std::string> args = {"train",
                                    "--job_name=" + job,
                                    absl::StrCat("--task_index=", index),
@@ -57,7 +61,7 @@ std::vector<std::string> Task(const Cluster& c, const std::string& job, int inde
                                    "--train_files=" + data + "/train-*",
                                    "--test_files=" + data + "/test.gz",
                                    "--ctr_test_examples=2048",
-                                   "--log_every=50",
+                                   absl::StrCat("--log_every=", log_every),
                                    "--file_slices=10"};
   args.insert(args.end(), more.begin(), more.end());
   return Psflow(args);
@@ -156,18 +160,28 @@ TEST(CtrFilesClusterTest, AKilledWorkersSliceGoesBackToTheQueue) {
   const std::string dir = TempDir("ctr_files_kill");
   const std::string data = WriteFiles(dir);
   const Cluster c = Addresses(2);
-  Process ps(Task(c, "ps", 0, data, {}));
-  Process chief(Task(c, "worker", 0, data, {"--metrics_json=" + dir + "/m.json"}));
-  {
-    Process victim(Task(c, "worker", 1, data, {}));
-    // Until worker 1 has stepped (it holds a slice), then SIGKILL.
-    for (int i = 0; i < 3000 && victim.OutputSoFar().find(" loss ") == std::string::npos; ++i) {
+  // Every task logs every step. The chief is stopped once it has stepped (it configured the queue
+  // with its first ask) until the killed worker 1 has been started again and has stepped: the whole
+  // job takes about a second, and on a loaded machine the chief could otherwise read every slice and
+  // end the job before worker 1 first steps, or before the new worker 1 connects.
+  Process ps(Task(c, "ps", 0, data, {}, 1));
+  Process chief(Task(c, "worker", 0, data, {"--metrics_json=" + dir + "/m.json"}, 1));
+  const auto wait_for_a_step = [](Process& p) {
+    for (int i = 0; i < 3000 && p.OutputSoFar().find(" loss ") == std::string::npos; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+  };
+  wait_for_a_step(chief);
+  kill(chief.pid(), SIGSTOP);
+  {
+    Process victim(Task(c, "worker", 1, data, {}, 1));
+    wait_for_a_step(victim);  // worker 1 holds a slice
     kill(victim.pid(), SIGKILL);
     victim.Wait(30);
   }
-  Process again(Task(c, "worker", 1, data, {}));
+  Process again(Task(c, "worker", 1, data, {}, 1));
+  wait_for_a_step(again);
+  kill(chief.pid(), SIGCONT);
   ProcessResult chief_r = chief.Wait(600), again_r = again.Wait(600), ps_r = ps.Wait(120);
   ASSERT_EQ(chief_r.exit_code, 0) << chief_r.output;
   ASSERT_EQ(again_r.exit_code, 0) << again_r.output;
@@ -254,6 +268,71 @@ TEST(CtrFilesClusterTest, ABadLineFailsTheJobAndLeavesTheCheckpointAndQueue) {
   auto skipped = RunProcess(Psflow(job), 600);
   ASSERT_EQ(skipped.exit_code, 0) << skipped.output;
   EXPECT_EQ(ReadJson(dir + "/m.json")["train_file_bad_lines"], 1);
+}
+
+// Files of another layout train on a cluster (hybrid: sync dense, async tables); the chief's
+// --eval_every_steps evaluation runs beside training on the checkpoint of each step S, and its
+// figures are `psflow eval`'s on that checkpoint.
+TEST(CtrFilesClusterTest, OtherFieldCountsHybridAndEvaluationBesideTraining) {
+  const std::string dir = TempDir("ctr_files_beside");
+  auto wrote = RunProcess(Psflow({"data", "ctr-files", "--out=" + dir + "/data", "--files=2", "--examples_per_file=4000",
+                                  "--seed=2", "--ctr_fields=7", "--ctr_dense=5", "--ctr_test_examples=1024",
+                                  "--batch_size=128"}),
+                          300);
+  ASSERT_EQ(wrote.exit_code, 0) << wrote.output;
+  const std::vector<std::string> layout = {"--model=ctr", "--ctr_fields=7", "--ctr_dense=5", "--ctr_dim=4", "--seed=2",
+                                           "--test_files=" + dir + "/data/test", "--ctr_test_examples=1024"};
+  std::vector<std::string> job = {"local",
+                                  "--ps=1",
+                                  "--workers=2",
+                                  "--batch_size=64",
+                                  "--sync_replicas",
+                                  "--table_sync=async",
+                                  "--train_files=" + dir + "/data/train-*",
+                                  "--train_steps=30",
+                                  "--eval_every_steps=10",
+                                  "--log_every=10",
+                                  "--checkpoint_dir=" + dir + "/ckpt",
+                                  "--metrics_json=" + dir + "/m.json"};
+  job.insert(job.end(), layout.begin(), layout.end());
+  auto r = RunProcess(Psflow(job), 600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json m = ReadJson(dir + "/m.json");
+  EXPECT_EQ(m["mode"], "hybrid") << m.dump();
+  EXPECT_EQ(m["global_step"], 30) << m.dump();
+  EXPECT_NE(r.output.find("hybrid: step 30/30 loss"), std::string::npos) << r.output;
+  // "eval at global step S: test_log_loss=A test_auc=B ... (Ts beside training, PATH)"; a checkpoint
+  // waiting while the evaluation before it runs may be replaced by a newer one (heavy load).
+  static const std::regex line("eval at global step ([0-9]+): test_log_loss=([0-9.e-]+) test_auc=([0-9.e-]+)[^\n]*"
+                               "beside training, ([^;)]+)");
+  int evaluated = 0;
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), line), end; it != end; ++it) {
+    const int64_t step = std::stoll((*it)[1]);
+    const std::string path = (*it)[4];
+    SCOPED_TRACE(path);
+    EXPECT_EQ(step % 10, 0);
+    EXPECT_EQ(path, absl::StrCat(dir, "/ckpt/model.ckpt-", step, ".safetensors"));
+    // psflow eval of that file alone (full saves), with the job's layout and test set.
+    const std::string alone = absl::StrCat(dir, "/alone-", step);
+    std::filesystem::create_directories(alone);
+    std::filesystem::copy_file(path, alone + "/" + std::filesystem::path(path).filename().string());
+    std::vector<std::string> eval = {"eval", "--checkpoint_dir=" + alone};
+    eval.insert(eval.end(), layout.begin(), layout.end());
+    auto e = RunProcess(Psflow(eval), 300);
+    ASSERT_EQ(e.exit_code, 0) << e.output;
+    std::smatch got;
+    ASSERT_TRUE(std::regex_search(e.output, got,
+                                  std::regex(absl::StrCat("global_step=", step,
+                                                          " test_log_loss=([0-9.]+) \\(bayes nan\\) "
+                                                          "test_auc=([0-9.]+)"))))
+        << e.output;
+    // The same doubles, printed to 6 significant digits there and 5 decimals here.
+    EXPECT_NEAR(std::stod((*it)[2]), std::stod(got[1]), 6e-6) << e.output;
+    EXPECT_NEAR(std::stod((*it)[3]), std::stod(got[2]), 6e-6) << e.output;
+    ++evaluated;
+  }
+  EXPECT_GE(evaluated, 1) << r.output;
+  std::printf("evaluations beside training reported: %d of 3\n", evaluated);
 }
 
 }  // namespace

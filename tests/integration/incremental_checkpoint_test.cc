@@ -6,6 +6,10 @@
 // ps tasks it trains on to a step-150 checkpoint byte-identical to the straight run's — for every sparse rule, dynamic
 // and fixed tables, memory and disk storage, 1 and 3 ps, 3 -> 2. `psflow eval` reads the chain. A chain whose middle
 // increment is missing restores from the save before it, naming the file and step; a corrupt one too.
+// Single-process `psflow train` writes the same chains (its chain at step 100 equals its full save at
+// 100; resumed from the chain, its chain at step 150 equals the straight run's save). Two runs of one job write
+// byte-identical chains, increments included (the chain id is derived from the seed and the save,
+// not drawn), while another seed's chain id differs.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -142,6 +146,83 @@ INSTANTIATE_TEST_SUITE_P(RulesTablesStorages, IncrementalCheckpointTest,
                                            Case{"sgd", 500, false, 3, 2}, Case{"adagrad", 500, false, 1, 3},
                                            Case{"adam", 500, false, 3, 2}),
                          Name);
+
+TEST(SingleProcessChainTest, PsflowTrainWritesIncrementsThatRestoreToItsFullSaveByteForByte) {
+  const std::string chained = TempDir("ict_single_chain"), full = TempDir("ict_single_full"),
+                    straight = TempDir("ict_single_straight");
+  auto train = [](const std::string& dir, int64_t steps, std::vector<std::string> more) {
+    std::vector<std::string> args = {"train",         "--model=ctr",          "--ctr_fields=3",
+                                     "--ctr_dim=4",   "--ctr_vocab=0",        "--batch_size=96",
+                                     "--seed=5",      "--ctr_test_examples=512", absl::StrCat("--train_steps=", steps),
+                                     "--checkpoint_dir=" + dir, "--save_checkpoint_steps=25", "--log_every=1000"};
+    args.insert(args.end(), more.begin(), more.end());
+    return RunProcess(Psflow(args), 300);
+  };
+  auto a = train(chained, 100, {"--full_checkpoint_every=4"});
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  for (int64_t step : {50, 75, 100}) {
+    EXPECT_NE(a.output.find(absl::StrCat("saved checkpoint ", ckpt::IncrementPath(chained, step))), std::string::npos)
+        << a.output;
+  }
+  auto b = train(full, 100, {});
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  auto merged = ckpt::ReadCheckpoint(ckpt::IncrementPath(chained, 100));
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  auto whole = ckpt::ReadCheckpoint(full + "/model.ckpt-100.safetensors");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ExpectSameState(*merged, *whole);
+  auto inc = ckpt::OpenCheckpoint(ckpt::IncrementPath(chained, 100));
+  ASSERT_TRUE(inc.ok()) << inc.status();
+  EXPECT_LT((*inc)->Find("field_00")->shape[0], whole->contents.tensors.at("field_00").shape()[0]);
+  // Resumed from the chain: the straight run's step-150 file, byte for byte.
+  auto resumed = train(chained, 150, {"--full_checkpoint_every=4"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("restored " + ckpt::IncrementPath(chained, 100) +
+                                " at global step 100 (a chain: the full save "),
+            std::string::npos)
+      << resumed.output;
+  auto c = train(straight, 150, {});
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  // Its next save was full (the rows restored carry no change marks), then increments again.
+  EXPECT_NE(resumed.output.find("saved checkpoint " + chained + "/model.ckpt-125.safetensors"), std::string::npos)
+      << resumed.output;
+  const auto files = Files(chained);
+  ASSERT_EQ(files.back().first, 150);
+  EXPECT_TRUE(ckpt::IsIncrementPath(files.back().second)) << files.back().second;
+  auto resumed150 = ckpt::ReadCheckpoint(files.back().second);
+  ASSERT_TRUE(resumed150.ok()) << resumed150.status();
+  auto straight150 = ckpt::ReadCheckpoint(straight + "/model.ckpt-150.safetensors");
+  ASSERT_TRUE(straight150.ok()) << straight150.status();
+  ExpectSameState(*resumed150, *straight150);
+}
+
+TEST(ReproducibleChainTest, TwoRunsOfOneJobWriteTheSameBytesIncrementsIncluded) {
+  const std::string one = TempDir("ict_repro_1"), two = TempDir("ict_repro_2"), other = TempDir("ict_repro_seed");
+  auto a = RunProcess(Ctr(one, 2, 100, "adagrad", 0, {"--full_checkpoint_every=4"}), 300);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = RunProcess(Ctr(two, 2, 100, "adagrad", 0, {"--full_checkpoint_every=4"}), 300);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const auto files = Files(one);
+  ASSERT_EQ(files.size(), 4u) << a.output;  // full at 25, increments at 50, 75, 100
+  int increments = 0;
+  for (const auto& [step, path] : files) {
+    increments += ckpt::IsIncrementPath(path) ? 1 : 0;
+    const std::string name = path.substr(path.rfind('/'));
+    EXPECT_TRUE(Bytes(path) == Bytes(two + name)) << name << " differs between two runs of the same job";
+  }
+  EXPECT_EQ(increments, 3);
+  // Another seed: another chain id (its increments would be refused on this chain).
+  std::vector<std::string> args = Ctr(other, 2, 25, "adagrad", 0, {"--full_checkpoint_every=4"});
+  for (std::string& arg : args) {
+    if (arg == "--seed=5") arg = "--seed=6";
+  }
+  auto c = RunProcess(args, 300);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  auto mine = ckpt::OpenCheckpoint(one + "/model.ckpt-25.safetensors");
+  auto theirs = ckpt::OpenCheckpoint(other + "/model.ckpt-25.safetensors");
+  ASSERT_TRUE(mine.ok() && theirs.ok());
+  EXPECT_NE((*mine)->metadata().at(ckpt::kChainKey), (*theirs)->metadata().at(ckpt::kChainKey));
+}
 
 // A chain of a full save and at least two increments in a fresh directory (saves run beside
 // training: on a loaded machine some are skipped, so the job runs longer until it has them).

@@ -3,13 +3,15 @@
 // DIR/model.ckpt-STEP.increment.safetensors. An increment holds every dense variable whole, and of
 // each embedding table only the rows changed since the save it follows (NAME/ids, always, and the
 // table's other columns) and the ids removed since (NAME/removed, int64 ascending). Each file's
-// metadata names its chain (a random id made at the full save), its save number and, for an
+// metadata names its chain (an id made at the full save: the chief derives it from the job and the
+// save, train/checkpointing.h), its save number and, for an
 // increment, the step and save number of the file it follows and of its chain's full save, and
 // lists the tables (one a line). A chain is read back merged: for each id, the newest file that
 // mentions it decides — its row, or absent when it lists the id as removed (within one file, rows
-// win: a removed id created again since). This file holds the one reader of chains every reader
-// uses (restore, `psflow eval`, the evaluator, read_table_rows, load_checkpoint), through
-// checkpoint.h's OpenCheckpointFile/OpenLatestCheckpoint (which open chains) and ChainTableReader.
+// win: a removed id created again since). Every reader opens chains through checkpoint.h's
+// OpenCheckpointFile/OpenLatestCheckpoint; restore, the evaluator and load_checkpoint merge whole
+// tables with ChainTableReader (this file), while `psflow eval` and read_table_rows look some ids up
+// file by file, newest first (train/table_checkpoint.h ReadTableRows).
 // Stateless functions; a ChainTableReader borrows the files' readers.
 #ifndef PSFLOW_CKPT_CHECKPOINT_CHAIN_H_
 #define PSFLOW_CKPT_CHECKPOINT_CHAIN_H_
@@ -37,7 +39,7 @@ inline constexpr char kTablesKey[] = "psflow.tables";  // the file's embedding t
 std::string IncrementPath(const std::string& dir, int64_t step);
 // Whether `path` names an increment.
 bool IsIncrementPath(const std::string& path);
-// A new chain id (64 random bits, hex).
+// A new chain id (64 random bits, hex; the chief derives its ids instead, train/checkpointing.h).
 std::string NewChainId();
 
 // The merged rows of one embedding table of a chain, in ascending id order, a part at a time,

@@ -47,6 +47,9 @@ inline constexpr char kPsBytesOut[] = "psflow_ps_bytes_out_total";              
 inline constexpr char kStaleGradientsDropped[] = "psflow_stale_gradients_dropped_total";  // counter
 inline constexpr char kPushesRefused[] = "psflow_pushes_refused_total";                   // counter
 inline constexpr char kConnectedWorkers[] = "psflow_connected_workers";                   // gauge
+// A worker's training mode: 1 with the label {mode="async"|"sync"|"hybrid"} (hybrid: --sync_replicas
+// --table_sync=async, the dense variables sync and the tables async).
+inline constexpr char kTrainingMode[] = "psflow_training_mode";  // gauge {mode="..."}
 // Embedding tables, per ps task and table shard (labels {ps="N",table="NAME"}).
 inline constexpr char kTableRows[] = "psflow_table_rows";                     // gauge
 inline constexpr char kTableBytes[] = "psflow_table_bytes";                   // gauge

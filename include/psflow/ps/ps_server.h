@@ -55,6 +55,10 @@ class PsServer {
     std::string table_storage = "memory";
     std::string table_dir;
     int64_t table_cache_bytes = int64_t{1} << 30;
+    // A checkpoint's table scan left open (its snapshot keeps the rows changed since it opened) is
+    // dropped, with a log line, when its client made no scan call to this task for this long (0:
+    // never), and at once when its client's worker is replaced by a new process (a restarted chief).
+    double table_scan_timeout_secs = 300;
   };
 
   // Starts serving. Errors: cannot listen (names the address), unreadable TLS files, a bad
@@ -78,6 +82,15 @@ class PsServer {
   // call comes before its Shutdown), or nullopt. Stats() minus these is exactly that answer, the
   // Shutdown and any call after it.
   std::optional<PsTaskStats> ReportedStats() const;
+  // Sync mode: where this task's applied steps spent their time, summed over the steps (seconds):
+  // each counted push's wait from its arrival to its step's quorum (the barrier), each step's first
+  // arrival to its quorum (the slowest worker's lag), the steps' apply, and answering their pushes.
+  // All zero in async mode. (Local only: not in the Stats call's answer.)
+  struct SyncTiming {
+    int64_t steps = 0, pushes = 0;
+    double wait_secs = 0, spread_secs = 0, apply_secs = 0, answer_secs = 0;
+  };
+  SyncTiming sync_timing() const;
   int port() const;  // the bound port
 
  private:

@@ -59,6 +59,7 @@ struct TrainOptions {
   // The generator's configuration (data::ApplyCtrPreset): "criteo" or "learnable".
   std::string ctr_preset = "criteo";
   int ctr_fields = 26;
+  int ctr_dense = 13;  // integer (dense) features per example: the model's dense input, the files' I fields
   int ctr_dim = 16;
   // The model's tables' options, --table_<field> for the fields of dist::TableFields()
   // (psflow/dist/table_spec.h) but the seed and the rule: the given ones by field name, as text
@@ -91,6 +92,10 @@ struct TrainOptions {
   // per job. A ps task given a table_dir opens its disk tier.
   std::string table_dir;
   int64_t table_cache_bytes = int64_t{1} << 30;
+  // A ps task drops a checkpoint's table scan left unread this long by the chief that opened it
+  // (a dead chief's, whose snapshot would keep the rows changed since); 0: never. A restarted
+  // chief's predecessor's scans go at once.
+  double table_scan_timeout_secs = 300;
 
   // Synchronous replicas; 0 means "the number of workers".
   bool sync_replicas = false;

@@ -165,6 +165,13 @@ class WorkerSession {
     // (with the current values in its buffers), logs "eval at global step S: name=value ..." and
     // writes the values to TensorBoard at step S. Null: no evaluation during training.
     std::function<absl::StatusOr<SessionEval>()> evaluate;
+    // With --eval_every_steps=N and --checkpoint_dir, the evaluation runs beside training instead:
+    // the chief saves the checkpoint of each step that reaches a multiple of N (beside training, as
+    // every save), this evaluates that file on an evaluation thread while the chief trains on, and
+    // the chief logs "eval at global step S: name=value ... (Ts beside training, PATH)" and writes
+    // the values to TensorBoard at step S. The figures are the checkpoint's, as `psflow eval` gives.
+    // Called on the evaluation thread; it must not touch the session or the caller's buffers.
+    std::function<absl::StatusOr<SessionEval>(const std::string& checkpoint_path)> evaluate_checkpoint;
     // The ps tasks' update rule, parameter groups and learning-rate schedule, instead of the
     // flags' (--optimizer, --learning_rate, --lr_decay_*): psflow.optim's. Checked by Create.
     std::optional<optim::OptimizerConfig> optimizer;

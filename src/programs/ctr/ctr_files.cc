@@ -89,7 +89,7 @@ absl::StatusOr<int64_t> CtrSliceReader::Read(int64_t n, int64_t* ids, float* den
 
 data::CriteoReaderOptions CtrReaderOptions(const TrainOptions& options) {
   data::CriteoReaderOptions reader;
-  reader.layout = {kCtrNumDense, options.ctr_fields};
+  reader.layout = {options.ctr_dense, options.ctr_fields};
   reader.max_bad_lines = options.max_bad_lines;
   return reader;
 }
@@ -238,7 +238,7 @@ absl::StatusOr<std::unique_ptr<CtrFileBatches>> CtrFileBatches::Open(const Train
   b->parts_ = parts;
   if (parts > 1) {
     b->ids_.resize(parts * b->batch_ * options.ctr_fields);
-    b->dense_.resize(parts * b->batch_ * kCtrNumDense);
+    b->dense_.resize(parts * b->batch_ * options.ctr_dense);
     b->labels_.resize(parts * b->batch_);
   }
   if (auto s = b->Reopen(); !s.ok()) return s;
@@ -272,7 +272,7 @@ absl::Status CtrFileBatches::Fill(int64_t step, int64_t* ids, float* dense, floa
   if (parts_ > 1) {
     const int64_t first = part_ * batch_;
     std::copy_n(ids_.data() + first * fields, batch_ * fields, ids);
-    std::copy_n(dense_.data() + first * kCtrNumDense, batch_ * kCtrNumDense, dense);
+    std::copy_n(dense_.data() + first * options_.ctr_dense, batch_ * options_.ctr_dense, dense);
     std::copy_n(labels_.data() + first, batch_, labels);
   }
   return absl::OkStatus();
@@ -284,7 +284,7 @@ absl::StatusOr<data::CtrExamples> ReadCtrTestFiles(const TrainOptions& options) 
   CtrSliceReader reader(FixedOrderSlices(*files, 1, false, 0), CtrReaderOptions(options));
   data::CtrExamples test;
   test.num_fields = options.ctr_fields;
-  test.num_dense = kCtrNumDense;
+  test.num_dense = options.ctr_dense;
   const int64_t n = options.ctr_test_examples;
   test.ids.resize(n * test.num_fields);
   test.dense.resize(n * test.num_dense);

@@ -68,7 +68,7 @@ class CtrSliceReader {
   bool end_ = false;
 };
 
-// The reader's options of a job: 13 integers, --ctr_fields categoricals, --max_bad_lines.
+// The reader's options of a job: --ctr_dense integers, --ctr_fields categoricals, --max_bad_lines.
 data::CriteoReaderOptions CtrReaderOptions(const TrainOptions& options);
 
 // The fixed order's slices: whole files, epoch by epoch (see the header comment).
@@ -96,7 +96,7 @@ class CtrFileBatches {
   // InvalidArgument naming the pattern for an empty list or a glob that matches nothing.
   static absl::StatusOr<std::unique_ptr<CtrFileBatches>> Open(const TrainOptions& options, int part = 0, int parts = 1);
 
-  // This reader's part of global batch `step` into ids [B, F], dense [B, 13], labels [B]. Steps are
+  // This reader's part of global batch `step` into ids [B, F], dense [B, D], labels [B]. Steps are
   // asked in increasing order; a step beyond the next skips the batches between (a resumed run), an
   // earlier one reads the files again from the start. OutOfRange when the files hold fewer than
   // parts·B more examples (the end of the data: the rest, under a global batch, is unused).

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "programs/ctr/ctr_single.h"
+#include "programs/ctr/eval_ctr.h"
 #include "ps/server/work_queue.h"
 #include "psflow/data/criteo.h"
 #include "psflow/train/train.h"
@@ -76,6 +78,8 @@ class CtrFilesTest : public ::testing::Test {
 };
 
 void Quiet(const std::string&) {}
+
+constexpr int kDense = 13;  // --ctr_dense's default
 
 TEST_F(CtrFilesTest, FilesGiveTheGeneratorsCheckpointByteForByte) {
   auto memory = RunCtrSingleProcess(Options("memory", 20), Quiet);
@@ -157,10 +161,108 @@ TEST_F(CtrFilesTest, BadFilesFailWithOneLine) {
             std::string::npos);
 }
 
+// Other logs in Criteo's layout: --ctr_dense=5 and --ctr_fields=7 throughout (the generator, its
+// files, the reader, the model, the checkpoint's evaluation): files of 5 integers and 7
+// categoricals train to the checkpoint the generator in memory gives; a job whose counts differ
+// from the files' fails in one line naming file, line and the flags.
+TEST_F(CtrFilesTest, OtherFieldCountsTrainAndAMismatchIsRefused) {
+  TrainOptions options = Options("memory", 12);
+  options.ctr_dense = 5;
+  options.ctr_fields = 7;
+  auto memory = RunCtrSingleProcess(options, Quiet);
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  auto generator = MakeCtrGenerator(options);
+  ASSERT_TRUE(generator.ok()) << generator.status();
+  data::CtrFilesOptions write;
+  write.out_dir = Path("data");
+  write.files = 2;
+  write.examples_per_file = 400;
+  write.batch_size = 64;
+  write.test_examples = 512;
+  ASSERT_TRUE(data::WriteCtrFiles(*generator, write).ok());
+  std::ifstream first(Path("data/train-00000"));
+  std::string line;
+  ASSERT_TRUE(std::getline(first, line));
+  EXPECT_EQ(std::count(line.begin(), line.end(), '\t'), 1 + 5 + 7 - 1) << line;
+
+  options.checkpoint_dir = Path("files");
+  options.train_files = Path("data/train-*");
+  options.test_files = Path("data/test");
+  auto files = RunCtrSingleProcess(options, Quiet);
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(files->global_step, 12);
+  EXPECT_TRUE(Bytes(Path("files/model.ckpt-12.safetensors")) == Bytes(Path("memory/model.ckpt-12.safetensors")));
+  EXPECT_EQ(files->ctr->test_auc, memory->ctr->test_auc);
+  // psflow eval of the checkpoint with the same flags: the model's 5 dense inputs.
+  auto eval = EvaluateCtrCheckpoint(options, Quiet);
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_EQ(eval->figures.test_auc, memory->ctr->test_auc);
+
+  TrainOptions mismatch = options;  // the default 13 integers against the files' 5
+  mismatch.ctr_dense = 13;
+  mismatch.checkpoint_dir = Path("mismatch");
+  mismatch.test_files = "";  // (read first, it would be refused the same way)
+  auto refused = RunCtrSingleProcess(mismatch, Quiet);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(),
+            "data file " + Path("data/train-00000") +
+                " line 1: 13 tab-separated fields; expected 21 (label, 13 integers and 7 categoricals): set "
+                "--ctr_dense and --ctr_fields to the files' counts (--max_bad_lines=N skips up to N bad lines)");
+  // psflow eval likewise: the test files refused, and the checkpoint of 5 dense inputs read as 13.
+  mismatch.checkpoint_dir = Path("files");
+  mismatch.test_files = Path("data/test");
+  EXPECT_NE(EvaluateCtrCheckpoint(mismatch, Quiet).status().message().find(
+                "data file " + Path("data/test") + " line 1: 13 tab-separated fields; expected 21"),
+            std::string::npos);
+  mismatch.test_files = "";
+  auto not_evaluated = EvaluateCtrCheckpoint(mismatch, Quiet);
+  EXPECT_NE(not_evaluated.status().message().find("check --ctr_fields, --ctr_dense and --ctr_dim"), std::string::npos)
+      << not_evaluated.status();
+}
+
+// A training file removed while the job runs fails it with one line naming the file; the job's
+// last checkpoint is intact and the job resumes from it once the file is back. A truncated gzip
+// file fails naming file and line.
+TEST_F(CtrFilesTest, AFileRemovedMidRunOrTruncatedFailsNamingItAndTheCheckpointStays) {
+  WriteFiles("data", 2, 640, false);  // 10 batches a file
+  const std::string second = Path("data/train-00001"), kept = Bytes(second);
+  TrainOptions options = Options("ckpt", 16);
+  options.train_files = Path("data") + "/train-*";
+  options.save_checkpoint_steps = 4;
+  options.log_every = 2;
+  // The progress line of step 4 comes on the training thread, after the step-4 save and while the
+  // first file is still being read: the second is removed before its reader opens it.
+  auto run = RunCtrSingleProcess(options, [&](const std::string& line) {
+    if (line.find("step 4/16") != std::string::npos) std::filesystem::remove(second);
+  });
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kNotFound) << run.status();
+  EXPECT_NE(run.status().message().find("data file " + second + ": cannot open it: No such file"), std::string::npos)
+      << run.status();
+  EXPECT_TRUE(std::filesystem::exists(Path("ckpt/model.ckpt-8.safetensors")));
+  EXPECT_FALSE(std::filesystem::exists(Path("ckpt/model.ckpt-12.safetensors")));
+  std::ofstream(second, std::ios::binary) << kept;
+  std::string said;
+  auto resumed = RunCtrSingleProcess(options, [&](const std::string& line) { said += line + "\n"; });
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->global_step, 16);
+  EXPECT_NE(said.find("at global step 8"), std::string::npos) << said;
+
+  WriteFiles("gz", 1, 20000, true);
+  const std::string whole = Bytes(Path("gz/train-00000.gz"));
+  std::ofstream(Path("gz/train-00000.gz"), std::ios::binary) << whole.substr(0, whole.size() / 2);
+  options = Options("", 1000);
+  options.train_files = Path("gz/train-*");
+  run = RunCtrSingleProcess(options, Quiet);
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kDataLoss) << run.status();
+  EXPECT_NE(run.status().message().find("data file " + Path("gz/train-00000.gz") + " line "), std::string::npos)
+      << run.status();
+  EXPECT_NE(run.status().message().find("truncated gzip stream"), std::string::npos) << run.status();
+}
+
 // All examples of a slice source, read in batches of `n` (the last one short).
 std::vector<int64_t> AllIds(CtrSliceReader& reader, int fields) {
   std::vector<int64_t> all, ids(100 * fields);
-  std::vector<float> dense(100 * kCtrNumDense), labels(100);
+  std::vector<float> dense(100 * kDense), labels(100);
   for (;;) {
     auto n = reader.Read(100, ids.data(), dense.data(), labels.data());
     EXPECT_TRUE(n.ok()) << n.status();
@@ -255,7 +357,7 @@ TEST_F(CtrFilesTest, SyncPartsMakeOneProcesssBatch) {
   }
   const int fields = big.ctr_fields;
   std::vector<int64_t> ids(96 * fields), part_ids(32 * fields);
-  std::vector<float> dense(96 * kCtrNumDense), labels(96), part_dense(32 * kCtrNumDense), part_labels(32);
+  std::vector<float> dense(96 * kDense), labels(96), part_dense(32 * kDense), part_labels(32);
   for (int64_t step : {0, 1, 4, 2, 5}) {
     SCOPED_TRACE(step);
     ASSERT_TRUE((*one)->Fill(step, ids.data(), dense.data(), labels.data()).ok());
@@ -263,7 +365,7 @@ TEST_F(CtrFilesTest, SyncPartsMakeOneProcesssBatch) {
       ASSERT_TRUE(parts[w]->Fill(step, part_ids.data(), part_dense.data(), part_labels.data()).ok());
       EXPECT_TRUE(std::equal(part_ids.begin(), part_ids.end(), ids.begin() + w * 32 * fields));
       EXPECT_TRUE(std::equal(part_labels.begin(), part_labels.end(), labels.begin() + w * 32));
-      EXPECT_TRUE(std::equal(part_dense.begin(), part_dense.end(), dense.begin() + w * 32 * kCtrNumDense));
+      EXPECT_TRUE(std::equal(part_dense.begin(), part_dense.end(), dense.begin() + w * 32 * kDense));
     }
   }
   // 666 examples: 6 whole global batches of 96; batch 6 is not whole, for every part alike.

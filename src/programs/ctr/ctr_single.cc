@@ -18,7 +18,6 @@
 namespace psflow::train {
 namespace {
 
-constexpr int kNumDense = kCtrNumDense;
 // Test examples are scored this many at a time.
 constexpr int64_t kEvalChunk = 8192;
 
@@ -44,7 +43,7 @@ absl::StatusOr<data::CtrGenerator> MakeCtrGenerator(const TrainOptions& options,
   data::CtrConfig data_config;
   data_config.seed = options.seed;
   data_config.num_fields = options.ctr_fields;
-  data_config.num_dense = kNumDense;
+  data_config.num_dense = options.ctr_dense;
   if (absl::Status s = data::ApplyCtrPreset(options.ctr_preset, &data_config); !s.ok()) return s;
   if (!vocab_sizes.empty()) data_config.vocab_sizes = std::move(vocab_sizes);
   return data::CtrGenerator::Create(data_config);
@@ -52,7 +51,7 @@ absl::StatusOr<data::CtrGenerator> MakeCtrGenerator(const TrainOptions& options,
 
 absl::StatusOr<std::unique_ptr<nn::CtrModel>> MakeCtrModel(const TrainOptions& options) {
   nn::CtrModelConfig model_config;
-  model_config.num_dense = kNumDense;
+  model_config.num_dense = options.ctr_dense;
   model_config.num_fields = options.ctr_fields;
   model_config.dim = options.ctr_dim;
   model_config.seed = options.seed;
@@ -109,7 +108,7 @@ absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(const TrainOption
   for (const Var& p : t->model_->parameters()) t->states_.push_back(t->optimizer_->NewState(p->value.size()));
   const int64_t batch = *options.batch_size;
   t->ids_.resize(batch * options.ctr_fields);
-  t->dense_.resize(batch * kNumDense);
+  t->dense_.resize(batch * options.ctr_dense);
   t->labels_.resize(batch);
   t->unique_.resize(options.ctr_fields);
   return t;
@@ -208,7 +207,7 @@ absl::StatusOr<CtrFigures> EvaluateCtrExamples(const TrainOptions& options, cons
     CtrTableIds(options, test->ids.data() + first * fields, count, &columns);
     auto field_rows = rows(columns);
     if (!field_rows.ok()) return field_rows.status();
-    Var logits = model.Logits(test->dense.data() + first * kNumDense, count, *field_rows);
+    Var logits = model.Logits(test->dense.data() + first * test->num_dense, count, *field_rows);
     for (int64_t i = 0; i < count; ++i) probabilities[first + i] = 1.0 / (1.0 + std::exp(-double{logits->value[i]}));
   }
   auto log_loss = data::LogLoss(test->labels, probabilities);

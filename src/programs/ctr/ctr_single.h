@@ -26,12 +26,12 @@
 #include "psflow/train/options.h"
 #include "psflow/train/summary.h"
 #include "psflow/train/train.h"
+#include "train/checkpointing.h"
 
 namespace psflow::train {
 
 // The ctr model's pieces shared by the single-process trainer and the distributed worker
 // (programs/ctr/ctr_worker.cc), so both train the same model on the same data.
-inline constexpr int kCtrNumDense = 13;  // D, as Criteo's (the generator's default)
 // Field f's table: [--ctr_vocab, --ctr_dim] fixed div (ids taken mod N), or dynamic when
 // --ctr_vocab=0; rows N(0, 0.05²) truncated at 2 stddev from (seed, f).
 dist::TableSpec CtrTableSpec(const TrainOptions& options, int field);
@@ -88,9 +88,12 @@ class CtrTrainer {
   // Checkpoints (programs/ctr/ctr_single_checkpoint.cc), the cluster's layout: the dense layers with the
   // optimizer's slots, and each field's table (train/table_checkpoint.h) scanned from its shard in
   // parts; a file written by either mode restores in the other. Save writes
-  // DIR/model.ckpt-STEP.safetensors (--checkpoint_dir) and returns its path; Restore loads the
-  // newest valid checkpoint of --checkpoint_dir and returns its step (0 when there is none).
-  absl::StatusOr<std::string> SaveCheckpoint(int64_t step) const;
+  // DIR/model.ckpt-STEP.safetensors (--checkpoint_dir) and returns its path — with
+  // --full_checkpoint_every=K > 1 a chain as the chief writes it (train/checkpointing.h SaveChain):
+  // a full save, then K - 1 increments DIR/model.ckpt-STEP.increment.safetensors of the rows changed
+  // since; Restore loads the newest valid checkpoint of --checkpoint_dir (an increment with its
+  // chain) and returns its step (0 when there is none); the next save after it is full.
+  absl::StatusOr<std::string> SaveCheckpoint(int64_t step);
   absl::StatusOr<int64_t> RestoreCheckpoint(const LogSink& log);
 
   const data::CtrGenerator& generator() const { return *generator_; }
@@ -111,6 +114,7 @@ class CtrTrainer {
   std::optional<data::CtrExamples> test_files_;  // --test_files, or none
   std::unique_ptr<nn::CtrModel> model_;
   std::vector<std::unique_ptr<ps::table::TableShard>> tables_;  // one per field
+  std::unique_ptr<SaveChain> chain_;                            // the saves' numbers and chain
   optim::OptimizerConfig dense_config_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::vector<optim::SlotState> states_;  // per dense parameter

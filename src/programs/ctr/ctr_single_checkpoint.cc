@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "psflow/ckpt/checkpoint_chain.h"
 #include "programs/ctr/ctr_single.h"
 #include "train/checkpointing.h"
 #include "train/cluster_setup.h"
@@ -21,7 +22,7 @@ std::vector<dist::TableSpec> TableSpecsOf(const TrainOptions& options) {
 
 }  // namespace
 
-absl::StatusOr<std::string> CtrTrainer::SaveCheckpoint(int64_t step) const {
+absl::StatusOr<std::string> CtrTrainer::SaveCheckpoint(int64_t step) {
   auto layout = TableLayoutOf(SparseRuleConfigFrom(options_));
   if (!layout.ok()) return layout.status();
   TrainingState state{step, options_.model, optimizer_->name(), {}, {}};
@@ -34,31 +35,73 @@ absl::StatusOr<std::string> CtrTrainer::SaveCheckpoint(int64_t step) const {
     state.variables.emplace(params[i]->name, std::move(v));
   }
   const std::vector<dist::TableSpec> specs = TableSpecsOf(options_);
-  // A shard's scan in parts, as the ps tasks' scans arrive on a cluster.
+  if (chain_ == nullptr) chain_ = std::make_unique<SaveChain>(options_.full_checkpoint_every, options_.seed);
+  const bool chains = options_.full_checkpoint_every > 1;
+  // The chief's chain of saves: the same files, numbers and chain ids as on a cluster.
+  const SaveChain::Save save = chain_->Begin(step, chains ? ChainFingerprint(state) : 0);
+  // A shard's scan in parts, as the ps tasks' scans arrive on a cluster (an increment's removed ids
+  // in its first part).
   auto scan = [&](const std::string& table, int64_t max_rows,
                   const std::function<absl::Status(ps::TableRowsPart part)>& sink) -> absl::Status {
     size_t f = 0;
     while (f < specs.size() && specs[f].name != table) ++f;
     if (f == specs.size()) return absl::InternalError(absl::StrCat("no table '", table, "' in this process"));
     const int64_t dim = specs[f].dim;
-    std::unique_ptr<ps::table::RowScan> rows = tables_[f]->Scan();
+    std::unique_ptr<ps::table::RowScan> rows;
+    if (chains) {
+      ps::table::ScanOptions options;
+      options.save_id = save.scan.save_id;
+      options.increment = save.scan.increment;
+      options.changed_since = save.scan.changed_since;
+      options.track_changes = save.scan.track_changes;
+      auto started = tables_[f]->Scan(options);
+      if (!started.ok()) return started.status();
+      rows = *std::move(started);
+    } else {
+      rows = tables_[f]->Scan();  // today's files: the shard's generations left alone
+    }
+    std::vector<int64_t> removed = rows->removed();
     ps::table::RowsPart part;
-    while (rows->Next(max_rows, &part)) {
+    bool more = true;
+    while (more) {
+      more = rows->Next(max_rows, &part);
+      if (!more && part.ids.empty() && removed.empty()) break;
       const int64_t n = static_cast<int64_t>(part.ids.size());
       ps::TableRowsPart out;
       out.table = table;
       out.ids = std::move(part.ids);
       out.values = Tensor({n, dim}, std::move(part.values));
       for (auto& slot : part.slots) out.slots.emplace_back(Shape{n, dim}, std::move(slot));
+      // A part without rows still has the rule's slots (empty).
+      for (size_t k = out.slots.size(); n == 0 && k < static_cast<size_t>(tables_[f]->rule().num_slots()); ++k) {
+        out.slots.emplace_back(Shape{0, dim}, std::vector<float>());
+      }
       out.last_step = std::move(part.last_step);
       out.count = std::move(part.count);
+      out.removed_ids = std::move(removed);
+      removed.clear();
       if (auto s = sink(std::move(out)); !s.ok()) return s;
       part = ps::table::RowsPart();
     }
-    return absl::OkStatus();
+    return rows->status();
   };
-  return SaveTrainingState(options_.checkpoint_dir, state, optimizer_->slot_names(), 5, options_.env,
-                           [&](ckpt::SafetensorsWriter& writer) { return WriteTables(scan, specs, *layout, writer); });
+  std::map<std::string, std::string> metadata = save.metadata;
+  if (chains) {
+    std::string names;
+    for (const dist::TableSpec& t : specs) absl::StrAppend(&names, t.name, "\n");
+    metadata[ckpt::kTablesKey] = names;
+  }
+  auto path = SaveTrainingState(
+      options_.checkpoint_dir, state, optimizer_->slot_names(), ckpt::SaveOptions{5, save.increment}, metadata,
+      options_.env,
+      [&](ckpt::SafetensorsWriter& writer) { return WriteTables(scan, specs, *layout, writer, save.increment); });
+  if (path.ok()) {
+    chain_->Committed(save, step);
+  } else {
+    chain_->Failed(save);
+    if (save.increment && absl::IsFailedPrecondition(path.status())) chain_->Restart(save.save_id);
+  }
+  return path;
 }
 
 absl::StatusOr<int64_t> CtrTrainer::RestoreCheckpoint(const LogSink& log) {
@@ -71,6 +114,10 @@ absl::StatusOr<int64_t> CtrTrainer::RestoreCheckpoint(const LogSink& log) {
   if (!restored.ok()) return restored.status();
   if (!restored->has_value()) return 0;
   OpenedTrainingState& opened = **restored;
+  // Saves go on numbering after the restored one; the next is full (the rows loaded carry no
+  // change marks).
+  if (chain_ == nullptr) chain_ = std::make_unique<SaveChain>(options_.full_checkpoint_every, options_.seed);
+  chain_->Restart(opened.save_id);
   const auto& params = model_->parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     VariableState& v = opened.state.variables.at(params[i]->name);

@@ -7,15 +7,23 @@
 // (deduplicated; the rows usually came back with the previous step's answer), computes, hands back each unique id's
 // gradient and the next batch's ids (prefetch), and steps: one round trip per step. The chief
 // evaluates the final model on the generator's test set (log-loss and AUC beside Bayes).
+#include <time.h>
+
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "programs/ctr/ctr_files.h"
 #include "programs/ctr/ctr_single.h"
+#include "programs/ctr/eval_ctr.h"
+#include "psflow/ckpt/checkpoint.h"
 #include "psflow/core/threading.h"
 #include "psflow/train/session.h"
 #include "train/option_value.h"
@@ -23,7 +31,7 @@
 namespace psflow::train {
 namespace {
 
-// Fills a batch of B examples at data step `at` (ids [B, F], dense [B, 13], labels [B]); OutOfRange at
+// Fills a batch of B examples at data step `at` (ids [B, F], dense [B, D], labels [B]); OutOfRange at
 // the end of the training files.
 using CtrBatchFill = std::function<absl::Status(int64_t at, int64_t* ids, float* dense, float* labels)>;
 
@@ -37,7 +45,7 @@ struct CtrBatch {
   absl::Status Fill(const CtrBatchFill& fill, const TrainOptions& o, int64_t at) {
     const int64_t batch = OptionValue(o.batch_size);
     ids.resize(batch * o.ctr_fields);
-    dense.resize(batch * kCtrNumDense);
+    dense.resize(batch * o.ctr_dense);
     labels.resize(batch);
     step = -1;
     if (auto s = fill(at, ids.data(), dense.data(), labels.data()); !s.ok()) return s;
@@ -50,6 +58,101 @@ struct CtrBatch {
     for (const auto& c : columns) spans.emplace_back(c);
     return spans;
   }
+};
+
+// Where a worker's steps spend their time: wall and this thread's CPU per phase, summed, and one
+// log line at the end (bench/ctr_many_workers.py reads it). "push and wait" is the step's call: the
+// push, the wait for the ps tasks' answers (sync: the step's quorum and apply) and their reading.
+class StepPhases {
+ public:
+  enum Phase { kData, kLookup, kCompute, kStep, kNumPhases };
+  StepPhases() { Restart(); }
+  // Ends the phase that began at the last Mark (or Restart) and charges it to `phase`.
+  void Mark(Phase phase) {
+    const Sample now = Now();
+    wall_[phase] += now.wall - last_.wall;
+    cpu_[phase] += now.cpu - last_.cpu;
+    last_ = now;
+  }
+  void Restart() { last_ = Now(); }
+  std::string Text(int64_t steps) const {
+    static constexpr const char* kNames[] = {"data", "lookup", "forward+backward", "push and wait"};
+    const double n = static_cast<double>(std::max<int64_t>(1, steps));
+    std::string text = absl::StrCat(steps, " steps; ms per step, wall/cpu:");
+    for (int p = 0; p < kNumPhases; ++p) {
+      absl::StrAppend(&text, absl::StrFormat(" %s %.3f/%.3f", kNames[p], 1e3 * wall_[p] / n, 1e3 * cpu_[p] / n));
+    }
+    return text;
+  }
+
+ private:
+  struct Sample {
+    double wall, cpu;
+  };
+  static Sample Now() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return {std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(),
+            static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec)};
+  }
+  Sample last_;
+  double wall_[kNumPhases] = {}, cpu_[kNumPhases] = {};
+};
+
+// Sync: the batch after next is filled on a thread of its own while the step's call waits for its
+// quorum (the data step after global step s is s + 1), so a worker answered by the ps tasks goes
+// straight to its forward. One fill at a time; Wait() before the next Start and before the batch is read.
+class FillAhead {
+ public:
+  FillAhead() : thread_([this] { Run(); }) {}
+  ~FillAhead() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+  // Fills `batch` at data step `at` beside the caller.
+  void Start(CtrBatch* batch, const CtrBatchFill* fill, const TrainOptions* o, int64_t at) {
+    absl::MutexLock lock(&mu_);
+    job_ = Job{batch, fill, o, at};
+    pending_ = true;
+  }
+  // Waits for the fill Start began; a failed one leaves its batch unfilled (step -1), to be filled
+  // again, and its error met, where it is read.
+  void Wait() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &FillAhead::Idle));
+  }
+
+ private:
+  struct Job {
+    CtrBatch* batch = nullptr;
+    const CtrBatchFill* fill = nullptr;
+    const TrainOptions* o = nullptr;
+    int64_t at = 0;
+  };
+  bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !pending_; }
+  bool Due() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pending_ || stop_; }
+  void Run() {
+    FlushDenormalsOnThisThread();  // as on the worker's own thread, where the ops set it
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      mu_.Await(absl::Condition(this, &FillAhead::Due));
+      if (stop_) return;
+      Job job = job_;
+      mu_.Unlock();
+      (void)job.batch->Fill(*job.fill, *job.o, job.at);  // step stays -1 on failure
+      mu_.Lock();
+      pending_ = false;
+    }
+  }
+
+  absl::Mutex mu_;
+  Job job_ ABSL_GUARDED_BY(mu_);
+  bool pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: starts once the rest is built
 };
 
 // The session's table rows as leaves of the graph (their gradients are the unique rows').
@@ -90,6 +193,25 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
     for (const Var& p : (*fresh)->parameters()) values.push_back(std::move(p->value));
     return values;
   };
+  // --eval_every_steps with --checkpoint_dir: the chief evaluates the checkpoint of each multiple of
+  // N beside training (train/eval_beside.h), from the file alone as `psflow eval` does.
+  if (options.eval_every_steps > 0 && !options.checkpoint_dir.empty()) {
+    auto metrics = CtrCheckpointMetrics(options);
+    if (!metrics.ok()) return metrics.status();
+    session_options.evaluate_checkpoint = [metrics = *std::move(metrics)](
+                                              const std::string& path) -> absl::StatusOr<SessionEval> {
+      auto file = ckpt::OpenCheckpointFile(path);
+      if (!file.ok()) return file.status();
+      auto figures = metrics(*file);
+      if (!figures.ok()) return figures.status();
+      SessionEval eval;
+      eval.scalars = *std::move(figures);
+      return eval;
+    };
+  } else if (options.eval_every_steps > 0) {
+    log("--eval_every_steps: the ctr chief evaluates the checkpoints it saves at those steps, beside training: give "
+        "--checkpoint_dir (without it there is no evaluation during training)");
+  }
   auto session_or = WorkerSession::Create(session_options, std::move(params), std::move(tables));
   if (!session_or.ok()) return session_or.status();
   WorkerSession& session = **session_or;
@@ -138,7 +260,7 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
         const int64_t batch = OptionValue(o.batch_size), fields = o.ctr_fields;
         int64_t have = 0;
         while (have < batch) {
-          auto got = queue_reader->Read(batch - have, ids + have * fields, dense + have * kCtrNumDense, labels + have);
+          auto got = queue_reader->Read(batch - have, ids + have * fields, dense + have * o.ctr_dense, labels + have);
           if (!got.ok()) return got.status();
           if (*got == 0) {
             return absl::OutOfRangeError(
@@ -149,12 +271,18 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
         return absl::OkStatus();
       };
     }
-    CtrBatch current, next;
+    CtrBatch current, next, ahead;
+    // Sync with the generator or the fixed order: the batch after next is filled while the step waits.
+    std::unique_ptr<FillAhead> fill_ahead;
+    if (session.sync() && queue_reader == nullptr) fill_ahead = std::make_unique<FillAhead>();
     std::vector<Var> leaves;
     const int64_t batch = OptionValue(o.batch_size);
     int64_t own_step = 0;  // async from files: this worker's batches, in order
     std::string data_end;  // why the training files ended training, or empty
+    StepPhases phases;
+    int64_t timed_steps = 0;
     while (!session.ShouldStop()) {
+      phases.Restart();
       // Sync: this worker's part of the global step's batch; async: the batch its last push claimed
       // (from files: its own consecutive batches of the queue's slices).
       const int64_t at = queue_reader != nullptr ? own_step : session.data_step();
@@ -167,10 +295,12 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
         }
         return s;
       }
+      phases.Mark(StepPhases::kData);
       absl::Status looked = session.Lookup(current.Spans());
       if (absl::IsOutOfRange(looked)) break;  // training finished elsewhere
       if (!looked.ok()) return looked;
       std::vector<nn::FieldRows> fields = FieldRowsOf(session, &leaves, /*trainable=*/true);
+      phases.Mark(StepPhases::kLookup);
       Var logits = model.Logits(current.dense.data(), batch, fields);
       Var loss = nn::CtrModel::Loss(logits, current.labels);
       const double loss_value = loss->value[0];
@@ -185,20 +315,31 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
       if (std::isfinite(loss_value)) {
         Backward(loss);
         for (int t = 0; t < session.num_tables(); ++t) session.table_batch(t).grads = std::move(leaves[t]->grad);
+        phases.Mark(StepPhases::kCompute);
         // The next batch's ids ride on this step's push; its rows come back with the answer.
-        absl::Status filled = next.Fill(fill, o, at + 1);
+        absl::Status filled = absl::OkStatus();
+        if (ahead.step == at + 1) {
+          std::swap(next, ahead);
+        } else {
+          filled = next.Fill(fill, o, at + 1);
+        }
+        phases.Mark(StepPhases::kData);
         if (filled.ok()) {
           if (auto s = session.Prefetch(next.Spans()); !s.ok()) return s;
         } else if (!from_files || !absl::IsOutOfRange(filled)) {
           return filled;  // (the end of the files is met again at the next step, and ends it)
         }
       }
-      if (auto s = session.Step(loss_value, static_cast<double>(correct) / static_cast<double>(batch)); !s.ok()) {
-        return s;
-      }
+      if (fill_ahead != nullptr && next.step == at + 1) fill_ahead->Start(&ahead, &fill, &o, at + 2);
+      absl::Status stepped = session.Step(loss_value, static_cast<double>(correct) / static_cast<double>(batch));
+      if (fill_ahead != nullptr) fill_ahead->Wait();
+      if (!stepped.ok()) return stepped;
       ZeroGrad(model.parameters());
+      phases.Mark(StepPhases::kStep);
+      ++timed_steps;
       ++own_step;
     }
+    log(absl::StrCat("worker ", worker, " step timing: ", phases.Text(timed_steps)));
     SessionEval files_eval;
     if (from_files) {
       if (!data_end.empty()) log(absl::StrCat("worker ", worker, ": ", data_end, ": training ends here"));

@@ -1,5 +1,5 @@
 // `psflow eval --model=ctr`: the newest valid checkpoint of --checkpoint_dir evaluated on the
-// generator's test set (test log-loss and AUC beside Bayes), without any ps task. The dense layers
+// generator's test set or --test_files' (test log-loss and AUC beside Bayes, NaN for files), without any ps task. The dense layers
 // are read whole; each field's table is never read whole: per chunk of test examples, the unique
 // ids of each field are looked up in the file (train/table_checkpoint.h ReadTableRows: the ids
 // column streamed, the wanted rows read, the others skipped). A dynamic id the file does not hold
@@ -22,7 +22,19 @@
 
 namespace psflow::train {
 
-absl::StatusOr<CtrCheckpointEval> EvaluateCtrFile(const TrainOptions& options, const data::CtrGenerator& generator,
+absl::StatusOr<std::shared_ptr<const CtrTestSet>> MakeCtrTestSet(const TrainOptions& options) {
+  auto generator = MakeCtrGenerator(options);
+  if (!generator.ok()) return generator.status();
+  auto test = std::make_shared<CtrTestSet>(CtrTestSet{*std::move(generator), std::nullopt});
+  if (!options.test_files.empty()) {
+    auto files = ReadCtrTestFiles(options);
+    if (!files.ok()) return files.status();
+    test->files = *std::move(files);
+  }
+  return std::shared_ptr<const CtrTestSet>(std::move(test));
+}
+
+absl::StatusOr<CtrCheckpointEval> EvaluateCtrFile(const TrainOptions& options, const CtrTestSet& test,
                                                   const ckpt::OpenedCheckpoint& checkpoint) {
   const ckpt::SafetensorsReader& file = *checkpoint.reader;
   const std::string& path = checkpoint.path;
@@ -38,7 +50,7 @@ absl::StatusOr<CtrCheckpointEval> EvaluateCtrFile(const TrainOptions& options, c
     if (e == nullptr || e->shape != p->value.shape()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, e == nullptr ? " has no variable " : ": another shape of variable ", p->name,
-                       " (check --ctr_fields and --ctr_dim against the training job's)"));
+                       " (check --ctr_fields, --ctr_dense and --ctr_dim against the training job's)"));
     }
     auto value = file.ReadF32(p->name);
     if (!value.ok()) return value.status();
@@ -52,8 +64,7 @@ absl::StatusOr<CtrCheckpointEval> EvaluateCtrFile(const TrainOptions& options, c
   }
   std::vector<std::vector<int64_t>> index(specs.size());
   int64_t missing = 0;
-  auto figures = EvaluateCtrModel(
-      options, generator, **model, options.ctr_test_examples,
+  const CtrRowSource rows =
       [&](const std::vector<std::vector<int64_t>>& columns) -> absl::StatusOr<std::vector<nn::FieldRows>> {
         std::vector<nn::FieldRows> fields;
         for (size_t f = 0; f < specs.size(); ++f) {
@@ -76,7 +87,10 @@ absl::StatusOr<CtrCheckpointEval> EvaluateCtrFile(const TrainOptions& options, c
           fields.push_back({Constant(*std::move(rows)), index[f]});
         }
         return fields;
-      });
+      };
+  auto figures = test.files.has_value()
+                     ? EvaluateCtrExamples(options, *test.files, **model, rows)
+                     : EvaluateCtrModel(options, test.generator, **model, options.ctr_test_examples, rows);
   if (!figures.ok()) return figures.status();
   CtrCheckpointEval result;
   result.path = path;
@@ -115,16 +129,16 @@ absl::StatusOr<CtrCheckpointEval> EvaluateCtrCheckpoint(const TrainOptions& opti
   if (!latest->has_value()) {
     return absl::NotFoundError(absl::StrCat("no valid checkpoint in --checkpoint_dir=", options.checkpoint_dir));
   }
-  auto generator = MakeCtrGenerator(options);
-  if (!generator.ok()) return generator.status();
-  return EvaluateCtrFile(options, *generator, **latest);
+  auto test = MakeCtrTestSet(options);
+  if (!test.ok()) return test.status();
+  return EvaluateCtrFile(options, **test, **latest);
 }
 
 absl::StatusOr<CheckpointMetricsFn> CtrCheckpointMetrics(const TrainOptions& options) {
-  auto generator = MakeCtrGenerator(options);
-  if (!generator.ok()) return generator.status();
-  auto shared = std::make_shared<const data::CtrGenerator>(*std::move(generator));
-  return CheckpointMetricsFn([options, shared](const ckpt::OpenedCheckpoint& checkpoint) -> absl::StatusOr<Metrics> {
+  auto test = MakeCtrTestSet(options);
+  if (!test.ok()) return test.status();
+  return CheckpointMetricsFn([options, shared = *std::move(test)](
+                                 const ckpt::OpenedCheckpoint& checkpoint) -> absl::StatusOr<Metrics> {
     auto eval = EvaluateCtrFile(options, *shared, checkpoint);
     if (!eval.ok()) return eval.status();
     const CtrFigures& f = eval->figures;

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "programs/ctr/eval_ctr.h"
 #include "programs/mnist/mnist.h"
+#include "psflow/core/threading.h"
 
 namespace psflow::train {
 namespace {
@@ -119,6 +120,9 @@ void RegisterCheckpointMetrics(const std::string& model, CheckpointMetricsFactor
 }
 
 absl::StatusOr<CheckpointMetricsFn> CheckpointMetricsFor(const TrainOptions& options) {
+  // --intra_op_threads (default 1) as the training programs apply it: `psflow eval` accepted the
+  // flag but computed on every core, and figures at 2 threads may differ from 1's in the last bit.
+  SetIntraOpThreads(options.intra_op_threads);
   CheckpointMetricsFactory factory;
   {
     absl::MutexLock lock(&g_registry_mu);

@@ -73,7 +73,7 @@ absl::Status PsClient::Impl::Init() {
   for (int k = 0; k < plan.num_ps; ++k) {
     const std::string& address = options_.cluster.ps()[k];
     absl::StatusOr<std::unique_ptr<rpc::ClientChannel>> channel =
-        rpc::MakeChannel(address, absl::StrCat("ps task ", k, " (", address, ")"), options_.security);
+        rpc::MakeChannel(address, absl::StrCat("ps task ", k, " (", address, ")"), options_.security, wire_dtype_);
     if (!channel.ok()) return channel.status();
     channels_.push_back(*std::move(channel));
   }

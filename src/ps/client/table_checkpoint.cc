@@ -205,6 +205,7 @@ absl::Status PsClient::Impl::OpenTableScans(const std::vector<std::string>& tabl
       scan.set_increment(options.increment);
       scan.set_changed_since(options.changed_since);
       scan.set_track_changes(options.track_changes);
+      scan.set_client_id(client_id_);
       channels.push_back(channel(shard.ps_task));
       requests.push_back(rpc::OutgoingMessage::Of(scan));
     }
@@ -238,6 +239,7 @@ absl::Status PsClient::Impl::CloseTableScans() {
       scan.set_table(t->shards[s].name);
       scan.set_scan_id(ids[s]);
       scan.set_max_rows(-1);  // close
+      scan.set_client_id(client_id_);
       channels.push_back(channel(t->shards[s].ps_task));
       requests.push_back(rpc::OutgoingMessage::Of(scan));
     }
@@ -282,6 +284,7 @@ absl::Status PsClient::Impl::ScanTable(const std::string& table, int64_t max_row
     scan.set_increment(options.increment);
     scan.set_changed_since(options.changed_since);
     scan.set_track_changes(options.track_changes);
+    scan.set_client_id(client_id_);
     std::vector<rpc::OutgoingMessage> requests;
     requests.push_back(rpc::OutgoingMessage::Of(scan));
     const int k = c.shard->ps_task;

@@ -3,7 +3,8 @@
 // sync mode (SyncReplicasOptimizer) gives it to the sync accumulator
 // (ps/server/sync_accumulator.h), which holds the push's call open (its Responder) until the step's
 // quorum is complete and its mean applied — no thread blocks per waiting worker; hybrid sync
-// (--table_sync=async) applies the push's table rows on arrival and only its dense gradients wait. Every answer
+// (--table_sync=async) applies the push's table rows and gathers its prefetch on arrival, and only its dense
+// gradients wait. Every answer
 // leaves through PushAnswer (the exit). Push deduplication (ps/server/push_dedup.h: client id + sequence
 // number) plugs in at the entry, right after the header is parsed: it wraps the Responder, so
 // both modes and the accumulator answer through it unchanged. A push may come in parts
@@ -232,8 +233,10 @@ void PsServer::Impl::PushInSyncMode(const Model& m, const std::vector<ShardGradi
     return responder.Respond(*std::move(answer));
   }
   // Hybrid (Persia's, --table_sync=async): the tables' rows are applied now, as in async mode
-  // (whether or not the dense gradients count for the step: a stale or late push's rows too); the
-  // dense gradients wait for the step's quorum.
+  // (whether or not the dense gradients count for the step: a stale or late push's rows too), and
+  // the next batch's rows (the prefetch) are gathered now too, while the step waits for its quorum:
+  // they hold every push applied before this one's arrival, this one's included. Only the dense
+  // gradients wait for the step's quorum, and the answer leaves with the step.
   const bool hybrid = m.config.table_sync == "async";
   if (hybrid) {
     const int64_t at = std::max(header.step_tag(), step_.load(std::memory_order_acquire));
@@ -241,6 +244,9 @@ void PsServer::Impl::PushInSyncMode(const Model& m, const std::vector<ShardGradi
       pushes_refused_.fetch_add(1);
       return responder.Respond(s);
     }
+    rpc::OutgoingMessage rows;
+    tables->gathered_status = PsTables::AppendGathered(tables->prefetch, &rows);
+    tables->gathered = std::move(rows.tensors);
   }
   sync_.Push(
       m.sync_epoch, worker, header.step_tag(),
@@ -252,12 +258,16 @@ void PsServer::Impl::PushInSyncMode(const Model& m, const std::vector<ShardGradi
         for (const ShardGradient& g : gradients) g.shard->Accumulate(g);
         if (!hybrid) m.tables->Accumulate(worker, tables->rows);
       },
-      [pulls = std::move(pulls), tables,
+      [pulls = std::move(pulls), tables, hybrid,
        responder = std::move(responder)](absl::StatusOr<SyncAccumulator::Outcome> outcome) mutable {
         if (!outcome.ok()) return responder.Respond(outcome.status());
         absl::StatusOr<rpc::OutgoingMessage> answer =
-            PushAnswer(pulls, outcome->step, outcome->stale, &tables->prefetch);
+            PushAnswer(pulls, outcome->step, outcome->stale, hybrid ? nullptr : &tables->prefetch);
         if (!answer.ok()) return responder.Respond(answer.status());
+        if (hybrid) {  // the rows gathered on arrival, after the dense values as PushAnswer puts them
+          if (!tables->gathered_status.ok()) return responder.Respond(tables->gathered_status);
+          for (rpc::OutgoingTensor& t : tables->gathered) answer->tensors.push_back(std::move(t));
+        }
         responder.Respond(*std::move(answer));
       });
 }

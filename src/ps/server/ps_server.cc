@@ -125,12 +125,14 @@ void PsServer::Impl::HandleHello(const rpc::IncomingMessage& request, rpc::Respo
                      hello.worker_index(), " runs '", hello.cluster_text(),
                      "'; start every task with the same --ps_hosts and --worker_hosts (or TF_CONFIG)")));
   }
+  std::vector<uint64_t> replaced;  // clients of this worker index before this one
   if (!hello.probe()) {
     absl::MutexLock lock(&mu_);
     // One process per worker index: a worker that says Hello again was restarted, and its
     // predecessor (killed, it never says Goodbye) must not hold up the end of the job.
     for (auto it = connected_.begin(); it != connected_.end();) {
       if (it->second == hello.worker_index() && it->first != hello.client_id()) {
+        replaced.push_back(it->first);
         connected_.erase(it++);
       } else {
         ++it;
@@ -143,6 +145,15 @@ void PsServer::Impl::HandleHello(const rpc::IncomingMessage& request, rpc::Respo
   }
   if (!hello.probe()) {
     sync_.Rejoin(hello.worker_index());  // a worker that comes back rejoins the sync quorum
+  }
+  // The scans a replaced process left open (a chief killed during a save) go now (outside mu_: a
+  // scan's storage failure reports to the task under it).
+  if (std::shared_ptr<const Model> m = model(); m != nullptr && m->tables != nullptr) {
+    for (uint64_t client : replaced) {
+      for (const std::string& line : m->tables->DropScansOf(client, absl::StrCat("worker ", hello.worker_index()))) {
+        Log(line);
+      }
+    }
   }
   wire::HelloResponse response;
   response.set_ps_task(options_.task_index);
@@ -444,6 +455,16 @@ absl::Status PsServer::Impl::GiveUpReason() const {
   return absl::OkStatus();
 }
 
+void PsServer::Impl::DropIdleScans() {
+  if (options_.table_scan_timeout_secs <= 0) return;
+  std::shared_ptr<const Model> m = model();
+  if (m == nullptr || m->tables == nullptr) return;
+  for (const std::string& line : m->tables->DropIdleScans(
+           absl::Now(), absl::Seconds(options_.table_scan_timeout_secs), "--table_scan_timeout_secs")) {
+    Log(line);
+  }
+}
+
 absl::Status PsServer::Impl::Wait() {
   absl::Status result;
   // Woken every second to check the bounds on waiting for the workers (between lock scopes:
@@ -453,6 +474,7 @@ absl::Status PsServer::Impl::Wait() {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(this, &Impl::ShutdownOrStopped), absl::Seconds(1))) break;
     }
+    DropIdleScans();
     absl::Status give_up = GiveUpReason();
     absl::MutexLock lock(&mu_);
     if (!give_up.ok() && !shutdown_ && !stopped_) {
@@ -507,6 +529,10 @@ absl::Status PsServer::Wait() { return impl_->Wait(); }
 void PsServer::Stop() { impl_->Stop(); }
 PsTaskStats PsServer::Stats() const { return impl_->Stats(); }
 std::optional<PsTaskStats> PsServer::ReportedStats() const { return impl_->ReportedStats(); }
+PsServer::SyncTiming PsServer::sync_timing() const {
+  const SyncAccumulator::Timing t = impl_->sync_timing();
+  return {t.steps, t.pushes, t.wait_secs, t.spread_secs, t.apply_secs, t.answer_secs};
+}
 int PsServer::port() const { return impl_->port(); }
 
 }  // namespace psflow::ps

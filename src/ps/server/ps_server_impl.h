@@ -40,6 +40,7 @@ class PsServer::Impl final : public rpc::Handler {
   absl::Status Start();
   absl::Status Wait();
   void Stop();
+  SyncAccumulator::Timing sync_timing() const { return sync_.timing(); }
   PsTaskStats Stats() const;
   std::optional<PsTaskStats> ReportedStats() const {
     absl::MutexLock lock(&mu_);
@@ -130,6 +131,10 @@ class PsServer::Impl final : public rpc::Handler {
   // A push's table blocks: gradient rows, and the prefetch (rows its answer carries).
   struct TablePush {
     std::vector<TableBlock> rows, prefetch;
+    // Hybrid sync: the prefetch's rows gathered on arrival (right after the push's own rows were
+    // applied), answered with the step; or why they could not be.
+    std::vector<rpc::OutgoingTensor> gathered;
+    absl::Status gathered_status;
   };
   // A push checked against the model and copied off the wire: what the modes apply and answer.
   struct ValidPush {
@@ -176,6 +181,8 @@ class PsServer::Impl final : public rpc::Handler {
 
   // Why Wait() should give up now (a bound passed), or OK.
   absl::Status GiveUpReason() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops the table scans left unread past options_.table_scan_timeout_secs (logged).
+  void DropIdleScans() ABSL_LOCKS_EXCLUDED(mu_);
 
   // After the shutdown: every connected worker said Goodbye, and every worker of the cluster said
   // Hello at least once (a worker that starts after a short job ended learns it is over from

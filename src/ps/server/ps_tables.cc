@@ -2,6 +2,7 @@
 #include "ps/server/ps_tables.h"
 
 #include <cstring>
+#include <iterator>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -263,9 +264,60 @@ PsTables::~PsTables() {
   scans_.clear();  // before the shards they borrow
 }
 
+void PsTables::DropLocked(absl::flat_hash_map<uint64_t, OpenScan>::iterator it, const std::string& why) {
+  if (dropped_order_.size() >= kDroppedKept) {
+    dropped_.erase(dropped_order_.front());
+    dropped_order_.erase(dropped_order_.begin());
+  }
+  dropped_[it->first] = why;
+  dropped_order_.push_back(it->first);
+  scans_.erase(it);  // its snapshot goes with it
+}
+
+std::vector<std::string> PsTables::DropIdleScans(absl::Time now, absl::Duration bound, const std::string& flag) {
+  std::vector<std::string> lines;
+  absl::MutexLock lock(&scans_mu_);
+  for (auto it = scans_.begin(); it != scans_.end();) {
+    auto next = std::next(it);
+    if (now - it->second.last_call > bound) {
+      const std::string why = absl::StrCat("not read for ", absl::ToDoubleSeconds(bound), " s (", flag,
+                                           "): its chief stopped reading it (dead, or its save stopped)");
+      lines.push_back(absl::StrCat("dropped the scan of table '", it->second.table->name,
+                                   "' for save ", it->second.save_id, ", ", why));
+      DropLocked(it, why);
+    }
+    it = next;
+  }
+  return lines;
+}
+
+std::vector<std::string> PsTables::DropScansOf(uint64_t client_id, const std::string& who) {
+  std::vector<std::string> lines;
+  if (client_id == 0) return lines;
+  absl::MutexLock lock(&scans_mu_);
+  for (auto it = scans_.begin(); it != scans_.end();) {
+    auto next = std::next(it);
+    if (it->second.client_id == client_id) {
+      const std::string why = absl::StrCat("opened by ", who, "'s previous process, which was replaced (restarted)");
+      lines.push_back(absl::StrCat("dropped the scan of table '", it->second.table->name,
+                                   "' for save ", it->second.save_id, ", ", why));
+      DropLocked(it, why);
+    }
+    it = next;
+  }
+  return lines;
+}
+
 absl::Status PsTables::ScanPart(const wire::TableScan& scan, int64_t global_step, wire::TableScanPart* part,
                                 rpc::OutgoingMessage* out) {
   absl::MutexLock lock(&scans_mu_);
+  const absl::Time now = absl::Now();
+  // Every call of a client keeps all of its scans here alive (a save reads its tables in turn).
+  if (scan.client_id() != 0) {
+    for (auto& [id, open] : scans_) {
+      if (open.client_id == scan.client_id()) open.last_call = now;
+    }
+  }
   auto it = scans_.find(scan.scan_id());
   if (scan.max_rows() < 0) {
     // Close (PsClient::CloseTableScans): a save that failed before reading its opened scans.
@@ -275,16 +327,19 @@ absl::Status PsTables::ScanPart(const wire::TableScan& scan, int64_t global_step
     return absl::OkStatus();
   }
   if (it == scans_.end()) {
+    if (auto gone = dropped_.find(scan.scan_id()); gone != dropped_.end()) {
+      return absl::AbortedError(absl::StrCat("ps task ", ps_task_, ": the scan of table '", scan.table(),
+                                             "' for save ", scan.save_id(), " was dropped, ", gone->second,
+                                             "; this save fails (the next one reads the tables afresh)"));
+    }
     TableState* t = Find(scan.table());
     if (t == nullptr) return Bad(scan.table(), absl::StrCat("no such table shard on ps task ", ps_task_));
     // One scan of a shard at a time: a new one replaces a scan left open (a save abandoned or failed
     // half-way), whose snapshot would otherwise keep rows and hold back removal passes.
     for (auto open = scans_.begin(); open != scans_.end();) {
-      if (open->second.table == t) {
-        scans_.erase(open++);
-      } else {
-        ++open;
-      }
+      auto next = std::next(open);
+      if (open->second.table == t) DropLocked(open, "replaced by a newer scan of the shard");
+      open = next;
     }
     t->shard->RemoveNow(global_step);  // evicted rows are not saved
     table::ScanOptions options;
@@ -294,9 +349,17 @@ absl::Status PsTables::ScanPart(const wire::TableScan& scan, int64_t global_step
     options.track_changes = scan.track_changes();
     absl::StatusOr<std::unique_ptr<table::RowScan>> started = t->shard->Scan(options);
     if (!started.ok()) return Report(*t, started.status());
-    it = scans_.emplace(scan.scan_id(), OpenScan{t, *std::move(started)}).first;
+    OpenScan open;
+    open.table = t;
+    open.scan = *std::move(started);
+    open.client_id = scan.client_id();
+    open.save_id = scan.save_id();
+    open.last_call = now;
+    it = scans_.emplace(scan.scan_id(), std::move(open)).first;
   } else if (it->second.table->name != scan.table()) {
     return Bad(scan.table(), absl::StrCat("scan ", scan.scan_id(), " reads '", it->second.table->name, "'"));
+  } else {
+    it->second.last_call = now;
   }
   if (scan.max_rows() == 0) {
     // Open only (PsClient::OpenTableScans): the scan's snapshot is taken now; its parts come later.

@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/psflow.pb.h"
 #include "ps/server/table/disk_store.h"
 #include "ps/server/table/sparse_sync_sum.h"
@@ -103,8 +104,19 @@ class PsTables {
   // then the rows into `part` (ids, last_step, count) and `out`'s tensors (values, then each slot).
   // FailedPrecondition naming the table for an increment the shard cannot answer (the save must be
   // full).
+  // A scan left open (its chief died, or its save stopped) is dropped by DropIdleScans or
+  // DropScansOf; a later read of it is Aborted naming why (never a scan opened again silently, which
+  // would read the shard at a later moment than the save's).
   absl::Status ScanPart(const wire::TableScan& scan, int64_t global_step, wire::TableScanPart* part,
                         rpc::OutgoingMessage* out) ABSL_LOCKS_EXCLUDED(scans_mu_);
+  // Drops the open scans whose client made no scan call to this task for `bound` before `now`
+  // (every scan of a client counts: a save reads its tables one after another). Returns one line
+  // per scan dropped, naming the table, the save and `flag` (the bound's flag).
+  std::vector<std::string> DropIdleScans(absl::Time now, absl::Duration bound, const std::string& flag)
+      ABSL_LOCKS_EXCLUDED(scans_mu_);
+  // Drops the open scans of client `client_id` (a process replaced by a restarted one: `who`, e.g.
+  // "worker 0"). One line per scan dropped.
+  std::vector<std::string> DropScansOf(uint64_t client_id, const std::string& who) ABSL_LOCKS_EXCLUDED(scans_mu_);
   // Stores checkpoint rows (a LoadTable call; its tensors in order: per block the
   // values, then each slot). InvalidArgument naming the table (a wrong dim or slot count, an id
   // this shard does not own, ...); the blocks before the bad one are stored.
@@ -119,9 +131,19 @@ class PsTables {
     TableState* table = nullptr;
     std::unique_ptr<table::RowScan> scan;
     size_t removed_sent = 0;  // of scan->removed()
+    uint64_t client_id = 0;   // who opened it (0: unknown)
+    int64_t save_id = 0;
+    absl::Time last_call;  // the newest scan call of its client (or of it, client unknown)
   };
+  // Drops scan `it` (scans_mu_ held), remembering why for a later read of it.
+  void DropLocked(absl::flat_hash_map<uint64_t, OpenScan>::iterator it, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(scans_mu_);
   mutable absl::Mutex scans_mu_;
   absl::flat_hash_map<uint64_t, OpenScan> scans_ ABSL_GUARDED_BY(scans_mu_);
+  // Scans dropped (their ids and why), the newest kDroppedKept, for the reads that come later.
+  static constexpr size_t kDroppedKept = 4096;
+  absl::flat_hash_map<uint64_t, std::string> dropped_ ABSL_GUARDED_BY(scans_mu_);
+  std::vector<uint64_t> dropped_order_ ABSL_GUARDED_BY(scans_mu_);
   table::SparseSyncMean mean_ = table::SparseSyncMean::kWorkers;
   int ps_task_ = 0;
   std::vector<std::shared_ptr<TableState>> list_;

@@ -174,5 +174,66 @@ TEST(PsTablesDecodeTest, CheckpointRowsOfAnotherShardAreRefused) {
   }
 }
 
+// A scan call to `tables` (max_rows 0: open only; > 0: read a part; < 0: close).
+absl::Status ScanCall(PsTables& tables, const std::string& table, uint64_t scan_id, uint64_t client, int64_t max_rows,
+                      int64_t save_id = 3) {
+  wire::TableScan scan;
+  scan.set_table(table);
+  scan.set_scan_id(scan_id);
+  scan.set_max_rows(max_rows);
+  scan.set_save_id(save_id);
+  scan.set_client_id(client);
+  wire::TableScanPart part;
+  rpc::OutgoingMessage out;
+  return tables.ScanPart(scan, 0, &part, &out);
+}
+
+// A scan its chief left open (dead, or its save stopped) is dropped once its client made no scan
+// call for the bound, said in a line naming the table, the save and the flag; a read of it later is
+// Aborted saying so (never a scan opened again at a later moment).
+TEST(PsTablesScanBoundTest, AScanLeftUnreadPastTheBoundIsDroppedAndALaterReadRefused) {
+  auto tables = TablesOfTask(0);
+  ASSERT_NE(tables, nullptr);
+  ASSERT_TRUE(ScanCall(*tables, "hashed", 11, /*client=*/5, 0).ok());
+  const absl::Time opened = absl::Now();
+  EXPECT_TRUE(tables->DropIdleScans(opened + absl::Minutes(4), absl::Minutes(5), "--flag").empty());
+  const std::vector<std::string> dropped = tables->DropIdleScans(opened + absl::Minutes(6), absl::Minutes(5), "--flag");
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_TRUE(dropped[0].find("dropped the scan of table 'hashed' for save 3, not read for 300 s (--flag)") !=
+              std::string::npos)
+      << dropped[0];
+  const absl::Status late = ScanCall(*tables, "hashed", 11, 5, 10);
+  EXPECT_EQ(late.code(), absl::StatusCode::kAborted) << late;
+  EXPECT_TRUE(Mentions(late, "ps task 0: the scan of table 'hashed' for save 3 was dropped, not read for 300 s"))
+      << late;
+  // Closing it is quiet; a new scan (another id) opens as ever.
+  EXPECT_TRUE(ScanCall(*tables, "hashed", 11, 5, -1).ok());
+  EXPECT_TRUE(ScanCall(*tables, "hashed", 12, 5, 10).ok());
+}
+
+// Every scan call of a client keeps all of its scans alive (a save reads its tables in turn); a
+// replaced client's scans (a restarted chief's predecessor) go at once, another client's stay.
+TEST(PsTablesScanBoundTest, AClientsCallsKeepItsScansAndAReplacedClientsScansGo) {
+  auto tables = TablesOfTask(0);
+  ASSERT_NE(tables, nullptr);
+  ASSERT_TRUE(ScanCall(*tables, "hashed", 21, /*client=*/5, 0).ok());
+  ASSERT_TRUE(ScanCall(*tables, "emb/part_0", 22, 5, 0).ok());
+  ASSERT_TRUE(ScanCall(*tables, "emb/part_0", 22, 5, 1).ok());  // reads emb: hashed's scan is alive too
+  const absl::Time read = absl::Now();
+  EXPECT_TRUE(tables->DropIdleScans(read + absl::Minutes(4), absl::Minutes(5), "--flag").empty());
+  EXPECT_EQ(tables->DropIdleScans(read + absl::Minutes(6), absl::Minutes(5), "--flag").size(), 2u);
+
+  ASSERT_TRUE(ScanCall(*tables, "hashed", 31, /*client=*/7, 0).ok());
+  ASSERT_TRUE(ScanCall(*tables, "emb/part_0", 32, /*client=*/8, 0).ok());
+  const std::vector<std::string> dropped = tables->DropScansOf(7, "worker 0");
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_TRUE(dropped[0].find("dropped the scan of table 'hashed' for save 3, opened by worker 0's previous process") !=
+              std::string::npos)
+      << dropped[0];
+  EXPECT_EQ(ScanCall(*tables, "hashed", 31, 7, 10).code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(ScanCall(*tables, "emb/part_0", 32, 8, 10).ok());  // client 8's scan reads on
+  EXPECT_TRUE(tables->DropScansOf(0, "nobody").empty());        // an unknown client names no scan
+}
+
 }  // namespace
 }  // namespace psflow::ps

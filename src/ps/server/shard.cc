@@ -106,14 +106,11 @@ absl::Status Shard::DecodeGradient(const rpc::IncomingMessage& message, int i, S
   } else {
     std::atomic<int64_t> first_bad{std::numeric_limits<int64_t>::max()};
     ParallelFor(message.num_floats(i), kParallelMinFloats, [&](int64_t begin, int64_t end) {
-      message.ForEachRunInRange(i, begin, end - begin, [&](const float* run, int64_t first, int64_t n) {
-        const int64_t at = FirstNonFinite(run, n);
-        if (at < 0) return true;
-        int64_t seen = first_bad.load();
-        while (first + at < seen && !first_bad.compare_exchange_weak(seen, first + at)) {
-        }
-        return false;
-      });
+      const int64_t at = message.FirstNonFinite(i, begin, end - begin);
+      if (at < 0) return;
+      int64_t seen = first_bad.load();
+      while (at < seen && !first_bad.compare_exchange_weak(seen, at)) {
+      }
     });
     if (first_bad.load() != std::numeric_limits<int64_t>::max()) bad = first_bad.load();
   }

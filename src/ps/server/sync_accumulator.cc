@@ -94,11 +94,15 @@ void SyncAccumulator::Push(uint64_t epoch, int worker, int64_t step_tag, absl::F
         stale_dropped_.fetch_add(1, std::memory_order_relaxed);
       } else {
         // Tags newer than the step join the current step, as TF's ConditionalAccumulator does.
-        if (arrived_ == 0) ArmTimeoutLocked(clock_->Now() + config_.timeout);
+        const absl::Time now = clock_->Now();
+        if (arrived_ == 0) {
+          ArmTimeoutLocked(now + config_.timeout);
+          first_arrival_ = now;
+        }
         ++arrived_;
         ++in_flight_;
         arrived_workers_.insert(worker);
-        waiters_.push_back({worker, std::move(done)});
+        waiters_.push_back({worker, std::move(done), now});
         if (arrived_ >= QuorumLocked()) quorum_closed_ = true;
       }
     }
@@ -115,16 +119,38 @@ void SyncAccumulator::Push(uint64_t epoch, int worker, int64_t step_tag, absl::F
     released = MaybeFinishStepLocked();
     applied.step = step_->load(std::memory_order_acquire);
   }
-  Answer(std::move(released), applied);
+  AnswerStep(std::move(released), applied);
 }
 
 std::vector<SyncAccumulator::Waiter> SyncAccumulator::MaybeFinishStepLocked() {
   if (arrived_ == 0 || in_flight_ > 0) return {};
   if (!quorum_closed_ && arrived_ < QuorumLocked()) return {};
   const int64_t step = step_->load(std::memory_order_acquire);
+  const absl::Time quorum = clock_->Now();
   if (config_.apply) config_.apply(arrived_, step);
   step_->store(step + 1, std::memory_order_release);
+  ++timing_.steps;
+  timing_.apply_secs += absl::ToDoubleSeconds(clock_->Now() - quorum);
+  timing_.spread_secs += absl::ToDoubleSeconds(quorum - first_arrival_);
+  for (const Waiter& w : waiters_) {
+    ++timing_.pushes;
+    timing_.wait_secs += absl::ToDoubleSeconds(quorum - w.arrived);
+  }
   return ForgetStepLocked();
+}
+
+void SyncAccumulator::AnswerStep(std::vector<Waiter> waiters, const Outcome& applied) {
+  if (waiters.empty()) return;
+  const absl::Time start = clock_->Now();
+  Answer(std::move(waiters), applied);
+  const double secs = absl::ToDoubleSeconds(clock_->Now() - start);
+  absl::MutexLock lock(&mu_);
+  timing_.answer_secs += secs;
+}
+
+SyncAccumulator::Timing SyncAccumulator::timing() const {
+  absl::MutexLock lock(&mu_);
+  return timing_;
 }
 
 void SyncAccumulator::ArmTimeoutLocked(absl::Time deadline) {
@@ -179,7 +205,7 @@ void SyncAccumulator::OnTimeout(uint64_t step_id) {
     }
   }
   if (log_ && !line.empty()) log_(line);
-  Answer(std::move(released), applied);
+  AnswerStep(std::move(released), applied);
 }
 
 std::vector<int> SyncAccumulator::AliveMissingLocked(absl::Time now, absl::Time* until) const {
@@ -209,7 +235,7 @@ void SyncAccumulator::Depart(int worker) {
     released = MaybeFinishStepLocked();
     applied.step = step_->load(std::memory_order_acquire);
   }
-  Answer(std::move(released), applied);
+  AnswerStep(std::move(released), applied);
 }
 
 void SyncAccumulator::Rejoin(int worker) {

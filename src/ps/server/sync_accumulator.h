@@ -108,6 +108,16 @@ class SyncAccumulator {
   static constexpr absl::Duration kFrozenSlack = absl::Seconds(1);
 
   int64_t stale_dropped() const { return stale_dropped_.load(std::memory_order_relaxed); }
+  // Where the applied steps' time went (by the clock: zero under a ManualClock that stands still).
+  struct Timing {
+    int64_t steps = 0;             // steps applied
+    int64_t pushes = 0;            // pushes counted in them
+    double wait_secs = 0;          // the pushes' waits, from each one's arrival to its step's quorum
+    double spread_secs = 0;        // the steps' first arrival to their quorum (the slowest worker's lag)
+    double apply_secs = 0;         // the steps' apply (the mean onto every shard)
+    double answer_secs = 0;        // answering the steps' pushes (their answers built and handed over)
+  };
+  Timing timing() const;
   // The quorum the current step needs (R, less the missing workers beyond the backups).
   int Quorum() const;
   Clock& clock() { return *clock_; }
@@ -116,6 +126,7 @@ class SyncAccumulator {
   struct Waiter {
     int worker;
     Done done;
+    absl::Time arrived;  // when the push was counted
   };
 
   int QuorumLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -132,6 +143,8 @@ class SyncAccumulator {
   // The clock's callback for the step that began as `step_id`.
   void OnTimeout(uint64_t step_id);
   static void Answer(std::vector<Waiter> waiters, const absl::StatusOr<Outcome>& outcome);
+  // Answers a step's pushes (released by MaybeFinishStepLocked) and counts the time it took.
+  void AnswerStep(std::vector<Waiter> waiters, const Outcome& applied);
 
   std::atomic<int64_t>* const step_;  // borrowed
   const std::function<void(const std::string&)> log_;
@@ -150,6 +163,8 @@ class SyncAccumulator {
   Clock::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;       // the current step's timeout, or 0
   absl::Time deadline_ ABSL_GUARDED_BY(mu_);            // when it is due
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  absl::Time first_arrival_ ABSL_GUARDED_BY(mu_);  // the current step's first counted push
+  Timing timing_ ABSL_GUARDED_BY(mu_);
   std::set<int> arrived_workers_ ABSL_GUARDED_BY(mu_);
   std::set<int> dropped_ ABSL_GUARDED_BY(mu_);            // missed a timed-out step; back when they push
   std::set<int> departed_ ABSL_GUARDED_BY(mu_);           // said Goodbye; back after a Hello or a push

@@ -105,6 +105,27 @@ class SyncAccumulatorTest : public ::testing::Test {
   std::map<int, absl::StatusOr<Outcome>> outcome_;
 };
 
+// The barrier's accounting by the clock: each counted push's wait from its arrival to the quorum,
+// the step's first arrival to its quorum; a stale push is not counted.
+TEST_F(SyncAccumulatorTest, TimingCountsEachPushsWaitForTheQuorum) {
+  Configure(3, 3);
+  Push(0, 0, {1, 1, 1, 1});
+  clock_->Advance(absl::Milliseconds(4));
+  Push(2, 0, {1, 1, 1, 1});
+  clock_->Advance(absl::Milliseconds(6));
+  Push(1, 0, {1, 1, 1, 1});  // the quorum: worker 0 waited 10 ms, worker 2 6 ms, worker 1 none
+  EXPECT_EQ(Ok(0).step, 1);
+  Push(1, 0, {1, 1, 1, 1});  // stale: dropped, not counted
+  EXPECT_TRUE(Ok(1).stale);
+  const SyncAccumulator::Timing t = acc_->timing();
+  EXPECT_EQ(t.steps, 1);
+  EXPECT_EQ(t.pushes, 3);
+  EXPECT_DOUBLE_EQ(t.wait_secs, 0.016);
+  EXPECT_DOUBLE_EQ(t.spread_secs, 0.010);
+  EXPECT_EQ(t.apply_secs, 0);  // the manual clock stands still while the step applies and answers
+  EXPECT_EQ(t.answer_secs, 0);
+}
+
 TEST_F(SyncAccumulatorTest, MeanOfRGradientsIsAppliedOnceAndTheStepAdvances) {
   Configure(2, 2);
   Push(0, 0, {1, 1, 1, 1});

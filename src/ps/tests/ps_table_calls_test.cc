@@ -4,7 +4,9 @@
 // rows loaded come back from a scan; the calls are their own (a Push or Pull never carries them). An
 // incremental scan through PsClient::ScanTable on two ps tasks hands over only the rows pushed since
 // the save it follows and the ids removed since (in its first part); one the ps tasks cannot answer
-// is FailedPrecondition naming the table.
+// is FailedPrecondition naming the table. Scans opened by a chief whose process is replaced (a
+// restarted chief says Hello as worker 0 again) are dropped at once, logged, and the old scans'
+// reads refused.
 #include <algorithm>
 #include <cstring>
 #include <iterator>
@@ -270,6 +272,37 @@ TEST(TableCallsTest, AnIncrementalScanReadsTheRowsChangedAndTheIdsRemovedSince) 
   ASSERT_TRUE(nothing.ok()) << nothing.status();
   EXPECT_TRUE(nothing->ids.empty());
   EXPECT_TRUE(nothing->removed.empty());
+}
+
+TEST(TableCallsTest, ARestartedChiefsPredecessorsOpenScansAreDropped) {
+  TrainingConfig config = Sgd(0.1f);
+  dist::PlacementPlan plan = TablePlan({Dynamic("hashed", 3)}, 1, 1);
+  Job job = StartJob(plan, 1, config);
+  PsClient& chief = *job.workers[0];
+  const std::vector<int64_t> ids = {1, 2, 3};
+  const Tensor g({3, 3}, 0.5f);
+  TableStep t;
+  t.pushes.push_back({"hashed", &ids, nullptr, &g});
+  ASSERT_TRUE(chief.PushAndPull({}, 0, {}, t).ok());
+  TableScanOptions save;
+  save.save_id = 4;
+  ASSERT_TRUE(chief.OpenTableScans({"hashed"}, save).ok());
+  // The chief "restarts": a new process of worker 0 says Hello.
+  std::unique_ptr<PsClient> restarted = job.cluster->Client(plan, 0, {});
+  ASSERT_TRUE(restarted->Connect().ok());
+  EXPECT_THAT(job.cluster->LogText(),
+              HasSubstr("ps task 0: dropped the scan of table 'hashed' for save 4, opened by worker 0's previous "
+                        "process, which was replaced (restarted)"));
+  // The old scan reads no rows of a later moment: refused.
+  auto late = ScanWith(chief, "hashed", save);
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kAborted) << late.status();
+  EXPECT_THAT(std::string(late.status().message()), HasSubstr("was dropped"));
+  // The new chief's own saves scan as ever.
+  save.save_id = 5;
+  auto fresh = ScanWith(*restarted, "hashed", save);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(fresh->ids, ids);
 }
 
 }  // namespace

@@ -125,7 +125,8 @@ TEST(PsTablesTest, SyncMeansWorkersAndRowCount) {
 }
 
 // Hybrid sync (--table_sync=async): a push's table rows are applied when it arrives, each at the
-// full rate (no mean over the step), while its dense gradients wait for the step's quorum.
+// full rate (no mean over the step), and its prefetch is gathered then, while its dense gradients
+// wait for the step's quorum.
 TEST(PsTablesTest, HybridAppliesTableRowsOnArrivalAndDenseGradientsPerStep) {
   const std::vector<int64_t> ids0 = {1, 4}, ids1 = {4, 9};
   const Tensor g0 = testing::Filled({2, 2}, 0.5f, 0.25f), g1 = testing::Filled({2, 2}, -1.0f, 0.5f);
@@ -136,10 +137,16 @@ TEST(PsTablesTest, HybridAppliesTableRowsOnArrivalAndDenseGradientsPerStep) {
   const dist::TableSpec spec = Fixed("emb", 10, 2, dist::TableStrategy::kMod);
   table::RowInitializer init(spec.initializer, spec.initializer.seed);
   Job job = StartJob(TablePlan({spec}, 2, 2), 2, config);
+  // Each push also carries a dense gradient and a prefetch: the answer (with the step) brings the
+  // dense values after the step's mean and the prefetched rows as they stood after the push's own rows.
+  const Tensor gw0({2}, 1.0f), gw1({2}, 3.0f);
+  const std::vector<int64_t> next0 = {1}, next1 = {9, 4};
+  Tensor fetched0({1, 2}), fetched1({2, 2}), dense0({2}), dense1({2});
   std::thread first([&] {
     TableStep t;
     t.pushes.push_back({"emb", &ids0, nullptr, &g0});
-    auto r = job.workers[0]->PushAndPull({}, 0, {}, t);
+    t.pulls.push_back({"emb", &next0, &fetched0, nullptr});
+    auto r = job.workers[0]->PushAndPull({{"w", &gw0, nullptr}}, 0, {{"w", &dense0}}, t);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->global_step, 1);
   });
@@ -154,10 +161,26 @@ TEST(PsTablesTest, HybridAppliesTableRowsOnArrivalAndDenseGradientsPerStep) {
   EXPECT_EQ(PullRows(*job.workers[1], "emb", probe, 2).data()[0], applied);
   TableStep t;
   t.pushes.push_back({"emb", &ids1, nullptr, &g1});
-  auto r = job.workers[1]->PushAndPull({}, 0, {}, t);
+  t.pulls.push_back({"emb", &next1, &fetched1, nullptr});
+  auto r = job.workers[1]->PushAndPull({{"w", &gw1, nullptr}}, 0, {{"w", &dense1}}, t);
   first.join();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->global_step, 1);
+  for (int i = 0; i < 2; ++i) {  // w = 0 - 0.1 * mean(1, 3)
+    EXPECT_FLOAT_EQ(dense0[i], -0.2f);
+    EXPECT_FLOAT_EQ(dense1[i], -0.2f);
+  }
+  // Row 1 (worker 0's alone) with worker 0's update; rows 9 and 4 with every push applied before
+  // worker 1's arrival (worker 0's, seen above) and worker 1's own.
+  for (int d = 0; d < 2; ++d) {
+    float r1[2], r9[2], r4[2];
+    init.Fill(1, r1, 2);
+    init.Fill(9, r9, 2);
+    init.Fill(4, r4, 2);
+    EXPECT_FLOAT_EQ(fetched0.data()[d], r1[d] - 0.1f * g0.data()[d]);
+    EXPECT_FLOAT_EQ(fetched1.data()[d], r9[d] - 0.1f * g1.data()[2 + d]);
+    EXPECT_FLOAT_EQ(fetched1.data()[2 + d], r4[d] - 0.1f * g0.data()[2 + d] - 0.1f * g1.data()[d]);
+  }
   const Tensor got = PullRows(*job.workers[0], "emb", Range(10), 2);
   for (int64_t id = 0; id < 10; ++id) {
     float want[2];
