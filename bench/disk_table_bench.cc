@@ -49,6 +49,12 @@ constexpr int64_t kHotStride = kRows / kHot;
 int64_t HotRow(int64_t k) { return k * kHotStride; }
 
 struct Fixture {
+  ~Fixture() {  // the shard and the tier close first (the table's directory goes), then the rest
+    shard.reset();
+    tier.reset();
+    if (!dir.empty()) std::filesystem::remove_all(dir);
+  }
+  std::string dir;  // disk: the tier's --table_dir
   std::shared_ptr<DiskTier> tier;
   std::unique_ptr<TableShard> shard;
   std::vector<std::vector<int64_t>> batches;  // kBatches calls' ids
@@ -72,6 +78,7 @@ std::unique_ptr<Fixture> Make(int p_percent, int storage) {
     const std::string dir = std::string(root != nullptr ? root : "/var/tmp") + "/psflow_disk_bench_" +
                             std::to_string(getpid()) + "_" + std::to_string(p_percent) + "_" + std::to_string(storage);
     std::filesystem::create_directories(dir);
+    f->dir = dir;
     DiskTierOptions options{dir, (kHot + 4 * kBatch) * kRowBytes, 0, storage == 2};
     if (const char* threads = std::getenv("DISK_BENCH_READ_THREADS"); threads != nullptr) {
       options.read_threads = std::atoi(threads);

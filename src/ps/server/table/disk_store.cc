@@ -91,8 +91,8 @@ absl::StatusOr<std::shared_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
         "tasks may write)");
   }
   if (options.read_threads < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("the disk tier's read_threads=", options.read_threads,
-                                                   " must be >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the disk tier's read_threads=", options.read_threads, " must be >= 0"));
   }
   if (options.cache_bytes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--table_cache_bytes=", options.cache_bytes,
@@ -393,10 +393,10 @@ absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records
     const int64_t need = static_cast<int64_t>(n) * entry_bytes();
     if (need > tier_->options_.cache_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "ps task ", tier_->options_.ps_task, ", table '", table_, "': --table_cache_bytes=",
-          tier_->options_.cache_bytes, " holds ", tier_->options_.cache_bytes / entry_bytes(), " rows of ",
-          entry_bytes(), " bytes but one batch here has ", n, " rows (", need,
-          " bytes); raise --table_cache_bytes above that"));
+          "ps task ", tier_->options_.ps_task, ", table '", table_,
+          "': --table_cache_bytes=", tier_->options_.cache_bytes, " holds ",
+          tier_->options_.cache_bytes / entry_bytes(), " rows of ", entry_bytes(), " bytes but one batch here has ", n,
+          " rows (", need, " bytes); raise --table_cache_bytes above that"));
     }
     index_.FindMany(ids, n, records);
     for (size_t i = 0; i < n; ++i) {

@@ -130,9 +130,9 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   Entry* head_ ABSL_GUARDED_BY(mu_) = nullptr;  // most recently used
   Entry* tail_ ABSL_GUARDED_BY(mu_) = nullptr;
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  RecordPool pool_ ABSL_GUARDED_BY(mu_);  // the records' memory
+  RecordPool pool_ ABSL_GUARDED_BY(mu_);                    // the records' memory
   std::vector<DiskRowStore*> stores_ ABSL_GUARDED_BY(mu_);  // open tables (borrowed)
-  ReadPool readers_;  // a batch's misses read side by side (no lock of ours held)
+  ReadPool readers_;                                        // a batch's misses read side by side (no lock of ours held)
 };
 
 class DiskRowStore final : public RowStore {
@@ -171,11 +171,11 @@ class DiskRowStore final : public RowStore {
 
   const std::shared_ptr<DiskTier> tier_;
   const std::string table_, dir_;
-  const int64_t floats_;                          // (1 + slots)·dim
-  std::unique_ptr<rocksdb::DB> db_;               // closed first by the destructor
-  RowIndex index_ ABSL_GUARDED_BY(tier_->mu_);    // id -> cached record
+  const int64_t floats_;                              // (1 + slots)·dim
+  std::unique_ptr<rocksdb::DB> db_;                   // closed first by the destructor
+  RowIndex index_ ABSL_GUARDED_BY(tier_->mu_);        // id -> cached record
   const int64_t empty_index_bytes_ = index_.bytes();  // not counted against the cache (RecordBudget)
-  int64_t rows_ ABSL_GUARDED_BY(tier_->mu_) = 0;  // stored rows (cached, on disk or both)
+  int64_t rows_ ABSL_GUARDED_BY(tier_->mu_) = 0;      // stored rows (cached, on disk or both)
   int64_t cached_bytes_ ABSL_GUARDED_BY(tier_->mu_) = 0;
   RowStoreStats counters_ ABSL_GUARDED_BY(tier_->mu_);  // hits, misses, rows read and written
 };

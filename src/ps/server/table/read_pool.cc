@@ -31,8 +31,7 @@ void ReadPool::Loop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](ReadPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stopping_ || !p->queue_.empty(); },
-          this));
+          +[](ReadPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stopping_ || !p->queue_.empty(); }, this));
       if (queue_.empty()) return;  // stopping, nothing left
       work = queue_.front();
       queue_.pop_front();
