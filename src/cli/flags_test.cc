@@ -161,6 +161,7 @@ TEST_F(ParseFlagsTest, EveryFlagSurvivesARoundTripThroughItsText) {
   o.ftrl_l2 = 0.25;
   o.ctr_vocab = 1000;
   o.ctr_fields = 3;
+  o.ctr_dense = 5;
   o.ctr_dim = 8;
   o.ctr_test_examples = 100;
   o.train_files = "/t/train-*,/u/x.gz";

@@ -57,9 +57,7 @@ namespace {
 // machines, unlike absl::Hash.
 class Fingerprint {
  public:
-  void Add(uint64_t word) {
-    h_ = Mix(h_ ^ (word + 0x9e3779b97f4a7c15ULL + (h_ << 6) + (h_ >> 2)));
-  }
+  void Add(uint64_t word) { h_ = Mix(h_ ^ (word + 0x9e3779b97f4a7c15ULL + (h_ << 6) + (h_ >> 2))); }
   void Add(const std::string& s) {
     Add(static_cast<uint64_t>(s.size()));
     AddBytes(s.data(), s.size());

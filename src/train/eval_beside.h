@@ -4,6 +4,7 @@
 // chief trains on, and the training thread takes the finished results at its next step (to log
 // them and write their scalars). So the figures at step S are those of the checkpoint of step S.
 //
+// The evaluation thread runs at niceness 10, so that on a busy machine training keeps the CPU.
 // Submit may be called from any thread (the chief's save thread); TakeResults and Finish from the
 // training thread. When evaluations fall behind, a waiting checkpoint is replaced by a newer one
 // (as TF's checkpoints_iterator skips to the newest): Finish evaluates the last one submitted.
@@ -50,6 +51,7 @@ class EvalBeside {
 
  private:
   void Run();
+  static constexpr int kNiceness = 10;  // the evaluation thread's, above the process's 0
 
   const EvaluateFile evaluate_;
   absl::Mutex mu_;

@@ -330,13 +330,13 @@ class SortedIds {
 // does not mention stay in `pending` for the files before it. `fixed_full`: a fixed table's full
 // save (ids implicit, 0..N-1).
 absl::Status ReadFromLink(const ckpt::SafetensorsReader& file, const dist::TableSpec& table,
-                          const std::vector<int64_t>& ids, bool fixed_full, std::vector<size_t>* pending,
-                          Tensor* out, std::vector<bool>* found) {
+                          const std::vector<int64_t>& ids, bool fixed_full, std::vector<size_t>* pending, Tensor* out,
+                          std::vector<bool>* found) {
   const ckpt::TensorEntry* values = file.Find(table.name);
   if (values == nullptr || values->dtype != ckpt::Dtype::kF32 || values->shape.size() != 2 ||
       values->shape[1] != table.dim) {
-    return absl::FailedPreconditionError(absl::StrCat(file.path(), ": table '", table.name, "' is not [rows, ",
-                                                      table.dim, "] float32 there"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(file.path(), ": table '", table.name, "' is not [rows, ", table.dim, "] float32 there"));
   }
   const int64_t rows = values->shape[0];
   std::vector<std::pair<int64_t, size_t>> at;  // (row in the file, index in ids), ascending
@@ -352,8 +352,8 @@ absl::Status ReadFromLink(const ckpt::SafetensorsReader& file, const dist::Table
   } else {
     const ckpt::TensorEntry* file_ids = file.Find(table.name + "/ids");
     if (file_ids == nullptr || file_ids->dtype != ckpt::Dtype::kI64 || file_ids->elements() != rows) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(file.path(), ": table '", table.name, "' has no int64 '", table.name, "/ids' of ", rows, " ids"));
+      return absl::FailedPreconditionError(absl::StrCat(file.path(), ": table '", table.name, "' has no int64 '",
+                                                        table.name, "/ids' of ", rows, " ids"));
     }
     // An increment's removed ids (what changed since the save before: small).
     std::vector<int64_t> removed;
@@ -520,6 +520,82 @@ absl::StatusOr<Tensor> ReadTableRows(const ckpt::OpenedCheckpoint& checkpoint, c
     }
   }
   return out;
+}
+
+namespace {
+
+// One file's ascending ids, a buffer at a time, and its removed ids.
+struct IdCursor {
+  std::unique_ptr<ckpt::SafetensorsReader::Stream> stream;
+  std::vector<int64_t> buf;
+  size_t pos = 0;
+  std::vector<int64_t> removed;
+  size_t removed_pos = 0;
+
+  absl::Status Fill() {
+    if (pos < buf.size() || stream == nullptr || stream->remaining() == 0) return absl::OkStatus();
+    buf.resize(static_cast<size_t>(std::min<int64_t>(stream->remaining(), 1 << 16)));
+    pos = 0;
+    return stream->Read(buf.data(), buf.size());
+  }
+  bool has_id() const { return pos < buf.size(); }
+  bool has_removed() const { return removed_pos < removed.size(); }
+};
+
+}  // namespace
+
+absl::StatusOr<int64_t> CountTableRows(const ckpt::OpenedCheckpoint& checkpoint, const dist::TableSpec& table) {
+  const std::vector<const ckpt::SafetensorsReader*> links = checkpoint.chain();
+  const ckpt::SafetensorsReader& full = *links.front();
+  const ckpt::TensorEntry* values = full.Find(table.name);
+  if (values == nullptr || values->shape.empty()) {
+    return absl::NotFoundError(absl::StrCat(full.path(), " has no table '", table.name, "'"));
+  }
+  // A fixed table holds every row always; a lone full save, the rows it lists.
+  if (!table.dynamic() || links.size() == 1) return values->shape[0];
+  std::vector<IdCursor> cursors(links.size());
+  for (size_t k = 0; k < links.size(); ++k) {
+    auto stream = links[k]->OpenStream(table.name + "/ids", ckpt::Dtype::kI64);
+    if (!stream.ok()) return stream.status();
+    cursors[k].stream = *std::move(stream);
+    if (links[k]->Find(table.name + "/removed") != nullptr) {
+      auto removed = links[k]->ReadI64(table.name + "/removed");
+      if (!removed.ok()) return removed.status();
+      cursors[k].removed = *std::move(removed);
+    }
+    if (auto s = cursors[k].Fill(); !s.ok()) return s;
+  }
+  int64_t rows = 0;
+  while (true) {
+    // The smallest id any file mentions next.
+    bool any = false;
+    int64_t id = 0;
+    for (const IdCursor& c : cursors) {
+      if (c.has_id() && (!any || c.buf[c.pos] < id)) id = c.buf[c.pos], any = true;
+      if (c.has_removed() && (!any || c.removed[c.removed_pos] < id)) id = c.removed[c.removed_pos], any = true;
+    }
+    if (!any) break;
+    // The newest file that mentions it decides (within a file, its row wins over its removal).
+    bool decided = false;
+    for (size_t k = cursors.size(); k-- > 0;) {
+      IdCursor& c = cursors[k];
+      const bool row = c.has_id() && c.buf[c.pos] == id;
+      const bool gone = c.has_removed() && c.removed[c.removed_pos] == id;
+      if (!decided && (row || gone)) {
+        rows += row ? 1 : 0;
+        decided = true;
+      }
+      if (row) {
+        ++c.pos;
+        if (auto s = c.Fill(); !s.ok()) return s;
+        if (c.has_id() && c.buf[c.pos] <= id) {
+          return absl::DataLossError(absl::StrCat(links[k]->path(), ": '", table.name, "/ids' does not ascend"));
+        }
+      }
+      if (gone) ++c.removed_pos;
+    }
+  }
+  return rows;
 }
 
 }  // namespace psflow::train

@@ -76,6 +76,11 @@ absl::StatusOr<Tensor> ReadTableRows(const ckpt::SafetensorsReader& reader, cons
 absl::StatusOr<Tensor> ReadTableRows(const ckpt::OpenedCheckpoint& checkpoint, const dist::TableSpec& table,
                                      const std::vector<int64_t>& ids, std::vector<bool>* found);
 
+// How many rows `table` holds in the checkpoint (a chain: its files merged), reading ids only: a
+// full save's row count; a chain's dynamic table, the union of its files' ids (8 bytes a row) with the
+// newest mention of each deciding, never the rows' values.
+absl::StatusOr<int64_t> CountTableRows(const ckpt::OpenedCheckpoint& checkpoint, const dist::TableSpec& table);
+
 }  // namespace psflow::train
 
 #endif  // PSFLOW_SRC_TRAIN_TABLE_CHECKPOINT_H_

@@ -2,9 +2,8 @@
 // checkpoint chain (a full save and increments with changed rows, removals and ids created again)
 // equal the rows of the whole chain merged (ckpt::ReadCheckpoint), for a dynamic table of several
 // blocks of ids and a fixed table, ids asked in many patterns (absent ones, removed ones, a run
-// across blocks, the first and last ids); the same from a lone full save.
-#include "train/table_checkpoint.h"
-
+// across blocks, the first and last ids); the same from a lone full save. CountTableRows counts the
+// merged rows from the ids alone.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "psflow/ckpt/checkpoint.h"
 #include "psflow/ckpt/checkpoint_chain.h"
+#include "train/table_checkpoint.h"
 
 namespace psflow::train {
 namespace {
@@ -79,8 +79,7 @@ void Save(const std::string& dir, const Link& link, int64_t save_id, int64_t bas
         if (auto s = put("d", link.dyn, true); !s.ok()) return s;
         if (link.increment) {
           ids.push_back(link.removed);
-          if (auto s = w.AddI64("d/removed", {static_cast<int64_t>(link.removed.size())}, ids.back().data());
-              !s.ok()) {
+          if (auto s = w.AddI64("d/removed", {static_cast<int64_t>(link.removed.size())}, ids.back().data()); !s.ok()) {
             return s;
           }
         }
@@ -205,6 +204,13 @@ TEST(ReadTableRowsTest, SomeIdsOfAChainAreItsMergedRows) {
     ExpectRowsOfMerged(*merged, *chain, d, {}, at + ", none");
     ExpectRowsOfMerged(*merged, *chain, f, Ids(-5, kFixedRows + 5, 1, 0, 4), at + ", every fixed row");
     ExpectRowsOfMerged(*merged, *chain, f, Ids(0, kFixedRows, 101, 50, 5), at + ", some fixed rows");
+    // Its rows counted from the ids alone: the merged table's.
+    auto rows = CountTableRows(*chain, d);
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    EXPECT_EQ(*rows, static_cast<int64_t>(merged->contents.int64s.at("d/ids").size())) << at;
+    auto fixed_rows = CountTableRows(*chain, f);
+    ASSERT_TRUE(fixed_rows.ok()) << fixed_rows.status();
+    EXPECT_EQ(*fixed_rows, kFixedRows) << at;
   }
   // A lone full save: the same reader.
   auto full = ckpt::OpenCheckpointFile(dir + "/model.ckpt-10.safetensors");

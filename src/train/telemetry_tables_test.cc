@@ -59,13 +59,12 @@ TEST(TelemetryTablesTest, DiskCountersArePrometheusSamplesAndTensorBoardCurvesPe
     (*telemetry)->OnPsTableStats(1, 200, {Disk(150, 50, 50, 30), Memory()});
     prometheus = (*telemetry)->registry().Render();
   }
-  for (const std::string sample :
-       {"psflow_table_cache_hits_total{ps=\"1\",table=\"field_00\"} 150",
-        "psflow_table_cache_misses_total{ps=\"1\",table=\"field_00\"} 50",
-        "psflow_table_bytes{ps=\"1\",table=\"field_00\"} 48000",
-        "psflow_table_disk_bytes{ps=\"1\",table=\"field_00\"} 1048576",
-        "psflow_table_disk_rows_read_total{ps=\"1\",table=\"field_00\"} 50",
-        "psflow_table_disk_rows_written_total{ps=\"1\",table=\"field_00\"} 30"}) {
+  for (const std::string sample : {"psflow_table_cache_hits_total{ps=\"1\",table=\"field_00\"} 150",
+                                   "psflow_table_cache_misses_total{ps=\"1\",table=\"field_00\"} 50",
+                                   "psflow_table_bytes{ps=\"1\",table=\"field_00\"} 48000",
+                                   "psflow_table_disk_bytes{ps=\"1\",table=\"field_00\"} 1048576",
+                                   "psflow_table_disk_rows_read_total{ps=\"1\",table=\"field_00\"} 50",
+                                   "psflow_table_disk_rows_written_total{ps=\"1\",table=\"field_00\"} 30"}) {
     EXPECT_NE(prometheus.find(sample), std::string::npos) << sample << " not in\n" << prometheus;
   }
   EXPECT_EQ(prometheus.find("psflow_table_cache_hits_total{ps=\"1\",table=\"dense_ids\"}"), std::string::npos);

@@ -151,25 +151,25 @@ struct DiskJob {
 
   std::vector<std::string> Task(const std::string& job, int index, int64_t steps) const {
     std::vector<std::string> args = {"train",
-                   "--job_name=" + job,
-                   absl::StrCat("--task_index=", index),
-                   absl::StrCat("--ps_hosts=127.0.0.1:", ports[0], ",127.0.0.1:", ports[1]),
-                   absl::StrCat("--worker_hosts=127.0.0.1:", ports[2], ",127.0.0.1:", ports[3]),
-                   "--model=ctr",
-                   "--ctr_fields=3",
-                   "--ctr_dim=4",
-                   "--ctr_vocab=0",
-                   "--batch_size=96",
-                   "--seed=5",
-                   "--ctr_test_examples=512",
-                   absl::StrCat("--train_steps=", steps),
-                   "--checkpoint_dir=" + checkpoints,
-                   "--save_checkpoint_steps=100",
-                   "--log_every=100000",
-                   "--table_storage=disk",
-                   "--table_dir=" + tables,
-                   absl::StrCat("--table_cache_bytes=", kCacheBytes),
-                   "--ps_timeout_secs=60"};
+                                     "--job_name=" + job,
+                                     absl::StrCat("--task_index=", index),
+                                     absl::StrCat("--ps_hosts=127.0.0.1:", ports[0], ",127.0.0.1:", ports[1]),
+                                     absl::StrCat("--worker_hosts=127.0.0.1:", ports[2], ",127.0.0.1:", ports[3]),
+                                     "--model=ctr",
+                                     "--ctr_fields=3",
+                                     "--ctr_dim=4",
+                                     "--ctr_vocab=0",
+                                     "--batch_size=96",
+                                     "--seed=5",
+                                     "--ctr_test_examples=512",
+                                     absl::StrCat("--train_steps=", steps),
+                                     "--checkpoint_dir=" + checkpoints,
+                                     "--save_checkpoint_steps=100",
+                                     "--log_every=100000",
+                                     "--table_storage=disk",
+                                     "--table_dir=" + tables,
+                                     absl::StrCat("--table_cache_bytes=", kCacheBytes),
+                                     "--ps_timeout_secs=60"};
     if (sync) args.push_back("--sync_replicas");
     return Psflow(args);
   }
@@ -253,11 +253,11 @@ TEST(DiskTablesFaultTest, AKilledPsRestartedOnItsTableDirRestoresTheCheckpointAn
 
   // The same job without the fault (memory tables: the disk tier's bits are the memory tier's).
   const std::string straight = TempDir("dtt_kill_straight");
-  auto r = RunProcess(Psflow({"local", "--ps=2", "--workers=2", "--model=ctr", "--ctr_fields=3", "--ctr_dim=4",
-                              "--ctr_vocab=0", "--batch_size=96", "--seed=5", "--ctr_test_examples=512",
-                              "--train_steps=400", "--checkpoint_dir=" + straight, "--save_checkpoint_steps=100",
-                              "--log_every=100000", "--sync_replicas"}),
-                      600);
+  auto r = RunProcess(
+      Psflow({"local", "--ps=2", "--workers=2", "--model=ctr", "--ctr_fields=3", "--ctr_dim=4", "--ctr_vocab=0",
+              "--batch_size=96", "--seed=5", "--ctr_test_examples=512", "--train_steps=400",
+              "--checkpoint_dir=" + straight, "--save_checkpoint_steps=100", "--log_every=100000", "--sync_replicas"}),
+      600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Bytes(job.checkpoints + "/model.ckpt-400.safetensors") == Bytes(straight + "/model.ckpt-400.safetensors"))
       << "the final checkpoint after the kill differs from the job's without it\n"

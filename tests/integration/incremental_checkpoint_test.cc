@@ -151,10 +151,18 @@ TEST(SingleProcessChainTest, PsflowTrainWritesIncrementsThatRestoreToItsFullSave
   const std::string chained = TempDir("ict_single_chain"), full = TempDir("ict_single_full"),
                     straight = TempDir("ict_single_straight");
   auto train = [](const std::string& dir, int64_t steps, std::vector<std::string> more) {
-    std::vector<std::string> args = {"train",         "--model=ctr",          "--ctr_fields=3",
-                                     "--ctr_dim=4",   "--ctr_vocab=0",        "--batch_size=96",
-                                     "--seed=5",      "--ctr_test_examples=512", absl::StrCat("--train_steps=", steps),
-                                     "--checkpoint_dir=" + dir, "--save_checkpoint_steps=25", "--log_every=1000"};
+    std::vector<std::string> args = {"train",
+                                     "--model=ctr",
+                                     "--ctr_fields=3",
+                                     "--ctr_dim=4",
+                                     "--ctr_vocab=0",
+                                     "--batch_size=96",
+                                     "--seed=5",
+                                     "--ctr_test_examples=512",
+                                     absl::StrCat("--train_steps=", steps),
+                                     "--checkpoint_dir=" + dir,
+                                     "--save_checkpoint_steps=25",
+                                     "--log_every=1000"};
     args.insert(args.end(), more.begin(), more.end());
     return RunProcess(Psflow(args), 300);
   };

@@ -4,8 +4,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "psflow/ckpt/checkpoint_chain.h"
 #include "programs/ctr/ctr_single.h"
+#include "psflow/ckpt/checkpoint_chain.h"
 #include "train/checkpointing.h"
 #include "train/cluster_setup.h"
 #include "train/sparse_rule_config.h"

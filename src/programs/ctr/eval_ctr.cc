@@ -1,9 +1,11 @@
 // `psflow eval --model=ctr`: the newest valid checkpoint of --checkpoint_dir evaluated on the
 // generator's test set or --test_files' (test log-loss and AUC beside Bayes, NaN for files), without any ps task. The dense layers
 // are read whole; each field's table is never read whole: per chunk of test examples, the unique
-// ids of each field are looked up in the file (train/table_checkpoint.h ReadTableRows: the ids
-// column streamed, the wanted rows read, the others skipped). A dynamic id the file does not hold
-// (never admitted, or evicted) gets the table's initial value for it, as a ps's lookup would.
+// ids of each field are looked up in the file, or in a chain's files newest first
+// (train/table_checkpoint.h ReadTableRows: a search of each file's sorted ids, the wanted rows
+// read, the others skipped); the tables' rows are counted from their ids alone (CountTableRows). A
+// dynamic id the file does not hold (never admitted, or evicted) gets the table's initial value for
+// it, as a ps's lookup would.
 // The evaluator task (programs/eval/evaluator.h) evaluates each new checkpoint the same way
 // (CtrCheckpointMetrics), the generator made once.
 #include "programs/ctr/eval_ctr.h"
@@ -98,21 +100,10 @@ absl::StatusOr<CtrCheckpointEval> EvaluateCtrFile(const TrainOptions& options, c
   result.figures = *figures;
   result.rows_not_in_file = missing;
   for (const dist::TableSpec& t : specs) {
-    if (checkpoint.earlier.empty()) {
-      if (const ckpt::TensorEntry* e = file.Find(t.name)) result.figures.table_rows += e->shape[0];
-      continue;
-    }
-    // An increment: the rows of its chain, merged, counted.
-    auto merged = ckpt::ChainTableReader::Open(checkpoint.chain(), t.name);
-    if (!merged.ok()) return merged.status();
-    std::vector<int64_t> ids;
-    std::vector<std::vector<char>> columns;
-    while (true) {
-      auto more = (*merged)->Next(1 << 16, &ids, &columns);
-      if (!more.ok()) return more.status();
-      if (!*more) break;
-      result.figures.table_rows += static_cast<int64_t>(ids.size());
-    }
+    // The rows of the chain merged, counted from their ids alone.
+    auto rows = CountTableRows(checkpoint, t);
+    if (!rows.ok()) return rows.status();
+    result.figures.table_rows += *rows;
   }
   return result;
 }

@@ -459,8 +459,8 @@ void PsServer::Impl::DropIdleScans() {
   if (options_.table_scan_timeout_secs <= 0) return;
   std::shared_ptr<const Model> m = model();
   if (m == nullptr || m->tables == nullptr) return;
-  for (const std::string& line : m->tables->DropIdleScans(
-           absl::Now(), absl::Seconds(options_.table_scan_timeout_secs), "--table_scan_timeout_secs")) {
+  for (const std::string& line : m->tables->DropIdleScans(absl::Now(), absl::Seconds(options_.table_scan_timeout_secs),
+                                                          "--table_scan_timeout_secs")) {
     Log(line);
   }
 }

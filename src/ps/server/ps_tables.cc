@@ -2,8 +2,8 @@
 #include "ps/server/ps_tables.h"
 
 #include <cstring>
-#include <iterator>
 #include <iostream>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
@@ -282,8 +282,8 @@ std::vector<std::string> PsTables::DropIdleScans(absl::Time now, absl::Duration 
     if (now - it->second.last_call > bound) {
       const std::string why = absl::StrCat("not read for ", absl::ToDoubleSeconds(bound), " s (", flag,
                                            "): its chief stopped reading it (dead, or its save stopped)");
-      lines.push_back(absl::StrCat("dropped the scan of table '", it->second.table->name,
-                                   "' for save ", it->second.save_id, ", ", why));
+      lines.push_back(absl::StrCat("dropped the scan of table '", it->second.table->name, "' for save ",
+                                   it->second.save_id, ", ", why));
       DropLocked(it, why);
     }
     it = next;
@@ -299,8 +299,8 @@ std::vector<std::string> PsTables::DropScansOf(uint64_t client_id, const std::st
     auto next = std::next(it);
     if (it->second.client_id == client_id) {
       const std::string why = absl::StrCat("opened by ", who, "'s previous process, which was replaced (restarted)");
-      lines.push_back(absl::StrCat("dropped the scan of table '", it->second.table->name,
-                                   "' for save ", it->second.save_id, ", ", why));
+      lines.push_back(absl::StrCat("dropped the scan of table '", it->second.table->name, "' for save ",
+                                   it->second.save_id, ", ", why));
       DropLocked(it, why);
     }
     it = next;
@@ -328,8 +328,8 @@ absl::Status PsTables::ScanPart(const wire::TableScan& scan, int64_t global_step
   }
   if (it == scans_.end()) {
     if (auto gone = dropped_.find(scan.scan_id()); gone != dropped_.end()) {
-      return absl::AbortedError(absl::StrCat("ps task ", ps_task_, ": the scan of table '", scan.table(),
-                                             "' for save ", scan.save_id(), " was dropped, ", gone->second,
+      return absl::AbortedError(absl::StrCat("ps task ", ps_task_, ": the scan of table '", scan.table(), "' for save ",
+                                             scan.save_id(), " was dropped, ", gone->second,
                                              "; this save fails (the next one reads the tables afresh)"));
     }
     TableState* t = Find(scan.table());

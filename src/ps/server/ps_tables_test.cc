@@ -232,7 +232,7 @@ TEST(PsTablesScanBoundTest, AClientsCallsKeepItsScansAndAReplacedClientsScansGo)
       << dropped[0];
   EXPECT_EQ(ScanCall(*tables, "hashed", 31, 7, 10).code(), absl::StatusCode::kAborted);
   EXPECT_TRUE(ScanCall(*tables, "emb/part_0", 32, 8, 10).ok());  // client 8's scan reads on
-  EXPECT_TRUE(tables->DropScansOf(0, "nobody").empty());        // an unknown client names no scan
+  EXPECT_TRUE(tables->DropScansOf(0, "nobody").empty());         // an unknown client names no scan
 }
 
 }  // namespace
