@@ -6,10 +6,14 @@
 // calls' ids, cycled); the cache holds the hot set and 4 calls' rows, so the hit rate follows p
 // (measured, reported as the counter `hit_rate`). range(0): p in percent (100: every id hot); range(1): 0 memory table,
 // 1 disk, 2 disk with O_DIRECT reads (misses read the device, not the page cache).
+// The cache's bytes also hold the records' index's growth (disk_store.h): the hot set fits with
+// room for ~3 calls' rows.
 // The disk's own random-read limit, for the same 4 KiB blocks:
 //   fio --name=r --filename=$DIR/fio.dat --size=1G --rw=randread --bs=4k --direct=1 --iodepth=1
 //       --runtime=10 --time_based
+// (bench/disk_fio.sh runs it, one reader and 4 side by side.)
 // Run: DISK_BENCH_DIR=/var/tmp build/bench/psflow_disk_table_bench --benchmark_min_time=2
+// DISK_BENCH_READ_THREADS=N sets the tier's read threads (default 3; 0: one MultiGet a batch).
 // One thread; timings only (correctness: ps_table_test, disk_tables_test).
 #include <benchmark/benchmark.h>
 #include <unistd.h>
@@ -45,6 +49,12 @@ constexpr int64_t kHotStride = kRows / kHot;
 int64_t HotRow(int64_t k) { return k * kHotStride; }
 
 struct Fixture {
+  ~Fixture() {  // the shard and the tier close first (the table's directory goes), then the rest
+    shard.reset();
+    tier.reset();
+    if (!dir.empty()) std::filesystem::remove_all(dir);
+  }
+  std::string dir;  // disk: the tier's --table_dir
   std::shared_ptr<DiskTier> tier;
   std::unique_ptr<TableShard> shard;
   std::vector<std::vector<int64_t>> batches;  // kBatches calls' ids
@@ -68,7 +78,12 @@ std::unique_ptr<Fixture> Make(int p_percent, int storage) {
     const std::string dir = std::string(root != nullptr ? root : "/var/tmp") + "/psflow_disk_bench_" +
                             std::to_string(getpid()) + "_" + std::to_string(p_percent) + "_" + std::to_string(storage);
     std::filesystem::create_directories(dir);
-    auto tier = DiskTier::Open({dir, (kHot + 4 * kBatch) * kRowBytes, 0, storage == 2}, nullptr);
+    f->dir = dir;
+    DiskTierOptions options{dir, (kHot + 4 * kBatch) * kRowBytes, 0, storage == 2};
+    if (const char* threads = std::getenv("DISK_BENCH_READ_THREADS"); threads != nullptr) {
+      options.read_threads = std::atoi(threads);
+    }
+    auto tier = DiskTier::Open(options, nullptr);
     if (!tier.ok()) std::abort();
     f->tier = *tier;
     disk = f->tier.get();

@@ -16,7 +16,7 @@ the Zipf phase's hit rate and rows/s are the counters' change over that phase.
 
 --rows=78200000 is 78.2M rows x 512 B of value and accumulator = 40.0 GB of state (42.8 GB of
 records with their 24 B of meta). It needs about 1.12 x that on disk (checked with df first) and
-~10 minutes of fill on this machine; the table directory is deleted after the run (--keep keeps
+12-20 minutes of fill on this machine (108 k rows/s at load 10-15); the table directory is deleted after the run (--keep keeps
 it). RocksDB's compression stays off (floats do not compress). GB = 10^9 bytes, MB = 2^20.
 """
 import argparse

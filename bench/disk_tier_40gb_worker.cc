@@ -13,10 +13,10 @@
 // It prints "phase zipf begins" (and "phase fill: N rows in S s") so the driver can split its
 // counters. Any psflow flag applies (--table_storage=disk, --table_dir, --table_cache_bytes, the
 // cluster's flags, --train_steps = fill steps + Zipf steps).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -175,8 +175,8 @@ int Run(int argc, char** argv) {
       const double secs = std::chrono::duration<double>(Clock::now() - zipf_start).count();
       std::cout << "phase zipf: " << zipf_steps << " steps, " << zipf_rows << " unique rows pulled and pushed in "
                 << secs << " s (" << static_cast<double>(zipf_rows) / secs << " rows/s, "
-                << static_cast<double>(zipf_rows) / static_cast<double>(zipf_steps) << " unique of "
-                << args->zipf_draws << " draws a step)" << std::endl;
+                << static_cast<double>(zipf_rows) / static_cast<double>(zipf_steps) << " unique of " << args->zipf_draws
+                << " draws a step)" << std::endl;
     }
     return absl::OkStatus();
   };

@@ -105,8 +105,8 @@ constexpr Flag kFlags[] = {
    "(workers) or by those holding the row (row_count)", OneOf("workers row_count", "workers or row_count")},
   {"table_dir", &O::table_dir, "disk tables (--table_storage=disk, or a table's storage=disk): an existing "
    "directory; each ps task keeps its tables in ps_<task> inside it (wiped at start: a cache of the checkpoint)"},
-  {"table_cache_bytes", &O::table_cache_bytes, "disk tables: bytes of rows a ps task keeps in memory, shared by "
-   "its disk tables (least recently used rows leave)", kPositive},
+  {"table_cache_bytes", &O::table_cache_bytes, "disk tables: bytes of rows (and their index) a ps task keeps in "
+   "memory, shared by its disk tables (least recently used rows leave; RocksDB adds ~300 MB a task)", kPositive},
   {"table_scan_timeout_secs", &O::table_scan_timeout_secs, "a ps task drops a checkpoint's table scan its chief "
    "left unread this long (a dead chief's; 0: never)", Finite(AtLeast(0, "0 (never) or a number of seconds"))},
   // Synchronous replicas.

@@ -40,6 +40,9 @@ constexpr size_t kBlockCacheBytes = size_t{64} << 20;
 
 constexpr size_t kKeyBytes = 8;
 constexpr size_t kHeaderAhead = 8;  // records whose header line is prefetched ahead in a batch
+// A batch's misses are read in parts of at least this many keys side by side (a thread hand-off
+// costs a few µs: fewer misses are one MultiGet in the caller).
+constexpr size_t kReadPart = 16;
 
 // The id's key: sign bit flipped, big-endian, so byte order is signed id order.
 void KeyOf(int64_t id, char* out) {
@@ -86,6 +89,10 @@ absl::StatusOr<std::shared_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
     return absl::InvalidArgumentError(
         "--table_dir is required with --table_storage=disk (a directory the ps "
         "tasks may write)");
+  }
+  if (options.read_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the disk tier's read_threads=", options.read_threads, " must be >= 0"));
   }
   if (options.cache_bytes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--table_cache_bytes=", options.cache_bytes,
@@ -149,7 +156,8 @@ DiskTier::DiskTier(DiskTierOptions options, std::string dir, int lock_fd)
       dir_(std::move(dir)),
       lock_fd_(lock_fd),
       block_cache_(rocksdb::NewLRUCache(kBlockCacheBytes)),
-      write_buffers_(std::make_shared<rocksdb::WriteBufferManager>(kWriteBufferBytes)) {}
+      write_buffers_(std::make_shared<rocksdb::WriteBufferManager>(kWriteBufferBytes)),
+      readers_(options_.read_threads) {}
 
 DiskTier::~DiskTier() {
   // Every store holds a shared_ptr to the tier: none is left here.
@@ -299,10 +307,14 @@ DiskRowStore::DiskRowStore(std::shared_ptr<DiskTier> tier, std::string table, st
 
 DiskRowStore::~DiskRowStore() {
   {
+    // This table's records leave the tier's list (a walk of the list: no copy of millions of
+    // pointers at the end of a job, when the task's memory peaks).
     absl::MutexLock lock(&tier_->mu_);
-    std::vector<DiskTier::Entry*> mine;
-    index_.ForEach([&](int64_t, float* record) { mine.push_back(DiskTier::EntryOf(record)); });
-    for (DiskTier::Entry* e : mine) DropEntry(e);
+    for (DiskTier::Entry* e = tier_->head_; e != nullptr;) {
+      DiskTier::Entry* const next = e->next;
+      if (e->owner == this) DropEntry(e);
+      e = next;
+    }
   }
   tier_->Forget(this);
   db_.reset();
@@ -374,51 +386,67 @@ absl::Status DiskRowStore::WriteBack(const std::vector<DiskTier::Entry*>& entrie
 }
 
 absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records) {
-  absl::MutexLock lock(&tier_->mu_);
-  const int64_t need = static_cast<int64_t>(n) * entry_bytes();
-  if (need > tier_->options_.cache_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("ps task ", tier_->options_.ps_task, ", table '", table_,
-                                                     "': --table_cache_bytes=", tier_->options_.cache_bytes, " holds ",
-                                                     tier_->options_.cache_bytes / entry_bytes(), " rows of ",
-                                                     entry_bytes(), " bytes but one batch here has ", n, " rows (",
-                                                     need, " bytes); raise --table_cache_bytes above that"));
-  }
-  index_.FindMany(ids, n, records);
+  // 1. Hits, pinned, under the tier's lock; the misses listed.
   std::vector<size_t> missed;
-  for (size_t i = 0; i < n; ++i) {
-    // Each hit writes its record's header line: fetched a few ahead, the cache misses overlap.
-    if (i + kHeaderAhead < n && records[i + kHeaderAhead] != nullptr) {
-      __builtin_prefetch(DiskTier::EntryOf(records[i + kHeaderAhead]), 1);
+  {
+    absl::MutexLock lock(&tier_->mu_);
+    const int64_t need = static_cast<int64_t>(n) * entry_bytes();
+    if (need > tier_->options_.cache_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "ps task ", tier_->options_.ps_task, ", table '", table_,
+          "': --table_cache_bytes=", tier_->options_.cache_bytes, " holds ",
+          tier_->options_.cache_bytes / entry_bytes(), " rows of ", entry_bytes(), " bytes but one batch here has ", n,
+          " rows (", need, " bytes); raise --table_cache_bytes above that"));
     }
-    if (records[i] == nullptr) {
-      missed.push_back(i);
-      continue;
+    index_.FindMany(ids, n, records);
+    for (size_t i = 0; i < n; ++i) {
+      // Each hit writes its record's header line: fetched a few ahead, the cache misses overlap.
+      if (i + kHeaderAhead < n && records[i + kHeaderAhead] != nullptr) {
+        __builtin_prefetch(DiskTier::EntryOf(records[i + kHeaderAhead]), 1);
+      }
+      if (records[i] == nullptr) {
+        missed.push_back(i);
+        continue;
+      }
+      DiskTier::Entry* e = DiskTier::EntryOf(records[i]);
+      e->touched = 1;
+      ++e->pins;
     }
-    DiskTier::Entry* e = DiskTier::EntryOf(records[i]);
-    e->touched = 1;
-    ++e->pins;
+    counters_.cache_hits += static_cast<int64_t>(n - missed.size());
+    counters_.cache_misses += static_cast<int64_t>(missed.size());
   }
-  counters_.cache_hits += static_cast<int64_t>(n - missed.size());
   if (missed.empty()) return absl::OkStatus();
-  counters_.cache_misses += static_cast<int64_t>(missed.size());
-  // The misses in one batched read, in key order (RocksDB's MultiGet sorts them anyway).
+
+  // 2. The misses read without the tier's lock (other tables' calls go on meanwhile), in key order,
+  // in parts of at least kReadPart keys read side by side (ReadPool). Nothing changes this table's
+  // rows meanwhile: the shard holds its lock (shared by reads, alone by writes) around Acquire and
+  // Release, and a concurrent reader can only cache a clean copy of a row (taken once below).
   std::sort(missed.begin(), missed.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
-  std::vector<char> keys(missed.size() * kKeyBytes);
-  std::vector<rocksdb::Slice> slices(missed.size());
-  for (size_t k = 0; k < missed.size(); ++k) {
+  const size_t m = missed.size();
+  std::vector<char> keys(m * kKeyBytes);
+  std::vector<rocksdb::Slice> slices(m);
+  for (size_t k = 0; k < m; ++k) {
     KeyOf(ids[missed[k]], keys.data() + k * kKeyBytes);
     slices[k] = rocksdb::Slice(keys.data() + k * kKeyBytes, kKeyBytes);
   }
-  std::vector<rocksdb::PinnableSlice> values(missed.size());
-  std::vector<rocksdb::Status> statuses(missed.size());
+  std::vector<rocksdb::PinnableSlice> values(m);
+  std::vector<rocksdb::Status> statuses(m);
   // fill_cache stays on: the index and filter partitions a read needs must stay in the block cache
   // (fill_cache off keeps every block out, and each miss read its partitions again). The data
   // blocks go in too, at low priority, and leave first.
-  rocksdb::ReadOptions read;
-  db_->MultiGet(read, db_->DefaultColumnFamily(), missed.size(), slices.data(), values.data(), statuses.data(),
-                /*sorted_input=*/true);
+  const rocksdb::ReadOptions read;
+  const size_t parts =
+      std::max<size_t>(1, std::min<size_t>(m / kReadPart, static_cast<size_t>(tier_->readers_.threads()) + 1));
+  tier_->readers_.RunParts(parts, [&](size_t part) {
+    const size_t begin = m * part / parts, end = m * (part + 1) / parts;
+    db_->MultiGet(read, db_->DefaultColumnFamily(), end - begin, slices.data() + begin, values.data() + begin,
+                  statuses.data() + begin, /*sorted_input=*/true);
+  });
+
+  // 3. The rows read become cached records, pinned, under the lock.
+  absl::MutexLock lock(&tier_->mu_);
   const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);
-  for (size_t k = 0; k < missed.size(); ++k) {
+  for (size_t k = 0; k < m; ++k) {
     if (statuses[k].IsNotFound()) continue;
     std::string why;
     if (!statuses[k].ok()) {
@@ -433,8 +461,11 @@ absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records
       }
       return Failed("reading rows from disk", why);
     }
-    if (float* again = index_.Find(ids[missed[k]]); again != nullptr) {  // listed twice: one record
-      ++DiskTier::EntryOf(again)->pins;
+    // Listed twice, or cached meanwhile by another reader of this table: one record.
+    if (float* again = index_.Find(ids[missed[k]]); again != nullptr) {
+      DiskTier::Entry* e = DiskTier::EntryOf(again);
+      e->touched = 1;
+      ++e->pins;
       records[missed[k]] = again;
       continue;
     }

@@ -21,7 +21,8 @@
 //               LRU approximated by second chance (CLOCK): a record read from disk or created goes
 //               to the front; a hit only marks it (no list surgery, which would touch two more cache
 //               lines a row); eviction walks from the back, moving marked records to the front
-//               unmarked and taking the unmarked. A batch's misses are one MultiGet; records held by
+//               unmarked and taking the unmarked. A batch's misses are read in key order, a few MultiGets side by
+//               side (read_pool.h); records held by
 //               a batch are pinned; after a batch records leave until the cache is within its
 //               bytes, dirty ones written back in one WriteBatch per table. Held records may take the
 //               cache over its bytes while they are held (concurrent batches of several tables). The
@@ -31,8 +32,9 @@
 // sizes), a disk read or write failure (a full disk: ResourceExhausted; others: Internal; naming
 // the ps and the table).
 //
-// Thread-safe: the tier's mutex guards the cache and every store's index (calls of one tier
-// serialize, the disk's reads and writes included).
+// Thread-safe: the tier's mutex guards the cache and every store's index. Calls of one tier
+// serialize except for the reads of misses, made without it (the caller's table keeps its own rows
+// still meanwhile: a shard's lock is held around Acquire and Release); write-backs hold it.
 #ifndef PSFLOW_PS_SERVER_TABLE_DISK_STORE_H_
 #define PSFLOW_PS_SERVER_TABLE_DISK_STORE_H_
 
@@ -45,6 +47,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "ps/server/table/read_pool.h"
 #include "ps/server/table/record_pool.h"
 #include "ps/server/table/row_store.h"
 
@@ -66,6 +69,9 @@ struct DiskTierOptions {
   // memory is outside --table_cache_bytes). Off by default (the page cache is free speed where RAM
   // is left); bench/disk_table_bench.cc measures both.
   bool direct_reads = false;
+  // Threads beside the caller that read a batch's misses side by side (read_pool.h): a batch with
+  // m misses reads min(m / 16, read_threads + 1) parts at once. 0: one MultiGet in the caller.
+  int read_threads = 3;
 };
 
 // One ps task's disk tier. Made by Open, shared (std::shared_ptr) by the task's disk stores.
@@ -124,8 +130,9 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   Entry* head_ ABSL_GUARDED_BY(mu_) = nullptr;  // most recently used
   Entry* tail_ ABSL_GUARDED_BY(mu_) = nullptr;
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  RecordPool pool_ ABSL_GUARDED_BY(mu_);  // the records' memory
+  RecordPool pool_ ABSL_GUARDED_BY(mu_);                    // the records' memory
   std::vector<DiskRowStore*> stores_ ABSL_GUARDED_BY(mu_);  // open tables (borrowed)
+  ReadPool readers_;                                        // a batch's misses read side by side (no lock of ours held)
 };
 
 class DiskRowStore final : public RowStore {
@@ -164,11 +171,11 @@ class DiskRowStore final : public RowStore {
 
   const std::shared_ptr<DiskTier> tier_;
   const std::string table_, dir_;
-  const int64_t floats_;                          // (1 + slots)·dim
-  std::unique_ptr<rocksdb::DB> db_;               // closed first by the destructor
-  RowIndex index_ ABSL_GUARDED_BY(tier_->mu_);    // id -> cached record
+  const int64_t floats_;                              // (1 + slots)·dim
+  std::unique_ptr<rocksdb::DB> db_;                   // closed first by the destructor
+  RowIndex index_ ABSL_GUARDED_BY(tier_->mu_);        // id -> cached record
   const int64_t empty_index_bytes_ = index_.bytes();  // not counted against the cache (RecordBudget)
-  int64_t rows_ ABSL_GUARDED_BY(tier_->mu_) = 0;  // stored rows (cached, on disk or both)
+  int64_t rows_ ABSL_GUARDED_BY(tier_->mu_) = 0;      // stored rows (cached, on disk or both)
   int64_t cached_bytes_ ABSL_GUARDED_BY(tier_->mu_) = 0;
   RowStoreStats counters_ ABSL_GUARDED_BY(tier_->mu_);  // hits, misses, rows read and written
 };

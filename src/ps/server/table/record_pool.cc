@@ -10,11 +10,11 @@ namespace psflow::ps::table {
 
 // At the start of each slab (its first 64 bytes); the blocks follow.
 struct RecordPool::Slab {
-  Slab* prev;        // in its size's with_room list
+  Slab* prev;  // in its size's with_room list
   Slab* next;
-  Slab* all_prev;    // in the pool's list of every slab
+  Slab* all_prev;  // in the pool's list of every slab
   Slab* all_next;
-  void* free;        // a list of free blocks (each holds the next)
+  void* free;  // a list of free blocks (each holds the next)
   RecordPool::Size* size;
   int32_t live;      // blocks out
   int32_t carved;    // blocks ever handed out of the slab's untouched tail

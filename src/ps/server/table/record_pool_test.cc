@@ -55,7 +55,8 @@ TEST(RecordPoolTest, SizesHaveTheirOwnSlabsAndEmptySlabsGoBack) {
   void* a = pool.Allocate(100);  // a 128-byte block
   void* b = pool.Allocate(576);
   EXPECT_EQ(pool.slab_bytes(), 2 * RecordPool::kSlabBytes);
-  EXPECT_NE(reinterpret_cast<uintptr_t>(a) / RecordPool::kSlabBytes, reinterpret_cast<uintptr_t>(b) / RecordPool::kSlabBytes);
+  EXPECT_NE(reinterpret_cast<uintptr_t>(a) / RecordPool::kSlabBytes,
+            reinterpret_cast<uintptr_t>(b) / RecordPool::kSlabBytes);
   std::vector<void*> many;
   for (int i = 0; i < 20000; ++i) many.push_back(pool.Allocate(100));  // 16383 a slab: two slabs
   EXPECT_EQ(pool.slab_bytes(), 3 * RecordPool::kSlabBytes);
