@@ -352,7 +352,7 @@ int64_t IncomingMessage::FirstNonFinite(int i, int64_t first, int64_t count) con
     });
     return found;
   }
-  char carry[4];        // a float split across two pieces
+  char carry[4];  // a float split across two pieces
   size_t carried = 0;
   ForEachByteRange(tensor_offsets_[i] + first * 4, count * 4, [&](const char* p, size_t len, int64_t at) {
     if (carried > 0) {

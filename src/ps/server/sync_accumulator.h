@@ -110,12 +110,12 @@ class SyncAccumulator {
   int64_t stale_dropped() const { return stale_dropped_.load(std::memory_order_relaxed); }
   // Where the applied steps' time went (by the clock: zero under a ManualClock that stands still).
   struct Timing {
-    int64_t steps = 0;             // steps applied
-    int64_t pushes = 0;            // pushes counted in them
-    double wait_secs = 0;          // the pushes' waits, from each one's arrival to its step's quorum
-    double spread_secs = 0;        // the steps' first arrival to their quorum (the slowest worker's lag)
-    double apply_secs = 0;         // the steps' apply (the mean onto every shard)
-    double answer_secs = 0;        // answering the steps' pushes (their answers built and handed over)
+    int64_t steps = 0;       // steps applied
+    int64_t pushes = 0;      // pushes counted in them
+    double wait_secs = 0;    // the pushes' waits, from each one's arrival to its step's quorum
+    double spread_secs = 0;  // the steps' first arrival to their quorum (the slowest worker's lag)
+    double apply_secs = 0;   // the steps' apply (the mean onto every shard)
+    double answer_secs = 0;  // answering the steps' pushes (their answers built and handed over)
   };
   Timing timing() const;
   // The quorum the current step needs (R, less the missing workers beyond the backups).
