@@ -26,28 +26,13 @@
 #include "train/option_value.h"
 #include "train/progress.h"
 #include "train/session_state.h"
+#include "train/session_summary.h"
 #include "train/session_tables.h"
 #include "train/telemetry.h"
 #include "train/worker_roster.h"
 
 namespace psflow::train {
 namespace {
-
-// "name=value name=value" of an evaluation's scalars.
-std::string ScalarsText(const std::vector<std::pair<std::string, double>>& scalars) {
-  std::string text;
-  for (const auto& [name, value] : scalars) absl::StrAppend(&text, text.empty() ? "" : " ", name, "=", value);
-  return text;
-}
-
-// An evaluation's scalars: each name must be a valid metric name (they become TensorBoard tags and
-// summary fields as they are).
-absl::Status CheckEval(const SessionEval& eval) {
-  for (const auto& [name, value] : eval.scalars) {
-    if (auto s = CheckMetricName(name); !s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
 
 // Waits for the chief to initialize every ps, in short slices so that a ps killed and restarted
 // meanwhile (its held call broken) is asked again, until `timeout_secs` in all.
@@ -445,28 +430,8 @@ class WorkerSession::Impl {
       if (state_.evaluating()) state_.MoveTo(SessionState::kClosed);  // (an Abort inside ended it)
       if (!eval.ok()) return eval.status();
       if (auto s = CheckEval(*eval); !s.ok()) return s;
-      // The summary's four fields by name; every other scalar as the caller named it.
-      for (const auto& [name, v] : eval->scalars) {
-        if (name == "validation_accuracy") {
-          eval->validation_accuracy = v;
-        } else if (name == "validation_cross_entropy") {
-          eval->validation_cross_entropy = v;
-        } else if (name == "test_accuracy") {
-          eval->test_accuracy = v;
-        } else if (name == "test_cross_entropy") {
-          eval->test_cross_entropy = v;
-        } else {
-          summary.metrics.emplace_back(name, v);
-        }
-      }
       telemetry_->OnScalars(eval->scalars, *step);
-      // NaN: not measured, absent from the summary.
-      auto value = [](double v) { return std::isnan(v) ? std::nullopt : std::optional<double>(v); };
-      summary.validation_accuracy = value(eval->validation_accuracy);
-      summary.validation_cross_entropy = value(eval->validation_cross_entropy);
-      summary.test_accuracy = value(eval->test_accuracy);
-      summary.test_cross_entropy = value(eval->test_cross_entropy);
-      summary.ctr = eval->ctr;
+      AddEvalToSummary(*eval, &summary);
     }
     telemetry_->OnFinal(summary.global_step, summary.validation_accuracy, summary.test_accuracy);
     if (auto stats = client_->Stats(); stats.ok()) {
@@ -476,23 +441,7 @@ class WorkerSession::Impl {
         log(absl::StrCat("chief: ", never, " never pushed a gradient; the summary counts the ", summary.workers,
                          " worker(s) that did"));
       }
-      for (const ps::PsTaskStats& s : *stats) {
-        std::vector<TableTraffic> tables;
-        for (const ps::TableTaskStats& t : s.tables) {
-          tables.push_back({t.table, t.rows, t.bytes, t.rows_pulled, t.rows_pushed, t.admissions, t.evictions,
-                            t.storage, t.cache_hits, t.cache_misses, t.disk_bytes, t.disk_rows_read,
-                            t.disk_rows_written});
-        }
-        if (summary.ctr.has_value()) {
-          for (const ps::TableTaskStats& t : s.tables) summary.ctr->table_rows += t.rows;
-        }
-        summary.ps_traffic.push_back({s.task, s.bytes_in, s.bytes_out, s.num_params, std::move(tables)});
-        // Every ps drops the same stale push; count it once, where the global step lives.
-        if (s.task == plan_.global_step_ps) {
-          summary.stale_gradients_dropped = s.stale_gradients_dropped;
-          summary.staleness_counts = s.staleness_counts;
-        }
-      }
+      AddPsStatsToSummary(*stats, plan_.global_step_ps, &summary);
     }
     if (auto s = client_->Shutdown(); !s.ok()) return s;
     state_.MoveTo(SessionState::kEnded);  // the job is over: nothing left to abort
