@@ -8,13 +8,12 @@ Own flags: --record=FILE, --start_together=DIR (the workers wait for each other 
 """
 import argparse
 import json
-import os
 import sys
-import time
 
 import torch
 
 import psflow
+from start_together import start_together
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--record", default="")
@@ -42,10 +41,7 @@ model = Tiny()
 with psflow.WorkerSession(model, flags) as sess:
     record = open(f"{flags.record}.{sess.worker_index}", "a") if flags.record else None
     if flags.start_together:
-        open(os.path.join(flags.start_together, f"ready.{sess.worker_index}"), "w").close()
-        deadline = time.monotonic() + 120
-        while len(os.listdir(flags.start_together)) < sess.num_workers and time.monotonic() < deadline:
-            time.sleep(0.01)
+        start_together(flags.start_together, sess)
     files = psflow.data.CtrFiles(flags.train_files, sess)
     for ids, dense, labels in sess.batches(files, lambda b: {model.table: b[0][:, 0]}):
         step = sess.global_step

@@ -12,12 +12,12 @@ import glob
 import json
 import os
 import sys
-import time
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import psflow
+from start_together import start_together
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--record", default="")
@@ -42,10 +42,7 @@ model = torch.nn.Linear(3, 1)
 with psflow.WorkerSession(model, flags) as sess:
     record = open(f"{flags.record}.{sess.worker_index}", "a") if flags.record else None
     if flags.start_together:
-        open(os.path.join(flags.start_together, f"ready.{sess.worker_index}"), "w").close()
-        deadline = time.monotonic() + 120
-        while len(os.listdir(flags.start_together)) < sess.num_workers and time.monotonic() < deadline:
-            time.sleep(0.01)
+        start_together(flags.start_together, sess)
     sampler = psflow.DistributedBatchSampler(dataset, sess)
     loader = DataLoader(dataset, batch_sampler=sampler)
     while not sess.should_stop():

@@ -31,19 +31,14 @@ std::vector<std::string> Ctr(const std::string& dir, int ps, const std::string& 
   std::vector<std::string> args = {"local",
                                    absl::StrCat("--ps=", ps),
                                    "--workers=2",
-                                   "--model=ctr",
-                                   "--ctr_fields=3",
-                                   "--ctr_dim=4",
-                                   "--ctr_vocab=0",
-                                   "--batch_size=96",
                                    "--train_steps=150",
                                    "--sync_replicas",
-                                   "--seed=5",
                                    "--ctr_test_examples=2048",
                                    "--sparse_optimizer=" + rule,
                                    "--checkpoint_dir=" + dir,
                                    "--save_checkpoint_steps=50",
                                    "--log_every=1000"};
+  AppendSmallCtr(&args, 0, 96);
   args.insert(args.end(), more.begin(), more.end());
   return Psflow(args);
 }
@@ -149,12 +144,6 @@ struct DiskJob {
                                      absl::StrCat("--task_index=", index),
                                      absl::StrCat("--ps_hosts=127.0.0.1:", ports[0], ",127.0.0.1:", ports[1]),
                                      absl::StrCat("--worker_hosts=127.0.0.1:", ports[2], ",127.0.0.1:", ports[3]),
-                                     "--model=ctr",
-                                     "--ctr_fields=3",
-                                     "--ctr_dim=4",
-                                     "--ctr_vocab=0",
-                                     "--batch_size=96",
-                                     "--seed=5",
                                      "--ctr_test_examples=512",
                                      absl::StrCat("--train_steps=", steps),
                                      "--checkpoint_dir=" + checkpoints,
@@ -164,6 +153,7 @@ struct DiskJob {
                                      "--table_dir=" + tables,
                                      absl::StrCat("--table_cache_bytes=", kCacheBytes),
                                      "--ps_timeout_secs=60"};
+    AppendSmallCtr(&args, 0, 96);
     if (sync) args.push_back("--sync_replicas");
     return Psflow(args);
   }

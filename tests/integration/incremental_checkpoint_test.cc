@@ -27,19 +27,14 @@ std::vector<std::string> Ctr(const std::string& dir, int ps, int64_t steps, cons
   std::vector<std::string> args = {"local",
                                    absl::StrCat("--ps=", ps),
                                    "--workers=2",
-                                   "--model=ctr",
-                                   "--ctr_fields=3",
-                                   "--ctr_dim=4",
-                                   absl::StrCat("--ctr_vocab=", vocab),
-                                   "--batch_size=96",
                                    absl::StrCat("--train_steps=", steps),
                                    "--sync_replicas",
-                                   "--seed=5",
                                    "--ctr_test_examples=1024",
                                    "--sparse_optimizer=" + rule,
                                    "--checkpoint_dir=" + dir,
                                    "--save_checkpoint_steps=25",
                                    "--log_every=1000"};
+  AppendSmallCtr(&args, vocab, 96);
   args.insert(args.end(), more.begin(), more.end());
   return Psflow(args);
 }
@@ -146,17 +141,12 @@ TEST(SingleProcessChainTest, PsflowTrainWritesIncrementsThatRestoreToItsFullSave
                     straight = TempDir("ict_single_straight");
   auto train = [](const std::string& dir, int64_t steps, std::vector<std::string> more) {
     std::vector<std::string> args = {"train",
-                                     "--model=ctr",
-                                     "--ctr_fields=3",
-                                     "--ctr_dim=4",
-                                     "--ctr_vocab=0",
-                                     "--batch_size=96",
-                                     "--seed=5",
                                      "--ctr_test_examples=512",
                                      absl::StrCat("--train_steps=", steps),
                                      "--checkpoint_dir=" + dir,
                                      "--save_checkpoint_steps=25",
                                      "--log_every=1000"};
+    AppendSmallCtr(&args, 0, 96);
     args.insert(args.end(), more.begin(), more.end());
     return RunProcess(Psflow(args), 300);
   };

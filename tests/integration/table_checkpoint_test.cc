@@ -21,18 +21,13 @@ std::vector<std::string> Ctr(const std::string& dir, int ps, int workers, int64_
   std::vector<std::string> args = {"local",
                                    absl::StrCat("--ps=", ps),
                                    absl::StrCat("--workers=", workers),
-                                   "--model=ctr",
-                                   "--ctr_fields=3",
-                                   "--ctr_dim=4",
-                                   absl::StrCat("--ctr_vocab=", vocab),
-                                   "--batch_size=128",
                                    absl::StrCat("--train_steps=", steps),
                                    "--sync_replicas",
-                                   "--seed=5",
                                    "--ctr_test_examples=2048",
                                    "--checkpoint_dir=" + dir,
                                    "--save_checkpoint_steps=50",
                                    "--log_every=1000"};
+  AppendSmallCtr(&args, vocab, 128);
   args.insert(args.end(), more.begin(), more.end());
   return Psflow(args);
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "process.h"
 #include "psflow/ckpt/safetensors.h"
@@ -20,6 +21,14 @@ namespace psflow::testing {
 inline std::vector<std::string> Psflow(std::vector<std::string> args) {
   args.insert(args.begin(), PsflowBinary());
   return args;
+}
+
+// The small ctr job of the table tests (3 fields of dim 4, seed 5; `vocab` 0: dynamic tables, N: fixed
+// ones of N rows) appended to `args`, with `batch_size` (0: none, as `psflow eval` takes).
+inline void AppendSmallCtr(std::vector<std::string>* args, int64_t vocab, int batch_size) {
+  for (std::string flag : {"--model=ctr", "--ctr_fields=3", "--ctr_dim=4", "--seed=5"}) args->push_back(flag);
+  args->push_back(absl::StrCat("--ctr_vocab=", vocab));
+  if (batch_size > 0) args->push_back(absl::StrCat("--batch_size=", batch_size));
 }
 
 inline nlohmann::json ReadJson(const std::string& path) {
