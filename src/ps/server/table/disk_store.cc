@@ -160,7 +160,14 @@ DiskTier::DiskTier(DiskTierOptions options, std::string dir, int lock_fd)
       lock_fd_(lock_fd),
       block_cache_(rocksdb::NewLRUCache(kBlockCacheBytes)),
       write_buffers_(std::make_shared<rocksdb::WriteBufferManager>(kWriteBufferBytes)),
-      readers_(options_.read_threads) {}
+      readers_(options_.read_threads) {
+  // cache_bytes / 256 counters (a power of two, at least 4096: a small cache's few ids must not
+  // collide): ~2 a record of dim 64 with a slot.
+  size_t counters = 4096;
+  while (counters * 2 <= static_cast<size_t>(options_.cache_bytes) / 256) counters *= 2;
+  absl::MutexLock lock(&mu_);
+  sketch_.assign(counters, 0);
+}
 
 DiskTier::~DiskTier() {
   // Every store holds a shared_ptr to the tier: none is left here.
@@ -256,17 +263,60 @@ absl::StatusOr<std::unique_ptr<DiskRowStore>> DiskTier::OpenTable(const std::str
 }
 
 void DiskTier::PushFront(Entry* e) {
+  List& l = ListOf(e);
   e->prev = nullptr;
-  e->next = head_;
-  if (head_ != nullptr) head_->prev = e;
-  head_ = e;
-  if (tail_ == nullptr) tail_ = e;
+  e->next = l.head;
+  if (l.head != nullptr) l.head->prev = e;
+  l.head = e;
+  if (l.tail == nullptr) l.tail = e;
+}
+
+void DiskTier::PushBack(Entry* e) {
+  List& l = ListOf(e);
+  e->next = nullptr;
+  e->prev = l.tail;
+  if (l.tail != nullptr) l.tail->next = e;
+  l.tail = e;
+  if (l.head == nullptr) l.head = e;
 }
 
 void DiskTier::Unlink(Entry* e) {
-  (e->prev != nullptr ? e->prev->next : head_) = e->next;
-  (e->next != nullptr ? e->next->prev : tail_) = e->prev;
+  List& l = ListOf(e);
+  (e->prev != nullptr ? e->prev->next : l.head) = e->next;
+  (e->next != nullptr ? e->next->prev : l.tail) = e->prev;
   e->prev = e->next = nullptr;
+}
+
+namespace {
+// The sketch's i-th counter of (store, id).
+size_t SketchSlot(const void* store, int64_t id, int i, size_t mask) {
+  uint64_t x = static_cast<uint64_t>(id) ^ (reinterpret_cast<uintptr_t>(store) * 0x9e3779b97f4a7c15u);
+  x += 0x9e3779b97f4a7c15u * static_cast<uint64_t>(i + 1);
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9u;
+  x ^= x >> 29;
+  return static_cast<size_t>(x) & mask;
+}
+}  // namespace
+
+int DiskTier::Misses(const DiskRowStore* store, int64_t id) const {
+  const size_t mask = sketch_.size() - 1;
+  int m = 255;
+  for (int i = 0; i < 4; ++i) m = std::min<int>(m, sketch_[SketchSlot(store, id, i, mask)]);
+  return m;
+}
+
+void DiskTier::CountMiss(const DiskRowStore* store, int64_t id) {
+  const size_t mask = sketch_.size() - 1;
+  const int m = Misses(store, id);
+  for (int i = 0; i < 4; ++i) {  // conservative update: only the smallest counters grow
+    uint8_t& c = sketch_[SketchSlot(store, id, i, mask)];
+    if (c == m && c < 255) ++c;
+  }
+  if (++sketch_adds_ >= 10 * static_cast<int64_t>(sketch_.size())) {  // ageing: old counts fade
+    for (uint8_t& c : sketch_) c >>= 1;
+    sketch_adds_ = 0;
+  }
 }
 
 int64_t DiskTier::RecordBudget() const {
@@ -280,20 +330,47 @@ int64_t DiskTier::RecordBudget() const {
   return options_.cache_bytes - index_bytes;
 }
 
+void DiskTier::AdmitFromWindow(int64_t budget) {
+  const int64_t window_budget = budget / 20;
+  for (Entry* c = window_.tail; c != nullptr && window_bytes_ > window_budget;) {
+    Entry* const prev = c->prev;
+    if (c->pins == 0) {  // a record held by a batch stays in the window until released
+      Unlink(c);
+      c->in_window = 0;
+      c->touched = 0;
+      window_bytes_ -= c->owner->entry_bytes();
+      // CLOCK's next victim: the first unmarked unpinned record from the back (a few looked at).
+      Entry* victim = clock_.tail;
+      for (int k = 0; victim != nullptr && (victim->touched != 0 || victim->pins != 0) && k < 8; ++k) {
+        victim = victim->prev;
+      }
+      if (bytes_ <= budget || victim == nullptr || victim->touched != 0 || victim->pins != 0 ||
+          Misses(c->owner, c->id) > Misses(victim->owner, victim->id)) {
+        PushFront(c);
+      } else {
+        PushBack(c);  // seen no more often than what would leave: leaves first
+      }
+    }
+    c = prev;
+  }
+}
+
 absl::Status DiskTier::EvictToBudget() {
   const int64_t budget = RecordBudget();
+  AdmitFromWindow(budget);
   if (bytes_ <= budget) return absl::OkStatus();
   // The least recently used unpinned records, until what stays fits.
   // From the back: a record used since it was put at the front gets a second chance (to the
-  // front, unmarked; the walk meets it again last); an unmarked unpinned one leaves.
+  // front, unmarked; the walk meets it again last); an unmarked unpinned one leaves. Then the
+  // window's oldest unpinned records, if the CLOCK part had too few.
   absl::flat_hash_map<DiskRowStore*, std::vector<Entry*>> leaving;
   int64_t after = bytes_;
-  for (Entry* e = tail_; e != nullptr && after > budget;) {
+  for (Entry* e = clock_.tail; e != nullptr && after > budget;) {
     Entry* const prev = e->prev;
     if (e->pins == 0) {
       if (e->touched != 0) {
         e->touched = 0;
-        if (e != head_) {
+        if (e != clock_.head) {
           Unlink(e);
           PushFront(e);
         }
@@ -303,6 +380,12 @@ absl::Status DiskTier::EvictToBudget() {
       }
     }
     e = prev;
+  }
+  for (Entry* e = window_.tail; e != nullptr && after > budget; e = e->prev) {
+    if (e->pins == 0) {
+      leaving[e->owner].push_back(e);
+      after -= e->owner->entry_bytes();
+    }
   }
   for (auto& [store, entries] : leaving) {
     store->tier_->mu_.AssertHeld();  // this tier's mu_ (held): tells the analysis store->tier_ is this
@@ -333,10 +416,12 @@ DiskRowStore::~DiskRowStore() {
     // This table's records leave the tier's list (a walk of the list: no copy of millions of
     // pointers at the end of a job, when the task's memory peaks).
     absl::MutexLock lock(&tier_->mu_);
-    for (DiskTier::Entry* e = tier_->head_; e != nullptr;) {
-      DiskTier::Entry* const next = e->next;
-      if (e->owner == this) DropEntry(e);
-      e = next;
+    for (DiskTier::List* l : {&tier_->clock_, &tier_->window_}) {
+      for (DiskTier::Entry* e = l->head; e != nullptr;) {
+        DiskTier::Entry* const next = e->next;
+        if (e->owner == this) DropEntry(e);
+        e = next;
+      }
     }
   }
   tier_->Forget(this);
@@ -366,7 +451,9 @@ float* DiskRowStore::NewEntry(int64_t id) {
   e->id = id;
   e->pins = 0;
   e->touched = 0;
+  e->in_window = 1;
   tier_->PushFront(e);
+  tier_->window_bytes_ += bytes;
   tier_->bytes_ += bytes;
   cached_bytes_ += bytes;
   float* record = reinterpret_cast<float*>(block) + DiskTier::kHeaderFloats + kMetaFloats;
@@ -376,6 +463,7 @@ float* DiskRowStore::NewEntry(int64_t id) {
 
 void DiskRowStore::DropEntry(DiskTier::Entry* e) {
   tier_->Unlink(e);
+  if (e->in_window != 0) tier_->window_bytes_ -= entry_bytes();
   tier_->bytes_ -= entry_bytes();
   cached_bytes_ -= entry_bytes();
   index_.Erase(e->id);
@@ -429,6 +517,7 @@ absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records
       }
       if (records[i] == nullptr) {
         missed.push_back(i);
+        tier_->CountMiss(this, ids[i]);
         continue;
       }
       DiskTier::Entry* e = DiskTier::EntryOf(records[i]);

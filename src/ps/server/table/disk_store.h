@@ -17,11 +17,17 @@
 //   cache       records in memory, bounded in bytes (--table_cache_bytes per ps task: each record's
 //               block, header + meta + floats, and the growth of the records' indexes count; the
 //               blocks come from a RecordPool, record_pool.h: no allocator overhead per record), one
-//               list over every disk table of the task,
-//               LRU approximated by second chance (CLOCK): a record read from disk or created goes
-//               to the front; a hit only marks it (no list surgery, which would touch two more cache
-//               lines a row); eviction walks from the back, moving marked records to the front
-//               unmarked and taking the unmarked. A batch's misses are read in key order, a few MultiGets side by
+//               list over every disk table of the task. Policy: a window and TinyLFU admission in
+//               front of CLOCK. A record read from disk or created enters a FIFO window (1/20 of the
+//               bytes); one leaving the window goes to the CLOCK part's front if a count-min sketch
+//               of the misses (4 x uint8 an id, halved every 10 counts a counter; cache_bytes / 256
+//               counters, at least 4096, beside the budget: 8 MiB at 2 GiB) has seen it missed more often than
+//               CLOCK's next victim, else to its back, leaving first. In the CLOCK part a hit only
+//               marks a record (no list surgery, which would touch two more cache lines a row);
+//               eviction walks from the back, moving marked records to the front unmarked and
+//               taking the unmarked, then the window's oldest if still over. A row seen once does
+//               not push out rows missed again and again (docs/tables.md, "The cache's policy").
+//               A batch's misses are read in key order, a few MultiGets side by
 //               side (read_pool.h); records held by
 //               a batch are pinned; after a batch records leave until the cache is within its
 //               bytes, dirty ones written back in one WriteBatch per table. Held records may take the
@@ -106,17 +112,30 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
     Entry* next;  // towards the least recently used
     DiskRowStore* owner;
     int64_t id;
-    uint32_t pins;     // batches holding the record
-    uint32_t touched;  // used since it was put at the front (second chance)
+    uint32_t pins;       // batches holding the record
+    uint16_t touched;    // used since it was put at the front (second chance)
+    uint16_t in_window;  // in the window list, not the CLOCK part's
+  };
+  struct List {
+    Entry* head = nullptr;  // most recently put
+    Entry* tail = nullptr;
   };
   static_assert(sizeof(Entry) + sizeof(RowMeta) == 64, "a record's floats start a cache line");
   static constexpr int64_t kHeaderFloats = (sizeof(Entry) + sizeof(float) - 1) / sizeof(float);
   static Entry* EntryOf(float* record) { return reinterpret_cast<Entry*>(record - kMetaFloats - kHeaderFloats); }
 
   DiskTier(DiskTierOptions options, std::string dir, int lock_fd);
-  // LRU list operations (mu_ held).
+  // List operations (mu_ held): the list is the window or the CLOCK part, by e->in_window.
+  List& ListOf(const Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return e->in_window != 0 ? window_ : clock_; }
   void PushFront(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PushBack(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unlink(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The sketch of misses: counts one for (store, id); the estimate of its count.
+  void CountMiss(const DiskRowStore* store, int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int Misses(const DiskRowStore* store, int64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records past the window's share leave it: to the CLOCK part's front if missed more often than
+  // its next victim, else to its back.
+  void AdmitFromWindow(int64_t budget) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The bytes the records may take: --table_cache_bytes less their indexes'.
   int64_t RecordBudget() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records leave from the least recently used end until the cache is within its bytes; dirty ones
@@ -130,9 +149,12 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   std::shared_ptr<rocksdb::Cache> block_cache_;                 // shared by the tier's databases
   std::shared_ptr<rocksdb::WriteBufferManager> write_buffers_;  // ditto
   mutable absl::Mutex mu_;
-  Entry* head_ ABSL_GUARDED_BY(mu_) = nullptr;  // most recently used
-  Entry* tail_ ABSL_GUARDED_BY(mu_) = nullptr;
+  List clock_ ABSL_GUARDED_BY(mu_);   // the CLOCK part
+  List window_ ABSL_GUARDED_BY(mu_);  // records read or created, before admission
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t window_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<uint8_t> sketch_ ABSL_GUARDED_BY(mu_);  // count-min, 4 counters an id
+  int64_t sketch_adds_ ABSL_GUARDED_BY(mu_) = 0;
   RecordPool pool_ ABSL_GUARDED_BY(mu_);                    // the records' memory
   std::vector<DiskRowStore*> stores_ ABSL_GUARDED_BY(mu_);  // open tables (borrowed)
   ReadPool readers_;                                        // a batch's misses read side by side (no lock of ours held)

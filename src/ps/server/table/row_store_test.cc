@@ -215,13 +215,37 @@ TEST(DiskStore, TablesShareOneCache) {
   EXPECT_TRUE(fs::is_directory(fs::path(tier->dir()) / "emb%2Fpart_1"));
   std::map<int64_t, int64_t> ua, ub;
   Write(a.get(), {1, 2, 3, 4}, &ua);
-  Write(b.get(), {1, 2}, &ub);  // a's 1 and 2 (least recently used) leave
+  Write(b.get(), {1, 2}, &ub);  // the cache is full of a's rows, missed as often: b's leave
   EXPECT_EQ(tier->cache_bytes_used(), 4 * EntryBytes());
+  EXPECT_EQ(a->stats().disk_rows_written, 0);
+  EXPECT_EQ(b->stats().disk_rows_written, 2);
+  Write(b.get(), {1, 2}, &ub);  // back from disk, as written; missed twice now: a's 1 and 2 leave
+  EXPECT_EQ(b->stats().disk_rows_read, 2);
   EXPECT_EQ(a->stats().disk_rows_written, 2);
-  EXPECT_EQ(b->stats().disk_rows_written, 0);
-  Write(a.get(), {1, 2}, &ua);  // back from disk, as written
-  EXPECT_EQ(a->stats().disk_rows_read, 2);
+  Write(a.get(), {3, 4}, &ua);  // still cached
+  EXPECT_EQ(a->stats().disk_rows_read, 0);
   EXPECT_EQ(ScanAll(*b, 10).size(), 2u);
+  EXPECT_EQ(ScanAll(*a, 10).size(), 4u);
+}
+
+// The policy (disk_store.h): a stream of rows seen once passes through without pushing the cached
+// rows out (plain CLOCK would have kept the stream's last 4), and a row missed again gets in.
+TEST(DiskStore, RowsSeenOnceDoNotPushOutCachedRows) {
+  auto tier = OpenTier(FreshDir("policy"), /*cache_rows=*/4);
+  auto store = *tier->OpenTable("t", kFloats);
+  std::map<int64_t, int64_t> updates;
+  Write(store.get(), {1, 2, 3, 4}, &updates);
+  for (int64_t id = 100; id < 140; ++id) Write(store.get(), {id}, &updates);  // each created, each leaves
+  EXPECT_EQ(store->stats().disk_rows_written, 40);
+  Write(store.get(), {200}, &updates);  // seen once: leaves
+  Write(store.get(), {200}, &updates);  // missed again: read, and in over row 1
+  EXPECT_EQ(store->stats().disk_rows_read, 1);
+  Write(store.get(), {200}, &updates);
+  Write(store.get(), {2, 3, 4}, &updates);
+  EXPECT_EQ(store->stats().disk_rows_read, 1);  // all hits
+  Write(store.get(), {1}, &updates);
+  EXPECT_EQ(store->stats().disk_rows_read, 2);
+  EXPECT_EQ(ScanAll(*store, 16).size(), updates.size());
 }
 
 TEST(DiskStore, RefusesACacheSmallerThanABatch) {
