@@ -332,6 +332,14 @@ int64_t DiskTier::RecordBudget() const {
 
 void DiskTier::AdmitFromWindow(int64_t budget) {
   const int64_t window_budget = budget / 20;
+  if (window_bytes_ <= window_budget) return;
+  // CLOCK's next victim: the first unmarked unpinned record from the back, a few looked at (each a
+  // cache miss), once a call: the records leaving the window are compared with it.
+  Entry* victim = clock_.tail;
+  for (int k = 0; victim != nullptr && (victim->touched != 0 || victim->pins != 0); ++k) {
+    victim = k < 4 ? victim->prev : nullptr;
+  }
+  const int victim_misses = victim != nullptr ? Misses(victim->owner, victim->id) : 0;
   for (Entry* c = window_.tail; c != nullptr && window_bytes_ > window_budget;) {
     Entry* const prev = c->prev;
     if (c->pins == 0) {  // a record held by a batch stays in the window until released
@@ -339,16 +347,10 @@ void DiskTier::AdmitFromWindow(int64_t budget) {
       c->in_window = 0;
       c->touched = 0;
       window_bytes_ -= c->owner->entry_bytes();
-      // CLOCK's next victim: the first unmarked unpinned record from the back (a few looked at).
-      Entry* victim = clock_.tail;
-      for (int k = 0; victim != nullptr && (victim->touched != 0 || victim->pins != 0) && k < 8; ++k) {
-        victim = victim->prev;
-      }
-      if (bytes_ <= budget || victim == nullptr || victim->touched != 0 || victim->pins != 0 ||
-          Misses(c->owner, c->id) > Misses(victim->owner, victim->id)) {
+      if (bytes_ <= budget || victim == nullptr || Misses(c->owner, c->id) > victim_misses) {
         PushFront(c);
       } else {
-        PushBack(c);  // seen no more often than what would leave: leaves first
+        PushBack(c);  // missed no more often than what would leave: leaves first
       }
     }
     c = prev;
