@@ -59,8 +59,8 @@ absl::Status SessionTables::Prefetch(const std::vector<absl::Span<const int64_t>
   }
   for (size_t t = 0; t < tables_.size(); ++t) {
     if (absl::Status s = CheckUnique(next_ids[t], (*unique)[t]); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("Prefetch: table '", tables_[t].name, "': ", s.message(),
-                                                     "; pass DedupIds of the table's ids"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Prefetch: table '", tables_[t].name, "': ", s.message(), "; pass DedupIds of the table's ids"));
     }
   }
   for (size_t t = 0; t < tables_.size(); ++t) Ask(t, next_ids[t], &(*unique)[t]);

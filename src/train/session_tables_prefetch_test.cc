@@ -131,11 +131,11 @@ TEST(SessionTablesUnitTest, PrefetchTakesTheCallersDeduplicationAfterCheckingIt)
     return tables.Prefetch({a, b}, &given);
   };
   const std::vector<UniqueIds> wrong = {
-      {{9, 4}, {0, 1}},           // an index too short
-      {{4, 9}, {1, 0, 1}},        // not in order of first appearance
-      {{9, 4}, {0, 1, 1}},        // example 2's id is not 4
-      {{9, 4, 7}, {0, 1, 0}},     // a unique id no example holds
-      {{9, 4}, {0, 2, 0}},        // an index out of range
+      {{9, 4}, {0, 1}},        // an index too short
+      {{4, 9}, {1, 0, 1}},     // not in order of first appearance
+      {{9, 4}, {0, 1, 1}},     // example 2's id is not 4
+      {{9, 4, 7}, {0, 1, 0}},  // a unique id no example holds
+      {{9, 4}, {0, 2, 0}},     // an index out of range
   };
   for (const UniqueIds& w : wrong) {
     absl::Status s = refused(w);
