@@ -251,7 +251,8 @@ bool OnTransportThread();
 // per round trip. Calls of other transports (shared memory) and calls started by other threads
 // are not affected. Nestable (an inner scope's end completes the outer's calls too); not
 // movable. Use it only where the thread would wait anyway: the destructor returns when the calls
-// completed (each within its deadline).
+// completed (each within its deadline). Never wait inside the scope for a call started in it: its
+// answer is read only once the scope closes.
 class CompletionsHere {
  public:
   CompletionsHere();
