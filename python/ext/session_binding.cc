@@ -169,6 +169,14 @@ class PySession {
     py::gil_scoped_release release;
     ThrowIfError(session_->GradientReady(static_cast<int>(i)));
   }
+  // The same for a bucket of parameters in one call (python/psflow/overlap.py's hooks): one GIL
+  // release, the early part sent once the bucket's last gradient is given.
+  void GradientsReady(const std::vector<int>& indices) {
+    BusyGuard guard(busy_);
+    for (int i : indices) Param(static_cast<size_t>(i)).dense_ready = true;
+    py::gil_scoped_release release;
+    for (int i : indices) ThrowIfError(session_->GradientReady(i));
+  }
   // Waits for the values of these parameters (a forward pre-hook), or of all (`indices` empty).
   void WaitForValues(const std::vector<int>& indices) {
     py::gil_scoped_release release;
@@ -304,6 +312,7 @@ void RegisterSession(py::module_& m) {
            py::arg("evaluate") = py::none(), py::arg("optimizer") = py::none(),
            py::arg("tables") = std::vector<py::dict>(), py::arg("waits_for_values") = false)
       .def("gradient_ready", &PySession::GradientReady, py::arg("index"))
+      .def("gradients_ready", &PySession::GradientsReady, py::arg("indices"))
       .def("wait_for_values", &PySession::WaitForValues, py::arg("indices"))
       .def("lookup", &PySession::Lookup, py::arg("ids"))
       .def("prefetch", &PySession::Prefetch, py::arg("next_ids"))

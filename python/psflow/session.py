@@ -215,6 +215,7 @@ class WorkerSession:
         self._value_ptrs = [v.data_ptr() for v in self._values]
         self._known = {id(p) for _, p in self._params}
         self._num_module_params = len(self._params)
+        self._structure = self._module_structure()
         from .overlap import Overlap
 
         self._overlap = Overlap(self._session, self._module, self._params, self._trainable, self._sparse,
@@ -312,7 +313,7 @@ class WorkerSession:
                     g = g.coalesce()
                     sparse.append((i, g.indices()[0].numpy(), g.values().numpy()))
                     p.grad = None
-                elif g.data_ptr() == self._grad_ptrs[i]:
+                elif g is self._grads[i] or g.data_ptr() == self._grad_ptrs[i]:
                     ready = True
                 else:  # autograd made a new tensor (e.g. after zero_grad(set_to_none=True))
                     if not handed[i]:  # (a handed one was copied by its hook, and is being pushed)
@@ -338,9 +339,20 @@ class WorkerSession:
                 self._tables.announce(self._next_ids)
                 self._next_ids = None
 
+    def _module_structure(self):
+        """The module's submodules (as a list) and how many parameters and submodules they hold
+        directly: a parameter or module added anywhere changes the count (cheaper per step than
+        walking module.parameters())."""
+        modules = list(self._module.modules())
+        return modules, sum(len(m._parameters) + len(m._modules) for m in modules)
+
     def _check_no_new_parameters(self):
         """A parameter added to the module after the session was made is on no ps task: its
         gradient would be dropped silently. Refused, naming it."""
+        modules, size = self._structure
+        if sum(len(m._parameters) + len(m._modules) for m in modules) == size:
+            return
+        self._structure = self._module_structure()
         count = sum(1 for _ in self._module.parameters())
         if count == self._num_module_params:
             return
