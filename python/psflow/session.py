@@ -181,8 +181,12 @@ class WorkerSession:
             waits_for_values=flags.overlap == "push_pull")  # (auto: push)
         self._overlap = None
         self._tables = tables._Tables(self._session, self._table_modules) if self._table_modules else None
+        if self._tables is not None:
+            self._tables.after_lookup = self._early_prefetch
         self._next_ids = None
         self._next_ids_from = None  # batches() without ids: the next batch's ids, known after the forward
+        self._next_ids_early = False  # _next_ids_from may be called before this step's forwards end
+        self._next_ids_sent = False  # _next_ids went to C++ already (early_prefetch)
         self._values = []
         self._grads = []
         self._samplers = {}
@@ -328,7 +332,7 @@ class WorkerSession:
             self._tables.before_step()
             if self._next_ids_from is not None:
                 self._next_ids, self._next_ids_from = self._next_ids_from(), None
-            if self._next_ids is not None:  # after this step's lookups, which would drop it
+            if self._next_ids is not None and not self._next_ids_sent:  # after this step's lookups
                 self._session.prefetch(self._next_ids)
         try:
             self._session.step(loss, accuracy, dense_ready, sparse)
@@ -338,6 +342,17 @@ class WorkerSession:
                 self._tables.after_step()
                 self._tables.announce(self._next_ids)
                 self._next_ids = None
+                self._next_ids_sent = False
+
+    def _early_prefetch(self):
+        """Right after the step's Lookup (the first table forward): the next batch's ids, when they
+        are known already, go to C++ now; their dedup runs beside the rest of the forward and the
+        backward (the binding's helper thread) instead of inside step()."""
+        if self._next_ids_from is not None and self._next_ids_early:
+            self._next_ids, self._next_ids_from = self._next_ids_from(), None
+        if self._next_ids is not None and not self._next_ids_sent:
+            self._session.prefetch(self._next_ids)
+            self._next_ids_sent = True
 
     def _module_structure(self):
         """The module's submodules (as a list) and how many parameters and submodules they hold
@@ -509,15 +524,17 @@ class WorkerSession:
                 self.lookup(learner.ids(current))
             else:  # learnt in step(), after the forwards
                 self._next_ids_from = lambda: learner.learn(current, seen)
+                self._next_ids_early = False
 
         def ahead(current, following):
-            def next_ids():  # in step(), after the forwards
+            def next_ids():  # in step(), after the forwards (once learnt: after the first Lookup)
                 if not learner.learnt:
                     learner.learn(current, seen)
                 ids = self._ids_list(learner.ids(following), "batches()")
                 return ids if any(i is not None for i in ids) else None
 
             self._next_ids_from = next_ids
+            self._next_ids_early = learner.learnt
 
         return first, announce, ahead
 
