@@ -10,12 +10,11 @@
 // are handed to the C++ session by a helper thread, so that their routing, encoding and dedup run
 // beside PyTorch's compute instead of inside it. Every other call first waits for them, so the
 // session is still driven by one thread at a time; a failure among them is raised by that call.
+#include <pthread.h>
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
-#include <pthread.h>
 #include <sched.h>
 
 #include <atomic>

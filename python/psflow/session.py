@@ -355,17 +355,17 @@ class WorkerSession:
             self._next_ids_sent = True
 
     def _module_structure(self):
-        """The module's submodules (as a list) and how many parameters and submodules they hold
-        directly: a parameter or module added anywhere changes the count (cheaper per step than
+        """The module's submodules' dicts of parameters and of submodules, and how many entries
+        they hold: a parameter or module added anywhere changes the count (cheaper per step than
         walking module.parameters())."""
-        modules = list(self._module.modules())
-        return modules, sum(len(m._parameters) + len(m._modules) for m in modules)
+        dicts = [d for m in self._module.modules() for d in (m._parameters, m._modules)]
+        return dicts, sum(map(len, dicts))
 
     def _check_no_new_parameters(self):
         """A parameter added to the module after the session was made is on no ps task: its
         gradient would be dropped silently. Refused, naming it."""
-        modules, size = self._structure
-        if sum(len(m._parameters) + len(m._modules) for m in modules) == size:
+        dicts, size = self._structure
+        if sum(map(len, dicts)) == size:
             return
         self._structure = self._module_structure()
         count = sum(1 for _ in self._module.parameters())
