@@ -127,6 +127,24 @@ class OverlapTest(unittest.TestCase):
         self.assertGreaterEqual(sum(sizes[i] for i in calls[0]), EARLY_PART_BYTES)
         self.assertEqual(sorted(calls[1]), [0, 1])
 
+    def test_a_failure_behind_the_python_thread_is_raised_by_the_next_call(self):
+        # The buckets go to C++ on the binding's helper thread; what fails there (here the same
+        # parameter handed over twice, which the hooks never do) is raised by step(), in one line.
+        os.environ.pop("TF_CONFIG", None)
+        os.environ.pop("PSFLOW_FLAGS", None)
+        flags = psflow.parse_flags(argv=["--overlap=push", "--train_steps=3", "--log_every=1000"])
+        model, x, y = model_and_data(6)
+        with self.assertRaises(psflow.InvalidArgumentError) as e:
+            with psflow.WorkerSession(model, flags) as sess:
+                loss = torch.nn.functional.cross_entropy(model(x[0]), y[0])
+                loss.backward()
+                sess.step(loss.item())  # a step with every bucket handed over by the hooks
+                sess._session.gradients_ready([5])  # returns at once
+                sess._session.gradients_ready([5])
+                sess.step(1.0)
+        self.assertIn("parameter '4.bias' got a second gradient before the step", str(e.exception))
+        self.assertNotIn("\n", str(e.exception))
+
     def test_misuse_is_refused_with_one_line(self):
         os.environ.pop("TF_CONFIG", None)
         os.environ.pop("PSFLOW_FLAGS", None)
