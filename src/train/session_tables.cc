@@ -1,6 +1,7 @@
 // A worker session's tables and prefetches (train/session_tables.h).
 #include "train/session_tables.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -22,11 +23,20 @@ absl::Status SessionTables::CheckCount(const char* call, size_t given) const {
 void SessionTables::StartLookup(const std::vector<absl::Span<const int64_t>>& ids, ps::TableStep* step) {
   for (size_t t = 0; t < tables_.size(); ++t) {
     TableBatch& b = batches_[t];
+    b.grads = Tensor();
+    Prefetched& p = prefetched_[t];
+    if (p.valid && std::equal(ids[t].begin(), ids[t].end(), p.given.begin(), p.given.end())) {
+      // The very ids given to Prefetch (the usual case): their dedup is the prefetch's.
+      b.ids.swap(p.ids);
+      b.index.swap(p.index);
+      b.rows = std::move(p.rows);
+      p.rows = Tensor();
+      p.valid = false;
+      continue;
+    }
     DedupIds(ids[t].data(), static_cast<int64_t>(ids[t].size()), 1, &dedup_);
     b.ids.swap(dedup_.ids);
     b.index.swap(dedup_.index);
-    b.grads = Tensor();
-    Prefetched& p = prefetched_[t];
     if (p.valid && p.ids == b.ids) {  // the rows came back with the last step's answer
       b.rows = std::move(p.rows);
       p.rows = Tensor();
@@ -41,8 +51,10 @@ void SessionTables::StartLookup(const std::vector<absl::Span<const int64_t>>& id
 void SessionTables::Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids) {
   for (size_t t = 0; t < tables_.size(); ++t) {
     Prefetched& p = prefetched_[t];
+    p.given.assign(next_ids[t].begin(), next_ids[t].end());
     DedupIds(next_ids[t].data(), static_cast<int64_t>(next_ids[t].size()), 1, &dedup_);
     p.ids.swap(dedup_.ids);
+    p.index.swap(dedup_.index);
     const int64_t rows = static_cast<int64_t>(p.ids.size());
     if (p.rows.shape() != Shape{rows, tables_[t].dim}) p.rows = Tensor::Uninitialized({rows, tables_[t].dim});
     p.asked = true;

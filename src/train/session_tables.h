@@ -48,10 +48,11 @@ class SessionTables {
   TableBatch& batch(int t);
 
  private:
-  // A table's next batch: the ids given to Prefetch (`asked`: ride on the next Step), and the rows
-  // that came back with its answer (`valid`).
+  // A table's next batch: the ids given to Prefetch (`given`, as given; `ids` and `index`, their
+  // dedup; `asked`: ride on the next Step), and the rows that came back with its answer
+  // (`valid`). A Lookup with the very ids given takes ids, index and rows without a dedup.
   struct Prefetched {
-    std::vector<int64_t> ids;
+    std::vector<int64_t> given, ids, index;
     Tensor rows;
     bool asked = false, valid = false;
   };
