@@ -65,6 +65,32 @@ TEST(SessionTablesUnitTest, PrefetchedRowsAreUsedForTheSameIdsAfterASuccessfulSt
   EXPECT_EQ(Names(again.pulls), (std::vector<std::string>{"a", "b"}));
 }
 
+TEST(SessionTablesUnitTest, ALookupWithThePrefetchedIdsTakesTheirDedupAndRows) {
+  SessionTables tables = TwoTables();
+  const std::vector<int64_t> a = {1}, b = {2};
+  ps::TableStep lookup;
+  tables.StartLookup({a, b}, &lookup);
+  const std::vector<int64_t> next_a = {5, 3, 5, 5, 2}, next_b = {9, 9};
+  tables.Prefetch({next_a, next_b});
+  ps::TableStep call = tables.StepCall();
+  ASSERT_EQ(call.pulls.size(), 2u);
+  call.pulls[0].rows->data()[4] = 7.0f;  // row of id 2 (unique ids 5, 3, 2), first value
+  tables.EndStep(/*call_ok=*/true);
+  ps::TableStep next;
+  tables.StartLookup({next_a, next_b}, &next);
+  EXPECT_TRUE(next.pulls.empty());
+  EXPECT_EQ(tables.batch(0).ids, (std::vector<int64_t>{5, 3, 2}));
+  EXPECT_EQ(tables.batch(0).index, (std::vector<int64_t>{0, 1, 0, 0, 2}));
+  EXPECT_EQ(tables.batch(0).rows.data()[4], 7.0f);
+  EXPECT_EQ(tables.batch(1).ids, (std::vector<int64_t>{9}));
+  EXPECT_EQ(tables.batch(1).index, (std::vector<int64_t>{0, 0}));
+  // Used once: the same ids again are deduped and pulled.
+  ps::TableStep again;
+  tables.StartLookup({next_a, next_b}, &again);
+  EXPECT_EQ(Names(again.pulls), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(tables.batch(0).index, (std::vector<int64_t>{0, 1, 0, 0, 2}));
+}
+
 // The batch given to Prefetch, given again to Lookup element for element, keeps the prefetch's
 // deduplication; the same unique ids in another order of examples are deduplicated again (their
 // index differs) and still take the prefetched rows.

@@ -35,6 +35,9 @@ namespace fs = std::filesystem;
 // partitions, every table file's whole index and filter stay in RAM, ~4 B a row: 150 MB a ps at
 // 40M rows) beside the data blocks the misses read (rows are cached as records, not blocks).
 constexpr size_t kWriteBufferBytes = size_t{64} << 20;
+// A table's memtable: 8 MiB (two at most: 16 MiB a table). 32 MiB measured 15-35 % less CPU for
+// pushes at 97 % hits (fewer L0 -> L1 compactions), but in 1-s runs that see one or two flushes, and
+// a tier of one table would hold up to 64 MiB of memtables instead of 16: the 40 GB run's margin.
 constexpr size_t kTableWriteBuffer = size_t{8} << 20;
 constexpr size_t kBlockCacheBytes = size_t{64} << 20;
 
@@ -167,6 +170,26 @@ DiskTier::~DiskTier() {
 int64_t DiskTier::cache_bytes_used() const {
   absl::MutexLock lock(&mu_);
   return bytes_;
+}
+
+absl::Status DiskTier::CompactAll() {
+  std::vector<DiskRowStore*> stores;
+  {
+    absl::MutexLock lock(&mu_);
+    stores = stores_;
+  }
+  for (DiskRowStore* store : stores) {
+    if (absl::Status s = store->Flush(); !s.ok()) return s;
+    rocksdb::CompactRangeOptions c;
+    c.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
+    if (rocksdb::Status s = store->db_->Flush(rocksdb::FlushOptions()); !s.ok()) {
+      return store->Failed("flushing rows to disk", s.ToString());
+    }
+    if (rocksdb::Status s = store->db_->CompactRange(c, nullptr, nullptr); !s.ok()) {
+      return store->Failed("compacting rows on disk", s.ToString());
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<DiskRowStore>> DiskTier::OpenTable(const std::string& table, int64_t floats_per_row) {

@@ -94,6 +94,9 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   const std::string& dir() const { return dir_; }
   // Bytes of records in the cache now (every table's).
   int64_t cache_bytes_used() const;
+  // Every table's dirty records written back and its database flushed and compacted whole, waiting
+  // for it (a bench's step after a fill, so its timings do not include RocksDB's compactions).
+  absl::Status CompactAll();
 
  private:
   friend class DiskRowStore;
