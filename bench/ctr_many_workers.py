@@ -24,11 +24,13 @@ CPU: CPU seconds of all its processes per 1024 examples and the cores it kept bu
 
 --load N starts N busy loops at nice 5 (as the machine's other builds run) for every run, so the
 modes can be compared under a known load; --repeats R runs the modes R times in rotation and keeps
-each mode's median samples/s (the run of that median is the one shown).
+each mode's median samples/s (the run of that median is the one shown), and prints each round's
+ratio to async (the runs of a round ran one right after the other, so the machine's load moved
+least between them). --extra passes more flags to every run (e.g. --extra=--partitioner=fixed:2).
 
   bench/ctr_many_workers.py [--build build] [--workers 8] [--batch 128] [--examples 2048000]
                             [--ps 2] [--seed 1] [--modes async,staleness,sync,hybrid,single]
-                            [--load 0] [--repeats 1]
+                            [--load 0] [--repeats 1] [--extra FLAGS]
 """
 import argparse
 import json
@@ -49,7 +51,7 @@ def command(a, mode, metrics):
     psflow = os.path.join(a.build, "psflow")
     global_batch = a.workers * a.batch
     sync_steps = a.examples // global_batch
-    common = ["--model=ctr", f"--seed={a.seed}", f"--metrics_json={metrics}", "--log_every=1000000"]
+    common = ["--model=ctr", f"--seed={a.seed}", f"--metrics_json={metrics}", "--log_every=1000000"] + a.extra.split()
     if mode == "single":
         return [psflow, "train", f"--batch_size={global_batch}", f"--train_steps={sync_steps}"] + common
     cmd = [psflow, "local", f"--ps={a.ps}", f"--workers={a.workers}", f"--batch_size={a.batch}"] + common
@@ -126,6 +128,7 @@ def main():
     p.add_argument("--modes", default="async,staleness,sync,hybrid,single")
     p.add_argument("--load", type=int, default=0, help="busy loops at nice 5 beside every run")
     p.add_argument("--repeats", type=int, default=1, help="runs of every mode, in rotation; the median is kept")
+    p.add_argument("--extra", default="", help="more flags for every run, space-separated")
     a = p.parse_args()
     modes = a.modes.split(",")
     runs = {mode: [] for mode in modes}
@@ -145,6 +148,13 @@ def main():
         ordered = sorted(runs[mode], key=lambda m: m["examples_per_sec"])
         results[mode] = ordered[(len(ordered) - 1) // 2]
     table(a, results)
+    if a.repeats > 1 and "async" in runs:
+        print()
+        print("Each round's samples/s over its async run's (the runs of a round ran one after the other):")
+        for mode in modes:
+            if mode != "async":
+                ratios = [m["examples_per_sec"] / r["examples_per_sec"] for m, r in zip(runs[mode], runs["async"])]
+                print("  %s: %s" % (LABELS[mode], ", ".join("%.2f" % x for x in ratios)))
 
 
 def line_of(a, mode, m, repeat):

@@ -419,14 +419,33 @@ def torch_workers(args):
 
 
 # ---- psflow's own time per step inside a PyTorch worker ------------------------------------------
+def behind_cpu_seconds():
+    """CPU time so far of this process's psflow_behind threads (the binding's helper, which hands
+    the overlap's early parts and the prefetch to the C++ session beside the compute)."""
+    total = 0.0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != "psflow_behind":
+                    continue
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            continue
+    return total
+
+
 def psflow_torch_overhead(args, transport):
     """One PyTorch worker (ctr_dlrm.py's model and batches, in this process) against 2 C++ ps tasks
     over `transport`, async, S/2 steps of 1024. Per step (after 20 warm-up steps), the wall time of
     the loop and psflow's part of it: sess.step() (the binding, the push of the dense gradients and
     the rows' gradients and the pull of the new values and of the next batch's rows, one call per
-    ps), the tables' forwards' session calls (taking the prefetched rows) and sess.batches'
-    announcing of ids; `rpc_ms` is the C++ Step alone (the round trip), `cpu_ms` the worker
-    thread's CPU in psflow's part. The rest is the model's own forward/backward."""
+    ps), the tables' forwards' session calls (taking the prefetched rows, and giving the next
+    batch's ids to the prefetch) and sess.batches' announcing of ids; `rpc_ms` is the C++ Step
+    alone (the round trip), `cpu_ms` the worker thread's CPU in psflow's part, `behind_cpu_ms` the
+    CPU of the binding's helper thread (the early parts' and the prefetch's work, run beside the
+    compute: hidden when a core is free). The rest is the model's own forward/backward."""
     import importlib.util
     import torch
     import psflow
@@ -494,8 +513,10 @@ def psflow_torch_overhead(args, transport):
                 steps += 1
                 if steps == warmup:
                     clock.update(psflow=0.0, rpc=0.0, cpu=0.0)
+                    behind_start = behind_cpu_seconds()
                     start = time.perf_counter()
             wall = time.perf_counter() - start
+            behind = behind_cpu_seconds() - behind_start
         for p in ps:
             p.wait(timeout=60)
     finally:
@@ -505,7 +526,8 @@ def psflow_torch_overhead(args, transport):
     n = steps - warmup
     return {"transport": transport, "overlap": args.overlap, "steps_timed": n, "step_ms": round(wall / n * 1e3, 3),
             "psflow_ms": round(clock["psflow"] / n * 1e3, 3), "rpc_ms": round(clock["rpc"] / n * 1e3, 3),
-            "psflow_cpu_ms": round(clock["cpu"] / n * 1e3, 3), "load_avg_1min": os.getloadavg()[0],
+            "psflow_cpu_ms": round(clock["cpu"] / n * 1e3, 3), "behind_cpu_ms": round(behind / n * 1e3, 3),
+            "load_avg_1min": os.getloadavg()[0],
             "peak_rss_mb": [peak_rss_mb()]}
 
 

@@ -72,10 +72,12 @@ train::WorkerSession& SessionOf(const pybind11::object& session);
 dist::TableSpec TableSpecFromPython(const pybind11::dict& spec);
 // _table_fields() and _check_table_options(what, options): psflow.torch's keyword arguments.
 void RegisterTableFields(pybind11::module_& m);
-// Lookup / Prefetch with one 1-D int64 array (or None) per table; Lookup returns one (rows
-// float32 [U, dim], index int64 [batch]) per table, moved out of the session without a copy.
+// Lookup with one 1-D int64 array (or None) per table; returns one (rows float32 [U, dim],
+// index int64 [batch]) per table, moved out of the session without a copy.
 pybind11::list TablesLookup(train::WorkerSession& session, const pybind11::list& ids);
-void TablesPrefetch(train::WorkerSession& session, const pybind11::list& next_ids);
+// Prefetch's ids, checked (one 1-D int64 array or None per table, an open session) and copied,
+// for a Prefetch run later without the GIL (session_binding.cc runs it behind the Python thread).
+std::vector<std::vector<int64_t>> TablesIdsForPrefetch(train::WorkerSession& session, const pybind11::list& next_ids);
 // Table t's unique rows' gradients [U, dim] for the next Step (copied once).
 void TablesSetGrads(train::WorkerSession& session, int t, const pybind11::array& grads);
 

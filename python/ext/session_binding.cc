@@ -4,17 +4,29 @@
 // pushes from the very memory PyTorch computes with: no copy per step beyond the wire decode.
 // The memory lives as long as the session or any view of it (the views hold a reference).
 // Every call that waits releases the GIL.
+//
+// Behind the Python thread (class Behind): the gradients the overlap hooks hand over during
+// backward (gradients_ready) and the next batch's prefetch given during the forward (prefetch)
+// are handed to the C++ session by a helper thread, so that their routing, encoding and dedup run
+// beside PyTorch's compute instead of inside it. Every other call first waits for them, so the
+// session is still driven by one thread at a time; a failure among them is raised by that call.
+#include <pthread.h>
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <sched.h>
 
 #include <atomic>
+#include <deque>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "binding.h"
 #include "psflow/train/session.h"
 #include "psflow/train/summary.h"
@@ -50,6 +62,71 @@ class BusyGuard {
 
  private:
   std::atomic<bool>& busy_;
+};
+
+// Session calls run in order by one helper thread (see the file comment). Post and Settle are
+// called by the thread holding the GIL; the calls run without it and must not touch Python.
+class Behind {
+ public:
+  Behind() : thread_([this] { Run(); }) {}
+  ~Behind() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();  // after the calls posted (Run empties the queue first)
+  }
+  Behind(const Behind&) = delete;
+  Behind& operator=(const Behind&) = delete;
+
+  void Post(std::function<absl::Status()> call) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(call));
+    pending_.fetch_add(1, std::memory_order_relaxed);
+  }
+  // Whether a call posted is still queued or running.
+  bool busy() const { return pending_.load(std::memory_order_acquire) > 0; }
+  // Waits until every call posted has run; the first failure since the last Settle (OK if none).
+  absl::Status Settle() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](std::atomic<int>* pending) { return pending->load(std::memory_order_relaxed) == 0; }, &pending_));
+    absl::Status failure = std::move(failure_);
+    failure_ = absl::OkStatus();
+    return failure;
+  }
+
+ private:
+  void Run() {
+    // SCHED_BATCH: woken by a Post, the helper takes a free core but does not preempt the Python
+    // thread that posted (whose compute it is meant to run beside); on a busy machine it runs when
+    // that thread blocks (at the latest in Settle).
+    sched_param param{};
+    (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
+    (void)pthread_setname_np(pthread_self(), "psflow_behind");  // bench/ctr_vs_pytorch.py reads its CPU
+    for (;;) {
+      std::function<absl::Status()> call;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](Behind* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b->mu_) { return b->stop_ || !b->queue_.empty(); }, this));
+        if (queue_.empty()) return;  // stopped, nothing left
+        call = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      absl::Status status = call();
+      absl::MutexLock lock(&mu_);
+      if (!status.ok() && failure_.ok()) failure_ = std::move(status);
+      pending_.fetch_sub(1, std::memory_order_release);
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<std::function<absl::Status()>> queue_ ABSL_GUARDED_BY(mu_);
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<int> pending_{0};  // posted and not yet run; changed under mu_
+  std::thread thread_;           // last: started once the rest is built
 };
 
 class PySession {
@@ -109,6 +186,20 @@ class PySession {
     return py::array_t<float>(shape, t.data(), owner);
   }
 
+  // Waits for the calls running behind (GIL released meanwhile) and raises their first failure.
+  void Settle() {
+    if (behind_ == nullptr || !behind_->busy()) {
+      if (behind_ != nullptr) ThrowIfError(behind_->Settle());  // a failure of a call that has run
+      return;
+    }
+    absl::Status failure;
+    {
+      py::gil_scoped_release release;
+      failure = behind_->Settle();
+    }
+    ThrowIfError(failure);
+  }
+
   void Open() {
     BusyGuard guard(busy_);
     py::gil_scoped_release release;
@@ -122,6 +213,7 @@ class PySession {
             const std::vector<std::tuple<size_t, py::array_t<int64_t, py::array::c_style | py::array::forcecast>,
                                          py::array_t<float, py::array::c_style | py::array::forcecast>>>& sparse) {
     BusyGuard guard(busy_);
+    Settle();
     if (dense_ready.size() != memory_->params.size()) {
       throw StatusError(absl::InvalidArgumentError("_Session.step: dense_ready has the wrong length"));
     }
@@ -164,13 +256,29 @@ class PySession {
   // gradient hook, during backward): pushed in the next early part.
   void GradientReady(size_t i) {
     BusyGuard guard(busy_);
+    Settle();
     ParamMemory& p = Param(i);
     p.dense_ready = true;
     py::gil_scoped_release release;
     ThrowIfError(session_->GradientReady(static_cast<int>(i)));
   }
+  // The same for a bucket of parameters (python/psflow/overlap.py's hooks), behind this thread:
+  // returns at once; the early part is sent by the helper once the bucket's last gradient is given,
+  // and a failure is raised by the next call (step()).
+  void GradientsReady(const std::vector<int>& indices) {
+    BusyGuard guard(busy_);
+    for (int i : indices) Param(static_cast<size_t>(i)).dense_ready = true;
+    Behind& behind = StartBehind();
+    behind.Post([session = session_.get(), indices] {
+      for (int i : indices) {
+        if (absl::Status s = session->GradientReady(i); !s.ok()) return s;
+      }
+      return absl::OkStatus();
+    });
+  }
   // Waits for the values of these parameters (a forward pre-hook), or of all (`indices` empty).
   void WaitForValues(const std::vector<int>& indices) {
+    Settle();
     py::gil_scoped_release release;
     if (indices.empty()) return session_->WaitForValues();
     for (int i : indices) session_->WaitForValues(i);
@@ -180,19 +288,30 @@ class PySession {
   py::list Lookup(const py::list& ids) {
     if (evaluating_) return TablesLookup(*session_, ids);
     BusyGuard guard(busy_);
+    Settle();
     return TablesLookup(*session_, ids);
   }
+  // The next batch's ids, checked here and copied; the dedup runs behind this thread (the
+  // forward goes on meanwhile) and the next call waits for it.
   void Prefetch(const py::list& next_ids) {
     BusyGuard guard(busy_);
-    TablesPrefetch(*session_, next_ids);
+    Settle();
+    std::vector<std::vector<int64_t>> ids = TablesIdsForPrefetch(*session_, next_ids);
+    StartBehind().Post([session = session_.get(), ids = std::move(ids)] {
+      std::vector<absl::Span<const int64_t>> spans(ids.begin(), ids.end());
+      return session->Prefetch(spans);
+    });
   }
-  void SetTableGrads(int t, const py::array& grads) {
+  // The unique rows' gradients of the tables the step used (psflow.torch's step), in one call.
+  void SetTablesGrads(const std::vector<std::pair<int, py::array>>& grads) {
     BusyGuard guard(busy_);
-    TablesSetGrads(*session_, t, grads);
+    Settle();
+    for (const auto& [t, g] : grads) TablesSetGrads(*session_, t, g);
   }
 
   py::object Close() {
     BusyGuard guard(busy_);
+    Settle();
     std::function<absl::StatusOr<train::SessionEval>()> eval;
     if (evaluate_) eval = [this] { return CallEvaluate(); };
     absl::StatusOr<train::RunSummary> summary;
@@ -208,12 +327,14 @@ class PySession {
 
   void LogScalars(const std::vector<std::pair<std::string, double>>& scalars) {
     BusyGuard guard(busy_);
+    Settle();
     ThrowIfError(session_->LogScalars(scalars));
   }
 
   void AddClicks(const py::array_t<float, py::array::c_style | py::array::forcecast>& labels,
                  const py::array_t<float, py::array::c_style | py::array::forcecast>& probabilities) {
     BusyGuard guard(busy_);
+    Settle();
     ThrowIfError(
         session_->AddClicks(absl::MakeConstSpan(labels.data(), static_cast<size_t>(labels.size())),
                             absl::MakeConstSpan(probabilities.data(), static_cast<size_t>(probabilities.size()))));
@@ -222,6 +343,7 @@ class PySession {
   // `aborted`: the failure was the job being aborted elsewhere (psflow.AbortedError).
   void Abort(const std::string& reason, bool aborted) {
     py::gil_scoped_release release;
+    if (behind_ != nullptr) (void)behind_->Settle();  // the job ends: their failure says no more
     session_->Abort(aborted ? absl::AbortedError(reason) : absl::CancelledError(reason));
   }
 
@@ -271,6 +393,11 @@ class PySession {
     }
   }
 
+  Behind& StartBehind() {
+    if (behind_ == nullptr) behind_ = std::make_unique<Behind>();
+    return *behind_;
+  }
+
   ParamMemory& Param(size_t i) {
     if (i >= memory_->params.size()) throw py::index_error("parameter index out of range");
     return *memory_->params[i];
@@ -278,6 +405,7 @@ class PySession {
 
   std::shared_ptr<Memory> memory_;
   std::unique_ptr<train::WorkerSession> session_;
+  std::unique_ptr<Behind> behind_;  // after session_: stopped (its calls run) before the session goes
   std::atomic<bool> busy_{false};
   py::object evaluate_;                            // None or the checked evaluate
   std::shared_ptr<py::error_already_set> raised_;  // what evaluate raised inside the last call
@@ -304,10 +432,11 @@ void RegisterSession(py::module_& m) {
            py::arg("evaluate") = py::none(), py::arg("optimizer") = py::none(),
            py::arg("tables") = std::vector<py::dict>(), py::arg("waits_for_values") = false)
       .def("gradient_ready", &PySession::GradientReady, py::arg("index"))
+      .def("gradients_ready", &PySession::GradientsReady, py::arg("indices"))
       .def("wait_for_values", &PySession::WaitForValues, py::arg("indices"))
       .def("lookup", &PySession::Lookup, py::arg("ids"))
       .def("prefetch", &PySession::Prefetch, py::arg("next_ids"))
-      .def("set_table_grads", &PySession::SetTableGrads, py::arg("table"), py::arg("grads"))
+      .def("set_tables_grads", &PySession::SetTablesGrads, py::arg("grads"))
       .def_property_readonly("num_tables", [](PySession& s) { return s.session().num_tables(); })
       .def(
           "value", [](PySession& s, size_t i) { return s.View(i, false); }, py::arg("index"))

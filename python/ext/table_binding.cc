@@ -159,16 +159,24 @@ py::list TablesLookup(train::WorkerSession& session, const py::list& ids) {
     py::array rows = Own<Tensor, float>(std::move(b.rows), {u, dim});
     b.rows = Tensor();
     const py::ssize_t n = static_cast<py::ssize_t>(b.index.size());
-    py::array index = Own<std::vector<int64_t>, int64_t>(std::vector<int64_t>(b.index), {n});
+    py::array index = Own<std::vector<int64_t>, int64_t>(std::move(b.index), {n});  // the binding is the caller
+    b.index.clear();
     out.append(py::make_tuple(rows, index));
   }
   return out;
 }
 
-void TablesPrefetch(train::WorkerSession& session, const py::list& next_ids) {
+std::vector<std::vector<int64_t>> TablesIdsForPrefetch(train::WorkerSession& session, const py::list& next_ids) {
   std::vector<Ids> keep;
   const auto spans = Spans("prefetch", session.num_tables(), next_ids, &keep);
-  ThrowIfError(session.Prefetch(spans));
+  if (!session.is_open()) {
+    throw StatusError(
+        absl::FailedPreconditionError("Prefetch needs an open worker session (after Open(), before Close())"));
+  }
+  std::vector<std::vector<int64_t>> ids;
+  ids.reserve(spans.size());
+  for (const absl::Span<const int64_t>& s : spans) ids.emplace_back(s.begin(), s.end());
+  return ids;
 }
 
 void TablesSetGrads(train::WorkerSession& session, int t, const py::array& grads) {

@@ -13,11 +13,37 @@
     to a module whose forward ran, and otherwise the whole module waits for every value (one line
     says so).
 
+The hooks are kept cheap (docs/pytorch.md#overlap): a hook marks its parameter and adds it to a
+bucket; the bucket goes to C++ in one call (gradients_ready) once it holds EARLY_PART_BYTES, the
+C++ session's own part size, and step() pushes what is left as the last part. `auto` installs
+no hooks at all when nothing could leave before the last part: walking the trainable dense
+parameters backward from the last one (the order backward usually finishes them), no bucket of
+EARLY_PART_BYTES closes before the first parameter (the mlp: its first layer holds 99 % of the
+bytes and is finished last) — the hooks would cost time and hide none.
+
 Owned by psflow.WorkerSession (session.py); removed when the session ends.
 """
 import sys
 
 from . import _psflow
+
+# The C++ session's early part size (src/train/session.cc kEarlyPartBytes): gradients go to the
+# ps in parts of at least this many bytes while backward runs.
+EARLY_PART_BYTES = 64 << 10
+
+
+def early_bytes(params, trainable, sparse):
+    """The gradient bytes that could be pushed before the last part if backward finished the
+    parameters in reverse order: every bucket of EARLY_PART_BYTES that closes before the first
+    trainable dense parameter."""
+    early = bucket = 0
+    dense = [p for i, (_, p) in enumerate(params) if trainable[i] and not sparse[i]]
+    for k, p in enumerate(reversed(dense)):
+        bucket += p.numel() * 4
+        if bucket >= EARLY_PART_BYTES and k < len(dense) - 1:
+            early += bucket
+            bucket = 0
+    return early
 
 
 class Overlap:
@@ -27,11 +53,14 @@ class Overlap:
         self._module = module
         self._params = params
         if mode == "auto":  # a script may read its parameters between steps: push_pull only by name
-            mode = "push"
+            mode = "push" if early_bytes(params, trainable, sparse) > 0 else "none"
         self._mode = mode
         self._handles = []
         self._accumulators = []  # the gradient accumulators hooked (kept alive, as Horovod does)
         self.handed = [False] * len(params)
+        self._none_handed = [False] * len(params)
+        self._bucket = []  # parameters handed over by their hooks, not yet given to C++
+        self._bucket_bytes = 0
         self._per_module = mode == "push_pull"
         self._calibrating = self._per_module
         self._fired = set()  # modules whose pre-hook ran during the calibrating step
@@ -59,21 +88,30 @@ class Overlap:
             self._handles.append(module.register_forward_pre_hook(self._root_hook))
 
     def _gradient_hook(self, i):
+        nbytes = self._params[i][1].numel() * 4
+        param = self._params[i][1]
+        handed = self.handed
+
         def hook(*_):
-            name, p = self._params[i]
-            if self.handed[i]:
+            if handed[i]:
                 raise _psflow.InvalidArgumentError(
-                    f"parameter '{name}' got a second gradient before step(): with --overlap its first was "
-                    "already pushed; call step() after each backward, or accumulate several backward passes "
+                    f"parameter '{self._params[i][0]}' got a second gradient before step(): with --overlap its first "
+                    "was already pushed; call step() after each backward, or accumulate several backward passes "
                     "with --overlap=none")
-            grad = p.grad
-            if grad is None or grad.is_sparse:
-                return
+            grad = param.grad
             mine = self._grads[i]
-            if grad.data_ptr() != mine.data_ptr():  # autograd made a new tensor (zero_grad(set_to_none))
+            if grad is not mine:  # autograd made a new tensor (zero_grad(set_to_none)), or none
+                if grad is None or grad.is_sparse:
+                    return
                 mine.copy_(grad)
-            self.handed[i] = True
-            self._session.gradient_ready(i)
+            handed[i] = True
+            bucket = self._bucket
+            bucket.append(i)
+            self._bucket_bytes += nbytes
+            if self._bucket_bytes >= EARLY_PART_BYTES:
+                self._bucket = []
+                self._bucket_bytes = 0
+                self._session.gradients_ready(bucket)
         return hook
 
     def _pre_hook(self, own):
@@ -107,8 +145,17 @@ class Overlap:
                       file=sys.stderr, flush=True)
                 return
 
+    @property
+    def mode(self):
+        """none, push or push_pull: what --overlap became (auto: push, or none for a model whose
+        gradients could not leave before the last part)."""
+        return self._mode
+
     def step_done(self):
-        self.handed = [False] * len(self._params)
+        """After step(): the parameters still in the bucket went with the step (its last part)."""
+        self.handed[:] = self._none_handed  # in place: the hooks hold the list
+        self._bucket = []
+        self._bucket_bytes = 0
 
     def remove(self):
         for h in self._handles:

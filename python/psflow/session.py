@@ -181,8 +181,12 @@ class WorkerSession:
             waits_for_values=flags.overlap == "push_pull")  # (auto: push)
         self._overlap = None
         self._tables = tables._Tables(self._session, self._table_modules) if self._table_modules else None
+        if self._tables is not None:
+            self._tables.after_lookup = self._early_prefetch
         self._next_ids = None
         self._next_ids_from = None  # batches() without ids: the next batch's ids, known after the forward
+        self._next_ids_early = False  # _next_ids_from may be called before this step's forwards end
+        self._next_ids_sent = False  # _next_ids went to C++ already (early_prefetch)
         self._values = []
         self._grads = []
         self._samplers = {}
@@ -215,6 +219,7 @@ class WorkerSession:
         self._value_ptrs = [v.data_ptr() for v in self._values]
         self._known = {id(p) for _, p in self._params}
         self._num_module_params = len(self._params)
+        self._structure = self._module_structure()
         from .overlap import Overlap
 
         self._overlap = Overlap(self._session, self._module, self._params, self._trainable, self._sparse,
@@ -312,7 +317,7 @@ class WorkerSession:
                     g = g.coalesce()
                     sparse.append((i, g.indices()[0].numpy(), g.values().numpy()))
                     p.grad = None
-                elif g.data_ptr() == self._grad_ptrs[i]:
+                elif g is self._grads[i] or g.data_ptr() == self._grad_ptrs[i]:
                     ready = True
                 else:  # autograd made a new tensor (e.g. after zero_grad(set_to_none=True))
                     if not handed[i]:  # (a handed one was copied by its hook, and is being pushed)
@@ -327,7 +332,7 @@ class WorkerSession:
             self._tables.before_step()
             if self._next_ids_from is not None:
                 self._next_ids, self._next_ids_from = self._next_ids_from(), None
-            if self._next_ids is not None:  # after this step's lookups, which would drop it
+            if self._next_ids is not None and not self._next_ids_sent:  # after this step's lookups
                 self._session.prefetch(self._next_ids)
         try:
             self._session.step(loss, accuracy, dense_ready, sparse)
@@ -337,10 +342,32 @@ class WorkerSession:
                 self._tables.after_step()
                 self._tables.announce(self._next_ids)
                 self._next_ids = None
+                self._next_ids_sent = False
+
+    def _early_prefetch(self):
+        """Right after the step's Lookup (the first table forward): the next batch's ids, when they
+        are known already, go to C++ now; their dedup runs beside the rest of the forward and the
+        backward (the binding's helper thread) instead of inside step()."""
+        if self._next_ids_from is not None and self._next_ids_early:
+            self._next_ids, self._next_ids_from = self._next_ids_from(), None
+        if self._next_ids is not None and not self._next_ids_sent:
+            self._session.prefetch(self._next_ids)
+            self._next_ids_sent = True
+
+    def _module_structure(self):
+        """The module's submodules' dicts of parameters and of submodules, and how many entries
+        they hold: a parameter or module added anywhere changes the count (cheaper per step than
+        walking module.parameters())."""
+        dicts = [d for m in self._module.modules() for d in (m._parameters, m._modules)]
+        return dicts, sum(map(len, dicts))
 
     def _check_no_new_parameters(self):
         """A parameter added to the module after the session was made is on no ps task: its
         gradient would be dropped silently. Refused, naming it."""
+        dicts, size = self._structure
+        if sum(map(len, dicts)) == size:
+            return
+        self._structure = self._module_structure()
         count = sum(1 for _ in self._module.parameters())
         if count == self._num_module_params:
             return
@@ -497,15 +524,17 @@ class WorkerSession:
                 self.lookup(learner.ids(current))
             else:  # learnt in step(), after the forwards
                 self._next_ids_from = lambda: learner.learn(current, seen)
+                self._next_ids_early = False
 
         def ahead(current, following):
-            def next_ids():  # in step(), after the forwards
+            def next_ids():  # in step(), after the forwards (once learnt: after the first Lookup)
                 if not learner.learnt:
                     learner.learn(current, seen)
                 ids = self._ids_list(learner.ids(following), "batches()")
                 return ids if any(i is not None for i in ids) else None
 
             self._next_ids_from = next_ids
+            self._next_ids_early = learner.learnt
 
         return first, announce, ahead
 

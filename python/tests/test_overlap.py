@@ -62,6 +62,89 @@ class OverlapTest(unittest.TestCase):
                 # Every dense parameter was handed over by its hook during backward.
                 self.assertEqual(handed, [6] * STEPS, overlap)
 
+    def test_auto_pushes_during_backward_only_what_could_leave_before_the_last_part(self):
+        from psflow.overlap import EARLY_PART_BYTES, early_bytes
+
+        def of(model):
+            params = list(model.named_parameters())
+            return early_bytes(params, [p.requires_grad for _, p in params], [False] * len(params))
+
+        # The seed mlp: its first layer (314 KB) is finished last, the rest (4 KB) cannot fill a part.
+        mlp = torch.nn.Sequential(torch.nn.Linear(784, 100), torch.nn.ReLU(), torch.nn.Linear(100, 10))
+        self.assertEqual(of(mlp), 0)
+        # This file's model: the last two layers (8 KB + 240 KB) leave before the first one.
+        model, _, _ = model_and_data(3)
+        self.assertEqual(of(model), (200 * 10 + 10 + 300 * 200 + 200) * 4)
+        self.assertGreaterEqual(of(model), EARLY_PART_BYTES)
+        # A frozen layer is no gradient: the mlp's last layer frozen, nothing to push early either.
+        model[4].requires_grad_(False)
+        self.assertEqual(of(model), (300 * 200 + 200) * 4)
+
+        os.environ.pop("TF_CONFIG", None)
+        os.environ.pop("PSFLOW_FLAGS", None)
+        for net, mode in ((mlp, "none"), (model_and_data(3)[0], "push")):
+            flags = psflow.parse_flags(argv=["--overlap=auto", "--train_steps=2", "--log_every=1000"])
+            with psflow.WorkerSession(net, flags) as sess:
+                self.assertEqual(sess._overlap.mode, mode)
+                x = torch.randn(4, net[0].in_features)
+                while not sess.should_stop():
+                    loss = net(x).square().mean()
+                    loss.backward()
+                    handed = sum(sess._overlap.handed)
+                    self.assertEqual(handed, 0 if mode == "none" else 6)
+                    sess.step(loss.item())
+
+    def test_the_hooks_hand_gradients_over_in_buckets(self):
+        # Each gradients_ready call carries a bucket of at least EARLY_PART_BYTES, the last one
+        # excepted (it goes with step()), in the order backward finished them.
+        from psflow.overlap import EARLY_PART_BYTES
+
+        os.environ.pop("TF_CONFIG", None)
+        os.environ.pop("PSFLOW_FLAGS", None)
+        flags = psflow.parse_flags(argv=["--overlap=push", "--train_steps=2", "--log_every=1000"])
+        model, x, y = model_and_data(5)
+        sizes = [p.numel() * 4 for p in model.parameters()]
+        calls = []
+        with psflow.WorkerSession(model, flags) as sess:
+            inner = sess._session
+
+            class Recording:
+                def __getattr__(self, name):
+                    return getattr(inner, name)
+
+                def gradients_ready(self, indices):
+                    calls.append(list(indices))
+                    inner.gradients_ready(indices)
+
+            sess._overlap._session = Recording()
+            loss = torch.nn.functional.cross_entropy(model(x[0]), y[0])
+            loss.backward()
+            sess.step(loss.item())
+        # Backward finishes 4.*, 2.*, 0.*: the first bucket closes with 2.weight (8 + 240 KB), the
+        # second with 0.weight (120 KB); step() then sends the push's last part.
+        self.assertEqual(len(calls), 2)
+        self.assertEqual(sorted(calls[0]), [2, 3, 4, 5])
+        self.assertGreaterEqual(sum(sizes[i] for i in calls[0]), EARLY_PART_BYTES)
+        self.assertEqual(sorted(calls[1]), [0, 1])
+
+    def test_a_failure_behind_the_python_thread_is_raised_by_the_next_call(self):
+        # The buckets go to C++ on the binding's helper thread; what fails there (here the same
+        # parameter handed over twice, which the hooks never do) is raised by step(), in one line.
+        os.environ.pop("TF_CONFIG", None)
+        os.environ.pop("PSFLOW_FLAGS", None)
+        flags = psflow.parse_flags(argv=["--overlap=push", "--train_steps=3", "--log_every=1000"])
+        model, x, y = model_and_data(6)
+        with self.assertRaises(psflow.InvalidArgumentError) as e:
+            with psflow.WorkerSession(model, flags) as sess:
+                loss = torch.nn.functional.cross_entropy(model(x[0]), y[0])
+                loss.backward()
+                sess.step(loss.item())  # a step with every bucket handed over by the hooks
+                sess._session.gradients_ready([5])  # returns at once
+                sess._session.gradients_ready([5])
+                sess.step(1.0)
+        self.assertIn("parameter '4.bias' got a second gradient before the step", str(e.exception))
+        self.assertNotIn("\n", str(e.exception))
+
     def test_misuse_is_refused_with_one_line(self):
         os.environ.pop("TF_CONFIG", None)
         os.environ.pop("PSFLOW_FLAGS", None)

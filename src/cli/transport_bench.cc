@@ -331,15 +331,19 @@ absl::StatusOr<SizeFigures> MeasureSize(TcpBaseline& tcp, ps::PsClient& client, 
   return SizeFigures{t[0].Of(size), t[1].Of(size), t[2].Of(size), t[3].Of(size)};
 }
 
-// One JSON line per size.
+// One JSON line per size. `*_ratio`: bytes per second over all calls against TCP's (a few calls
+// stalled by other load on the machine weigh in fully); `*_median_ratio`: the median call's against
+// TCP's median call (TCP's median time / the call's), which such stalls do not move.
 void PrintFigures(std::ostream& out, int64_t size, const SizeFigures& f) {
   out << absl::StrFormat(
              "{\"size\":%d,\"push_gbps\":%.3f,\"pull_gbps\":%.3f,\"tcp_gbps\":%.3f,\"push_ratio\":%.3f,"
              "\"pull_ratio\":%.3f,\"push_latency_ms\":%.4f,\"pull_latency_ms\":%.4f,\"tcp_latency_ms\":%.4f,"
-             "\"rpc_gbps\":%.3f,\"rpc_ratio\":%.3f,\"rpc_latency_ms\":%.4f}",
+             "\"rpc_gbps\":%.3f,\"rpc_ratio\":%.3f,\"rpc_latency_ms\":%.4f,\"push_median_ratio\":%.3f,"
+             "\"pull_median_ratio\":%.3f,\"rpc_median_ratio\":%.3f}",
              size, f.push.gbps, f.pull.gbps, f.tcp.gbps, f.push.gbps / f.tcp.gbps, f.pull.gbps / f.tcp.gbps,
              f.push.latency_ms, f.pull.latency_ms, f.tcp.latency_ms, f.rpc.gbps, f.rpc.gbps / f.tcp.gbps,
-             f.rpc.latency_ms)
+             f.rpc.latency_ms, f.tcp.latency_ms / f.push.latency_ms, f.tcp.latency_ms / f.pull.latency_ms,
+             f.tcp.latency_ms / f.rpc.latency_ms)
       << std::endl;
 }
 

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <set>
 #include <vector>
 
 namespace psflow {
@@ -31,6 +33,29 @@ TEST(DedupIdsTest, ReusedBuffersHoldOnlyTheLastBatch) {
   DedupIds(second.data(), 0, 1, &u);
   EXPECT_TRUE(u.ids.empty());
   EXPECT_TRUE(u.index.empty());
+}
+
+TEST(DedupIdsTest, AgreesWithASortedDedupOnManyBatchesOfEverySize) {
+  // Many collisions (ids from a small range), spread ids, negative ids, and sizes that grow and
+  // shrink the reused table between calls.
+  uint64_t x = 12345;
+  auto next = [&x] { return x = x * 6364136223846793005ULL + 1442695040888963407ULL; };
+  UniqueIds u;
+  for (int64_t count : {0, 1, 7, 1024, 3, 5000, 64, 1024, 20000, 2}) {
+    for (const int64_t range : {int64_t{5}, int64_t{1000}, int64_t{1} << 62}) {
+      std::vector<int64_t> ids(static_cast<size_t>(count));
+      for (int64_t& id : ids) id = static_cast<int64_t>(next() % static_cast<uint64_t>(range)) - range / 2;
+      DedupIds(ids.data(), count, 1, &u);
+      std::set<int64_t> seen;
+      std::vector<int64_t> expected;  // in order of first appearance
+      for (int64_t id : ids) {
+        if (seen.insert(id).second) expected.push_back(id);
+      }
+      ASSERT_EQ(u.ids, expected) << count << " ids of range " << range;
+      ASSERT_EQ(u.index.size(), ids.size());
+      for (size_t i = 0; i < ids.size(); ++i) ASSERT_EQ(u.ids[static_cast<size_t>(u.index[i])], ids[i]);
+    }
+  }
 }
 
 }  // namespace

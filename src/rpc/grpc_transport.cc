@@ -1,9 +1,19 @@
 // The gRPC implementation of ClientChannel and Server, on gRPC's generic asynchronous
 // (completion-queue) API, so requests and responses are raw byte buffers (tensor_coding.h) and
 // psflow's own threads poll the queues: a request is read, handled and answered on the thread that
-// polled it, with no hand-off to another executor. (The callback API costs an extra thread hop per
-// call on this path, and gRPC 1.51's callback machinery can crash when every channel is destroyed
-// and a new one created, which tests and the benchmark do.)
+// polled it, with no hand-off to another executor. (The callback API costs thread hops: measured
+// on loopback with 4 KiB calls, a callback server switches threads about 7 times per call against
+// 1.2 here, a callback client 4.3-5.5 times against 3.2, and each round trip takes 45-64 us against
+// 42 us; gRPC 1.51's callback machinery can also crash when every channel is destroyed and a new
+// one created, which tests and the benchmark do.)
+//
+// Who polls on the client. gRPC 1.51 (epoll1) has one epoll set per process, polled by one thread
+// at a time among all threads waiting in any completion queue; an answer read by one thread for
+// another's queue costs a wake-up of the other. So a thread that will wait for its calls polls for
+// them itself (CompletionsHere: a queue of its own), and the shared completion thread polls only
+// while calls started outside such a scope are in flight (otherwise it would hold the epoll set and
+// wake the waiting thread on every answer). When idle it looks at the connections once a second,
+// without blocking, so that keepalive pings' answers are read between calls.
 //
 // Client call lifecycle: Call() creates a ClientCall that owns the context and the response
 // buffer and keeps itself alive until its completion tag comes back on the process-wide client
@@ -34,6 +44,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/check.h"
 #include "rpc/call_responder.h"
 #include "rpc/grpc_options.h"
@@ -45,8 +56,9 @@ namespace {
 // One thread per queue: with several threads polling, every event costs a hand-over between them
 // (measured: +70 us per call on loopback). Heavy work in handlers and completions spreads itself
 // over the intra-op threads (ParallelFor) instead.
-constexpr int kClientPollThreads = 1;
 constexpr int kServerPollThreads = 1;
+// How often the idle completion thread reads what arrived on the connections (pings' answers).
+constexpr absl::Duration kIdleLookEvery = absl::Seconds(1);
 constexpr int kRequestsInFlight = 16;  // calls gRPC may accept before a thread asks for more
 
 std::chrono::system_clock::time_point DeadlineAfter(double secs) {
@@ -93,20 +105,56 @@ class DeferredRunner {
 // ---------------------------------------------------------------------------------------------
 // Client
 
-// The completion queue of every client call in the process, polled by a few threads that run the
-// calls' completions. Never destroyed (calls may complete until the process exits).
+// The completion queue of the client calls started outside a CompletionsHere, polled by one
+// thread that runs their completions while any is in flight. Never destroyed (calls may complete
+// until the process exits).
 class ClientQueue {
  public:
   static ClientQueue& Get() {
     static ClientQueue* queue = new ClientQueue();
     return *queue;
   }
-  grpc::CompletionQueue* cq() { return &cq_; }
+  // For a call about to be started on the queue: its completion thread polls until it completes.
+  grpc::CompletionQueue* StartCall() {
+    absl::MutexLock lock(&mu_);
+    ++in_flight_;
+    return &cq_;
+  }
 
  private:
   ClientQueue();
+  void Poll();
+  bool Busy() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ > 0; }
+
   grpc::CompletionQueue cq_;
+  absl::Mutex mu_;
+  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // calls whose completion tag gRPC still holds
 };
+
+// The queue of the calls one thread starts inside CompletionsHere scopes, polled by that thread
+// when a scope closes. Created on the thread's first such call.
+struct ThreadQueue {
+  grpc::CompletionQueue cq;
+  int64_t in_flight = 0;  // calls whose completion tag gRPC still holds
+  ~ThreadQueue() {
+    cq.Shutdown();  // every call completed before its scope closed: nothing is left to drain
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq.Next(&tag, &ok)) {
+    }
+  }
+};
+thread_local int t_completions_here = 0;  // open CompletionsHere scopes on this thread
+thread_local std::unique_ptr<ThreadQueue> t_queue;
+
+// The queue a call started now completes on: this thread's inside a CompletionsHere, else the
+// shared one.
+grpc::CompletionQueue* QueueForNewCall() {
+  if (t_completions_here == 0) return ClientQueue::Get().StartCall();
+  if (t_queue == nullptr) t_queue = std::make_unique<ThreadQueue>();
+  ++t_queue->in_flight;
+  return &t_queue->cq;
+}
 
 // Sent, without waiting for a connection, after a call that waited for one timed out: it fails at
 // once with the connection's last error (refused, TLS handshake failed...), which the timed-out
@@ -156,7 +204,7 @@ struct ClientCall {
                                  std::chrono::milliseconds(static_cast<int>(kConnectProbeSecs * 1000)));
     grpc::GenericStub stub(probe->channel);
     probe->rpc = stub.PrepareUnaryCall(probe->context.get(), kConnectProbePath, EncodeMessage(OutgoingMessage()),
-                                       ClientQueue::Get().cq());
+                                       QueueForNewCall());
     probe->self = probe;
     probe->rpc->StartCall();
     probe->rpc->Finish(&probe->response, &probe->status, probe.get());
@@ -172,18 +220,36 @@ struct ClientCall {
   }
 };
 
+// A call's completion tag came back from gRPC (on whichever thread polled its queue).
+void CompleteTag(void* tag) {
+  auto* call = static_cast<ClientCall*>(tag);
+  call->ReleaseGrpcCall();
+  ClientCall::Arrive(std::move(call->self), /*from_guard=*/false);
+}
+
 ClientQueue::ClientQueue() {
-  for (int i = 0; i < kClientPollThreads; ++i) {
-    std::thread([this] {
-      MarkTransportThread();
-      void* tag = nullptr;
-      bool ok = false;
-      while (cq_.Next(&tag, &ok)) {
-        auto* call = static_cast<ClientCall*>(tag);
-        call->ReleaseGrpcCall();
-        ClientCall::Arrive(std::move(call->self), /*from_guard=*/false);
-      }
-    }).detach();
+  std::thread([this] { Poll(); }).detach();
+}
+
+void ClientQueue::Poll() {
+  MarkTransportThread();
+  for (;;) {
+    bool busy = false;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(this, &ClientQueue::Busy), kIdleLookEvery);
+      busy = Busy();
+    }
+    void* tag = nullptr;
+    bool ok = false;
+    if (busy) {
+      if (!cq_.Next(&tag, &ok)) return;
+    } else if (cq_.AsyncNext(&tag, &ok, std::chrono::system_clock::now()) != grpc::CompletionQueue::GOT_EVENT) {
+      continue;  // idle: read what the connections received, block nowhere
+    }
+    CompleteTag(tag);
+    absl::MutexLock lock(&mu_);
+    --in_flight_;
   }
 }
 
@@ -232,7 +298,7 @@ class GrpcChannel final : public ClientChannel {
       auto guard = std::make_shared<ReleaseGuard>(call);
       const grpc::ByteBuffer buffer = EncodeMessage(std::move(request), guard);
       guard.reset();  // from here on only the request's slices hold the guard
-      call->rpc = stub.PrepareUnaryCall(call->context.get(), MethodPath(method), buffer, ClientQueue::Get().cq());
+      call->rpc = stub.PrepareUnaryCall(call->context.get(), MethodPath(method), buffer, QueueForNewCall());
     }  // the call holds its own reference to the request's slices
     call->self = call;
     call->rpc->StartCall();
@@ -496,6 +562,22 @@ class GrpcServer final : public Server {
 };
 
 }  // namespace
+
+CompletionsHere::CompletionsHere() { ++t_completions_here; }
+
+CompletionsHere::~CompletionsHere() {
+  --t_completions_here;
+  if (t_queue == nullptr || t_queue->in_flight == 0) return;
+  const bool was_transport_thread = SetTransportThread(true);  // the callbacks must not block
+  while (t_queue->in_flight > 0) {
+    void* tag = nullptr;
+    bool ok = false;
+    CHECK(t_queue->cq.Next(&tag, &ok)) << "a thread's call queue shut down with calls in flight";
+    --t_queue->in_flight;
+    CompleteTag(tag);  // may start calls of its own on this thread: they are waited for too
+  }
+  SetTransportThread(was_transport_thread);
+}
 
 absl::StatusOr<std::unique_ptr<ClientChannel>> MakeGrpcChannel(const std::string& address, const std::string& peer_name,
                                                                const TransportOptions& security) {

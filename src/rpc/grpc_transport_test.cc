@@ -172,6 +172,79 @@ OutgoingMessage PushOf(const std::vector<float>& data, const std::string& dtype 
   return request;
 }
 
+// Inside a CompletionsHere, the calls this thread starts complete on this thread when the scope
+// closes (their callbacks run here, as on a transport thread), including a call such a callback
+// starts and a call that runs into its deadline; a call another thread starts meanwhile completes
+// on the transport's own thread; outside the scope this thread is an ordinary one again.
+TEST(GrpcTransportTest, CompletionsHereRunsTheThreadsOwnCallsOnIt) {
+  TestHandler handler;
+  auto server = StartGrpcServer("127.0.0.1:0", {}, &handler);
+  ASSERT_TRUE(server.ok());
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  auto channel = MakeGrpcChannel(address, absl::StrCat("ps task 0 (", address, ")"), {});
+  ASSERT_TRUE(channel.ok());
+  ClientChannel& ch = **channel;
+  const std::thread::id me = std::this_thread::get_id();
+  const std::vector<float> data = {1, 2, 3};
+
+  struct Seen {
+    absl::Mutex mu;
+    std::vector<std::string> calls ABSL_GUARDED_BY(mu);  // "name:ok|code:thread is me:transport thread"
+  };
+  Seen seen;
+  auto record = [&seen, me](const std::string& name) {
+    return [&seen, me, name](absl::StatusOr<IncomingMessage> r) {
+      std::string result = r.ok() ? "ok" : absl::StatusCodeToString(r.status().code());
+      if (r.ok()) {
+        std::vector<float> got(static_cast<size_t>(r->num_floats(0)));
+        r->CopyTo(0, got.data());
+        if (got != std::vector<float>({2, 4, 6})) result = "wrong values";
+      }
+      absl::MutexLock lock(&seen.mu);
+      seen.calls.push_back(absl::StrCat(name, ":", result, ":", std::this_thread::get_id() == me ? "here" : "elsewhere",
+                                        ":", OnTransportThread() ? "transport" : "user"));
+    };
+  };
+  absl::Notification other_thread_done;
+  {
+    CompletionsHere here;
+    ch.Call(Method::kStats, PushOf(data), Options(), record("first"));
+    CallOptions pull = Options();
+    pull.pull_direction = true;
+    ch.Call(Method::kStats, PushOf(data), pull, [&, then = record("second")](absl::StatusOr<IncomingMessage> r) {
+      then(std::move(r));
+      ch.Call(Method::kStats, PushOf(data), Options(), record("chained"));  // started while the scope drains
+    });
+    ch.Call(Method::kWaitInitialized, OutgoingMessage::Of(wire::Empty()), Options(0.2), record("late"));
+    std::thread([&] {
+      ch.Call(Method::kStats, PushOf(data), Options(), [&, then = record("other thread")](auto r) {
+        then(std::move(r));
+        other_thread_done.Notify();
+      });
+    }).join();
+    {
+      absl::MutexLock lock(&seen.mu);
+      EXPECT_THAT(seen.calls, ::testing::Not(::testing::Contains(HasSubstr(":here:"))))
+          << "a call completed on this thread before its scope closed";
+    }
+    CompletionsHere nested;  // closing first, it completes the outer scope's calls too
+    ch.Call(Method::kStats, PushOf(data), Options(), record("nested"));
+  }
+  EXPECT_FALSE(OnTransportThread());
+  other_thread_done.WaitForNotification();
+  handler.ReleaseHeld();  // the held call already failed on its deadline
+  absl::MutexLock lock(&seen.mu);
+  EXPECT_THAT(seen.calls,
+              ::testing::UnorderedElementsAre("first:ok:here:transport", "second:ok:here:transport",
+                                              "chained:ok:here:transport", "late:DEADLINE_EXCEEDED:here:transport",
+                                              "nested:ok:here:transport", "other thread:ok:elsewhere:transport"));
+  // CallBlocking completes its call on the calling thread the same way, and blocking stays
+  // refused inside a callback.
+  auto blocking = ch.CallBlocking(Method::kStats, PushOf(data), Options());
+  ASSERT_TRUE(blocking.ok()) << blocking.status();
+  EXPECT_EQ(blocking->num_floats(0), 3);
+}
+
 TEST(GrpcTransportTest, OversizedMessagesAreRefusedNamingTheLimitAndTheServerKeepsServing) {
   TestHandler handler;
   TransportOptions limited;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,7 @@ thread_local bool t_transport_thread = false;
 }  // namespace
 
 void MarkTransportThread() { t_transport_thread = true; }
+bool SetTransportThread(bool on) { return std::exchange(t_transport_thread, on); }
 bool OnTransportThread() { return t_transport_thread; }
 
 namespace {
@@ -414,11 +416,14 @@ absl::StatusOr<IncomingMessage> ClientChannel::CallBlocking(Method method, Outgo
   };
   CHECK(!OnTransportThread()) << "a blocking call from a completion callback would deadlock; use Call";
   auto waiter = std::make_shared<Waiter>();
-  Call(method, std::move(request), options, [waiter](absl::StatusOr<IncomingMessage> result) {
-    absl::MutexLock lock(&waiter->mu);
-    waiter->result = std::move(result);
-    waiter->done = true;
-  });
+  {
+    CompletionsHere here;  // a gRPC call's answer is read and completed on this thread
+    Call(method, std::move(request), options, [waiter](absl::StatusOr<IncomingMessage> result) {
+      absl::MutexLock lock(&waiter->mu);
+      waiter->result = std::move(result);
+      waiter->done = true;
+    });
+  }
   absl::MutexLock lock(&waiter->mu);
   waiter->mu.Await(absl::Condition(&waiter->done));
   return std::move(waiter->result);

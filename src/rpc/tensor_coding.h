@@ -26,6 +26,9 @@ namespace psflow::rpc {
 // Marks the calling thread as one that runs transport completions (gRPC's queue pollers, the
 // shared-memory readers), so OnTransportThread() catches blocking calls made from them.
 void MarkTransportThread();
+// Sets whether the calling thread runs transport completions now and returns the previous
+// setting: a caller that polls for its own calls' completions (CompletionsHere) is one meanwhile.
+bool SetTransportThread(bool on);
 
 // Below this size a tensor is copied into the header slice: copying 64 KiB costs a few
 // microseconds, less than a slice of its own and the release bookkeeping it needs.

@@ -521,6 +521,13 @@ class WorkerSession::Impl {
     tables_.Prefetch(next_ids);
     return absl::OkStatus();
   }
+  absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids, std::vector<UniqueIds>* unique) {
+    if (!state_.is_open()) {
+      return absl::FailedPreconditionError("Prefetch needs an open worker session (after Open(), before Close())");
+    }
+    if (auto s = tables_.CheckCount("Prefetch", next_ids.size()); !s.ok()) return s;
+    return tables_.Prefetch(next_ids, unique);
+  }
 
   TableBatch& table_batch(int t) { return tables_.batch(t); }
   int num_tables() const { return tables_.size(); }
@@ -763,6 +770,10 @@ absl::Status WorkerSession::AddClicks(absl::Span<const float> labels, absl::Span
 absl::Status WorkerSession::Lookup(const std::vector<absl::Span<const int64_t>>& ids) { return impl_->Lookup(ids); }
 absl::Status WorkerSession::Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids) {
   return impl_->Prefetch(next_ids);
+}
+absl::Status WorkerSession::Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids,
+                                     std::vector<UniqueIds>* unique) {
+  return impl_->Prefetch(next_ids, unique);
 }
 TableBatch& WorkerSession::table_batch(int t) { return impl_->table_batch(t); }
 int WorkerSession::num_tables() const { return impl_->num_tables(); }

@@ -22,12 +22,18 @@ absl::Status SessionTables::CheckCount(const char* call, size_t given) const {
 void SessionTables::StartLookup(const std::vector<absl::Span<const int64_t>>& ids, ps::TableStep* step) {
   for (size_t t = 0; t < tables_.size(); ++t) {
     TableBatch& b = batches_[t];
-    DedupIds(ids[t].data(), static_cast<int64_t>(ids[t].size()), 1, &dedup_);
-    b.ids.swap(dedup_.ids);
-    b.index.swap(dedup_.index);
-    b.grads = Tensor();
     Prefetched& p = prefetched_[t];
-    if (p.valid && p.ids == b.ids) {  // the rows came back with the last step's answer
+    const bool prefetched_batch = p.valid && absl::MakeConstSpan(p.raw) == ids[t];
+    if (prefetched_batch) {  // the batch the last step prefetched: its deduplication is the prefetch's
+      b.ids.swap(p.ids);
+      b.index.swap(p.index);
+    } else {
+      DedupIds(ids[t].data(), static_cast<int64_t>(ids[t].size()), 1, &dedup_);
+      b.ids.swap(dedup_.ids);
+      b.index.swap(dedup_.index);
+    }
+    b.grads = Tensor();
+    if (prefetched_batch || (p.valid && p.ids == b.ids)) {  // the rows came back with the last step's answer
       b.rows = std::move(p.rows);
       p.rows = Tensor();
     } else {
@@ -40,14 +46,55 @@ void SessionTables::StartLookup(const std::vector<absl::Span<const int64_t>>& id
 
 void SessionTables::Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids) {
   for (size_t t = 0; t < tables_.size(); ++t) {
-    Prefetched& p = prefetched_[t];
     DedupIds(next_ids[t].data(), static_cast<int64_t>(next_ids[t].size()), 1, &dedup_);
-    p.ids.swap(dedup_.ids);
-    const int64_t rows = static_cast<int64_t>(p.ids.size());
-    if (p.rows.shape() != Shape{rows, tables_[t].dim}) p.rows = Tensor::Uninitialized({rows, tables_[t].dim});
-    p.asked = true;
-    p.valid = false;
+    Ask(t, next_ids[t], &dedup_);
   }
+}
+
+absl::Status SessionTables::Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids,
+                                     std::vector<UniqueIds>* unique) {
+  if (unique->size() != next_ids.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Prefetch got ", unique->size(), " deduplicated tables for ",
+                                                   next_ids.size(), " tables' ids; pass one per table"));
+  }
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    if (absl::Status s = CheckUnique(next_ids[t], (*unique)[t]); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Prefetch: table '", tables_[t].name, "': ", s.message(), "; pass DedupIds of the table's ids"));
+    }
+  }
+  for (size_t t = 0; t < tables_.size(); ++t) Ask(t, next_ids[t], &(*unique)[t]);
+  return absl::OkStatus();
+}
+
+absl::Status SessionTables::CheckUnique(absl::Span<const int64_t> raw, const UniqueIds& unique) {
+  if (unique.index.size() != raw.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an index of ", unique.index.size(), " positions for ", raw.size(), " ids"));
+  }
+  // Order of first appearance: each example's position is one seen before or the next new one.
+  const int64_t n = static_cast<int64_t>(unique.ids.size());
+  int64_t seen = 0;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    const int64_t at = unique.index[i];
+    if (at < 0 || at > seen || at >= n || unique.ids[at] != raw[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("example ", i, "'s id ", raw[i], " is not at its index ", at));
+    }
+    if (at == seen) ++seen;
+  }
+  if (seen != n) return absl::InvalidArgumentError(absl::StrCat(n - seen, " unique ids no example holds"));
+  return absl::OkStatus();
+}
+
+void SessionTables::Ask(size_t t, absl::Span<const int64_t> raw, UniqueIds* unique) {
+  Prefetched& p = prefetched_[t];
+  p.raw.assign(raw.begin(), raw.end());
+  p.ids.swap(unique->ids);
+  p.index.swap(unique->index);
+  const int64_t rows = static_cast<int64_t>(p.ids.size());
+  if (p.rows.shape() != Shape{rows, tables_[t].dim}) p.rows = Tensor::Uninitialized({rows, tables_[t].dim});
+  p.asked = true;
+  p.valid = false;
 }
 
 ps::TableStep SessionTables::StepCall() {

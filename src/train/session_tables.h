@@ -33,10 +33,17 @@ class SessionTables {
 
   // Lookup: each table's ids deduplicated into its batch (gradients cleared); the rows the last
   // step prefetched for exactly these ids are taken, the others' pulls are added to `step` (their
-  // destination the batch's rows). Any prefetch is used up.
+  // destination the batch's rows). Any prefetch is used up. A table given the very ids its
+  // prefetch was given (element for element) takes the prefetch's deduplication instead of
+  // deduplicating them again.
   void StartLookup(const std::vector<absl::Span<const int64_t>>& ids, ps::TableStep* step);
   // Prefetch: the next batch's unique ids, to ride on the next step's call.
   void Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids);
+  // The same with each table's deduplication done by the caller (unique[t] = DedupIds of
+  // next_ids[t], e.g. on a thread of its own while the last step waited): taken over (swapped out
+  // of `unique`). InvalidArgument naming the table, and nothing changed, when a table's unique
+  // ids and index do not give back its ids in order of first appearance.
+  absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids, std::vector<UniqueIds>* unique);
   // Step: the tables' part of the step's call — each table's gradients (when the caller wrote
   // some) and the prefetch asked for.
   ps::TableStep StepCall();
@@ -48,13 +55,19 @@ class SessionTables {
   TableBatch& batch(int t);
 
  private:
-  // A table's next batch: the ids given to Prefetch (`asked`: ride on the next Step), and the rows
-  // that came back with its answer (`valid`).
+  // A table's next batch: the ids given to Prefetch (`raw`, as given; `ids` and `index`, their
+  // deduplication; `asked`: ride on the next Step), and the rows that came back with its answer
+  // (`valid`).
   struct Prefetched {
-    std::vector<int64_t> ids;
+    std::vector<int64_t> raw, ids, index;
     Tensor rows;
     bool asked = false, valid = false;
   };
+
+  // OK when `unique` is `raw` deduplicated (DedupIds' order of first appearance), else why not.
+  static absl::Status CheckUnique(absl::Span<const int64_t> raw, const UniqueIds& unique);
+  // Table t's prefetch asks for `raw`, deduplicated into `unique` (taken over).
+  void Ask(size_t t, absl::Span<const int64_t> raw, UniqueIds* unique);
 
   std::vector<dist::TableSpec> tables_;
   std::vector<TableBatch> batches_;

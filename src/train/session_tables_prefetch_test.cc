@@ -65,6 +65,114 @@ TEST(SessionTablesUnitTest, PrefetchedRowsAreUsedForTheSameIdsAfterASuccessfulSt
   EXPECT_EQ(Names(again.pulls), (std::vector<std::string>{"a", "b"}));
 }
 
+TEST(SessionTablesUnitTest, ALookupWithThePrefetchedIdsTakesTheirDedupAndRows) {
+  SessionTables tables = TwoTables();
+  const std::vector<int64_t> a = {1}, b = {2};
+  ps::TableStep lookup;
+  tables.StartLookup({a, b}, &lookup);
+  const std::vector<int64_t> next_a = {5, 3, 5, 5, 2}, next_b = {9, 9};
+  tables.Prefetch({next_a, next_b});
+  ps::TableStep call = tables.StepCall();
+  ASSERT_EQ(call.pulls.size(), 2u);
+  call.pulls[0].rows->data()[4] = 7.0f;  // row of id 2 (unique ids 5, 3, 2), first value
+  tables.EndStep(/*call_ok=*/true);
+  ps::TableStep next;
+  tables.StartLookup({next_a, next_b}, &next);
+  EXPECT_TRUE(next.pulls.empty());
+  EXPECT_EQ(tables.batch(0).ids, (std::vector<int64_t>{5, 3, 2}));
+  EXPECT_EQ(tables.batch(0).index, (std::vector<int64_t>{0, 1, 0, 0, 2}));
+  EXPECT_EQ(tables.batch(0).rows.data()[4], 7.0f);
+  EXPECT_EQ(tables.batch(1).ids, (std::vector<int64_t>{9}));
+  EXPECT_EQ(tables.batch(1).index, (std::vector<int64_t>{0, 0}));
+  // Used once: the same ids again are deduped and pulled.
+  ps::TableStep again;
+  tables.StartLookup({next_a, next_b}, &again);
+  EXPECT_EQ(Names(again.pulls), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(tables.batch(0).index, (std::vector<int64_t>{0, 1, 0, 0, 2}));
+}
+
+// The batch given to Prefetch, given again to Lookup element for element, keeps the prefetch's
+// deduplication; the same unique ids in another order of examples are deduplicated again (their
+// index differs) and still take the prefetched rows.
+TEST(SessionTablesUnitTest, LookupOfThePrefetchedBatchKeepsItsDeduplication) {
+  SessionTables tables = TwoTables();
+  const std::vector<int64_t> a = {3, 3}, b = {1};
+  ps::TableStep lookup;
+  tables.StartLookup({a, b}, &lookup);
+  const std::vector<int64_t> next_a = {6, 5, 6, 7}, next_b = {2, 2};
+  tables.Prefetch({next_a, next_b});
+  tables.StepCall().pulls[0].rows->data()[0] = 11.0f;
+  tables.EndStep(/*call_ok=*/true);
+  ps::TableStep next;
+  tables.StartLookup({next_a, std::vector<int64_t>{2, 2}}, &next);
+  EXPECT_TRUE(next.pulls.empty());
+  EXPECT_EQ(tables.batch(0).ids, (std::vector<int64_t>{6, 5, 7}));
+  EXPECT_EQ(tables.batch(0).index, (std::vector<int64_t>{0, 1, 0, 2}));
+  EXPECT_EQ(tables.batch(0).rows.data()[0], 11.0f);
+  EXPECT_EQ(tables.batch(1).ids, (std::vector<int64_t>{2}));
+  EXPECT_EQ(tables.batch(1).index, (std::vector<int64_t>{0, 0}));
+
+  // Prefetch again, then look up the same unique ids with the examples in another order.
+  tables.Prefetch({next_a, next_b});
+  tables.EndStep(/*call_ok=*/true);
+  ps::TableStep reordered;
+  tables.StartLookup({std::vector<int64_t>{6, 6, 5, 7}, next_b}, &reordered);
+  EXPECT_TRUE(reordered.pulls.empty());
+  EXPECT_EQ(tables.batch(0).ids, (std::vector<int64_t>{6, 5, 7}));
+  EXPECT_EQ(tables.batch(0).index, (std::vector<int64_t>{0, 0, 1, 2}));
+
+  // Other unique ids: deduplicated and pulled.
+  tables.Prefetch({next_a, next_b});
+  tables.EndStep(/*call_ok=*/true);
+  ps::TableStep other;
+  tables.StartLookup({std::vector<int64_t>{6, 5, 6, 8}, next_b}, &other);
+  EXPECT_EQ(Names(other.pulls), (std::vector<std::string>{"a"}));
+  EXPECT_EQ(tables.batch(0).ids, (std::vector<int64_t>{6, 5, 8}));
+}
+
+// Prefetch with the caller's deduplication: taken over when it is the ids' DedupIds, refused
+// (naming the table, nothing prefetched) when it is not.
+TEST(SessionTablesUnitTest, PrefetchTakesTheCallersDeduplicationAfterCheckingIt) {
+  SessionTables tables = TwoTables();
+  const std::vector<int64_t> a = {9, 4, 9}, b = {5};
+  ps::TableStep lookup;
+  tables.StartLookup({a, b}, &lookup);
+  std::vector<UniqueIds> unique(2);
+  DedupIds(a.data(), 3, 1, &unique[0]);
+  DedupIds(b.data(), 1, 1, &unique[1]);
+  ASSERT_TRUE(tables.Prefetch({a, b}, &unique).ok());
+  ps::TableStep call = tables.StepCall();
+  ASSERT_EQ(Names(call.pulls), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(*call.pulls[0].ids, (std::vector<int64_t>{9, 4}));
+  tables.EndStep(/*call_ok=*/true);
+  ps::TableStep next;
+  tables.StartLookup({a, b}, &next);
+  EXPECT_TRUE(next.pulls.empty());
+  EXPECT_EQ(tables.batch(0).index, (std::vector<int64_t>{0, 1, 0}));
+
+  auto refused = [&](UniqueIds bad) {
+    std::vector<UniqueIds> given(2);
+    given[0] = std::move(bad);
+    DedupIds(b.data(), 1, 1, &given[1]);
+    return tables.Prefetch({a, b}, &given);
+  };
+  const std::vector<UniqueIds> wrong = {
+      {{9, 4}, {0, 1}},        // an index too short
+      {{4, 9}, {1, 0, 1}},     // not in order of first appearance
+      {{9, 4}, {0, 1, 1}},     // example 2's id is not 4
+      {{9, 4, 7}, {0, 1, 0}},  // a unique id no example holds
+      {{9, 4}, {0, 2, 0}},     // an index out of range
+  };
+  for (const UniqueIds& w : wrong) {
+    absl::Status s = refused(w);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_NE(s.message().find("table 'a'"), std::string::npos) << s;
+  }
+  EXPECT_TRUE(tables.StepCall().pulls.empty());  // nothing prefetched by the refused calls
+  std::vector<UniqueIds> one(1);
+  EXPECT_TRUE(absl::IsInvalidArgument(tables.Prefetch({a, b}, &one)));
+}
+
 TEST(SessionTablesUnitTest, AFailedStepLeavesNoPrefetchedRows) {
   SessionTables tables = TwoTables();
   const std::vector<int64_t> a = {1}, b = {2};

@@ -93,6 +93,7 @@
 #include "absl/types/span.h"
 #include "psflow/core/autodiff.h"
 #include "psflow/core/tensor.h"
+#include "psflow/core/unique_ids.h"
 #include "psflow/dist/partition.h"
 #include "psflow/dist/table_spec.h"
 #include "psflow/optim/optimizer.h"
@@ -222,6 +223,13 @@ class WorkerSession {
   // the session is not open.
   absl::Status Lookup(const std::vector<absl::Span<const int64_t>>& ids);
   absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids);
+  // Prefetch with each table's ids already deduplicated by the caller — unique[t] is
+  // DedupIds(next_ids[t]) (psflow/core/unique_ids.h), e.g. computed on a thread of the caller's while
+  // the last Step waited — so neither this call nor the next Lookup of the same ids deduplicates
+  // them on the step's path. The UniqueIds are taken over (swapped with buffers to reuse).
+  // InvalidArgument naming the table, and nothing prefetched, when unique[t] does not give back
+  // next_ids[t] in order of first appearance (an id repeated among unique[t].ids is refused by the ps).
+  absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids, std::vector<UniqueIds>* unique);
   // Table `t` (declaration order) of the current batch.
   TableBatch& table_batch(int t);
   int num_tables() const;

@@ -26,6 +26,7 @@
 #include "programs/ctr/eval_ctr.h"
 #include "psflow/ckpt/checkpoint.h"
 #include "psflow/core/threading.h"
+#include "psflow/core/unique_ids.h"
 #include "psflow/train/session.h"
 #include "train/option_value.h"
 
@@ -36,14 +37,17 @@ namespace {
 // the end of the training files.
 using CtrBatchFill = std::function<absl::Status(int64_t at, int64_t* ids, float* dense, float* labels)>;
 
-// One batch of the worker's stream and its table ids per field.
+// One batch of the worker's stream, its table ids per field and their deduplication (done where the
+// batch is filled: for a batch filled beside the wait, off the step's path).
 struct CtrBatch {
   int64_t step = -1;
   std::vector<int64_t> ids;
   std::vector<float> dense, labels;
   std::vector<std::vector<int64_t>> columns;
+  std::vector<UniqueIds> unique;  // per column; Prefetch takes them over
 
-  absl::Status Fill(const CtrBatchFill& fill, const TrainOptions& o, int64_t at) {
+  // `dedup`: the batch is one to prefetch (its columns deduplicated here).
+  absl::Status Fill(const CtrBatchFill& fill, const TrainOptions& o, int64_t at, bool dedup) {
     const int64_t batch = OptionValue(o.batch_size);
     ids.resize(batch * o.ctr_fields);
     dense.resize(batch * o.ctr_dense);
@@ -51,6 +55,10 @@ struct CtrBatch {
     step = -1;
     if (auto s = fill(at, ids.data(), dense.data(), labels.data()); !s.ok()) return s;
     CtrTableIds(o, ids.data(), batch, &columns);
+    unique.resize(dedup ? columns.size() : 0);
+    for (size_t c = 0; c < unique.size(); ++c) {
+      DedupIds(columns[c].data(), static_cast<int64_t>(columns[c].size()), 1, &unique[c]);
+    }
     step = at;
     return absl::OkStatus();
   }
@@ -158,7 +166,7 @@ class FillAhead {
         job = job_;
       }
       const StepPhases::Sample start = StepPhases::Now();
-      (void)job.batch->Fill(*job.fill, *job.o, job.at);  // step stays -1 on failure
+      (void)job.batch->Fill(*job.fill, *job.o, job.at, /*dedup=*/true);  // step stays -1 on failure
       const StepPhases::Sample end = StepPhases::Now();
       absl::MutexLock lock(&mu_);
       spent_[0] += end.wall - start.wall;
@@ -309,7 +317,7 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
       const int64_t at = queue_reader != nullptr ? own_step : session.data_step();
       if (next.step == at) {
         std::swap(current, next);
-      } else if (auto s = current.Fill(fill, o, at); !s.ok()) {
+      } else if (auto s = current.Fill(fill, o, at, /*dedup=*/false); !s.ok()) {
         if (from_files && absl::IsOutOfRange(s)) {
           data_end = std::string(s.message());
           break;
@@ -342,11 +350,11 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
         if (ahead.step == at + 1) {
           std::swap(next, ahead);
         } else {
-          filled = next.Fill(fill, o, at + 1);
+          filled = next.Fill(fill, o, at + 1, /*dedup=*/true);
         }
         phases.Mark(StepPhases::kData);
         if (filled.ok()) {
-          if (auto s = session.Prefetch(next.Spans()); !s.ok()) return s;
+          if (auto s = session.Prefetch(next.Spans(), &next.unique); !s.ok()) return s;
         } else if (!from_files || !absl::IsOutOfRange(filled)) {
           return filled;  // (the end of the files is met again at the next step, and ends it)
         }

@@ -41,13 +41,16 @@ absl::Status PsClient::Impl::CallAndWait(const std::vector<rpc::ClientChannel*>&
   CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
   absl::Notification done;
   absl::Status result;
-  CallAll(
-      channels, method, std::move(requests), options, std::move(on_response),
-      [&](std::vector<absl::Status>& statuses) {
-        result = Combine(statuses);
-        done.Notify();
-      },
-      retrier, std::move(answer_bytes), budget_secs);
+  {
+    rpc::CompletionsHere here;  // this thread reads the answers it waits for
+    CallAll(
+        channels, method, std::move(requests), options, std::move(on_response),
+        [&](std::vector<absl::Status>& statuses) {
+          result = Combine(statuses);
+          done.Notify();
+        },
+        retrier, std::move(answer_bytes), budget_secs);
+  }
   done.WaitForNotification();
   return result;
 }
@@ -568,10 +571,13 @@ absl::StatusOr<int64_t> PsClient::Pull(const std::vector<std::pair<std::string, 
   CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
   absl::Notification done;
   absl::StatusOr<int64_t> result;
-  impl_->PullAsync(out, nullptr, [&](absl::StatusOr<int64_t> r) {
-    result = std::move(r);
-    done.Notify();
-  });
+  {
+    rpc::CompletionsHere here;
+    impl_->PullAsync(out, nullptr, [&](absl::StatusOr<int64_t> r) {
+      result = std::move(r);
+      done.Notify();
+    });
+  }
   done.WaitForNotification();
   return result;
 }
@@ -586,10 +592,13 @@ absl::StatusOr<int64_t> PsClient::Pull(const std::vector<std::pair<std::string, 
   CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
   absl::Notification done;
   absl::StatusOr<int64_t> result;
-  impl_->PullAsync(out, &tables, [&](absl::StatusOr<int64_t> r) {
-    result = std::move(r);
-    done.Notify();
-  });
+  {
+    rpc::CompletionsHere here;
+    impl_->PullAsync(out, &tables, [&](absl::StatusOr<int64_t> r) {
+      result = std::move(r);
+      done.Notify();
+    });
+  }
   done.WaitForNotification();
   return result;
 }
@@ -608,10 +617,13 @@ absl::StatusOr<PushResult> PsClient::Push(const std::vector<Gradient>& grads, in
   CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
   absl::Notification done;
   absl::StatusOr<PushResult> result;
-  impl_->PushAsync(grads, step_tag, nullptr, nullptr, [&](absl::StatusOr<PushResult> r) {
-    result = std::move(r);
-    done.Notify();
-  });
+  {
+    rpc::CompletionsHere here;
+    impl_->PushAsync(grads, step_tag, nullptr, nullptr, [&](absl::StatusOr<PushResult> r) {
+      result = std::move(r);
+      done.Notify();
+    });
+  }
   done.WaitForNotification();
   return result;
 }
@@ -626,10 +638,13 @@ absl::StatusOr<PushResult> PsClient::PushAndPull(const std::vector<Gradient>& gr
   CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
   absl::Notification done;
   absl::StatusOr<PushResult> result;
-  PushAndPullAsync(grads, step_tag, out, [&](absl::StatusOr<PushResult> r) {
-    result = std::move(r);
-    done.Notify();
-  });
+  {
+    rpc::CompletionsHere here;
+    PushAndPullAsync(grads, step_tag, out, [&](absl::StatusOr<PushResult> r) {
+      result = std::move(r);
+      done.Notify();
+    });
+  }
   done.WaitForNotification();
   return result;
 }
@@ -646,10 +661,13 @@ absl::StatusOr<PushResult> PsClient::PushAndPull(const std::vector<Gradient>& gr
   CHECK(!rpc::OnTransportThread()) << kNoBlockingInCallbacks;
   absl::Notification done;
   absl::StatusOr<PushResult> result;
-  PushAndPullAsync(grads, step_tag, out, tables, [&](absl::StatusOr<PushResult> r) {
-    result = std::move(r);
-    done.Notify();
-  });
+  {
+    rpc::CompletionsHere here;
+    PushAndPullAsync(grads, step_tag, out, tables, [&](absl::StatusOr<PushResult> r) {
+      result = std::move(r);
+      done.Notify();
+    });
+  }
   done.WaitForNotification();
   return result;
 }

@@ -3,9 +3,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/id_positions.h"
 
 namespace psflow::ps {
 namespace {
@@ -35,14 +34,14 @@ absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, cons
                absl::StrCat(push ? "gradient rows" : "destination", " ", ShapeToString(rows->shape()), " for ", n,
                             " ids; the table takes [", n, ",", dim, "]"));
   }
-  absl::flat_hash_set<int64_t> seen;
-  seen.reserve(static_cast<size_t>(n));
-  // Block index per (ps shard): fixed tables by shard, dynamic by ps task.
-  absl::flat_hash_map<int, size_t> block_of;
-  std::vector<std::pair<int, size_t>> where(static_cast<size_t>(n));  // (ps, block index)
+  IdPositions& seen = IdPositions::ForThisThread();
+  seen.Reset(n);
+  // Block index per (ps shard), -1 before its first id: fixed tables by shard, dynamic by ps task.
+  std::vector<int64_t> block_of(t->shards.size(), -1);
+  std::vector<int> shards_used;
   for (int64_t j = 0; j < n; ++j) {
     const int64_t id = (*ref.ids)[j];
-    if (!seen.insert(id).second) return Bad(what, ref.table, absl::StrCat("id ", id, " listed twice (dedup first)"));
+    if (!seen.Insert(id, j).second) return Bad(what, ref.table, absl::StrCat("id ", id, " listed twice (dedup first)"));
     int shard;
     if (t->spec.dynamic()) {
       shard = dist::RouteDynamicId(id, plan.num_ps);
@@ -52,29 +51,42 @@ absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, cons
       shard = loc->shard;
     }
     const dist::TableShardSpec& s = t->shards[static_cast<size_t>(shard)];
-    auto [it, added] = block_of.emplace(shard, 0);
-    if (added) {
-      it->second = (*out)[s.ps_task].size();
+    int64_t& block = block_of[static_cast<size_t>(shard)];
+    if (block < 0) {
+      block = static_cast<int64_t>((*out)[s.ps_task].size());
+      shards_used.push_back(shard);
       TableBlockCall& b = (*out)[s.ps_task].emplace_back();
       b.block = s.name;
       b.dim = dim;
       b.dest = push ? nullptr : ref.rows;
+      if (t->shards.size() == 1) {  // every id goes here
+        b.ids.reserve(static_cast<size_t>(n));
+        b.positions.reserve(static_cast<size_t>(n));
+      }
     }
-    TableBlockCall& b = (*out)[s.ps_task][it->second];
+    TableBlockCall& b = (*out)[s.ps_task][static_cast<size_t>(block)];
     b.ids.push_back(id);
     b.positions.push_back(j);
-    where[j] = {s.ps_task, it->second};
   }
   if (!push) return absl::OkStatus();
   const float* g = ref.grads->data();
+  // An OR over exponent bits vectorizes (routing.cc's CheckFinite); the culprit looked for only
+  // when there is one.
+  uint32_t any = 0;
   for (int64_t j = 0; j < n * dim; ++j) {
+    uint32_t bits;
+    std::memcpy(&bits, g + j, sizeof(bits));
+    any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  for (int64_t j = 0; any != 0 && j < n * dim; ++j) {
     if (!std::isfinite(g[j])) {
       return Bad(what, ref.table,
                  absl::StrCat("gradient row of id ", (*ref.ids)[j / dim], " has a NaN or Inf at element ", j % dim,
                               " (diverged? lower the learning rate)"));
     }
   }
-  for (auto& [shard, index] : block_of) {
+  for (int shard : shards_used) {
+    const size_t index = static_cast<size_t>(block_of[static_cast<size_t>(shard)]);
     TableBlockCall& b = (*out)[t->shards[static_cast<size_t>(shard)].ps_task][index];
     b.rows = std::make_shared<FloatBuffer>(b.ids.size() * static_cast<size_t>(dim));
     for (size_t q = 0; q < b.positions.size(); ++q) {
