@@ -175,10 +175,11 @@ int main(int argc, char** argv) {
     }
   }
   const double lookups = static_cast<double>(hits + misses);
-  std::printf("N=%lld K=%lld D=%lld steps=%lld policy=%s: second half: hit rate per lookup (pull+push) %.4f, "
-              "per pull %.4f\n",
-              static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(d),
-              static_cast<long long>(steps), policy == 0 ? "clock" : "window+tinylfu(misses)",
-              static_cast<double>(hits) / lookups, 1 - 2.0 * static_cast<double>(misses) / lookups);
+  std::printf(
+      "N=%lld K=%lld D=%lld steps=%lld policy=%s: second half: hit rate per lookup (pull+push) %.4f, "
+      "per pull %.4f\n",
+      static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(d), static_cast<long long>(steps),
+      policy == 0 ? "clock" : "window+tinylfu(misses)", static_cast<double>(hits) / lookups,
+      1 - 2.0 * static_cast<double>(misses) / lookups);
   return 0;
 }

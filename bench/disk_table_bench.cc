@@ -185,8 +185,11 @@ void BM_DiskTableApply(benchmark::State& state) {
   Report(state, before, f.shard->stats());
 }
 
-#define PSFLOW_DISK_ARGS \
-  ArgNames({"hot_percent", "storage"})->ArgsProduct({{100, 97, 82, 55}, {0, 1, 2}})->UseRealTime()->MeasureProcessCPUTime()
+#define PSFLOW_DISK_ARGS                            \
+  ArgNames({"hot_percent", "storage"})              \
+      ->ArgsProduct({{100, 97, 82, 55}, {0, 1, 2}}) \
+      ->UseRealTime()                               \
+      ->MeasureProcessCPUTime()
 BENCHMARK(BM_DiskTableGather)->PSFLOW_DISK_ARGS;
 BENCHMARK(BM_DiskTableApply)->PSFLOW_DISK_ARGS;
 
