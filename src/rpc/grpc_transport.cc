@@ -35,12 +35,14 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <deque>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -120,15 +122,33 @@ class ClientQueue {
     ++in_flight_;
     return &cq_;
   }
+  // A call found `channel` not connected: poll, blocking, until it is (or until its owner lets it
+  // go), even with no call in flight. gRPC makes a connection's progress (TCP connect, TLS
+  // handshake, HTTP/2 settings, reconnects between a caller's retries) only while some thread
+  // polls, and its own backup poller looks every 5 s: idle, a refused TLS handshake ended as "tcp
+  // handshaker shutdown" or "timed out before receiving SETTINGS frame" instead of its cause. Once
+  // every channel is connected the thread stays out again (a second poller costs each call a
+  // wake-up: CompletionsHere).
+  void PollWhileConnecting(const std::shared_ptr<grpc::Channel>& channel) {
+    absl::MutexLock lock(&mu_);
+    if (std::find(connecting_.begin(), connecting_.end(), channel) == connecting_.end()) connecting_.push_back(channel);
+  }
 
  private:
   ClientQueue();
   void Poll();
-  bool Busy() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ > 0; }
+  // Drops the channels now connected, or held by nothing but this list.
+  void ForgetConnected() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::erase_if(connecting_, [](const std::shared_ptr<grpc::Channel>& c) {
+      return c.use_count() == 1 || c->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY;
+    });
+  }
+  bool Busy() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ > 0 || !connecting_.empty(); }
 
   grpc::CompletionQueue cq_;
   absl::Mutex mu_;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // calls whose completion tag gRPC still holds
+  std::vector<std::shared_ptr<grpc::Channel>> connecting_ ABSL_GUARDED_BY(mu_);
 };
 
 // The queue of the calls one thread starts inside CompletionsHere scopes, polled by that thread
@@ -147,9 +167,15 @@ struct ThreadQueue {
 thread_local int t_completions_here = 0;  // open CompletionsHere scopes on this thread
 thread_local std::unique_ptr<ThreadQueue> t_queue;
 
-// The queue a call started now completes on: this thread's inside a CompletionsHere, else the
-// shared one.
-grpc::CompletionQueue* QueueForNewCall() {
+// The queue a call started now completes on: this thread's inside a CompletionsHere on a connected
+// channel, else the shared one. A call on a channel still connecting goes through the shared queue,
+// whose thread then polls while the connection is made (PollWhileConnecting): a connect is no
+// round trip worth saving a wake-up on, and its errors must be gRPC's own account of the cause.
+grpc::CompletionQueue* QueueForNewCall(const std::shared_ptr<grpc::Channel>& channel) {
+  if (channel->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+    ClientQueue::Get().PollWhileConnecting(channel);
+    return ClientQueue::Get().StartCall();
+  }
   if (t_completions_here == 0) return ClientQueue::Get().StartCall();
   if (t_queue == nullptr) t_queue = std::make_unique<ThreadQueue>();
   ++t_queue->in_flight;
@@ -204,7 +230,7 @@ struct ClientCall {
                                  std::chrono::milliseconds(static_cast<int>(kConnectProbeSecs * 1000)));
     grpc::GenericStub stub(probe->channel);
     probe->rpc = stub.PrepareUnaryCall(probe->context.get(), kConnectProbePath, EncodeMessage(OutgoingMessage()),
-                                       QueueForNewCall());
+                                       QueueForNewCall(probe->channel));
     probe->self = probe;
     probe->rpc->StartCall();
     probe->rpc->Finish(&probe->response, &probe->status, probe.get());
@@ -234,16 +260,21 @@ ClientQueue::ClientQueue() {
 void ClientQueue::Poll() {
   MarkTransportThread();
   for (;;) {
-    bool busy = false;
+    bool calls = false, connecting = false;
     {
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(this, &ClientQueue::Busy), kIdleLookEvery);
-      busy = Busy();
+      ForgetConnected();
+      calls = in_flight_ > 0;
+      connecting = !connecting_.empty();
     }
     void* tag = nullptr;
     bool ok = false;
-    if (busy) {
+    if (calls) {
       if (!cq_.Next(&tag, &ok)) return;
+    } else if (connecting) {  // no call of ours in flight: block a while, then look at the state again
+      const auto until = std::chrono::system_clock::now() + std::chrono::milliseconds(100);
+      if (cq_.AsyncNext(&tag, &ok, until) != grpc::CompletionQueue::GOT_EVENT) continue;
     } else if (cq_.AsyncNext(&tag, &ok, std::chrono::system_clock::now()) != grpc::CompletionQueue::GOT_EVENT) {
       continue;  // idle: read what the connections received, block nowhere
     }
@@ -298,7 +329,8 @@ class GrpcChannel final : public ClientChannel {
       auto guard = std::make_shared<ReleaseGuard>(call);
       const grpc::ByteBuffer buffer = EncodeMessage(std::move(request), guard);
       guard.reset();  // from here on only the request's slices hold the guard
-      call->rpc = stub.PrepareUnaryCall(call->context.get(), MethodPath(method), buffer, QueueForNewCall());
+      call->rpc = stub.PrepareUnaryCall(call->context.get(), MethodPath(method), buffer,
+                                        QueueForNewCall(call->channel));
     }  // the call holds its own reference to the request's slices
     call->self = call;
     call->rpc->StartCall();

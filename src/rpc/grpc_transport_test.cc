@@ -205,6 +205,27 @@ TEST(GrpcTransportTest, CompletionsHereRunsTheThreadsOwnCallsOnIt) {
                                         ":", OnTransportThread() ? "transport" : "user"));
     };
   };
+  // A call on a channel still connecting completes on the shared completion thread, which polls
+  // while the connection is made (its errors are gRPC's account of the cause); afterwards, on the
+  // connected channel, calls inside a scope complete here. Both directions' channels connect.
+  absl::Notification connected;
+  {
+    CompletionsHere here;
+    ch.Call(Method::kStats, PushOf(data), Options(), [&, then = record("connecting")](auto r) {
+      then(std::move(r));
+      connected.Notify();
+    });
+  }
+  connected.WaitForNotification();
+  CallOptions pull_connect = Options();
+  pull_connect.pull_direction = true;
+  ASSERT_TRUE(ch.CallBlocking(Method::kStats, PushOf(data), pull_connect).ok());
+  {
+    absl::MutexLock lock(&seen.mu);
+    EXPECT_THAT(seen.calls, ::testing::ElementsAre("connecting:ok:elsewhere:transport"));
+    seen.calls.clear();
+  }
+
   absl::Notification other_thread_done;
   {
     CompletionsHere here;
