@@ -329,8 +329,8 @@ class GrpcChannel final : public ClientChannel {
       auto guard = std::make_shared<ReleaseGuard>(call);
       const grpc::ByteBuffer buffer = EncodeMessage(std::move(request), guard);
       guard.reset();  // from here on only the request's slices hold the guard
-      call->rpc = stub.PrepareUnaryCall(call->context.get(), MethodPath(method), buffer,
-                                        QueueForNewCall(call->channel));
+      call->rpc =
+          stub.PrepareUnaryCall(call->context.get(), MethodPath(method), buffer, QueueForNewCall(call->channel));
     }  // the call holds its own reference to the request's slices
     call->self = call;
     call->rpc->StartCall();
