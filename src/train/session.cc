@@ -513,20 +513,15 @@ class WorkerSession::Impl {
     }
   }
 
-  absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids) {
-    if (!state_.is_open()) {
-      return absl::FailedPreconditionError("Prefetch needs an open worker session (after Open(), before Close())");
-    }
-    if (auto s = tables_.CheckCount("Prefetch", next_ids.size()); !s.ok()) return s;
-    tables_.Prefetch(next_ids);
-    return absl::OkStatus();
-  }
+  // Both forms of Prefetch: `unique` (may be null) is the caller's deduplication of next_ids.
   absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids, std::vector<UniqueIds>* unique) {
     if (!state_.is_open()) {
       return absl::FailedPreconditionError("Prefetch needs an open worker session (after Open(), before Close())");
     }
     if (auto s = tables_.CheckCount("Prefetch", next_ids.size()); !s.ok()) return s;
-    return tables_.Prefetch(next_ids, unique);
+    if (unique != nullptr) return tables_.Prefetch(next_ids, unique);
+    tables_.Prefetch(next_ids);
+    return absl::OkStatus();
   }
 
   TableBatch& table_batch(int t) { return tables_.batch(t); }
@@ -769,7 +764,7 @@ absl::Status WorkerSession::AddClicks(absl::Span<const float> labels, absl::Span
 }
 absl::Status WorkerSession::Lookup(const std::vector<absl::Span<const int64_t>>& ids) { return impl_->Lookup(ids); }
 absl::Status WorkerSession::Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids) {
-  return impl_->Prefetch(next_ids);
+  return impl_->Prefetch(next_ids, nullptr);
 }
 absl::Status WorkerSession::Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids,
                                      std::vector<UniqueIds>* unique) {
