@@ -9,7 +9,8 @@
 //
 // A message that decodes is checked against the bytes themselves, read independently of the
 // decoder: every tensor's floats through CopyTo, CopyStrided, ForEachRun and AddTo equal the bytes
-// at its place in the payload; and re-encoding the decoded message decodes to the same message.
+// at its place in the payload (a bfloat16 or float16 tensor's two-byte values widened by
+// wire_dtype.h's one-value reference); and re-encoding the decoded message decodes to the same one.
 #include <google/protobuf/stubs/logging.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
@@ -24,10 +25,12 @@
 #include <vector>
 
 #include "rpc/tensor_coding.h"
+#include "rpc/wire_dtype.h"
 
 namespace {
 
 using psflow::rpc::IncomingMessage;
+using psflow::rpc::WireDtype;
 
 [[noreturn]] void Fail(const char* what) {
   std::fprintf(stderr, "%s\n", what);
@@ -63,14 +66,39 @@ size_t PayloadStart(std::string_view message) {
   return pos + (8 - pos % 8) % 8;
 }
 
+// Tensor i's values as float32 bytes: its wire bytes themselves, or (a 16-bit dtype) each value
+// widened by wire_dtype.h's one-value reference, which the decoder's array loops must match.
+std::string ExpectedFloats(WireDtype dtype, std::string_view wire, int64_t n) {
+  if (dtype == WireDtype::kFloat32) return std::string(wire);
+  std::string floats(static_cast<size_t>(n) * 4, '\0');
+  for (int64_t j = 0; j < n; ++j) {
+    uint16_t h;
+    std::memcpy(&h, wire.data() + 2 * j, 2);
+    const float f = dtype == WireDtype::kBFloat16 ? psflow::rpc::BFloat16ToFloat(h) : psflow::rpc::HalfToFloat(h);
+    std::memcpy(&floats[4 * j], &f, 4);
+  }
+  return floats;
+}
+
+// The same floats, bit for bit, or NaN where the other is NaN (re-encoding a 16-bit signalling NaN
+// quiets it, as wire_dtype.h says).
+bool SameFloats(const float* a, const float* b, size_t n) {
+  for (size_t j = 0; j < n; ++j) {
+    if (std::memcmp(&a[j], &b[j], 4) != 0 && !(a[j] != a[j] && b[j] != b[j])) return false;
+  }
+  return true;
+}
+
 void CheckTensors(const IncomingMessage& m, std::string_view payload) {
   size_t offset = 0;
   for (int i = 0; i < m.num_tensors(); ++i) {
     const int64_t n = m.num_floats(i);
-    const size_t bytes = static_cast<size_t>(n) * 4;
-    if (offset + bytes > payload.size()) Fail("tensor extends past the payload");
-    const std::string_view expected = payload.substr(offset, bytes);
-    offset += bytes;
+    const size_t wire_bytes = static_cast<size_t>(n) * psflow::rpc::WireDtypeBytes(m.dtype(i));
+    if (offset + wire_bytes > payload.size()) Fail("tensor extends past the payload");
+    const std::string expected_floats = ExpectedFloats(m.dtype(i), payload.substr(offset, wire_bytes), n);
+    const std::string_view expected = expected_floats;
+    const size_t bytes = expected.size();
+    offset += wire_bytes;
 
     std::vector<float> copy(static_cast<size_t>(n));
     m.CopyTo(i, copy.data());
@@ -134,9 +162,7 @@ void CheckReencode(const IncomingMessage& m) {
       Fail("re-encoding changed a tensor header");
     std::vector<float> copy(values[i].size());
     again->CopyTo(i, copy.data());
-    if (!copy.empty() && std::memcmp(copy.data(), values[i].data(), copy.size() * 4) != 0) {
-      Fail("re-encoding changed tensor values");
-    }
+    if (!SameFloats(copy.data(), values[i].data(), copy.size())) Fail("re-encoding changed tensor values");
   }
 }
 

@@ -107,18 +107,21 @@ def field(number, wire_type, payload):
     return key + payload
 
 
-def tensor_meta(name, shape, rows=None):
+def tensor_meta(name, shape, rows=None, dtype=None):
     m = field(1, 2, name.encode()) + field(2, 2, b"".join(varint(d) for d in shape))
     if rows is not None:
         m += field(3, 0, varint(1)) + field(4, 2, b"".join(varint(r) for r in rows))
+    if dtype is not None:
+        m += field(5, 2, dtype.encode())
     return m
 
 
-def message(header, metas, floats):
+def message(header, metas, values, fmt="f"):
+    """fmt: struct's code of the values on the wire ("f" float32, "e" float16, "H" raw 16-bit words)."""
     lst = b"".join(field(1, 2, m) for m in metas)
     head = struct.pack("<I", len(header)) + header + struct.pack("<I", len(lst)) + lst
     head += b"\0" * ((8 - len(head) % 8) % 8)
-    return head + struct.pack("<%df" % len(floats), *floats)
+    return head + struct.pack("<%d%s" % (len(values), fmt), *values)
 
 
 # Control byte: bits 0-1 misalignment, bits 2-3 number of 2-byte cut points that follow.
@@ -132,3 +135,10 @@ write("fuzz_tensor_coding", "header_only", b"\x00" + message(field(1, 0, varint(
 # Larger than ForEachRun's 16 KiB bounce buffer, in misaligned slices: the path that refills it.
 big = message(push, [tensor_meta("big", [4100])], [float(i % 7) for i in range(4100)])
 write("fuzz_tensor_coding", "bounce_buffer_refill", bytes([0x08 | 0x03]) + struct.pack("<HH", 101, 9001) + big)
+# 16-bit tensors (--wire_dtype, two bytes a value, widened when read): bfloat16 words (1, -2, a
+# signalling NaN, Inf, the smallest subnormal, -0) and float16 values beside a float32 tensor.
+bf16 = message(push, [tensor_meta("w/part_0", [2, 3], dtype="bfloat16")], [0x3f80, 0xc000, 0x7f81, 0x7f80, 0x0001, 0x8000],
+               fmt="H")
+write("fuzz_tensor_coding", "bfloat16_two_slices", bytes([0x04 | 0x01]) + struct.pack("<H", 37) + bf16)
+f16 = message(push, [tensor_meta("b", [4], dtype="float16")], [1.0, -2.5, float("inf"), 6e-8], fmt="e")
+write("fuzz_tensor_coding", "float16_one_slice", b"\x00" + f16)
