@@ -25,6 +25,7 @@
 #include "psflow/cli/flags.h"
 #include "psflow/core/random.h"
 #include "psflow/train/session.h"
+#include "table_worker.h"
 
 namespace {
 
@@ -35,25 +36,18 @@ struct Args {
 
 absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& unparsed) {
   Args a;
-  for (const std::string& arg : unparsed) {
-    const size_t eq = arg.find('=');
-    const std::string key = arg.substr(0, eq), value = eq == std::string::npos ? "" : arg.substr(eq + 1);
-    int64_t* target = key == "--rows"         ? &a.rows
-                      : key == "--dim"        ? &a.dim
-                      : key == "--fill_batch" ? &a.fill_batch
-                      : key == "--zipf_draws" ? &a.zipf_draws
-                                              : nullptr;
-    if (key == "--zipf_s" && !value.empty()) {
-      char* end = nullptr;
-      a.zipf_s = std::strtod(value.c_str(), &end);
-      if (*end != '\0' || !(a.zipf_s > 1.0)) return absl::InvalidArgumentError("--zipf_s must be a number > 1");
-    } else if (target != nullptr && !value.empty() && value.find_first_not_of("0123456789") == std::string::npos) {
-      *target = std::stoll(value);
-    } else {
-      return absl::InvalidArgumentError("unknown or bad argument '" + arg +
-                                        "'; give --rows=N, --dim=N, --fill_batch=N, --zipf_draws=N, --zipf_s=X");
-    }
-  }
+  const absl::Status parsed = psflow::bench::ParseIntArgs(
+      unparsed,
+      {{"--rows", &a.rows}, {"--dim", &a.dim}, {"--fill_batch", &a.fill_batch}, {"--zipf_draws", &a.zipf_draws}},
+      [&a](const std::string& key, const std::string& value) -> std::optional<absl::Status> {
+        if (key != "--zipf_s" || value.empty()) return std::nullopt;
+        char* end = nullptr;
+        a.zipf_s = std::strtod(value.c_str(), &end);
+        if (*end != '\0' || !(a.zipf_s > 1.0)) return absl::InvalidArgumentError("--zipf_s must be a number > 1");
+        return absl::OkStatus();
+      },
+      "--rows=N, --dim=N, --fill_batch=N, --zipf_draws=N, --zipf_s=X");
+  if (!parsed.ok()) return parsed;
   if (a.rows < 1 || a.dim < 1 || a.fill_batch < 1 || a.zipf_draws < 1) {
     return absl::InvalidArgumentError("--rows, --dim, --fill_batch and --zipf_draws must be positive");
   }
@@ -180,17 +174,7 @@ int Run(int argc, char** argv) {
     }
     return absl::OkStatus();
   };
-  if (auto st = loop(); !st.ok()) {
-    s.Abort(st);
-    std::cerr << "disk_tier_40gb_worker: " << st.message() << "\n";
-    return 1;
-  }
-  auto summary = s.Close();
-  if (!summary.ok()) {
-    std::cerr << "disk_tier_40gb_worker: " << summary.status().message() << "\n";
-    return 1;
-  }
-  return 0;
+  return psflow::bench::RunToEnd("disk_tier_40gb_worker", s, loop);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "psflow/cli/flags.h"
 #include "psflow/core/random.h"
 #include "psflow/train/session.h"
+#include "table_worker.h"
 
 namespace {
 
@@ -30,23 +31,15 @@ struct Args {
 
 absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& unparsed) {
   Args a;
-  for (const std::string& arg : unparsed) {
-    const size_t eq = arg.find('=');
-    const std::string key = arg.substr(0, eq), value = eq == std::string::npos ? "" : arg.substr(eq + 1);
-    int64_t* target = key == "--rows"          ? &a.rows
-                      : key == "--hot"         ? &a.hot
-                      : key == "--hot_percent" ? &a.hot_percent
-                      : key == "--batch"       ? &a.batch
-                      : key == "--warm_steps"  ? &a.warm_steps
-                                               : nullptr;
-    if (target != nullptr && !value.empty() && value.find_first_not_of("0123456789") == std::string::npos) {
-      *target = std::stoll(value);
-    } else {
-      return absl::InvalidArgumentError("unknown or bad argument '" + arg +
-                                        "'; give --rows=N, --hot=N, --hot_percent=0..100, --batch=N, "
-                                        "--warm_steps=N (non-negative integers)");
-    }
-  }
+  const absl::Status parsed = psflow::bench::ParseIntArgs(
+      unparsed,
+      {{"--rows", &a.rows},
+       {"--hot", &a.hot},
+       {"--hot_percent", &a.hot_percent},
+       {"--batch", &a.batch},
+       {"--warm_steps", &a.warm_steps}},
+      nullptr, "--rows=N, --hot=N, --hot_percent=0..100, --batch=N, --warm_steps=N (non-negative integers)");
+  if (!parsed.ok()) return parsed;
   if (a.rows < 1 || a.hot < 1 || a.hot > a.rows || a.batch < 1 || a.batch > a.rows || a.hot_percent > 100) {
     return absl::InvalidArgumentError("need 1 <= --hot <= --rows, 1 <= --batch <= --rows, --hot_percent <= 100");
   }
@@ -144,17 +137,7 @@ int Run(int argc, char** argv) {
     }
     return absl::OkStatus();
   };
-  if (auto st = loop(); !st.ok()) {
-    s.Abort(st);
-    std::cerr << "disk_tier_ps_worker: " << st.message() << "\n";
-    return 1;
-  }
-  auto summary = s.Close();
-  if (!summary.ok()) {
-    std::cerr << "disk_tier_ps_worker: " << summary.status().message() << "\n";
-    return 1;
-  }
-  return 0;
+  return psflow::bench::RunToEnd("disk_tier_ps_worker", s, loop);
 }
 
 }  // namespace

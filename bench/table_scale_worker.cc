@@ -20,6 +20,7 @@
 #include "psflow/core/random.h"
 #include "psflow/dist/table_routing.h"
 #include "psflow/train/session.h"
+#include "table_worker.h"
 
 namespace {
 
@@ -31,25 +32,21 @@ struct Args {
 // The program's own flags (psflow's are parsed by ParseFlags); one line on a bad one.
 absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& unparsed) {
   Args a;
-  for (const std::string& arg : unparsed) {
-    const size_t eq = arg.find('=');
-    const std::string key = arg.substr(0, eq), value = eq == std::string::npos ? "" : arg.substr(eq + 1);
-    int64_t* target = key == "--rows"           ? &a.rows
-                      : key == "--dim"          ? &a.dim
-                      : key == "--ids_per_step" ? &a.ids_per_step
-                      : key == "--max_rows"     ? &a.max_rows
-                      : key == "--evict_every"  ? &a.evict_every
-                                                : nullptr;
-    if (key == "--table" && (value == "fixed" || value == "dynamic")) {
-      a.table = value;
-    } else if (target != nullptr && !value.empty() && value.find_first_not_of("0123456789") == std::string::npos) {
-      *target = std::stoll(value);
-    } else {
-      return absl::InvalidArgumentError("unknown or bad argument '" + arg +
-                                        "'; give --table=fixed|dynamic, --rows=N, --dim=N, --ids_per_step=N, "
-                                        "--max_rows=N, --evict_every=N (non-negative integers)");
-    }
-  }
+  const absl::Status parsed = psflow::bench::ParseIntArgs(
+      unparsed,
+      {{"--rows", &a.rows},
+       {"--dim", &a.dim},
+       {"--ids_per_step", &a.ids_per_step},
+       {"--max_rows", &a.max_rows},
+       {"--evict_every", &a.evict_every}},
+      [&a](const std::string& key, const std::string& value) -> std::optional<absl::Status> {
+        if (key != "--table" || (value != "fixed" && value != "dynamic")) return std::nullopt;
+        a.table = value;
+        return absl::OkStatus();
+      },
+      "--table=fixed|dynamic, --rows=N, --dim=N, --ids_per_step=N, --max_rows=N, --evict_every=N "
+      "(non-negative integers)");
+  if (!parsed.ok()) return parsed;
   if (a.rows < 1 || a.dim < 1 || a.ids_per_step < 1) {
     return absl::InvalidArgumentError("--rows, --dim and --ids_per_step must be positive");
   }
@@ -111,17 +108,7 @@ int Run(int argc, char** argv) {
     }
     return absl::OkStatus();
   };
-  if (auto st = loop(); !st.ok()) {
-    s.Abort(st);
-    std::cerr << "table_scale_worker: " << st.message() << "\n";
-    return 1;
-  }
-  auto summary = s.Close();
-  if (!summary.ok()) {
-    std::cerr << "table_scale_worker: " << summary.status().message() << "\n";
-    return 1;
-  }
-  return 0;
+  return psflow::bench::RunToEnd("table_scale_worker", s, loop);
 }
 
 }  // namespace
