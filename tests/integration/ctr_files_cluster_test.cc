@@ -46,23 +46,26 @@ Cluster Addresses(int workers) {
   return c;
 }
 
+// Every job here: the small ctr model over DATA's training files.
+std::vector<std::string> CtrJob(const std::string& data) {
+  return {"--model=ctr",
+          "--ctr_fields=4",
+          "--ctr_dim=4",
+          "--batch_size=128",
+          "--seed=2",
+          "--train_files=" + data + "/train-*",
+          "--ctr_test_examples=2048"};
+}
+
 std::vector<std::string> Task(const Cluster& c, const std::string& job, int index, const std::string& data,
                               std::vector<std::string> more, int log_every = 50) {
-  std::vector<std::string> args = {"train",
-                                   "--job_name=" + job,
-                                   absl::StrCat("--task_index=", index),
-                                   "--ps_hosts=" + c.ps,
-                                   "--worker_hosts=" + c.workers,
-                                   "--model=ctr",
-                                   "--ctr_fields=4",
-                                   "--ctr_dim=4",
-                                   "--batch_size=128",
-                                   "--seed=2",
-                                   "--train_files=" + data + "/train-*",
-                                   "--test_files=" + data + "/test.gz",
-                                   "--ctr_test_examples=2048",
-                                   absl::StrCat("--log_every=", log_every),
-                                   "--file_slices=10"};
+  std::vector<std::string> args = {"train", "--job_name=" + job, absl::StrCat("--task_index=", index),
+                                   "--ps_hosts=" + c.ps, "--worker_hosts=" + c.workers};
+  for (std::string& flag : CtrJob(data)) args.push_back(std::move(flag));
+  for (std::string flag : {"--test_files=" + data + "/test.gz", absl::StrCat("--log_every=", log_every),
+                           std::string("--file_slices=10")}) {
+    args.push_back(std::move(flag));
+  }
   args.insert(args.end(), more.begin(), more.end());
   return Psflow(args);
 }
@@ -70,19 +73,12 @@ std::vector<std::string> Task(const Cluster& c, const std::string& job, int inde
 // psflow local, 1 ps + 2 workers, async unless `more` says otherwise: the ctr job over DATA's
 // training files, its checkpoints under DIR/ckpt and its summary in DIR/m.json.
 std::vector<std::string> LocalJob(const std::string& dir, const std::string& data, std::vector<std::string> more) {
-  std::vector<std::string> job = {"local",
-                                  "--ps=1",
-                                  "--workers=2",
-                                  "--model=ctr",
-                                  "--ctr_fields=4",
-                                  "--ctr_dim=4",
-                                  "--batch_size=128",
-                                  "--seed=2",
-                                  "--train_files=" + data + "/train-*",
-                                  "--ctr_test_examples=2048",
-                                  "--log_every=1000",
-                                  "--checkpoint_dir=" + dir + "/ckpt",
-                                  "--metrics_json=" + dir + "/m.json"};
+  std::vector<std::string> job = {"local", "--ps=1", "--workers=2"};
+  for (std::string& flag : CtrJob(data)) job.push_back(std::move(flag));
+  for (std::string flag :
+       {std::string("--log_every=1000"), "--checkpoint_dir=" + dir + "/ckpt", "--metrics_json=" + dir + "/m.json"}) {
+    job.push_back(std::move(flag));
+  }
   job.insert(job.end(), more.begin(), more.end());
   return job;
 }
