@@ -68,6 +68,7 @@ class WorkerSession::Impl {
   ~Impl() {
     // Nothing of this session's may be in flight once its client and buffers go.
     if (forward_pulls_ != nullptr) (void)forward_pulls_->Settle();
+    SettleAhead(false);
     DropStream();
   }
 
@@ -223,6 +224,7 @@ class WorkerSession::Impl {
     stream_.reset();
     std::fill(handed_.begin(), handed_.end(), false);
     tables_.EndStep(pushed.ok());
+    SettleAhead(pushed.ok());  // the next batch's rows, pulled beside the compute and this push
     if (!pushed.ok()) {
       (void)SettlePulls();  // the values are pulled again after a recovery
       return RecoverAndPull(pushed.status());
@@ -392,6 +394,7 @@ class WorkerSession::Impl {
     if (state_.closed()) return absl::FailedPreconditionError("the worker session is already closed");
     // A failed last pull is of no matter here: the chief pulls the final values again.
     (void)SettlePulls();
+    SettleAhead(false);
     DropStream();
     state_.MoveTo(SessionState::kClosed);
     const double train_seconds = progress_->ElapsedSeconds();
@@ -467,6 +470,7 @@ class WorkerSession::Impl {
   void Abort(const absl::Status& reason) {
     if (!state_.opened() || state_.ended()) return;
     (void)SettlePulls();
+    SettleAhead(false);
     DropStream();
     state_.MoveTo(SessionState::kEnded);
     // The chief giving up ends the job: the ps tasks exit non-zero with its reason rather than
@@ -495,6 +499,7 @@ class WorkerSession::Impl {
       if (auto s = Recover(pulled); !s.ok()) return s;
       with_dense = true;
     }
+    SettleAhead(true);
     ps::TableStep step;
     tables_.StartLookup(ids, &step);
     if (step.pulls.empty() && !with_dense) return absl::OkStatus();
@@ -519,8 +524,13 @@ class WorkerSession::Impl {
       return absl::FailedPreconditionError("Prefetch needs an open worker session (after Open(), before Close())");
     }
     if (auto s = tables_.CheckCount("Prefetch", next_ids.size()); !s.ok()) return s;
-    if (unique != nullptr) return tables_.Prefetch(next_ids, unique);
-    tables_.Prefetch(next_ids);
+    SettleAhead(false);  // a second Prefetch before the step: the first one's rows are dropped
+    if (unique != nullptr) {
+      if (auto s = tables_.Prefetch(next_ids, unique); !s.ok()) return s;
+    } else {
+      tables_.Prefetch(next_ids);
+    }
+    if (PullsAhead()) StartAhead();
     return absl::OkStatus();
   }
 
@@ -615,6 +625,34 @@ class WorkerSession::Impl {
     return grads;
   }
 
+  // Async (--overlap other than none; never in sync or hybrid mode): the next batch's rows given
+  // to Prefetch are pulled at once in a call of their own, beside the caller's compute and this
+  // step's push, instead of riding on the push's answer (docs/sync-async.md#overlap): rows both
+  // batches share then miss this worker's update of this step (one step stale, as async allows).
+  bool PullsAhead() const { return !config_.sync && options_.train.overlap != "none"; }
+  void StartAhead() {
+    ahead_call_ = tables_.AheadCall();
+    if (ahead_call_.pulls.empty()) {
+      tables_.EndAhead(true);
+      return;
+    }
+    auto ahead = std::make_shared<Ahead>();
+    ahead_ = ahead;
+    static const std::vector<std::pair<std::string, Tensor*>> kNoDense;
+    client_->PullAsync(kNoDense, ahead_call_, [ahead](absl::StatusOr<int64_t> r) {
+      ahead->status = r.status();
+      ahead->done.Notify();
+    });
+  }
+  // The pull ahead, waited for (at once when none runs): its rows are used when it succeeded and
+  // `ok` (a failed one is no error: the next Lookup pulls the rows itself and meets the failure).
+  void SettleAhead(bool ok) {
+    if (ahead_ == nullptr) return;
+    ahead_->done.WaitForNotification();
+    tables_.EndAhead(ok && ahead_->status.ok());
+    ahead_.reset();
+  }
+
   // The pull in forward order still running, waited for; its failure (OK when none).
   absl::Status SettlePulls() { return forward_pulls_ != nullptr ? forward_pulls_->Settle() : absl::OkStatus(); }
   // This step's early parts, waited for and forgotten (a step that is not pushed after all: sync
@@ -677,6 +715,13 @@ class WorkerSession::Impl {
   int64_t ready_bytes_ = 0;
   std::vector<bool> handed_;
   std::unique_ptr<ForwardPulls> forward_pulls_;
+  // The prefetch's pull ahead in flight (async; PullsAhead), or null.
+  struct Ahead {
+    absl::Notification done;
+    absl::Status status;  // written before done
+  };
+  std::shared_ptr<Ahead> ahead_;
+  ps::TableStep ahead_call_;
 };
 
 // ---------------------------------------------------------------------------------------------

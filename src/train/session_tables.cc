@@ -103,7 +103,7 @@ ps::TableStep SessionTables::StepCall() {
     TableBatch& b = batches_[t];
     if (!b.grads.empty() && !b.ids.empty()) step.pushes.push_back({tables_[t].name, &b.ids, nullptr, &b.grads});
     Prefetched& p = prefetched_[t];
-    if (p.asked && !p.ids.empty()) step.pulls.push_back({tables_[t].name, &p.ids, &p.rows, nullptr});
+    if (p.asked && !p.ahead && !p.ids.empty()) step.pulls.push_back({tables_[t].name, &p.ids, &p.rows, nullptr});
   }
   return step;
 }
@@ -111,8 +111,29 @@ ps::TableStep SessionTables::StepCall() {
 void SessionTables::EndStep(bool call_ok) {
   for (size_t t = 0; t < tables_.size(); ++t) {
     batches_[t].grads = Tensor();
-    prefetched_[t].valid = call_ok && prefetched_[t].asked;
-    prefetched_[t].asked = false;
+    Prefetched& p = prefetched_[t];
+    if (p.ahead) continue;  // its own call's answer decides (EndAhead)
+    p.valid = call_ok && p.asked;
+    p.asked = false;
+  }
+}
+
+ps::TableStep SessionTables::AheadCall() {
+  ps::TableStep step;
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    Prefetched& p = prefetched_[t];
+    if (!p.asked || p.ahead) continue;
+    p.ahead = true;
+    if (!p.ids.empty()) step.pulls.push_back({tables_[t].name, &p.ids, &p.rows, nullptr});
+  }
+  return step;
+}
+
+void SessionTables::EndAhead(bool ok) {
+  for (Prefetched& p : prefetched_) {
+    if (!p.ahead) continue;
+    p.valid = ok;
+    p.ahead = p.asked = false;
   }
 }
 

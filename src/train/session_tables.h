@@ -45,23 +45,30 @@ class SessionTables {
   // ids and index do not give back its ids in order of first appearance.
   absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids, std::vector<UniqueIds>* unique);
   // Step: the tables' part of the step's call — each table's gradients (when the caller wrote
-  // some) and the prefetch asked for.
+  // some) and the prefetch asked for (unless it is pulled ahead).
   ps::TableStep StepCall();
   // After the step's call: the gradients are consumed whatever the outcome; the prefetched rows
-  // are valid only when the call succeeded.
+  // (not pulled ahead) are valid only when the call succeeded.
   void EndStep(bool call_ok);
+  // Async pull ahead (docs/sync-async.md#overlap): the prefetch asked for, as a call of its own
+  // sent now instead of riding on the next Step (the tables in it are marked pulled ahead; an
+  // empty call when nothing was asked or every asked table has no ids). Until EndAhead the caller
+  // must not touch the tables (the answer writes their prefetched rows).
+  ps::TableStep AheadCall();
+  // The pull ahead answered: its rows are valid when `ok`.
+  void EndAhead(bool ok);
 
   // Table `t` (declaration order) of the current batch; CHECKs t.
   TableBatch& batch(int t);
 
  private:
   // A table's next batch: the ids given to Prefetch (`raw`, as given; `ids` and `index`, their
-  // deduplication; `asked`: ride on the next Step), and the rows that came back with its answer
-  // (`valid`).
+  // deduplication; `asked`: ride on the next Step, or `ahead`: pulled in a call of its own), and
+  // the rows that came back with its answer (`valid`).
   struct Prefetched {
     std::vector<int64_t> raw, ids, index;
     Tensor rows;
-    bool asked = false, valid = false;
+    bool asked = false, ahead = false, valid = false;
   };
 
   // OK when `unique` is `raw` deduplicated (DedupIds' order of first appearance), else why not.

@@ -48,7 +48,11 @@
 //            ride on Step's push and their rows come back with its answer (one round trip per
 //            step); the next Lookup with the same ids uses them (other ids: Lookup pulls them
 //            instead). Called before this step's Lookup, it would drop the rows the last Step
-//            prefetched for it.
+//            prefetched for it. Async mode with --overlap other than none: the rows are pulled
+//            at once instead, in a call of their own beside the caller's compute and Step's push
+//            (the pull of step k + 1 overlapping the push of step k), so rows both batches share
+//            miss this worker's update of this step (one step stale, as async allows; never in
+//            sync or hybrid mode, where they ride on the push as said).
 //   Step()   pushes the dense gradients and each table's (ids, grads) in the same call per ps
 //            (PushAndPull), the dense values and the prefetched rows coming back with its answer;
 //            the tables' rules run on the ps (--sparse_optimizer; sync: summed over the step's
