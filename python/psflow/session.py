@@ -183,6 +183,7 @@ class WorkerSession:
         self._tables = tables._Tables(self._session, self._table_modules) if self._table_modules else None
         if self._tables is not None:
             self._tables.after_lookup = self._early_prefetch
+        self._table_index = None  # _ids_list's {table name or id(module): position}, made once
         self._next_ids = None
         self._next_ids_from = None  # batches() without ids: the next batch's ids, known after the forward
         self._next_ids_early = False  # _next_ids_from may be called before this step's forwards end
@@ -418,10 +419,12 @@ class WorkerSession:
             raise _psflow.FailedPreconditionError(f"{what}: the model has no psflow.torch tables")
         if not self._opened:
             raise _psflow.FailedPreconditionError(f"{what} before the worker session is open")
-        index = {}
-        for t, (n, m) in enumerate(self._table_modules):
-            index[n] = t
-            index[id(m)] = t
+        index = self._table_index
+        if index is None:  # once: a table's name or module -> its position
+            index = self._table_index = {}
+            for t, (n, m) in enumerate(self._table_modules):
+                index[n] = t
+                index[id(m)] = t
         out = [None] * len(self._table_modules)
         for key, ids in ids_by_table.items():
             t = index.get(key if isinstance(key, str) else id(key))
@@ -431,10 +434,13 @@ class WorkerSession:
             m = self._table_modules[t][1]
             if not isinstance(ids, torch.Tensor):
                 ids = torch.as_tensor(ids)
-            if ids.dtype not in (torch.int64, torch.int32):
+            if ids.dtype is torch.int64 and ids.dim() == 1 and ids.is_contiguous():
+                flat = ids  # (the usual case, e.g. a learnt column: no reshape, cast or copy to ask for)
+            elif ids.dtype not in (torch.int64, torch.int32):
                 raise _psflow.InvalidArgumentError(
                     f"table '{self._table_modules[t][0]}': ids are {ids.dtype}; pass an int64 (or int32) tensor of ids")
-            flat = ids.reshape(-1).to(torch.int64).contiguous()
+            else:
+                flat = ids.reshape(-1).to(torch.int64).contiguous()
             if m.padding_idx is not None:
                 flat = flat[flat != m.padding_idx]
             out[t] = flat.numpy()
