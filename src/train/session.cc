@@ -208,6 +208,7 @@ class WorkerSession::Impl {
     static const std::vector<std::pair<std::string, Tensor*>> kNoDense;
     const auto& out = forward_order ? kNoDense : pull_into_;
     std::vector<ps::Gradient> grads = Gradients();
+    tables_.WaitAhead();  // the rows pulled ahead come before this push (deterministic staleness)
     absl::Notification pushed_done;
     absl::StatusOr<ps::PushResult> pushed;
     auto on_pushed = [&](absl::StatusOr<ps::PushResult> r) {
@@ -224,7 +225,7 @@ class WorkerSession::Impl {
     stream_.reset();
     std::fill(handed_.begin(), handed_.end(), false);
     tables_.EndStep(pushed.ok());
-    SettleAhead(pushed.ok());  // the next batch's rows, pulled beside the compute and this push
+    SettleAhead(pushed.ok());  // the next batch's rows pulled ahead: used unless the push failed
     if (!pushed.ok()) {
       (void)SettlePulls();  // the values are pulled again after a recovery
       return RecoverAndPull(pushed.status());
@@ -519,7 +520,8 @@ class WorkerSession::Impl {
   }
 
   // Both forms of Prefetch: `unique` (may be null) is the caller's deduplication of next_ids.
-  absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids, std::vector<UniqueIds>* unique) {
+  absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids, std::vector<UniqueIds>* unique,
+                        bool ahead) {
     if (!state_.is_open()) {
       return absl::FailedPreconditionError("Prefetch needs an open worker session (after Open(), before Close())");
     }
@@ -530,7 +532,7 @@ class WorkerSession::Impl {
     } else {
       tables_.Prefetch(next_ids);
     }
-    if (PullsAhead()) StartAhead();
+    if (ahead && PullsAhead()) tables_.StartAhead(*client_);
     return absl::OkStatus();
   }
 
@@ -626,32 +628,14 @@ class WorkerSession::Impl {
   }
 
   // Async (--overlap other than none; never in sync or hybrid mode): the next batch's rows given
-  // to Prefetch are pulled at once in a call of their own, beside the caller's compute and this
-  // step's push, instead of riding on the push's answer (docs/sync-async.md#overlap): rows both
-  // batches share then miss this worker's update of this step (one step stale, as async allows).
+  // to PrefetchAhead are pulled at once in a call of their own, beside the caller's compute,
+  // instead of riding on the push's answer (docs/sync-async.md#overlap); Step waits for them
+  // before its push, so they miss this worker's update of the step: one step stale, as async
+  // allows, and the same every run.
   bool PullsAhead() const { return !config_.sync && options_.train.overlap != "none"; }
-  void StartAhead() {
-    ahead_call_ = tables_.AheadCall();
-    if (ahead_call_.pulls.empty()) {
-      tables_.EndAhead(true);
-      return;
-    }
-    auto ahead = std::make_shared<Ahead>();
-    ahead_ = ahead;
-    static const std::vector<std::pair<std::string, Tensor*>> kNoDense;
-    client_->PullAsync(kNoDense, ahead_call_, [ahead](absl::StatusOr<int64_t> r) {
-      ahead->status = r.status();
-      ahead->done.Notify();
-    });
-  }
   // The pull ahead, waited for (at once when none runs): its rows are used when it succeeded and
   // `ok` (a failed one is no error: the next Lookup pulls the rows itself and meets the failure).
-  void SettleAhead(bool ok) {
-    if (ahead_ == nullptr) return;
-    ahead_->done.WaitForNotification();
-    tables_.EndAhead(ok && ahead_->status.ok());
-    ahead_.reset();
-  }
+  void SettleAhead(bool ok) { tables_.SettleAhead(ok); }
 
   // The pull in forward order still running, waited for; its failure (OK when none).
   absl::Status SettlePulls() { return forward_pulls_ != nullptr ? forward_pulls_->Settle() : absl::OkStatus(); }
@@ -715,13 +699,6 @@ class WorkerSession::Impl {
   int64_t ready_bytes_ = 0;
   std::vector<bool> handed_;
   std::unique_ptr<ForwardPulls> forward_pulls_;
-  // The prefetch's pull ahead in flight (async; PullsAhead), or null.
-  struct Ahead {
-    absl::Notification done;
-    absl::Status status;  // written before done
-  };
-  std::shared_ptr<Ahead> ahead_;
-  ps::TableStep ahead_call_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -809,11 +786,15 @@ absl::Status WorkerSession::AddClicks(absl::Span<const float> labels, absl::Span
 }
 absl::Status WorkerSession::Lookup(const std::vector<absl::Span<const int64_t>>& ids) { return impl_->Lookup(ids); }
 absl::Status WorkerSession::Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids) {
-  return impl_->Prefetch(next_ids, nullptr);
+  return impl_->Prefetch(next_ids, nullptr, false);
 }
 absl::Status WorkerSession::Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids,
                                      std::vector<UniqueIds>* unique) {
-  return impl_->Prefetch(next_ids, unique);
+  return impl_->Prefetch(next_ids, unique, false);
+}
+absl::Status WorkerSession::PrefetchAhead(const std::vector<absl::Span<const int64_t>>& next_ids,
+                                          std::vector<UniqueIds>* unique) {
+  return impl_->Prefetch(next_ids, unique, true);
 }
 TableBatch& WorkerSession::table_batch(int t) { return impl_->table_batch(t); }
 int WorkerSession::num_tables() const { return impl_->num_tables(); }

@@ -1,10 +1,10 @@
-// The next batch's rows pulled ahead (psflow/train/session.h Prefetch; docs/sync-async.md#overlap),
-// against a real ps server over gRPC on loopback, one worker: in async mode (--overlap other than
-// none) Prefetch pulls the rows at once, in a call of its own — the ps counts the rows pulled
-// before Step was even called, and the rows the next Lookup takes miss this step's own update (one
-// step stale) — while in sync mode and with --overlap=none nothing is pulled before the step's
-// push, and the prefetched rows come back with the push's answer, updated. No timing: the order
-// is read from the ps's counters and from the values.
+// The next batch's rows pulled ahead (psflow/train/session.h PrefetchAhead;
+// docs/sync-async.md#overlap), against a real ps server over gRPC on loopback, one worker: in async
+// mode (--overlap other than none) PrefetchAhead pulls the rows at once, in a call of its own — the
+// ps counts the rows pulled before Step was even called, and the rows the next Lookup takes miss
+// this step's own update (one step stale) — while in sync mode, with --overlap=none, and with a
+// plain Prefetch nothing is pulled before the step's push, and the prefetched rows come back with
+// the push's answer, updated. No timing: the order is read from the ps's counters and the values.
 #include <thread>
 #include <vector>
 
@@ -85,13 +85,13 @@ const std::vector<int64_t> kIds = {3, 7, 3};  // unique: 3, 7
 // One step on kIds with the next batch (kIds again) prefetched; returns the rows looked up before
 // the step, and fills `pulled_at_prefetch` (rows the ps counted right after Prefetch returned or,
 // when `wait_for_ahead`, once the pull ahead was served) and `pulled_after_step`.
-std::vector<float> StepWithPrefetch(Job& job, bool wait_for_ahead, int64_t* pulled_at_prefetch,
+std::vector<float> StepWithPrefetch(Job& job, bool ahead, bool wait_for_ahead, int64_t* pulled_at_prefetch,
                                     int64_t* pulled_after_step) {
   EXPECT_TRUE(job.session->Lookup({kIds}).ok());
   const std::vector<float> before = job.Rows();
   const int64_t pulled = RowsPulled(*job.cluster);
   job.session->table_batch(0).grads = Tensor(Shape{2, kDim}, 1.0f);
-  EXPECT_TRUE(job.session->Prefetch({kIds}).ok());
+  EXPECT_TRUE((ahead ? job.session->PrefetchAhead({kIds}) : job.session->Prefetch({kIds})).ok());
   if (wait_for_ahead) {
     EXPECT_TRUE(WaitForRowsPulled(*job.cluster, pulled + 2)) << "the rows were never pulled ahead";
   }
@@ -105,7 +105,8 @@ TEST(SessionPullAheadTest, AsyncPullsTheNextRowsBeforeTheStepsPushOneStepStale) 
   Job job(/*sync=*/false, "auto");
   ASSERT_NE(job.session, nullptr);
   int64_t at_prefetch = 0, after_step = 0;
-  const std::vector<float> before = StepWithPrefetch(job, /*wait_for_ahead=*/true, &at_prefetch, &after_step);
+  const std::vector<float> before =
+      StepWithPrefetch(job, /*ahead=*/true, /*wait_for_ahead=*/true, &at_prefetch, &after_step);
   // Served before Step was called, so before the push was sent.
   EXPECT_EQ(at_prefetch, 2);
   EXPECT_EQ(after_step, 2);  // nothing more pulled by the step's push
@@ -123,15 +124,22 @@ TEST(SessionPullAheadTest, AsyncPullsTheNextRowsBeforeTheStepsPushOneStepStale) 
   EXPECT_TRUE(job.session->Close().ok());
 }
 
-// Sync (and async with --overlap=none): nothing leaves before the step's push; the prefetch rides
-// on it and its rows come back updated by the step.
-TEST(SessionPullAheadTest, SyncAndOverlapNoneKeepThePrefetchOnThePush) {
-  for (const auto& [sync, overlap] : {std::pair{true, "auto"}, std::pair{true, "push"}, std::pair{false, "none"}}) {
-    SCOPED_TRACE(absl::StrCat(sync ? "sync" : "async", " --overlap=", overlap));
-    Job job(sync, overlap);
+// Sync, async with --overlap=none, and a plain Prefetch: nothing leaves before the step's push;
+// the prefetch rides on it and its rows come back updated by the step.
+TEST(SessionPullAheadTest, SyncOverlapNoneAndPrefetchKeepThePrefetchOnThePush) {
+  struct Case {
+    bool sync;
+    const char* overlap;
+    bool ahead;
+  };
+  for (const Case& c : {Case{true, "auto", true}, Case{true, "push", true}, Case{false, "none", true},
+                        Case{false, "auto", false}}) {
+    SCOPED_TRACE(absl::StrCat(c.sync ? "sync" : "async", " --overlap=", c.overlap, c.ahead ? " PrefetchAhead" : ""));
+    Job job(c.sync, c.overlap);
     ASSERT_NE(job.session, nullptr);
     int64_t at_prefetch = 0, after_step = 0;
-    const std::vector<float> before = StepWithPrefetch(job, /*wait_for_ahead=*/false, &at_prefetch, &after_step);
+    const std::vector<float> before =
+        StepWithPrefetch(job, c.ahead, /*wait_for_ahead=*/false, &at_prefetch, &after_step);
     EXPECT_EQ(at_prefetch, 0);  // Prefetch sent nothing
     EXPECT_EQ(after_step, 2);   // the push's answer brought them
     const int64_t pulled = RowsPulled(*job.cluster);

@@ -137,6 +137,29 @@ void SessionTables::EndAhead(bool ok) {
   }
 }
 
+void SessionTables::StartAhead(ps::PsClient& client) {
+  const ps::TableStep call = AheadCall();
+  if (call.pulls.empty()) return EndAhead(true);
+  auto ahead = std::make_shared<Ahead>();
+  ahead_ = ahead;
+  static const std::vector<std::pair<std::string, Tensor*>> kNoDense;
+  client.PullAsync(kNoDense, call, [ahead](absl::StatusOr<int64_t> r) {
+    ahead->status = r.status();
+    ahead->done.Notify();
+  });
+}
+
+void SessionTables::WaitAhead() {
+  if (ahead_ != nullptr) ahead_->done.WaitForNotification();
+}
+
+void SessionTables::SettleAhead(bool ok) {
+  if (ahead_ == nullptr) return;
+  ahead_->done.WaitForNotification();
+  EndAhead(ok && ahead_->status.ok());
+  ahead_.reset();
+}
+
 TableBatch& SessionTables::batch(int t) {
   CHECK(t >= 0 && t < static_cast<int>(batches_.size())) << "table_batch(" << t << ") of " << batches_.size();
   return batches_[t];
