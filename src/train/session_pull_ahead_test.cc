@@ -132,8 +132,8 @@ TEST(SessionPullAheadTest, SyncOverlapNoneAndPrefetchKeepThePrefetchOnThePush) {
     const char* overlap;
     bool ahead;
   };
-  for (const Case& c : {Case{true, "auto", true}, Case{true, "push", true}, Case{false, "none", true},
-                        Case{false, "auto", false}}) {
+  for (const Case& c :
+       {Case{true, "auto", true}, Case{true, "push", true}, Case{false, "none", true}, Case{false, "auto", false}}) {
     SCOPED_TRACE(absl::StrCat(c.sync ? "sync" : "async", " --overlap=", c.overlap, c.ahead ? " PrefetchAhead" : ""));
     Job job(c.sync, c.overlap);
     ASSERT_NE(job.session, nullptr);
