@@ -23,8 +23,7 @@ TEST(AnyNonFiniteTest, FindsEveryNonFiniteAtEveryPositionAndAlignment) {
   float signalling_nan;
   std::memcpy(&signalling_nan, &signalling_nan_bits, 4);
   const float bad[] = {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
-                       signalling_nan, std::numeric_limits<float>::infinity(),
-                       -std::numeric_limits<float>::infinity()};
+                       signalling_nan, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
   for (int shift = 0; shift < 4; ++shift) {
     for (int64_t n = 0; n <= 70; ++n) {
       std::vector<char> bytes = Floats(n, shift, 1.5f);
@@ -44,9 +43,12 @@ TEST(AnyNonFiniteTest, FindsEveryNonFiniteAtEveryPositionAndAlignment) {
 }
 
 TEST(AnyNonFiniteTest, ExtremeFiniteValuesAreFinite) {
-  const float values[] = {std::numeric_limits<float>::max(),        -std::numeric_limits<float>::max(),
-                          std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::min(),
-                          0.0f,                                     -0.0f};
+  const float values[] = {std::numeric_limits<float>::max(),
+                          -std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::denorm_min(),
+                          -std::numeric_limits<float>::min(),
+                          0.0f,
+                          -0.0f};
   for (float v : values) {
     std::vector<char> bytes = Floats(1000, 1, v);
     EXPECT_FALSE(AnyNonFinite(bytes.data() + 1, 1000)) << v;
