@@ -85,6 +85,12 @@ rocksdb::WriteOptions NoLog() {
 // ---------------------------------------------------------------------------------------------
 // DiskTier
 
+struct DiskTier::WriteJob {
+  DiskRowStore* store;
+  rocksdb::WriteBatch batch;
+  std::vector<Entry*> entries;  // pinned by the job, writing = 1
+};
+
 absl::StatusOr<std::shared_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options,
                                                          const std::function<void(const std::string&)>& log) {
   const std::string& root = options.table_dir;
@@ -165,13 +171,93 @@ DiskTier::DiskTier(DiskTierOptions options, std::string dir, int lock_fd)
   // collide): ~2 a record of dim 64 with a slot.
   size_t counters = 4096;
   while (counters * 2 <= static_cast<size_t>(options_.cache_bytes) / 256) counters *= 2;
-  absl::MutexLock lock(&mu_);
-  sketch_.assign(counters, 0);
+  {
+    absl::MutexLock lock(&mu_);
+    sketch_.assign(counters, 0);
+  }
+  if (options_.write_behind) writer_ = std::thread([this] { WriterLoop(); });
 }
 
 DiskTier::~DiskTier() {
-  // Every store holds a shared_ptr to the tier: none is left here.
+  // Every store holds a shared_ptr to the tier: none is left here, and so no write-back.
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (writer_.joinable()) writer_.join();
   close(lock_fd_);  // releases the flock
+}
+
+void DiskTier::AwaitWrites() {
+  mu_.Await(absl::Condition(
+      +[](DiskTier* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) { return t->writes_open_ == 0; }, this));
+}
+
+absl::Status DiskTier::WaitForWrites() {
+  absl::MutexLock lock(&mu_);
+  AwaitWrites();
+  return write_error_;
+}
+
+void DiskTier::SubmitWriteBack(DiskRowStore* store, std::vector<Entry*>& dirty) {
+  store->tier_->mu_.AssertHeld();  // this tier's
+  auto job = std::make_unique<WriteJob>();
+  job->store = store;
+  std::sort(dirty.begin(), dirty.end(), [](const Entry* a, const Entry* b) { return a->id < b->id; });
+  std::string value;
+  for (Entry* e : dirty) {
+    store->AppendPut(e, &job->batch, &value);
+    ++e->pins;
+    e->writing = 1;
+    e->touched = 0;  // a hit while it is written keeps it
+    writing_bytes_ += store->entry_bytes();
+  }
+  job->entries = std::move(dirty);
+  ++writes_open_;
+  write_queue_.push_back(std::move(job));
+}
+
+void DiskTier::FinishWrite(WriteJob& job, const absl::Status& written) {
+  DiskRowStore* const store = job.store;
+  store->tier_->mu_.AssertHeld();
+  for (Entry* e : job.entries) {
+    --e->pins;
+    e->writing = 0;
+    writing_bytes_ -= store->entry_bytes();
+    RowMeta& meta = MetaOf(reinterpret_cast<float*>(e) + kHeaderFloats + kMetaFloats);
+    if (!written.ok()) {
+      meta.flags |= RowMeta::kDirty;  // still only here: kept, and the tier fails
+    } else if (e->pins == 0 && e->touched == 0 && (meta.flags & RowMeta::kDirty) == 0) {
+      store->DropEntry(e);
+    }
+  }
+  if (written.ok()) {
+    store->counters_.disk_rows_written += static_cast<int64_t>(job.entries.size());
+  } else if (write_error_.ok()) {
+    write_error_ = written;
+  }
+}
+
+void DiskTier::WriterLoop() {
+  for (;;) {
+    std::vector<std::unique_ptr<WriteJob>> jobs;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](DiskTier* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) { return t->stopping_ || !t->write_queue_.empty(); },
+          this));
+      if (write_queue_.empty()) return;  // stopping, nothing left
+      jobs.swap(write_queue_);
+    }
+    std::vector<absl::Status> written;
+    for (const auto& job : jobs) {
+      const rocksdb::Status s = job->store->db_->Write(NoLog(), &job->batch);
+      written.push_back(s.ok() ? absl::OkStatus() : job->store->Failed("writing rows back to disk", s.ToString()));
+    }
+    absl::MutexLock lock(&mu_);
+    for (size_t k = 0; k < jobs.size(); ++k) FinishWrite(*jobs[k], written[k]);
+    writes_open_ -= static_cast<int64_t>(jobs.size());
+  }
 }
 
 int64_t DiskTier::cache_bytes_used() const {
@@ -248,6 +334,10 @@ absl::StatusOr<std::unique_ptr<DiskRowStore>> DiskTier::OpenTable(const std::str
   t.cache_index_and_filter_blocks = true;
   t.cache_index_and_filter_blocks_with_high_priority = true;
   t.pin_top_level_index_and_filter = true;
+  // The partitions of flushed (L0) files are pinned while the file lives: a miss checks every L0
+  // file's filter, and a few small files' partitions cost little memory (the last level's, ∝ rows,
+  // stay in the block cache).
+  t.metadata_cache_options.partition_pinning = rocksdb::PinningTier::kFlushedAndSimilar;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   rocksdb::DB* db = nullptr;
   const rocksdb::Status s = rocksdb::DB::Open(o, path, &db);
@@ -347,7 +437,7 @@ void DiskTier::AdmitFromWindow(int64_t budget) {
       c->in_window = 0;
       c->touched = 0;
       window_bytes_ -= c->owner->entry_bytes();
-      if (bytes_ <= budget || victim == nullptr || Misses(c->owner, c->id) > victim_misses) {
+      if (bytes_ - writing_bytes_ <= budget || victim == nullptr || Misses(c->owner, c->id) > victim_misses) {
         PushFront(c);
       } else {
         PushBack(c);  // missed no more often than what would leave: leaves first
@@ -358,15 +448,22 @@ void DiskTier::AdmitFromWindow(int64_t budget) {
 }
 
 absl::Status DiskTier::EvictToBudget() {
-  const int64_t budget = RecordBudget();
+  if (!write_error_.ok()) return write_error_;
+  int64_t budget = RecordBudget();
+  if (writes_open_ > 0 && bytes_ - writing_bytes_ > budget) {
+    AwaitWrites();  // one round of write-backs under way at a time
+    if (!write_error_.ok()) return write_error_;
+    budget = RecordBudget();
+  }
   AdmitFromWindow(budget);
-  if (bytes_ <= budget) return absl::OkStatus();
+  // Records being written back are leaving already.
+  if (bytes_ - writing_bytes_ <= budget) return absl::OkStatus();
   // The least recently used unpinned records, until what stays fits.
   // From the back: a record used since it was put at the front gets a second chance (to the
   // front, unmarked; the walk meets it again last); an unmarked unpinned one leaves. Then the
   // window's oldest unpinned records, if the CLOCK part had too few.
   absl::flat_hash_map<DiskRowStore*, std::vector<Entry*>> leaving;
-  int64_t after = bytes_;
+  int64_t after = bytes_ - writing_bytes_;
   for (Entry* e = clock_.tail; e != nullptr && after > budget;) {
     Entry* const prev = e->prev;
     if (e->pins == 0) {
@@ -391,8 +488,21 @@ absl::Status DiskTier::EvictToBudget() {
   }
   for (auto& [store, entries] : leaving) {
     store->tier_->mu_.AssertHeld();  // this tier's mu_ (held): tells the analysis store->tier_ is this
-    if (absl::Status s = store->WriteBack(entries); !s.ok()) return s;  // kept in memory: nothing lost
-    for (Entry* e : entries) store->DropEntry(e);
+    if (!options_.write_behind) {
+      if (absl::Status s = store->WriteBack(entries); !s.ok()) return s;  // kept in memory: nothing lost
+      for (Entry* e : entries) store->DropEntry(e);
+      continue;
+    }
+    // Clean records leave now; dirty ones once the writer has written them.
+    std::vector<Entry*> dirty;
+    for (Entry* e : entries) {
+      if ((MetaOf(reinterpret_cast<float*>(e) + kHeaderFloats + kMetaFloats).flags & RowMeta::kDirty) != 0) {
+        dirty.push_back(e);
+      } else {
+        store->DropEntry(e);
+      }
+    }
+    if (!dirty.empty()) SubmitWriteBack(store, dirty);
   }
   return absl::OkStatus();
 }
@@ -418,6 +528,7 @@ DiskRowStore::~DiskRowStore() {
     // This table's records leave the tier's list (a walk of the list: no copy of millions of
     // pointers at the end of a job, when the task's memory peaks).
     absl::MutexLock lock(&tier_->mu_);
+    tier_->AwaitWrites();  // none of the writer's jobs holds this table's records after it
     for (DiskTier::List* l : {&tier_->clock_, &tier_->window_}) {
       for (DiskTier::Entry* e = l->head; e != nullptr;) {
         DiskTier::Entry* const next = e->next;
@@ -454,6 +565,7 @@ float* DiskRowStore::NewEntry(int64_t id) {
   e->pins = 0;
   e->touched = 0;
   e->in_window = 1;
+  e->writing = 0;
   tier_->PushFront(e);
   tier_->window_bytes_ += bytes;
   tier_->bytes_ += bytes;
@@ -472,29 +584,40 @@ void DiskRowStore::DropEntry(DiskTier::Entry* e) {
   tier_->pool_.Free(e);
 }
 
-absl::Status DiskRowStore::WriteBack(const std::vector<DiskTier::Entry*>& entries) {
-  rocksdb::WriteBatch batch;
-  std::vector<RowMeta*> written;
+void DiskRowStore::AppendPut(DiskTier::Entry* e, rocksdb::WriteBatch* batch, std::string* value) const {
   const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);
-  std::string value(value_bytes, '\0');
+  value->resize(value_bytes);
+  auto* record = reinterpret_cast<float*>(e) + DiskTier::kHeaderFloats + kMetaFloats;
+  RowMeta& meta = MetaOf(record);
+  meta.flags &= ~RowMeta::kDirty;
+  std::memcpy(value->data(), &meta, sizeof(RowMeta));
+  std::memcpy(value->data() + sizeof(RowMeta), record, value_bytes - sizeof(RowMeta));
   char key[kKeyBytes];
+  KeyOf(e->id, key);
+  batch->Put(rocksdb::Slice(key, kKeyBytes), *value);
+}
+
+absl::Status DiskRowStore::WriteBack(std::vector<DiskTier::Entry*>& entries) {
+  // Keys in order: the memtable's skip list inserts a sorted run from where the last key went.
+  std::vector<DiskTier::Entry*> dirty;
   for (DiskTier::Entry* e : entries) {
-    auto* record = reinterpret_cast<float*>(e) + DiskTier::kHeaderFloats + kMetaFloats;
-    RowMeta& meta = MetaOf(record);
-    if ((meta.flags & RowMeta::kDirty) == 0) continue;
-    RowMeta stored = meta;
-    stored.flags &= ~RowMeta::kDirty;
-    std::memcpy(value.data(), &stored, sizeof(RowMeta));
-    std::memcpy(value.data() + sizeof(RowMeta), record, value_bytes - sizeof(RowMeta));
-    KeyOf(e->id, key);
-    batch.Put(rocksdb::Slice(key, kKeyBytes), value);
-    written.push_back(&meta);
+    if ((MetaOf(reinterpret_cast<float*>(e) + DiskTier::kHeaderFloats + kMetaFloats).flags & RowMeta::kDirty) != 0) {
+      dirty.push_back(e);
+    }
   }
-  if (written.empty()) return absl::OkStatus();
+  if (dirty.empty()) return absl::OkStatus();
+  std::sort(dirty.begin(), dirty.end(), [](const DiskTier::Entry* a, const DiskTier::Entry* b) { return a->id < b->id; });
+  rocksdb::WriteBatch batch;
+  std::string value;
+  for (DiskTier::Entry* e : dirty) AppendPut(e, &batch, &value);
   const rocksdb::Status s = db_->Write(NoLog(), &batch);
-  if (!s.ok()) return Failed("writing rows back to disk", s.ToString());
-  for (RowMeta* meta : written) meta->flags &= ~RowMeta::kDirty;
-  counters_.disk_rows_written += static_cast<int64_t>(written.size());
+  if (!s.ok()) {
+    for (DiskTier::Entry* e : dirty) {  // still only here
+      MetaOf(reinterpret_cast<float*>(e) + DiskTier::kHeaderFloats + kMetaFloats).flags |= RowMeta::kDirty;
+    }
+    return Failed("writing rows back to disk", s.ToString());
+  }
+  counters_.disk_rows_written += static_cast<int64_t>(dirty.size());
   return absl::OkStatus();
 }
 
@@ -503,6 +626,7 @@ absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records
   std::vector<size_t> missed;
   {
     absl::MutexLock lock(&tier_->mu_);
+    if (!tier_->write_error_.ok()) return tier_->write_error_;
     const int64_t need = static_cast<int64_t>(n) * entry_bytes();
     if (need > tier_->options_.cache_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -618,6 +742,8 @@ absl::Status DiskRowStore::Release(float* const* records, size_t n) {
 
 absl::Status DiskRowStore::Erase(const std::vector<int64_t>& ids) {
   absl::MutexLock lock(&tier_->mu_);
+  tier_->AwaitWrites();  // a Put under way must not land after the Delete
+  if (!tier_->write_error_.ok()) return tier_->write_error_;
   rocksdb::WriteBatch batch;
   char key[kKeyBytes];
   for (int64_t id : ids) {
@@ -650,6 +776,8 @@ absl::Status DiskRowStore::ForEachAge(absl::FunctionRef<void(int64_t, int64_t)> 
 
 absl::Status DiskRowStore::Flush() {
   absl::MutexLock lock(&tier_->mu_);
+  tier_->AwaitWrites();  // every row on disk or dirty in the cache after it
+  if (!tier_->write_error_.ok()) return tier_->write_error_;
   std::vector<DiskTier::Entry*> mine;
   index_.ForEach([&](int64_t, float* record) { mine.push_back(DiskTier::EntryOf(record)); });
   return WriteBack(mine);

@@ -30,9 +30,13 @@
 //               A batch's misses are read in key order, a few MultiGets side by
 //               side (read_pool.h); records held by
 //               a batch are pinned; after a batch records leave until the cache is within its
-//               bytes, dirty ones written back in one WriteBatch per table. Held records may take the
-//               cache over its bytes while they are held (concurrent batches of several tables). The
-//               policy never changes arithmetic: a record leaves and comes back bit for bit.
+//               bytes, dirty ones written back in one WriteBatch per table, keys in order. The write
+//               is behind the caller (write_behind): the tier's writer thread runs it while the
+//               caller answers its pull, the records staying cached, pinned, until it is done (a hit
+//               meanwhile keeps its record); then they leave. One round of write-backs is open at a
+//               time: the next eviction waits for it. Held records may take the cache over its
+//               bytes while they are held (concurrent batches of several tables). The policy never
+//               changes arithmetic: a record leaves and comes back bit for bit.
 // Refused in one line: a missing --table_dir or one not writable, a directory held by a running
 // task, a cache smaller than one batch's rows (ResourceExhausted, naming the table, the ps and the
 // sizes), a disk read or write failure (a full disk: ResourceExhausted; others: Internal; naming
@@ -40,7 +44,9 @@
 //
 // Thread-safe: the tier's mutex guards the cache and every store's index. Calls of one tier
 // serialize except for the reads of misses, made without it (the caller's table keeps its own rows
-// still meanwhile: a shard's lock is held around Acquire and Release); write-backs hold it.
+// still meanwhile: a shard's lock is held around Acquire and Release), and for the writer's
+// RocksDB writes (the records it writes stay cached and pinned meanwhile; a write-back in the
+// caller's thread, write_behind off, holds the lock).
 #ifndef PSFLOW_PS_SERVER_TABLE_DISK_STORE_H_
 #define PSFLOW_PS_SERVER_TABLE_DISK_STORE_H_
 
@@ -48,6 +54,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -60,6 +67,7 @@
 namespace rocksdb {
 class DB;
 class Cache;
+class WriteBatch;
 class WriteBufferManager;
 }  // namespace rocksdb
 
@@ -78,6 +86,9 @@ struct DiskTierOptions {
   // Threads beside the caller that read a batch's misses side by side (read_pool.h): a batch with
   // m misses reads min(m / 16, read_threads + 1) parts at once. 0: one MultiGet in the caller.
   int read_threads = 3;
+  // Dirty records leaving the cache are written back by the tier's writer thread, behind the call
+  // that evicted them (false: in that call). The arithmetic is the same either way.
+  bool write_behind = true;
 };
 
 // One ps task's disk tier. Made by Open, shared (std::shared_ptr) by the task's disk stores.
@@ -103,18 +114,23 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   // Every table's dirty records written back and its database flushed and compacted whole, waiting
   // for it (a bench's step after a fill, so its timings do not include RocksDB's compactions).
   absl::Status CompactAll();
+  // Waits until the write-backs under way are done: their records have left the cache (unless used
+  // meanwhile). The first failed write-back's error, if any.
+  absl::Status WaitForWrites() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   friend class DiskRowStore;
+  struct WriteJob;  // one table's dirty records leaving, written by writer_
   // A record in the cache: this header, then RowMeta, then the floats.
   struct Entry {
     Entry* prev;
     Entry* next;  // towards the least recently used
     DiskRowStore* owner;
     int64_t id;
-    uint32_t pins;       // batches holding the record
-    uint16_t touched;    // used since it was put at the front (second chance)
-    uint16_t in_window;  // in the window list, not the CLOCK part's
+    uint32_t pins;      // batches holding the record (a write-back under way counts one)
+    uint16_t touched;   // used since it was put at the front (second chance)
+    uint8_t in_window;  // in the window list, not the CLOCK part's
+    uint8_t writing;    // leaving: its write-back is under way
   };
   struct List {
     Entry* head = nullptr;  // most recently put
@@ -142,6 +158,15 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   // are written back, one WriteBatch per table.
   absl::Status EvictToBudget() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(DiskRowStore* store) ABSL_LOCKS_EXCLUDED(mu_);
+  // Hands `dirty` (a table's records leaving, each dirty) to the writer: a WriteBatch in key order,
+  // kDirty cleared, the records pinned until it is written.
+  void SubmitWriteBack(DiskRowStore* store, std::vector<Entry*>& dirty) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Until no write-back is under way (mu_ released meanwhile).
+  void AwaitWrites() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The writer thread: runs the submitted WriteJobs, then unpins their records and drops those
+  // nobody used meanwhile.
+  void WriterLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void FinishWrite(WriteJob& job, const absl::Status& written) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DiskTierOptions options_;
   const std::string dir_;
@@ -158,6 +183,12 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   RecordPool pool_ ABSL_GUARDED_BY(mu_);                    // the records' memory
   std::vector<DiskRowStore*> stores_ ABSL_GUARDED_BY(mu_);  // open tables (borrowed)
   ReadPool readers_;                                        // a batch's misses read side by side (no lock of ours held)
+  std::vector<std::unique_ptr<WriteJob>> write_queue_ ABSL_GUARDED_BY(mu_);  // submitted, not taken yet
+  int64_t writes_open_ ABSL_GUARDED_BY(mu_) = 0;    // jobs submitted and not finished
+  int64_t writing_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of the records being written back
+  absl::Status write_error_ ABSL_GUARDED_BY(mu_);   // the first failed write-back's (the tier stops)
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread writer_;  // write-backs behind the callers (options_.write_behind)
 };
 
 class DiskRowStore final : public RowStore {
@@ -178,6 +209,8 @@ class DiskRowStore final : public RowStore {
 
   // Writes every dirty cached record of this table to disk (a test's and a scan's step).
   absl::Status Flush();
+  // Waits for the tier's write-backs under way (DiskTier::WaitForWrites; a test's step).
+  absl::Status WaitForWrites() { return tier_->WaitForWrites(); }
 
  private:
   friend class DiskTier;
@@ -191,7 +224,10 @@ class DiskRowStore final : public RowStore {
   // Removes a cached record (unlinked, unindexed, freed).
   void DropEntry(DiskTier::Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
   // Writes the dirty records among `entries` in one WriteBatch and clears their kDirty.
-  absl::Status WriteBack(const std::vector<DiskTier::Entry*>& entries) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  absl::Status WriteBack(std::vector<DiskTier::Entry*>& entries) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  // Appends the record's Put (key, record with kDirty clear) to `batch` and clears its kDirty.
+  void AppendPut(DiskTier::Entry* e, rocksdb::WriteBatch* batch, std::string* value) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
   absl::Status Failed(const char* what, const std::string& why) const;
 
   const std::shared_ptr<DiskTier> tier_;
