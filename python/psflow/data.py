@@ -178,9 +178,10 @@ class CtrFiles:
                 ids, dense, labels = batch
                 yield torch.from_numpy(ids), torch.from_numpy(dense), torch.from_numpy(labels)
         finally:
-            if not at_end:
-                # Training ended before the files (by steps, or the loop left): the work queue's
-                # slice being read goes back, or the chief would wait for it at the queue's end.
+            if not at_end and self.session.should_stop():
+                # Training ended before the files (by steps): the work queue's slice being read goes
+                # back, or the chief would wait for it at the queue's end. (A loop left for another
+                # reason keeps it: iterating again reads on.)
                 try:
                     self._reader.stop()
                 except Exception as e:  # the job is ending: say so, do not mask what ended it
