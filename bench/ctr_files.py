@@ -12,12 +12,14 @@ beside a static split with one worker slowed, in one run (docs/data-files.md#spe
      and how many slices each worker read.
 
     /usr/bin/python3 bench/ctr_files.py [--build=build] [--steps=2000] [--json=OUT]
+                                        [--repeats=R] [--only_speed | --only_slowed]
 """
 import argparse
 import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -112,6 +114,8 @@ def main():
     parser.add_argument("--batch_size", type=int, default=1024)
     parser.add_argument("--json", default="")
     parser.add_argument("--only_slowed", action="store_true", help="part 3 only")
+    parser.add_argument("--only_speed", action="store_true", help="parts 1 and 2 only")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of parts 1 and 2, in rotation")
     a = parser.parse_args()
     b = a.batch_size
     tmp = tempfile.mkdtemp(prefix="psflow_bench_ctr_files_")
@@ -122,25 +126,39 @@ def main():
              *(["--gzip"] if kind == "gzip" else [])])
     res = {}
     if not a.only_slowed:
-        # 1 and 2, interleaved so that the machine's load falls alike on each.
-        res["single_memory"] = single(a.build, tmp, b, a.steps)
-        res["single_plain"] = single(a.build, tmp, b, a.steps, f"{tmp}/plain")
-        res["single_gzip"] = single(a.build, tmp, b, a.steps, f"{tmp}/gzip")
-        res["cluster_memory"] = cluster(a.build, tmp, b, a.steps)
-        res["cluster_gzip"] = cluster(a.build, tmp, b, a.steps, f"{tmp}/gzip")
+        # 1 and 2, interleaved so that the machine's load falls alike on each; --repeats rounds of the
+        # five runs in rotation, each round's ratios printed, then the medians.
+        runs = {"single_memory": lambda: single(a.build, tmp, b, a.steps),
+                "single_plain": lambda: single(a.build, tmp, b, a.steps, f"{tmp}/plain"),
+                "single_gzip": lambda: single(a.build, tmp, b, a.steps, f"{tmp}/gzip"),
+                "cluster_memory": lambda: cluster(a.build, tmp, b, a.steps),
+                "cluster_gzip": lambda: cluster(a.build, tmp, b, a.steps, f"{tmp}/gzip")}
+        rounds = {name: [] for name in runs}
+        for r in range(a.repeats):
+            for name, job in runs.items():
+                rounds[name].append(job())
+            got = {name: values[-1] for name, values in rounds.items()}
+            print(f"round {r + 1} (load {os.getloadavg()[0]:.1f}): one process plain {got['single_plain'] / got['single_memory']:.3f}x, "
+                  f"gzip {got['single_gzip'] / got['single_memory']:.3f}x memory; cluster gzip "
+                  f"{got['cluster_gzip'] / got['cluster_memory']:.3f}x memory", flush=True)
+        res = {name: statistics.median(values) for name, values in rounds.items()}
+        res["rounds"] = rounds
         print(f"ctr, one process, {a.steps} steps of {b}: memory {res['single_memory']:.0f} examples/s, "
               f"plain files {res['single_plain']:.0f} ({res['single_plain'] / res['single_memory'] - 1:+.1%}), "
-              f"gzip files {res['single_gzip']:.0f} ({res['single_gzip'] / res['single_memory'] - 1:+.1%})")
+              f"gzip files {res['single_gzip']:.0f} ({res['single_gzip'] / res['single_memory'] - 1:+.1%})"
+              + (f" (medians of {a.repeats})" if a.repeats > 1 else ""))
         print(f"ctr, 1 ps + 2 workers async: memory {res['cluster_memory']:.0f} examples/s, gzip files "
-              f"{res['cluster_gzip']:.0f} ({res['cluster_gzip'] / res['cluster_memory'] - 1:+.1%})")
+              f"{res['cluster_gzip']:.0f} ({res['cluster_gzip'] / res['cluster_memory'] - 1:+.1%})"
+              + (f" (medians of {a.repeats})" if a.repeats > 1 else ""))
     # 3: the whole gzip data set, worker 1 slowed 3x.
-    for split in ("queue", "static"):
+    for split in () if a.only_speed else ("queue", "static"):
         wall, slices, step = slowed_job(a.build, f"{tmp}/gzip", b, split, 10)
         res[f"slowed_{split}"] = {"wall_secs": wall, "slices": slices, "global_step": step}
         print(f"worker 1 slowed 3x, --file_split={split}: {wall:.1f} s wall to the end of the files "
               f"({step} steps), slices read by worker 0 / 1: {slices[0]} / {slices[1]}")
-    print(f"the work queue ends the job in {res['slowed_queue']['wall_secs'] / res['slowed_static']['wall_secs']:.2f}x "
-          "the static split's wall time")
+    if not a.only_speed:
+        print(f"the work queue ends the job in {res['slowed_queue']['wall_secs'] / res['slowed_static']['wall_secs']:.2f}x "
+              "the static split's wall time")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)

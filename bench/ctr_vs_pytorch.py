@@ -440,12 +440,14 @@ def psflow_torch_overhead(args, transport):
     """One PyTorch worker (ctr_dlrm.py's model and batches, in this process) against 2 C++ ps tasks
     over `transport`, async, S/2 steps of 1024. Per step (after 20 warm-up steps), the wall time of
     the loop and psflow's part of it: sess.step() (the binding, the push of the dense gradients and
-    the rows' gradients and the pull of the new values and of the next batch's rows, one call per
-    ps), the tables' forwards' session calls (taking the prefetched rows, and giving the next
-    batch's ids to the prefetch) and sess.batches' announcing of ids; `rpc_ms` is the C++ Step
-    alone (the round trip), `cpu_ms` the worker thread's CPU in psflow's part, `behind_cpu_ms` the
-    CPU of the binding's helper thread (the early parts' and the prefetch's work, run beside the
-    compute: hidden when a core is free). The rest is the model's own forward/backward."""
+    the rows' gradients and the pull of the new values — async: the next batch's rows were pulled
+    ahead, beside the compute — one call per ps), the tables' forwards' session calls (taking the
+    prefetched rows, and giving the next batch's ids to the prefetch), sess.batches' announcing of
+    ids and --overlap's hooks; `rpc_ms` is the C++ Step alone (the round trip), `psflow_cpu_ms` the
+    worker thread's CPU in psflow's part, `behind_cpu_ms` the CPU of the binding's helper thread
+    (the early parts', the prefetch's and the pull ahead's work, run beside the compute: hidden
+    when a core is free), `parts_ms` psflow's part by cause, [wall, CPU] each: step (sess.step()
+    whole, rpc included), rpc, tables, hooks. The rest is the model's own forward/backward."""
     import importlib.util
     import torch
     import psflow
@@ -465,16 +467,22 @@ def psflow_torch_overhead(args, transport):
     ps = [subprocess.Popen(cpp_ps(args) + ["--job_name=ps", f"--task_index={i}"] + common,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
     clock = {"psflow": 0.0, "rpc": 0.0, "cpu": 0.0}
+    parts = {}  # psflow's part by cause: [wall, Python-thread CPU] seconds
 
-    def timed(fn, key, cpu=False):
+    def timed(fn, key, cpu=False, part=None):
         def wrapper(*a, **k):
             start, start_cpu = time.perf_counter(), time.thread_time()
             try:
                 return fn(*a, **k)
             finally:
-                clock[key] += time.perf_counter() - start
+                wall, used = time.perf_counter() - start, time.thread_time() - start_cpu
+                clock[key] += wall
                 if cpu:
-                    clock["cpu"] += time.thread_time() - start_cpu
+                    clock["cpu"] += used
+                if part is not None:
+                    spent = parts.setdefault(part, [0.0, 0.0])
+                    spent[0] += wall
+                    spent[1] += used
         return wrapper
 
     class TimedSession:  # the C++ session, its Step timed
@@ -483,18 +491,18 @@ def psflow_torch_overhead(args, transport):
 
         def __getattr__(self, name):
             attr = getattr(self._inner, name)
-            return timed(attr, "rpc") if name == "step" else attr
+            return timed(attr, "rpc", part="rpc") if name == "step" else attr
 
-    for cls, name in ((session.WorkerSession, "step"), (session.WorkerSession, "lookup"),
-                      (session.WorkerSession, "prefetch"), (ptables._Tables, "rows")):
-        setattr(cls, name, timed(getattr(cls, name), "psflow", cpu=True))
+    for cls, name, part in ((session.WorkerSession, "step", "step"), (session.WorkerSession, "lookup", "tables"),
+                            (session.WorkerSession, "prefetch", "tables"), (ptables._Tables, "rows", "tables")):
+        setattr(cls, name, timed(getattr(cls, name), "psflow", cpu=True, part=part))
     # --overlap's hooks run inside backward and forward: psflow's time too (handing a gradient over,
     # waiting for a layer's values).
     import psflow.overlap as overlap
     grad_hook, pre_hook = overlap.Overlap._gradient_hook, overlap.Overlap._pre_hook
-    overlap.Overlap._gradient_hook = lambda self, i: timed(grad_hook(self, i), "psflow", cpu=True)
-    overlap.Overlap._pre_hook = lambda self, own: timed(pre_hook(self, own), "psflow", cpu=True)
-    overlap.Overlap._root_hook = timed(overlap.Overlap._root_hook, "psflow", cpu=True)
+    overlap.Overlap._gradient_hook = lambda self, i: timed(grad_hook(self, i), "psflow", cpu=True, part="hooks")
+    overlap.Overlap._pre_hook = lambda self, own: timed(pre_hook(self, own), "psflow", cpu=True, part="hooks")
+    overlap.Overlap._root_hook = timed(overlap.Overlap._root_hook, "psflow", cpu=True, part="hooks")
     try:
         flags = psflow.parse_flags(["--job_name=worker", "--task_index=0"] + common)
         torch.set_num_threads(1)
@@ -513,6 +521,7 @@ def psflow_torch_overhead(args, transport):
                 steps += 1
                 if steps == warmup:
                     clock.update(psflow=0.0, rpc=0.0, cpu=0.0)
+                    parts.clear()
                     behind_start = behind_cpu_seconds()
                     start = time.perf_counter()
             wall = time.perf_counter() - start
@@ -527,6 +536,7 @@ def psflow_torch_overhead(args, transport):
     return {"transport": transport, "overlap": args.overlap, "steps_timed": n, "step_ms": round(wall / n * 1e3, 3),
             "psflow_ms": round(clock["psflow"] / n * 1e3, 3), "rpc_ms": round(clock["rpc"] / n * 1e3, 3),
             "psflow_cpu_ms": round(clock["cpu"] / n * 1e3, 3), "behind_cpu_ms": round(behind / n * 1e3, 3),
+            "parts_ms": {k: [round(w / n * 1e3, 3), round(c / n * 1e3, 3)] for k, (w, c) in sorted(parts.items())},
             "load_avg_1min": os.getloadavg()[0],
             "peak_rss_mb": [peak_rss_mb()]}
 

@@ -70,6 +70,18 @@ class PyCtrFileReader {
   int64_t epochs_begun() const { return fixed_ ? fixed_->epochs_begun() : queue_ ? queue_->epochs_begun() : 0; }
   int64_t slices_read() const { return queue_ ? queue_->slices_read() : 0; }
 
+  // Training ended before the files did: the work queue's slice being read goes back (see
+  // train::CtrSliceReader::Stop).
+  void Stop() {
+    if (queue_ == nullptr) return;
+    absl::Status stopped;
+    {
+      py::gil_scoped_release release;
+      stopped = queue_->Stop();
+    }
+    ThrowIfError(stopped);
+  }
+
  private:
   absl::Status Open() {
     if (!session_.is_open()) {
@@ -184,6 +196,7 @@ void RegisterCtrFiles(py::module_& m) {
            py::arg("pattern"), py::arg("batch_size"), py::arg("num_fields"), py::arg("num_epochs"), py::arg("shuffle"),
            py::arg("file_slices"), py::arg("max_bad_lines"), py::arg("num_dense"))
       .def("next", &PyCtrFileReader::Next)
+      .def("stop", &PyCtrFileReader::Stop)
       .def_property_readonly("examples_read", &PyCtrFileReader::examples_read)
       .def_property_readonly("bad_lines", &PyCtrFileReader::bad_lines)
       .def_property_readonly("epochs_begun", &PyCtrFileReader::epochs_begun)

@@ -293,13 +293,15 @@ class PySession {
   }
   // The next batch's ids, checked here and copied; the dedup runs behind this thread (the
   // forward goes on meanwhile) and the next call waits for it.
-  void Prefetch(const py::list& next_ids) {
+  // `ahead` (given during the forward): in async mode the rows are pulled at once, beside the
+  // compute (WorkerSession::PrefetchAhead); else they ride on the step's push.
+  void Prefetch(const py::list& next_ids, bool ahead) {
     BusyGuard guard(busy_);
     Settle();
     std::vector<std::vector<int64_t>> ids = TablesIdsForPrefetch(*session_, next_ids);
-    StartBehind().Post([session = session_.get(), ids = std::move(ids)] {
+    StartBehind().Post([session = session_.get(), ids = std::move(ids), ahead] {
       std::vector<absl::Span<const int64_t>> spans(ids.begin(), ids.end());
-      return session->Prefetch(spans);
+      return ahead ? session->PrefetchAhead(spans) : session->Prefetch(spans);
     });
   }
   // The unique rows' gradients of the tables the step used (psflow.torch's step), in one call.
@@ -435,7 +437,7 @@ void RegisterSession(py::module_& m) {
       .def("gradients_ready", &PySession::GradientsReady, py::arg("indices"))
       .def("wait_for_values", &PySession::WaitForValues, py::arg("indices"))
       .def("lookup", &PySession::Lookup, py::arg("ids"))
-      .def("prefetch", &PySession::Prefetch, py::arg("next_ids"))
+      .def("prefetch", &PySession::Prefetch, py::arg("next_ids"), py::arg("ahead") = false)
       .def("set_tables_grads", &PySession::SetTablesGrads, py::arg("grads"))
       .def_property_readonly("num_tables", [](PySession& s) { return s.session().num_tables(); })
       .def(

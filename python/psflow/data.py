@@ -168,12 +168,24 @@ class CtrFiles:
 
     def __iter__(self):
         import torch
-        while not self.session.should_stop():
-            batch = self._reader.next()
-            if batch is None:
-                return
-            ids, dense, labels = batch
-            yield torch.from_numpy(ids), torch.from_numpy(dense), torch.from_numpy(labels)
+        at_end = False
+        try:
+            while not self.session.should_stop():
+                batch = self._reader.next()
+                if batch is None:
+                    at_end = True
+                    return
+                ids, dense, labels = batch
+                yield torch.from_numpy(ids), torch.from_numpy(dense), torch.from_numpy(labels)
+        finally:
+            if not at_end:
+                # Training ended before the files (by steps, or the loop left): the work queue's
+                # slice being read goes back, or the chief would wait for it at the queue's end.
+                try:
+                    self._reader.stop()
+                except Exception as e:  # the job is ending: say so, do not mask what ended it
+                    import warnings
+                    warnings.warn(f"psflow.data.CtrFiles: giving the unfinished slice back failed: {e}")
 
     @property
     def examples_read(self):

@@ -183,6 +183,7 @@ class WorkerSession:
         self._tables = tables._Tables(self._session, self._table_modules) if self._table_modules else None
         if self._tables is not None:
             self._tables.after_lookup = self._early_prefetch
+        self._table_index = None  # _ids_list's {table name or id(module): position}, made once
         self._next_ids = None
         self._next_ids_from = None  # batches() without ids: the next batch's ids, known after the forward
         self._next_ids_early = False  # _next_ids_from may be called before this step's forwards end
@@ -330,10 +331,12 @@ class WorkerSession:
         accuracy = float(accuracy)
         if self._tables is not None:
             self._tables.before_step()
+            ahead = False  # a prefetch given after the forward rides on the push ...
             if self._next_ids_from is not None:
                 self._next_ids, self._next_ids_from = self._next_ids_from(), None
+                ahead = True  # ... but sess.batches' is pulled ahead (async) whenever it is known
             if self._next_ids is not None and not self._next_ids_sent:  # after this step's lookups
-                self._session.prefetch(self._next_ids)
+                self._session.prefetch(self._next_ids, ahead=ahead)
         try:
             self._session.step(loss, accuracy, dense_ready, sparse)
         finally:
@@ -351,7 +354,9 @@ class WorkerSession:
         if self._next_ids_from is not None and self._next_ids_early:
             self._next_ids, self._next_ids_from = self._next_ids_from(), None
         if self._next_ids is not None and not self._next_ids_sent:
-            self._session.prefetch(self._next_ids)
+            # Async: the rows are pulled now, beside the rest of the forward and the backward
+            # (one step stale: they miss this step's update); sync: they ride on the step's push.
+            self._session.prefetch(self._next_ids, ahead=True)
             self._next_ids_sent = True
 
     def _module_structure(self):
@@ -418,10 +423,12 @@ class WorkerSession:
             raise _psflow.FailedPreconditionError(f"{what}: the model has no psflow.torch tables")
         if not self._opened:
             raise _psflow.FailedPreconditionError(f"{what} before the worker session is open")
-        index = {}
-        for t, (n, m) in enumerate(self._table_modules):
-            index[n] = t
-            index[id(m)] = t
+        index = self._table_index
+        if index is None:  # once: a table's name or module -> its position
+            index = self._table_index = {}
+            for t, (n, m) in enumerate(self._table_modules):
+                index[n] = t
+                index[id(m)] = t
         out = [None] * len(self._table_modules)
         for key, ids in ids_by_table.items():
             t = index.get(key if isinstance(key, str) else id(key))
@@ -431,10 +438,13 @@ class WorkerSession:
             m = self._table_modules[t][1]
             if not isinstance(ids, torch.Tensor):
                 ids = torch.as_tensor(ids)
-            if ids.dtype not in (torch.int64, torch.int32):
+            if ids.dtype is torch.int64 and ids.dim() == 1 and ids.is_contiguous():
+                flat = ids  # (the usual case, e.g. a learnt column: no reshape, cast or copy to ask for)
+            elif ids.dtype not in (torch.int64, torch.int32):
                 raise _psflow.InvalidArgumentError(
                     f"table '{self._table_modules[t][0]}': ids are {ids.dtype}; pass an int64 (or int32) tensor of ids")
-            flat = ids.reshape(-1).to(torch.int64).contiguous()
+            else:
+                flat = ids.reshape(-1).to(torch.int64).contiguous()
             if m.padding_idx is not None:
                 flat = flat[flat != m.padding_idx]
             out[t] = flat.numpy()
@@ -449,13 +459,16 @@ class WorkerSession:
     def prefetch(self, next_ids_by_table):
         """Gives the next batch's ids of every table ({table name or module: ids}), before step():
         their rows ride back with step()'s push (one round trip per step), and the next step's
-        forwards use them when they see the same ids."""
+        forwards use them when they see the same ids. Given before this step's forwards (as
+        batches() does), in async mode they are pulled at once instead, beside the forward and the
+        backward (docs/pytorch.md#overlap): rows both batches share then miss this step's update."""
         self._next_ids = self._ids_list(next_ids_by_table, "prefetch()")
 
     def batches(self, iterable, ids=None):
         """Wraps the user's batch iterator for one round trip per step: yields its batches while
         announcing each one's table ids (ids(batch) -> {table name or module: ids}) and prefetching
-        the next one's before the step. Stops at the iterator's end or once should_stop().
+        the next one's before the step (async: its rows pulled at once, beside the compute, one
+        step stale). Stops at the iterator's end or once should_stop().
 
         Without `ids`, each table's ids are learnt from the first step's forwards (which tensor of
         the batch, or which column, as is or % num_embeddings: psflow.torch._IdsLearner) and the

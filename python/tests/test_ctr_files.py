@@ -36,6 +36,14 @@ def records(path):
         return [json.loads(line) for line in f]
 
 
+def last_checkpoint_metadata(ckpt):
+    """The newest checkpoint's safetensors metadata (its header's __metadata__)."""
+    steps = [int(m.group(1)) for m in (re.fullmatch(r"model\.ckpt-(\d+)\.safetensors", n) for n in os.listdir(ckpt)) if m]
+    with open(os.path.join(ckpt, f"model.ckpt-{max(steps)}.safetensors"), "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        return json.loads(f.read(size)).get("__metadata__", {})
+
+
 class CtrFilesTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="psflow_ctr_files_")
@@ -77,6 +85,11 @@ class CtrFilesTest(unittest.TestCase):
         first = run(self.cluster(2, ["--train_steps=20", f"--checkpoint_dir={ckpt}"],
                                  [f"--train_files={self.train}", f"--record={self.path('a')}", "--file_slices=3"]))
         self.assertEqual(first.returncode, 0, first.stdout + first.stderr)
+        # Training ended by steps inside the chief's slice: it gave the slice back as its loop ended
+        # (before the final checkpoint), so the saved queue has it back in line, not held by worker 0.
+        queue = json.loads(last_checkpoint_metadata(ckpt)["work_queue"])
+        self.assertNotIn(0, [held[0] for held in queue["held"]], queue)
+        self.assertGreaterEqual(queue["returned_count"], 1, queue)
         second = run(self.cluster(2, [f"--checkpoint_dir={ckpt}"],
                                   [f"--train_files={self.train}", f"--record={self.path('a')}", "--file_slices=3"]))
         out = second.stdout + second.stderr

@@ -1,6 +1,8 @@
 // Element-wise kernels with run-time ISA dispatch; see simd_dispatch.h.
 #include "core/simd_dispatch.h"
 
+#include <cstring>
+
 namespace psflow::simd {
 
 PSFLOW_DISPATCH void AddInto(float* __restrict dst, const float* __restrict src, int64_t n) {
@@ -18,6 +20,17 @@ PSFLOW_DISPATCH void MaxInto(float* __restrict best, int32_t* __restrict arg, co
     best[c] = greater ? cell[c] : best[c];
     arg[c] = greater ? offset + static_cast<int32_t>(c) : arg[c];
   }
+}
+
+PSFLOW_DISPATCH bool AnyNonFinite(const void* floats, int64_t n) {
+  const char* p = static_cast<const char*>(floats);
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, p + 4 * i, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad != 0;
 }
 
 }  // namespace psflow::simd

@@ -8,6 +8,7 @@
 // Chunks get sequence numbers as they are filled, and Read takes them strictly in that order, so
 // the examples' order does not depend on which parsing thread finished first.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <thread>
 #include <utility>
@@ -40,6 +41,24 @@ struct Chunk {
 constexpr int kMaxFieldCount = 4096;
 
 }  // namespace
+
+// The stream a reader left at a line start: `source` has read the file's text up to line_start +
+// pending.size(); `pending` is text already read from line_start on. No line begins in
+// [covered_from, line_start) that the reader which left it did not read (it read through the line
+// crossing its slice's end, covered_from).
+struct CriteoOpenFiles::State {
+  absl::Mutex mu;
+  std::string path ABSL_GUARDED_BY(mu);
+  std::unique_ptr<TextSource> source ABSL_GUARDED_BY(mu);
+  std::string pending ABSL_GUARDED_BY(mu);
+  int64_t line_start ABSL_GUARDED_BY(mu) = 0;
+  int64_t covered_from ABSL_GUARDED_BY(mu) = 0;
+  std::atomic<int64_t> reused{0};
+};
+
+CriteoOpenFiles::CriteoOpenFiles() : state_(std::make_unique<State>()) {}
+CriteoOpenFiles::~CriteoOpenFiles() = default;
+int64_t CriteoOpenFiles::reused() const { return state_->reused; }
 
 class CriteoReader::Impl {
  public:
@@ -77,6 +96,13 @@ class CriteoReader::Impl {
   // Reads one slice into chunks; false when the reader stops (or reading failed: then the failure
   // was published as a chunk's error).
   bool ReadSlice(int index);
+  // The stream options_.open_files kept, positioned for `slice` (carry_ and *chunk_offset set,
+  // *need_line_start cleared when the slice's first line is where the stream stands), or null
+  // when the file must be opened anew.
+  absl::StatusOr<std::unique_ptr<TextSource>> TakeKept(const CriteoSlice& slice, bool* need_line_start,
+                                                       int64_t* chunk_offset);
+  // Leaves the stream for the next reader: read through line_start + pending.size(), at a line start.
+  void Keep(const CriteoSlice& slice, std::unique_ptr<TextSource> source, std::string_view pending, int64_t line_start);
   Chunk* AcquireFree();  // null when stopping
   int Index(const Chunk* c) const {
     for (size_t i = 0; i < chunks_.size(); ++i) {
@@ -166,16 +192,21 @@ bool CriteoReader::Impl::ReadSlice(int index) {
     return false;
   };
   if (slice.begin >= slice.end) return true;
-  absl::StatusOr<std::unique_ptr<TextSource>> opened = TextSource::Open(slice.path);
-  if (!opened.ok()) return fail(nullptr, opened.status(), -1);
-  TextSource& source = **opened;
+  carry_.clear();
   // A slice not at the file's start begins after the first '\n' at or after begin - 1.
   bool need_line_start = slice.begin > 0;
-  if (need_line_start) {
-    if (absl::Status s = source.Skip(slice.begin - 1); !s.ok()) return fail(nullptr, s, -1);
+  int64_t chunk_offset = 0;  // of the next chunk's first byte (carry_ included)
+  absl::StatusOr<std::unique_ptr<TextSource>> opened = TakeKept(slice, &need_line_start, &chunk_offset);
+  if (!opened.ok()) return fail(nullptr, opened.status(), -1);
+  if (*opened == nullptr) {
+    opened = TextSource::Open(slice.path);
+    if (!opened.ok()) return fail(nullptr, opened.status(), -1);
+    if (need_line_start) {
+      if (absl::Status s = (*opened)->Skip(slice.begin - 1); !s.ok()) return fail(nullptr, s, -1);
+    }
+    chunk_offset = (*opened)->offset();
   }
-  int64_t chunk_offset = source.offset();  // of the next chunk's first byte (carry_ included)
-  carry_.clear();
+  TextSource& source = **opened;
   bool eof = false;
   const auto chunk_bytes = static_cast<size_t>(options_.chunk_bytes);
   while (need_line_start || (chunk_offset < slice.end && !(eof && carry_.empty()))) {
@@ -261,6 +292,10 @@ bool CriteoReader::Impl::ReadSlice(int index) {
       len = cut;
     }
     if (!last) carry_.assign(text + cut, len - cut);
+    if (last && !need_line_start) {
+      Keep(slice, std::move(*opened), std::string_view(text + cut, len - cut),
+           chunk_offset + static_cast<int64_t>(cut));
+    }
     c->size = cut;
     c->text_offset = chunk_offset;
     chunk_offset += static_cast<int64_t>(cut);
@@ -268,6 +303,51 @@ bool CriteoReader::Impl::ReadSlice(int index) {
     if (last) break;
   }
   return true;
+}
+
+absl::StatusOr<std::unique_ptr<TextSource>> CriteoReader::Impl::TakeKept(const CriteoSlice& slice,
+                                                                         bool* need_line_start, int64_t* chunk_offset) {
+  if (options_.open_files == nullptr || slice.begin == 0) return nullptr;
+  CriteoOpenFiles::State& kept = *options_.open_files->state_;
+  absl::MutexLock lock(&kept.mu);
+  if (kept.source == nullptr || kept.path != slice.path) return nullptr;
+  std::unique_ptr<TextSource> source;
+  if (slice.begin >= kept.covered_from && slice.begin <= kept.line_start) {
+    // The slice's first line is the one at line_start: nothing begins in [begin, line_start).
+    *need_line_start = false;
+    *chunk_offset = kept.line_start;
+    carry_ = std::move(kept.pending);
+  } else if (slice.begin - 1 >= kept.line_start) {  // further on: skip forward to begin - 1
+    const int64_t skip = slice.begin - 1 - kept.line_start;
+    const auto have = static_cast<int64_t>(kept.pending.size());
+    if (skip < have) {
+      carry_.assign(kept.pending, static_cast<size_t>(skip));
+      *chunk_offset = slice.begin - 1;
+    } else {
+      if (absl::Status s = kept.source->Skip(skip - have); !s.ok()) {
+        kept.source.reset();
+        return s;
+      }
+      *chunk_offset = kept.source->offset();
+    }
+  } else {
+    return nullptr;  // before where the stream stands: open the file anew
+  }
+  kept.pending.clear();
+  ++kept.reused;
+  return std::move(kept.source);
+}
+
+void CriteoReader::Impl::Keep(const CriteoSlice& slice, std::unique_ptr<TextSource> source, std::string_view pending,
+                              int64_t line_start) {
+  if (options_.open_files == nullptr) return;
+  CriteoOpenFiles::State& kept = *options_.open_files->state_;
+  absl::MutexLock lock(&kept.mu);
+  kept.path = slice.path;
+  kept.source = std::move(source);
+  kept.pending.assign(pending.data(), pending.size());
+  kept.line_start = line_start;
+  kept.covered_from = slice.end;
 }
 
 void CriteoReader::Impl::ParseLoop() {

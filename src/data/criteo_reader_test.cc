@@ -201,6 +201,88 @@ TEST_F(CriteoReaderTest, SlicesCoverEveryLineExactlyOnce) {
   }
 }
 
+// One reader per slice sharing a CriteoOpenFiles (as the work queue's worker reads) gives the
+// lines a single reader of the same slices gives, whether the next slice continues the kept stream
+// (the slice right after, or one further on), goes back in the file, or is another file's.
+TEST_F(CriteoReaderTest, ReadersSharingOpenFilesReadTheSameLines) {
+  for (bool gzip : {false, true}) {
+    std::vector<std::string> paths, texts;
+    for (int f = 0; f < 2; ++f) {
+      paths.push_back(Path(absl::StrCat("open_files", gzip, f)));
+      texts.push_back(VariedText(60, 10 + f, f == 0));
+      WriteText(paths.back(), texts.back(), gzip);
+    }
+    std::mt19937_64 rng(11);
+    for (int trial = 0; trial < 60; ++trial) {
+      std::vector<CriteoSlice> slices;  // each file cut at random points; some slices left out or repeated
+      for (size_t f = 0; f < paths.size(); ++f) {
+        const std::string& path = paths[f];
+        const auto size = static_cast<int64_t>(texts[f].size()) + 8;  // past the text's end is fine
+        std::vector<int64_t> cuts = {0, CriteoSlice::kToEnd};
+        for (int k = 0, n = 1 + static_cast<int>(rng() % 12); k < n; ++k) cuts.push_back(rng() % size);
+        std::sort(cuts.begin(), cuts.end());
+        for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+          if (rng() % 4 != 0) slices.push_back({path, cuts[i], cuts[i + 1]});
+        }
+      }
+      if (trial % 3 == 1) std::shuffle(slices.begin(), slices.end(), rng);  // back and forth, file to file
+      if (trial % 3 == 2 && !slices.empty()) slices.push_back(slices[rng() % slices.size()]);  // a slice again
+      if (slices.empty()) continue;
+      auto expected = ReadAll(slices, SmallChunks(), 7);
+      ASSERT_TRUE(expected.ok()) << expected.status();
+      CriteoReaderOptions shared = SmallChunks();
+      shared.open_files = std::make_shared<CriteoOpenFiles>();
+      Examples got;
+      for (const CriteoSlice& slice : slices) {
+        auto part = ReadAll({slice}, shared, 7);
+        ASSERT_TRUE(part.ok()) << part.status();
+        got.ids.insert(got.ids.end(), part->ids.begin(), part->ids.end());
+        got.dense.insert(got.dense.end(), part->dense.begin(), part->dense.end());
+        got.labels.insert(got.labels.end(), part->labels.begin(), part->labels.end());
+      }
+      ASSERT_TRUE(got == *expected) << "trial " << trial << (gzip ? " gzip" : "");
+    }
+    // The second slice beginning just before, at and just after each line start b where the first
+    // ended: the kept stream stands at b, and the second slice's first line is b's only if it begins
+    // at or before b.
+    for (size_t b = 1; b < texts[0].size(); ++b) {
+      if (texts[0][b - 1] != '\n') continue;
+      for (int64_t delta : {-1, 0, 1, 2}) {
+        const std::vector<CriteoSlice> pair = {{paths[0], 0, static_cast<int64_t>(b)},
+                                               {paths[0], static_cast<int64_t>(b) + delta, CriteoSlice::kToEnd}};
+        auto expected = ReadAll(pair, SmallChunks(), 7);
+        ASSERT_TRUE(expected.ok()) << expected.status();
+        CriteoReaderOptions shared = SmallChunks();
+        shared.open_files = std::make_shared<CriteoOpenFiles>();
+        auto first = ReadAll({pair[0]}, shared, 7);
+        auto second = ReadAll({pair[1]}, shared, 7);
+        ASSERT_TRUE(first.ok() && second.ok());
+        ASSERT_EQ(first->size() + second->size(), expected->size()) << "line start " << b << " delta " << delta;
+        EXPECT_EQ(
+            std::vector<float>(expected->labels.begin() + static_cast<int64_t>(first->size()), expected->labels.end()),
+            second->labels);
+        EXPECT_EQ(shared.open_files->reused(), delta >= 0 ? 1 : 0);
+      }
+    }
+    // In file order, every slice after the first of a file continues the kept stream.
+    const std::string& path = paths[0];
+    CriteoReaderOptions shared = SmallChunks();
+    shared.open_files = std::make_shared<CriteoOpenFiles>();
+    const int64_t step = 997;
+    int64_t slices = 0;
+    Examples got;
+    for (int64_t begin = 0; begin < static_cast<int64_t>(texts[0].size()); begin += step, ++slices) {
+      auto part = ReadAll({{path, begin, begin + step}}, shared, 7);
+      ASSERT_TRUE(part.ok()) << part.status();
+      got.labels.insert(got.labels.end(), part->labels.begin(), part->labels.end());
+    }
+    EXPECT_EQ(shared.open_files->reused(), slices - 1);
+    auto whole = ReadAll(WholeFiles({path}), SmallChunks());
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    EXPECT_EQ(got.labels, whole->labels);
+  }
+}
+
 TEST_F(CriteoReaderTest, LinesLongerThanAChunkAndEmptyFiles) {
   const CriteoLayout wide{5, 1000};  // ~17 KB lines, chunks of 4 KB
   std::string text;

@@ -29,6 +29,7 @@
 // alive (self_) while gRPC holds any of its tags, and Responders share ownership, so an answer
 // given late — from another thread, after a sync quorum or initialization — finds it alive, and an
 // answer after cancellation is dropped.
+#include <grpc/support/time.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
@@ -50,6 +51,7 @@
 #include "core/check.h"
 #include "rpc/call_responder.h"
 #include "rpc/grpc_options.h"
+#include "rpc/spin_wait.h"
 #include "rpc/tensor_coding.h"
 
 namespace psflow::rpc {
@@ -62,6 +64,21 @@ constexpr int kServerPollThreads = 1;
 // How often the idle completion thread reads what arrived on the connections (pings' answers).
 constexpr absl::Duration kIdleLookEvery = absl::Seconds(1);
 constexpr int kRequestsInFlight = 16;  // calls gRPC may accept before a thread asks for more
+
+// The next event of `cq` (false: the queue is shut down and drained). The thread first polls
+// without blocking for a while (rpc/spin_wait.h), then parks.
+thread_local SpinWait t_spin;
+bool NextEvent(grpc::CompletionQueue* cq, void** tag, bool* ok) {
+  grpc::CompletionQueue::NextStatus status = grpc::CompletionQueue::TIMEOUT;
+  const bool polled = t_spin.Spin(
+      [&] {
+        status = cq->AsyncNext(tag, ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
+        return status != grpc::CompletionQueue::TIMEOUT;
+      },
+      [] { return absl::Now(); });
+  if (polled) return status == grpc::CompletionQueue::GOT_EVENT;
+  return cq->Next(tag, ok);
+}
 
 std::chrono::system_clock::time_point DeadlineAfter(double secs) {
   // Clamp so "effectively forever" timeouts do not overflow the clock.
@@ -540,7 +557,7 @@ class GrpcServer final : public Server {
       threads_.emplace_back([cq] {
         void* tag = nullptr;
         bool ok = false;
-        while (cq->Next(&tag, &ok)) static_cast<ServerCall*>(tag)->OnEvent(ok);
+        while (NextEvent(cq, &tag, &ok)) static_cast<ServerCall*>(tag)->OnEvent(ok);
       });
     }
     return absl::OkStatus();
@@ -604,7 +621,7 @@ CompletionsHere::~CompletionsHere() {
   while (t_queue->in_flight > 0) {
     void* tag = nullptr;
     bool ok = false;
-    CHECK(t_queue->cq.Next(&tag, &ok)) << "a thread's call queue shut down with calls in flight";
+    CHECK(NextEvent(&t_queue->cq, &tag, &ok)) << "a thread's call queue shut down with calls in flight";
     --t_queue->in_flight;
     CompleteTag(tag);  // may start calls of its own on this thread: they are waited for too
   }

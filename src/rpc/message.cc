@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/check.h"
+#include "core/simd_dispatch.h"
 #include "rpc/tensor_coding.h"
 #include "rpc/transport.h"
 
@@ -319,20 +320,8 @@ bool IncomingMessage::ForEachWidenedRun(
 
 namespace {
 
-// Whether some of the n floats stored at p (any alignment) is Inf or NaN: an OR over exponent bits,
-// which vectorizes with unaligned loads (a float sum would not, without -ffast-math).
-bool AnyNonFiniteBytes(const char* p, size_t n) {
-  uint32_t any = 0;
-  for (size_t j = 0; j < n; ++j) {
-    uint32_t bits;
-    std::memcpy(&bits, p + 4 * j, sizeof(bits));
-    any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-  }
-  return any != 0;
-}
-
 int64_t FirstNonFiniteBytes(const char* p, size_t n) {
-  if (!AnyNonFiniteBytes(p, n)) return -1;
+  if (!simd::AnyNonFinite(p, static_cast<int64_t>(n))) return -1;
   for (size_t j = 0; j < n; ++j) {
     float v;
     std::memcpy(&v, p + 4 * j, sizeof(v));

@@ -68,6 +68,7 @@ class WorkerSession::Impl {
   ~Impl() {
     // Nothing of this session's may be in flight once its client and buffers go.
     if (forward_pulls_ != nullptr) (void)forward_pulls_->Settle();
+    SettleAhead(false);
     DropStream();
   }
 
@@ -207,6 +208,7 @@ class WorkerSession::Impl {
     static const std::vector<std::pair<std::string, Tensor*>> kNoDense;
     const auto& out = forward_order ? kNoDense : pull_into_;
     std::vector<ps::Gradient> grads = Gradients();
+    tables_.WaitAhead();  // the rows pulled ahead come before this push (deterministic staleness)
     absl::Notification pushed_done;
     absl::StatusOr<ps::PushResult> pushed;
     auto on_pushed = [&](absl::StatusOr<ps::PushResult> r) {
@@ -223,6 +225,7 @@ class WorkerSession::Impl {
     stream_.reset();
     std::fill(handed_.begin(), handed_.end(), false);
     tables_.EndStep(pushed.ok());
+    SettleAhead(pushed.ok());  // the next batch's rows pulled ahead: used unless the push failed
     if (!pushed.ok()) {
       (void)SettlePulls();  // the values are pulled again after a recovery
       return RecoverAndPull(pushed.status());
@@ -392,6 +395,7 @@ class WorkerSession::Impl {
     if (state_.closed()) return absl::FailedPreconditionError("the worker session is already closed");
     // A failed last pull is of no matter here: the chief pulls the final values again.
     (void)SettlePulls();
+    SettleAhead(false);
     DropStream();
     state_.MoveTo(SessionState::kClosed);
     const double train_seconds = progress_->ElapsedSeconds();
@@ -467,6 +471,7 @@ class WorkerSession::Impl {
   void Abort(const absl::Status& reason) {
     if (!state_.opened() || state_.ended()) return;
     (void)SettlePulls();
+    SettleAhead(false);
     DropStream();
     state_.MoveTo(SessionState::kEnded);
     // The chief giving up ends the job: the ps tasks exit non-zero with its reason rather than
@@ -495,6 +500,7 @@ class WorkerSession::Impl {
       if (auto s = Recover(pulled); !s.ok()) return s;
       with_dense = true;
     }
+    SettleAhead(true);
     ps::TableStep step;
     tables_.StartLookup(ids, &step);
     if (step.pulls.empty() && !with_dense) return absl::OkStatus();
@@ -514,13 +520,19 @@ class WorkerSession::Impl {
   }
 
   // Both forms of Prefetch: `unique` (may be null) is the caller's deduplication of next_ids.
-  absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids, std::vector<UniqueIds>* unique) {
+  absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids, std::vector<UniqueIds>* unique,
+                        bool ahead) {
     if (!state_.is_open()) {
       return absl::FailedPreconditionError("Prefetch needs an open worker session (after Open(), before Close())");
     }
     if (auto s = tables_.CheckCount("Prefetch", next_ids.size()); !s.ok()) return s;
-    if (unique != nullptr) return tables_.Prefetch(next_ids, unique);
-    tables_.Prefetch(next_ids);
+    SettleAhead(false);  // a second Prefetch before the step: the first one's rows are dropped
+    if (unique != nullptr) {
+      if (auto s = tables_.Prefetch(next_ids, unique); !s.ok()) return s;
+    } else {
+      tables_.Prefetch(next_ids);
+    }
+    if (ahead && PullsAhead()) tables_.StartAhead(*client_);
     return absl::OkStatus();
   }
 
@@ -614,6 +626,16 @@ class WorkerSession::Impl {
     }
     return grads;
   }
+
+  // Async (--overlap other than none; never in sync or hybrid mode): the next batch's rows given
+  // to PrefetchAhead are pulled at once in a call of their own, beside the caller's compute,
+  // instead of riding on the push's answer (docs/sync-async.md#overlap); Step waits for them
+  // before its push, so they miss this worker's update of the step: one step stale, as async
+  // allows, and the same every run.
+  bool PullsAhead() const { return !config_.sync && options_.train.overlap != "none"; }
+  // The pull ahead, waited for (at once when none runs): its rows are used when it succeeded and
+  // `ok` (a failed one is no error: the next Lookup pulls the rows itself and meets the failure).
+  void SettleAhead(bool ok) { tables_.SettleAhead(ok); }
 
   // The pull in forward order still running, waited for; its failure (OK when none).
   absl::Status SettlePulls() { return forward_pulls_ != nullptr ? forward_pulls_->Settle() : absl::OkStatus(); }
@@ -764,11 +786,15 @@ absl::Status WorkerSession::AddClicks(absl::Span<const float> labels, absl::Span
 }
 absl::Status WorkerSession::Lookup(const std::vector<absl::Span<const int64_t>>& ids) { return impl_->Lookup(ids); }
 absl::Status WorkerSession::Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids) {
-  return impl_->Prefetch(next_ids, nullptr);
+  return impl_->Prefetch(next_ids, nullptr, false);
 }
 absl::Status WorkerSession::Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids,
                                      std::vector<UniqueIds>* unique) {
-  return impl_->Prefetch(next_ids, unique);
+  return impl_->Prefetch(next_ids, unique, false);
+}
+absl::Status WorkerSession::PrefetchAhead(const std::vector<absl::Span<const int64_t>>& next_ids,
+                                          std::vector<UniqueIds>* unique) {
+  return impl_->Prefetch(next_ids, unique, true);
 }
 TableBatch& WorkerSession::table_batch(int t) { return impl_->table_batch(t); }
 int WorkerSession::num_tables() const { return impl_->num_tables(); }

@@ -103,7 +103,7 @@ ps::TableStep SessionTables::StepCall() {
     TableBatch& b = batches_[t];
     if (!b.grads.empty() && !b.ids.empty()) step.pushes.push_back({tables_[t].name, &b.ids, nullptr, &b.grads});
     Prefetched& p = prefetched_[t];
-    if (p.asked && !p.ids.empty()) step.pulls.push_back({tables_[t].name, &p.ids, &p.rows, nullptr});
+    if (p.asked && !p.ahead && !p.ids.empty()) step.pulls.push_back({tables_[t].name, &p.ids, &p.rows, nullptr});
   }
   return step;
 }
@@ -111,9 +111,53 @@ ps::TableStep SessionTables::StepCall() {
 void SessionTables::EndStep(bool call_ok) {
   for (size_t t = 0; t < tables_.size(); ++t) {
     batches_[t].grads = Tensor();
-    prefetched_[t].valid = call_ok && prefetched_[t].asked;
-    prefetched_[t].asked = false;
+    Prefetched& p = prefetched_[t];
+    if (p.ahead) continue;  // its own call's answer decides (EndAhead)
+    p.valid = call_ok && p.asked;
+    p.asked = false;
   }
+}
+
+ps::TableStep SessionTables::AheadCall() {
+  ps::TableStep step;
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    Prefetched& p = prefetched_[t];
+    if (!p.asked || p.ahead) continue;
+    p.ahead = true;
+    if (!p.ids.empty()) step.pulls.push_back({tables_[t].name, &p.ids, &p.rows, nullptr});
+  }
+  return step;
+}
+
+void SessionTables::EndAhead(bool ok) {
+  for (Prefetched& p : prefetched_) {
+    if (!p.ahead) continue;
+    p.valid = ok;
+    p.ahead = p.asked = false;
+  }
+}
+
+void SessionTables::StartAhead(ps::PsClient& client) {
+  const ps::TableStep call = AheadCall();
+  if (call.pulls.empty()) return EndAhead(true);
+  auto ahead = std::make_shared<Ahead>();
+  ahead_ = ahead;
+  static const std::vector<std::pair<std::string, Tensor*>> kNoDense;
+  client.PullAsync(kNoDense, call, [ahead](absl::StatusOr<int64_t> r) {
+    ahead->status = r.status();
+    ahead->done.Notify();
+  });
+}
+
+void SessionTables::WaitAhead() {
+  if (ahead_ != nullptr) ahead_->done.WaitForNotification();
+}
+
+void SessionTables::SettleAhead(bool ok) {
+  if (ahead_ == nullptr) return;
+  ahead_->done.WaitForNotification();
+  EndAhead(ok && ahead_->status.ok());
+  ahead_.reset();
 }
 
 TableBatch& SessionTables::batch(int t) {

@@ -2,17 +2,20 @@
 // docs/tables.md): each declared table's current batch (its unique ids, each example's position
 // among them, the rows looked up, the gradients the caller wrote) and the next batch's prefetched
 // rows. It decides what rides on the session's calls — which rows a Lookup still has to pull, which
-// gradients and prefetches a Step carries — and never calls a ps itself: the session does. Owns its
-// buffers (the TableBatch the caller reads and writes between Lookup and Step); the session's one
-// thread uses it.
+// gradients and prefetches a Step carries — and calls a ps itself for one thing only: the async
+// pull ahead of a prefetch (StartAhead), on the session's client; everything else the session
+// sends. Owns its buffers (the TableBatch the caller reads and writes between Lookup and Step); the
+// session's one thread uses it (the pull ahead's answer arrives on a transport thread).
 #ifndef PSFLOW_TRAIN_SESSION_TABLES_H_
 #define PSFLOW_TRAIN_SESSION_TABLES_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
 #include "absl/types/span.h"
 #include "psflow/core/tensor.h"
 #include "psflow/core/unique_ids.h"
@@ -45,23 +48,37 @@ class SessionTables {
   // ids and index do not give back its ids in order of first appearance.
   absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids, std::vector<UniqueIds>* unique);
   // Step: the tables' part of the step's call — each table's gradients (when the caller wrote
-  // some) and the prefetch asked for.
+  // some) and the prefetch asked for (unless it is pulled ahead).
   ps::TableStep StepCall();
   // After the step's call: the gradients are consumed whatever the outcome; the prefetched rows
-  // are valid only when the call succeeded.
+  // (not pulled ahead) are valid only when the call succeeded.
   void EndStep(bool call_ok);
+  // Async pull ahead (docs/sync-async.md#overlap): the prefetch asked for, as a call of its own
+  // sent now instead of riding on the next Step (the tables in it are marked pulled ahead; an
+  // empty call when nothing was asked or every asked table has no ids). Until EndAhead the caller
+  // must not touch the tables (the answer writes their prefetched rows).
+  ps::TableStep AheadCall();
+  // The pull ahead answered: its rows are valid when `ok`.
+  void EndAhead(bool ok);
+  // AheadCall sent on `client` (borrowed: it must outlive the call; SettleAhead before it goes),
+  // its answer writing the prefetched rows on a transport thread. Nothing to pull: ended at once.
+  void StartAhead(ps::PsClient& client);
+  // Waits for the pull StartAhead sent (at once when none runs), then EndAhead(ok && it succeeded).
+  void SettleAhead(bool ok);
+  // Waits for that pull's answer only (the tables stay marked pulled ahead until SettleAhead).
+  void WaitAhead();
 
   // Table `t` (declaration order) of the current batch; CHECKs t.
   TableBatch& batch(int t);
 
  private:
   // A table's next batch: the ids given to Prefetch (`raw`, as given; `ids` and `index`, their
-  // deduplication; `asked`: ride on the next Step), and the rows that came back with its answer
-  // (`valid`).
+  // deduplication; `asked`: ride on the next Step, or `ahead`: pulled in a call of its own), and
+  // the rows that came back with its answer (`valid`).
   struct Prefetched {
     std::vector<int64_t> raw, ids, index;
     Tensor rows;
-    bool asked = false, valid = false;
+    bool asked = false, ahead = false, valid = false;
   };
 
   // OK when `unique` is `raw` deduplicated (DedupIds' order of first appearance), else why not.
@@ -72,6 +89,12 @@ class SessionTables {
   std::vector<dist::TableSpec> tables_;
   std::vector<TableBatch> batches_;
   std::vector<Prefetched> prefetched_;
+  // The pull ahead in flight (StartAhead), or null; its call's routing is made at the send.
+  struct Ahead {
+    absl::Notification done;
+    absl::Status status;  // written before done
+  };
+  std::shared_ptr<Ahead> ahead_;
   UniqueIds dedup_;  // reused per call
 };
 

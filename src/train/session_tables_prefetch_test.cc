@@ -1,6 +1,6 @@
 // SessionTables (train/session_tables.h) without a ps: what a Lookup still has to pull, what a Step
 // carries, and when the rows a Step prefetched are used — the same ids after a successful call —
-// or pulled again (a failed call, other ids, no Prefetch).
+// or pulled again (a failed call, other ids, no Prefetch); a prefetch pulled ahead (async).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -184,6 +184,38 @@ TEST(SessionTablesUnitTest, AFailedStepLeavesNoPrefetchedRows) {
   tables.StartLookup({a, b}, &next);
   EXPECT_EQ(Names(next.pulls), (std::vector<std::string>{"a", "b"}));
   EXPECT_TRUE(tables.StepCall().pulls.empty());  // nothing asked any more
+}
+
+// Async pull ahead: the prefetch goes in a call of its own (AheadCall), not on the step's call;
+// its rows are used when that call succeeded (EndAhead), whatever the step's call did.
+TEST(SessionTablesUnitTest, APrefetchPulledAheadLeavesTheStepsCallAndIsValidWhenItsOwnCallWas) {
+  for (bool ahead_ok : {true, false}) {
+    SessionTables tables = TwoTables();
+    const std::vector<int64_t> a = {1, 2}, b = {};
+    ps::TableStep lookup;
+    tables.StartLookup({a, b}, &lookup);
+    tables.batch(0).grads = Tensor({2, 2}, 1.0f);
+    tables.Prefetch({std::vector<int64_t>{2, 5, 2}, b});
+    ps::TableStep ahead = tables.AheadCall();
+    ASSERT_EQ(Names(ahead.pulls), (std::vector<std::string>{"a"}));  // b asked for no ids
+    EXPECT_EQ(*ahead.pulls[0].ids, (std::vector<int64_t>{2, 5}));
+    EXPECT_TRUE(ahead.pushes.empty());
+    EXPECT_TRUE(tables.AheadCall().pulls.empty());  // asked once
+    ps::TableStep call = tables.StepCall();
+    EXPECT_EQ(Names(call.pushes), (std::vector<std::string>{"a"}));
+    EXPECT_TRUE(call.pulls.empty());  // the prefetch is not on the step's call
+    ahead.pulls[0].rows->data()[0] = 9.0f;
+    tables.EndStep(/*call_ok=*/true);
+    tables.EndAhead(ahead_ok);
+    ps::TableStep next;
+    tables.StartLookup({std::vector<int64_t>{2, 5, 2}, b}, &next);
+    if (ahead_ok) {
+      EXPECT_TRUE(next.pulls.empty());
+      EXPECT_EQ(tables.batch(0).rows.data()[0], 9.0f);
+    } else {
+      EXPECT_EQ(Names(next.pulls), (std::vector<std::string>{"a"}));
+    }
+  }
 }
 
 TEST(SessionTablesUnitTest, SpecsCarryTheTablesNamesAndTheCountIsChecked) {

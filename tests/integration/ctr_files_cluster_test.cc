@@ -3,7 +3,8 @@
 //   - async, one worker slowed 3x (SIGSTOP/SIGCONT from here, 2/3 of the time stopped) reads well
 //     under half of the work queue's slices, and every task exits 0 at the end of the data with
 //     the job's examples and epochs in the summary;
-//   - a job stopped by --train_steps resumes from its checkpoint where the queue stood;
+//   - a job stopped by --train_steps resumes from its checkpoint where the queue stood, and a worker
+//     stopped by steps inside a slice gives it back (the chief does not wait for it);
 //   - a worker killed while it reads and started again: its slice goes back to the queue;
 //   - sync reads the fixed order and ends at the step the files give;
 //   - files of 5 integers and 7 categoricals (--ctr_dense, --ctr_fields) train a hybrid job, which
@@ -19,6 +20,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "test_util.h"
 
 namespace psflow::testing {
@@ -132,6 +134,44 @@ TEST(CtrFilesClusterTest, AsyncSlowWorkerReadsLessAndTheEndOfTheDataEndsTheJob) 
   EXPECT_LE(step * 128, kExamples);
   EXPECT_GE(step * 128, kExamples - 2 * 128);
   EXPECT_TRUE(std::filesystem::exists(absl::StrCat(dir, "/ckpt/model.ckpt-", step, ".safetensors")));
+}
+
+// Async, --train_steps short of the files: worker 1 takes a slice, steps and is stopped (SIGSTOP);
+// the chief reads every other slice and waits at the queue's end for the one worker 1 holds; worker
+// 1, let go, trains until the job's last step, in the middle of its slice. It gives the slice back
+// as it stops, so the chief's wait ends then, not after --worker_timeout_secs ("ending without
+// them"), and the queue has the slice back in line for a resumed job.
+TEST(CtrFilesClusterTest, AsyncEndByStepsGivesTheHeldSliceBack) {
+  const std::string dir = TempDir("ctr_files_end_by_steps");
+  const std::string data = WriteFiles(dir);
+  const Cluster c = Addresses(2);
+  // One slice per file (46.9 batches each): worker 1 holds one, the chief reads the other three
+  // (140 batches) and waits with the global step at 140 + worker 1's few; step 170 then falls inside
+  // worker 1's slice.
+  const std::vector<std::string> more = {"--train_steps=170", "--worker_timeout_secs=60", "--file_slices=2"};
+  Process ps(Task(c, "ps", 0, data, more, 1));
+  Process chief(Task(c, "worker", 0, data, more, 1));
+  Process held(Task(c, "worker", 1, data, more, 1));
+  const auto wait_for = [](Process& p, const std::string& text) {
+    for (int i = 0; i < 3000 && p.OutputSoFar().find(text) == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  wait_for(held, " loss ");
+  kill(held.pid(), SIGSTOP);
+  wait_for(chief, "the chief's data ended; waiting for 1 slice(s)");
+  kill(held.pid(), SIGCONT);
+  ProcessResult chief_r = chief.Wait(600), held_r = held.Wait(600), ps_r = ps.Wait(120);
+  ASSERT_EQ(chief_r.exit_code, 0) << chief_r.output;
+  ASSERT_EQ(held_r.exit_code, 0) << held_r.output;
+  ASSERT_EQ(ps_r.exit_code, 0) << ps_r.output;
+  EXPECT_THAT(chief_r.output, ::testing::HasSubstr("the chief's data ended; waiting for 1 slice(s)"));
+  EXPECT_THAT(chief_r.output, ::testing::Not(::testing::HasSubstr("ending without them"))) << chief_r.output;
+  EXPECT_THAT(held_r.output, ::testing::Not(::testing::HasSubstr("work queue is at its end"))) << held_r.output;
+  std::smatch given;
+  ASSERT_TRUE(std::regex_search(chief_r.output, given, std::regex("([0-9]+) given back and handed again")))
+      << chief_r.output;
+  EXPECT_EQ(std::stoi(given[1]), 1) << chief_r.output;
 }
 
 // psflow local, async: a job stopped by --train_steps and run again continues where the queue stood.

@@ -76,6 +76,27 @@ struct CriteoSlice {
 // Whole-file slices of `paths`.
 std::vector<CriteoSlice> WholeFiles(const std::vector<std::string>& paths);
 
+// A file a reader leaves open for the next reader of it (CriteoReaderOptions::open_files). A gzip
+// file cannot be entered in the middle: a slice that does not begin at the file's start inflates
+// all the text before it, so a worker reading slices 0, 1, 2, ... of a file one reader per slice
+// would inflate the file's start again for every slice. A reader given this continues the stream
+// where the previous reader of the same file stopped when its slice begins at or after that point
+// (skipping forward from there), and opens the file anew otherwise. It keeps the last file only.
+// The lines read are the same either way. Thread-safe; the readers sharing one use it in turn.
+class CriteoOpenFiles {
+ public:
+  CriteoOpenFiles();
+  ~CriteoOpenFiles();
+  CriteoOpenFiles(const CriteoOpenFiles&) = delete;
+  CriteoOpenFiles& operator=(const CriteoOpenFiles&) = delete;
+  int64_t reused() const;  // slices that continued a kept stream instead of opening the file
+
+ private:
+  friend class CriteoReader;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 struct CriteoReaderOptions {
   CriteoLayout layout;
   // Threads parsing chunks (>= 1). The reader adds one thread reading (and inflating) ahead.
@@ -87,6 +108,8 @@ struct CriteoReaderOptions {
   int read_ahead_chunks = 4;
   // Bad lines skipped (and counted in bad_lines()) before the next one fails the read.
   int64_t max_bad_lines = 0;
+  // Where the reader leaves its last file open for the next reader (null: it closes it).
+  std::shared_ptr<CriteoOpenFiles> open_files;
 };
 
 // Reads the lines of a list of slices in order, as batches of examples. Its reading thread runs

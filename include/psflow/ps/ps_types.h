@@ -112,14 +112,16 @@ struct PsTaskStats {
 // A call to the job's work queue of training-file slices, held by ps task 0
 // (docs/data-files.md#the-work-queue; PsClient::CallWorkQueue).
 struct WorkQueueCall {
-  enum class Op { kNext, kConfigure, kState };
+  enum class Op { kNext, kConfigure, kState, kRelease };
   Op op = Op::kNext;
+  // kRelease: the worker stops reading before its slice is used up (its training ended by steps):
+  // the slice goes back to the queue, first in line, and the worker holds none.
   // kNext: this worker's slice is used up. `seq` counts the worker process's kNext calls (a retry
   // repeats it and gets the same answer); `fresh` marks its first (a slice its killed predecessor
   // held goes back to the queue).
   int64_t seq = 0;
   bool fresh = false;
-  int64_t examples = 0, bad_lines = 0;  // kNext: read since this worker's last kNext
+  int64_t examples = 0, bad_lines = 0;  // kNext, kRelease: read since this worker's last kNext
   // kConfigure: the plan or a checkpoint's state (JSON), replacing a configured queue or not.
   std::string state_json;
   bool replace = false;

@@ -49,6 +49,12 @@
 //            step); the next Lookup with the same ids uses them (other ids: Lookup pulls them
 //            instead). Called before this step's Lookup, it would drop the rows the last Step
 //            prefetched for it.
+//   PrefetchAhead(next_ids)   the same, but in async mode (with --overlap other than none) the
+//            rows are pulled at once, in a call of their own, beside the caller's compute; Step
+//            waits for them before sending its push, so they never hold this step's own update
+//            (rows both batches share are one step stale, as async allows; the same run twice
+//            gives the same values). Call it early in the step (right after Lookup): given just
+//            before Step it costs a round trip Prefetch does not. Sync and hybrid: Prefetch.
 //   Step()   pushes the dense gradients and each table's (ids, grads) in the same call per ps
 //            (PushAndPull), the dense values and the prefetched rows coming back with its answer;
 //            the tables' rules run on the ps (--sparse_optimizer; sync: summed over the step's
@@ -230,6 +236,10 @@ class WorkerSession {
   // InvalidArgument naming the table, and nothing prefetched, when unique[t] does not give back
   // next_ids[t] in order of first appearance (an id repeated among unique[t].ids is refused by the ps).
   absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids, std::vector<UniqueIds>* unique);
+  // Prefetch with the rows pulled ahead in async mode (see the header comment; sync, hybrid and
+  // --overlap=none: Prefetch). `unique` as for Prefetch (may be null).
+  absl::Status PrefetchAhead(const std::vector<absl::Span<const int64_t>>& next_ids,
+                             std::vector<UniqueIds>* unique = nullptr);
   // Table `t` (declaration order) of the current batch.
   TableBatch& table_batch(int t);
   int num_tables() const;

@@ -55,7 +55,11 @@ absl::StatusOr<int64_t> TextSize(const std::string& path) {
 }  // namespace
 
 CtrSliceReader::CtrSliceReader(SliceSource source, data::CriteoReaderOptions options)
-    : source_(std::move(source)), options_(options) {}
+    : source_(std::move(source)), options_(options) {
+  // The next slice of the file just read continues its stream (a gzip file is not inflated from its
+  // start again for every slice).
+  if (options_.open_files == nullptr) options_.open_files = std::make_shared<data::CriteoOpenFiles>();
+}
 
 absl::StatusOr<int64_t> CtrSliceReader::Read(int64_t n, int64_t* ids, float* dense, float* labels) {
   while (!end_) {
@@ -68,7 +72,7 @@ absl::StatusOr<int64_t> CtrSliceReader::Read(int64_t n, int64_t* ids, float* den
       reader_.reset();
     }
     const int64_t examples = examples_done_ - examples_reported_, bad = bad_done_ - bad_reported_;
-    absl::StatusOr<std::optional<EpochSlice>> next = source_(examples, bad);
+    absl::StatusOr<std::optional<EpochSlice>> next = source_.next(examples, bad);
     if (!next.ok()) return next.status();
     examples_reported_ = examples_done_;
     bad_reported_ = bad_done_;
@@ -87,6 +91,21 @@ absl::StatusOr<int64_t> CtrSliceReader::Read(int64_t n, int64_t* ids, float* den
   return 0;
 }
 
+absl::Status CtrSliceReader::Stop() {
+  if (end_) return absl::OkStatus();
+  end_ = true;
+  if (reader_ != nullptr) {
+    examples_done_ += reader_->examples_read();
+    bad_done_ += reader_->bad_lines();
+    reader_.reset();
+  }
+  if (!source_.give_back) return absl::OkStatus();
+  const int64_t examples = examples_done_ - examples_reported_, bad = bad_done_ - bad_reported_;
+  examples_reported_ = examples_done_;
+  bad_reported_ = bad_done_;
+  return source_.give_back(examples, bad);
+}
+
 data::CriteoReaderOptions CtrReaderOptions(const TrainOptions& options) {
   data::CriteoReaderOptions reader;
   reader.layout = {options.ctr_dense, options.ctr_fields};
@@ -100,8 +119,9 @@ SliceSource FixedOrderSlices(std::vector<std::string> files, int64_t num_epochs,
     std::vector<int> order;
   };
   auto at = std::make_shared<Position>();
-  return [files = std::move(files), num_epochs, shuffle, seed, at](
-             int64_t, int64_t) -> absl::StatusOr<std::optional<EpochSlice>> {
+  SliceSource source;
+  source.next = [files = std::move(files), num_epochs, shuffle, seed, at](
+                    int64_t, int64_t) -> absl::StatusOr<std::optional<EpochSlice>> {
     const int n = static_cast<int>(files.size());
     while (at->epoch < num_epochs) {
       if (at->index == 0) at->order = ps::WorkOrder(n, shuffle, seed, at->epoch);
@@ -115,6 +135,7 @@ SliceSource FixedOrderSlices(std::vector<std::string> files, int64_t num_epochs,
     }
     return std::optional<EpochSlice>();
   };
+  return source;
 }
 
 absl::StatusOr<ps::WorkPlan> MakeCtrWorkPlan(const std::vector<std::string>& files, int64_t num_slices,
@@ -157,8 +178,18 @@ SliceSource QueueSlices(WorkerSession& session, ps::WorkPlan plan, double wait_s
     bool configured = false, end = false;
   };
   auto at = std::make_shared<Position>();
-  return [&session, plan = std::move(plan), wait_secs, end_wait_secs, log = std::move(log), at](
-             int64_t examples, int64_t bad_lines) -> absl::StatusOr<std::optional<EpochSlice>> {
+  SliceSource source;
+  source.give_back = [&session, at](int64_t examples, int64_t bad_lines) -> absl::Status {
+    if (at->end || !at->configured) return absl::OkStatus();  // holds no slice
+    at->end = true;
+    ps::WorkQueueCall release;
+    release.op = ps::WorkQueueCall::Op::kRelease;
+    release.examples = examples;
+    release.bad_lines = bad_lines;
+    return session.CallWorkQueue(release).status();
+  };
+  source.next = [&session, plan = std::move(plan), wait_secs, end_wait_secs, log = std::move(log), at](
+                    int64_t examples, int64_t bad_lines) -> absl::StatusOr<std::optional<EpochSlice>> {
     if (at->end) return std::optional<EpochSlice>();
     if (!at->configured && session.is_chief()) {
       auto state = ps::WorkPlanState(plan);
@@ -205,7 +236,7 @@ SliceSource QueueSlices(WorkerSession& session, ps::WorkPlan plan, double wait_s
       // The job ends when every slice was read: the chief waits for the workers still reading.
       ps::WorkQueueCall state;
       state.op = ps::WorkQueueCall::Op::kState;
-      double logged = 0;
+      double logged = -10;  // at once, then every 10 s
       while (answer->held > 0) {
         if (waited() > end_wait_secs) {
           log(absl::StrCat("work queue: ", answer->held, " slice(s) still held by worker(s) ", answer->holders[0],
@@ -225,6 +256,7 @@ SliceSource QueueSlices(WorkerSession& session, ps::WorkPlan plan, double wait_s
     }
     return std::optional<EpochSlice>();
   };
+  return source;
 }
 
 absl::StatusOr<std::unique_ptr<CtrFileBatches>> CtrFileBatches::Open(const TrainOptions& options, int part, int parts) {

@@ -10,7 +10,8 @@
 //     Every sync worker reads the whole stream (it keeps its part): parsing costs N times.
 //   - the work queue (async workers): slices of the files handed out by ps task 0 as each worker's
 //     slice is used up (CtrQueueSlices, ps/server/work_queue.h), so a slow worker reads less.
-// Either way a CtrSliceReader reads the slices one after another, a data::CriteoReader per slice.
+// Either way a CtrSliceReader reads the slices one after another, a data::CriteoReader per slice,
+// the next slice of the same file continuing the last one's stream (data::CriteoOpenFiles).
 //
 // Each class here is driven by one thread (the readers' own threads read ahead and parse).
 #ifndef PSFLOW_PROGRAMS_CTR_CTR_FILES_H_
@@ -38,9 +39,15 @@ struct EpochSlice {
   data::CriteoSlice slice;
   int64_t epoch = 0;
 };
-// The next slice to read, or nullopt at the end of the data. `examples` and `bad_lines`: what was
-// read since the last call (the work queue sums them for the job's summary).
-using SliceSource = std::function<absl::StatusOr<std::optional<EpochSlice>>(int64_t examples, int64_t bad_lines)>;
+// Where a reader's slices come from. `examples` and `bad_lines`: what was read since the last call
+// (the work queue sums them for the job's summary).
+struct SliceSource {
+  // The next slice to read, or nullopt at the end of the data.
+  std::function<absl::StatusOr<std::optional<EpochSlice>>(int64_t examples, int64_t bad_lines)> next;
+  // The reader stops before the end of the data (training ended by steps): the slice it was reading
+  // goes back (the work queue's Release). Empty: nothing to give back.
+  std::function<absl::Status(int64_t examples, int64_t bad_lines)> give_back;
+};
 
 // The examples of the slices a source gives, in order: a data::CriteoReader per slice. Bad lines
 // are counted over all slices against one --max_bad_lines.
@@ -50,6 +57,10 @@ class CtrSliceReader {
   // Up to n examples into ids [n, F], dense [n, D], labels [n]: fewer only at the end of the data
   // (then 0 on every later call). Errors name the file and line.
   absl::StatusOr<int64_t> Read(int64_t n, int64_t* ids, float* dense, float* labels);
+  // Reading ends before the end of the data (training ended by steps): the slice being read goes
+  // back to the source, so that a chief waiting at the work queue's end for the slices still held
+  // does not wait for this one. Later Reads return 0. Once; the end of the data needs no Stop.
+  absl::Status Stop();
 
   int64_t examples_read() const { return examples_done_ + (reader_ ? reader_->examples_read() : 0); }
   int64_t bad_lines() const { return bad_done_ + (reader_ ? reader_->bad_lines() : 0); }

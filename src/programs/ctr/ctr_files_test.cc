@@ -294,14 +294,14 @@ TEST_F(CtrFilesTest, ThePlansSlicesReadEveryLineOnce) {
       ASSERT_TRUE(ps::CheckWorkPlan(*plan).ok());
       EXPECT_EQ(plan->slices.size(), static_cast<size_t>(std::max<int64_t>(slices, 3)));
       size_t next = 0;
-      CtrSliceReader sliced(
-          [&](int64_t, int64_t) -> absl::StatusOr<std::optional<EpochSlice>> {
-            if (next == plan->slices.size()) return std::optional<EpochSlice>();
-            const ps::WorkSlice& w = plan->slices[next++];
-            return std::optional<EpochSlice>(EpochSlice{
-                {plan->files[w.file], w.begin, w.end == ps::kWorkSliceToEnd ? data::CriteoSlice::kToEnd : w.end}, 0});
-          },
-          CtrReaderOptions(o));
+      SliceSource in_order;
+      in_order.next = [&](int64_t, int64_t) -> absl::StatusOr<std::optional<EpochSlice>> {
+        if (next == plan->slices.size()) return std::optional<EpochSlice>();
+        const ps::WorkSlice& w = plan->slices[next++];
+        return std::optional<EpochSlice>(EpochSlice{
+            {plan->files[w.file], w.begin, w.end == ps::kWorkSliceToEnd ? data::CriteoSlice::kToEnd : w.end}, 0});
+      };
+      CtrSliceReader sliced(in_order, CtrReaderOptions(o));
       EXPECT_TRUE(AllIds(sliced, o.ctr_fields) == want) << slices << " slices";
     }
   }

@@ -368,6 +368,15 @@ absl::StatusOr<RunSummary> RunCtrWorker(const TrainOptions& options, const LogSi
       ++timed_steps;
       ++own_step;
     }
+    if (queue_reader != nullptr && data_end.empty()) {
+      // Training ended by steps, not by the files: the slice this worker was reading goes back to the
+      // queue, or a chief waiting at the queue's end for the slices still held would wait for it
+      // until --worker_timeout_secs.
+      if (absl::Status s = queue_reader->Stop(); !s.ok()) {
+        log(absl::StrCat("worker ", worker,
+                         ": giving the unfinished slice back to the work queue failed: ", s.message()));
+      }
+    }
     log(absl::StrCat(
         "worker ", worker, " step timing: ",
         phases.Text(timed_steps, fill_ahead != nullptr ? std::optional(fill_ahead->spent()) : std::nullopt)));

@@ -449,6 +449,9 @@ absl::StatusOr<WorkQueueAnswer> PsClient::Impl::CallWorkQueue(const WorkQueueCal
     case WorkQueueCall::Op::kState:
       request.set_op(wire::WorkQueueRequest::STATE);
       break;
+    case WorkQueueCall::Op::kRelease:
+      request.set_op(wire::WorkQueueRequest::RELEASE);
+      break;
   }
   request.set_worker_index(options_.worker_index);
   request.set_seq(call.seq);

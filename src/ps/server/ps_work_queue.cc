@@ -48,6 +48,11 @@ void PsServer::Impl::HandleWorkQueue(const rpc::IncomingMessage& request, rpc::R
       answer.set_end_offset(taken->end_offset == kWorkSliceToEnd ? -1 : taken->end_offset);
       break;
     }
+    case wire::WorkQueueRequest::RELEASE: {
+      if (!work_queue_.configured()) break;
+      work_queue_.Release(call.worker_index(), call.examples(), call.bad_lines());
+      break;
+    }
     case wire::WorkQueueRequest::STATE: {
       if (!work_queue_.configured()) break;
       absl::StatusOr<std::string> state = work_queue_.State();

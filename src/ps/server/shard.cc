@@ -25,15 +25,7 @@ std::string ShapeOf(const wire::TensorMeta& meta) {
 
 // Index of the first Inf or NaN in v[0, n), or -1.
 int64_t FirstNonFinite(const float* v, int64_t n) {
-  // An OR over exponent bits vectorizes (a float sum would not, without -ffast-math); look for the
-  // culprit only when some exponent is all ones (Inf or NaN).
-  uint32_t any = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    uint32_t bits;
-    std::memcpy(&bits, v + j, sizeof(bits));
-    any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-  }
-  if (any == 0) return -1;
+  if (!simd::AnyNonFinite(v, n)) return -1;  // look for the culprit only when there is one
   for (int64_t j = 0; j < n; ++j) {
     if (!std::isfinite(v[j])) return j;
   }

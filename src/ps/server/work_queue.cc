@@ -2,6 +2,7 @@
 #include "ps/server/work_queue.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,7 +13,8 @@
 namespace psflow::ps {
 namespace {
 
-constexpr int kStateVersion = 1;
+// Version 2 adds "taken" (the slices taken beyond the cursor); version 1 states read as none.
+constexpr int kStateVersion = 2;
 
 bool SamePlan(const WorkPlan& a, const WorkPlan& b) {
   if (a.files != b.files || a.slices.size() != b.slices.size() || a.num_epochs != b.num_epochs ||
@@ -110,9 +112,7 @@ absl::Status WorkQueue::ConfigureLocked(const WorkPlan& plan, bool replace) {
                                                       "; give every task the same --train_files"));
   }
   plan_ = plan;
-  epoch_ = 0;
-  cursor_ = 0;
-  order_ = WorkOrder(static_cast<int>(plan_.slices.size()), plan_.shuffle, plan_.seed, 0);
+  NewEpochLocked(0);
   returned_.clear();
   held_.clear();
   last_.clear();
@@ -126,7 +126,46 @@ absl::Status WorkQueue::ConfigureLocked(const WorkPlan& plan, bool replace) {
   return absl::OkStatus();
 }
 
-bool WorkQueue::TakeLocked(int worker, Held* out) {
+void WorkQueue::NewEpochLocked(int64_t epoch) {
+  epoch_ = epoch;
+  cursor_ = 0;
+  order_ = WorkOrder(static_cast<int>(plan_.slices.size()), plan_.shuffle, plan_.seed, epoch_);
+  taken_.assign(plan_.slices.size(), false);
+}
+
+int WorkQueue::PickLocked(const Held* previous) const {
+  const int n = static_cast<int>(plan_.slices.size());
+  const auto same_file = [&](int a, int b) { return plan_.slices[a].file == plan_.slices[b].file; };
+  // The slice right after the worker's previous one, in the same file.
+  if (previous != nullptr && previous->epoch == epoch_) {
+    const int after = previous->slice + 1;
+    if (after < n && same_file(after, previous->slice) && !taken_[after]) return after;
+  }
+  // Else, in the order: 0, a slice that cuts into no file being read (its file's first, or after
+  // one done); 1, one that does not sit right behind a worker's slice (it leaves that worker its
+  // run); 2, any slice not taken.
+  const auto held_by_someone = [&](int slice) {
+    for (const auto& [worker, h] : held_) {
+      if (h.epoch == epoch_ && h.slice == slice) return true;
+    }
+    return false;
+  };
+  int best = -1, best_rank = 3;
+  for (int64_t p = cursor_; p < static_cast<int64_t>(order_.size()); ++p) {
+    const int s = order_[p];
+    if (taken_[s]) continue;
+    const bool first_of_file = s == 0 || !same_file(s - 1, s);
+    const int rank = first_of_file || (taken_[s - 1] && !held_by_someone(s - 1)) ? 0 : !held_by_someone(s - 1) ? 1 : 2;
+    if (rank < best_rank) {
+      best = s;
+      best_rank = rank;
+      if (rank == 0) break;
+    }
+  }
+  return best;
+}
+
+bool WorkQueue::TakeLocked(int worker, const Held* previous, Held* out) {
   if (!returned_.empty()) {
     *out = returned_.front();
     returned_.pop_front();
@@ -147,11 +186,12 @@ bool WorkQueue::TakeLocked(int worker, Held* out) {
   }
   while (cursor_ >= static_cast<int64_t>(order_.size())) {
     if (epoch_ + 1 >= plan_.num_epochs) return false;
-    ++epoch_;
-    cursor_ = 0;
-    order_ = WorkOrder(static_cast<int>(plan_.slices.size()), plan_.shuffle, plan_.seed, epoch_);
+    NewEpochLocked(epoch_ + 1);
   }
-  *out = {epoch_, order_[cursor_++]};
+  const int slice = PickLocked(previous);
+  taken_[slice] = true;
+  while (cursor_ < static_cast<int64_t>(order_.size()) && taken_[order_[cursor_]]) ++cursor_;
+  *out = {epoch_, slice};
   return true;
 }
 
@@ -166,16 +206,19 @@ absl::StatusOr<WorkQueue::Taken> WorkQueue::Next(int worker, int64_t seq, bool f
   examples_ += std::max<int64_t>(examples, 0);
   bad_lines_ += std::max<int64_t>(bad_lines, 0);
   auto held = held_.find(worker);
+  std::optional<Held> previous;
   if (held != held_.end()) {
     if (fresh) {  // its predecessor's slice, unfinished: back to the queue, first in line
       returned_.push_front(held->second);
       ++returned_count_;
+    } else {
+      previous = held->second;
     }
     held_.erase(held);
   }
   Taken taken;
   Held next;
-  if (!TakeLocked(worker, &next)) {
+  if (!TakeLocked(worker, previous ? &*previous : nullptr, &next)) {
     taken.end = true;
   } else {
     held_[worker] = next;
@@ -190,6 +233,19 @@ absl::StatusOr<WorkQueue::Taken> WorkQueue::Next(int worker, int64_t seq, bool f
   }
   last_[worker] = {seq, taken};
   return taken;
+}
+
+void WorkQueue::Release(int worker, int64_t examples, int64_t bad_lines) {
+  absl::MutexLock lock(&mu_);
+  if (!configured_) return;
+  auto held = held_.find(worker);
+  if (held == held_.end()) return;  // holds nothing (or a retried release): nothing to give back
+  examples_ += std::max<int64_t>(examples, 0);
+  bad_lines_ += std::max<int64_t>(bad_lines, 0);
+  returned_.push_front(held->second);
+  ++returned_count_;
+  held_.erase(held);
+  last_.erase(worker);  // a later Next of this worker is not a retry of the one before
 }
 
 WorkQueue::Progress WorkQueue::progress() const {
@@ -222,6 +278,10 @@ absl::StatusOr<std::string> WorkQueue::State() const {
   for (const auto& [worker, h] : held_) held.push_back({worker, h.epoch, h.slice});
   nlohmann::json taken_by = nlohmann::json::array();
   for (const auto& [worker, n] : taken_by_) taken_by.push_back({worker, n});
+  nlohmann::json taken = nlohmann::json::array();  // beyond the cursor (before it, all are)
+  for (int64_t p = cursor_; p < static_cast<int64_t>(order_.size()); ++p) {
+    if (taken_[order_[p]]) taken.push_back(order_[p]);
+  }
   nlohmann::json split_at = nlohmann::json::array();
   for (const auto& [worker, at] : split_at_) split_at.push_back({worker, at.first, at.second});
   nlohmann::json state = {
@@ -233,7 +293,7 @@ absl::StatusOr<std::string> WorkQueue::State() const {
       {"handed", handed_},        {"returned_count", returned_count_},
       {"taken_by", taken_by},     {"examples", examples_},
       {"bad_lines", bad_lines_},  {"split_workers", plan_.split_workers},
-      {"split_at", split_at},
+      {"split_at", split_at},     {"taken", taken},
   };
   return state.dump();
 }
@@ -244,11 +304,12 @@ absl::Status WorkQueue::Restore(std::string_view state_json, bool replace) {
   std::deque<Held> returned;
   std::map<int, int64_t> taken_by;
   std::map<int, std::pair<int64_t, int64_t>> split_at;
+  std::vector<int> taken;
   try {
     const nlohmann::json state = nlohmann::json::parse(state_json);
-    if (state.at("version").get<int>() != kStateVersion) {
+    if (const int version = state.at("version").get<int>(); version != kStateVersion && version != 1) {
       return absl::InvalidArgumentError(absl::StrCat("work queue state of version ", state.at("version").dump(),
-                                                     "; this psflow reads version ", kStateVersion));
+                                                     "; this psflow reads versions 1 to ", kStateVersion));
     }
     plan.files = state.at("files").get<std::vector<std::string>>();
     for (const auto& s : state.at("slices")) {
@@ -272,6 +333,7 @@ absl::Status WorkQueue::Restore(std::string_view state_json, bool replace) {
     for (const auto& r : state.at("returned")) returned.push_back({r.at(0).get<int64_t>(), r.at(1).get<int>()});
     for (const auto& t : state.at("taken_by")) taken_by[t.at(0).get<int>()] = t.at(1).get<int64_t>();
     plan.split_workers = state.value("split_workers", 0);
+    if (state.contains("taken")) taken = state.at("taken").get<std::vector<int>>();
     if (state.contains("split_at")) {
       for (const auto& a : state.at("split_at")) {
         split_at[a.at(0).get<int>()] = {a.at(1).get<int64_t>(), a.at(2).get<int64_t>()};
@@ -286,6 +348,11 @@ absl::Status WorkQueue::Restore(std::string_view state_json, bool replace) {
     return absl::InvalidArgumentError(absl::StrCat("work queue state: epoch ", epoch, " cursor ", cursor, " outside ",
                                                    plan.num_epochs, " epochs of ", n, " slices"));
   }
+  for (const int s : taken) {
+    if (s < 0 || s >= n) {
+      return absl::InvalidArgumentError(absl::StrCat("work queue state: taken slice ", s, " outside ", n, " slices"));
+    }
+  }
   for (const Held& h : returned) {
     if (h.slice < 0 || h.slice >= n || h.epoch < 0 || h.epoch >= plan.num_epochs) {
       return absl::InvalidArgumentError(absl::StrCat("work queue state: slice ", h.slice, " of epoch ", h.epoch,
@@ -295,9 +362,11 @@ absl::Status WorkQueue::Restore(std::string_view state_json, bool replace) {
   absl::MutexLock lock(&mu_);
   if (configured_ && !replace) return ConfigureLocked(plan, false);  // keeps the running queue (same plan)
   if (auto s = ConfigureLocked(plan, true); !s.ok()) return s;
-  epoch_ = epoch;
+  NewEpochLocked(epoch);
+  for (int64_t p = 0; p < cursor; ++p) taken_[order_[p]] = true;
+  for (const int s : taken) taken_[s] = true;
   cursor_ = cursor;
-  order_ = WorkOrder(n, plan_.shuffle, plan_.seed, epoch_);
+  while (cursor_ < n && taken_[order_[cursor_]]) ++cursor_;
   returned_ = std::move(returned);
   handed_ = handed;
   returned_count_ = returned_count;

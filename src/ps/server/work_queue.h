@@ -10,11 +10,18 @@
 //     order is shuffled (from the seed and the epoch: WorkOrder). Epoch e hands out every slice once,
 //     in WorkOrder(e); then epoch e + 1; after the last epoch the queue is at its end.
 //   - Next(worker, seq, fresh): the worker's previous slice is done (it asks when its slice is used
-//     up) and it gets the next one: first a slice that went back to the queue, else the next of the
-//     order; or "end". `fresh`: the first call of a new worker process, whose predecessor (killed)
-//     may have held a slice unfinished: that slice goes back to the queue first (at-least-once per
-//     slice: the examples the dead process read of it are read again). A call repeated with the
-//     same `seq` (a retry after a lost answer) gets the same answer again.
+//     up) and it gets the next one: first a slice that went back to the queue; else the slice right
+//     after its previous one in the same file, if no one took it yet; else the first slice of the
+//     order that does not cut into a file another worker is reading (a file's first slice, or one
+//     whose predecessor is done); else the first not right behind another worker's slice (which
+//     leaves that worker its run); else the first not taken; or "end". So each
+//     worker reads runs of consecutive slices of one file, and a gzip file, which cannot be entered
+//     in the middle without inflating what lies before, is inflated about once in all
+//     (data::CriteoOpenFiles continues the stream) instead of once per slice. `fresh`: the first call of a new worker
+//     process, whose predecessor (killed) may have held a slice unfinished: that slice goes back to the queue first
+//     (at-least-once per slice: the examples the dead process read of it are read again). A call repeated with the same
+//     `seq` (a retry after a lost answer) gets the same answer again.
+//   - Release(worker): a worker that stops before its slice is used up gives it back (first in line).
 //   - State() is JSON: the plan and where the queue stands. A held slice is saved as held and goes
 //     back to the queue when the state is restored (Restore): a job resumed from a checkpoint reads
 //     again the slices its workers held when the checkpoint was taken (at-least-once per slice).
@@ -97,6 +104,11 @@ class WorkQueue {
   // FailedPrecondition "not configured" before Configure/Restore.
   // `examples` and `bad_lines`: what the worker read since its last call (summed into progress()).
   absl::StatusOr<Taken> Next(int worker, int64_t seq, bool fresh, int64_t examples = 0, int64_t bad_lines = 0);
+  // The worker stops reading before its slice is used up (its training ended by steps while the
+  // job's chief may be waiting at the queue's end for the slices still held): the slice goes back to
+  // the queue, first in line (read again by a resumed job: at-least-once), and the worker holds none.
+  // A worker holding nothing: only its counts are added. Repeating it (a retry) changes nothing more.
+  void Release(int worker, int64_t examples = 0, int64_t bad_lines = 0);
   absl::StatusOr<std::string> State() const;
   Progress progress() const;
 
@@ -110,15 +122,20 @@ class WorkQueue {
     Taken taken;
   };
   absl::Status ConfigureLocked(const WorkPlan& plan, bool replace) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The next (epoch, slice) to hand out, or false at the end.
-  bool TakeLocked(int worker, Held* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next (epoch, slice) to hand out after `previous` (the worker's last slice, if any), or false
+  // at the end.
+  bool TakeLocked(int worker, const Held* previous, Held* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The slice of this epoch to hand out (Next's order of preference), or -1 when every one was taken.
+  int PickLocked(const Held* previous) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NewEpochLocked(int64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   bool configured_ ABSL_GUARDED_BY(mu_) = false;
   WorkPlan plan_ ABSL_GUARDED_BY(mu_);
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t cursor_ ABSL_GUARDED_BY(mu_) = 0;         // position in order_ of epoch_
+  int64_t cursor_ ABSL_GUARDED_BY(mu_) = 0;         // order_'s first position not taken yet
   std::vector<int> order_ ABSL_GUARDED_BY(mu_);     // WorkOrder of epoch_
+  std::vector<bool> taken_ ABSL_GUARDED_BY(mu_);    // by slice: handed out in epoch_
   std::deque<Held> returned_ ABSL_GUARDED_BY(mu_);  // handed out first
   std::map<int, Held> held_ ABSL_GUARDED_BY(mu_);   // by worker
   std::map<int, LastAnswer> last_ ABSL_GUARDED_BY(mu_);

@@ -108,6 +108,90 @@ TEST(WorkQueueTest, AFreshWorkerReturnsItsPredecessorsSlice) {
   EXPECT_EQ(q.progress().returned, 1);
 }
 
+// Workers asking in turn each read a run of consecutive slices of one file (a gzip file is then
+// inflated about once in all); a worker whose file is done takes a slice that does not sit right
+// behind another worker's.
+TEST(WorkQueueTest, EachWorkerReadsARunOfOneFile) {
+  WorkPlan plan;
+  plan.files = {"/d/a.gz", "/d/b.gz"};
+  plan.slices = {{0, 0, 10}, {0, 10, 20}, {0, 20, kWorkSliceToEnd}, {1, 0, 10}, {1, 10, 20}, {1, 20, kWorkSliceToEnd}};
+  WorkQueue q;
+  ASSERT_TRUE(q.Configure(plan, false).ok());
+  std::vector<int> got;
+  int64_t seq[2] = {0, 0};
+  for (int i = 0; i < 6; ++i) {
+    const int w = i % 2;
+    auto t = q.Next(w, seq[w], seq[w] == 0);
+    ++seq[w];
+    ASSERT_TRUE(t.ok() && !t->end);
+    got.push_back(t->slice);
+  }
+  EXPECT_EQ(got, (std::vector<int>{0, 3, 1, 4, 2, 5}));  // worker 0 reads a, worker 1 reads b
+
+  // Worker 1 slow: worker 0 reads all of a, then takes b's last slice, not the one right behind
+  // worker 1's, and worker 1 goes on with its run.
+  WorkQueue slow;
+  ASSERT_TRUE(slow.Configure(plan, false).ok());
+  EXPECT_EQ(slow.Next(0, 0, true)->slice, 0);
+  EXPECT_EQ(slow.Next(1, 0, true)->slice, 3);
+  EXPECT_EQ(slow.Next(0, 1, false)->slice, 1);
+  EXPECT_EQ(slow.Next(0, 2, false)->slice, 2);
+  EXPECT_EQ(slow.Next(0, 3, false)->slice, 5);
+  EXPECT_EQ(slow.Next(1, 1, false)->slice, 4);
+  EXPECT_TRUE(slow.Next(0, 4, false)->end);
+  EXPECT_TRUE(slow.Next(1, 2, false)->end);
+
+  // The state saved with slices taken out of order restores them as taken.
+  WorkQueue mid;
+  ASSERT_TRUE(mid.Configure(plan, false).ok());
+  EXPECT_EQ(mid.Next(0, 0, true)->slice, 0);
+  EXPECT_EQ(mid.Next(1, 0, true)->slice, 3);
+  EXPECT_EQ(mid.Next(1, 1, false)->slice, 4);  // 3 done
+  auto state = mid.State();
+  ASSERT_TRUE(state.ok());
+  WorkQueue restored;
+  ASSERT_TRUE(restored.Restore(*state, true).ok());
+  std::multiset<int> after;
+  for (int64_t s = 0;; ++s) {
+    auto t = restored.Next(0, s, s == 0);
+    ASSERT_TRUE(t.ok());
+    if (t->end) break;
+    after.insert(t->slice);
+  }
+  EXPECT_EQ(after, (std::multiset<int>{0, 4, 1, 2, 5}));  // the held 0 and 4 again, then the rest
+}
+
+// A worker that stops inside its slice (training ended by steps) gives it back: handed next, first
+// in line; it then holds nothing, and releasing again changes nothing.
+TEST(WorkQueueTest, AReleasedSliceGoesBackFirstInLine) {
+  WorkQueue q;
+  ASSERT_TRUE(q.Configure(Plan(), false).ok());
+  auto stopped = q.Next(1, 0, true);
+  ASSERT_TRUE(stopped.ok());
+  ASSERT_TRUE(q.Next(0, 0, true).ok());
+  q.Release(1, 40, 2);
+  EXPECT_EQ(q.progress().held, 1);
+  EXPECT_EQ(q.progress().holders, std::vector<int>{0});
+  EXPECT_EQ(q.progress().returned, 1);
+  EXPECT_EQ(q.progress().examples, 40);
+  EXPECT_EQ(q.progress().bad_lines, 2);
+  q.Release(1, 40, 2);  // a retried release: nothing more
+  q.Release(3);         // a worker holding nothing
+  EXPECT_EQ(q.progress().returned, 1);
+  EXPECT_EQ(q.progress().examples, 40);
+  auto again = q.Next(0, 1, false);  // worker 0's slice is used up: the released one comes first
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->slice, stopped->slice);
+  // And the saved state hands it again after a restore too (it was handed and is held now).
+  auto state = q.State();
+  ASSERT_TRUE(state.ok());
+  WorkQueue restored;
+  ASSERT_TRUE(restored.Restore(*state, true).ok());
+  auto first = restored.Next(2, 0, true);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->slice, stopped->slice);
+}
+
 // The state saved mid-epoch restores where it stood; held slices are handed again (at-least-once).
 TEST(WorkQueueTest, StateRoundTripGivesHeldSlicesBack) {
   WorkQueue q;

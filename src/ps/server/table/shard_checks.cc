@@ -18,25 +18,9 @@ absl::Status CheckRowsSize(const TableConfig& config, std::string_view what, siz
                                                  num_floats, " floats for ", num_ids, " ids of dim ", config.spec.dim));
 }
 
-namespace {
-
-// Whether any of p[0, n) is NaN or ±Inf (exponent bits all ones): an integer OR over the floats,
-// vectorized per ISA.
-PSFLOW_DISPATCH bool AnyNonFinite(const float* p, size_t n) {
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, p + i, sizeof(bits));
-    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-  }
-  return bad != 0;
-}
-
-}  // namespace
-
 absl::Status CheckFinite(const TableConfig& config, absl::Span<const int64_t> ids, absl::Span<const float> rows) {
   // A search for the culprit only when something is wrong.
-  if (!AnyNonFinite(rows.data(), rows.size())) return absl::OkStatus();
+  if (!simd::AnyNonFinite(rows.data(), static_cast<int64_t>(rows.size()))) return absl::OkStatus();
   const size_t dim = static_cast<size_t>(config.spec.dim);
   for (size_t i = 0; i < ids.size(); ++i) {
     for (size_t k = 0; k < dim; ++k) {
