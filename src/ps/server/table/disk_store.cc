@@ -643,7 +643,6 @@ absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records
       }
       if (records[i] == nullptr) {
         missed.push_back(i);
-        tier_->CountMiss(this, ids[i]);
         continue;
       }
       DiskTier::Entry* e = DiskTier::EntryOf(records[i]);
@@ -707,6 +706,9 @@ absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records
       records[missed[k]] = again;
       continue;
     }
+    // The sketch counts rows read from disk, not lookups of ids not stored (a fill's, or a CTR job's
+    // new ids: twice each, pull and push), which would fill its counters with noise.
+    tier_->CountMiss(this, ids[missed[k]]);
     float* record = NewEntry(ids[missed[k]]);
     std::memcpy(record - kMetaFloats, values[k].data(), value_bytes);
     DiskTier::EntryOf(record)->pins = 1;

@@ -20,7 +20,7 @@
 //               list over every disk table of the task. Policy: a window and TinyLFU admission in
 //               front of CLOCK. A record read from disk or created enters a FIFO window (1/20 of the
 //               bytes); one leaving the window goes to the CLOCK part's front if a count-min sketch
-//               of the misses (4 x uint8 an id, halved every 10 counts a counter; cache_bytes / 256
+//               of the rows read from disk (ids not stored are not counted; 4 x uint8 an id, halved every 10 counts a counter; cache_bytes / 256
 //               counters, at least 4096, beside the budget: 8 MiB at 2 GiB) has seen it missed more often than
 //               CLOCK's next victim, else to its back, leaving first. In the CLOCK part a hit only
 //               marks a record (no list surgery, which would touch two more cache lines a row);
