@@ -606,7 +606,8 @@ absl::Status DiskRowStore::WriteBack(std::vector<DiskTier::Entry*>& entries) {
     }
   }
   if (dirty.empty()) return absl::OkStatus();
-  std::sort(dirty.begin(), dirty.end(), [](const DiskTier::Entry* a, const DiskTier::Entry* b) { return a->id < b->id; });
+  std::sort(dirty.begin(), dirty.end(),
+            [](const DiskTier::Entry* a, const DiskTier::Entry* b) { return a->id < b->id; });
   rocksdb::WriteBatch batch;
   std::string value;
   for (DiskTier::Entry* e : dirty) AppendPut(e, &batch, &value);

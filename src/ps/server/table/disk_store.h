@@ -20,23 +20,20 @@
 //               list over every disk table of the task. Policy: a window and TinyLFU admission in
 //               front of CLOCK. A record read from disk or created enters a FIFO window (1/20 of the
 //               bytes); one leaving the window goes to the CLOCK part's front if a count-min sketch
-//               of the rows read from disk (ids not stored are not counted; 4 x uint8 an id, halved every 10 counts a counter; cache_bytes / 256
-//               counters, at least 4096, beside the budget: 8 MiB at 2 GiB) has seen it missed more often than
-//               CLOCK's next victim, else to its back, leaving first. In the CLOCK part a hit only
-//               marks a record (no list surgery, which would touch two more cache lines a row);
-//               eviction walks from the back, moving marked records to the front unmarked and
-//               taking the unmarked, then the window's oldest if still over. A row seen once does
-//               not push out rows missed again and again (docs/tables.md, "The cache's policy").
-//               A batch's misses are read in key order, a few MultiGets side by
-//               side (read_pool.h); records held by
-//               a batch are pinned; after a batch records leave until the cache is within its
-//               bytes, dirty ones written back in one WriteBatch per table, keys in order. The write
-//               is behind the caller (write_behind): the tier's writer thread runs it while the
-//               caller answers its pull, the records staying cached, pinned, until it is done (a hit
-//               meanwhile keeps its record); then they leave. One round of write-backs is open at a
-//               time: the next eviction waits for it. Held records may take the cache over its
-//               bytes while they are held (concurrent batches of several tables). The policy never
-//               changes arithmetic: a record leaves and comes back bit for bit.
+//               of the rows read from disk (ids not stored are not counted; 4 x uint8 an id, halved every 10 counts a
+//               counter; cache_bytes / 256 counters, at least 4096, beside the budget: 8 MiB at 2 GiB) has seen it
+//               missed more often than CLOCK's next victim, else to its back, leaving first. In the CLOCK part a hit
+//               only marks a record (no list surgery, which would touch two more cache lines a row); eviction walks
+//               from the back, moving marked records to the front unmarked and taking the unmarked, then the window's
+//               oldest if still over. A row seen once does not push out rows missed again and again (docs/tables.md,
+//               "The cache's policy"). A batch's misses are read in key order, a few MultiGets side by side
+//               (read_pool.h); records held by a batch are pinned; after a batch records leave until the cache is
+//               within its bytes, dirty ones written back in one WriteBatch per table, keys in order. The write is
+//               behind the caller (write_behind): the tier's writer thread runs it while the caller answers its pull,
+//               the records staying cached, pinned, until it is done (a hit meanwhile keeps its record); then they
+//               leave. One round of write-backs is open at a time: the next eviction waits for it. Held records may
+//               take the cache over its bytes while they are held (concurrent batches of several tables). The policy
+//               never changes arithmetic: a record leaves and comes back bit for bit.
 // Refused in one line: a missing --table_dir or one not writable, a directory held by a running
 // task, a cache smaller than one batch's rows (ResourceExhausted, naming the table, the ps and the
 // sizes), a disk read or write failure (a full disk: ResourceExhausted; others: Internal; naming
@@ -184,9 +181,9 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   std::vector<DiskRowStore*> stores_ ABSL_GUARDED_BY(mu_);  // open tables (borrowed)
   ReadPool readers_;                                        // a batch's misses read side by side (no lock of ours held)
   std::vector<std::unique_ptr<WriteJob>> write_queue_ ABSL_GUARDED_BY(mu_);  // submitted, not taken yet
-  int64_t writes_open_ ABSL_GUARDED_BY(mu_) = 0;    // jobs submitted and not finished
-  int64_t writing_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of the records being written back
-  absl::Status write_error_ ABSL_GUARDED_BY(mu_);   // the first failed write-back's (the tier stops)
+  int64_t writes_open_ ABSL_GUARDED_BY(mu_) = 0;                             // jobs submitted and not finished
+  int64_t writing_bytes_ ABSL_GUARDED_BY(mu_) = 0;                           // bytes of the records being written back
+  absl::Status write_error_ ABSL_GUARDED_BY(mu_);  // the first failed write-back's (the tier stops)
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread writer_;  // write-backs behind the callers (options_.write_behind)
 };

@@ -52,8 +52,7 @@ void Fill(float* record, int64_t id, int64_t updates) {
 // Writes `ids` (creating the absent) as one batch, the way a push does: Acquire, Create, Release.
 // A disk store's write-backs behind the call are waited for unless `wait` is false (then the rows
 // leaving may still be cached, being written, when the next call comes).
-void Write(RowStore* store, const std::vector<int64_t>& ids, std::map<int64_t, int64_t>* updates,
-           bool wait = true) {
+void Write(RowStore* store, const std::vector<int64_t>& ids, std::map<int64_t, int64_t>* updates, bool wait = true) {
   std::vector<float*> records(ids.size());
   ASSERT_TRUE(store->Acquire(ids.data(), ids.size(), records.data()).ok());
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -283,7 +282,8 @@ TEST(DiskStore, LookupsOfIdsNotStoredDoNotCountForAdmission) {
 TEST(DiskStore, WriteBehindGivesTheRowsOfWritingInTheCall) {
   std::map<int64_t, int64_t> behind_updates, inline_updates;
   auto behind = OpenTier(FreshDir("behind"), /*cache_rows=*/3);
-  auto inline_tier = DiskTier::Open({FreshDir("inline"), 3 * EntryBytes(), 0, false, 3, /*write_behind=*/false}, nullptr);
+  auto inline_tier =
+      DiskTier::Open({FreshDir("inline"), 3 * EntryBytes(), 0, false, 3, /*write_behind=*/false}, nullptr);
   ASSERT_TRUE(inline_tier.ok());
   auto a = *behind->OpenTable("t", kFloats);
   auto b = *(*inline_tier)->OpenTable("t", kFloats);
