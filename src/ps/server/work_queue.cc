@@ -133,29 +133,31 @@ void WorkQueue::NewEpochLocked(int64_t epoch) {
   taken_.assign(plan_.slices.size(), false);
 }
 
+bool WorkQueue::SameFileLocked(int a, int b) const { return plan_.slices[a].file == plan_.slices[b].file; }
+
+bool WorkQueue::HeldLocked(int slice) const {
+  for (const auto& [worker, h] : held_) {
+    if (h.epoch == epoch_ && h.slice == slice) return true;
+  }
+  return false;
+}
+
 int WorkQueue::PickLocked(const Held* previous) const {
   const int n = static_cast<int>(plan_.slices.size());
-  const auto same_file = [&](int a, int b) { return plan_.slices[a].file == plan_.slices[b].file; };
   // The slice right after the worker's previous one, in the same file.
   if (previous != nullptr && previous->epoch == epoch_) {
     const int after = previous->slice + 1;
-    if (after < n && same_file(after, previous->slice) && !taken_[after]) return after;
+    if (after < n && SameFileLocked(after, previous->slice) && !taken_[after]) return after;
   }
   // Else, in the order: 0, a slice that cuts into no file being read (its file's first, or after
   // one done); 1, one that does not sit right behind a worker's slice (it leaves that worker its
   // run); 2, any slice not taken.
-  const auto held_by_someone = [&](int slice) {
-    for (const auto& [worker, h] : held_) {
-      if (h.epoch == epoch_ && h.slice == slice) return true;
-    }
-    return false;
-  };
   int best = -1, best_rank = 3;
   for (int64_t p = cursor_; p < static_cast<int64_t>(order_.size()); ++p) {
     const int s = order_[p];
     if (taken_[s]) continue;
-    const bool first_of_file = s == 0 || !same_file(s - 1, s);
-    const int rank = first_of_file || (taken_[s - 1] && !held_by_someone(s - 1)) ? 0 : !held_by_someone(s - 1) ? 1 : 2;
+    const bool first_of_file = s == 0 || !SameFileLocked(s - 1, s);
+    const int rank = first_of_file || (taken_[s - 1] && !HeldLocked(s - 1)) ? 0 : !HeldLocked(s - 1) ? 1 : 2;
     if (rank < best_rank) {
       best = s;
       best_rank = rank;

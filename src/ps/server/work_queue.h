@@ -127,6 +127,8 @@ class WorkQueue {
   bool TakeLocked(int worker, const Held* previous, Held* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The slice of this epoch to hand out (Next's order of preference), or -1 when every one was taken.
   int PickLocked(const Held* previous) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool SameFileLocked(int a, int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // slices a and b
+  bool HeldLocked(int slice) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);         // of epoch_, by a worker
   void NewEpochLocked(int64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;

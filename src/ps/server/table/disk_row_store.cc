@@ -1,0 +1,361 @@
+// DiskRowStore: one dynamic table's rows in the disk tier (disk_store.h): its RocksDB database, the
+// records it holds in the tier's cache, misses read in a batch, write-back, scans. The tier itself
+// (DiskTier: the cache's budget, admission, eviction, the write-behind thread) is disk_store.cc.
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "ps/server/table/disk_keys.h"
+#include "ps/server/table/disk_store.h"
+#include "rocksdb/db.h"
+#include "rocksdb/iterator.h"
+#include "rocksdb/options.h"
+#include "rocksdb/write_batch.h"
+
+namespace psflow::ps::table {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kHeaderAhead = 8;  // records whose header line is prefetched ahead in a batch
+// A batch's misses are read in parts of at least this many keys side by side (a thread hand-off
+// costs a few µs: fewer misses are one MultiGet in the caller).
+constexpr size_t kReadPart = 16;
+
+}  // namespace
+
+DiskRowStore::DiskRowStore(std::shared_ptr<DiskTier> tier, std::string table, std::string dir, int64_t floats_per_row,
+                           std::unique_ptr<rocksdb::DB> db)
+    : tier_(std::move(tier)),
+      table_(std::move(table)),
+      dir_(std::move(dir)),
+      floats_(floats_per_row),
+      db_(std::move(db)) {}
+
+DiskRowStore::~DiskRowStore() {
+  {
+    // This table's records leave the tier's list (a walk of the list: no copy of millions of
+    // pointers at the end of a job, when the task's memory peaks).
+    absl::MutexLock lock(&tier_->mu_);
+    tier_->AwaitWrites();  // none of the writer's jobs holds this table's records after it
+    for (DiskTier::List* l : {&tier_->clock_, &tier_->window_}) {
+      for (DiskTier::Entry* e = l->head; e != nullptr;) {
+        DiskTier::Entry* const next = e->next;
+        if (e->owner == this) DropEntry(e);
+        e = next;
+      }
+    }
+  }
+  tier_->Forget(this);
+  db_.reset();
+  std::error_code ec;
+  fs::remove_all(dir_, ec);  // a cache of the checkpoint: nothing in it outlives the table
+}
+
+absl::Status DiskRowStore::Failed(const char* what, const std::string& why) const {
+  // Not Unavailable: clients retry that, and a failed disk does not come back. A full disk is
+  // ResourceExhausted, any other failure Internal (both end the ps task: ps_tables.cc).
+  const std::string text = absl::StrCat("ps task ", tier_->options_.ps_task, ", table '", table_, "': ", what, " in ",
+                                        dir_, " failed: ", why);
+  return absl::StrContains(why, "No space left") ? absl::ResourceExhaustedError(text) : absl::InternalError(text);
+}
+
+int64_t DiskRowStore::size() const {
+  absl::MutexLock lock(&tier_->mu_);
+  return rows_;
+}
+
+float* DiskRowStore::NewEntry(int64_t id) {
+  const int64_t bytes = entry_bytes();
+  void* block = tier_->pool_.Allocate(bytes);
+  auto* e = static_cast<DiskTier::Entry*>(block);
+  e->owner = this;
+  e->id = id;
+  e->pins = 0;
+  e->touched = 0;
+  e->in_window = 1;
+  e->writing = 0;
+  tier_->PushFront(e);
+  tier_->window_bytes_ += bytes;
+  tier_->bytes_ += bytes;
+  cached_bytes_ += bytes;
+  float* record = reinterpret_cast<float*>(block) + DiskTier::kHeaderFloats + kMetaFloats;
+  index_.Insert(id, record);
+  return record;
+}
+
+void DiskRowStore::DropEntry(DiskTier::Entry* e) {
+  tier_->Unlink(e);
+  if (e->in_window != 0) tier_->window_bytes_ -= entry_bytes();
+  tier_->bytes_ -= entry_bytes();
+  cached_bytes_ -= entry_bytes();
+  index_.Erase(e->id);
+  tier_->pool_.Free(e);
+}
+
+void DiskRowStore::AppendPut(DiskTier::Entry* e, rocksdb::WriteBatch* batch, std::string* value) const {
+  const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);
+  value->resize(value_bytes);
+  auto* record = reinterpret_cast<float*>(e) + DiskTier::kHeaderFloats + kMetaFloats;
+  RowMeta& meta = MetaOf(record);
+  meta.flags &= ~RowMeta::kDirty;
+  std::memcpy(value->data(), &meta, sizeof(RowMeta));
+  std::memcpy(value->data() + sizeof(RowMeta), record, value_bytes - sizeof(RowMeta));
+  char key[kKeyBytes];
+  KeyOf(e->id, key);
+  batch->Put(rocksdb::Slice(key, kKeyBytes), *value);
+}
+
+absl::Status DiskRowStore::WriteBack(std::vector<DiskTier::Entry*>& entries) {
+  // Keys in order: the memtable's skip list inserts a sorted run from where the last key went.
+  std::vector<DiskTier::Entry*> dirty;
+  for (DiskTier::Entry* e : entries) {
+    if ((MetaOf(reinterpret_cast<float*>(e) + DiskTier::kHeaderFloats + kMetaFloats).flags & RowMeta::kDirty) != 0) {
+      dirty.push_back(e);
+    }
+  }
+  if (dirty.empty()) return absl::OkStatus();
+  std::sort(dirty.begin(), dirty.end(),
+            [](const DiskTier::Entry* a, const DiskTier::Entry* b) { return a->id < b->id; });
+  rocksdb::WriteBatch batch;
+  std::string value;
+  for (DiskTier::Entry* e : dirty) AppendPut(e, &batch, &value);
+  const rocksdb::Status s = db_->Write(NoLog(), &batch);
+  if (!s.ok()) {
+    for (DiskTier::Entry* e : dirty) {  // still only here
+      MetaOf(reinterpret_cast<float*>(e) + DiskTier::kHeaderFloats + kMetaFloats).flags |= RowMeta::kDirty;
+    }
+    return Failed("writing rows back to disk", s.ToString());
+  }
+  counters_.disk_rows_written += static_cast<int64_t>(dirty.size());
+  return absl::OkStatus();
+}
+
+absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records) {
+  // 1. Hits, pinned, under the tier's lock; the misses listed.
+  std::vector<size_t> missed;
+  {
+    absl::MutexLock lock(&tier_->mu_);
+    if (!tier_->write_error_.ok()) return tier_->write_error_;
+    const int64_t need = static_cast<int64_t>(n) * entry_bytes();
+    if (need > tier_->options_.cache_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "ps task ", tier_->options_.ps_task, ", table '", table_,
+          "': --table_cache_bytes=", tier_->options_.cache_bytes, " holds ",
+          tier_->options_.cache_bytes / entry_bytes(), " rows of ", entry_bytes(), " bytes but one batch here has ", n,
+          " rows (", need, " bytes); raise --table_cache_bytes above that"));
+    }
+    index_.FindMany(ids, n, records);
+    for (size_t i = 0; i < n; ++i) {
+      // Each hit writes its record's header line: fetched a few ahead, the cache misses overlap.
+      if (i + kHeaderAhead < n && records[i + kHeaderAhead] != nullptr) {
+        __builtin_prefetch(DiskTier::EntryOf(records[i + kHeaderAhead]), 1);
+      }
+      if (records[i] == nullptr) {
+        missed.push_back(i);
+        continue;
+      }
+      DiskTier::Entry* e = DiskTier::EntryOf(records[i]);
+      e->touched = 1;
+      ++e->pins;
+    }
+    counters_.cache_hits += static_cast<int64_t>(n - missed.size());
+    counters_.cache_misses += static_cast<int64_t>(missed.size());
+  }
+  if (missed.empty()) return absl::OkStatus();
+
+  // 2. The misses read without the tier's lock (other tables' calls go on meanwhile), in key order,
+  // in parts of at least kReadPart keys read side by side (ReadPool). Nothing changes this table's
+  // rows meanwhile: the shard holds its lock (shared by reads, alone by writes) around Acquire and
+  // Release, and a concurrent reader can only cache a clean copy of a row (taken once below).
+  std::sort(missed.begin(), missed.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
+  const size_t m = missed.size();
+  std::vector<char> keys(m * kKeyBytes);
+  std::vector<rocksdb::Slice> slices(m);
+  for (size_t k = 0; k < m; ++k) {
+    KeyOf(ids[missed[k]], keys.data() + k * kKeyBytes);
+    slices[k] = rocksdb::Slice(keys.data() + k * kKeyBytes, kKeyBytes);
+  }
+  std::vector<rocksdb::PinnableSlice> values(m);
+  std::vector<rocksdb::Status> statuses(m);
+  // fill_cache stays on: the index and filter partitions a read needs must stay in the block cache
+  // (fill_cache off keeps every block out, and each miss read its partitions again). The data
+  // blocks go in too, at low priority, and leave first.
+  const rocksdb::ReadOptions read;
+  const size_t parts =
+      std::max<size_t>(1, std::min<size_t>(m / kReadPart, static_cast<size_t>(tier_->readers_.threads()) + 1));
+  tier_->readers_.RunParts(parts, [&](size_t part) {
+    const size_t begin = m * part / parts, end = m * (part + 1) / parts;
+    db_->MultiGet(read, db_->DefaultColumnFamily(), end - begin, slices.data() + begin, values.data() + begin,
+                  statuses.data() + begin, /*sorted_input=*/true);
+  });
+
+  // 3. The rows read become cached records, pinned, under the lock.
+  absl::MutexLock lock(&tier_->mu_);
+  const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);
+  for (size_t k = 0; k < m; ++k) {
+    if (statuses[k].IsNotFound()) continue;
+    std::string why;
+    if (!statuses[k].ok()) {
+      why = statuses[k].ToString();
+    } else if (values[k].size() != value_bytes) {
+      why = absl::StrCat("a record of ", values[k].size(), " bytes, not ", value_bytes);
+    }
+    if (!why.empty()) {  // hold nothing: the rows read so far stay cached, unpinned
+      for (size_t i = 0; i < n; ++i) {
+        if (records[i] != nullptr) --DiskTier::EntryOf(records[i])->pins;
+        records[i] = nullptr;
+      }
+      return Failed("reading rows from disk", why);
+    }
+    // Listed twice, or cached meanwhile by another reader of this table: one record.
+    if (float* again = index_.Find(ids[missed[k]]); again != nullptr) {
+      DiskTier::Entry* e = DiskTier::EntryOf(again);
+      e->touched = 1;
+      ++e->pins;
+      records[missed[k]] = again;
+      continue;
+    }
+    // The sketch counts rows read from disk, not lookups of ids not stored (a fill's, or a CTR job's
+    // new ids: twice each, pull and push), which would fill its counters with noise.
+    tier_->CountMiss(this, ids[missed[k]]);
+    float* record = NewEntry(ids[missed[k]]);
+    std::memcpy(record - kMetaFloats, values[k].data(), value_bytes);
+    DiskTier::EntryOf(record)->pins = 1;
+    records[missed[k]] = record;
+    ++counters_.disk_rows_read;
+  }
+  return absl::OkStatus();
+}
+
+void DiskRowStore::Reserve(int64_t n) {
+  absl::MutexLock lock(&tier_->mu_);
+  index_.Reserve(index_.size() + n);
+}
+
+float* DiskRowStore::Create(int64_t id) {
+  absl::MutexLock lock(&tier_->mu_);
+  float* record = NewEntry(id);
+  DiskTier::EntryOf(record)->pins = 1;
+  ++rows_;
+  return record;
+}
+
+absl::Status DiskRowStore::Release(float* const* records, size_t n) {
+  absl::MutexLock lock(&tier_->mu_);
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kHeaderAhead < n && records[i + kHeaderAhead] != nullptr) {
+      __builtin_prefetch(DiskTier::EntryOf(records[i + kHeaderAhead]), 1);
+    }
+    if (records[i] != nullptr) --DiskTier::EntryOf(records[i])->pins;
+  }
+  return tier_->EvictToBudget();
+}
+
+absl::Status DiskRowStore::Erase(const std::vector<int64_t>& ids) {
+  absl::MutexLock lock(&tier_->mu_);
+  tier_->AwaitWrites();  // a Put under way must not land after the Delete
+  if (!tier_->write_error_.ok()) return tier_->write_error_;
+  rocksdb::WriteBatch batch;
+  char key[kKeyBytes];
+  for (int64_t id : ids) {
+    if (float* record = index_.Find(id); record != nullptr) DropEntry(DiskTier::EntryOf(record));
+    KeyOf(id, key);
+    batch.Delete(rocksdb::Slice(key, kKeyBytes));
+  }
+  rows_ -= static_cast<int64_t>(ids.size());
+  if (ids.empty()) return absl::OkStatus();
+  const rocksdb::Status s = db_->Write(NoLog(), &batch);
+  return s.ok() ? absl::OkStatus() : Failed("removing rows from disk", s.ToString());
+}
+
+absl::Status DiskRowStore::ForEachAge(absl::FunctionRef<void(int64_t, int64_t)> f) const {
+  absl::MutexLock lock(&tier_->mu_);
+  index_.ForEach([&](int64_t id, float* record) { f(id, MetaOf(record).last_step); });
+  rocksdb::ReadOptions r;
+  r.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(r));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const int64_t id = IdOfKey(it->key());
+    if (index_.Find(id) != nullptr) continue;  // cached: its meta above is the newer
+    RowMeta meta;
+    if (it->value().size() < sizeof(RowMeta)) return Failed("reading rows from disk", "a short record");
+    std::memcpy(&meta, it->value().data(), sizeof(RowMeta));
+    f(id, meta.last_step);
+  }
+  return it->status().ok() ? absl::OkStatus() : Failed("reading rows from disk", it->status().ToString());
+}
+
+absl::Status DiskRowStore::Flush() {
+  absl::MutexLock lock(&tier_->mu_);
+  tier_->AwaitWrites();  // every row on disk or dirty in the cache after it
+  if (!tier_->write_error_.ok()) return tier_->write_error_;
+  std::vector<DiskTier::Entry*> mine;
+  index_.ForEach([&](int64_t, float* record) { mine.push_back(DiskTier::EntryOf(record)); });
+  return WriteBack(mine);
+}
+
+// Every row is on disk once the cache is flushed at the scan's start; the iterator reads the
+// database as it was then, and a row cached now is read from the cache.
+class DiskRowStore::Scanner final : public RecordScan {
+ public:
+  Scanner(const DiskRowStore* store, std::unique_ptr<rocksdb::Iterator> it)
+      : store_(store), it_(std::move(it)), buffer_(static_cast<size_t>(kMetaFloats + store->floats_)) {
+    it_->SeekToFirst();
+  }
+
+  absl::StatusOr<bool> Next(int64_t max_rows, absl::FunctionRef<void(int64_t, const float*)> f) override {
+    absl::MutexLock lock(&store_->tier_->mu_);
+    const size_t value_bytes = buffer_.size() * sizeof(float);
+    int64_t read = 0;
+    for (; it_->Valid() && read < max_rows; it_->Next()) {
+      const int64_t id = IdOfKey(it_->key());
+      if (const float* cached = store_->index_.Find(id); cached != nullptr) {
+        f(id, cached);
+      } else {
+        if (it_->value().size() != value_bytes) {
+          return store_->Failed("reading rows from disk",
+                                absl::StrCat("a record of ", it_->value().size(), " bytes, not ", value_bytes));
+        }
+        std::memcpy(buffer_.data(), it_->value().data(), value_bytes);
+        f(id, buffer_.data() + kMetaFloats);
+      }
+      ++read;
+    }
+    if (!it_->status().ok()) return store_->Failed("reading rows from disk", it_->status().ToString());
+    return read > 0;
+  }
+
+ private:
+  const DiskRowStore* store_;  // borrowed
+  std::unique_ptr<rocksdb::Iterator> it_;
+  std::vector<float> buffer_;  // a record read from disk: [meta | floats]
+};
+
+absl::StatusOr<std::unique_ptr<RecordScan>> DiskRowStore::Scan() const {
+  if (absl::Status s = const_cast<DiskRowStore*>(this)->Flush(); !s.ok()) return s;
+  rocksdb::ReadOptions r;
+  r.fill_cache = false;
+  r.readahead_size = size_t{2} << 20;
+  return std::make_unique<Scanner>(this, std::unique_ptr<rocksdb::Iterator>(db_->NewIterator(r)));
+}
+
+RowStoreStats DiskRowStore::stats() const {
+  RowStoreStats s;
+  {
+    absl::MutexLock lock(&tier_->mu_);
+    s = counters_;
+    s.rows = rows_;
+    s.memory_bytes = cached_bytes_ + index_.bytes();
+  }
+  uint64_t sst = 0;
+  db_->GetIntProperty("rocksdb.total-sst-files-size", &sst);
+  s.disk_bytes = static_cast<int64_t>(sst);
+  return s;
+}
+
+}  // namespace psflow::ps::table
