@@ -433,4 +433,18 @@ absl::Status Chief::RestorePs(int task) {
   return absl::OkStatus();
 }
 
+absl::Status WaitForChiefInitialization(ps::PsClient& client, double timeout_secs) {
+  // No log: the chief's initialization is what a worker waits for, not a silence.
+  ps::RetryOptions retry;
+  retry.peer = "the chief";
+  retry.what = "the chief's initialization of the ps tasks";
+  retry.budget_secs = timeout_secs;
+  retry.budget_flag = "--init_timeout_secs";
+  retry.give_up = [timeout_secs](const std::string&, const absl::Status& last) {
+    return absl::DeadlineExceededError(absl::StrCat("gave up after ", timeout_secs, " s: ", last.message()));
+  };
+  return ps::RetryBlocking(retry,
+                           [&](double left) { return client.WaitForInitialization(std::clamp(left, 0.1, 5.0)); });
+}
+
 }  // namespace psflow::train

@@ -137,6 +137,11 @@ class Chief {
   std::string restore_work_queue_;
 };
 
+// What a worker waits for before its first step: the chief's initialization of every ps task,
+// asked in short slices so that a ps killed and restarted meanwhile (its held call broken) is asked
+// again, until `timeout_secs` in all (--init_timeout_secs). DeadlineExceeded when it gives up.
+absl::Status WaitForChiefInitialization(ps::PsClient& client, double timeout_secs);
+
 }  // namespace psflow::train
 
 #endif  // PSFLOW_TRAIN_CHIEF_H_

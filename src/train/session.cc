@@ -15,7 +15,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
-#include "ps/common/retry.h"
 #include "psflow/ps/ps_client.h"
 #include "psflow/train/train.h"
 #include "train/chief.h"
@@ -32,26 +31,6 @@
 #include "train/worker_roster.h"
 
 namespace psflow::train {
-namespace {
-
-// Waits for the chief to initialize every ps, in short slices so that a ps killed and restarted
-// meanwhile (its held call broken) is asked again, until `timeout_secs` in all.
-absl::Status WaitForChief(ps::PsClient& client, double timeout_secs) {
-  // No log: the chief's initialization is what a worker waits for, not a silence.
-  ps::RetryOptions retry;
-  retry.peer = "the chief";
-  retry.what = "the chief's initialization of the ps tasks";
-  retry.budget_secs = timeout_secs;
-  retry.budget_flag = "--init_timeout_secs";
-  retry.give_up = [timeout_secs](const std::string&, const absl::Status& last) {
-    return absl::DeadlineExceededError(absl::StrCat("gave up after ", timeout_secs, " s: ", last.message()));
-  };
-  return ps::RetryBlocking(retry,
-                           [&](double left) { return client.WaitForInitialization(std::clamp(left, 0.1, 5.0)); });
-}
-
-}  // namespace
-
 class WorkerSession::Impl {
  public:
   Impl(Options options, std::vector<SessionParameter> params, std::vector<dist::TableSpec> tables)
@@ -148,7 +127,7 @@ class WorkerSession::Impl {
       if (auto s = chief_->InitializeCluster(); !s.ok()) return s;
     } else {
       log("waiting for the chief (worker 0) to initialize the variables");
-      if (auto s = WaitForChief(*client_, o.init_timeout_secs); !s.ok()) return s;
+      if (auto s = WaitForChiefInitialization(*client_, o.init_timeout_secs); !s.ok()) return s;
     }
     auto telemetry = Telemetry::Create(o, /*write_events=*/is_chief(), "", options_.log);
     if (!telemetry.ok()) return telemetry.status();
@@ -439,24 +418,14 @@ class WorkerSession::Impl {
     }
     telemetry_->OnFinal(summary.global_step, summary.validation_accuracy, summary.test_accuracy);
     if (auto stats = client_->Stats(); stats.ok()) {
-      // The workers that took part: those that pushed (a worker that never came is not counted).
-      if (const int pushed = WorkerRoster::PushedWorkers(*stats); pushed > 0) summary.workers = pushed;
-      if (const std::string never = WorkerRoster::NeverPushed(*stats, cluster_.num_workers()); !never.empty()) {
-        log(absl::StrCat("chief: ", never, " never pushed a gradient; the summary counts the ", summary.workers,
-                         " worker(s) that did"));
-      }
+      CountWorkersThatPushed(*stats, cluster_.num_workers(), options_.log, &summary);
       AddPsStatsToSummary(*stats, plan_.global_step_ps, &summary);
     }
     if (auto s = client_->Shutdown(); !s.ok()) return s;
     state_.MoveTo(SessionState::kEnded);  // the job is over: nothing left to abort
     log(absl::StrCat("worker ", index_, ": done after ", local_step_, " local steps"));
     if (options_.report_summary) {
-      std::string text = FormatSummary(summary);
-      if (!text.empty() && text.back() == '\n') text.pop_back();
-      log(text);
-      if (!options_.train.metrics_json.empty()) {
-        if (auto s = WriteSummaryJson(summary, options_.train.metrics_json); !s.ok()) return s;
-      }
+      if (auto s = ReportSummary(summary, options_.train.metrics_json, options_.log); !s.ok()) return s;
     }
     return summary;
   }
@@ -654,7 +623,7 @@ class WorkerSession::Impl {
     if (!ps::IsPsRestarted(status)) return status;
     if (is_chief()) return chief_->RestorePs(ps::RestartedPsTask(status));
     log(absl::StrCat(status.message(), "; waiting for the chief to restore it"));
-    return WaitForChief(*client_, options_.train.init_timeout_secs);
+    return WaitForChiefInitialization(*client_, options_.train.init_timeout_secs);
   }
 
   // The variables as they stand (after a restore too): a ps task still being restored means

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "train/worker_roster.h"
 
 namespace psflow::train {
 
@@ -64,6 +65,23 @@ void AddPsStatsToSummary(const std::vector<ps::PsTaskStats>& stats, int global_s
       summary->staleness_counts = s.staleness_counts;
     }
   }
+}
+
+void CountWorkersThatPushed(const std::vector<ps::PsTaskStats>& stats, int num_workers,
+                            const std::function<void(const std::string&)>& log, RunSummary* summary) {
+  if (const int pushed = WorkerRoster::PushedWorkers(stats); pushed > 0) summary->workers = pushed;
+  if (const std::string never = WorkerRoster::NeverPushed(stats, num_workers); !never.empty()) {
+    log(absl::StrCat("chief: ", never, " never pushed a gradient; the summary counts the ", summary->workers,
+                     " worker(s) that did"));
+  }
+}
+
+absl::Status ReportSummary(const RunSummary& summary, const std::string& metrics_json,
+                           const std::function<void(const std::string&)>& log) {
+  std::string text = FormatSummary(summary);
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  log(text);
+  return metrics_json.empty() ? absl::OkStatus() : WriteSummaryJson(summary, metrics_json);
 }
 
 }  // namespace psflow::train

@@ -6,6 +6,7 @@
 #define PSFLOW_TRAIN_SESSION_SUMMARY_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,15 @@ void AddEvalToSummary(const SessionEval& eval, RunSummary* summary);
 // The ps tasks' figures into `summary`: each task's traffic and tables, a ctr job's table rows, and
 // the stale pushes and staleness counted once, by the task holding the global step.
 void AddPsStatsToSummary(const std::vector<ps::PsTaskStats>& stats, int global_step_ps, RunSummary* summary);
+
+// The workers that took part, into summary->workers: those that pushed (a worker that never came is
+// not counted); logs the ones that never pushed.
+void CountWorkersThatPushed(const std::vector<ps::PsTaskStats>& stats, int num_workers,
+                            const std::function<void(const std::string&)>& log, RunSummary* summary);
+
+// The summary's line logged, and written as JSON to `metrics_json` when it is not empty.
+absl::Status ReportSummary(const RunSummary& summary, const std::string& metrics_json,
+                           const std::function<void(const std::string&)>& log);
 
 }  // namespace psflow::train
 
