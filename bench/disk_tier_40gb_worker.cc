@@ -105,20 +105,16 @@ int Run(int argc, char** argv) {
   table.dim = args->dim;
   table.kind = psflow::dist::TableKind::kDynamic;
   table.initializer.seed = o.seed;
-  if (auto it = o.table_options.find("storage"); it != o.table_options.end() && it->second == "disk") {
-    table.storage = psflow::dist::TableStorage::kDisk;  // --table_storage=disk
-  }
-
-  psflow::Tensor bias({1}, 0.0f), bias_grad({1}, 0.0f);
-  psflow::train::WorkerSession::Options options;
-  options.train = o;
-  options.model_name = "disk_tier_40gb";
-  auto session = psflow::train::WorkerSession::Create(options, {{"bias", &bias, &bias_grad}}, {table});
-  if (!session.ok()) {
-    std::cerr << "disk_tier_40gb_worker: " << session.status().message() << "\n";
+  if (absl::Status st = psflow::bench::ApplyTableFlags(o, &table); !st.ok()) {  // --table_storage=disk, ...
+    std::cerr << "disk_tier_40gb_worker: " << st.message() << "\n";
     return 2;
   }
-  psflow::train::WorkerSession& s = **session;
+  auto opened = psflow::bench::OpenTableSession(o, table, "disk_tier_40gb");  // the table beside a dense bias
+  if (!opened.ok()) {
+    std::cerr << "disk_tier_40gb_worker: " << opened.status().message() << "\n";
+    return 2;
+  }
+  psflow::train::WorkerSession& s = *(*opened)->session;
   const int64_t fill_steps = (args->rows + args->fill_batch - 1) / args->fill_batch;
   const Zipf zipf(args->rows, args->zipf_s);
   constexpr uint64_t kSpread = 2654435761u;  // prime: k -> k·A mod rows is a bijection

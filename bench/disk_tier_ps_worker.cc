@@ -65,19 +65,16 @@ int Run(int argc, char** argv) {
   table.dim = 64;
   table.kind = psflow::dist::TableKind::kDynamic;
   table.initializer.seed = o.seed;
-  if (auto it = o.table_options.find("storage"); it != o.table_options.end() && it->second == "disk") {
-    table.storage = psflow::dist::TableStorage::kDisk;  // --table_storage=disk
-  }
-  psflow::Tensor bias({1}, 0.0f), bias_grad({1}, 0.0f);
-  psflow::train::WorkerSession::Options options;
-  options.train = o;
-  options.model_name = "disk_tier_ps";
-  auto session = psflow::train::WorkerSession::Create(options, {{"bias", &bias, &bias_grad}}, {table});
-  if (!session.ok()) {
-    std::cerr << "disk_tier_ps_worker: " << session.status().message() << "\n";
+  if (absl::Status st = psflow::bench::ApplyTableFlags(o, &table); !st.ok()) {  // --table_storage=disk, ...
+    std::cerr << "disk_tier_ps_worker: " << st.message() << "\n";
     return 2;
   }
-  psflow::train::WorkerSession& s = **session;
+  auto opened = psflow::bench::OpenTableSession(o, table, "disk_tier_ps");  // the table beside a dense bias
+  if (!opened.ok()) {
+    std::cerr << "disk_tier_ps_worker: " << opened.status().message() << "\n";
+    return 2;
+  }
+  psflow::train::WorkerSession& s = *(*opened)->session;
   const Args& a = *args;
   const int64_t fill_steps = (a.rows + a.batch - 1) / a.batch;
   const int64_t stride = a.rows / a.hot;

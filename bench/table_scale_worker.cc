@@ -74,17 +74,12 @@ int Run(int argc, char** argv) {
   table.lifecycle.evict_every = args->evict_every;
   table.initializer.seed = o.seed;
 
-  // A dense parameter beside the table, as in any model (its gradient is zero).
-  psflow::Tensor bias({1}, 0.0f), bias_grad({1}, 0.0f);
-  psflow::train::WorkerSession::Options options;
-  options.train = o;
-  options.model_name = "table_scale";
-  auto session = psflow::train::WorkerSession::Create(options, {{"bias", &bias, &bias_grad}}, {table});
-  if (!session.ok()) {
-    std::cerr << "table_scale_worker: " << session.status().message() << "\n";
+  auto opened = psflow::bench::OpenTableSession(o, table, "table_scale");  // the table beside a dense bias
+  if (!opened.ok()) {
+    std::cerr << "table_scale_worker: " << opened.status().message() << "\n";
     return 2;
   }
-  psflow::train::WorkerSession& s = **session;
+  psflow::train::WorkerSession& s = *(*opened)->session;
   auto loop = [&]() -> absl::Status {
     if (auto st = s.Open(); !st.ok()) return st;
     std::vector<int64_t> ids(static_cast<size_t>(args->ids_per_step));

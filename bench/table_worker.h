@@ -1,6 +1,7 @@
 // bench/table_worker.h — what the table benches' worker programs share (table_scale_worker,
 // disk_tier_40gb_worker, disk_tier_ps_worker): their own `--key=N` arguments beside psflow's
-// flags, and a WorkerSession's loop run to its end. Header-only; each worker owns its session.
+// flags, the session of one table beside a dense bias, the job's --table_* flags on a table, and a
+// WorkerSession's loop run to its end. Header-only; each worker owns its session.
 #ifndef PSFLOW_BENCH_TABLE_WORKER_H_
 #define PSFLOW_BENCH_TABLE_WORKER_H_
 
@@ -8,11 +9,15 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "psflow/core/tensor.h"
+#include "psflow/dist/table_spec.h"
 #include "psflow/train/session.h"
 
 namespace psflow::bench {
@@ -42,6 +47,35 @@ inline absl::Status ParseIntArgs(
     return absl::InvalidArgumentError("unknown or bad argument '" + arg + "'; give " + usage);
   }
   return absl::OkStatus();
+}
+
+// The job's --table_* flags (--table_storage=disk, ...) on `spec`, by the one setter the models use
+// (dist::SetTableField). InvalidArgument naming a bad one.
+inline absl::Status ApplyTableFlags(const train::TrainOptions& options, dist::TableSpec* spec) {
+  for (const auto& [name, text] : options.table_options) {
+    if (absl::Status s = dist::SetTableField(spec, name, text); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// A worker session of `table` and a dense bias beside it, as in any model (its gradient stays
+// zero), reporting as `model_name`. The bias lives here, beside the session that points at it.
+struct TableSession {
+  Tensor bias = Tensor({1}, 0.0f);
+  Tensor bias_grad = Tensor({1}, 0.0f);
+  std::unique_ptr<train::WorkerSession> session;
+};
+inline absl::StatusOr<std::unique_ptr<TableSession>> OpenTableSession(const train::TrainOptions& options,
+                                                                      const dist::TableSpec& table,
+                                                                      const std::string& model_name) {
+  auto t = std::make_unique<TableSession>();
+  train::WorkerSession::Options session_options;
+  session_options.train = options;
+  session_options.model_name = model_name;
+  auto session = train::WorkerSession::Create(session_options, {{"bias", &t->bias, &t->bias_grad}}, {table});
+  if (!session.ok()) return session.status();
+  t->session = *std::move(session);
+  return t;
 }
 
 // Runs `loop` (which opens the session and steps it), aborts the session on its error, then closes
