@@ -45,9 +45,11 @@ def loadavg():
         return [float(x) for x in f.read().split()[:3]]
 
 
-def run_job(a, model, workers, steps, partitioner, placement, rate, extra=(), per_ps_out=None):
+def run_job(a, model, workers, steps, partitioner, placement, rate, extra=(), per_ps_out=None, on_step=None):
     """One job; its JSON row, or None when it failed. `per_ps_out` (a list): gets the summary's
-    ps_traffic entries (bench/overlap_hosts.py prints them per step)."""
+    ps_traffic entries (bench/overlap_hosts.py prints them per step). `on_step(net, job, step, t)`:
+    called (from the 0.1 s poll) whenever the highest global step a worker logged rises, t the
+    time.time() it was seen (bench/overlap_hosts.py's steady-state rate)."""
     workdir = tempfile.mkdtemp(prefix=f"seed002_{model}_")
     load_before = loadavg()
     with hosts.Network() as net:
@@ -60,10 +62,16 @@ def run_job(a, model, workers, steps, partitioner, placement, rate, extra=(), pe
         start = time.time()
         job.start_all()
         first_step = None
+        seen_step = 0
         deadline = start + a.timeout
         while time.time() < deadline and any(c is None for c in job.poll().values()):
             if first_step is None and re.search(r"^step \d+/", job.text("worker:0"), re.M):
                 first_step = time.time() - start
+            if on_step is not None:
+                now, step = time.time(), job.latest_step()
+                if step > seen_step:
+                    seen_step = step
+                    on_step(net, job, step, now)
             time.sleep(0.1)
         codes = job.wait_all(max(1, deadline - time.time()))
         wall = max(job.exited.values()) - start if job.exited else None
