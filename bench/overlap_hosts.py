@@ -25,7 +25,7 @@ both limits count psflow's bytes). The issue's goals are taken on the steady rat
 
   sudo nice -n 10 /usr/bin/python3 bench/overlap_hosts.py [--build build] [--models cnn,vgg19]
       [--rates 100mbit,1gbit] [--overlaps none,push,push_pull] [--wire_dtypes float32,bfloat16]
-      [--steps 100] [--vgg_steps 14] [--slices 0,1048576] [--out bench/plots/overlap_hosts.jsonl]
+      [--steps 100] [--vgg_steps 14] [--slices 0,262144] [--out bench/plots/overlap_hosts.jsonl]
 
 --slices: --transfer_slice_bytes values for the push_pull arms (0: none; push_pull with slices
 shows as "push_pull/S" with S the slice size in KiB): a big variable's push and pull pipelined in
@@ -94,7 +94,7 @@ def main():
     p.add_argument("--workers", type=int, default=7)
     p.add_argument("--vgg_steps", type=int, default=14)
     p.add_argument("--vgg_workers", type=int, default=2)
-    p.add_argument("--slices", default="0", help="--transfer_slice_bytes values for the push_pull arms")
+    p.add_argument("--slices", default="0,262144", help="--transfer_slice_bytes values for the push_pull arms")
     p.add_argument("--partitioner", default="fixed:2")
     p.add_argument("--timeout", type=float, default=900, help="a run not over after this long is killed")
     p.add_argument("--out", default="", help="also append the JSON lines to this file")
@@ -115,7 +115,7 @@ def main():
                         arms.append((overlap, int(sb)))
                 for overlap, slice_bytes in arms:
                     extra = [f"--overlap={overlap}", f"--wire_dtype={wire}"]
-                    if slice_bytes:
+                    if overlap == "push_pull":  # 0 too: the flag's default slices
                         extra.append(f"--transfer_slice_bytes={slice_bytes}")
                     per_ps = []
                     steady = Steady(2 * workers, steps)

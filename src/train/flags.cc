@@ -170,6 +170,10 @@ constexpr Flag kFlags[] = {
    "push_pull (and the next pull in forward order: a layer's forward waits only for its own values), or auto "
    "(push_pull for psflow train's image-model workers, push for the others and for PyTorch scripts)",
    OneOf("auto none push push_pull", "auto, none, push or push_pull")},
+  {"transfer_slice_bytes", &O::transfer_slice_bytes,
+   "async with --overlap=push_pull: a big variable's push goes in slices of this many bytes on the wire, each "
+   "slice's values pulled back as soon as its push is answered, so pushes and pulls run both ways at once (0: off)",
+   AtLeast(0, "0 (off) or positive")},
   // Security.
   {"cluster_secret_file", &O::cluster_secret_file, "file holding the cluster's shared secret"},
   {"tls_cert", &O::tls_cert, "PEM certificate of this task"},

@@ -5,6 +5,11 @@
 // flight, so the first layers' values arrive first and a forward can start on them while later
 // layers still come. Wait(i) blocks until parameter i's group has landed.
 //
+// With --transfer_slice_bytes (ps::PsClient::PullBackSlices; async): a big variable whose
+// gradient went ahead as an early part comes back slice by slice as the ps answers its push
+// slices, during backward; Start leaves the variables that came so out of the groups, and Wait(i)
+// waits for parameter i's slices instead.
+//
 // Owned by the worker session (train/session.cc), which starts a pull after a step and settles it
 // before anything else touches the value buffers or the client. Thread-safe: the groups' answers
 // arrive on transport threads; Start, Wait and Settle are called by the session's thread.
@@ -44,18 +49,29 @@ class ForwardPulls {
   absl::Status Settle();
   // A pull was started and not settled yet.
   bool active() const;
-  // A group of the running pull failed (the session then pushes nothing more of this step early).
+  // A group of the running pull (or a slice) failed (the session then pushes nothing more of this
+  // step early).
   bool failed() const;
   int num_groups() const { return static_cast<int>(groups_.size()); }
+  // Parameters the running pull left to their slices (ps::SlicePulls), ascending.
+  std::vector<int> sliced() const;
 
  private:
   struct State;
   void Launch(int group);
+  // The first group from `group` on with something to pull this time (num_groups() if none).
+  int NextToPull(int group) const;
 
   ps::PsClient* const client_;
   std::vector<std::vector<std::pair<std::string, Tensor*>>> groups_;
-  std::vector<int> group_of_;  // parameter index -> its group
+  std::vector<std::vector<int>> group_params_;  // each group's parameter indices
+  std::vector<int> group_of_;                   // parameter index -> its group
+  // What Start pulls of each group: its parameters but those coming by slices. Written by Start
+  // before it launches anything, read by the launches (also from the answers' threads).
+  std::vector<std::vector<std::pair<std::string, Tensor*>>> current_;
+  std::vector<bool> by_slices_;  // per parameter, set by Start: its values come by slices
   std::shared_ptr<State> state_;
+  std::unique_ptr<ps::SlicePulls> slices_;  // null without --transfer_slice_bytes; last: destroyed first
 };
 
 }  // namespace psflow::train

@@ -90,6 +90,7 @@ class WorkerSession::Impl {
     client_options.security = setup->security;
     client_options.rpc_timeout_secs = options_.train.rpc_timeout_secs;
     client_options.wire_dtype = options_.train.wire_dtype;
+    client_options.transfer_slice_bytes = options_.train.transfer_slice_bytes;  // used by forward_pulls_
     client_options.connect_timeout_secs = options_.train.ps_timeout_secs;
     client_options.ps_unavailable_timeout_secs = options_.train.ps_timeout_secs;
     client_options.log = options_.log;

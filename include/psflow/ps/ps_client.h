@@ -117,6 +117,7 @@ struct PushResult {
 };
 
 class PushStream;
+class SlicePulls;
 
 class PsClient {
  public:
@@ -144,6 +145,11 @@ class PsClient {
     // chief's TrainingConfig::wire_dtype): a ps refuses dense gradients in another. Pulls arrive in
     // the ps's wire dtype whatever this is.
     std::string wire_dtype = "float32";
+    // --transfer_slice_bytes (async; 0: off): with pull-back destinations given (PullBackSlices),
+    // a PushStream::Send cuts a ps task's share of its gradients into slices of at most this many
+    // bytes on the wire — a big variable's shard into element runs, in order — and pulls each
+    // slice's values back as soon as the ps answered its push (see PullBackSlices).
+    int64_t transfer_slice_bytes = 0;
     // Where the client reports waiting for an unreachable ps task. Default: stderr.
     std::function<void(const std::string&)> log;
   };
@@ -235,6 +241,20 @@ class PsClient {
   // A push sent as its gradients become ready (push as backward goes): see PushStream. The
   // stream borrows this client, which must outlive it.
   std::unique_ptr<PushStream> StartPush(int64_t step_tag);
+  // Push and pull pipelined in slices (BytePS's tensor partitioning; docs/sync-async.md#overlap),
+  // for a worker whose next forward waits for each variable's values (--overlap=push_pull), async
+  // only, with Options::transfer_slice_bytes > 0 (else null). From now on a PushStream::Send of
+  // dense gradients of which some ps task's share is bigger than a slice goes slice by slice, in
+  // order (two in flight per ps task), and the values of every variable of `out` it carries are
+  // pulled back into `out`'s tensor slice by slice, each as soon as the ps answered that slice's
+  // push — so the worker's pushes (in) and pulls (out) run at once on a ps task's link. The values
+  // a slice's pull reads hold this worker's update of that slice (and whatever other workers
+  // pushed by then), as the pull after a push in parts reads today. The whole gradient is checked
+  // finite before its first slice leaves (a push stays all or nothing for the worker's checks;
+  // each ps checks every slice too). Sync (and hybrid) pushes are never sliced: a sync step
+  // counts whole pushes. One registration per client (a second replaces the first); `out`'s
+  // tensors are borrowed until the handle is destroyed, which waits for its pulls in flight.
+  std::unique_ptr<SlicePulls> PullBackSlices(std::vector<std::pair<std::string, Tensor*>> out);
   // Sync mode: until the returned handle is released, every ps task hears every quarter of
   // --sync_timeout_secs that this worker is alive, so that a worker waiting on a stalled task
   // outside a push (for a pull in forward order) stays in the other tasks' quorum. Null in async
@@ -287,6 +307,7 @@ class PsClient {
  private:
   class Impl;  // the implementation (src/)
   friend class PushStream;
+  friend class SlicePulls;
   explicit PsClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
@@ -330,6 +351,34 @@ class PushStream {
   const int64_t step_tag_;
   int parts_sent_ = 0;
   std::shared_ptr<State> state_;  // shared with the parts' completions
+};
+
+// The pulls of PsClient::PullBackSlices: which variables a PushStream is bringing back slice by
+// slice, and waiting for them. Thread-safe; the pulls complete on transport threads.
+class SlicePulls {
+ public:
+  ~SlicePulls();  // stops slicing for this client and waits for every slice pull in flight
+  SlicePulls(const SlicePulls&) = delete;
+  SlicePulls& operator=(const SlicePulls&) = delete;
+
+  // Indices (into PullBackSlices' `out`) of the variables whose values started coming back since
+  // the last call (the pull of the step now being pushed), ascending; they count as taken.
+  std::vector<int> TakeStarted();
+  // Waits until every slice of variable `index` started so far is in (or failed).
+  void Wait(int index);
+  // Waits for every slice pull of the taken variables; their first failure (OK when none), forgotten
+  // with them.
+  absl::Status Settle();
+  // A slice pull (or push) of a taken or started variable failed since the last Settle.
+  bool failed() const;
+
+  struct State;  // shared with the client and the pulls in flight (src/ps/client/slice_pipe.h)
+
+ private:
+  friend class PsClient;
+  SlicePulls(PsClient::Impl* client, std::shared_ptr<State> state);
+  PsClient::Impl* const client_;  // borrowed
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace psflow::ps

@@ -150,6 +150,11 @@ struct TrainOptions {
   // image models; WorkerSession::Options::waits_for_values), else push (a PyTorch script may read
   // its parameters between steps: it asks for push_pull by name).
   std::string overlap = "auto";
+  // Async with --overlap=push_pull: a ps task's share of an early part bigger than this many bytes
+  // on the wire goes as slices, each slice's values pulled back as soon as its push is answered
+  // (pushes and pulls both ways at once; ps::PsClient::PullBackSlices). 0: off. The default, 256
+  // KiB, measured best of 64 KiB to 1 MiB with bench/overlap_hosts.py (docs/sync-async.md).
+  int64_t transfer_slice_bytes = 256 << 10;
 
   // Security.
   std::string cluster_secret_file, tls_cert, tls_key, tls_ca;

@@ -29,12 +29,15 @@
 #include "proto/psflow.pb.h"
 #include "ps/client/call_parts.h"
 #include "ps/client/fan_out.h"
+#include "ps/client/slice_pipe.h"
 #include "ps/client/table_calls.h"
 #include "ps/client/wait_heartbeat.h"
 #include "psflow/ps/ps_client.h"
 #include "rpc/transport.h"
 
 namespace psflow::ps {
+
+struct SlicedPush;  // one push in slices (slice_pipe.cc)
 
 struct VariableRoute {
   dist::VariableSpec spec;
@@ -183,6 +186,25 @@ class PsClient::Impl {
                  std::shared_ptr<WaitHeartbeat> heartbeat, std::shared_ptr<PushResult> result,
                  std::function<void(absl::StatusOr<PushResult>)> done, std::shared_ptr<TableWork> tables = nullptr);
 
+  // Push and pull pipelined in slices (ps/client/slice_pipe.h, slice_pipe.cc). SlicesFor: whether
+  // a PushStream::Send of `grads` goes that way (slices on, a pull-back registered, async, and a
+  // dense gradient of a pulled-back variable with a share on some ps task bigger than a slice).
+  bool SlicesFor(const std::vector<Gradient>& grads) const ABSL_LOCKS_EXCLUDED(pull_back_mu_);
+  // The early part `grads` of a push as backward goes, in slices with their values pulled back;
+  // `done` once every slice's push was answered (or the first failed).
+  void PushSlicesAsync(const std::vector<Gradient>& grads, int64_t step_tag,
+                       std::function<void(absl::StatusOr<PushResult>)> done) ABSL_LOCKS_EXCLUDED(pull_back_mu_);
+  // The registration of PsClient::PullBackSlices (replacing any), and its end.
+  std::shared_ptr<SlicePulls::State> RegisterPullBack(std::vector<std::pair<std::string, Tensor*>> out)
+      ABSL_LOCKS_EXCLUDED(pull_back_mu_);
+  void UnregisterPullBack(const SlicePulls::State* state) ABSL_LOCKS_EXCLUDED(pull_back_mu_);
+  int64_t transfer_slice_bytes() const { return options_.transfer_slice_bytes; }
+  // PushSlicesAsync's steps: push task t's next parts (within the window), a part's push answered
+  // (its pull sent, or its and the unsent parts' pulls ended by the failure), a part's pull.
+  void SendSliceParts(const std::shared_ptr<SlicedPush>& push, size_t t);
+  void SlicePushed(const std::shared_ptr<SlicedPush>& push, size_t t, size_t p, const absl::Status& s);
+  void PullSlice(const std::shared_ptr<SlicedPush>& push, size_t t, size_t p);
+
   absl::Status Goodbye(const std::string& failure);
   absl::Status Shutdown();
   void Abort(const std::string& reason, double timeout_secs);
@@ -233,6 +255,9 @@ class PsClient::Impl {
   // Scans opened by OpenTableScans and not read yet: per table, its shards' scan ids (plan order).
   absl::Mutex scans_mu_;
   absl::flat_hash_map<std::string, std::vector<uint64_t>> opened_scans_ ABSL_GUARDED_BY(scans_mu_);
+  // PullBackSlices' registration (slice_pipe.cc), or null.
+  mutable absl::Mutex pull_back_mu_;
+  std::shared_ptr<SlicePulls::State> pull_back_ ABSL_GUARDED_BY(pull_back_mu_);
   absl::Mutex residual_mu_;
   absl::flat_hash_map<std::string, std::vector<float>> residuals_ ABSL_GUARDED_BY(residual_mu_);
 };

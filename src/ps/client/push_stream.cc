@@ -41,14 +41,14 @@ void PushStream::Send(const std::vector<Gradient>& grads) {
     absl::MutexLock lock(&state_->mu);
     ++state_->in_flight;
   }
-  client_->PushAsync(
-      grads, step_tag_, nullptr, nullptr,
-      [state = state_](absl::StatusOr<PushResult> r) {
-        absl::MutexLock lock(&state->mu);
-        if (!r.ok() && state->status.ok()) state->status = r.status();
-        --state->in_flight;
-      },
-      /*early_part=*/true);
+  auto on_done = [state = state_](absl::StatusOr<PushResult> r) {
+    absl::MutexLock lock(&state->mu);
+    if (!r.ok() && state->status.ok()) state->status = r.status();
+    --state->in_flight;
+  };
+  // Slices with their values pulled back (PsClient::PullBackSlices), or the part as one push.
+  if (client_->SlicesFor(grads)) return client_->PushSlicesAsync(grads, step_tag_, std::move(on_done));
+  client_->PushAsync(grads, step_tag_, nullptr, nullptr, std::move(on_done), /*early_part=*/true);
 }
 
 absl::Status PushStream::WaitForParts() {
