@@ -40,13 +40,16 @@ struct SlicedPush {
   std::shared_ptr<SlicePulls::State> pulls;
   std::function<void(absl::StatusOr<PushResult>)> done;
 
+  wire::PushRequest header;  // every part's, but its seq (given as the part leaves)
+
   absl::Mutex mu;
-  std::vector<std::vector<rpc::OutgoingMessage>> requests ABSL_GUARDED_BY(mu);  // [task][part], moved out when sent
-  std::vector<size_t> next ABSL_GUARDED_BY(mu);                                 // per task: the next part to push
-  std::vector<int> in_flight ABSL_GUARDED_BY(mu);                               // per task
-  std::vector<bool> stopped ABSL_GUARDED_BY(mu);  // per task: a push failed, the rest is not sent
-  int parts_left ABSL_GUARDED_BY(mu) = 0;         // pushes not answered (nor given up)
-  absl::Status status ABSL_GUARDED_BY(mu);        // the first failure
+  // [task][part]: each part's tensors, moved out when sent.
+  std::vector<std::vector<std::vector<rpc::OutgoingTensor>>> requests ABSL_GUARDED_BY(mu);
+  std::vector<size_t> next ABSL_GUARDED_BY(mu);    // per task: the next part to push
+  std::vector<int> in_flight ABSL_GUARDED_BY(mu);  // per task
+  std::vector<bool> stopped ABSL_GUARDED_BY(mu);   // per task: a push failed, the rest is not sent
+  int parts_left ABSL_GUARDED_BY(mu) = 0;          // pushes not answered (nor given up)
+  absl::Status status ABSL_GUARDED_BY(mu);         // the first failure
 };
 
 // --- SlicePulls -------------------------------------------------------------------------------
@@ -214,19 +217,18 @@ void PsClient::Impl::PushSlicesAsync(const std::vector<Gradient>& grads, int64_t
   auto push = std::make_shared<SlicedPush>();
   push->pulls = pulls;
   push->done = std::move(done);
-  wire::PushRequest header;
-  header.set_worker_index(options_.worker_index);
-  header.set_step_tag(step_tag);
-  header.set_client_id(client_id_);
-  header.set_more_parts(true);  // an early part: the push's last part (FinishAsync) counts
-  std::vector<std::vector<rpc::OutgoingMessage>> requests;
+  push->header.set_worker_index(options_.worker_index);
+  push->header.set_step_tag(step_tag);
+  push->header.set_client_id(client_id_);
+  push->header.set_more_parts(true);  // an early part: the push's last part (FinishAsync) counts
+  std::vector<std::vector<std::vector<rpc::OutgoingTensor>>> requests;
   for (int k = 0; k < num_ps(); ++k) {
     if ((*per_ps)[k].empty()) continue;
     absl::flat_hash_map<std::string, int64_t> sizes;  // each shard's elements (a cut shard's last run ends there)
     for (const rpc::OutgoingTensor& t : (*per_ps)[k]) sizes[t.meta.name()] = t.num_floats;
     SliceTask task;
     task.k = k;
-    std::vector<rpc::OutgoingMessage>& messages = requests.emplace_back();
+    std::vector<std::vector<rpc::OutgoingTensor>>& messages = requests.emplace_back();
     for (std::vector<rpc::OutgoingTensor>& tensors : SplitIntoParts(std::move((*per_ps)[k]), part_bytes)) {
       SlicePart part;
       for (const rpc::OutgoingTensor& t : tensors) {
@@ -241,11 +243,7 @@ void PsClient::Impl::PushSlicesAsync(const std::vector<Gradient>& grads, int64_t
           part.run_vars.push_back(d->second.index);
         }
       }
-      wire::PushRequest request = header;
-      request.set_seq(next_seq_.fetch_add(1));  // each part applied once, whatever the retries
-      rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(request);
-      message.tensors = std::move(tensors);
-      messages.push_back(std::move(message));
+      messages.push_back(std::move(tensors));
       task.parts.push_back(std::move(part));
     }
     push->tasks.push_back(std::move(task));
@@ -280,7 +278,13 @@ void PsClient::Impl::SendSliceParts(const std::shared_ptr<SlicedPush>& push, siz
       // The ps claims a shard's update with its first run and closes it with its last: a part
       // opening a shard goes alone, and one closing it after every earlier part was answered.
       if (in_flight > 0 && (task.parts[next - 1].opens || task.parts[next].closes)) break;
-      launch.emplace_back(next, std::move(push->requests[t][next]));
+      // The seq as the part leaves, not when the push was cut: a ps remembers a client's last 64
+      // seqs, and a big push's hundreds of slices must not reach it behind newer ones.
+      wire::PushRequest header = push->header;
+      header.set_seq(next_seq_.fetch_add(1));  // the part is applied once, whatever the retries
+      rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(header);
+      message.tensors = std::move(push->requests[t][next]);
+      launch.emplace_back(next, std::move(message));
       ++next;
       ++in_flight;
     }

@@ -185,6 +185,39 @@ TEST(SlicePipeTest, ASyncPushIsNeverSliced) {
   for (int64_t i = 0; i < vw.size(); ++i) ASSERT_EQ(vw[i], f.w[i] - gw[i]) << i;
 }
 
+// Two big variables sent at once in hundreds of slices each, to one ps task: every slice's seq is
+// given as it leaves, so none reaches the ps behind the 64 newer ones it remembers (refused as a
+// duplicate), and both pushes apply whole.
+TEST(SlicePipeTest, TwoPushesOfManySlicesAtOnceApplyWhole) {
+  auto cluster = TestCluster::Start(1, 1);
+  const dist::PlacementPlan plan = Plan({{"w", {64, 8}}, {"v", {64, 8}}}, 1);
+  PsClient::Options o;
+  o.cluster = cluster->cluster;
+  o.plan = plan;
+  o.transfer_slice_bytes = 8;  // 2 floats: 256 slices a variable
+  o.rpc_timeout_secs = 20;
+  o.connect_timeout_secs = 5;
+  auto client = PsClient::Create(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Connect().ok());
+  const Tensor w = Filled({64, 8}, 0.5f, 0.01f), v = Filled({64, 8}, -2.0f, 0.02f);
+  ASSERT_TRUE((*client)->Initialize({{"w", &w}, {"v", &v}}, Sgd(1.0f)).ok());
+  Tensor vw({64, 8}), vv({64, 8});
+  std::unique_ptr<SlicePulls> slices = (*client)->PullBackSlices({{"w", &vw}, {"v", &vv}});
+  const Tensor gw = GradW(0), gv = GradW(1);
+  std::unique_ptr<PushStream> stream = (*client)->StartPush(0);
+  stream->Send({{"w", &gw, nullptr}});
+  stream->Send({{"v", &gv, nullptr}});
+  auto r = stream->Finish({}, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(slices->TakeStarted(), (std::vector<int>{0, 1}));
+  ASSERT_TRUE(slices->Settle().ok());
+  for (int64_t i = 0; i < w.size(); ++i) {
+    ASSERT_EQ(vw[i], w[i] - gw[i]) << i;
+    ASSERT_EQ(vv[i], v[i] - gv[i]) << i;
+  }
+}
+
 TEST(SlicePipeTest, OffWithoutASliceSize) {
   SliceFixture f(Sgd(1.0f), 0);
   Tensor vw({64, 8});
