@@ -215,13 +215,19 @@ class WorkerSession::Impl {
     if (defer) grads = pending->Keep(grads);
     const ps::TableStep table_call =
         defer ? tables_.StepCall(pending->table_ids(), pending->table_grads()) : tables_.StepCall();
+    // Async: the pull in forward order starts once the push is answered, so that the values hold
+    // this worker's own push (one worker: the same bits every run, and as without overlap).
+    std::function<void(const absl::Status&)> then;
+    if (forward_order && !config_.sync) {
+      forward_pulls_->Arm();
+      then = [pulls = forward_pulls_.get()](const absl::Status& pushed) { pulls->Fire(pushed); };
+    }
     if (stream_ != nullptr) {
-      stream_->FinishAsync(grads, out, table_call, pending->Done());
+      stream_->FinishAsync(grads, out, table_call, pending->Done(std::move(then)));
     } else {
-      client_->PushAndPullAsync(grads, global_step_, out, table_call, pending->Done());
+      client_->PushAndPullAsync(grads, global_step_, out, table_call, pending->Done(std::move(then)));
     }
     order_.Sent();
-    if (forward_order && !config_.sync) forward_pulls_->Start();
     // A push refused before it left (a NaN gradient, a failed early part) is this step's error.
     if (defer && !pending->arrived()) {
       stream_.reset();

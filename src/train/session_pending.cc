@@ -45,8 +45,9 @@ std::vector<ps::Gradient> PendingPush::Keep(const std::vector<ps::Gradient>& gra
   return kept;
 }
 
-std::function<void(absl::StatusOr<ps::PushResult>)> PendingPush::Done() {
-  return [answer = answer_](absl::StatusOr<ps::PushResult> r) {
+std::function<void(absl::StatusOr<ps::PushResult>)> PendingPush::Done(std::function<void(const absl::Status&)> then) {
+  return [answer = answer_, then = std::move(then)](absl::StatusOr<ps::PushResult> r) {
+    if (then) then(r.status());
     answer->result = std::move(r);
     answer->done.Notify();
   };

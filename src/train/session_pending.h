@@ -43,8 +43,9 @@ class PendingPush {
   // Where the tables' pushed ids and gradients are moved (SessionTables::StepCall's `kept`).
   std::vector<std::vector<int64_t>>* table_ids() { return &table_ids_; }
   std::vector<Tensor>* table_grads() { return &table_grads_; }
-  // The push's completion callback (runs on a transport thread, or at once on a refused push).
-  std::function<void(absl::StatusOr<ps::PushResult>)> Done();
+  // The push's completion callback (runs on a transport thread, or at once on a refused push);
+  // `then` (may be null) is called first with the push's status (ForwardPulls::Fire).
+  std::function<void(absl::StatusOr<ps::PushResult>)> Done(std::function<void(const absl::Status&)> then = nullptr);
   // Waits until the answer arrived.
   void Wait() const;
   bool arrived() const;
