@@ -222,20 +222,34 @@ class WorkerSession::Impl {
       forward_pulls_->Arm();
       then = [pulls = forward_pulls_.get()](const absl::Status& pushed) { pulls->Fire(pushed); };
     }
-    if (stream_ != nullptr) {
-      stream_->FinishAsync(grads, out, table_call, pending->Done(std::move(then)));
-    } else {
-      client_->PushAndPullAsync(grads, global_step_, out, table_call, pending->Done(std::move(then)));
-    }
+    std::function<void(absl::StatusOr<ps::PushResult>)> done = pending->Done(std::move(then));
     order_.Sent();
-    // A push refused before it left (a NaN gradient, a failed early part) is this step's error.
-    if (defer && !pending->arrived()) {
-      stream_.reset();
+    if (defer) {
+      // Sent on the sender's thread (the routing and encoding of the tables' rows): it reads only
+      // the pending push's own copies and the session's value buffers, which nothing touches until
+      // the answer.
+      if (sender_ == nullptr) sender_ = std::make_unique<PushSender>();
+      // The early parts read the caller's gradient memory, which it reuses once Step returns.
+      if (stream_ != nullptr) (void)stream_->WaitForParts();  // (a failure: FinishAsync's, below)
+      std::shared_ptr<ps::PushStream> stream(stream_.release());
+      sender_->Post([client = client_.get(), stream, grads = std::move(grads), table_call, out = &out,
+                     step = global_step_, done = std::move(done)] {
+        if (stream != nullptr) {
+          stream->FinishAsync(grads, *out, table_call, done);
+        } else {
+          client->PushAndPullAsync(grads, step, *out, table_call, done);
+        }
+      });
       std::fill(handed_.begin(), handed_.end(), false);
       tables_.EndStep(true);
       SettleAhead(true);  // the next batch's rows pulled ahead (dropped if the push fails)
       pending_ = std::move(pending);
       return absl::OkStatus();
+    }
+    if (stream_ != nullptr) {
+      stream_->FinishAsync(grads, out, table_call, std::move(done));
+    } else {
+      client_->PushAndPullAsync(grads, global_step_, out, table_call, std::move(done));
     }
     pending->Wait();
     stream_.reset();
@@ -293,9 +307,9 @@ class WorkerSession::Impl {
       tables_.DropPrefetched();  // read beside a push that failed: pulled again
       const absl::Status& s = answer.status();
       if (!absl::IsOutOfRange(s) && !ps::IsPsRestarted(s)) {
-        answer = absl::Status(s.code(), absl::StrCat("the push of local step ", p->local_step(), " (global step ",
-                                                     p->global_step(), "), answered after its step returned: ",
-                                                     s.message()));
+        answer = absl::Status(
+            s.code(), absl::StrCat("the push of local step ", p->local_step(), " (global step ", p->global_step(),
+                                   "), answered after its step returned: ", s.message()));
       }
     }
     const double loss = p->loss(), accuracy = p->accuracy();
@@ -780,6 +794,7 @@ class WorkerSession::Impl {
   bool defers_ = false;
   std::unique_ptr<PendingPush> pending_, spare_;
   DeferredDataOrder order_;
+  std::unique_ptr<PushSender> sender_;  // last: its sends run (and end) before the rest goes
 };
 
 // ---------------------------------------------------------------------------------------------

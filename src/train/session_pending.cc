@@ -1,6 +1,9 @@
 // A worker session's deferred push and its data order (train/session_pending.h).
 #include "train/session_pending.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -64,6 +67,39 @@ const absl::StatusOr<ps::PushResult>& PendingPush::Peek() const {
 absl::StatusOr<ps::PushResult> PendingPush::Take() {
   Wait();
   return std::move(answer_->result);
+}
+
+PushSender::PushSender() : thread_([this] { Run(); }) {}
+
+PushSender::~PushSender() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+void PushSender::Post(std::function<void()> send) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(send));
+}
+
+void PushSender::Run() {
+  sched_param param{};
+  (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
+  (void)pthread_setname_np(pthread_self(), "psflow_behind");
+  for (;;) {
+    std::function<void()> send;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](PushSender* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->stop_ || !s->queue_.empty(); }, this));
+      if (queue_.empty()) return;  // stopped, nothing left
+      send = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    send();
+  }
 }
 
 void DeferredDataOrder::Reset(int64_t base) {

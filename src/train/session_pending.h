@@ -21,11 +21,15 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "psflow/core/row_sparse.h"
 #include "psflow/core/tensor.h"
@@ -71,6 +75,27 @@ class PendingPush {
   std::vector<RowSparse> sparse_;
   std::vector<std::vector<int64_t>> table_ids_;
   std::vector<Tensor> table_grads_;
+};
+
+// The thread a deferred Step hands its push's send to (the routing of the tables' rows to their
+// ps tasks, the encoding, the early parts' wait), so that Step returns without that CPU on the
+// caller's thread. One send at a time, in order; Post from the session's thread. The thread is
+// named psflow_behind (bench/ctr_vs_pytorch.py counts its CPU as work beside the compute) and runs
+// SCHED_BATCH: woken by a Post it takes a free core but does not preempt the caller's compute.
+class PushSender {
+ public:
+  PushSender();
+  ~PushSender();  // after the sends posted
+  PushSender(const PushSender&) = delete;
+  PushSender& operator=(const PushSender&) = delete;
+  void Post(std::function<void()> send);
+
+ private:
+  void Run();
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: started once the rest is built
 };
 
 class DeferredDataOrder {

@@ -94,8 +94,8 @@
 // whose sparse gradient is unset (or not given) is not pushed that step.
 //
 // Thread safety: none; one thread drives a session, except that WaitForValues may run while
-// another thread is inside GradientReady or Prefetch/PrefetchAhead (the Python binding's helper). Errors are absl::Status with one line naming
-// what is wrong.
+// another thread is inside GradientReady or Prefetch/PrefetchAhead (the Python binding's helper).
+// Errors are absl::Status with one line naming what is wrong.
 #ifndef PSFLOW_TRAIN_SESSION_H_
 #define PSFLOW_TRAIN_SESSION_H_
 
