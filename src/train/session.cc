@@ -104,6 +104,10 @@ class WorkerSession::Impl {
     const std::string& overlap = options_.train.overlap;
     if ((overlap == "push_pull" || overlap == "auto") && options_.waits_for_values) {
       forward_pulls_ = std::make_unique<ForwardPulls>(client_.get(), pull_into_);
+      // Deferred, the pull in forward order follows the push's answer; when it is all in flight at
+      // once anyway (at most kWindow groups), the values come with that answer instead, a round
+      // trip sooner (WaitForValues waits for it).
+      if (defers_ && forward_pulls_->num_groups() <= ForwardPulls::kWindow) forward_pulls_.reset();
     }
     return absl::OkStatus();
   }
