@@ -597,7 +597,10 @@ class WorkerSession::Impl {
     for (;;) {
       auto pulled = client_->Pull(with_dense ? pull_into_ : kNoDense, step);
       if (pulled.ok()) {
-        if (with_dense) global_step_ = *pulled;
+        if (with_dense) {  // after a ps restart: a pulled step
+          global_step_ = *pulled;
+          order_.Reset(global_step_);
+        }
         return absl::OkStatus();
       }
       if (absl::IsOutOfRange(pulled.status()) && state_.is_open()) state_.MoveTo(SessionState::kFinished);
