@@ -377,7 +377,11 @@ class WorkerSession::Impl {
     if (g->dense != nullptr) ready_bytes_ += static_cast<int64_t>(g->dense->bytes());
     if (g->sparse != nullptr) ready_bytes_ += static_cast<int64_t>(g->sparse->values.bytes());
     if (ready_bytes_ >= kEarlyPartBytes) {
-      if (stream_ == nullptr) stream_ = client_->StartPush(global_step_);
+      // Tagged with the step of the values the gradient was computed from: a push left in flight
+      // brought them (its answer is in: PendingEnds waited), and the ps's staleness (and with it
+      // --staleness_aware_lr) counts from there.
+      if (stream_ == nullptr)
+        stream_ = client_->StartPush(pending_ != nullptr ? pending_->Peek()->global_step : global_step_);
       stream_->Send(ready_);
       ready_.clear();
       ready_bytes_ = 0;

@@ -235,6 +235,7 @@ TEST(SessionDeferTest, ALateFailureIsTheNextCallsErrorNamingItsStep) {
 struct Trained {
   std::vector<float> w;
   std::vector<int64_t> data_steps;
+  int64_t stale_pushes = -1;  // dense pushes the ps counted as computed from older values
 };
 
 Trained Train(const std::string& overlap, bool waits_for_values) {
@@ -273,6 +274,9 @@ Trained Train(const std::string& overlap, bool waits_for_values) {
   }
   EXPECT_TRUE(session->Close().ok());
   for (const Tensor* v : {&a, &b, &c, &d}) t.w.insert(t.w.end(), v->data(), v->data() + v->size());
+  const std::vector<int64_t> staleness = cluster->servers[0]->Stats().staleness_counts;
+  t.stale_pushes = 0;
+  for (size_t tau = 1; tau < staleness.size(); ++tau) t.stale_pushes += staleness[tau];
   return t;
 }
 
@@ -284,6 +288,8 @@ TEST(SessionDeferTest, OneWorkerTrainsToTheSameBitsDeferredOrNot) {
       SCOPED_TRACE(absl::StrCat("--overlap=", overlap, " run ", run));
       const Trained deferred = Train(overlap, true);
       EXPECT_EQ(deferred.data_steps, plain.data_steps);
+      // Each part tagged with the step of the values it was computed from (--staleness_aware_lr).
+      EXPECT_EQ(deferred.stale_pushes, 0);
       ASSERT_EQ(deferred.w.size(), plain.w.size());
       EXPECT_TRUE(deferred.w == plain.w) << "not the same bits";
     }
