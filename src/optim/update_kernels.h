@@ -70,6 +70,10 @@ float AdamStepSize(const OptimizerConfig& config, float lr, int64_t t);
 // One update of w[0, n) with its slots s0[0, n), s1[0, n) (null when the kernel has fewer) and the
 // gradient g[0, n). No argument may overlap another.
 void ApplySlice(Kernel kernel, const Scalars& scalars, float* w, float* s0, float* s1, const float* g, int64_t n);
+// ApplySlice with the gradient's n floats stored at any byte address `g` (a received message's
+// bytes, read in place instead of through an aligned copy). The same bits as ApplySlice.
+void ApplySliceFromBytes(Kernel kernel, const Scalars& scalars, float* w, float* s0, float* s1, const void* g,
+                         int64_t n);
 
 // One update of each of the n rows of a push: row r's record [w | s0 | s1] (dim floats each) at
 // records[r] (nullptr: skipped), its gradient at grads[r·dim, (r+1)·dim). With row_lr non-null,
