@@ -169,7 +169,7 @@ std::unique_ptr<optim::Optimizer> Sgd() {
 
 // A received 16 MiB (range(0) floats) SGD push as the ps handles it: the finiteness check
 // (DecodeGradient) and the update (Apply), on range(1) intra-op threads. range(2): 0 = both,
-// 1 = the check alone, 2 = the update alone.
+// 1 = the check alone, 2 = the update alone, 3 = the update of a contiguous, aligned gradient.
 void BM_ShardPushReceived(benchmark::State& state) {
   SetIntraOpThreads(static_cast<int>(state.range(1)));
   const Shape shape{state.range(0)};
@@ -196,6 +196,33 @@ void BM_ShardPushReceived(benchmark::State& state) {
   SetIntraOpThreads(1);
 }
 BENCHMARK(BM_ShardPushReceived)->ArgsProduct({{1 << 22}, {1, 2}, {0, 1, 2, 3}})->Unit(benchmark::kMicrosecond);
+
+// The update of the same received gradient on one thread, the two ways of reading its pieces:
+// range(1) 0 = through an aligned bounce buffer (ForEachRunInRange + Apply, the ps's path
+// before), 1 = in place (ForEachByteRunInRange + ApplyFromBytes, the ps's path now).
+void BM_ReceivedUpdateReads(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  auto optimizer = Sgd();
+  optim::SlotState slots = optimizer->NewState(n);
+  FloatBuffer w(static_cast<size_t>(n), 0.5f);
+  auto received = FragmentedGradient(n, 1e-3f);
+  const rpc::IncomingMessage& message = received->message;
+  for (auto _ : state) {
+    if (state.range(1) == 0) {
+      message.ForEachRunInRange(0, 0, n, [&](const float* run, int64_t first, int64_t k) {
+        optimizer->Apply(w.data(), run, slots, first, k, 1e-30f, 1);
+        return true;
+      });
+    } else {
+      message.ForEachByteRunInRange(0, 0, n, [&](const void* run, int64_t first, int64_t k) {
+        optimizer->ApplyFromBytes(w.data(), run, slots, first, k, 1e-30f, 1);
+        return true;
+      });
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * n * static_cast<int64_t>(sizeof(float)));
+}
+BENCHMARK(BM_ReceivedUpdateReads)->ArgsProduct({{1 << 18, 1 << 22, 1 << 25}, {0, 1}})->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace psflow::ps
