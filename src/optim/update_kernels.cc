@@ -1,10 +1,11 @@
 // The update rules' arithmetic (update_kernels.h), written as TensorFlow's ApplyGradientDescent /
 // ApplyMomentum / ApplyAdagrad / ApplyFtrl / ApplyAdam / ApplyRMSProp kernels compute them, or as
 // torch.optim's single-tensor Adagrad / Adam / RMSprop do (the same operations in the same order, so
-// both round alike). Each rule is one row loop (RowLoop<K>) over __restrict pointers — GCC honours
-// restrict on parameters, not on local pointers, so the loops vectorize without a run-time aliasing
-// check — with its scalars hoisted into locals first. The two dispatched entry points inline every
-// rule's loop into a clone per ISA (core/simd_dispatch.h; this library is built with
+// both round alike). Each rule is one row loop (Rule<K>::Loop, called as RowLoop<K>) over __restrict
+// pointers — GCC honours restrict on parameters, not on local pointers, so the loops vectorize
+// without a run-time aliasing check — with its scalars hoisted into locals first; the gradient is
+// read through Load, from floats or from bytes at any address. The three dispatched entry points
+// inline every rule's loop into a clone per ISA (core/simd_dispatch.h; this library is built with
 // -ffp-contract=off, so every clone rounds the same way).
 #include "optim/update_kernels.h"
 

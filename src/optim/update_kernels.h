@@ -9,8 +9,9 @@
 // loop, per ISA through PSFLOW_DISPATCH (core/simd_dispatch.h, built with -ffp-contract=off), so a
 // variable and a table row updated with the same scalars hold the same bits.
 //
-// Adding a rule: one Kernel value, one row loop and one case in update_kernels.cc (RowLoop, and
-// the slot names, initial values and Prepare's scalars beside it).
+// Adding a rule: one Kernel value, one row loop and one case in update_kernels.cc (a Rule<K>
+// specialization whose loop reads the gradient through Load, a case in Slice and Rows, and the
+// slot names, initial values and Prepare's scalars beside it).
 //
 // Thread safety: pure functions of their arguments; callers own the memory and keep concurrent
 // calls on disjoint rows.
