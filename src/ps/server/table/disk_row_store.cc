@@ -23,8 +23,8 @@ namespace fs = std::filesystem;
 
 constexpr size_t kHeaderAhead = 8;  // records whose header line is prefetched ahead in a batch
 // A batch's misses are read in parts of at least this many keys side by side (a thread hand-off
-// costs a few µs: fewer misses are one MultiGet in the caller).
-constexpr size_t kReadPart = 16;
+// costs ~20 µs of CPU: fewer misses are one MultiGet in the caller, as a 97 %-hit step's ~120).
+constexpr size_t kReadPart = 64;
 
 }  // namespace
 

@@ -32,16 +32,20 @@ namespace {
 namespace fs = std::filesystem;
 
 // Settings below the two flags (disk_store.h). RocksDB's memory is bounded whatever the table's
-// size: the memtables of every table of a task within 64 MiB, and one 64 MiB block cache that
-// holds the index and filter blocks (partitioned: only the partitions in use are in memory; without
-// partitions, every table file's whole index and filter stay in RAM, ~4 B a row: 150 MB a ps at
-// 40M rows) beside the data blocks the misses read (rows are cached as records, not blocks).
+// size: one 80 MiB block cache a task holds the index and filter blocks (partitioned: only the
+// partitions in use are in memory; without partitions, every table file's whole index and filter
+// stay in RAM, ~4 B a row: 150 MB a ps at 40M rows) beside the data blocks the misses read (rows are
+// cached as records, not blocks), and the memtables are charged to the same cache (the write buffer
+// manager's dummy entries), within 64 MiB for every table of a task together.
 constexpr size_t kWriteBufferBytes = size_t{64} << 20;
-// A table's memtable: 8 MiB (two at most: 16 MiB a table). 32 MiB measured 15-35 % less CPU for
-// pushes at 97 % hits (fewer L0 -> L1 compactions), but in 1-s runs that see one or two flushes, and
-// a tier of one table would hold up to 64 MiB of memtables instead of 16: the 40 GB run's margin.
-constexpr size_t kTableWriteBuffer = size_t{8} << 20;
-constexpr size_t kBlockCacheBytes = size_t{64} << 20;
+// A table's memtable: 16 MiB (two at most: 32 MiB a table). A write-back's rows are random over the
+// table, so every L0 -> L1 compaction rewrites the whole last level: its cost per row written is
+// the table's size over the bytes flushed before it (4 memtables). 16 MiB instead of 8 took the ps's
+// CPU a row at 97 % hits down ~25 % (docs/tables.md, "What was tried"). Charged to the block cache,
+// they do not raise the task's memory: before, a tier of one table had 64 MiB of blocks and up to
+// 16 MiB of memtables beside them (80); now 80 MiB for both.
+constexpr size_t kTableWriteBuffer = size_t{16} << 20;
+constexpr size_t kBlockCacheBytes = size_t{80} << 20;
 
 // '/' and '%' escaped, so a table name is one directory.
 std::string DirName(const std::string& table) {
@@ -143,7 +147,7 @@ DiskTier::DiskTier(DiskTierOptions options, std::string dir, int lock_fd)
       dir_(std::move(dir)),
       lock_fd_(lock_fd),
       block_cache_(rocksdb::NewLRUCache(kBlockCacheBytes)),
-      write_buffers_(std::make_shared<rocksdb::WriteBufferManager>(kWriteBufferBytes)),
+      write_buffers_(std::make_shared<rocksdb::WriteBufferManager>(kWriteBufferBytes, block_cache_)),
       readers_(options_.read_threads) {
   // cache_bytes / 256 counters (a power of two, at least 4096: a small cache's few ids must not
   // collide): ~2 a record of dim 64 with a slot.

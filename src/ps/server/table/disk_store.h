@@ -11,9 +11,10 @@
 //               signed id order, as a checkpoint stores rows); value: the record (RowMeta with mark 0
 //               and kDirty clear, then the floats; native byte order). Write-ahead log off, no
 //               compression (floats do not compress), bloom filters (a lookup of an absent id reads no
-//               data block), small memtables under one write-buffer budget per tier (64 MiB), index
-//               and filters partitioned in one 64 MiB block cache per tier: RocksDB's memory does not
-//               grow with the rows on disk (disk_store.cc states the read options chosen).
+//               data block), memtables of 16 MiB under one write-buffer budget per tier (64 MiB), index
+//               and filters partitioned in one 80 MiB block cache per tier, which the memtables are
+//               charged to: RocksDB's memory does not grow with the rows on disk (disk_store.cc states
+//               the options chosen).
 //   cache       records in memory, bounded in bytes (--table_cache_bytes per ps task: each record's
 //               block, header + meta + floats, and the growth of the records' indexes count; the
 //               blocks come from a RecordPool, record_pool.h: no allocator overhead per record), one
@@ -84,7 +85,7 @@ struct DiskTierOptions {
   // is left); bench/disk_table_bench.cc measures both.
   bool direct_reads = false;
   // Threads beside the caller that read a batch's misses side by side (read_pool.h): a batch with
-  // m misses reads min(m / 16, read_threads + 1) parts at once. 0: one MultiGet in the caller.
+  // m misses reads min(m / 64, read_threads + 1) parts at once. 0: one MultiGet in the caller.
   int read_threads = 3;
   // Dirty records leaving the cache are written back by the tier's writer thread, behind the call
   // that evicted them (false: in that call). The arithmetic is the same either way.
