@@ -37,20 +37,39 @@ ForwardPulls::ForwardPulls(ps::PsClient* client, std::vector<std::pair<std::stri
 ForwardPulls::~ForwardPulls() { (void)Settle(); }
 
 void ForwardPulls::Start() {
-  std::vector<int> launch;
+  Arm();
+  Fire(absl::OkStatus());
+}
+
+void ForwardPulls::Arm() {
   std::shared_ptr<void> keep_alive = client_->KeepAlive();
+  absl::MutexLock lock(&state_->mu);
+  state_->keep_alive = std::move(keep_alive);
+  state_->active = true;
+  state_->status = absl::OkStatus();
+  state_->done.assign(groups_.size(), false);
+  state_->next = 0;
+}
+
+void ForwardPulls::Fire(const absl::Status& push) {
+  std::vector<int> launch;
+  std::shared_ptr<void> keep_alive;  // released outside the lock
   {
     absl::MutexLock lock(&state_->mu);
-    state_->keep_alive = std::move(keep_alive);
-    state_->active = true;
-    state_->status = absl::OkStatus();
-    state_->done.assign(groups_.size(), false);
-    state_->next = 0;
-    while (state_->next < num_groups() && state_->in_flight < kWindow) {
-      launch.push_back(state_->next++);
-      ++state_->in_flight;
+    if (!push.ok()) {  // nothing is pulled: the waiters are released, Settle returns the failure
+      state_->status = push;
+      state_->done.assign(groups_.size(), true);
+      state_->next = num_groups();
+      keep_alive = std::move(state_->keep_alive);
+    } else {
+      while (state_->next < num_groups() && state_->in_flight < kWindow) {
+        launch.push_back(state_->next++);
+        ++state_->in_flight;
+      }
+      if (launch.empty() && state_->in_flight == 0) keep_alive = std::move(state_->keep_alive);
     }
   }
+  keep_alive.reset();
   for (int g : launch) Launch(g);
 }
 

@@ -7,7 +7,8 @@
 //
 // Owned by the worker session (train/session.cc), which starts a pull after a step and settles it
 // before anything else touches the value buffers or the client. Thread-safe: the groups' answers
-// arrive on transport threads; Start, Wait and Settle are called by the session's thread.
+// arrive on transport threads; Start, Arm, Wait and Settle are called by the session's thread, Fire
+// from any (a push's completion).
 #ifndef PSFLOW_TRAIN_FORWARD_PULLS_H_
 #define PSFLOW_TRAIN_FORWARD_PULLS_H_
 
@@ -37,6 +38,13 @@ class ForwardPulls {
 
   // Starts pulling every group (the last pull must have been settled).
   void Start();
+  // Start in two halves, for a pull that must follow a push still in flight (async: so that the
+  // values hold this worker's own last push, the same every run): Arm, on the session's thread
+  // before the push is sent, makes every Wait block; Fire, from the push's completion (a transport
+  // thread), starts the groups — or, given the push's failure, pulls nothing, releases the waiters
+  // and keeps the failure for Settle.
+  void Arm();
+  void Fire(const absl::Status& push);
   // Waits until parameter `index`'s group has arrived (or failed); at once when no pull runs.
   void Wait(int index);
   // Waits for every group; returns the pull's first failure (OK when none, or when no pull was

@@ -24,6 +24,7 @@
 #include "train/in_process_ps.h"
 #include "train/option_value.h"
 #include "train/progress.h"
+#include "train/session_pending.h"
 #include "train/session_state.h"
 #include "train/session_summary.h"
 #include "train/session_tables.h"
@@ -47,6 +48,7 @@ class WorkerSession::Impl {
   ~Impl() {
     // Nothing of this session's may be in flight once its client and buffers go.
     if (forward_pulls_ != nullptr) (void)forward_pulls_->Settle();
+    if (pending_ != nullptr) pending_->Wait();
     SettleAhead(false);
     DropStream();
   }
@@ -79,6 +81,9 @@ class WorkerSession::Impl {
     if (!config.ok()) return config.status();
     config_ = *config;
     if (options_.optimizer.has_value()) config_.optimizer = *options_.optimizer;
+    // Async, with overlap, and a caller that waits for the values before reading them: Step may
+    // return once its push is sent (docs/sync-async.md#overlap). Never in sync or hybrid mode.
+    defers_ = !config_.sync && options_.train.overlap != "none" && options_.waits_for_values;
     auto optimizer = optim::MakeOptimizer(config_.optimizer);
     if (!optimizer.ok()) return optimizer.status();
     optimizer_ = *std::move(optimizer);
@@ -99,6 +104,10 @@ class WorkerSession::Impl {
     const std::string& overlap = options_.train.overlap;
     if ((overlap == "push_pull" || overlap == "auto") && options_.waits_for_values) {
       forward_pulls_ = std::make_unique<ForwardPulls>(client_.get(), pull_into_);
+      // Deferred, the pull in forward order follows the push's answer; when it is all in flight at
+      // once anyway (at most kWindow groups), the values come with that answer instead, a round
+      // trip sooner (WaitForValues waits for it).
+      if (defers_ && forward_pulls_->num_groups() <= ForwardPulls::kWindow) forward_pulls_.reset();
     }
     return absl::OkStatus();
   }
@@ -149,11 +158,12 @@ class WorkerSession::Impl {
       global_step_ = *first;
     }
     start_step_ = global_step_;
+    order_.Reset(global_step_);
     return absl::OkStatus();
   }
 
   bool ShouldStop() const {
-    return state_.finished() || state_.closed() || global_step_ >= OptionValue(options_.train.train_steps);
+    return state_.finished() || state_.closed() || global_step() >= OptionValue(options_.train.train_steps);
   }
 
   absl::Status Step(double loss, double accuracy) {
@@ -161,8 +171,20 @@ class WorkerSession::Impl {
       return absl::FailedPreconditionError("step before the worker session is open: call Open() first");
     if (state_.closed()) return absl::FailedPreconditionError("step after the worker session was closed");
     if (ShouldStop()) {
-      return absl::FailedPreconditionError(absl::StrCat("step after training finished at global step ", global_step_,
+      return absl::FailedPreconditionError(absl::StrCat("step after training finished at global step ", global_step(),
                                                         ": stop when should_stop() is true"));
+    }
+    // The push the last Step left in flight is answered first (one push in flight per worker). When
+    // it failed (a ps task restarted, training finished) or training ended with it, this step's
+    // gradients — computed on values that may not hold it — are not pushed.
+    if (pending_ != nullptr) {
+      bool pushed = false;
+      absl::Status late = CollectPending(&pushed);
+      if (!late.ok() || !pushed || ShouldStop()) {
+        DropStream();
+        ++local_step_;
+        return late;
+      }
     }
     // The last step's pull in forward order (--overlap=push_pull) must have ended; a failed one
     // (a ps task restarted, training finished) is handled as a failed push would be, and this
@@ -188,23 +210,64 @@ class WorkerSession::Impl {
     const auto& out = forward_order ? kNoDense : pull_into_;
     std::vector<ps::Gradient> grads = Gradients();
     tables_.WaitAhead();  // the rows pulled ahead come before this push (deterministic staleness)
-    absl::Notification pushed_done;
-    absl::StatusOr<ps::PushResult> pushed;
-    auto on_pushed = [&](absl::StatusOr<ps::PushResult> r) {
-      pushed = std::move(r);
-      pushed_done.Notify();
-    };
-    if (stream_ != nullptr) {
-      stream_->FinishAsync(grads, out, tables_.StepCall(), on_pushed);
-    } else {
-      client_->PushAndPullAsync(grads, global_step_, out, tables_.StepCall(), on_pushed);
+    // Deferred (docs/sync-async.md#overlap): Step returns once the push is sent, unless a prefetch
+    // rides on it (its rows come with the answer) or the global step it claims ends training.
+    const bool defer = defers_ && !tables_.RidesOnPush() && global_step_ + 1 < OptionValue(options_.train.train_steps);
+    std::unique_ptr<PendingPush> pending = std::move(spare_);
+    if (pending == nullptr) pending = std::make_unique<PendingPush>();
+    pending->Begin(local_step_, global_step_ + 1, loss, accuracy);
+    if (defer) grads = pending->Keep(grads);
+    const ps::TableStep table_call =
+        defer ? tables_.StepCall(pending->table_ids(), pending->table_grads()) : tables_.StepCall();
+    // Async: the pull in forward order starts once the push is answered, so that the values hold
+    // this worker's own push (one worker: the same bits every run, and as without overlap).
+    std::function<void(const absl::Status&)> then;
+    if (forward_order && !config_.sync) {
+      forward_pulls_->Arm();
+      then = [pulls = forward_pulls_.get()](const absl::Status& pushed) { pulls->Fire(pushed); };
     }
-    if (forward_order && !config_.sync) forward_pulls_->Start();
-    pushed_done.WaitForNotification();
+    std::function<void(absl::StatusOr<ps::PushResult>)> done = pending->Done(std::move(then));
+    order_.Sent();
+    if (defer) {
+      // Sent on the sender's thread (the routing and encoding of the tables' rows): it reads only
+      // the pending push's own copies and the session's value buffers, which nothing touches until
+      // the answer.
+      if (sender_ == nullptr) sender_ = std::make_unique<PushSender>();
+      // The early parts read the caller's gradient memory, which it reuses once Step returns.
+      if (stream_ != nullptr) (void)stream_->WaitForParts();  // (a failure: FinishAsync's, below)
+      std::shared_ptr<ps::PushStream> stream(stream_.release());
+      sender_->Post([client = client_.get(), stream, grads = std::move(grads), table_call, out = &out,
+                     step = global_step_, done = std::move(done)] {
+        if (stream != nullptr) {
+          stream->FinishAsync(grads, *out, table_call, done);
+        } else {
+          client->PushAndPullAsync(grads, step, *out, table_call, done);
+        }
+      });
+      std::fill(handed_.begin(), handed_.end(), false);
+      tables_.EndStep(true);
+      SettleAhead(true);  // the next batch's rows pulled ahead (dropped if the push fails)
+      pending_ = std::move(pending);
+      return absl::OkStatus();
+    }
+    if (stream_ != nullptr) {
+      stream_->FinishAsync(grads, out, table_call, std::move(done));
+    } else {
+      client_->PushAndPullAsync(grads, global_step_, out, table_call, std::move(done));
+    }
+    pending->Wait();
     stream_.reset();
     std::fill(handed_.begin(), handed_.end(), false);
+    absl::StatusOr<ps::PushResult> pushed = pending->Take();
+    spare_ = std::move(pending);
     tables_.EndStep(pushed.ok());
     SettleAhead(pushed.ok());  // the next batch's rows pulled ahead: used unless the push failed
+    return AfterPush(std::move(pushed), loss, accuracy);
+  }
+
+  // A push's answer: the step it claimed, the progress line, telemetry, the chief's checkpoint and
+  // evaluation; after a failure, the recovery (RecoverAndPull).
+  absl::Status AfterPush(absl::StatusOr<ps::PushResult> pushed, double loss, double accuracy) {
     if (!pushed.ok()) {
       (void)SettlePulls();  // the values are pulled again after a recovery
       return RecoverAndPull(pushed.status());
@@ -212,8 +275,9 @@ class WorkerSession::Impl {
     stale_ += pushed->stale;
     const int64_t step_before = global_step_;
     global_step_ = pushed->global_step;
+    order_.Claimed(global_step_);
     state_.MoveTo(SessionState::kStepped);
-    if (forward_order && config_.sync) forward_pulls_->Start();
+    if (forward_pulls_ != nullptr && config_.sync) forward_pulls_->Start();
     progress_->Step(global_step_, loss, accuracy, options_.train.log_every);
     telemetry_->OnStep(global_step_, loss, accuracy, learning_rate(), examples_per_global_step());
     if (is_chief()) {
@@ -236,6 +300,35 @@ class WorkerSession::Impl {
     return absl::OkStatus();
   }
 
+  // The push the last Step left in flight, waited for and taken: AfterPush of its answer. A
+  // failure other than a ps restart or the end of training is returned in one line naming the
+  // step it belonged to. `pushed`: whether it succeeded.
+  absl::Status CollectPending(bool* pushed) {
+    std::unique_ptr<PendingPush> p = std::move(pending_);
+    absl::StatusOr<ps::PushResult> answer = p->Take();
+    *pushed = answer.ok();
+    if (!answer.ok()) {
+      tables_.DropPrefetched();  // read beside a push that failed: pulled again
+      const absl::Status& s = answer.status();
+      if (!absl::IsOutOfRange(s) && !ps::IsPsRestarted(s)) {
+        answer = absl::Status(
+            s.code(), absl::StrCat("the push of local step ", p->local_step(), " (global step ", p->global_step(),
+                                   "), answered after its step returned: ", s.message()));
+      }
+    }
+    const double loss = p->loss(), accuracy = p->accuracy();
+    spare_ = std::move(p);
+    return AfterPush(std::move(answer), loss, accuracy);
+  }
+
+  // Waits for the push left in flight to be answered (at once when none is); whether it failed or
+  // ended training (the step after it then pushes nothing).
+  bool PendingEnds() {
+    if (pending_ == nullptr) return false;
+    const absl::StatusOr<ps::PushResult>& answer = pending_->Peek();
+    return !answer.ok() || answer->global_step >= OptionValue(options_.train.train_steps);
+  }
+
   // After a failed push or pull: training finished elsewhere (OutOfRange), or a ps task restarted
   // (the chief restores it, the others wait), then the current values are pulled.
   absl::Status RecoverAndPull(const absl::Status& failure) {
@@ -251,6 +344,7 @@ class WorkerSession::Impl {
     }
     if (!step.ok()) return step.status();
     global_step_ = *step;
+    order_.Reset(global_step_);
     state_.MoveTo(SessionState::kOpen);  // a pulled step, not one this worker's push claimed
     return absl::OkStatus();
   }
@@ -271,8 +365,11 @@ class WorkerSession::Impl {
           "each backward, or accumulate several backward passes with --overlap=none"));
     }
     if (options_.train.overlap == "none") return absl::OkStatus();  // pushed with the step
-    // After a failed pull the step is not pushed (Step recovers first).
+    // After a failed pull the step is not pushed (Step recovers first). Nor after a push left in
+    // flight that failed or ended training; and a part goes only once that push is answered, so
+    // each ps applies this worker's pushes in order (one worker: the same bits as without overlap).
     if (forward_pulls_ != nullptr && forward_pulls_->failed()) return absl::OkStatus();
+    if (PendingEnds()) return absl::OkStatus();
     std::optional<ps::Gradient> g = GradientOf(params_[index]);
     if (!g.has_value()) return absl::OkStatus();
     handed_[index] = true;
@@ -280,7 +377,11 @@ class WorkerSession::Impl {
     if (g->dense != nullptr) ready_bytes_ += static_cast<int64_t>(g->dense->bytes());
     if (g->sparse != nullptr) ready_bytes_ += static_cast<int64_t>(g->sparse->values.bytes());
     if (ready_bytes_ >= kEarlyPartBytes) {
-      if (stream_ == nullptr) stream_ = client_->StartPush(global_step_);
+      // Tagged with the step of the values the gradient was computed from: a push left in flight
+      // brought them (its answer is in: PendingEnds waited), and the ps's staleness (and with it
+      // --staleness_aware_lr) counts from there.
+      if (stream_ == nullptr)
+        stream_ = client_->StartPush(pending_ != nullptr ? pending_->Peek()->global_step : global_step_);
       stream_->Send(ready_);
       ready_.clear();
       ready_bytes_ = 0;
@@ -288,10 +389,13 @@ class WorkerSession::Impl {
     return absl::OkStatus();
   }
 
+  // The values come in forward order, or with the answer of a push left in flight.
   void WaitForValues(int index) {
-    if (forward_pulls_ != nullptr) forward_pulls_->Wait(index);
+    if (forward_pulls_ != nullptr) return forward_pulls_->Wait(index);
+    if (pending_ != nullptr) pending_->Wait();
   }
   void WaitForValues() {
+    if (pending_ != nullptr && forward_pulls_ == nullptr) pending_->Wait();
     if (forward_pulls_ == nullptr) return;
     for (int i = 0; i < static_cast<int>(params_.size()); ++i) forward_pulls_->Wait(i);
   }
@@ -372,6 +476,11 @@ class WorkerSession::Impl {
     if (!state_.opened())
       return absl::FailedPreconditionError("close before the worker session is open: call Open() first");
     if (state_.closed()) return absl::FailedPreconditionError("the worker session is already closed");
+    // The push the last Step left in flight: its failure is this call's.
+    if (pending_ != nullptr) {
+      bool pushed = false;
+      if (absl::Status late = CollectPending(&pushed); !late.ok()) return late;
+    }
     // A failed last pull is of no matter here: the chief pulls the final values again.
     (void)SettlePulls();
     SettleAhead(false);
@@ -439,6 +548,8 @@ class WorkerSession::Impl {
 
   void Abort(const absl::Status& reason) {
     if (!state_.opened() || state_.ended()) return;
+    if (pending_ != nullptr) pending_->Wait();  // its answer says no more: the job ends
+    pending_.reset();
     (void)SettlePulls();
     SettleAhead(false);
     DropStream();
@@ -462,6 +573,19 @@ class WorkerSession::Impl {
       return absl::FailedPreconditionError("Lookup needs an open worker session (after Open(), before Close())");
     }
     if (auto s = tables_.CheckCount("Lookup", ids.size()); !s.ok()) return s;
+    // A session that defers its pushes, every table's rows prefetched: no call, so neither the pull
+    // in forward order nor the push left in flight is waited for (the next Step meets their failure).
+    SettleAhead(true);
+    if (defers_ && state_.is_open() && tables_.ServedByPrefetch(ids)) {
+      ps::TableStep none;
+      tables_.StartLookup(ids, &none);
+      return absl::OkStatus();
+    }
+    // Rows pulled now must see this worker's last push.
+    if (pending_ != nullptr) {
+      bool pushed = false;
+      if (absl::Status late = CollectPending(&pushed); !late.ok()) return late;
+    }
     bool with_dense = false;  // after a ps restart the dense values are pulled again too
     if (absl::Status pulled = SettlePulls(); !pulled.ok()) {
       if (absl::IsOutOfRange(pulled) && state_.is_open()) state_.MoveTo(SessionState::kFinished);
@@ -469,7 +593,6 @@ class WorkerSession::Impl {
       if (auto s = Recover(pulled); !s.ok()) return s;
       with_dense = true;
     }
-    SettleAhead(true);
     ps::TableStep step;
     tables_.StartLookup(ids, &step);
     if (step.pulls.empty() && !with_dense) return absl::OkStatus();
@@ -478,7 +601,10 @@ class WorkerSession::Impl {
     for (;;) {
       auto pulled = client_->Pull(with_dense ? pull_into_ : kNoDense, step);
       if (pulled.ok()) {
-        if (with_dense) global_step_ = *pulled;
+        if (with_dense) {  // after a ps restart: a pulled step
+          global_step_ = *pulled;
+          order_.Reset(global_step_);
+        }
         return absl::OkStatus();
       }
       if (absl::IsOutOfRange(pulled.status()) && state_.is_open()) state_.MoveTo(SessionState::kFinished);
@@ -501,7 +627,8 @@ class WorkerSession::Impl {
     } else {
       tables_.Prefetch(next_ids);
     }
-    if (ahead && PullsAhead()) tables_.StartAhead(*client_);
+    // Pulled once the push left in flight is answered: the rows miss exactly this step's update.
+    if (ahead && PullsAhead() && !PendingEnds()) tables_.StartAhead(*client_);
     return absl::OkStatus();
   }
 
@@ -562,8 +689,13 @@ class WorkerSession::Impl {
   const ps::TrainingConfig& config() const { return config_; }
   const Options& options() const { return options_; }
   const dist::PlacementPlan& plan() const { return plan_; }
-  int64_t global_step() const { return global_step_; }
-  float learning_rate() const { return optim::LearningRateAt(config_.optimizer, global_step_); }
+  // The last answer's global step plus the push in flight (an estimate, exact once answered).
+  int64_t global_step() const { return global_step_ + (pending_ != nullptr ? 1 : 0); }
+  float learning_rate() const { return optim::LearningRateAt(config_.optimizer, global_step()); }
+  // Step returns once its push is sent (see defers_), and the async data order is then
+  // DeferredDataOrder's.
+  bool defers() const { return defers_; }
+  int64_t DeferredDataStep() const { return order_.NextBatch(cluster_.num_workers(), index_); }
   int64_t local_step() const { return local_step_; }
   // Async: whether global_step() is the step the last push claimed (not a pulled one).
   bool claimed() const { return state_.claimed(); }
@@ -668,6 +800,12 @@ class WorkerSession::Impl {
   int64_t ready_bytes_ = 0;
   std::vector<bool> handed_;
   std::unique_ptr<ForwardPulls> forward_pulls_;
+  // Async with overlap and a caller that waits for values: the push Step left in flight (null
+  // when none), a spare one whose buffers the next push reuses, and the data order that follows.
+  bool defers_ = false;
+  std::unique_ptr<PendingPush> pending_, spare_;
+  DeferredDataOrder order_;
+  std::unique_ptr<PushSender> sender_;  // last: its sends run (and end) before the rest goes
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -783,6 +921,8 @@ int64_t WorkerSession::data_step() const {
   // are the workers' first ones. So every batch is taken once, in the order the job advances,
   // whatever the workers' speeds; a session that opens (or re-pulls after a ps restart) at
   // global step S takes S + worker_index first: a resumed job continues at its checkpoint's step.
+  // A session whose Step returns before its push is answered: train/session_pending.h.
+  if (impl_->defers()) return impl_->DeferredDataStep();
   const int64_t n = num_workers();
   return impl_->global_step() + (impl_->claimed() ? n - 1 : worker_index());
 }
