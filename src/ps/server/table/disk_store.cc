@@ -40,10 +40,10 @@ namespace fs = std::filesystem;
 constexpr size_t kWriteBufferBytes = size_t{64} << 20;
 // A table's memtable: 16 MiB (two at most: 32 MiB a table). A write-back's rows are random over the
 // table, so every L0 -> L1 compaction rewrites the whole last level: its cost per row written is
-// the table's size over the bytes flushed before it (4 memtables). 16 MiB instead of 8 took the ps's
-// CPU a row at 97 % hits down ~25 % (docs/tables.md, "What was tried"). Charged to the block cache,
-// they do not raise the task's memory: before, a tier of one table had 64 MiB of blocks and up to
-// 16 MiB of memtables beside them (80); now 80 MiB for both.
+// the table's size over the bytes flushed before it (4 memtables). 16 MiB instead of 8 (with read
+// parts of 64) took the ps's CPU a row at 97 % hits down ~35 % (docs/tables.md, "This session
+// (diskcpu)"). Charged to the block cache, they do not raise the task's memory: before, a tier of
+// one table had 64 MiB of blocks and up to 16 MiB of memtables beside them (80); now 80 MiB for both.
 constexpr size_t kTableWriteBuffer = size_t{16} << 20;
 constexpr size_t kBlockCacheBytes = size_t{80} << 20;
 
