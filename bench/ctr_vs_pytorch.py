@@ -494,7 +494,8 @@ def psflow_torch_overhead(args, transport):
             return timed(attr, "rpc", part="rpc") if name == "step" else attr
 
     for cls, name, part in ((session.WorkerSession, "step", "step"), (session.WorkerSession, "lookup", "tables"),
-                            (session.WorkerSession, "prefetch", "tables"), (ptables._Tables, "rows", "tables")):
+                            (session.WorkerSession, "prefetch", "tables"), (ptables._Tables, "rows", "tables"),
+                            (ptables._Tables, "rows_looked_up", "tables")):
         setattr(cls, name, timed(getattr(cls, name), "psflow", cpu=True, part=part))
     # --overlap's hooks run inside backward and forward: psflow's time too (handing a gradient over,
     # waiting for a layer's values).

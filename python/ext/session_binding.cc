@@ -277,8 +277,9 @@ class PySession {
     });
   }
   // Waits for the values of these parameters (a forward pre-hook), or of all (`indices` empty).
+  // Not behind the helper's calls (WorkerSession::WaitForValues may run beside them): a forward
+  // does not wait for the next batch's prefetch to be handed over; their failure is the next call's.
   void WaitForValues(const std::vector<int>& indices) {
-    Settle();
     py::gil_scoped_release release;
     if (indices.empty()) return session_->WaitForValues();
     for (int i : indices) session_->WaitForValues(i);

@@ -296,7 +296,11 @@ class WorkerSession:
     def step(self, loss, accuracy=float("nan")):
         """Pushes the parameters' gradients and pulls the new values into the parameters (one call
         per ps task), advancing the global step; logs progress, feeds telemetry, and the chief
-        checkpoints on schedule. The gradients are zeroed afterwards."""
+        checkpoints on schedule. The gradients are zeroed afterwards. Async with
+        --overlap=push_pull it returns once the push is handed over: the next forward waits for the
+        values (read them outside a forward after wait_for_values()), global_step is the last
+        answer's plus one until the next step(), and a failure of the push is raised by the next
+        call (docs/pytorch.md#overlap)."""
         if not self._opened:
             raise _psflow.FailedPreconditionError(
                 "step() before the worker session is open: use `with psflow.WorkerSession(...) as sess:` "

@@ -272,10 +272,14 @@ class _Table(torch.nn.Module):
             kind = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
             raise _psflow.InvalidArgumentError(
                 f"table '{self._tables.name(self._index)}': ids are {kind}; pass an int64 (or int32) tensor of ids")
-        flat = ids.reshape(-1).to(torch.int64).contiguous()
         if self.padding_idx is None:
+            taken = self._tables.rows_looked_up(self._index, ids)
+            if taken is not None:  # the step's Lookup brought them (no copy of the ids to compare)
+                return taken[0], taken[1].view(ids.shape)
+            flat = ids.reshape(-1).to(torch.int64).contiguous()
             rows, index = self._tables.rows(self._index, flat.numpy())
             return rows, index.view(ids.shape)
+        flat = ids.reshape(-1).to(torch.int64).contiguous()
         keep = flat != self.padding_idx
         rows, sub = self._tables.rows(self._index, flat[keep].numpy())
         index = torch.full((flat.numel(),), rows.shape[0], dtype=torch.int64)  # padding: the extra zero row
@@ -396,6 +400,17 @@ class _Tables:
 
     def announce(self, ids_list):
         self._announced = ids_list
+
+    def rows_looked_up(self, t, ids):
+        """(rows, index) when table t's one use of this step was made for exactly `ids` (an int64
+        tensor, compared in place): the step's Lookup of the announced ids; else None."""
+        uses = self._used.get(t)
+        if uses is None or len(uses) != 1 or ids.dtype is not torch.int64:
+            return None
+        looked, leaf, index = uses[0]
+        if ids.numel() != looked.size or not torch.equal(ids.reshape(-1), torch.from_numpy(looked)):
+            return None
+        return leaf, index
 
     def rows(self, t, ids):
         uses = self._used.get(t, [])

@@ -4,9 +4,25 @@
 #include <cstring>
 
 namespace psflow::simd {
+namespace {
+
+// dst and the bytes never overlap (a received message's bytes and a buffer of the ps's own).
+[[gnu::always_inline]] inline void AddBytes(float* __restrict dst, const char* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, src + 4 * i, sizeof(v));
+    dst[i] += v;
+  }
+}
+
+}  // namespace
 
 PSFLOW_DISPATCH void AddInto(float* __restrict dst, const float* __restrict src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+PSFLOW_DISPATCH void AddFromBytes(float* dst, const void* src, int64_t n) {
+  AddBytes(dst, static_cast<const char*>(src), n);
 }
 
 PSFLOW_DISPATCH void Scale(float* x, int64_t n, float scale) {

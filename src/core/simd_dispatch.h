@@ -32,6 +32,9 @@ namespace psflow::simd {
 // dst[i] += src[i] for i in [0, n). dst and src must not overlap.
 void AddInto(float* __restrict dst, const float* __restrict src, int64_t n);
 
+// AddInto with src's n floats stored at any byte address (received bytes read in place).
+void AddFromBytes(float* dst, const void* src, int64_t n);
+
 // x[i] *= scale for i in [0, n).
 void Scale(float* x, int64_t n, float scale);
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -23,6 +24,18 @@ void Optimizer::ApplyDense(float* w, const float* g, int64_t n, SlotState& state
   for (const FloatBuffer& slot : state.slots) CHECK_GE(static_cast<int64_t>(slot.size()), n);
   Apply(w, g, state, 0, n, lr, state.updates + 1);
   ++state.updates;
+}
+
+void Optimizer::ApplyFromBytes(float* w, const void* g, SlotState& state, int64_t offset, int64_t n, float lr,
+                               int64_t t) const {
+  constexpr int64_t kChunk = 4096;
+  alignas(64) float chunk[kChunk];
+  const char* bytes = static_cast<const char*>(g);
+  for (int64_t begin = 0; begin < n; begin += kChunk) {
+    const int64_t len = std::min(kChunk, n - begin);
+    std::memcpy(chunk, bytes + begin * 4, static_cast<size_t>(len) * sizeof(float));
+    Apply(w, chunk, state, offset + begin, len, lr, t);
+  }
 }
 
 void Optimizer::ApplySparse(float* w, const std::vector<int64_t>& rows, const float* g_rows, int64_t row_size,
@@ -76,6 +89,19 @@ class Rule final : public Optimizer {
 
   // Weight decay, then the kernel. L2 decay cannot change the received gradient in place, so the
   // decayed gradient goes through a per-thread scratch buffer a chunk at a time.
+  // The gradient read in place for the kernels without L2 decay; L2 decay reads it through an
+  // aligned chunk (Optimizer's default), as Apply's scratch already copies it.
+  void ApplyFromBytes(float* w, const void* g, SlotState& state, int64_t offset, int64_t n, float lr,
+                      int64_t t) const override {
+    const float wd = config_.weight_decay;
+    if (wd != 0.0f && config_.name != "adamw") return Optimizer::ApplyFromBytes(w, g, state, offset, n, lr, t);
+    if (wd != 0.0f) ScaleKernel(w + offset, n, static_cast<float>(1.0 - static_cast<double>(lr) * wd));
+    float* s0 = nullptr;
+    float* s1 = nullptr;
+    const kernels::Scalars scalars = ScalarsFor(state, offset, lr, t, &s0, &s1);
+    kernels::ApplySliceFromBytes(kernel_, scalars, w + offset, s0, s1, g, n);
+  }
+
   void Apply(float* w, const float* g, SlotState& state, int64_t offset, int64_t n, float lr,
              int64_t t) const override {
     const float wd = config_.weight_decay;
@@ -96,9 +122,17 @@ class Rule final : public Optimizer {
  private:
   // The rule without weight decay on w[offset, offset + n), g not offset.
   void Update(float* w, const float* g, SlotState& state, int64_t offset, int64_t n, float lr, int64_t t) const {
+    float* s0 = nullptr;
+    float* s1 = nullptr;
+    const kernels::Scalars scalars = ScalarsFor(state, offset, lr, t, &s0, &s1);
+    kernels::ApplySlice(kernel_, scalars, w + offset, s0, s1, g, n);
+  }
+
+  // The kernel's scalars for an update at lr and t, and its slots' slices at `offset`.
+  kernels::Scalars ScalarsFor(SlotState& state, int64_t offset, float lr, int64_t t, float** s0, float** s1) const {
     const size_t slots = state.slots.size();
-    float* s0 = slots > 0 ? state.slots[0].data() + offset : nullptr;
-    float* s1 = slots > 1 ? state.slots[1].data() + offset : nullptr;
+    *s0 = slots > 0 ? state.slots[0].data() + offset : nullptr;
+    *s1 = slots > 1 ? state.slots[1].data() + offset : nullptr;
     // The scalars made once, but for the learning rate (and adam's, which also reads t).
     kernels::Scalars scalars = scalars_;
     if (kernels::ReadsStep(kernel_)) {
@@ -106,7 +140,7 @@ class Rule final : public Optimizer {
     } else {
       scalars.lr = lr;
     }
-    kernels::ApplySlice(kernel_, scalars, w + offset, s0, s1, g, n);
+    return scalars;
   }
 
   kernels::Kernel kernel_;

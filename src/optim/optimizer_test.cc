@@ -3,6 +3,7 @@
 #include "psflow/optim/optimizer.h"
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -278,6 +279,52 @@ TEST(ApplyTest, DisjointRangesEqualOneDenseUpdate) {
     split.opt->Apply(split.w.data(), g.data() + 40, split.state, 40, n - 40, 0.05f, t);
     split.opt->Apply(split.w.data(), g.data(), split.state, 0, 40, 0.05f, t);
     for (int64_t i = 0; i < n; ++i) EXPECT_FLOAT_EQ(split.w[i], whole.w[i]) << i;
+  }
+}
+
+// Every dense rule (both conventions, nesterov, weight decay of either kind) read from bytes at
+// each alignment (a received message's payload) gives the bits Apply gives on an aligned copy,
+// weights and slots alike, over lengths with and without vector tails.
+TEST(ApplyTest, FromBytesAtAnyAlignmentEqualsApplyBitForBit) {
+  std::vector<OptimizerConfig> configs;
+  for (const char* name : {"sgd", "momentum", "adagrad", "adam", "adamw", "rmsprop"}) {
+    for (const char* convention : {"tensorflow", "torch"}) {
+      for (float wd : {0.0f, 0.01f}) {
+        OptimizerConfig c = Config(name, 0.05f);
+        c.convention = convention;
+        c.weight_decay = wd;
+        c.rms_momentum = 0.5f;
+        configs.push_back(c);
+      }
+    }
+  }
+  OptimizerConfig nesterov = Config("momentum", 0.05f);
+  nesterov.nesterov = true;
+  configs.push_back(nesterov);
+  for (const OptimizerConfig& config : configs) {
+    for (int64_t n : {1, 15, 16, 37, 5000}) {
+      for (int offset = 0; offset < 4; ++offset) {
+        SCOPED_TRACE(testing::Message() << config.name << " " << config.convention << " wd " << config.weight_decay
+                                        << " nesterov " << config.nesterov << " n " << n << " offset " << offset);
+        std::unique_ptr<Optimizer> opt = Make(config);
+        std::vector<float> w_plain(n), w_bytes(n);
+        for (int64_t i = 0; i < n; ++i) w_plain[i] = w_bytes[i] = static_cast<float>(Init(i));
+        SlotState plain = opt->NewState(n), bytes = opt->NewState(n);
+        for (int s = 1; s <= 3; ++s) {
+          std::vector<float> g(n);
+          for (int64_t i = 0; i < n; ++i) g[i] = static_cast<float>(Grad(i, s));
+          std::vector<char> raw(static_cast<size_t>(n) * 4 + 4);
+          std::memcpy(raw.data() + offset, g.data(), static_cast<size_t>(n) * 4);
+          opt->Apply(w_plain.data(), g.data(), plain, 0, n, 0.05f, s);
+          opt->ApplyFromBytes(w_bytes.data(), raw.data() + offset, bytes, 0, n, 0.05f, s);
+        }
+        EXPECT_EQ(std::memcmp(w_plain.data(), w_bytes.data(), static_cast<size_t>(n) * 4), 0);
+        ASSERT_EQ(plain.slots.size(), bytes.slots.size());
+        for (size_t k = 0; k < plain.slots.size(); ++k) {
+          EXPECT_EQ(std::memcmp(plain.slots[k].data(), bytes.slots[k].data(), static_cast<size_t>(n) * 4), 0) << k;
+        }
+      }
+    }
   }
 }
 

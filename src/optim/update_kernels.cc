@@ -1,14 +1,16 @@
 // The update rules' arithmetic (update_kernels.h), written as TensorFlow's ApplyGradientDescent /
 // ApplyMomentum / ApplyAdagrad / ApplyFtrl / ApplyAdam / ApplyRMSProp kernels compute them, or as
 // torch.optim's single-tensor Adagrad / Adam / RMSprop do (the same operations in the same order, so
-// both round alike). Each rule is one row loop (RowLoop<K>) over __restrict pointers — GCC honours
-// restrict on parameters, not on local pointers, so the loops vectorize without a run-time aliasing
-// check — with its scalars hoisted into locals first. The two dispatched entry points inline every
-// rule's loop into a clone per ISA (core/simd_dispatch.h; this library is built with
+// both round alike). Each rule is one row loop (Rule<K>::Loop, called as RowLoop<K>) over __restrict
+// pointers — GCC honours restrict on parameters, not on local pointers, so the loops vectorize
+// without a run-time aliasing check — with its scalars hoisted into locals first; the gradient is
+// read through Load, from floats or from bytes at any address. The three dispatched entry points
+// inline every rule's loop into a clone per ISA (core/simd_dispatch.h; this library is built with
 // -ffp-contract=off, so every clone rounds the same way).
 #include "optim/update_kernels.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "core/check.h"
 #include "core/simd_dispatch.h"
@@ -16,129 +18,176 @@
 namespace psflow::optim::kernels {
 namespace {
 
-// One rule over n floats: weights w, slots s0 and s1 (unused ones ignored), gradient g.
+// Gradient element i: from a float array, or from floats stored at any byte address (a received
+// message's bytes read in place; the 4-byte memcpy compiles to an unaligned vector load). Only the
+// load differs, not the arithmetic: both give the same bits.
+[[gnu::always_inline]] inline float Load(const float* __restrict g, int64_t i) { return g[i]; }
+[[gnu::always_inline]] inline float Load(const char* __restrict g, int64_t i) {
+  float v;
+  std::memcpy(&v, g + 4 * i, sizeof(v));
+  return v;
+}
+
+// One rule over n floats: weights w, slots s0 and s1 (unused ones ignored), gradient g (G is float,
+// or char for floats at any address). Rule<K>::Loop, one specialization per kernel.
 template <Kernel K>
-[[gnu::always_inline]] inline void RowLoop(float* __restrict w, float* __restrict s0, float* __restrict s1,
-                                           const float* __restrict g, int64_t n, Scalars s);
+struct Rule;
 
 template <>
-[[gnu::always_inline]] inline void RowLoop<Kernel::kSgd>(float* __restrict w, float* __restrict, float* __restrict,
-                                                         const float* __restrict g, int64_t n, Scalars s) {
-  const float lr = s.lr;
-  for (int64_t i = 0; i < n; ++i) w[i] -= lr * g[i];
-}
-
-template <>
-[[gnu::always_inline]] inline void RowLoop<Kernel::kMomentum>(float* __restrict w, float* __restrict a,
-                                                              float* __restrict, const float* __restrict g, int64_t n,
-                                                              Scalars s) {
-  const float lr = s.lr, mu = s.mu;
-  for (int64_t i = 0; i < n; ++i) {
-    a[i] = a[i] * mu + g[i];
-    w[i] -= a[i] * lr;
+struct Rule<Kernel::kSgd> {
+  template <typename G>
+  [[gnu::always_inline]] static void Loop(float* __restrict w, float* __restrict, float* __restrict,
+                                          const G* __restrict g, int64_t n, Scalars s) {
+    const float lr = s.lr;
+    for (int64_t i = 0; i < n; ++i) w[i] -= lr * Load(g, i);
   }
-}
+};
 
 template <>
-[[gnu::always_inline]] inline void RowLoop<Kernel::kNesterov>(float* __restrict w, float* __restrict a,
-                                                              float* __restrict, const float* __restrict g, int64_t n,
-                                                              Scalars s) {
-  const float lr = s.lr, mu = s.mu;
-  for (int64_t i = 0; i < n; ++i) {
-    a[i] = a[i] * mu + g[i];
-    w[i] -= (g[i] + a[i] * mu) * lr;
+struct Rule<Kernel::kMomentum> {
+  template <typename G>
+  [[gnu::always_inline]] static void Loop(float* __restrict w, float* __restrict a, float* __restrict,
+                                          const G* __restrict g, int64_t n, Scalars s) {
+    const float lr = s.lr, mu = s.mu;
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = Load(g, i);
+      a[i] = a[i] * mu + gi;
+      w[i] -= a[i] * lr;
+    }
   }
-}
+};
 
 template <>
-[[gnu::always_inline]] inline void RowLoop<Kernel::kAdagrad>(float* __restrict w, float* __restrict acc,
-                                                             float* __restrict, const float* __restrict g, int64_t n,
-                                                             Scalars s) {
-  const float lr = s.lr;
-  for (int64_t i = 0; i < n; ++i) {
-    acc[i] += g[i] * g[i];
-    w[i] -= g[i] * lr / std::sqrt(acc[i]);
+struct Rule<Kernel::kNesterov> {
+  template <typename G>
+  [[gnu::always_inline]] static void Loop(float* __restrict w, float* __restrict a, float* __restrict,
+                                          const G* __restrict g, int64_t n, Scalars s) {
+    const float lr = s.lr, mu = s.mu;
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = Load(g, i);
+      a[i] = a[i] * mu + gi;
+      w[i] -= (gi + a[i] * mu) * lr;
+    }
   }
-}
+};
+
+template <>
+struct Rule<Kernel::kAdagrad> {
+  template <typename G>
+  [[gnu::always_inline]] static void Loop(float* __restrict w, float* __restrict acc, float* __restrict,
+                                          const G* __restrict g, int64_t n, Scalars s) {
+    const float lr = s.lr;
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = Load(g, i);
+      acc[i] += gi * gi;
+      w[i] -= gi * lr / std::sqrt(acc[i]);
+    }
+  }
+};
 
 // torch.optim.Adagrad (lr_decay 0).
 template <>
-[[gnu::always_inline]] inline void RowLoop<Kernel::kTorchAdagrad>(float* __restrict w, float* __restrict acc,
-                                                                  float* __restrict, const float* __restrict g,
-                                                                  int64_t n, Scalars s) {
-  const float lr = s.lr, eps = s.eps;
-  for (int64_t i = 0; i < n; ++i) {
-    acc[i] += g[i] * g[i];
-    w[i] -= lr * (g[i] / (std::sqrt(acc[i]) + eps));
+struct Rule<Kernel::kTorchAdagrad> {
+  template <typename G>
+  [[gnu::always_inline]] static void Loop(float* __restrict w, float* __restrict acc, float* __restrict,
+                                          const G* __restrict g, int64_t n, Scalars s) {
+    const float lr = s.lr, eps = s.eps;
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = Load(g, i);
+      acc[i] += gi * gi;
+      w[i] -= lr * (gi / (std::sqrt(acc[i]) + eps));
+    }
   }
-}
+};
 
 // n' = n + g²; z += g − (√n' − √n)/lr·w; n = n'; w = (sign(z)·l1 − z)/(√n/lr + 2·l2) if |z| > l1 else 0.
 template <>
-[[gnu::always_inline]] inline void RowLoop<Kernel::kFtrl>(float* __restrict w, float* __restrict acc,
-                                                          float* __restrict z, const float* __restrict g, int64_t n,
-                                                          Scalars s) {
-  const float inv_lr = 1.0f / s.lr, l1 = s.l1, l2 = s.l2;
-  for (int64_t i = 0; i < n; ++i) {
-    const float acc_new = acc[i] + g[i] * g[i];
-    const float sqrt_new = std::sqrt(acc_new);
-    z[i] += g[i] - (sqrt_new - std::sqrt(acc[i])) * inv_lr * w[i];
-    acc[i] = acc_new;
-    const float quadratic = sqrt_new * inv_lr + 2.0f * l2;
-    const float sign = z[i] < 0.0f ? -1.0f : 1.0f;
-    w[i] = std::abs(z[i]) > l1 ? (sign * l1 - z[i]) / quadratic : 0.0f;
+struct Rule<Kernel::kFtrl> {
+  template <typename G>
+  [[gnu::always_inline]] static void Loop(float* __restrict w, float* __restrict acc, float* __restrict z,
+                                          const G* __restrict g, int64_t n, Scalars s) {
+    const float inv_lr = 1.0f / s.lr, l1 = s.l1, l2 = s.l2;
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = Load(g, i);
+      const float acc_new = acc[i] + gi * gi;
+      const float sqrt_new = std::sqrt(acc_new);
+      z[i] += gi - (sqrt_new - std::sqrt(acc[i])) * inv_lr * w[i];
+      acc[i] = acc_new;
+      const float quadratic = sqrt_new * inv_lr + 2.0f * l2;
+      const float sign = z[i] < 0.0f ? -1.0f : 1.0f;
+      w[i] = std::abs(z[i]) > l1 ? (sign * l1 - z[i]) / quadratic : 0.0f;
+    }
   }
-}
+};
 
 template <>
-[[gnu::always_inline]] inline void RowLoop<Kernel::kAdam>(float* __restrict w, float* __restrict m, float* __restrict v,
-                                                          const float* __restrict g, int64_t n, Scalars s) {
-  const float alpha = s.lr, one_minus_beta1 = s.one_minus_beta1, one_minus_beta2 = s.one_minus_beta2, eps = s.eps;
-  for (int64_t i = 0; i < n; ++i) {
-    m[i] += (g[i] - m[i]) * one_minus_beta1;
-    v[i] += (g[i] * g[i] - v[i]) * one_minus_beta2;
-    w[i] -= (m[i] * alpha) / (std::sqrt(v[i]) + eps);
+struct Rule<Kernel::kAdam> {
+  template <typename G>
+  [[gnu::always_inline]] static void Loop(float* __restrict w, float* __restrict m, float* __restrict v,
+                                          const G* __restrict g, int64_t n, Scalars s) {
+    const float alpha = s.lr, one_minus_beta1 = s.one_minus_beta1, one_minus_beta2 = s.one_minus_beta2, eps = s.eps;
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = Load(g, i);
+      m[i] += (gi - m[i]) * one_minus_beta1;
+      v[i] += (gi * gi - v[i]) * one_minus_beta2;
+      w[i] -= (m[i] * alpha) / (std::sqrt(v[i]) + eps);
+    }
   }
-}
+};
 
 // torch.optim.Adam: m.lerp_(g, 1 - b1); v = v * b2 + (1 - b2) g g;
 // w -= step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps), step_size = lr / (1 - b1^t).
 template <>
-[[gnu::always_inline]] inline void RowLoop<Kernel::kTorchAdam>(float* __restrict w, float* __restrict m,
-                                                               float* __restrict v, const float* __restrict g,
-                                                               int64_t n, Scalars s) {
-  const float step_size = s.lr, bc2_sqrt = s.bc2_sqrt, one_minus_beta1 = s.one_minus_beta1, beta2 = s.beta2,
-              one_minus_beta2 = s.one_minus_beta2, eps = s.eps;
-  for (int64_t i = 0; i < n; ++i) {
-    m[i] += one_minus_beta1 * (g[i] - m[i]);
-    v[i] = v[i] * beta2 + one_minus_beta2 * g[i] * g[i];
-    w[i] -= step_size * (m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps));
+struct Rule<Kernel::kTorchAdam> {
+  template <typename G>
+  [[gnu::always_inline]] static void Loop(float* __restrict w, float* __restrict m, float* __restrict v,
+                                          const G* __restrict g, int64_t n, Scalars s) {
+    const float step_size = s.lr, bc2_sqrt = s.bc2_sqrt, one_minus_beta1 = s.one_minus_beta1, beta2 = s.beta2,
+                one_minus_beta2 = s.one_minus_beta2, eps = s.eps;
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = Load(g, i);
+      m[i] += one_minus_beta1 * (gi - m[i]);
+      v[i] = v[i] * beta2 + one_minus_beta2 * gi * gi;
+      w[i] -= step_size * (m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps));
+    }
   }
-}
+};
 
 template <>
-[[gnu::always_inline]] inline void RowLoop<Kernel::kRmsProp>(float* __restrict w, float* __restrict ms,
-                                                             float* __restrict mom, const float* __restrict g,
-                                                             int64_t n, Scalars s) {
-  const float lr = s.lr, one_minus_rho = s.one_minus_rho, mu = s.mu, eps = s.eps;
-  for (int64_t i = 0; i < n; ++i) {
-    ms[i] += (g[i] * g[i] - ms[i]) * one_minus_rho;
-    mom[i] = mom[i] * mu + (g[i] * lr) / std::sqrt(ms[i] + eps);
-    w[i] -= mom[i];
+struct Rule<Kernel::kRmsProp> {
+  template <typename G>
+  [[gnu::always_inline]] static void Loop(float* __restrict w, float* __restrict ms, float* __restrict mom,
+                                          const G* __restrict g, int64_t n, Scalars s) {
+    const float lr = s.lr, one_minus_rho = s.one_minus_rho, mu = s.mu, eps = s.eps;
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = Load(g, i);
+      ms[i] += (gi * gi - ms[i]) * one_minus_rho;
+      mom[i] = mom[i] * mu + (gi * lr) / std::sqrt(ms[i] + eps);
+      w[i] -= mom[i];
+    }
   }
-}
+};
 
 // torch.optim.RMSprop (centered False): with mu 0 this is torch's w -= lr * g / (sqrt(ms) + eps).
 template <>
-[[gnu::always_inline]] inline void RowLoop<Kernel::kTorchRmsProp>(float* __restrict w, float* __restrict ms,
-                                                                  float* __restrict mom, const float* __restrict g,
-                                                                  int64_t n, Scalars s) {
-  const float lr = s.lr, alpha = s.rho, one_minus_alpha = s.one_minus_rho, mu = s.mu, eps = s.eps;
-  for (int64_t i = 0; i < n; ++i) {
-    ms[i] = ms[i] * alpha + one_minus_alpha * g[i] * g[i];
-    mom[i] = mom[i] * mu + g[i] / (std::sqrt(ms[i]) + eps);
-    w[i] -= lr * mom[i];
+struct Rule<Kernel::kTorchRmsProp> {
+  template <typename G>
+  [[gnu::always_inline]] static void Loop(float* __restrict w, float* __restrict ms, float* __restrict mom,
+                                          const G* __restrict g, int64_t n, Scalars s) {
+    const float lr = s.lr, alpha = s.rho, one_minus_alpha = s.one_minus_rho, mu = s.mu, eps = s.eps;
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = Load(g, i);
+      ms[i] = ms[i] * alpha + one_minus_alpha * gi * gi;
+      mom[i] = mom[i] * mu + gi / (std::sqrt(ms[i]) + eps);
+      w[i] -= lr * mom[i];
+    }
   }
+};
+
+template <Kernel K, typename G>
+[[gnu::always_inline]] inline void RowLoop(float* __restrict w, float* __restrict s0, float* __restrict s1,
+                                           const G* __restrict g, int64_t n, Scalars s) {
+  Rule<K>::template Loop<G>(w, s0, s1, g, n, s);
 }
 
 constexpr int SlotCount(Kernel k) {
@@ -309,9 +358,12 @@ Scalars Prepare(Kernel k, const OptimizerConfig& c, float lr, int64_t t, float f
   return s;
 }
 
-// One case per kernel: each inlines that rule's loop into the ISA clone.
-PSFLOW_DISPATCH void ApplySlice(Kernel kernel, const Scalars& scalars, float* w, float* s0, float* s1, const float* g,
-                                int64_t n) {
+namespace {
+
+// One case per kernel: each inlines that rule's loop into the ISA clone that calls it.
+template <typename G>
+[[gnu::always_inline]] inline void Slice(Kernel kernel, const Scalars& scalars, float* w, float* s0, float* s1,
+                                         const G* g, int64_t n) {
   switch (kernel) {
     case Kernel::kSgd:
       return RowLoop<Kernel::kSgd>(w, s0, s1, g, n, scalars);
@@ -334,6 +386,18 @@ PSFLOW_DISPATCH void ApplySlice(Kernel kernel, const Scalars& scalars, float* w,
     case Kernel::kTorchRmsProp:
       return RowLoop<Kernel::kTorchRmsProp>(w, s0, s1, g, n, scalars);
   }
+}
+
+}  // namespace
+
+PSFLOW_DISPATCH void ApplySlice(Kernel kernel, const Scalars& scalars, float* w, float* s0, float* s1, const float* g,
+                                int64_t n) {
+  Slice(kernel, scalars, w, s0, s1, g, n);
+}
+
+PSFLOW_DISPATCH void ApplySliceFromBytes(Kernel kernel, const Scalars& scalars, float* w, float* s0, float* s1,
+                                         const void* g, int64_t n) {
+  Slice(kernel, scalars, w, s0, s1, static_cast<const char*>(g), n);
 }
 
 PSFLOW_DISPATCH void ApplyRows(Kernel kernel, const Scalars& scalars, float* const* records, const float* grads,

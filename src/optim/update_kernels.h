@@ -9,8 +9,9 @@
 // loop, per ISA through PSFLOW_DISPATCH (core/simd_dispatch.h, built with -ffp-contract=off), so a
 // variable and a table row updated with the same scalars hold the same bits.
 //
-// Adding a rule: one Kernel value, one row loop and one case in update_kernels.cc (RowLoop, and
-// the slot names, initial values and Prepare's scalars beside it).
+// Adding a rule: one Kernel value, one row loop and one case in update_kernels.cc (a Rule<K>
+// specialization whose loop reads the gradient through Load, a case in Slice and Rows, and the
+// slot names, initial values and Prepare's scalars beside it).
 //
 // Thread safety: pure functions of their arguments; callers own the memory and keep concurrent
 // calls on disjoint rows.
@@ -70,6 +71,10 @@ float AdamStepSize(const OptimizerConfig& config, float lr, int64_t t);
 // One update of w[0, n) with its slots s0[0, n), s1[0, n) (null when the kernel has fewer) and the
 // gradient g[0, n). No argument may overlap another.
 void ApplySlice(Kernel kernel, const Scalars& scalars, float* w, float* s0, float* s1, const float* g, int64_t n);
+// ApplySlice with the gradient's n floats stored at any byte address `g` (a received message's
+// bytes, read in place instead of through an aligned copy). The same bits as ApplySlice.
+void ApplySliceFromBytes(Kernel kernel, const Scalars& scalars, float* w, float* s0, float* s1, const void* g,
+                         int64_t n);
 
 // One update of each of the n rows of a push: row r's record [w | s0 | s1] (dim floats each) at
 // records[r] (nullptr: skipped), its gradient at grads[r·dim, (r+1)·dim). With row_lr non-null,

@@ -282,6 +282,42 @@ bool IncomingMessage::ForEachRunInRange(
   return go_on;
 }
 
+bool IncomingMessage::ForEachByteRunInRange(
+    int i, int64_t range_first, int64_t range_count,
+    const std::function<bool(const void* run, int64_t first, int64_t n)>& fn) const {
+  CHECK(range_first >= 0 && range_count >= 0 && range_first + range_count <= num_floats_[i]);
+  if (dtypes_[i] != WireDtype::kFloat32) {
+    return ForEachWidenedRun(i, range_first, range_count,
+                             [&fn](const float* run, int64_t first, int64_t n) { return fn(run, first, n); });
+  }
+  alignas(4) char carry[4];  // a float split across two pieces
+  size_t carried = 0;
+  bool go_on = true;
+  ForEachByteRange(tensor_offsets_[i] + range_first * 4, range_count * 4, [&](const char* p, size_t len, int64_t at) {
+    if (carried > 0) {
+      const size_t take = std::min(len, 4 - carried);
+      std::memcpy(carry + carried, p, take);
+      carried += take;
+      p += take;
+      len -= take;
+      at += static_cast<int64_t>(take);
+      if (carried < 4) return true;
+      carried = 0;
+      go_on = fn(carry, range_first + at / 4 - 1, 1);
+      if (!go_on) return false;
+    }
+    const size_t n = len / 4;
+    if (n > 0) {
+      go_on = fn(p, range_first + at / 4, static_cast<int64_t>(n));
+      if (!go_on) return false;
+    }
+    carried = len - n * 4;
+    std::memcpy(carry, p + n * 4, carried);
+    return true;
+  });
+  return go_on;
+}
+
 bool IncomingMessage::ForEachWidenedRun(
     int i, int64_t range_first, int64_t range_count,
     const std::function<bool(const float* run, int64_t first, int64_t n)>& fn) const {

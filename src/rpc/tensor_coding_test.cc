@@ -116,6 +116,24 @@ TEST(TensorCodingTest, DenseRoundTripOverManySizesAndSlicings) {
       std::vector<float> part(static_cast<size_t>(count));
       in->CopyRange(0, first, count, part.data());
       EXPECT_EQ(std::memcmp(part.data(), original.data() + first, count * 4), 0);
+
+      // The same ranges as bytes in place: every float once, in order, whatever its alignment.
+      for (const auto& [from, len] : {std::pair<int64_t, int64_t>{0, n}, {first, count}}) {
+        int64_t at_next = from;
+        bool bytes_ok = true;
+        in->ForEachByteRunInRange(0, from, len, [&](const void* run, int64_t at, int64_t k) {
+          bytes_ok &= at == at_next && k > 0 && std::memcmp(run, original.data() + at, k * 4) == 0;
+          at_next += k;
+          return true;
+        });
+        EXPECT_TRUE(bytes_ok);
+        EXPECT_EQ(at_next, from + len);
+      }
+      if (n > 0) {  // stopping early
+        int calls = 0;
+        EXPECT_FALSE(in->ForEachByteRunInRange(0, 0, n, [&](const void*, int64_t, int64_t) { return ++calls > 1; }));
+        EXPECT_EQ(calls, 1);
+      }
     }
   }
 }
@@ -349,6 +367,14 @@ TEST(TensorCodingTest, SixteenBitTensorsRoundTripAsTheirRoundingOverManySizesAnd
           if (i < count) wrong += FloatBits(part[i]) != FloatBits(want[first + i]);
         }
         EXPECT_EQ(wrong, 0) << WireDtypeName(dtype) << " n=" << n << " offset=" << offset;
+        int64_t next = 0;
+        in->ForEachByteRunInRange(0, 0, n, [&](const void* run, int64_t at, int64_t k) {
+          wrong += at != next || std::memcmp(run, want.data() + at, static_cast<size_t>(k) * 4) != 0;
+          next += k;
+          return true;
+        });
+        EXPECT_EQ(next, n);
+        EXPECT_EQ(wrong, 0) << "byte runs of " << WireDtypeName(dtype) << " n=" << n << " offset=" << offset;
         std::vector<float> b(5);
         in->CopyTo(1, b.data());
         for (int i = 0; i < 5; ++i) EXPECT_EQ(b[i], exact[i]);

@@ -149,6 +149,12 @@ class IncomingMessage {
   // counts from the start of the tensor), so ranges can be walked by several threads at once.
   bool ForEachRunInRange(int i, int64_t first, int64_t count,
                          const std::function<bool(const float* run, int64_t first, int64_t n)>& fn) const;
+  // The same, but `run` points at n floats stored at any byte address (read them with memcpy or
+  // a kernel that loads unaligned, e.g. Optimizer::ApplyFromBytes): float32 bytes are handed out
+  // where they were received, with no bounce copy; only a float split across two received pieces
+  // comes alone from a 4-byte copy. (16-bit tensors come widened, as from ForEachRunInRange.)
+  bool ForEachByteRunInRange(int i, int64_t first, int64_t count,
+                             const std::function<bool(const void* run, int64_t first, int64_t n)>& fn) const;
 
  private:
   template <typename Fn>

@@ -42,7 +42,13 @@ ForwardPulls::ForwardPulls(ps::PsClient* client, std::vector<std::pair<std::stri
 ForwardPulls::~ForwardPulls() { (void)Settle(); }
 
 void ForwardPulls::Start() {
-  // The variables whose values the step's early parts are bringing back slice by slice.
+  Arm();
+  Fire(absl::OkStatus());
+}
+
+void ForwardPulls::Arm() {
+  // The variables whose values the step's early parts are bringing back slice by slice: left out
+  // of the groups (a group left empty is done at once).
   by_slices_.assign(group_of_.size(), false);
   if (slices_ != nullptr) {
     for (int i : slices_->TakeStarted()) by_slices_[i] = true;
@@ -53,24 +59,13 @@ void ForwardPulls::Start() {
       if (!by_slices_[group_params_[g][j]]) current_[g].push_back(groups_[g][j]);
     }
   }
-  std::vector<int> launch;
   std::shared_ptr<void> keep_alive = client_->KeepAlive();
-  {
-    absl::MutexLock lock(&state_->mu);
-    state_->keep_alive = std::move(keep_alive);
-    state_->active = true;
-    state_->status = absl::OkStatus();
-    for (int g = 0; g < num_groups(); ++g) state_->done[g] = current_[g].empty();
-    state_->next = NextToPull(0);
-    while (state_->next < num_groups() && state_->in_flight < kWindow) {
-      launch.push_back(state_->next);
-      state_->next = NextToPull(state_->next + 1);
-      ++state_->in_flight;
-    }
-    if (state_->in_flight == 0) keep_alive = std::move(state_->keep_alive);  // nothing to pull
-  }
-  keep_alive.reset();
-  for (int g : launch) Launch(g);
+  absl::MutexLock lock(&state_->mu);
+  state_->keep_alive = std::move(keep_alive);
+  state_->active = true;
+  state_->status = absl::OkStatus();
+  for (int g = 0; g < num_groups(); ++g) state_->done[g] = current_[g].empty();
+  state_->next = NextToPull(0);
 }
 
 int ForwardPulls::NextToPull(int group) const {
@@ -84,6 +79,29 @@ std::vector<int> ForwardPulls::sliced() const {
     if (by_slices_[i]) out.push_back(static_cast<int>(i));
   }
   return out;
+}
+
+void ForwardPulls::Fire(const absl::Status& push) {
+  std::vector<int> launch;
+  std::shared_ptr<void> keep_alive;  // released outside the lock
+  {
+    absl::MutexLock lock(&state_->mu);
+    if (!push.ok()) {  // nothing is pulled: the waiters are released, Settle returns the failure
+      state_->status = push;
+      state_->done.assign(groups_.size(), true);
+      state_->next = num_groups();
+      keep_alive = std::move(state_->keep_alive);
+    } else {
+      while (state_->next < num_groups() && state_->in_flight < kWindow) {
+        launch.push_back(state_->next);
+        state_->next = NextToPull(state_->next + 1);
+        ++state_->in_flight;
+      }
+      if (launch.empty() && state_->in_flight == 0) keep_alive = std::move(state_->keep_alive);
+    }
+  }
+  keep_alive.reset();
+  for (int g : launch) Launch(g);
 }
 
 void ForwardPulls::Launch(int group) {

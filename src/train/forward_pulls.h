@@ -7,12 +7,13 @@
 //
 // With --transfer_slice_bytes (ps::PsClient::PullBackSlices; async): a big variable whose
 // gradient went ahead as an early part comes back slice by slice as the ps answers its push
-// slices, during backward; Start leaves the variables that came so out of the groups, and Wait(i)
-// waits for parameter i's slices instead.
+// slices, during backward; Arm (Start) leaves the variables that came so out of the groups, and
+// Wait(i) waits for parameter i's slices instead.
 //
 // Owned by the worker session (train/session.cc), which starts a pull after a step and settles it
 // before anything else touches the value buffers or the client. Thread-safe: the groups' answers
-// arrive on transport threads; Start, Wait and Settle are called by the session's thread.
+// arrive on transport threads; Start, Arm, Wait and Settle are called by the session's thread, Fire
+// from any (a push's completion).
 #ifndef PSFLOW_TRAIN_FORWARD_PULLS_H_
 #define PSFLOW_TRAIN_FORWARD_PULLS_H_
 
@@ -42,6 +43,13 @@ class ForwardPulls {
 
   // Starts pulling every group (the last pull must have been settled).
   void Start();
+  // Start in two halves, for a pull that must follow a push still in flight (async: so that the
+  // values hold this worker's own last push, the same every run): Arm, on the session's thread
+  // before the push is sent, makes every Wait block; Fire, from the push's completion (a transport
+  // thread), starts the groups — or, given the push's failure, pulls nothing, releases the waiters
+  // and keeps the failure for Settle.
+  void Arm();
+  void Fire(const absl::Status& push);
   // Waits until parameter `index`'s group has arrived (or failed); at once when no pull runs.
   void Wait(int index);
   // Waits for every group; returns the pull's first failure (OK when none, or when no pull was
@@ -66,10 +74,10 @@ class ForwardPulls {
   std::vector<std::vector<std::pair<std::string, Tensor*>>> groups_;
   std::vector<std::vector<int>> group_params_;  // each group's parameter indices
   std::vector<int> group_of_;                   // parameter index -> its group
-  // What Start pulls of each group: its parameters but those coming by slices. Written by Start
-  // before it launches anything, read by the launches (also from the answers' threads).
+  // What a pull asks for of each group: its parameters but those coming by slices. Written by Arm
+  // before the pull can start, read by the launches (also from the answers' threads).
   std::vector<std::vector<std::pair<std::string, Tensor*>>> current_;
-  std::vector<bool> by_slices_;  // per parameter, set by Start: its values come by slices
+  std::vector<bool> by_slices_;  // per parameter, set by Arm: its values come by slices
   std::shared_ptr<State> state_;
   std::unique_ptr<ps::SlicePulls> slices_;  // null without --transfer_slice_bytes; last: destroyed first
 };

@@ -97,15 +97,54 @@ void SessionTables::Ask(size_t t, absl::Span<const int64_t> raw, UniqueIds* uniq
   p.valid = false;
 }
 
-ps::TableStep SessionTables::StepCall() {
+ps::TableStep SessionTables::StepCall() { return StepCall(nullptr, nullptr); }
+
+ps::TableStep SessionTables::StepCall(std::vector<std::vector<int64_t>>* kept_ids, std::vector<Tensor>* kept_grads) {
   ps::TableStep step;
+  if (kept_ids != nullptr) {  // sized first: the call points into their elements
+    size_t pushed = 0;
+    for (const TableBatch& b : batches_) pushed += !b.grads.empty() && !b.ids.empty();
+    kept_ids->resize(pushed);
+    kept_grads->resize(pushed);
+  }
+  size_t kept = 0;
   for (size_t t = 0; t < tables_.size(); ++t) {
     TableBatch& b = batches_[t];
-    if (!b.grads.empty() && !b.ids.empty()) step.pushes.push_back({tables_[t].name, &b.ids, nullptr, &b.grads});
+    if (!b.grads.empty() && !b.ids.empty()) {
+      if (kept_ids != nullptr) {
+        (*kept_ids)[kept] = std::move(b.ids);
+        b.ids.clear();
+        (*kept_grads)[kept] = std::move(b.grads);
+        b.grads = Tensor();
+        step.pushes.push_back({tables_[t].name, &(*kept_ids)[kept], nullptr, &(*kept_grads)[kept]});
+        ++kept;
+      } else {
+        step.pushes.push_back({tables_[t].name, &b.ids, nullptr, &b.grads});
+      }
+    }
     Prefetched& p = prefetched_[t];
     if (p.asked && !p.ahead && !p.ids.empty()) step.pulls.push_back({tables_[t].name, &p.ids, &p.rows, nullptr});
   }
   return step;
+}
+
+bool SessionTables::ServedByPrefetch(const std::vector<absl::Span<const int64_t>>& ids) const {
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const Prefetched& p = prefetched_[t];
+    if (!ids[t].empty() && !(p.valid && absl::MakeConstSpan(p.raw) == ids[t])) return false;
+  }
+  return true;
+}
+
+bool SessionTables::RidesOnPush() const {
+  for (const Prefetched& p : prefetched_) {
+    if (p.asked && !p.ahead && !p.ids.empty()) return true;
+  }
+  return false;
+}
+
+void SessionTables::DropPrefetched() {
+  for (Prefetched& p : prefetched_) p.valid = false;
 }
 
 void SessionTables::EndStep(bool call_ok) {

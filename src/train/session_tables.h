@@ -50,6 +50,17 @@ class SessionTables {
   // Step: the tables' part of the step's call — each table's gradients (when the caller wrote
   // some) and the prefetch asked for (unless it is pulled ahead).
   ps::TableStep StepCall();
+  // The same for a push that outlives the step (a deferred Step: the next Lookup reuses the
+  // batch's buffers): the pushed tables' ids and gradients are moved into `kept_ids` and
+  // `kept_grads`, where the call points.
+  ps::TableStep StepCall(std::vector<std::vector<int64_t>>* kept_ids, std::vector<Tensor>* kept_grads);
+  // Whether a prefetch rides on the next Step's push (asked, not pulled ahead, some ids).
+  bool RidesOnPush() const;
+  // Whether Lookup(ids) needs no call: every table's ids are the ones its valid prefetch was
+  // given (or none).
+  bool ServedByPrefetch(const std::vector<absl::Span<const int64_t>>& ids) const;
+  // The prefetched rows not taken yet are dropped (read before a push that failed).
+  void DropPrefetched();
   // After the step's call: the gradients are consumed whatever the outcome; the prefetched rows
   // (not pulled ahead) are valid only when the call succeeded.
   void EndStep(bool call_ok);

@@ -108,6 +108,11 @@ class Optimizer {
   // size) into disjoint (offset, n) ranges, which is safe because ranges touch disjoint memory.
   virtual void Apply(float* w, const float* g, SlotState& state, int64_t offset, int64_t n, float lr,
                      int64_t t) const = 0;
+  // Apply with the gradient's n float32 values stored at any byte address `g` (a received message's
+  // bytes, which need not be float-aligned), read in place. The same result, bit for bit, as Apply
+  // on an aligned copy of them (which is what this default does, a chunk at a time).
+  virtual void ApplyFromBytes(float* w, const void* g, SlotState& state, int64_t offset, int64_t n, float lr,
+                              int64_t t) const;
 
   // Dense update of a whole variable: Apply over all elements, then state.updates++.
   void ApplyDense(float* w, const float* g, int64_t n, SlotState& state, float lr) const;

@@ -73,6 +73,19 @@
 // k + 1 starts with the push's last part in async mode, after the step is applied in sync mode.
 // Every other call (Step, Lookup, Close, the chief's evaluation) first waits for the pull to end.
 //
+// Deferred push (async, --overlap other than none, Options::waits_for_values): Step returns once
+// its push is sent, without waiting for the answer (which carries the global step the push
+// claimed); the answer is collected by the next call that must see it — the next Step before its
+// own push (one push in flight per worker), Close, a Lookup that pulls, an early part
+// (GradientReady) and a pull ahead (PrefetchAhead), which go only once it is answered so that the
+// ps applies this worker's calls in order. global_step() is the last answer's plus the push in
+// flight (an estimate, exact once answered); a Step whose push would reach --train_steps waits
+// for its answer, so one worker ends at exactly train_steps. The dense values of a push without
+// forward-order pulls come with its answer: WaitForValues waits for it. A failure of that answer
+// is the next call's error, in one line naming the step it belonged to (a ps restart and the end
+// of training are recovered from as before; the step after such a push pushes nothing). Async
+// data order then: data_step (below). A Step whose prefetch rides on the push waits as before.
+//
 // Memory: the session pulls straight into the caller's value Tensors and pushes straight from its
 // gradient Tensors (psflow Tensors own their memory; the Python binding therefore allocates the
 // Tensors and points each torch parameter's .data and .grad at them, so that no copy is made per
@@ -80,8 +93,9 @@
 // caller must not touch them while a call runs. A parameter whose gradient Tensor is empty and
 // whose sparse gradient is unset (or not given) is not pushed that step.
 //
-// Thread safety: none; one thread drives a session. Errors are absl::Status with one line naming
-// what is wrong.
+// Thread safety: none; one thread drives a session, except that WaitForValues may run while
+// another thread is inside GradientReady or Prefetch/PrefetchAhead (the Python binding's helper).
+// Errors are absl::Status with one line naming what is wrong.
 #ifndef PSFLOW_TRAIN_SESSION_H_
 #define PSFLOW_TRAIN_SESSION_H_
 
@@ -267,6 +281,7 @@ class WorkerSession {
   int num_workers() const;
   int num_ps() const;
   bool sync() const;
+  // The global step (a session that defers its pushes: the last answer's plus the push in flight).
   int64_t global_step() const;
   // The learning rate of the next update (optim::LearningRateAt at the global step; parameter
   // groups scale their own from it).
@@ -280,7 +295,11 @@ class WorkerSession {
   // step it claimed: distinct per push, so the workers' batches are disjoint and the stream is taken
   // in order whatever their speeds), global_step() + worker_index() right after Open (or after a ps
   // restart): a resumed job continues at its checkpoint's step, not at batch 0 (it may take again at
-  // most N - 1 batches pushed just before the checkpoint's step was reached).
+  // most N - 1 batches pushed just before the checkpoint's step was reached). A session that defers
+  // its pushes (see the header comment) reads the next batch while the last push is in flight:
+  // batch S + 2N - 1 for the step S claimed by the push before it, batches B + w and B + N + w
+  // first (B the step pulled at Open or after a ps restart; train/session_pending.h) — still
+  // disjoint between workers, and one worker takes the same batches as without deferral.
   int64_t data_step() const;
   int data_worker_index() const;
   int data_num_workers() const;

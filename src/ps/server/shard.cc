@@ -185,18 +185,19 @@ void Shard::Apply(ShardGradient& gradient, const optim::Optimizer& optimizer, fl
   float* w = MutableValuesLocked();
   if (gradient.slice) return ApplySliceLocked(gradient, optimizer, lr, w);
   // Optimizer::ApplyDense, fed straight from the received bytes run by run (the update is
-  // element-wise, so ranges are independent) to save a copy of the gradient.
+  // element-wise, so ranges are independent), read where they were received whatever their
+  // alignment (ApplyFromBytes): no copy of the gradient.
   // Disjoint ranges may be updated by several threads (optim::Optimizer::Apply allows it).
   const int64_t t = state_.updates + 1;
   // The blocks run on pool threads while this thread holds mu_ (ParallelFor returns when all ran).
   ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     FlushDenormalsOnThisThread();  // the floating-point mode the training ops run the optimizer in
-    gradient.message->ForEachRunInRange(gradient.index, begin, end - begin,
-                                        [&](const float* run, int64_t first, int64_t n)
-                                            ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                                              optimizer.Apply(w, run, state_, first, n, lr, t);
-                                              return true;
-                                            });
+    gradient.message->ForEachByteRunInRange(gradient.index, begin, end - begin,
+                                            [&](const void* run, int64_t first, int64_t n)
+                                                ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                                  optimizer.ApplyFromBytes(w, run, state_, first, n, lr, t);
+                                                  return true;
+                                                });
   });
   ++state_.updates;
 }
@@ -213,12 +214,12 @@ void Shard::ApplySliceLocked(const ShardGradient& gradient, const optim::Optimiz
   if (gradient.offset + gradient.count == size_) slice_update_.erase(it);
   ParallelFor(gradient.count, kParallelMinFloats, [&](int64_t begin, int64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     FlushDenormalsOnThisThread();
-    gradient.message->ForEachRunInRange(gradient.index, begin, end - begin,
-                                        [&](const float* run, int64_t first, int64_t n)
-                                            ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                                              optimizer.Apply(w, run, state_, gradient.offset + first, n, lr, t);
-                                              return true;
-                                            });
+    gradient.message->ForEachByteRunInRange(
+        gradient.index, begin, end - begin,
+        [&](const void* run, int64_t first, int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          optimizer.ApplyFromBytes(w, run, state_, gradient.offset + first, n, lr, t);
+          return true;
+        });
   });
 }
 
@@ -276,15 +277,12 @@ void Shard::KeepLocked(const ShardGradient& gradient, Kept* kept_ptr) {
     if (kept.dense.size() != static_cast<size_t>(size_)) kept.dense.resize(static_cast<size_t>(size_));
     float* dst = kept.dense.data();
     ParallelFor(size_, kParallelMinFloats, [&](int64_t begin, int64_t end) {
-      gradient.message->ForEachRunInRange(gradient.index, begin, end - begin,
-                                          [dst, first](const float* run, int64_t at, int64_t n) {
-                                            if (first) {
-                                              std::memcpy(dst + at, run, static_cast<size_t>(n) * sizeof(float));
-                                            } else {
-                                              simd::AddInto(dst + at, run, n);  // dispatched
-                                            }
-                                            return true;
-                                          });
+      if (first) return gradient.message->CopyRange(gradient.index, begin, end - begin, dst + begin);
+      gradient.message->ForEachByteRunInRange(gradient.index, begin, end - begin,
+                                              [dst](const void* run, int64_t at, int64_t n) {
+                                                simd::AddFromBytes(dst + at, run, n);  // dispatched
+                                                return true;
+                                              });
     });
     return;
   }
