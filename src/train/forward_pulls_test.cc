@@ -14,9 +14,11 @@ namespace {
 
 using ps::testing::TestCluster;
 
-// a [256, 512] (512 KiB: sliced at 64 KiB) and b [4]; each step's gradients differ.
+// a [256, 512] (512 KiB: sliced at 64 KiB), b [4] and c [75, 1024] (300 KiB): three pull groups
+// (with two or fewer a deferring session takes its values from the push's answer instead); each
+// step's gradients differ.
 struct Values {
-  std::vector<Tensor> a, b;
+  std::vector<Tensor> a, b, c;
   int64_t push_calls_bytes = 0;  // what the ps tasks received (payload with headers: more calls, more bytes)
 };
 
@@ -40,7 +42,9 @@ Values TrainThreeSteps(int64_t slice_bytes) {
   options.log = [](const std::string&) {};
   Tensor a(Shape{256, 512}, 1.0f), a_grad(Shape{256, 512});
   Tensor b(Shape{4}, 2.0f), b_grad(Shape{4});
-  auto session_or = WorkerSession::Create(options, {{"a", &a, &a_grad, nullptr}, {"b", &b, &b_grad, nullptr}});
+  Tensor c(Shape{75, 1024}, -1.0f), c_grad(Shape{75, 1024});
+  auto session_or = WorkerSession::Create(
+      options, {{"a", &a, &a_grad, nullptr}, {"b", &b, &b_grad, nullptr}, {"c", &c, &c_grad, nullptr}});
   EXPECT_TRUE(session_or.ok()) << session_or.status();
   if (!session_or.ok()) return seen;
   WorkerSession& session = **session_or;
@@ -48,11 +52,15 @@ Values TrainThreeSteps(int64_t slice_bytes) {
   for (int step = 1; step <= 3; ++step) {
     session.WaitForValues(0);  // the forward's first layer
     session.WaitForValues(1);
+    session.WaitForValues(2);
     seen.a.push_back(a);
     seen.b.push_back(b);
+    seen.c.push_back(c);
+    for (int64_t i = 0; i < c_grad.size(); ++i) c_grad[i] = 0.002f * static_cast<float>((i + step) % 13);
     for (int64_t i = 0; i < a_grad.size(); ++i) a_grad[i] = 0.001f * static_cast<float>((i * step) % 97) - 0.03f;
     for (int64_t i = 0; i < b_grad.size(); ++i) b_grad[i] = 0.25f * static_cast<float>(i + step);
-    EXPECT_TRUE(session.GradientReady(1).ok());  // backward: the last layer first
+    EXPECT_TRUE(session.GradientReady(2).ok());  // backward: the last layer first
+    EXPECT_TRUE(session.GradientReady(1).ok());
     EXPECT_TRUE(session.GradientReady(0).ok());  // a's gradient: an early part (in slices)
     EXPECT_TRUE(session.Step(1.0).ok());
     EXPECT_EQ(session.global_step(), step);
@@ -60,6 +68,7 @@ Values TrainThreeSteps(int64_t slice_bytes) {
   session.WaitForValues();
   seen.a.push_back(a);
   seen.b.push_back(b);
+  seen.c.push_back(c);
   EXPECT_TRUE(session.Close().ok());
   for (const auto& server : cluster->servers) seen.push_calls_bytes += server->Stats().bytes_in;
   return seen;
@@ -75,6 +84,8 @@ TEST(ForwardPullsTest, SlicesPulledBackGiveTheSameBitsAsWholePulls) {
       ASSERT_EQ(sliced.a[k][i], whole.a[k][i]) << "a, step " << k << ", " << i;
     for (int64_t i = 0; i < whole.b[k].size(); ++i)
       ASSERT_EQ(sliced.b[k][i], whole.b[k][i]) << "b, step " << k << ", " << i;
+    for (int64_t i = 0; i < whole.c[k].size(); ++i)
+      ASSERT_EQ(sliced.c[k][i], whole.c[k][i]) << "c, step " << k << ", " << i;
   }
   // The slices went as calls of their own (each with its header), the same floats in all.
   EXPECT_GT(sliced.push_calls_bytes, whole.push_calls_bytes);
