@@ -268,7 +268,7 @@ class _Table(torch.nn.Module):
         if tables is not None and self.padding_idx is None and isinstance(ids, torch.Tensor):
             taken = tables.rows_looked_up(self._index, ids)
             if taken is not None:  # the step's Lookup brought them (no copy of the ids to compare)
-                return taken[0], taken[1].view(ids.shape)
+                return taken
         if tables is None:
             raise _psflow.FailedPreconditionError(
                 f"psflow.torch.{self._kind} '{self.table_name or '?'}' needs an open psflow.WorkerSession: "
@@ -407,12 +407,16 @@ class _Tables:
         self._announced = ids_list
 
     def rows_looked_up(self, t, ids):
-        """(rows, index) when table t's one use of this step was made for exactly `ids` (an int64
-        tensor, compared in place): the step's Lookup of the announced ids; else None."""
+        """(rows, index shaped as ids) when table t's one use of this step was made for exactly
+        `ids` (an int64 tensor, compared in place): the step's Lookup of the announced ids; else None."""
         taken = self._taken[t]
-        if taken is None or ids.dtype is not torch.int64 or not torch.equal(ids.reshape(-1), taken[0]):
-            return None  # (torch.equal: False for another size)
-        return taken[1], taken[2]
+        if taken is None or ids.dtype is not torch.int64:
+            return None
+        if ids.dim() == 1:  # (a DLRM's column: no reshape nor view)
+            return (taken[1], taken[2]) if torch.equal(ids, taken[0]) else None  # (False for another size)
+        if not torch.equal(ids.reshape(-1), taken[0]):
+            return None
+        return taken[1], taken[2].view(ids.shape)
 
     def rows(self, t, ids):
         uses = self._used.get(t, [])
