@@ -615,9 +615,13 @@ class _IdsLearner:
             by_column = columns.get((path, modulus))
             if by_column is None:
                 x = self._at(batch, path, None)
-                by_column = (x if modulus is None else x % modulus).t().contiguous()
-                if by_column.dtype is torch.int64:
-                    by_column = by_column.numpy()
+                if modulus is not None and x.dtype is torch.int64 and x.device.type == "cpu" and x.is_contiguous():
+                    # (x % modulus).t().contiguous() in one pass, by multiplication: 4x faster
+                    by_column = _psflow._remainder_transposed(x.numpy(), modulus)
+                else:
+                    by_column = (x if modulus is None else x % modulus).t().contiguous()
+                    if by_column.dtype is torch.int64:
+                        by_column = by_column.numpy()
                 columns[(path, modulus)] = by_column
             ids = by_column[column]
             out[t] = ids if m.padding_idx is None and not isinstance(ids, torch.Tensor) else flat_ids(t, ids)
