@@ -32,16 +32,20 @@ namespace {
 namespace fs = std::filesystem;
 
 // Settings below the two flags (disk_store.h). RocksDB's memory is bounded whatever the table's
-// size: the memtables of every table of a task within 64 MiB, and one 64 MiB block cache that
-// holds the index and filter blocks (partitioned: only the partitions in use are in memory; without
-// partitions, every table file's whole index and filter stay in RAM, ~4 B a row: 150 MB a ps at
-// 40M rows) beside the data blocks the misses read (rows are cached as records, not blocks).
+// size: one 80 MiB block cache a task holds the index and filter blocks (partitioned: only the
+// partitions in use are in memory; without partitions, every table file's whole index and filter
+// stay in RAM, ~4 B a row: 150 MB a ps at 40M rows) beside the data blocks the misses read (rows are
+// cached as records, not blocks), and the memtables are charged to the same cache (the write buffer
+// manager's dummy entries), within 64 MiB for every table of a task together.
 constexpr size_t kWriteBufferBytes = size_t{64} << 20;
-// A table's memtable: 8 MiB (two at most: 16 MiB a table). 32 MiB measured 15-35 % less CPU for
-// pushes at 97 % hits (fewer L0 -> L1 compactions), but in 1-s runs that see one or two flushes, and
-// a tier of one table would hold up to 64 MiB of memtables instead of 16: the 40 GB run's margin.
-constexpr size_t kTableWriteBuffer = size_t{8} << 20;
-constexpr size_t kBlockCacheBytes = size_t{64} << 20;
+// A table's memtable: 16 MiB (two at most: 32 MiB a table). A write-back's rows are random over the
+// table, so every L0 -> L1 compaction rewrites the whole last level: its cost per row written is
+// the table's size over the bytes flushed before it (4 memtables). 16 MiB instead of 8 (with read
+// parts of 64) took the ps's CPU a row at 97 % hits down ~35 % (docs/tables.md, "This session
+// (diskcpu)"). Charged to the block cache, they do not raise the task's memory: before, a tier of
+// one table had 64 MiB of blocks and up to 16 MiB of memtables beside them (80); now 80 MiB for both.
+constexpr size_t kTableWriteBuffer = size_t{16} << 20;
+constexpr size_t kBlockCacheBytes = size_t{80} << 20;
 
 // '/' and '%' escaped, so a table name is one directory.
 std::string DirName(const std::string& table) {
@@ -143,7 +147,7 @@ DiskTier::DiskTier(DiskTierOptions options, std::string dir, int lock_fd)
       dir_(std::move(dir)),
       lock_fd_(lock_fd),
       block_cache_(rocksdb::NewLRUCache(kBlockCacheBytes)),
-      write_buffers_(std::make_shared<rocksdb::WriteBufferManager>(kWriteBufferBytes)),
+      write_buffers_(std::make_shared<rocksdb::WriteBufferManager>(kWriteBufferBytes, block_cache_)),
       readers_(options_.read_threads) {
   // cache_bytes / 256 counters (a power of two, at least 4096: a small cache's few ids must not
   // collide): ~2 a record of dim 64 with a slot.
@@ -189,6 +193,12 @@ void DiskTier::SubmitWriteBack(DiskRowStore* store, std::vector<Entry*>& dirty) 
     e->writing = 1;
     e->touched = 0;  // a hit while it is written keeps it
     writing_bytes_ += store->entry_bytes();
+    // Out of the window's and CLOCK's sight while it is written: admission compares with CLOCK's
+    // next victim, which must be a record that can leave, not one leaving already.
+    Unlink(e);
+    if (e->list == kWindow) window_bytes_ -= store->entry_bytes();
+    e->list = kLeaving;
+    PushFront(e);
   }
   job->entries = std::move(dirty);
   ++writes_open_;
@@ -203,11 +213,18 @@ void DiskTier::FinishWrite(WriteJob& job, const absl::Status& written) {
     e->writing = 0;
     writing_bytes_ -= store->entry_bytes();
     RowMeta& meta = MetaOf(reinterpret_cast<float*>(e) + kHeaderFloats + kMetaFloats);
-    if (!written.ok()) {
-      meta.flags |= RowMeta::kDirty;  // still only here: kept, and the tier fails
-    } else if (e->pins == 0 && e->touched == 0 && (meta.flags & RowMeta::kDirty) == 0) {
+    if (!written.ok()) meta.flags |= RowMeta::kDirty;  // still only here: kept, and the tier fails
+    if (e->pins == 0 && e->touched == 0 && (meta.flags & RowMeta::kDirty) == 0) {
       store->DropEntry(e);
+      continue;
     }
+    // Used meanwhile (or still held, or not written): back at CLOCK's front, its use counted as a
+    // second chance's.
+    if (e->touched != 0) CountUse(e->owner, e->id);
+    e->touched = 0;
+    Unlink(e);
+    e->list = kClock;
+    PushFront(e);
   }
   if (written.ok()) {
     store->counters_.disk_rows_written += static_cast<int64_t>(job.entries.size());
@@ -367,16 +384,16 @@ size_t SketchSlot(const void* store, int64_t id, int i, size_t mask) {
 }
 }  // namespace
 
-int DiskTier::Misses(const DiskRowStore* store, int64_t id) const {
+int DiskTier::Uses(const DiskRowStore* store, int64_t id) const {
   const size_t mask = sketch_.size() - 1;
   int m = 255;
   for (int i = 0; i < 4; ++i) m = std::min<int>(m, sketch_[SketchSlot(store, id, i, mask)]);
   return m;
 }
 
-void DiskTier::CountMiss(const DiskRowStore* store, int64_t id) {
+void DiskTier::CountUse(const DiskRowStore* store, int64_t id) {
   const size_t mask = sketch_.size() - 1;
-  const int m = Misses(store, id);
+  const int m = Uses(store, id);
   for (int i = 0; i < 4; ++i) {  // conservative update: only the smallest counters grow
     uint8_t& c = sketch_[SketchSlot(store, id, i, mask)];
     if (c == m && c < 255) ++c;
@@ -407,18 +424,18 @@ void DiskTier::AdmitFromWindow(int64_t budget) {
   for (int k = 0; victim != nullptr && (victim->touched != 0 || victim->pins != 0); ++k) {
     victim = k < 4 ? victim->prev : nullptr;
   }
-  const int victim_misses = victim != nullptr ? Misses(victim->owner, victim->id) : 0;
+  const int victim_uses = victim != nullptr ? Uses(victim->owner, victim->id) : 0;
   for (Entry* c = window_.tail; c != nullptr && window_bytes_ > window_budget;) {
     Entry* const prev = c->prev;
     if (c->pins == 0) {  // a record held by a batch stays in the window until released
       Unlink(c);
-      c->in_window = 0;
+      c->list = kClock;
       c->touched = 0;
       window_bytes_ -= c->owner->entry_bytes();
-      if (bytes_ - writing_bytes_ <= budget || victim == nullptr || Misses(c->owner, c->id) > victim_misses) {
+      if (bytes_ - writing_bytes_ <= budget || victim == nullptr || Uses(c->owner, c->id) > victim_uses) {
         PushFront(c);
       } else {
-        PushBack(c);  // missed no more often than what would leave: leaves first
+        PushBack(c);  // used no more often than what would leave: leaves first
       }
     }
     c = prev;
@@ -446,7 +463,10 @@ absl::Status DiskTier::EvictToBudget() {
     Entry* const prev = e->prev;
     if (e->pins == 0) {
       if (e->touched != 0) {
+        // A second chance: its hits since it was put at the front count once in the sketch, so a row
+        // that always hits (and is never read from disk again) keeps its weight against new rows.
         e->touched = 0;
+        CountUse(e->owner, e->id);
         if (e != clock_.head) {
           Unlink(e);
           PushFront(e);

@@ -11,22 +11,26 @@
 //               signed id order, as a checkpoint stores rows); value: the record (RowMeta with mark 0
 //               and kDirty clear, then the floats; native byte order). Write-ahead log off, no
 //               compression (floats do not compress), bloom filters (a lookup of an absent id reads no
-//               data block), small memtables under one write-buffer budget per tier (64 MiB), index
-//               and filters partitioned in one 64 MiB block cache per tier: RocksDB's memory does not
-//               grow with the rows on disk (disk_store.cc states the read options chosen).
+//               data block), memtables of 16 MiB under one write-buffer budget per tier (64 MiB), index
+//               and filters partitioned in one 80 MiB block cache per tier, which the memtables are
+//               charged to: RocksDB's memory does not grow with the rows on disk (disk_store.cc states
+//               the options chosen).
 //   cache       records in memory, bounded in bytes (--table_cache_bytes per ps task: each record's
 //               block, header + meta + floats, and the growth of the records' indexes count; the
 //               blocks come from a RecordPool, record_pool.h: no allocator overhead per record), one
 //               list over every disk table of the task. Policy: a window and TinyLFU admission in
 //               front of CLOCK. A record read from disk or created enters a FIFO window (1/20 of the
 //               bytes); one leaving the window goes to the CLOCK part's front if a count-min sketch
-//               of the rows read from disk (ids not stored are not counted; 4 x uint8 an id, halved every 10 counts a
-//               counter; cache_bytes / 256 counters, at least 4096, beside the budget: 8 MiB at 2 GiB) has seen it
-//               missed more often than CLOCK's next victim, else to its back, leaving first. In the CLOCK part a hit
-//               only marks a record (no list surgery, which would touch two more cache lines a row); eviction walks
-//               from the back, moving marked records to the front unmarked and taking the unmarked, then the window's
-//               oldest if still over. A row seen once does not push out rows missed again and again (docs/tables.md,
-//               "The cache's policy"). A batch's misses are read in key order, a few MultiGets side by side
+//               of the rows' uses has seen it used more often than CLOCK's next victim, else to its back, leaving
+//               first. A use is a read from disk (ids not stored are not counted) or a second chance (below); 4 x
+//               uint8 an id, halved every 10 counts a counter; cache_bytes / 256 counters, at least 4096, beside the
+//               budget: 8 MiB at 2 GiB. In the CLOCK part a hit only marks a record (no list surgery, which would
+//               touch two more cache lines a row, and no count); eviction walks from the back, moving marked records
+//               to the front unmarked (a second chance: counted once in the sketch, so rows that always hit keep
+//               their weight) and taking the unmarked, then the window's oldest if still over. A row seen once does
+//               not push out rows used again and again (docs/tables.md, "The cache's policy"). Records whose
+//               write-back is under way wait in a list of their own, out of the policy's sight (admission compares
+//               with a victim that can leave). A batch's misses are read in key order, a few MultiGets side by side
 //               (read_pool.h); records held by a batch are pinned; after a batch records leave until the cache is
 //               within its bytes, dirty ones written back in one WriteBatch per table, keys in order. The write is
 //               behind the caller (write_behind): the tier's writer thread runs it while the caller answers its pull,
@@ -81,7 +85,7 @@ struct DiskTierOptions {
   // is left); bench/disk_table_bench.cc measures both.
   bool direct_reads = false;
   // Threads beside the caller that read a batch's misses side by side (read_pool.h): a batch with
-  // m misses reads min(m / 16, read_threads + 1) parts at once. 0: one MultiGet in the caller.
+  // m misses reads min(m / 64, read_threads + 1) parts at once. 0: one MultiGet in the caller.
   int read_threads = 3;
   // Dirty records leaving the cache are written back by the tier's writer thread, behind the call
   // that evicted them (false: in that call). The arithmetic is the same either way.
@@ -124,11 +128,14 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
     Entry* next;  // towards the least recently used
     DiskRowStore* owner;
     int64_t id;
-    uint32_t pins;      // batches holding the record (a write-back under way counts one)
-    uint16_t touched;   // used since it was put at the front (second chance)
-    uint8_t in_window;  // in the window list, not the CLOCK part's
-    uint8_t writing;    // leaving: its write-back is under way
+    uint32_t pins;     // batches holding the record (a write-back under way counts one)
+    uint16_t touched;  // used since it was put at the front (second chance)
+    uint8_t list;      // the list it is in: kClock, kWindow or kLeaving
+    uint8_t writing;   // leaving: its write-back is under way
   };
+  static constexpr uint8_t kClock = 0;    // the CLOCK part
+  static constexpr uint8_t kWindow = 1;   // the window, before admission
+  static constexpr uint8_t kLeaving = 2;  // its write-back under way: out of the policy's sight
   struct List {
     Entry* head = nullptr;  // most recently put
     Entry* tail = nullptr;
@@ -138,15 +145,18 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   static Entry* EntryOf(float* record) { return reinterpret_cast<Entry*>(record - kMetaFloats - kHeaderFloats); }
 
   DiskTier(DiskTierOptions options, std::string dir, int lock_fd);
-  // List operations (mu_ held): the list is the window or the CLOCK part, by e->in_window.
-  List& ListOf(const Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return e->in_window != 0 ? window_ : clock_; }
+  // List operations (mu_ held): the list is the window, the CLOCK part or the leaving, by e->list.
+  List& ListOf(const Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return e->list == kWindow ? window_ : e->list == kLeaving ? leaving_ : clock_;
+  }
   void PushFront(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushBack(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unlink(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The sketch of misses: counts one for (store, id); the estimate of its count.
-  void CountMiss(const DiskRowStore* store, int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int Misses(const DiskRowStore* store, int64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records past the window's share leave it: to the CLOCK part's front if missed more often than
+  // The sketch: counts one use of (store, id) (a read from disk, or a hit seen as a second chance);
+  // the estimate of its count.
+  void CountUse(const DiskRowStore* store, int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int Uses(const DiskRowStore* store, int64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records past the window's share leave it: to the CLOCK part's front if used more often than
   // its next victim, else to its back.
   void AdmitFromWindow(int64_t budget) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The bytes the records may take: --table_cache_bytes less their indexes'.
@@ -171,8 +181,9 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   std::shared_ptr<rocksdb::Cache> block_cache_;                 // shared by the tier's databases
   std::shared_ptr<rocksdb::WriteBufferManager> write_buffers_;  // ditto
   mutable absl::Mutex mu_;
-  List clock_ ABSL_GUARDED_BY(mu_);   // the CLOCK part
-  List window_ ABSL_GUARDED_BY(mu_);  // records read or created, before admission
+  List clock_ ABSL_GUARDED_BY(mu_);    // the CLOCK part
+  List window_ ABSL_GUARDED_BY(mu_);   // records read or created, before admission
+  List leaving_ ABSL_GUARDED_BY(mu_);  // records being written back (kept if used meanwhile)
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t window_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<uint8_t> sketch_ ABSL_GUARDED_BY(mu_);  // count-min, 4 counters an id

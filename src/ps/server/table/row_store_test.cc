@@ -253,6 +253,36 @@ TEST(DiskStore, RowsSeenOnceDoNotPushOutCachedRows) {
   EXPECT_EQ(ScanAll(*store, 16).size(), updates.size());
 }
 
+// Rows that always hit are never read from disk again, so a sketch of reads alone ranks them below
+// cold rows read a few times; their second chances count too (disk_store.h), so a stream of cold
+// rows, each read from disk twice, does not push them out. A cache of 20 rows; 12 hot rows, a third
+// of them hit a round (each used every 3 rounds, with 24 other rows between: LRU alone would lose
+// them); 4 cold rows read a round, the stream of 200 cold rows twice, so they count as much as a hot
+// row read back once.
+TEST(DiskStore, RowsThatAlwaysHitKeepTheirWeight) {
+  auto tier = OpenTier(FreshDir("hot"), /*cache_rows=*/20);
+  auto store = *tier->OpenTable("t", kFloats);
+  std::map<int64_t, int64_t> updates;
+  std::vector<int64_t> cold;
+  for (int64_t id = 1000; id < 1200; ++id) cold.push_back(id);
+  for (size_t k = 0; k < cold.size(); k += 4) Write(store.get(), {cold.begin() + k, cold.begin() + k + 4}, &updates);
+  const std::vector<std::vector<int64_t>> hot = {{1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10, 11, 12}};
+  for (int k = 0; k < 6; ++k) Write(store.get(), hot[k % 3], &updates);
+  int64_t hot_reads[2] = {0, 0}, round = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t k = 0; k < cold.size(); k += 4, ++round) {
+      const int64_t before = store->stats().disk_rows_read;
+      Write(store.get(), hot[round % 3], &updates);
+      hot_reads[pass] += store->stats().disk_rows_read - before;
+      Write(store.get(), {cold.begin() + k, cold.begin() + k + 4}, &updates);  // each read from disk
+    }
+  }
+  // The first pass lets the hot rows, created with no count, gain their weight (a few are read back);
+  // in the second none is (3 without the second chances counted).
+  EXPECT_LE(hot_reads[0], 12);
+  EXPECT_EQ(hot_reads[1], 0);
+}
+
 // The sketch counts rows read from disk, not lookups of ids not stored: an id looked up many times
 // before it exists (a CTR job's new ids, a fill's pulls) is, once created, a row seen once and
 // leaves before the cached rows.
