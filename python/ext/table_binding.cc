@@ -12,6 +12,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -111,7 +112,56 @@ dist::TableSpec TableSpecFromPython(const py::dict& d) {
   return spec;
 }
 
+namespace {
+
+// (x % m).T for x [rows, cols] and m > 0 as Python and torch take it (each result in [0, m)), by
+// multiplication with a 64-bit reciprocal (Granlund and Montgomery, 1994: for n < 2^63 and l = ceil(log2 m), the
+// quotient is floor(n * ceil(2^(63+l) / m) / 2^(63+l)), exactly) instead of a 64-bit division per id.
+void RemainderTransposed(const int64_t* in, int64_t rows, int64_t cols, int64_t m, int64_t* out) {
+  const auto um = static_cast<uint64_t>(m);
+  if (um == 1) {
+    std::fill_n(out, rows * cols, 0);
+    return;
+  }
+  int l = 1;  // ceil(log2 m), m >= 2
+  while ((uint64_t{1} << l) < um) ++l;
+  const auto magic = static_cast<uint64_t>(((__uint128_t{1} << (63 + l)) + um - 1) / um);  // < 2^64: 2^l < 2m
+  const int shift = l - 1;  // (n * magic) >> (63 + l) is the high word shifted by l - 1
+  for (int64_t j = 0; j < cols; ++j) {
+    const int64_t* col = in + j;
+    int64_t* o = out + j * rows;
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t x = col[i * cols];
+      // n < 2^63: x itself, or -x - 1 for x < 0 (whose remainder is m - 1 - (n % m)).
+      const uint64_t n = x >= 0 ? static_cast<uint64_t>(x) : static_cast<uint64_t>(-(x + 1));
+      const auto q = static_cast<uint64_t>((static_cast<__uint128_t>(n) * magic) >> 64) >> shift;
+      const uint64_t r = n - q * um;
+      o[i] = static_cast<int64_t>(x >= 0 ? r : um - 1 - r);
+    }
+  }
+}
+
+}  // namespace
+
 void RegisterTableFields(py::module_& m) {
+  m.def(
+      "_remainder_transposed",
+      [](const Ids& x, int64_t modulus) {
+        if (x.ndim() != 2) throw py::value_error("_remainder_transposed: x must be 2-D");
+        if (modulus < 1) throw py::value_error("_remainder_transposed: the modulus must be positive");
+        const py::ssize_t rows = x.shape(0), cols = x.shape(1);
+        py::array_t<int64_t> out({cols, rows});
+        const int64_t* in = x.data();
+        int64_t* o = out.mutable_data();
+        {
+          py::gil_scoped_release release;
+          RemainderTransposed(in, rows, cols, modulus, o);
+        }
+        return out;
+      },
+      py::arg("x"), py::arg("modulus"),
+      "(x % modulus).T as a C-contiguous copy, for an int64 [rows, cols] array and modulus >= 1 (Python's "
+      "remainder, in [0, modulus)): a DLRM's [batch, fields] ids become one row of ids per table.");
   m.def(
       "_table_fields",
       [] {

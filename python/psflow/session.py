@@ -439,20 +439,26 @@ class WorkerSession:
             if t is None:
                 raise _psflow.InvalidArgumentError(
                     f"{what}: {key!r} is not one of the model's tables ({', '.join(n for n, _ in self._table_modules)})")
-            m = self._table_modules[t][1]
-            if not isinstance(ids, torch.Tensor):
-                ids = torch.as_tensor(ids)
-            if ids.dtype is torch.int64 and ids.dim() == 1 and ids.is_contiguous():
-                flat = ids  # (the usual case, e.g. a learnt column: no reshape, cast or copy to ask for)
-            elif ids.dtype not in (torch.int64, torch.int32):
-                raise _psflow.InvalidArgumentError(
-                    f"table '{self._table_modules[t][0]}': ids are {ids.dtype}; pass an int64 (or int32) tensor of ids")
-            else:
-                flat = ids.reshape(-1).to(torch.int64).contiguous()
-            if m.padding_idx is not None:
-                flat = flat[flat != m.padding_idx]
-            out[t] = flat.numpy()
+            out[t] = self._flat_ids(t, ids)
         return out
+
+    def _flat_ids(self, t, ids):
+        """Table t's ids (a tensor or array) as one flat int64 numpy array, padding ids left out."""
+        import torch
+
+        m = self._table_modules[t][1]
+        if not isinstance(ids, torch.Tensor):
+            ids = torch.as_tensor(ids)
+        if ids.dtype is torch.int64 and ids.dim() == 1 and ids.is_contiguous():
+            flat = ids  # (the usual case, e.g. a learnt column: no reshape, cast or copy to ask for)
+        elif ids.dtype not in (torch.int64, torch.int32):
+            raise _psflow.InvalidArgumentError(
+                f"table '{self._table_modules[t][0]}': ids are {ids.dtype}; pass an int64 (or int32) tensor of ids")
+        else:
+            flat = ids.reshape(-1).to(torch.int64).contiguous()
+        if m.padding_idx is not None:
+            flat = flat[flat != m.padding_idx]
+        return flat.numpy()
 
     def lookup(self, ids_by_table):
         """Announces this step's ids of every table ({table name or module: ids as the forward gets
@@ -547,7 +553,8 @@ class WorkerSession:
             def next_ids():  # in step(), after the forwards (once learnt: after the first Lookup)
                 if not learner.learnt:
                     learner.learn(current, seen)
-                ids = self._ids_list(learner.ids(following), "batches()")
+                # (learner.ids as _ids_list gives them, without its per-table dict and checks)
+                ids = learner.ids_list(following, self._flat_ids)
                 return ids if any(i is not None for i in ids) else None
 
             self._next_ids_from = next_ids

@@ -227,6 +227,31 @@ class ClusterSpecAndFlagsTest(unittest.TestCase):
             psflow.BatchSampler(1000, 20, 2, 2, 0)
 
 
+class RemainderTransposedTest(unittest.TestCase):
+    """_psflow._remainder_transposed, which psflow.torch's ids learner uses for a DLRM's next batch,
+    is (x % m).t().contiguous() bit for bit: every sign, the int64 extremes, multiples of m and their
+    neighbours, moduli from 1 to 2^63 - 1."""
+
+    def test_equals_torch_remainder_transposed(self):
+        g = torch.Generator().manual_seed(7)
+        edges = torch.tensor([0, 1, -1, 2**63 - 1, -2**63, -2**63 + 1, 2**62, -(2**62), 2**63 - 2], dtype=torch.int64)
+        for m in (1, 2, 3, 7, 64, 100000, 1000003, 2**31 - 1, 2**32, 2**32 + 1, 2**62, 2**62 + 12345, 2**63 - 2,
+                  2**63 - 1):
+            x = torch.randint(-2**63, 2**63 - 1, (301, 5), dtype=torch.int64, generator=g)
+            x[:len(edges), 0] = edges
+            if m < 2**40:
+                x[:, 1] = m * torch.arange(-150, 151) + torch.arange(301) % 3 - 1  # k*m - 1, k*m, k*m + 1
+            got = psflow._psflow._remainder_transposed(x.numpy(), m)
+            self.assertTrue(np.array_equal(got, (x % m).t().contiguous().numpy()), f"modulus {m}")
+            self.assertTrue(got.flags["C_CONTIGUOUS"])
+
+    def test_bad_input_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "positive"):
+            psflow._psflow._remainder_transposed(np.zeros((2, 2), np.int64), 0)
+        with self.assertRaisesRegex(ValueError, "2-D"):
+            psflow._psflow._remainder_transposed(np.zeros(4, np.int64), 3)
+
+
 class TableOptionsTest(unittest.TestCase):
     """psflow.torch's table keyword arguments are made from the C++ table of fields
     (include/psflow/dist/table_spec.h): the same names, defaults and checks."""

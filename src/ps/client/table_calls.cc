@@ -39,11 +39,17 @@ absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, cons
   // Block index per (ps shard), -1 before its first id: fixed tables by shard, dynamic by ps task.
   std::vector<int64_t> block_of(t->shards.size(), -1);
   std::vector<int> shards_used;
+  // A fixed table of one shard (a small table, e.g. a ctr field's) takes every id of [0, N) there:
+  // only the range is checked per id, not RouteFixedId's divisions (whose row is not needed here).
+  const bool one_fixed_shard = !t->spec.dynamic() && t->shards.size() == 1;
+  const int64_t num_embeddings = t->layout.num_embeddings;
   for (int64_t j = 0; j < n; ++j) {
     const int64_t id = (*ref.ids)[j];
     if (!seen.Insert(id, j).second) return Bad(what, ref.table, absl::StrCat("id ", id, " listed twice (dedup first)"));
     int shard;
-    if (t->spec.dynamic()) {
+    if (one_fixed_shard && id >= 0 && id < num_embeddings) {
+      shard = 0;
+    } else if (t->spec.dynamic()) {
       shard = dist::RouteDynamicId(id, plan.num_ps);
     } else {
       absl::StatusOr<dist::RowLocation> loc = dist::RouteFixedId(t->spec.name, t->layout, id);
