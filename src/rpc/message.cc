@@ -369,41 +369,11 @@ int64_t FirstNonFiniteBytes(const char* p, size_t n) {
 }  // namespace
 
 int64_t IncomingMessage::FirstNonFinite(int i, int64_t first, int64_t count) const {
-  CHECK(first >= 0 && count >= 0 && first + count <= num_floats_[i]);
   int64_t found = -1;
-  if (dtypes_[i] != WireDtype::kFloat32) {  // widened a block at a time
-    ForEachWidenedRun(i, first, count, [&found](const float* run, int64_t at, int64_t n) {
-      const int64_t j = FirstNonFiniteBytes(reinterpret_cast<const char*>(run), static_cast<size_t>(n));
-      if (j >= 0) found = at + j;
-      return j < 0;
-    });
-    return found;
-  }
-  char carry[4];  // a float split across two pieces
-  size_t carried = 0;
-  ForEachByteRange(tensor_offsets_[i] + first * 4, count * 4, [&](const char* p, size_t len, int64_t at) {
-    if (carried > 0) {
-      const size_t take = std::min(len, 4 - carried);
-      std::memcpy(carry + carried, p, take);
-      carried += take;
-      p += take;
-      len -= take;
-      at += static_cast<int64_t>(take);
-      if (carried < 4) return true;
-      carried = 0;
-      if (FirstNonFiniteBytes(carry, 1) == 0) {
-        found = first + at / 4 - 1;
-        return false;
-      }
-    }
-    const size_t n = len / 4;
-    if (const int64_t j = FirstNonFiniteBytes(p, n); j >= 0) {
-      found = first + at / 4 + j;
-      return false;
-    }
-    carried = len - n * 4;
-    std::memcpy(carry, p + n * 4, carried);
-    return true;
+  ForEachByteRunInRange(i, first, count, [&found](const void* run, int64_t at, int64_t n) {
+    const int64_t j = FirstNonFiniteBytes(static_cast<const char*>(run), static_cast<size_t>(n));
+    if (j >= 0) found = at + j;
+    return j < 0;
   });
   return found;
 }
