@@ -10,19 +10,13 @@
 namespace psflow::ps {
 namespace {
 
+using testing::Adam;
 using testing::ExpectEqualTensors;
 using testing::Filled;
 using ::testing::HasSubstr;
 using testing::Plan;
 using testing::Sgd;
 using testing::TestCluster;
-
-TrainingConfig Adam() {
-  TrainingConfig c;
-  c.optimizer.name = "adam";
-  c.optimizer.learning_rate = 0.1f;
-  return c;
-}
 
 struct Logged {
   absl::Mutex mu;
@@ -58,7 +52,7 @@ TEST(PsStateTest, AdamStateMovesFromTwoPartitionedPsToOneUnpartitionedPs) {
   auto source = two->Client(Plan(kVars, 2, /*shards=*/2), 0);
   PSFLOW_ASSERT_OK(source->Connect());
   const Tensor w = Filled({6, 3}, 0.5f, 0.25f), b = Filled({3}, -1.0f, 0.5f);
-  PSFLOW_ASSERT_OK(source->Initialize({{"w", &w}, {"b", &b}}, Adam()));
+  PSFLOW_ASSERT_OK(source->Initialize({{"w", &w}, {"b", &b}}, Adam(0.1f)));
   for (int step = 0; step < 3; ++step) {
     const Tensor gw = Filled({6, 3}, 0.1f * (step + 1), -0.05f), gb = Filled({3}, 1.0f, -0.7f * step);
     ASSERT_TRUE(source->Push({{"w", &gw, nullptr}, {"b", &gb, nullptr}}, step).ok());
@@ -84,8 +78,8 @@ TEST(PsStateTest, AdamStateMovesFromTwoPartitionedPsToOneUnpartitionedPs) {
   auto values_only = fresh->Client(Plan(kVars, 1), 0);
   PSFLOW_ASSERT_OK(restored->Connect());
   PSFLOW_ASSERT_OK(values_only->Connect());
-  PSFLOW_ASSERT_OK(restored->Initialize(*snapshot, Adam()));
-  PSFLOW_ASSERT_OK(values_only->Initialize({{"w", &w_now}, {"b", &b_now}}, Adam()));
+  PSFLOW_ASSERT_OK(restored->Initialize(*snapshot, Adam(0.1f)));
+  PSFLOW_ASSERT_OK(values_only->Initialize({{"w", &w_now}, {"b", &b_now}}, Adam(0.1f)));
   auto round_trip = restored->PullState();
   ASSERT_TRUE(round_trip.ok()) << round_trip.status();
   EXPECT_EQ(round_trip->global_step, 3);
@@ -117,11 +111,11 @@ TEST(PsStateTest, RestoreRefusesASnapshotThatDoesNotFitTheModel) {
   PSFLOW_ASSERT_OK(client->Connect());
   ModelSnapshot state;
   state.variables.push_back({"w", Tensor({6, 3}), {Tensor({6, 3}), Tensor({6, 3})}, 1});
-  absl::Status missing = client->Initialize(state, Adam());
+  absl::Status missing = client->Initialize(state, Adam(0.1f));
   EXPECT_TRUE(absl::IsInvalidArgument(missing)) << missing;
   EXPECT_THAT(missing.message(), HasSubstr("no variable 'b'"));
   state.variables.push_back({"b", Tensor({3}), {Tensor({3})}, 1});
-  absl::Status slots = client->Initialize(state, Adam());
+  absl::Status slots = client->Initialize(state, Adam(0.1f));
   EXPECT_THAT(slots.message(), HasSubstr("1 optimizer slots for 'b'"));
 }
 

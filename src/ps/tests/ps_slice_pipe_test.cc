@@ -13,18 +13,12 @@
 namespace psflow::ps {
 namespace {
 
+using testing::Adam;
 using testing::ExpectEqualTensors;
 using testing::Filled;
 using testing::Plan;
 using testing::Sgd;
 using testing::TestCluster;
-
-TrainingConfig Adam() {
-  TrainingConfig c;
-  c.optimizer.name = "adam";
-  c.optimizer.learning_rate = 0.01f;
-  return c;
-}
 
 // One worker on two ps tasks: w [64, 8] in two shards (one per task; 1 KiB each), b [6].
 struct SliceFixture {
@@ -110,8 +104,8 @@ void ExpectSameRun(const Trained& sliced, const Trained& whole) {
 }
 
 TEST(SlicePipeTest, SlicedPushAndPullGiveTheSameBitsAsWhole) {
-  SliceFixture whole(Adam(), 0);
-  SliceFixture sliced(Adam(), 200);  // 50 floats: each 256-float shard in 6 slices (the last short)
+  SliceFixture whole(Adam(0.01f), 0);
+  SliceFixture sliced(Adam(0.01f), 200);  // 50 floats: each 256-float shard in 6 slices (the last short)
   const Trained a = Train(whole);
   const Trained b = Train(sliced);
   ASSERT_EQ(b.sliced.size(), 3u);
@@ -130,8 +124,8 @@ TEST(SlicePipeTest, SlicedPushAndPullGiveTheSameBitsAsWhole) {
 // 16-bit tensors (a run of a shard is a key of its own): within one bfloat16 rounding, not the
 // same bits.
 TEST(SlicePipeTest, SlicedPushAndPullGiveTheSamePsStateOnABfloat16Wire) {
-  SliceFixture whole(Adam(), 0, "bfloat16");
-  SliceFixture sliced(Adam(), 128, "bfloat16");  // 64 elements on the wire a slice
+  SliceFixture whole(Adam(0.01f), 0, "bfloat16");
+  SliceFixture sliced(Adam(0.01f), 128, "bfloat16");  // 64 elements on the wire a slice
   const Trained a = Train(whole);
   const Trained b = Train(sliced);
   for (const std::vector<int>& s : b.sliced) EXPECT_EQ(s, std::vector<int>{0});

@@ -123,6 +123,13 @@ inline TrainingConfig Sgd(float lr) {
   return c;
 }
 
+inline TrainingConfig Adam(float lr) {
+  TrainingConfig c;
+  c.optimizer.name = "adam";
+  c.optimizer.learning_rate = lr;
+  return c;
+}
+
 // `a` and `b` have the same shape and the same floats, bit for bit; `what` names them in failures.
 inline void ExpectEqualTensors(const Tensor& a, const Tensor& b, const std::string& what = "") {
   ASSERT_EQ(a.shape(), b.shape()) << what;
