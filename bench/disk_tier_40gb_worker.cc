@@ -104,12 +104,8 @@ int Run(int argc, char** argv) {
   table.name = "big";
   table.dim = args->dim;
   table.kind = psflow::dist::TableKind::kDynamic;
-  table.initializer.seed = o.seed;
-  if (absl::Status st = psflow::bench::ApplyTableFlags(o, &table); !st.ok()) {  // --table_storage=disk, ...
-    std::cerr << "disk_tier_40gb_worker: " << st.message() << "\n";
-    return 2;
-  }
-  auto opened = psflow::bench::OpenTableSession(o, table, "disk_tier_40gb");  // the table beside a dense bias
+  auto opened = psflow::bench::OpenTableSession(
+      o, table, "disk_tier_40gb");  // the table beside a dense bias; --table_storage=disk, ...
   if (!opened.ok()) {
     std::cerr << "disk_tier_40gb_worker: " << opened.status().message() << "\n";
     return 2;

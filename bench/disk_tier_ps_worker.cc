@@ -64,12 +64,8 @@ int Run(int argc, char** argv) {
   table.name = "bench";
   table.dim = 64;
   table.kind = psflow::dist::TableKind::kDynamic;
-  table.initializer.seed = o.seed;
-  if (absl::Status st = psflow::bench::ApplyTableFlags(o, &table); !st.ok()) {  // --table_storage=disk, ...
-    std::cerr << "disk_tier_ps_worker: " << st.message() << "\n";
-    return 2;
-  }
-  auto opened = psflow::bench::OpenTableSession(o, table, "disk_tier_ps");  // the table beside a dense bias
+  auto opened = psflow::bench::OpenTableSession(
+      o, table, "disk_tier_ps");  // the table beside a dense bias; --table_storage=disk, ...
   if (!opened.ok()) {
     std::cerr << "disk_tier_ps_worker: " << opened.status().message() << "\n";
     return 2;

@@ -72,7 +72,6 @@ int Run(int argc, char** argv) {
   table.num_embeddings = table.dynamic() ? 0 : args->rows;
   table.lifecycle.max_rows = args->max_rows;
   table.lifecycle.evict_every = args->evict_every;
-  table.initializer.seed = o.seed;
 
   auto opened = psflow::bench::OpenTableSession(o, table, "table_scale");  // the table beside a dense bias
   if (!opened.ok()) {

@@ -59,15 +59,19 @@ inline absl::Status ApplyTableFlags(const train::TrainOptions& options, dist::Ta
 }
 
 // A worker session of `table` and a dense bias beside it, as in any model (its gradient stays
-// zero), reporting as `model_name`. The bias lives here, beside the session that points at it.
+// zero), reporting as `model_name`. The table takes the job's --seed and --table_* flags
+// (ApplyTableFlags); a bad flag is InvalidArgument naming it. The bias lives here, beside the
+// session that points at it.
 struct TableSession {
   Tensor bias = Tensor({1}, 0.0f);
   Tensor bias_grad = Tensor({1}, 0.0f);
   std::unique_ptr<train::WorkerSession> session;
 };
 inline absl::StatusOr<std::unique_ptr<TableSession>> OpenTableSession(const train::TrainOptions& options,
-                                                                      const dist::TableSpec& table,
+                                                                      dist::TableSpec table,
                                                                       const std::string& model_name) {
+  table.initializer.seed = options.seed;
+  if (absl::Status s = ApplyTableFlags(options, &table); !s.ok()) return s;
   auto t = std::make_unique<TableSession>();
   train::WorkerSession::Options session_options;
   session_options.train = options;
