@@ -5,6 +5,21 @@
 #include "train/session_impl.h"
 
 namespace psflow::train {
+namespace {
+
+// The step's push: the last part of a stream whose early parts went as backward finished them,
+// or the whole push in one call per ps.
+void SendPush(ps::PsClient* client, ps::PushStream* stream, const std::vector<ps::Gradient>& grads, int64_t step,
+              const std::vector<std::pair<std::string, Tensor*>>& out, const ps::TableStep& table_call,
+              std::function<void(absl::StatusOr<ps::PushResult>)> done) {
+  if (stream != nullptr) {
+    stream->FinishAsync(grads, out, table_call, std::move(done));
+  } else {
+    client->PushAndPullAsync(grads, step, out, table_call, std::move(done));
+  }
+}
+
+}  // namespace
 
 absl::Status WorkerSession::Impl::Step(double loss, double accuracy) {
   if (!state_.opened())
@@ -77,24 +92,15 @@ absl::Status WorkerSession::Impl::Step(double loss, double accuracy) {
     if (stream_ != nullptr) (void)stream_->WaitForParts();  // (a failure: FinishAsync's, below)
     std::shared_ptr<ps::PushStream> stream(stream_.release());
     sender_->Post([client = client_.get(), stream, grads = std::move(grads), table_call, out = &out,
-                   step = global_step_, done = std::move(done)] {
-      if (stream != nullptr) {
-        stream->FinishAsync(grads, *out, table_call, done);
-      } else {
-        client->PushAndPullAsync(grads, step, *out, table_call, done);
-      }
-    });
+                   step = global_step_,
+                   done = std::move(done)] { SendPush(client, stream.get(), grads, step, *out, table_call, done); });
     std::fill(handed_.begin(), handed_.end(), false);
     tables_.EndStep(true);
     SettleAhead(true);  // the next batch's rows pulled ahead (dropped if the push fails)
     pending_ = std::move(pending);
     return absl::OkStatus();
   }
-  if (stream_ != nullptr) {
-    stream_->FinishAsync(grads, out, table_call, std::move(done));
-  } else {
-    client_->PushAndPullAsync(grads, global_step_, out, table_call, std::move(done));
-  }
+  SendPush(client_.get(), stream_.get(), grads, global_step_, out, table_call, std::move(done));
   pending->Wait();
   stream_.reset();
   std::fill(handed_.begin(), handed_.end(), false);
