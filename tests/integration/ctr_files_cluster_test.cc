@@ -136,7 +136,8 @@ TEST(CtrFilesClusterTest, AsyncSlowWorkerReadsLessAndTheEndOfTheDataEndsTheJob) 
   EXPECT_TRUE(std::filesystem::exists(absl::StrCat(dir, "/ckpt/model.ckpt-", step, ".safetensors")));
 }
 
-// Async, --train_steps short of the files: worker 1 takes a slice, steps and is stopped (SIGSTOP);
+// Async, --train_steps short of the files: worker 1 takes a slice (the chief stopped meanwhile at
+// its first slice), steps and is stopped (SIGSTOP);
 // the chief reads every other slice and waits at the queue's end for the one worker 1 holds; worker
 // 1, let go, trains until the job's last step, in the middle of its slice. It gives the slice back
 // as it stops, so the chief's wait ends then, not after --worker_timeout_secs ("ending without
@@ -157,8 +158,13 @@ TEST(CtrFilesClusterTest, AsyncEndByStepsGivesTheHeldSliceBack) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   };
+  // The chief is held at its first step (it holds its first slice) until worker 1 has a slice of
+  // its own: otherwise a chief that starts first can read every slice before worker 1 asks.
+  wait_for(chief, " loss ");
+  kill(chief.pid(), SIGSTOP);
   wait_for(held, " loss ");
   kill(held.pid(), SIGSTOP);
+  kill(chief.pid(), SIGCONT);
   wait_for(chief, "the chief's data ended; waiting for 1 slice(s)");
   kill(held.pid(), SIGCONT);
   ProcessResult chief_r = chief.Wait(600), held_r = held.Wait(600), ps_r = ps.Wait(120);
