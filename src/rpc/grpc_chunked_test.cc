@@ -4,7 +4,11 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <thread>
 
@@ -14,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "rpc/chunked_message.h"
 #include "rpc/tensor_coding.h"
+#include "rpc/test_certs.h"
 #include "rpc/transport.h"
 
 namespace psflow::rpc {
@@ -188,6 +193,38 @@ TEST(GrpcChunkedTest, ADeadlineOnTheWayFailsTheCallInOneLine) {
   EXPECT_EQ(message.find('\n'), std::string::npos);
   (*server)->Shutdown(5);
   for (const RecordingHandler::Seen& s : handler.pushes()) EXPECT_EQ(s.values, data);  // whole, if at all
+}
+
+// Over TLS with the cluster secret: the secret travels in the metadata sent with the first chunk;
+// a wrong one is refused before any chunk reaches a handler.
+TEST(GrpcChunkedTest, TlsAndTheClusterSecret) {
+  auto temp = [](const std::string& name, const char* text) {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / absl::StrCat("psflow_chunked_", getpid(), "_", name)).string();
+    std::ofstream(path) << text;
+    return path;
+  };
+  TransportOptions secured;
+  secured.secret = "s3cret";
+  secured.tls_cert = temp("task.pem", testing::kTestTaskCertPem);
+  secured.tls_key = temp("task.key", testing::kTestTaskKeyPem);
+  secured.tls_ca = temp("ca.pem", testing::kTestCaPem);
+  RecordingHandler handler;
+  auto server = StartGrpcServer("127.0.0.1:0", secured, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  const std::vector<float> data = Ramp(3 * kChunkBytes / 4 + 5);
+  TransportOptions wrong = secured;
+  wrong.secret = "guess";
+  auto refused = (*MakeGrpcChannel(address, "ps task 0", wrong))->CallBlocking(Method::kPush, PushOf(data), Options());
+  EXPECT_TRUE(absl::IsUnauthenticated(refused.status())) << refused.status();
+  auto good = (*MakeGrpcChannel(address, "ps task 0", secured))->CallBlocking(Method::kPush, PushOf(data), Options());
+  EXPECT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ((*server)->counters().calls_in_chunks, 1);
+  EXPECT_EQ((*server)->counters().calls_unauthenticated, 1);
+  ASSERT_EQ(handler.pushes().size(), 1u);
+  EXPECT_EQ(handler.pushes()[0].values, data);
+  for (const std::string& f : {secured.tls_cert, secured.tls_key, secured.tls_ca}) std::filesystem::remove(f);
 }
 
 }  // namespace
