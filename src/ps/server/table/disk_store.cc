@@ -186,9 +186,8 @@ void DiskTier::SubmitWriteBack(DiskRowStore* store, std::vector<Entry*>& dirty) 
   auto job = std::make_unique<WriteJob>();
   job->store = store;
   std::sort(dirty.begin(), dirty.end(), [](const Entry* a, const Entry* b) { return a->id < b->id; });
-  std::string value;
   for (Entry* e : dirty) {
-    store->AppendPut(e, &job->batch, &value);
+    store->AppendPut(e, &job->batch);
     ++e->pins;
     e->writing = 1;
     e->touched = 0;  // a hit while it is written keeps it
