@@ -359,6 +359,7 @@ std::vector<CallRound> PsClient::Impl::PushRounds(PerPs per_ps, int64_t step_tag
       const bool last = p + 1 == parts[i].size() && !early_part;
       wire::PushRequest request = header;
       request.set_seq(first_seq + p);
+      request.set_model_id(ModelOf(k));  // refused if the task's model changed since (a restore)
       request.set_more_parts(!last);
       if (last && pull_with_push) {
         for (const SliceTarget& t : (*targets)[k]) request.add_pull_shards(t.target.shard->name);
@@ -482,6 +483,7 @@ void PsClient::Impl::SendRound(std::shared_ptr<std::vector<CallRound>> rounds, s
         if (round.method == rpc::Method::kPull) {
           wire::PullResponse response;
           if (absl::Status s = Parse(m, &response, channel(task)->peer_name()); !s.ok()) return s;
+          NoteModel(task, response.model_id());
           if (task == gs_ps() && pull_only) {
             result->global_step = response.step();
             NoteGlobalStep(response.step());
@@ -496,6 +498,7 @@ void PsClient::Impl::SendRound(std::shared_ptr<std::vector<CallRound>> rounds, s
         if (heartbeat != nullptr) heartbeat->Answered(i);
         wire::PushResponse response;
         if (absl::Status s = Parse(m, &response, channel(task)->peer_name()); !s.ok()) return s;
+        NoteModel(task, response.model_id());
         if (!call.last) return absl::OkStatus();  // a part: the step and the pull come with the last
         if (task == gs_ps()) {
           result->global_step = response.step();

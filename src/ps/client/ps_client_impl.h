@@ -229,6 +229,11 @@ class PsClient::Impl {
     absl::MutexLock lock(&mu_);
     return config_;
   }
+  // Ps task `task`'s model as an answer from it named it (0, from a ps that names none: kept).
+  void NoteModel(int task, uint64_t model_id) {
+    if (model_id != 0) model_ids_[task].store(model_id, std::memory_order_relaxed);
+  }
+  uint64_t ModelOf(int task) const { return model_ids_[task].load(std::memory_order_relaxed); }
   // The newest global step a pull or push answer carried; Shutdown tells every ps task the final
   // one (a ps that does not hold the global step knows it from nowhere else).
   void NoteGlobalStep(int64_t step) {
@@ -245,6 +250,9 @@ class PsClient::Impl {
   // Which ps tasks this client ever reached (Connect): an abort is sent to these only, so a task
   // that never reached a ps does not wait out a second bound telling it the job is over.
   std::unique_ptr<std::atomic<bool>[]> reached_;
+  // Each ps task's model as its last answer (a pull's, a push's) named it, or 0: what this client's
+  // pushes carry (PushRequest.model_id), so a push computed before a restore is refused after it.
+  std::unique_ptr<std::atomic<uint64_t>[]> model_ids_;
   absl::flat_hash_map<std::string, VariableRoute> routes_;
   mutable absl::Mutex mu_;
   TrainingConfig config_ ABSL_GUARDED_BY(mu_);  // learned from Initialize / WaitForInitialization

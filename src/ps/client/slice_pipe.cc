@@ -282,6 +282,7 @@ void PsClient::Impl::SendSliceParts(const std::shared_ptr<SlicedPush>& push, siz
       // seqs, and a big push's hundreds of slices must not reach it behind newer ones.
       wire::PushRequest header = push->header;
       header.set_seq(next_seq_.fetch_add(1));  // the part is applied once, whatever the retries
+      header.set_model_id(ModelOf(task.k));    // refused if the task's model changed since (a restore)
       rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(header);
       message.tensors = std::move(push->requests[t][next]);
       launch.emplace_back(next, std::move(message));
@@ -297,7 +298,9 @@ void PsClient::Impl::SendSliceParts(const std::shared_ptr<SlicedPush>& push, siz
         {channel(task.k)}, rpc::Method::kPush, std::move(requests), options,
         [this, k = task.k](int, const rpc::IncomingMessage& m) -> absl::Status {
           wire::PushResponse response;
-          return Parse(m, &response, channel(k)->peer_name());
+          if (absl::Status s = Parse(m, &response, channel(k)->peer_name()); !s.ok()) return s;
+          NoteModel(k, response.model_id());
+          return absl::OkStatus();
         },
         [this, push, t, p = p](std::vector<absl::Status>& statuses) { SlicePushed(push, t, p, Combine(statuses)); },
         retrier_.get());
@@ -363,6 +366,7 @@ void PsClient::Impl::PullSlice(const std::shared_ptr<SlicedPush>& push, size_t t
         const int k = push->tasks[t].k;
         wire::PullResponse response;
         if (absl::Status s = Parse(m, &response, channel(k)->peer_name()); !s.ok()) return s;
+        NoteModel(k, response.model_id());
         return AssembleAnswer(k, m, push->tasks[t].parts[p].runs, nullptr);
       },
       [push, t, p](std::vector<absl::Status>& statuses) {

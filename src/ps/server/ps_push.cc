@@ -23,11 +23,12 @@
 namespace psflow::ps {
 
 absl::StatusOr<rpc::OutgoingMessage> PsServer::Impl::PushAnswer(const std::vector<std::shared_ptr<Shard>>& pulls,
-                                                                int64_t step, bool stale,
+                                                                int64_t step, bool stale, uint64_t model_id,
                                                                 const std::vector<TableBlock>* prefetch) {
   wire::PushResponse header;
   header.set_step(step);
   header.set_stale(stale);
+  header.set_model_id(model_id);
   rpc::OutgoingMessage message = rpc::OutgoingMessage::Of(header);
   for (const std::shared_ptr<Shard>& shard : pulls) {
     std::shared_ptr<const FloatBuffer> snapshot = shard->Snapshot();
@@ -51,6 +52,15 @@ void PsServer::Impl::HandlePush(const rpc::IncomingMessage& request, rpc::Respon
   wire::PushRequest header;
   if (absl::Status s = request.ParseHeader(&header); !s.ok()) return responder.Respond(s);
   if (m == nullptr || !initialized()) {
+    return responder.Respond(absl::FailedPreconditionError(kNotInitializedMessage));
+  }
+  // Computed from the values of a model this task no longer holds (the chief restored it since,
+  // or this is a new process): applied, it would mix a step the restore undid into the steps
+  // trained again (a retry that reached the restored task, a late call). Its worker takes this as
+  // a restart: it waits for the chief and pulls, and trains that step again from the restored values.
+  if (header.model_id() != 0 && header.model_id() != m->id) {
+    Log(absl::StrCat("ps task ", options_.task_index, ": refused a push from worker ", header.worker_index(),
+                     " (step tag ", header.step_tag(), ") computed before the model was initialized again"));
     return responder.Respond(absl::FailedPreconditionError(kNotInitializedMessage));
   }
   std::optional<rpc::Responder> admitted = AdmitPush(m, header, std::move(responder));
@@ -84,9 +94,9 @@ std::optional<rpc::Responder> PsServer::Impl::AdmitPush(const std::shared_ptr<co
     }
     // A retry's prefetch rows are gathered again (the current rows, as a late pull reads them).
     absl::StatusOr<std::vector<TableBlock>> prefetch = m->tables->Decode(header.table_prefetch(), nullptr, 0);
-    absl::StatusOr<rpc::OutgoingMessage> answer = PushAnswer(pulls, 0, false, prefetch.ok() ? &*prefetch : nullptr);
+    absl::StatusOr<rpc::OutgoingMessage> answer = PushAnswer(pulls, 0, false, 0, prefetch.ok() ? &*prefetch : nullptr);
     // A disk table that failed to gather (the task is ending): the first answer without the rows.
-    if (!answer.ok()) answer = PushAnswer(pulls, 0, false, nullptr);
+    if (!answer.ok()) answer = PushAnswer(pulls, 0, false, 0, nullptr);
     answer->header = first;
     return *std::move(answer);
   });
@@ -192,8 +202,9 @@ void PsServer::Impl::PushInAsyncMode(const Model& m, std::vector<ShardGradient>&
     pushes_refused_.fetch_add(1);
     return responder.Respond(s);
   }
-  absl::StatusOr<rpc::OutgoingMessage> answer = PushAnswer(
-      pulls, m.holds_global_step && !header.more_parts() ? step : step_.load(), /*stale=*/false, &tables->prefetch);
+  absl::StatusOr<rpc::OutgoingMessage> answer =
+      PushAnswer(pulls, m.holds_global_step && !header.more_parts() ? step : step_.load(), /*stale=*/false, m.id,
+                 &tables->prefetch);
   if (!answer.ok()) return responder.Respond(answer.status());
   responder.Respond(*std::move(answer));
 }
@@ -228,7 +239,7 @@ void PsServer::Impl::PushInSyncMode(const Model& m, const std::vector<ShardGradi
     if (!stale) {
       for (const ShardGradient& g : gradients) g.shard->Stage(g, header.step_tag());
     }
-    absl::StatusOr<rpc::OutgoingMessage> answer = PushAnswer({}, step, stale, nullptr);
+    absl::StatusOr<rpc::OutgoingMessage> answer = PushAnswer({}, step, stale, m.id, nullptr);
     if (!answer.ok()) return responder.Respond(answer.status());
     return responder.Respond(*std::move(answer));
   }
@@ -258,11 +269,11 @@ void PsServer::Impl::PushInSyncMode(const Model& m, const std::vector<ShardGradi
         for (const ShardGradient& g : gradients) g.shard->Accumulate(g);
         if (!hybrid) m.tables->Accumulate(worker, tables->rows);
       },
-      [pulls = std::move(pulls), tables, hybrid,
+      [pulls = std::move(pulls), tables, hybrid, model_id = m.id,
        responder = std::move(responder)](absl::StatusOr<SyncAccumulator::Outcome> outcome) mutable {
         if (!outcome.ok()) return responder.Respond(outcome.status());
         absl::StatusOr<rpc::OutgoingMessage> answer =
-            PushAnswer(pulls, outcome->step, outcome->stale, hybrid ? nullptr : &tables->prefetch);
+            PushAnswer(pulls, outcome->step, outcome->stale, model_id, hybrid ? nullptr : &tables->prefetch);
         if (!answer.ok()) return responder.Respond(answer.status());
         if (hybrid) {  // the rows gathered on arrival, after the dense values as PushAnswer puts them
           if (!tables->gathered_status.ok()) return responder.Respond(tables->gathered_status);

@@ -222,6 +222,7 @@ void PsServer::Impl::HandlePull(const rpc::IncomingMessage& request, rpc::Respon
   }
   wire::PullResponse header;
   header.set_step(step_.load(std::memory_order_acquire));
+  header.set_model_id(m->id);
   rpc::OutgoingMessage response = rpc::OutgoingMessage::Of(header);
   for (const std::string& name : pull.shards()) {
     auto it = m->by_name.find(name);
@@ -281,6 +282,7 @@ void PsServer::Impl::HandlePullSlices(const Model& m, const wire::PullRequest& p
   auto buffer = std::make_shared<std::vector<float, UninitAlignedAllocator<float>>>(static_cast<size_t>(floats));
   wire::PullResponse header;
   header.set_step(step_.load(std::memory_order_acquire));
+  header.set_model_id(m.id);
   rpc::OutgoingMessage response;
   float* out = buffer->data();
   for (int i = 0; i < pull.slices_size(); ++i) {

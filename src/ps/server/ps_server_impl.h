@@ -69,7 +69,10 @@ class PsServer::Impl final : public rpc::Handler {
     bool holds_global_step = false;
     rpc::WireDtype wire_dtype = rpc::WireDtype::kFloat32;  // config.wire_dtype (each shard has it too)
     int64_t num_params = 0;
-    uint64_t sync_epoch = 0;           // sync mode: the accumulator's epoch of this model (its Push)
+    uint64_t sync_epoch = 0;  // sync mode: the accumulator's epoch of this model (its Push)
+    // Names this model to the clients (random, never 0; PushRequest.model_id): a push computed
+    // from another model's values (before a restore) is refused as "not initialized".
+    uint64_t id = 0;
     std::unique_ptr<PsTables> tables;  // the embedding tables' shards on this task (ps_tables.h)
 
     // The rule that updates `shard` (its config gives the learning rate: optim::LearningRateAt).
@@ -166,7 +169,8 @@ class PsServer::Impl final : public rpc::Handler {
   // its prefetch blocks (gathered now: after the push's step). A disk table's failure to gather
   // (the task is ending: TableState::on_failure) instead of the answer.
   static absl::StatusOr<rpc::OutgoingMessage> PushAnswer(const std::vector<std::shared_ptr<Shard>>& pulls, int64_t step,
-                                                         bool stale, const std::vector<TableBlock>* prefetch = nullptr);
+                                                         bool stale, uint64_t model_id,
+                                                         const std::vector<TableBlock>* prefetch = nullptr);
   // The sync accumulator's configuration for `model` (ps_push.cc).
   SyncAccumulator::Config SyncConfig(std::shared_ptr<const Model> model) const;
 

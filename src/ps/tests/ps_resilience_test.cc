@@ -201,6 +201,47 @@ TEST(DedupTest, PsClientPushesCarryIdsSoTheirRetriesAreSafe) {
   EXPECT_EQ(b->global_step, 2);
 }
 
+// The fault-recovery race of DiskTablesFaultTest.AKilledPsRestartedOnItsTableDirRestores...: a worker's
+// push of step k, computed before the chief restored the ps tasks to a checkpoint, reached a task
+// after the restore (its retry into the restarted task, or a late call) and joined the restored
+// step ("tags newer than the step join it"), so the steps trained again were not the job's. A push
+// names the model its values came from; one of a model the task no longer holds is refused as
+// "not initialized" (the worker waits for the chief and pulls), and the push after the pull counts.
+TEST(RestoreTest, APushComputedBeforeARestoreIsRefusedAfterItAndTheOneAfterAPullCounts) {
+  TrainingConfig config = SyncSgd(1.0f);
+  config.replicas_to_aggregate = 1;  // (an accepted push is applied at once, not held)
+  Fixture f(config);
+  std::unique_ptr<PsClient> worker = f.cluster->Client(f.plan, 1);
+  PSFLOW_ASSERT_OK(worker->Connect());
+  PSFLOW_ASSERT_OK(worker->WaitForInitialization(10));
+  const Tensor g = Filled({3, 2}, 1.0f, 0.0f), before = Filled({3, 2}, 100.0f, 0.0f);
+  Tensor values({3, 2});
+  for (int64_t step = 0; step < 3; ++step) {
+    PSFLOW_ASSERT_OK(worker->Pull({{"w", &values}}).status());
+    auto pushed = worker->Push({{"w", &g, nullptr}}, step);
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+    ASSERT_EQ(pushed->global_step, step + 1);
+  }
+  // The chief restores step 0 (the initial values) while the worker's push of step 4 is on its way.
+  PSFLOW_ASSERT_OK(f.chief->Initialize({{"w", &f.w}}, config));
+  auto late = worker->Push({{"w", &before, nullptr}}, 3);
+  ASSERT_FALSE(late.ok()) << "a push computed before the restore was applied to the restored step "
+                          << late->global_step;
+  EXPECT_TRUE(IsPsRestarted(late.status())) << late.status();
+  EXPECT_EQ(V(f.Values()), V(f.w));  // nothing of it applied
+  // The worker pulls the restored values and trains step 1 again: counted.
+  auto pulled = worker->Pull({{"w", &values}});
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_EQ(*pulled, 0);
+  auto redo = worker->Push({{"w", &g, nullptr}}, *pulled);
+  ASSERT_TRUE(redo.ok()) << redo.status();
+  EXPECT_EQ(redo->global_step, 1);
+  EXPECT_FALSE(redo->stale);
+  Tensor expected = f.w;
+  for (int64_t i = 0; i < expected.size(); ++i) expected[i] -= g[i];
+  EXPECT_EQ(V(f.Values()), V(expected));
+}
+
 TEST(DedupTest, InitializeTooBigForItsBaseDeadlineSucceeds) {
   // 24 MB of parameters with a 0.2 s base deadline: gRPC moves it well within the 24 s its size
   // adds, while a fixed 0.2 s deadline (before deadlines followed the bytes) failed it.
