@@ -278,6 +278,9 @@ absl::Status PsClient::Impl::InitializeTasks(const std::vector<int>& tasks,
     }
   }
   SetConfig(config);
+  // This client installed the tasks' new models itself: its pushes to them go unchecked until an
+  // answer names the new model (another client's push from before is refused: PushRequest.model_id).
+  for (int k : tasks) model_ids_[k].store(0, std::memory_order_relaxed);
   std::vector<rpc::OutgoingMessage> marks(channels.size(), rpc::OutgoingMessage::Of(wire::MarkInitializedRequest()));
   return CallAndWait(channels, rpc::Method::kMarkInitialized, std::move(marks), Control(options_.rpc_timeout_secs),
                      nullptr, retrier_.get());
