@@ -100,8 +100,10 @@ class LentObjects : public std::enable_shared_from_this<LentObjects> {
   std::vector<PyObject*> returned_ ABSL_GUARDED_BY(mu_);
 };
 // The unique rows' gradients [U, dim] of the tables the step used, for the next Step: `grads` a
-// list of (table index, float32 array [U, dim]); `dims` the tables' dims. Lent, not copied (a
-// C-contiguous float32 array is read in place, anything else converted once), all checked first.
+// list of (table index, float32 array [U, dim]) or, psflow.torch's own, (table index, owner,
+// address, count): `count` float32 values at `address` (an int), which `owner` (a C-contiguous
+// float32 tensor) holds. `dims`: the tables' dims. Lent, not copied (a C-contiguous float32 array
+// is read in place, anything else converted once), all checked first.
 void TablesSetGrads(train::WorkerSession& session, const std::vector<int64_t>& dims, const pybind11::list& grads,
                     LentObjects& lent);
 

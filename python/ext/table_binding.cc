@@ -274,29 +274,40 @@ void LentObjects::Release() {
 void TablesSetGrads(train::WorkerSession& session, const std::vector<int64_t>& dims, const py::list& grads,
                     LentObjects& lent) {
   using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
-  std::vector<std::pair<int, Floats>> checked;
+  std::vector<std::pair<int, absl::Span<const float>>> checked;
   checked.reserve(grads.size());
   py::tuple held(grads.size());
   for (size_t k = 0; k < grads.size(); ++k) {
     const auto item = grads[k].cast<py::tuple>();
-    if (item.size() != 2) throw py::value_error("set_tables_grads: give (table index, gradient) pairs");
+    if (item.size() != 2 && item.size() != 4) {
+      throw py::value_error("set_tables_grads: give (table index, array) or (table index, owner, address, count)");
+    }
     const int t = item[0].cast<int>();
     if (t < 0 || t >= session.num_tables()) throw py::index_error("table index out of range");
-    const auto g = Floats::ensure(item[1]);  // the array itself when float32 and C-contiguous
     const int64_t u = static_cast<int64_t>(session.table_batch(t).ids.size());
     const int64_t dim = dims[static_cast<size_t>(t)];
-    if (!g || g.ndim() != 2 || g.shape(0) != u || g.shape(1) != dim) {
-      throw StatusError(absl::InvalidArgumentError(
+    const auto refuse = [&] {
+      return StatusError(absl::InvalidArgumentError(
           absl::StrCat("table ", t, ": the gradient is not [", u, ", ", dim, "] for the batch's ", u, " unique ids")));
+    };
+    if (item.size() == 4) {  // psflow.torch's: a float32 C-contiguous tensor, its address and element count
+      const auto count = item[3].cast<int64_t>();
+      if (count != u * dim) throw refuse();
+      held[k] = item[1];
+      checked.emplace_back(t, absl::MakeConstSpan(reinterpret_cast<const float*>(item[2].cast<uintptr_t>()),
+                                                  static_cast<size_t>(count)));
+      continue;
     }
+    const auto g = Floats::ensure(item[1]);  // the array itself when float32 and C-contiguous
+    if (!g || g.ndim() != 2 || g.shape(0) != u || g.shape(1) != dim) throw refuse();
     held[k] = g;
-    checked.emplace_back(t, g);
+    checked.emplace_back(t, absl::MakeConstSpan(g.data(), static_cast<size_t>(g.size())));
   }
   const std::shared_ptr<const void> owner = lent.Lend(std::move(held));
-  for (const auto& [t, g] : checked) {
+  for (const auto& [t, values] : checked) {
     train::TableBatch& b = session.table_batch(t);
     b.grads = Tensor();
-    b.grads_values = absl::MakeConstSpan(g.data(), static_cast<size_t>(g.size()));
+    b.grads_values = values;
     b.grads_owner = owner;
   }
 }

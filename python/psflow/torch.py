@@ -541,6 +541,7 @@ class _Tables:
         another case needs the general path."""
         held = self._held
         grads, leaves = [], []
+        f32 = torch.float32
         for t, uses in self._used.items():
             if len(uses) != 1:
                 return False
@@ -550,7 +551,10 @@ class _Tables:
                 continue
             if held[t] is not ids:
                 return False
-            grads.append((t, grad.numpy()))
+            if grad.dtype is f32 and grad.is_contiguous():  # (always: the leaf's layout) read at its address
+                grads.append((t, grad, grad.data_ptr(), grad.numel()))
+            else:
+                grads.append((t, grad.numpy()))
             leaves.append(leaf)
         for leaf in leaves:  # (a backward through a graph kept alive must not add into the lent memory)
             leaf.grad = None

@@ -1,11 +1,12 @@
 """The tables' gradients of a PyTorch worker are lent to the C++ session, not copied
 (python/psflow/torch.py's before_step, python/ext/table_binding.cc's TablesSetGrads): the session
-holds the gradient tensors until its push has read them, which for a push step() leaves in flight
-(async, --overlap=push_pull) is after step() returned. Checked here: the tensors live on while the
-push is in flight and are let go of by the next step (none: before step() returns; close: all),
-memory freed and scribbled over by the script after step() changes nothing the ps gets (the
-trained rows and weights are the same bits with none and push_pull), and a gradient that is not
-float32 [U, dim] C-contiguous is converted once or refused in one line.
+holds the gradient tensors (read at their address) until its push has read them, which for a push
+step() leaves in flight (async, --overlap=push_pull) is after step() returned. Checked here: the
+tensors live on while the push is in flight and are let go of by the next step (none: before
+step() returns; close: all), memory freed and scribbled over by the script after step() changes
+nothing the ps gets (the trained rows and weights are the same bits with none and push_pull), and
+a gradient handed over as an array (before_step's general path) that is not float32 [U, dim]
+C-contiguous is converted once (the same rows) or refused in one line.
 
 Run: PYTHONPATH=build/python /usr/bin/python3 -m unittest -v test_table_grads   (from python/tests)
 """
@@ -61,6 +62,7 @@ def train(overlap):
     ids, dense, labels = data()
     alive_after_step, released_by_next = [], []
     lent, previous = [], []
+    kinds = set()
     with psflow.WorkerSession(model, flags_for(overlap)) as sess:
         inner = sess._session
 
@@ -69,12 +71,18 @@ def train(overlap):
                 return getattr(inner, name)
 
             def set_tables_grads(self, grads):
-                lent.extend((weakref.ref(g), g.copy()) for _, g in grads)
+                # (t, tensor, its address, its size) or (t, array): what the session holds
+                owners = [item[1] for item in grads]
+                lent.extend((weakref.ref(o), o.clone() if isinstance(o, torch.Tensor) else o.copy()) for o in owners)
+                kinds.update(type(o).__name__ for o in owners)
                 inner.set_tables_grads(grads)
 
         sess._tables._session = Recording()  # (the tables' side holds the _psflow._Session itself)
         while not sess.should_stop():
             s = sess.local_step
+            # announced: the first table's forward looks every table up in one call, and step()
+            # lends the leaves' gradients as they are (before_step's usual case)
+            sess.lookup({t: ids[s][:, f].contiguous() for f, t in enumerate(model.tables)})
             loss = torch.nn.functional.binary_cross_entropy_with_logits(model(ids[s], dense[s]), labels[s])
             loss.backward()
             sess.step(loss.item())
@@ -83,7 +91,7 @@ def train(overlap):
             alive = [(ref(), want) for ref, want in lent]
             alive_after_step.append(len(alive) == FIELDS and all(a is not None for a, _ in alive))
             for a, want in alive:
-                if a is not None and not (a == want).all():
+                if a is not None and not bool((a == want).all()):
                     raise AssertionError("a lent gradient changed after step()")
             del alive
             released_by_next.append(all(ref() is None for ref, _ in previous))
@@ -95,6 +103,7 @@ def train(overlap):
         final.update({n: p.detach().clone() for n, p in model.linear.named_parameters()})
     gc.collect()
     after_close = any(ref() is not None for ref, _ in previous)
+    assert kinds == {"Tensor"}, kinds  # the leaves' gradients themselves, at their address
     return final, alive_after_step, released_by_next, after_close
 
 
