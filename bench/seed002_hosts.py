@@ -103,7 +103,7 @@ def run_job(a, model, workers, steps, partitioner, placement, rate, extra=(), pe
         "bytes_per_ps": traffic, "max_over_mean_traffic": round(max(traffic) / (sum(traffic) / 2), 4),
         "link_bytes_per_ps": [l["tx_bytes"] + l["rx_bytes"] for l in link],
         "busiest_ps_bytes_per_step_in_out": [round(per_step_in), round(per_step_out)],
-        "link_limit_steps_per_sec": round(rate_bytes / max(per_step_in, per_step_out), 2) if rate_bytes else None,
+        "link_limit_steps_per_sec": round(rate_bytes / max(per_step_in, per_step_out), 4) if rate_bytes else None,
         "loadavg_before": load_before, "loadavg_after": loadavg(),
     }
 
