@@ -84,8 +84,13 @@ grpc::ChannelArguments TunedChannelArguments(const std::string& connection_tag, 
   // Tasks start in any order: retry connecting every few hundred ms rather than gRPC's default
   // back-off, which grows to minutes and would delay a worker long after its ps came up.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // gRPC 1.51 reads the "min reconnect backoff" as the least time one connection attempt is given
+  // (its min_connect_timeout, 20 s by default), not as a pause between attempts. At 100 ms, a TLS
+  // handshake on a loaded machine was cut off ("connection attempt timed out before receiving
+  // SETTINGS frame", "tcp handshaker shutdown") and a task's first call failed; 1 s is the longest
+  // pause between attempts anyway, so a link that comes back is still found within about 1 s.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
   // A connection whose peer stopped acknowledging (a link that went down, a frozen ps) is found
   // dead by an HTTP/2 ping within kKeepalive{Time,Timeout}Ms and replaced by a fresh one at the
   // next retry. Without it, a call retried over the old connection waits for TCP's retransmission

@@ -25,6 +25,11 @@
 // stream keeps a broken transport alive, and that transport holds the request's slices, so keeping
 // the call until the guard goes would wait forever once a peer is killed mid-call.
 //
+// A large Push goes as chunks on one stream (rpc/chunked_message.h, kChunkedPushPath): the client
+// writes chunk k + 1 when chunk k's write completed (so they stay in order, each handed to the
+// transport whole), the server reads and checks each as it arrives and hands the handler the
+// reassembled message once the stream ends, as if it had come in one piece.
+//
 // Server call lifecycle: a ServerCall is requested on one of the server's queues; it keeps itself
 // alive (self_) while gRPC holds any of its tags, and Responders share ownership, so an answer
 // given late — from another thread, after a sync quorum or initialization — finds it alive, and an
@@ -40,6 +45,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <optional>
 #include <thread>
@@ -50,6 +56,7 @@
 #include "absl/time/time.h"
 #include "core/check.h"
 #include "rpc/call_responder.h"
+#include "rpc/chunked_message.h"
 #include "rpc/grpc_options.h"
 #include "rpc/spin_wait.h"
 #include "rpc/tensor_coding.h"
@@ -139,6 +146,7 @@ class ClientQueue {
     ++in_flight_;
     return &cq_;
   }
+  grpc::CompletionQueue* queue() { return &cq_; }
   // A call found `channel` not connected: poll, blocking, until it is (or until its owner lets it
   // go), even with no call in flight. gRPC makes a connection's progress (TCP connect, TLS
   // handshake, HTTP/2 settings, reconnects between a caller's retries) only while some thread
@@ -206,6 +214,21 @@ grpc::CompletionQueue* QueueForNewCall(const std::shared_ptr<grpc::Channel>& cha
 const char kConnectProbePath[] = "/psflow.wire.Ps/ConnectProbe";
 constexpr double kConnectProbeSecs = 2;
 
+// The path of a Push sent in chunks (rpc/chunked_message.h).
+const char kChunkedPushPath[] = "/psflow.wire.Ps/PushChunks";
+
+struct ClientCall;
+// A completion tag on a client queue: one operation of a call.
+struct ClientOp {
+  enum Kind { kFinish, kWrite, kRead };
+  ClientCall* call;
+  Kind kind;
+};
+
+// Counts one more operation on `cq`, a queue QueueForNewCall returned (on the thread that polls it,
+// for a thread's own queue).
+void CountOp(grpc::CompletionQueue* cq);
+
 struct ClientCall {
   std::shared_ptr<grpc::Channel> channel;  // kept alive while the call runs
   std::unique_ptr<grpc::ClientContext> context = std::make_unique<grpc::ClientContext>();
@@ -219,11 +242,64 @@ struct ClientCall {
   // Rewrites a failure for the caller; `connect_error` is the probe's account of the connection.
   std::function<absl::Status(const grpc::Status&, const std::string& connect_error)> describe_error;
   std::shared_ptr<ClientCall> probed;  // on a connect probe: the call whose failure it explains
+  ClientOp ops[3] = {{this, ClientOp::kFinish}, {this, ClientOp::kWrite}, {this, ClientOp::kRead}};
+  // A call in chunks: its stream, the chunks not yet written, and its operations in flight.
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream;
+  grpc::CompletionQueue* cq = nullptr;
+  std::vector<grpc::ByteBuffer> chunks;
+  size_t next_chunk = 0;
+  std::atomic<int> ops_out{0};
+  bool finish_done = false;  // the stream's Finish came back (touched by the queue's poller only)
 
   // The completion arrived: gRPC no longer needs the call (only, perhaps, the request's slices).
   void ReleaseGrpcCall() {
     rpc.reset();  // arena-allocated: must go before the context that owns the arena
+    stream.reset();
     context.reset();
+  }
+  // Starts the stream of a call in chunks: its first chunk written, then the answer asked for
+  // (last: once it is asked for, the call may end on the poller's thread at any time).
+  void StartStream() {
+    stream->StartCall(nullptr);  // corked (see Call): no operation of its own
+    WriteNextChunk();
+    Issue();
+    stream->Read(&response, &ops[ClientOp::kRead]);
+  }
+  // Counts an operation about to be started: QueueForNewCall counted the first on the queue.
+  void Issue() {
+    ops_out.fetch_add(1, std::memory_order_relaxed);
+    if (first_op_counted) CountOp(cq);
+    first_op_counted = true;
+  }
+  bool first_op_counted = false;
+  void WriteNextChunk() {
+    grpc::ByteBuffer chunk = std::move(chunks[next_chunk]);
+    const bool last = ++next_chunk == chunks.size();
+    Issue();
+    if (last) {
+      stream->WriteLast(chunk, grpc::WriteOptions(), &ops[ClientOp::kWrite]);
+    } else {
+      stream->Write(chunk, &ops[ClientOp::kWrite]);
+    }
+  }
+  // An operation of the stream came back (on the poller of its queue).
+  void OnStreamOp(ClientOp::Kind kind, bool ok) {
+    switch (kind) {
+      case ClientOp::kWrite:  // the next chunk follows the one gRPC took; none after a broken stream
+        if (ok && next_chunk < chunks.size()) WriteNextChunk();
+        break;
+      case ClientOp::kRead:  // the answer, or none (the call failed): its status next
+        Issue();
+        stream->Finish(&status, &ops[ClientOp::kFinish]);
+        break;
+      case ClientOp::kFinish:
+        finish_done = true;
+        break;
+    }
+    if (ops_out.fetch_sub(1, std::memory_order_acq_rel) != 1 || !finish_done) return;
+    chunks.clear();  // the chunks never written (the call failed): their slices go
+    ReleaseGrpcCall();
+    Arrive(std::move(self), /*from_guard=*/false);
   }
   static void Complete(std::shared_ptr<ClientCall> call) {
     if (call->probed != nullptr) {
@@ -250,7 +326,7 @@ struct ClientCall {
                                        QueueForNewCall(probe->channel));
     probe->self = probe;
     probe->rpc->StartCall();
-    probe->rpc->Finish(&probe->response, &probe->status, probe.get());
+    probe->rpc->Finish(&probe->response, &probe->status, &probe->ops[ClientOp::kFinish]);
   }
   // One of the two events happened: the completion (on a poller thread) or the release of the
   // request's memory (anywhere, possibly inside gRPC's write path).
@@ -264,10 +340,20 @@ struct ClientCall {
 };
 
 // A call's completion tag came back from gRPC (on whichever thread polled its queue).
-void CompleteTag(void* tag) {
-  auto* call = static_cast<ClientCall*>(tag);
+void CompleteTag(void* tag, bool ok) {
+  const ClientOp* op = static_cast<const ClientOp*>(tag);
+  ClientCall* call = op->call;
+  if (call->stream != nullptr) return call->OnStreamOp(op->kind, ok);
   call->ReleaseGrpcCall();
   ClientCall::Arrive(std::move(call->self), /*from_guard=*/false);
+}
+
+void CountOp(grpc::CompletionQueue* cq) {
+  if (cq == ClientQueue::Get().queue()) {
+    ClientQueue::Get().StartCall();
+  } else {
+    ++t_queue->in_flight;  // this thread's own queue, polled by it alone
+  }
 }
 
 ClientQueue::ClientQueue() {
@@ -295,7 +381,7 @@ void ClientQueue::Poll() {
     } else if (cq_.AsyncNext(&tag, &ok, std::chrono::system_clock::now()) != grpc::CompletionQueue::GOT_EVENT) {
       continue;  // idle: read what the connections received, block nowhere
     }
-    CompleteTag(tag);
+    CompleteTag(tag, ok);
     absl::MutexLock lock(&mu_);
     --in_flight_;
   }
@@ -319,7 +405,11 @@ class GrpcChannel final : public ClientChannel {
  public:
   GrpcChannel(std::string address, std::string peer_name, std::string secret, ClientTls tls,
               std::shared_ptr<grpc::ChannelCredentials> credentials, int64_t max_message_bytes)
-      : address_(std::move(address)), peer_name_(std::move(peer_name)), secret_(std::move(secret)), tls_(tls) {
+      : address_(std::move(address)),
+        peer_name_(std::move(peer_name)),
+        secret_(std::move(secret)),
+        tls_(tls),
+        max_message_bytes_(max_message_bytes) {
     for (int d = 0; d < 2; ++d) {
       auto channel = grpc::CreateCustomChannel(address_, credentials,
                                                TunedChannelArguments(d == 0 ? "push" : "pull", max_message_bytes));
@@ -346,17 +436,48 @@ class GrpcChannel final : public ClientChannel {
       auto guard = std::make_shared<ReleaseGuard>(call);
       const grpc::ByteBuffer buffer = EncodeMessage(std::move(request), guard);
       guard.reset();  // from here on only the request's slices hold the guard
-      call->rpc =
-          stub.PrepareUnaryCall(call->context.get(), MethodPath(method), buffer, QueueForNewCall(call->channel));
+      if (InChunks(method, buffer, options)) {
+        call->chunks = CutIntoChunks(buffer, kChunkBytes);
+        call->cq = QueueForNewCall(call->channel);
+        // The call's metadata goes with its first chunk (and needs no write of its own, which
+        // would have to complete before the first chunk's could start).
+        call->context->set_initial_metadata_corked(true);
+        call->stream = stub.PrepareCall(call->context.get(), kChunkedPushPath, call->cq);
+        call->describe_error = [describe = std::move(call->describe_error), bytes = buffer.Length()](
+                                   const grpc::Status& s, const std::string& connect_error) {
+          return describe(WithWholeSize(s, bytes), connect_error);
+        };
+      } else {
+        call->rpc =
+            stub.PrepareUnaryCall(call->context.get(), MethodPath(method), buffer, QueueForNewCall(call->channel));
+      }
     }  // the call holds its own reference to the request's slices
     call->self = call;
+    if (call->stream != nullptr) return call->StartStream();
     call->rpc->StartCall();
-    call->rpc->Finish(&call->response, &call->status, call.get());
+    call->rpc->Finish(&call->response, &call->status, &call->ops[ClientOp::kFinish]);
   }
 
   const std::string& peer_name() const override { return peer_name_; }
 
  private:
+  // A Push this large goes in chunks on one stream (rpc/chunked_message.h); one over this side's
+  // limit goes whole, for gRPC to refuse as any other.
+  bool InChunks(Method method, const grpc::ByteBuffer& buffer, const CallOptions& options) const {
+    const size_t bytes = buffer.Length();
+    return method == Method::kPush && !options.wait_for_ready && bytes >= kChunkedMinBytes &&
+           static_cast<int64_t>(bytes) <= max_message_bytes_;
+  }
+  // gRPC's "message larger than max (N vs. M)" about one chunk, said of the whole message.
+  static grpc::Status WithWholeSize(const grpc::Status& s, size_t bytes) {
+    const std::string& text = s.error_message();
+    const size_t at = text.find("message larger than max (");
+    const size_t vs = at == std::string::npos ? at : text.find(" vs. ", at);
+    if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED || vs == std::string::npos) return s;
+    const size_t open = at + std::strlen("message larger than max (");
+    return grpc::Status(s.error_code(), absl::StrCat(text.substr(0, open), bytes, text.substr(vs)));
+  }
+
   static absl::Status DescribeError(const std::string& peer, Method method, double timeout_secs, ClientTls tls,
                                     const grpc::Status& s, const std::string& connect_error) {
     const absl::StatusCode code = static_cast<absl::StatusCode>(s.error_code());
@@ -385,6 +506,7 @@ class GrpcChannel final : public ClientChannel {
   const std::string peer_name_;
   const std::string secret_;
   const ClientTls tls_;
+  const int64_t max_message_bytes_;
   std::shared_ptr<grpc::Channel> channels_[2];  // [0] push + control, [1] pull
   std::unique_ptr<grpc::GenericStub> stubs_[2];
 };
@@ -396,6 +518,7 @@ struct SharedCounters {
   std::atomic<int64_t> bytes_in{0};
   std::atomic<int64_t> bytes_out{0};
   std::atomic<int64_t> calls_unauthenticated{0};
+  std::atomic<int64_t> calls_in_chunks{0};
 };
 
 struct ServerContextShared {
@@ -403,6 +526,7 @@ struct ServerContextShared {
   Handler* handler;
   std::string secret;
   std::shared_ptr<SharedCounters> counters;
+  int64_t max_message_bytes = 0;
   // New calls are requested only before shutdown starts (a queue must get no new work once it
   // is shut down).
   absl::Mutex mu;
@@ -436,6 +560,7 @@ class ServerCall : public std::enable_shared_from_this<ServerCall> {
         Request(shared_, cq_);      // keep accepting calls
         return Accept();
       case State::kReading:
+        if (chunks_.has_value()) return ReadChunk(ok);
         if (!ok) return FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "call carried no request"));
         return Dispatch();
       case State::kFinishing:
@@ -459,6 +584,10 @@ class ServerCall : public std::enable_shared_from_this<ServerCall> {
     int found = -1;
     for (int m = 0; m < kNumMethods; ++m) {
       if (context_.method() == MethodPath(static_cast<Method>(m))) found = m;
+    }
+    if (context_.method() == kChunkedPushPath) {  // a Push in chunks
+      found = static_cast<int>(Method::kPush);
+      chunks_.emplace(shared_->max_message_bytes);
     }
     if (found < 0) {
       return FinishWith(
@@ -484,6 +613,30 @@ class ServerCall : public std::enable_shared_from_this<ServerCall> {
     shared_->counters->bytes_in.fetch_add(static_cast<int64_t>(request_.Length()), std::memory_order_relaxed);
     absl::StatusOr<IncomingMessage> message = DecodeMessage(request_);
     request_.Clear();  // the message holds its own references to the slices
+    Deliver(std::move(message));
+  }
+
+  // A chunk of a Push in chunks arrived (ok), or the stream ended: the next one is read, or the
+  // whole message goes to the handler. A stream that broke off decodes to nothing.
+  void ReadChunk(bool ok) {
+    if (ok) {
+      shared_->counters->bytes_in.fetch_add(static_cast<int64_t>(request_.Length()), std::memory_order_relaxed);
+      absl::Status added = chunks_->Add(request_);
+      request_.Clear();
+      if (!added.ok()) {
+        return FinishWith(ToGrpcStatus(
+            absl::Status(added.code(), absl::StrCat("refused ", MethodName(method_), ": ", added.message()))));
+      }
+      Arm(State::kReading);
+      return stream_.Read(&request_, this);
+    }
+    absl::StatusOr<IncomingMessage> message = chunks_->Finish();
+    chunks_.reset();
+    if (message.ok()) shared_->counters->calls_in_chunks.fetch_add(1, std::memory_order_relaxed);
+    Deliver(std::move(message));
+  }
+
+  void Deliver(absl::StatusOr<IncomingMessage> message) {
     if (!message.ok()) {
       return FinishWith(ToGrpcStatus(absl::Status(
           message.status().code(), absl::StrCat("refused ", MethodName(method_), ": ", message.status().message()))));
@@ -512,6 +665,7 @@ class ServerCall : public std::enable_shared_from_this<ServerCall> {
   grpc::GenericServerAsyncReaderWriter stream_;
   Method method_ = Method::kHello;
   grpc::ByteBuffer request_;
+  std::optional<ChunkedMessageReader> chunks_;  // a Push in chunks, until its stream ended
   grpc::ByteBuffer response_;
   // Touched by one thread at a time: the queue thread running the current event, or the thread
   // answering; gRPC orders the answer's start before its completion event.
@@ -527,6 +681,7 @@ class GrpcServer final : public Server {
     shared_.handler = handler;
     shared_.secret = std::move(secret);
     shared_.counters = std::make_shared<SharedCounters>();
+    shared_.max_message_bytes = max_message_bytes;
   }
   ~GrpcServer() override { Shutdown(1.0); }
 
@@ -570,6 +725,7 @@ class GrpcServer final : public Server {
     c.bytes_in = shared_.counters->bytes_in.load();
     c.bytes_out = shared_.counters->bytes_out.load();
     c.calls_unauthenticated = shared_.counters->calls_unauthenticated.load();
+    c.calls_in_chunks = shared_.counters->calls_in_chunks.load();
     return c;
   }
 
@@ -623,7 +779,7 @@ CompletionsHere::~CompletionsHere() {
     bool ok = false;
     CHECK(NextEvent(&t_queue->cq, &tag, &ok)) << "a thread's call queue shut down with calls in flight";
     --t_queue->in_flight;
-    CompleteTag(tag);  // may start calls of its own on this thread: they are waited for too
+    CompleteTag(tag, ok);  // may start calls of its own on this thread: they are waited for too
   }
   SetTransportThread(was_transport_thread);
 }

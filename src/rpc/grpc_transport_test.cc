@@ -395,12 +395,14 @@ TEST(GrpcTransportTest, MutualTlsWithTheClusterCertificate) {
     auto failed = (*channel)->CallBlocking(Method::kStats, OutgoingMessage::Of(wire::Empty()), Options(2));
     EXPECT_TRUE(absl::IsUnavailable(failed.status())) << failed.status();
     EXPECT_THAT(std::string(failed.status().message()), HasSubstr(hint));
-    CallOptions waiting = Options(1);
+    // 2 s, not 1: under load a reconnect attempt (with its TLS handshake) may not have failed yet
+    // after 1 s, and then the transport has no reason to name.
+    CallOptions waiting = Options(2);
     waiting.wait_for_ready = true;
     auto timed_out = (*channel)->CallBlocking(Method::kStats, OutgoingMessage::Of(wire::Empty()), waiting);
     EXPECT_TRUE(absl::IsDeadlineExceeded(timed_out.status())) << timed_out.status();
     EXPECT_THAT(std::string(timed_out.status().message()),
-                HasSubstr("ps task 0: Stats got no answer within 1 s: connecting fails: "));
+                HasSubstr("ps task 0: Stats got no answer within 2 s: connecting fails: "));
     EXPECT_THAT(std::string(timed_out.status().message()), HasSubstr(hint));
   }
   // None of those reached the handler.

@@ -368,7 +368,19 @@ int64_t FirstNonFiniteBytes(const char* p, size_t n) {
 
 }  // namespace
 
+void IncomingMessage::MarkFinitePrefix(int i, int64_t n) {
+  CHECK(i >= 0 && i < num_tensors() && n >= 0 && n <= num_floats_[i]);
+  if (finite_prefix_.empty()) finite_prefix_.assign(static_cast<size_t>(num_tensors()), 0);
+  finite_prefix_[i] = n;
+}
+
 int64_t IncomingMessage::FirstNonFinite(int i, int64_t first, int64_t count) const {
+  if (!finite_prefix_.empty() && first < finite_prefix_[i]) {  // known finite: not read again
+    const int64_t skip = std::min(count, finite_prefix_[i] - first);
+    first += skip;
+    count -= skip;
+  }
+  if (count <= 0) return -1;
   int64_t found = -1;
   ForEachByteRunInRange(i, first, count, [&found](const void* run, int64_t at, int64_t n) {
     const int64_t j = FirstNonFiniteBytes(static_cast<const char*>(run), static_cast<size_t>(n));

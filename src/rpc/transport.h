@@ -141,6 +141,9 @@ class IncomingMessage {
   // [first, first + count), or -1. Reads float32 bytes where they were received, whatever their
   // alignment (no bounce copy: the check is one pass over the bytes).
   int64_t FirstNonFinite(int i, int64_t first, int64_t count) const;
+  // Records that tensor i's floats [0, n) are finite, found so by the transport while the message
+  // arrived in chunks (rpc/chunked_message.h): FirstNonFinite then reads only the floats after them.
+  void MarkFinitePrefix(int i, int64_t n);
   // Calls fn(run, first, n) over the tensor's floats [first, first + n) in order, with `run` a
   // properly aligned pointer valid only during the call (in place when the bytes are aligned and
   // contiguous, else through a small bounce buffer). Stops early and returns false when fn does.
@@ -168,6 +171,7 @@ class IncomingMessage {
   std::vector<int64_t> num_floats_;
   std::vector<int64_t> tensor_offsets_;  // byte offset of each tensor in the payload
   std::vector<WireDtype> dtypes_;
+  std::vector<int64_t> finite_prefix_;  // per tensor, when known (MarkFinitePrefix); else empty
   std::vector<Segment> segments_;
   std::vector<int64_t> segment_starts_;  // payload offset of each segment
   std::shared_ptr<const void> keepalive_;
@@ -233,6 +237,7 @@ struct ServerCounters {
   int64_t bytes_in = 0;   // request bytes received (headers and payload)
   int64_t bytes_out = 0;  // response bytes sent
   int64_t calls_unauthenticated = 0;
+  int64_t calls_in_chunks = 0;  // calls whose request came in chunks (rpc/chunked_message.h)
 };
 
 class Server {

@@ -97,17 +97,15 @@ void DiskRowStore::DropEntry(DiskTier::Entry* e) {
   tier_->pool_.Free(e);
 }
 
-void DiskRowStore::AppendPut(DiskTier::Entry* e, rocksdb::WriteBatch* batch, std::string* value) const {
-  const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);
-  value->resize(value_bytes);
+void DiskRowStore::AppendPut(DiskTier::Entry* e, rocksdb::WriteBatch* batch) const {
+  // The value is the record as it lies in the cache, RowMeta then the floats: put straight from there.
   auto* record = reinterpret_cast<float*>(e) + DiskTier::kHeaderFloats + kMetaFloats;
   RowMeta& meta = MetaOf(record);
   meta.flags &= ~RowMeta::kDirty;
-  std::memcpy(value->data(), &meta, sizeof(RowMeta));
-  std::memcpy(value->data() + sizeof(RowMeta), record, value_bytes - sizeof(RowMeta));
   char key[kKeyBytes];
   KeyOf(e->id, key);
-  batch->Put(rocksdb::Slice(key, kKeyBytes), *value);
+  const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);
+  batch->Put(rocksdb::Slice(key, kKeyBytes), rocksdb::Slice(reinterpret_cast<const char*>(&meta), value_bytes));
 }
 
 absl::Status DiskRowStore::WriteBack(std::vector<DiskTier::Entry*>& entries) {
@@ -122,8 +120,7 @@ absl::Status DiskRowStore::WriteBack(std::vector<DiskTier::Entry*>& entries) {
   std::sort(dirty.begin(), dirty.end(),
             [](const DiskTier::Entry* a, const DiskTier::Entry* b) { return a->id < b->id; });
   rocksdb::WriteBatch batch;
-  std::string value;
-  for (DiskTier::Entry* e : dirty) AppendPut(e, &batch, &value);
+  for (DiskTier::Entry* e : dirty) AppendPut(e, &batch);
   const rocksdb::Status s = db_->Write(NoLog(), &batch);
   if (!s.ok()) {
     for (DiskTier::Entry* e : dirty) {  // still only here

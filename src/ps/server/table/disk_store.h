@@ -234,8 +234,7 @@ class DiskRowStore final : public RowStore {
   // Writes the dirty records among `entries` in one WriteBatch and clears their kDirty.
   absl::Status WriteBack(std::vector<DiskTier::Entry*>& entries) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
   // Appends the record's Put (key, record with kDirty clear) to `batch` and clears its kDirty.
-  void AppendPut(DiskTier::Entry* e, rocksdb::WriteBatch* batch, std::string* value) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  void AppendPut(DiskTier::Entry* e, rocksdb::WriteBatch* batch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
   absl::Status Failed(const char* what, const std::string& why) const;
 
   const std::shared_ptr<DiskTier> tier_;

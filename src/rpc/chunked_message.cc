@@ -1,0 +1,184 @@
+// A message in chunks on one stream (rpc/chunked_message.h).
+#include "rpc/chunked_message.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/simd_dispatch.h"
+#include "rpc/tensor_coding.h"
+
+namespace psflow::rpc {
+namespace {
+
+// Reads bytes [offset, offset + n) of `slices` into `out`; false when they hold fewer.
+bool ReadBytes(const std::vector<grpc::Slice>& slices, size_t offset, size_t n, char* out) {
+  for (const grpc::Slice& s : slices) {
+    if (n == 0) break;
+    if (offset >= s.size()) {
+      offset -= s.size();
+      continue;
+    }
+    const size_t take = std::min(n, s.size() - offset);
+    std::memcpy(out, s.begin() + offset, take);
+    out += take;
+    n -= take;
+    offset = 0;
+  }
+  return n == 0;
+}
+
+}  // namespace
+
+std::vector<grpc::ByteBuffer> CutIntoChunks(const grpc::ByteBuffer& encoded, size_t chunk_bytes) {
+  std::vector<grpc::Slice> slices;
+  (void)encoded.Dump(&slices);  // fails only on an invalid buffer, which then has no slices
+  std::vector<grpc::ByteBuffer> chunks;
+  std::vector<grpc::Slice> chunk;
+  size_t in_chunk = 0;
+  for (const grpc::Slice& s : slices) {
+    for (size_t at = 0; at < s.size();) {
+      const size_t take = std::min(s.size() - at, chunk_bytes - in_chunk);
+      chunk.push_back(take == s.size() ? s : s.sub(at, at + take));
+      at += take;
+      in_chunk += take;
+      if (in_chunk == chunk_bytes) {
+        chunks.emplace_back(chunk.data(), chunk.size());
+        chunk.clear();
+        in_chunk = 0;
+      }
+    }
+  }
+  if (!chunk.empty()) chunks.emplace_back(chunk.data(), chunk.size());
+  return chunks;
+}
+
+absl::Status ChunkedMessageReader::Add(const grpc::ByteBuffer& chunk) {
+  std::vector<grpc::Slice> slices;
+  if (grpc::Status s = chunk.Dump(&slices); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed message: cannot read a chunk: ", s.error_message()));
+  }
+  for (grpc::Slice& s : slices) {
+    received_ += static_cast<int64_t>(s.size());
+    slices_.push_back(std::move(s));
+  }
+  if (!parsed_) ParseHeaders();
+  const int64_t size = std::max(expected_, received_);
+  if (size > max_bytes_) {
+    // gRPC's own wording for a message over the limit, which the client turns into its one line.
+    return absl::ResourceExhaustedError(
+        absl::StrCat("Received message larger than max (", size, " vs. ", max_bytes_, ")"));
+  }
+  if (parsed_) ScanNewBytes();
+  return absl::OkStatus();
+}
+
+void ChunkedMessageReader::ParseHeaders() {
+  uint32_t header_size = 0, list_size = 0;
+  if (!ReadBytes(slices_, 0, 4, reinterpret_cast<char*>(&header_size))) return;
+  const size_t list_at = 4 + static_cast<size_t>(header_size);
+  if (!ReadBytes(slices_, list_at, 4, reinterpret_cast<char*>(&list_size))) return;
+  const size_t payload_at_unpadded = list_at + 4 + list_size;
+  if (static_cast<int64_t>(payload_at_unpadded) > received_) return;
+  parsed_ = true;  // whatever the headers hold, they are read once
+  std::string list_bytes(list_size, '\0');
+  ReadBytes(slices_, list_at + 4, list_size, list_bytes.data());
+  wire::TensorList list;
+  if (!list.ParseFromString(list_bytes)) return;  // Finish reports it
+  int64_t at = static_cast<int64_t>(payload_at_unpadded + (8 - payload_at_unpadded % 8) % 8);
+  for (int i = 0; i < list.tensors_size(); ++i) {
+    const wire::TensorMeta& meta = list.tensors(i);
+    absl::StatusOr<WireDtype> dtype = ParseWireDtype(meta.dtype().empty() ? kWireDtype : meta.dtype());
+    int64_t n = 1;
+    for (int64_t d : meta.shape()) {
+      if (d < 0 || d > (int64_t{1} << 40) || __builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 40)) {
+        dtype = absl::InvalidArgumentError("bad shape");
+      }
+    }
+    if (!dtype.ok()) {  // malformed: nothing is checked early, and Finish reports the defect
+      checked_.clear();
+      return;
+    }
+    const int64_t bytes = n * static_cast<int64_t>(WireDtypeBytes(*dtype));
+    if (!meta.sparse() && *dtype == WireDtype::kFloat32 && n > 0) {
+      checked_.push_back({.tensor = i, .begin = at, .end = at + bytes});
+    }
+    at += bytes;
+  }
+  expected_ = at;
+}
+
+void ChunkedMessageReader::ScanNewBytes() {
+  while (scanned_ < received_) {
+    const int64_t slice_end = scan_slice_start_ + static_cast<int64_t>(slices_[scan_slice_].size());
+    if (scanned_ >= slice_end) {
+      scan_slice_start_ = slice_end;
+      ++scan_slice_;
+      continue;
+    }
+    const char* p = reinterpret_cast<const char*>(slices_[scan_slice_].begin()) + (scanned_ - scan_slice_start_);
+    Scan(p, slice_end - scanned_);
+  }
+}
+
+void ChunkedMessageReader::Scan(const char* p, int64_t n) {
+  const int64_t end_of_piece = scanned_ + n;
+  while (scanned_ < end_of_piece) {
+    while (current_ < checked_.size() && checked_[current_].end <= scanned_) ++current_;
+    if (current_ == checked_.size()) {
+      scanned_ = end_of_piece;
+      return;
+    }
+    Checked& c = checked_[current_];
+    const char* here = p + (n - (end_of_piece - scanned_));
+    if (scanned_ < c.begin) {
+      scanned_ = std::min(end_of_piece, c.begin);
+      continue;
+    }
+    const int64_t room = std::min(end_of_piece, c.end) - scanned_;
+    int64_t used = 0;
+    if (!c.stopped && carry_n_ > 0) {  // the rest of a float begun in the previous slice
+      const int take = static_cast<int>(std::min<int64_t>(4 - carry_n_, room));
+      std::memcpy(carry_ + carry_n_, here, static_cast<size_t>(take));
+      carry_n_ += take;
+      used = take;
+      if (carry_n_ == 4) {
+        carry_n_ = 0;
+        if (simd::AnyNonFinite(carry_, 1)) {
+          c.stopped = true;
+        } else {
+          ++c.finite;
+        }
+      }
+    }
+    if (!c.stopped) {
+      const int64_t floats = (room - used) / 4;
+      if (floats > 0 && simd::AnyNonFinite(here + used, floats)) {
+        c.stopped = true;  // its index is the handler's check's to find
+      } else {
+        c.finite += floats;
+        used += floats * 4;
+        if (room > used) {  // a float split across two slices: its first bytes
+          carry_n_ = static_cast<int>(room - used);
+          std::memcpy(carry_, here + used, static_cast<size_t>(carry_n_));
+        }
+      }
+    }
+    if (c.stopped) carry_n_ = 0;
+    scanned_ += room;
+  }
+}
+
+absl::StatusOr<IncomingMessage> ChunkedMessageReader::Finish() {
+  if (expected_ >= 0 && received_ != expected_) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed message: its chunks ended after ", received_,
+                                                   " bytes of the ", expected_, " its headers announce"));
+  }
+  absl::StatusOr<IncomingMessage> message = DecodeMessage(grpc::ByteBuffer(slices_.data(), slices_.size()));
+  if (!message.ok()) return message.status();
+  for (const Checked& c : checked_) message->MarkFinitePrefix(c.tensor, c.finite);
+  return message;
+}
+
+}  // namespace psflow::rpc
