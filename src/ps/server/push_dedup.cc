@@ -33,7 +33,10 @@ struct ClientPushes {
   uint64_t newest = 0;
 
   bool Remembers(uint64_t seq) const { return seq + PushDedup::kSeenSeqs > newest; }
-  bool Seen(uint64_t seq) const { return Remembers(seq) && (seen[Slot(seq) / 64] >> (Slot(seq) % 64) & 1) != 0; }
+  // (A number past `newest` shares its slot with one kSeenSeqs older, whose bit MarkSeen clears.)
+  bool Seen(uint64_t seq) const {
+    return seq <= newest && Remembers(seq) && (seen[Slot(seq) / 64] >> (Slot(seq) % 64) & 1) != 0;
+  }
   void MarkSeen(uint64_t seq) {
     if (seq > newest) {  // the slots the newer numbers take over are cleared first
       if (seq - newest >= PushDedup::kSeenSeqs) {

@@ -157,6 +157,28 @@ TEST(DedupTest, AFirstArrivalBehindMoreThanTheWindowIsAppliedAndAnOldDuplicateIs
   EXPECT_EQ(V(f.Values()), V(expected));
 }
 
+// Sequence numbers run on past the bits' window (each slot reused for a number kSeenSeqs newer): every
+// new push is applied once, a recent duplicate answered with its first answer, and one older than the
+// window refused without being applied.
+TEST(DedupTest, PushesPastTheBitsWindowAreNewAndOlderOnesAreRefused) {
+  Fixture f(Sgd(0.5f));
+  const Tensor g = Filled({3, 2}, 1.0f, 1.0f);
+  constexpr uint64_t kClient = 94;
+  const uint64_t last = PushDedup::kSeenSeqs + 70;
+  for (uint64_t seq = 1; seq <= last; ++seq) {
+    const Answer a = f.Push(RawPush(g, 1, kClient, seq, static_cast<int64_t>(seq) - 1));
+    ASSERT_TRUE(a.status.ok()) << "push " << seq << ": " << a.status;
+    ASSERT_EQ(a.step, static_cast<int64_t>(seq));
+  }
+  const Answer recent = f.Push(RawPush(g, 1, kClient, last, 0));
+  PSFLOW_ASSERT_OK(recent.status);
+  EXPECT_EQ(recent.step, static_cast<int64_t>(last));  // the first answer
+  const Answer old = f.Push(RawPush(g, 1, kClient, 3, 0));
+  EXPECT_TRUE(absl::IsFailedPrecondition(old.status)) << old.status;
+  EXPECT_THAT(std::string(old.status.message()), HasSubstr("cannot tell whether it was applied"));
+  EXPECT_EQ(f.Push(RawPush(g, 1, kClient, last + 1, 0)).step, static_cast<int64_t>(last + 1));
+}
+
 TEST(DedupTest, RefusedPushIsRefusedAgainAndNeverApplied) {
   Fixture f(Sgd(0.5f));
   Tensor bad = Filled({3, 2}, 1.0f, 1.0f);
