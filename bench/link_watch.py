@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Watches ps task 0's link during one job on simulated hosts (tests/netns/hosts.py): what the wire
+"""Watches a ps task's link (--ps, default 0) during one job on simulated hosts (tests/netns/hosts.py): what the wire
 does while seed 002's cnn (or another --model) trains, to tell a link that is full from one that
-waits. Every 0.1 s the bytes ps 0's eth0 sent (pulls and push answers: "out") and received (pushes:
+waits. Every 0.1 s the bytes the ps's eth0 sent (pulls and push answers: "out") and received (pushes:
 "in"); every second `tc -s qdisc` of both ends of its link (sent, dropped, overlimits, backlog) and
 `ss -tin` (cwnd, rtt, retransmits, unsent bytes of each connection), kept in --keep_dir.
 
@@ -12,7 +12,7 @@ middle of the run (the first and last tenth left out) the mean rate each way and
 link keeps both directions near the rate at once. With --trace, the 0.1 s series as bars.
 
   sudo /usr/bin/python3 bench/link_watch.py [--build build] [--model cnn] [--workers 7] [--steps 60]
-      [--rate 100mbit] [--latency 50ms] [--ack_priority none|host|both]
+      [--ps 0] [--rate 100mbit] [--latency 50ms] [--ack_priority none|host|both]
       [--flags "--overlap=push --wire_dtype=bfloat16"] [--keep_dir DIR] [--trace]
 
 --ack_priority (an experiment, not a model of a switch): shapes the ends named with htb instead of
@@ -83,18 +83,24 @@ def main():
     p.add_argument("--workers", type=int, default=7)
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--partitioner", default="fixed:2")
+    p.add_argument("--ps", type=int, default=0, choices=[0, 1], help="the ps task whose link is watched")
     p.add_argument("--rate", default="100mbit")
     p.add_argument("--latency", default="50ms", help="tbf's queue, as the time it takes to drain")
     p.add_argument("--ack_priority", default="none", choices=["none", "host", "both"])
+    p.add_argument("--congestion", default="", help="TCP congestion control in every task's namespace (default: "
+                   "the machine's, net.ipv4.tcp_congestion_control)")
     p.add_argument("--flags", default="--overlap=push --wire_dtype=bfloat16", help="more psflow train flags")
     p.add_argument("--keep_dir", default="", help="keep the logs, tc and ss samples here")
-    p.add_argument("--trace", action="store_true", help="print the 0.1 s series of ps 0's link")
+    p.add_argument("--trace", action="store_true", help="print the 0.1 s series of the watched ps's link")
     p.add_argument("--timeout", type=float, default=900)
     a = p.parse_args()
     reason = hosts.unavailable()
     if reason:
         print(f"SKIPPED: simulated hosts unavailable: {reason}")
         sys.exit(hosts.SKIP)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import seed002_hosts  # noqa: E402  (check_congestion)
+    seed002_hosts.check_congestion(a.congestion)
     m = re.fullmatch(r"(\d+(?:\.\d+)?)ms", a.latency)
     if not m:
         sys.exit(f"--latency '{a.latency}' is not like 50ms")
@@ -107,6 +113,10 @@ def main():
         flags = [f"--model={a.model}", f"--train_steps={a.steps}", f"--data_dir={os.path.abspath(a.data_dir)}",
                  f"--partitioner={a.partitioner}", "--log_every=1", *a.flags.split()]
         job = cluster.Job(net, psflow, workdir, 2, a.workers, flags)
+        if a.congestion:
+            for t in job.tasks:
+                net.set_congestion(job.host(t), a.congestion)
+        congestion = net.congestion(job.host("worker:0"))
         for i in range(2):
             h = job.host(f"ps:{i}")
             net.shape(h, a.rate, latency=a.latency)
@@ -114,10 +124,10 @@ def main():
                 shape_ack_priority(h.ns, "eth0", a.rate, burst, float(m.group(1)) / 1000)
             if a.ack_priority == "both":
                 shape_ack_priority(net.bridge_ns, h.bridge_if, a.rate, burst, float(m.group(1)) / 1000)
-        ps0 = job.host("ps:0")
+        watched = job.host(f"ps:{a.ps}")
         stats = "/sys/class/net/eth0/statistics"
         sampler = subprocess.Popen(
-            ["ip", "netns", "exec", ps0.ns, "sh", "-c",
+            ["ip", "netns", "exec", watched.ns, "sh", "-c",
              f"while :; do read t < {stats}/tx_bytes; read r < {stats}/rx_bytes; echo $(date +%s.%N) $t $r; "
              "sleep 0.1; done"], stdout=open(os.path.join(workdir, "bytes.txt"), "w"))
         start = time.time()
@@ -125,16 +135,16 @@ def main():
         with open(os.path.join(workdir, "ss.txt"), "w") as ss, open(os.path.join(workdir, "tc.txt"), "w") as tc:
             while any(c is None for c in job.poll().values()) and time.time() < start + a.timeout:
                 t = f"=== {time.time() - start:.1f} s\n"
-                ss.write(t + run("ip", "netns", "exec", ps0.ns, "ss", "-tin"))
-                tc.write(t + "out (ps 0 eth0):\n" + run("tc", "-n", ps0.ns, "-s", "qdisc", "show", "dev", "eth0") +
+                ss.write(t + run("ip", "netns", "exec", watched.ns, "ss", "-tin"))
+                tc.write(t + f"out (ps {a.ps} eth0):\n" + run("tc", "-n", watched.ns, "-s", "qdisc", "show", "dev", "eth0") +
                          "in (bridge port):\n" + run("tc", "-n", net.bridge_ns, "-s", "qdisc", "show", "dev",
-                                                     ps0.bridge_if))
+                                                     watched.bridge_if))
                 time.sleep(1.0)
         codes = job.wait_all(max(1, start + a.timeout - time.time()))
         sampler.kill()
         sampler.wait()
-        qdiscs = [run("tc", "-n", ps0.ns, "-s", "qdisc", "show", "dev", "eth0"),
-                  run("tc", "-n", net.bridge_ns, "-s", "qdisc", "show", "dev", ps0.bridge_if)]
+        qdiscs = [run("tc", "-n", watched.ns, "-s", "qdisc", "show", "dev", "eth0"),
+                  run("tc", "-n", net.bridge_ns, "-s", "qdisc", "show", "dev", watched.bridge_if)]
         if any(c != 0 for c in codes.values()):
             sys.exit(f"the job failed: exit statuses {codes}; logs in {workdir}\n{job.logs_tail(5)}")
         s = job.summary()
@@ -143,12 +153,12 @@ def main():
     busiest = max(s["ps_traffic"], key=lambda t: t["bytes_in"] + t["bytes_out"])
     per_step = [busiest["bytes_in"] / s["global_step"], busiest["bytes_out"] / s["global_step"]]
     row = {"model": a.model, "workers": a.workers, "rate": a.rate, "latency": a.latency,
-           "ack_priority": a.ack_priority, "flags": a.flags, "global_step": s["global_step"],
+           "ack_priority": a.ack_priority, "flags": a.flags, "watched_ps": a.ps, "congestion": congestion, "global_step": s["global_step"],
            "global_steps_per_sec": round(s["global_step"] / s["train_seconds"], 3),
            "busiest_ps_bytes_per_step_in_out": [round(x) for x in per_step],
            "link_limit_steps_per_sec": round(rate_bits / 8 / max(per_step), 2),
            "drops_out_in": [int(re.search(r"dropped (\d+)", q).group(1)) for q in qdiscs],
-           "ps0_link": link_summary(samples, rate_bits), "loadavg": os.getloadavg()}
+           "watched_link": link_summary(samples, rate_bits), "loadavg": os.getloadavg()}
     if a.keep_dir:
         row["kept"] = workdir
     print(json.dumps(row), flush=True)

@@ -17,7 +17,11 @@ chief's initialization (the initial values, float32 whatever the wire) and every
 pull — for vgg19's short runs a fifth to a third of a ps's bytes. "steady" is the rate in training
 proper, as TF's StepCounterHook reports it: from the moment the global step first reaches
 2 x workers (every worker past its second step, on average) to the moment it reaches the last
-step, the same rule for every arm, both seen by the 0.1 s poll of the workers' logs. Beside it the
+step but one per worker (steps - workers), the same rule for every arm, both seen by the 0.1 s
+poll of the workers' logs. (Not the last step: an async worker with --overlap defers its push and
+logs the step it claimed when its next step collects the answer, a forward and backward later,
+but waits for the push that ends training, whose step it logs at once; both marks must be logged
+the same way.) Beside it the
 bytes each ps's link carried per global step over that window (its own tx/rx counters, so with
 TCP/IP headers and ACKs) and a steady link limit: the link's rate / the busiest direction's bytes
 per step, those link bytes scaled by the run's psflow-bytes / link-bytes ratio of that ps (so
@@ -25,11 +29,23 @@ both limits count psflow's bytes). The issue's goals are taken on the steady rat
 
   sudo nice -n 10 /usr/bin/python3 bench/overlap_hosts.py [--build build] [--models cnn,vgg19]
       [--rates 100mbit,1gbit] [--overlaps none,push,push_pull] [--wire_dtypes float32,bfloat16]
-      [--steps 100] [--vgg_steps 14] [--slices 0,262144] [--out bench/plots/overlap_hosts.jsonl]
+      [--steps 100] [--vgg_steps 24] [--slices 0,262144] [--congestion reno]
+      [--out bench/plots/overlap_hosts.jsonl]
 
 --slices: --transfer_slice_bytes values for the push_pull arms (0: none; push_pull with slices
 shows as "push_pull/S" with S the slice size in KiB): a big variable's push and pull pipelined in
 slices, each pulled back as soon as its push is answered (docs/sync-async.md#overlap).
+
+--congestion: the TCP congestion control every task's sockets use (default reno; '' keeps the
+machine's). A Linux cluster runs cubic unless told otherwise, a loss-based one; a namespace may
+choose only what net.ipv4.tcp_allowed_congestion_control lists, which here is reno and bbr (this
+machine's default), so reno stands in for cubic. bbr (v1, the kernel's) starves whichever direction
+of a ps's link has its ACKs queued behind the other direction's data (its window is capped at twice
+the bandwidth times the emptiest round trip it saw, ~2 ms, while such ACKs wait up to tbf's 50 ms),
+and a job that pushes and pulls at once (slices) loads both directions: docs/sync-async.md#overlap.
+
+vgg19's default 24 steps: the steady window (global steps 4 to 22, nine steps per worker) is long
+enough that its first steps (slower, while the TCP connections find their windows) do not weigh.
 
 Needs root (network namespaces); exits 77 and says why otherwise. The machine's load matters:
 each line records the load average before and after.
@@ -92,10 +108,12 @@ def main():
     p.add_argument("--wire_dtypes", default="float32,bfloat16")
     p.add_argument("--steps", type=int, default=100, help="cnn global steps per run")
     p.add_argument("--workers", type=int, default=7)
-    p.add_argument("--vgg_steps", type=int, default=14)
+    p.add_argument("--vgg_steps", type=int, default=24)
     p.add_argument("--vgg_workers", type=int, default=2)
     p.add_argument("--slices", default="0,262144", help="--transfer_slice_bytes values for the push_pull arms")
     p.add_argument("--partitioner", default="fixed:2")
+    p.add_argument("--congestion", default="reno",
+                   help="TCP congestion control of every task ('': the machine's default; see the docstring)")
     p.add_argument("--timeout", type=float, default=900, help="a run not over after this long is killed")
     p.add_argument("--out", default="", help="also append the JSON lines to this file")
     a = seed002_hosts.parse_args_or_skip(p)
@@ -118,7 +136,7 @@ def main():
                     if overlap == "push_pull":  # 0 too: the flag's default slices
                         extra.append(f"--transfer_slice_bytes={slice_bytes}")
                     per_ps = []
-                    steady = Steady(2 * workers, steps)
+                    steady = Steady(2 * workers, steps - workers)
                     row = seed002_hosts.run_job(a, model, workers, steps, a.partitioner, "round_robin", rate, extra,
                                                 per_ps_out=per_ps, on_step=steady)
                     if row is None:
@@ -140,7 +158,8 @@ def main():
 
     for model, rate, rows in summary:
         base = next((r for r in rows if r["overlap"] == "none" and r["wire_dtype"] == "float32"), None)
-        print(f"\n{model}, {rate} per ps link, {rows[0]['workers'] if rows else '?'} workers, 2 ps ({a.partitioner}):")
+        print(f"\n{model}, {rate} per ps link, {rows[0]['workers'] if rows else '?'} workers, 2 ps ({a.partitioner}), "
+              f"TCP {rows[0]['congestion'] if rows else '?'}:")
         print(f"  {'':<23} {'--------- whole run ---------':>37}   {'----------- steady -----------':>37}")
         print(f"  {'overlap':<13} {'wire':<9} {'steps/s':>8} {'limit':>8} {'of lim':>7} {'vs today':>8}   "
               f"{'steps/s':>8} {'limit':>8} {'of lim':>7} {'vs today':>8}   load before, after")

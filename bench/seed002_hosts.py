@@ -56,6 +56,11 @@ def run_job(a, model, workers, steps, partitioner, placement, rate, extra=(), pe
         flags = [f"--model={model}", f"--train_steps={steps}", f"--data_dir={a.data_dir}", f"--partitioner={partitioner}",
                  f"--placement={placement}", "--log_every=1", *extra]
         job = cluster.Job(net, a.psflow, workdir, 2, workers, flags)
+        congestion = getattr(a, "congestion", "")  # "": the machine's default
+        if congestion:
+            for t in job.tasks:
+                net.set_congestion(job.host(t), congestion)
+        congestion = net.congestion(job.host("ps:0"))
         if rate:
             for i in range(2):
                 net.shape(job.host(f"ps:{i}"), rate)
@@ -91,14 +96,14 @@ def run_job(a, model, workers, steps, partitioner, placement, rate, extra=(), pe
     rate_bytes = hosts._rate_bits(rate) / 8 if rate else None
     return {
         "model": model, "ps": 2, "workers": workers, "partitioner": partitioner, "placement": placement,
-        "link_rate": rate or "unshaped", "global_step": s["global_step"], "train_seconds": round(s["train_seconds"], 2),
+        "link_rate": rate or "unshaped", "congestion": congestion, "global_step": s["global_step"], "train_seconds": round(s["train_seconds"], 2),
         "global_steps_per_sec": round(s["global_step"] / s["train_seconds"], 3),
         "wall_secs": round(wall, 1), "init_secs": round(first_step, 1) if first_step else None,
         "test_accuracy": s["test_accuracy"],
         "bytes_per_ps": traffic, "max_over_mean_traffic": round(max(traffic) / (sum(traffic) / 2), 4),
         "link_bytes_per_ps": [l["tx_bytes"] + l["rx_bytes"] for l in link],
         "busiest_ps_bytes_per_step_in_out": [round(per_step_in), round(per_step_out)],
-        "link_limit_steps_per_sec": round(rate_bytes / max(per_step_in, per_step_out), 2) if rate_bytes else None,
+        "link_limit_steps_per_sec": round(rate_bytes / max(per_step_in, per_step_out), 4) if rate_bytes else None,
         "loadavg_before": load_before, "loadavg_after": loadavg(),
     }
 
@@ -126,7 +131,19 @@ def parse_args_or_skip(p):
     if reason:
         print(f"SKIPPED: simulated hosts unavailable: {reason}")
         sys.exit(hosts.SKIP)
+    check_congestion(getattr(a, "congestion", ""))
     return a
+
+
+def check_congestion(name):
+    """Exits with one line when a network namespace may not choose TCP congestion control `name`."""
+    if not name:
+        return
+    with open("/proc/sys/net/ipv4/tcp_allowed_congestion_control") as f:
+        allowed = f.read().split()
+    if name not in allowed:
+        sys.exit(f"--congestion={name}: a network namespace here may choose only {' or '.join(allowed)} "
+                 "(net.ipv4.tcp_allowed_congestion_control)")
 
 
 def emit_json_line(row, out):

@@ -7,12 +7,15 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "psflow/cli/flags.h"
 #include "psflow/dist/partition.h"
 #include "psflow/optim/optimizer.h"
@@ -72,14 +75,37 @@ train::WorkerSession& SessionOf(const pybind11::object& session);
 dist::TableSpec TableSpecFromPython(const pybind11::dict& spec);
 // _table_fields() and _check_table_options(what, options): psflow.torch's keyword arguments.
 void RegisterTableFields(pybind11::module_& m);
-// Lookup with one 1-D int64 array (or None) per table; returns one (rows float32 [U, dim],
-// index int64 [batch]) per table, moved out of the session without a copy.
-pybind11::list TablesLookup(train::WorkerSession& session, const pybind11::list& ids);
-// Prefetch's ids, checked (one 1-D int64 array or None per table, an open session) and copied,
-// for a Prefetch run later without the GIL (session_binding.cc runs it behind the Python thread).
-std::vector<std::vector<int64_t>> TablesIdsForPrefetch(train::WorkerSession& session, const pybind11::list& next_ids);
-// Table t's unique rows' gradients [U, dim] for the next Step (copied once).
-void TablesSetGrads(train::WorkerSession& session, int t, const pybind11::array& grads);
+// A call's ids, one span per table: `ids` a list of one 1-D int64 array (or None) per table, or
+// one C-contiguous int64 array of one row per table (psflow.torch hands a batch's columns over
+// so: one array, not one per table). Arrays are read in place (the caller keeps `ids` alive); one
+// of another layout is converted once and kept in `keep`. InvalidArgument naming what is wrong.
+std::vector<absl::Span<const int64_t>> TableSpans(const char* what, int num_tables, const pybind11::object& ids,
+                                                  std::vector<pybind11::object>* keep);
+// Lookup with the tables' ids (TableSpans); returns one (rows float32 [U, dim], index int64
+// [batch]) per table, moved out of the session without a copy.
+pybind11::list TablesLookup(train::WorkerSession& session, const pybind11::object& ids);
+// Python objects lent to the C++ session, whose last owner may go on any thread (the tables'
+// gradients, which a push Step leaves in flight reads after step() returned): Lend's owner, once
+// the session lets go of it, hands the object back here, and the thread holding the GIL drops it
+// at the next Release. Thread-safe.
+class LentObjects : public std::enable_shared_from_this<LentObjects> {
+ public:
+  // An owner keeping `object` alive (GIL held).
+  std::shared_ptr<const void> Lend(pybind11::object object);
+  // Drops the objects handed back (GIL held).
+  void Release();
+
+ private:
+  absl::Mutex mu_;
+  std::vector<PyObject*> returned_ ABSL_GUARDED_BY(mu_);
+};
+// The unique rows' gradients [U, dim] of the tables the step used, for the next Step: `grads` a
+// list of (table index, float32 array [U, dim]) or, psflow.torch's own, (table index, owner,
+// address, count): `count` float32 values at `address` (an int), which `owner` (a C-contiguous
+// float32 tensor) holds. `dims`: the tables' dims. Lent, not copied (a C-contiguous float32 array
+// is read in place, anything else converted once), all checked first.
+void TablesSetGrads(train::WorkerSession& session, const std::vector<int64_t>& dims, const pybind11::list& grads,
+                    LentObjects& lent);
 
 }  // namespace psflow::python
 

@@ -158,6 +158,7 @@ class PySession {
     }
     std::vector<dist::TableSpec> tables;
     for (const py::dict& d : table_specs) tables.push_back(TableSpecFromPython(d));
+    for (const dist::TableSpec& t : tables) table_dims_.push_back(t.dim);
     train::WorkerSession::Options session_options;
     session_options.train = options;
     session_options.model_name = model_name;
@@ -172,6 +173,16 @@ class PySession {
     session_ =
         ValueOrThrow(train::WorkerSession::Create(std::move(session_options), std::move(params), std::move(tables)));
   }
+
+  // The GIL is held: the objects lent to the session (the tables' gradients) are dropped here,
+  // once the session (and its threads) went.
+  ~PySession() {
+    behind_.reset();
+    session_.reset();
+    lent_->Release();
+  }
+  PySession(const PySession&) = delete;
+  PySession& operator=(const PySession&) = delete;
 
   py::array_t<float> View(size_t i, bool grad) {
     ParamMemory& p = Param(i);
@@ -189,6 +200,7 @@ class PySession {
   // Waits for the calls running behind (GIL released meanwhile) and raises their first failure.
   void Settle() {
     if (behind_ == nullptr || !behind_->busy()) {
+      read_behind_ = py::object();
       if (behind_ != nullptr) ThrowIfError(behind_->Settle());  // a failure of a call that has run
       return;
     }
@@ -197,6 +209,7 @@ class PySession {
       py::gil_scoped_release release;
       failure = behind_->Settle();
     }
+    read_behind_ = py::object();  // read no more
     ThrowIfError(failure);
   }
 
@@ -248,6 +261,7 @@ class PySession {
         p->sparse.reset();
       }
     }
+    lent_->Release();  // the tables' gradients of the pushes answered
     RethrowRaised();
     ThrowIfError(status);
   }
@@ -286,30 +300,50 @@ class PySession {
   }
 
   // Tables (table_binding.cc). Lookup also runs inside close()'s evaluate (the chief's final rows).
-  py::list Lookup(const py::list& ids) {
+  py::list Lookup(const py::object& ids) {
     if (evaluating_) return TablesLookup(*session_, ids);
     BusyGuard guard(busy_);
     Settle();
     return TablesLookup(*session_, ids);
   }
-  // The next batch's ids, checked here and copied; the dedup runs behind this thread (the
-  // forward goes on meanwhile) and the next call waits for it.
+  // The next batch's ids (TableSpans), checked here; the dedup runs behind this thread (the
+  // forward goes on meanwhile) and the next call waits for it. A list's arrays are copied; one
+  // array of a row per table (psflow.torch's own, made for the call) is read in place behind,
+  // kept until the next call has waited for it.
   // `ahead` (given during the forward): in async mode the rows are pulled at once, beside the
   // compute (WorkerSession::PrefetchAhead); else they ride on the step's push.
-  void Prefetch(const py::list& next_ids, bool ahead) {
+  void Prefetch(const py::object& next_ids, bool ahead) {
     BusyGuard guard(busy_);
     Settle();
-    std::vector<std::vector<int64_t>> ids = TablesIdsForPrefetch(*session_, next_ids);
-    StartBehind().Post([session = session_.get(), ids = std::move(ids), ahead] {
-      std::vector<absl::Span<const int64_t>> spans(ids.begin(), ids.end());
+    std::vector<py::object> keep;
+    std::vector<absl::Span<const int64_t>> spans = TableSpans("prefetch", session_->num_tables(), next_ids, &keep);
+    if (!session_->is_open()) {
+      throw StatusError(
+          absl::FailedPreconditionError("Prefetch needs an open worker session (after Open(), before Close())"));
+    }
+    auto prefetch = [session = session_.get(), ahead](const std::vector<absl::Span<const int64_t>>& spans) {
       return ahead ? session->PrefetchAhead(spans) : session->Prefetch(spans);
+    };
+    if (py::isinstance<py::array>(next_ids)) {
+      read_behind_ = next_ids;
+      StartBehind().Post([prefetch, spans = std::move(spans)] { return prefetch(spans); });
+      return;
+    }
+    std::vector<std::vector<int64_t>> ids;
+    ids.reserve(spans.size());
+    for (const absl::Span<const int64_t>& s : spans) ids.emplace_back(s.begin(), s.end());
+    StartBehind().Post([prefetch, ids = std::move(ids)] {
+      std::vector<absl::Span<const int64_t>> spans(ids.begin(), ids.end());
+      return prefetch(spans);
     });
   }
-  // The unique rows' gradients of the tables the step used (psflow.torch's step), in one call.
-  void SetTablesGrads(const std::vector<std::pair<int, py::array>>& grads) {
+  // The unique rows' gradients of the tables the step used (psflow.torch's step), in one call:
+  // [(table index, float32 array [U, dim])], lent to the session until its push has read them.
+  void SetTablesGrads(const py::list& grads) {
     BusyGuard guard(busy_);
     Settle();
-    for (const auto& [t, g] : grads) TablesSetGrads(*session_, t, g);
+    lent_->Release();
+    TablesSetGrads(*session_, table_dims_, grads, *lent_);
   }
 
   py::object Close() {
@@ -323,6 +357,7 @@ class PySession {
       py::gil_scoped_release release;
       summary = session_->Close(eval);
     }
+    lent_->Release();
     RethrowRaised();
     const train::RunSummary s = ValueOrThrow(std::move(summary));
     return py::module_::import("json").attr("loads")(train::SummaryToJson(s));
@@ -345,9 +380,12 @@ class PySession {
 
   // `aborted`: the failure was the job being aborted elsewhere (psflow.AbortedError).
   void Abort(const std::string& reason, bool aborted) {
-    py::gil_scoped_release release;
-    if (behind_ != nullptr) (void)behind_->Settle();  // the job ends: their failure says no more
-    session_->Abort(aborted ? absl::AbortedError(reason) : absl::CancelledError(reason));
+    {
+      py::gil_scoped_release release;
+      if (behind_ != nullptr) (void)behind_->Settle();  // the job ends: their failure says no more
+      session_->Abort(aborted ? absl::AbortedError(reason) : absl::CancelledError(reason));
+    }
+    lent_->Release();
   }
 
   train::WorkerSession& session() { return *session_; }
@@ -407,8 +445,11 @@ class PySession {
   }
 
   std::shared_ptr<Memory> memory_;
+  std::shared_ptr<LentObjects> lent_ = std::make_shared<LentObjects>();  // before session_: outlives it
+  std::vector<int64_t> table_dims_;                                      // the tables' dims, in order
   std::unique_ptr<train::WorkerSession> session_;
   std::unique_ptr<Behind> behind_;  // after session_: stopped (its calls run) before the session goes
+  py::object read_behind_;          // an array a call behind reads (Prefetch), until the next Settle
   std::atomic<bool> busy_{false};
   py::object evaluate_;                            // None or the checked evaluate
   std::shared_ptr<py::error_already_set> raised_;  // what evaluate raised inside the last call

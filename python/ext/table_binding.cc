@@ -5,7 +5,8 @@
 // psflow.torch its keyword arguments and their defaults (_table_fields). Ids
 // cross as int64 numpy arrays read in place, a Lookup's rows [U, dim] and inverse index [batch] are
 // moved out of the session's TableBatch into numpy arrays without a copy (the session refills its
-// buffers next Lookup), the unique rows' gradients are copied once into the session's grads.
+// buffers next Lookup), the unique rows' gradients are lent to the session without a copy (held
+// until the push has read them: LentObjects).
 // Dedup, routing, pulls, the update rules and the prefetch all stay in the C++ session.
 // Thread safety: none of its own; callers hold the session's busy guard (session_binding.cc).
 #include <pybind11/numpy.h>
@@ -36,30 +37,64 @@ T Get(const py::dict& d, const char* key, T fallback) {
   return d[key].cast<T>();
 }
 
-// One span per table over int64 numpy arrays (None: no ids). The arrays are kept in `keep`.
-std::vector<absl::Span<const int64_t>> Spans(const char* what, int num_tables, const py::list& ids,
-                                             std::vector<Ids>* keep) {
-  if (static_cast<int>(ids.size()) != num_tables) {
-    throw StatusError(absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", ids.size(), " id arrays for ", num_tables, " tables; give one per table")));
-  }
+// Whether `a` is a C-contiguous int64 array of `nd` dimensions (read in place).
+bool Int64Array(py::handle a, int nd) {
+  if (!py::isinstance<py::array>(a)) return false;
+  const auto* p = py::detail::array_proxy(a.ptr());
+  const auto* d = py::detail::array_descriptor_proxy(p->descr);
+  return p->nd == nd && d->kind == 'i' && d->elsize == 8 &&
+         (p->flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_) != 0;
+}
+
+}  // namespace
+
+std::vector<absl::Span<const int64_t>> TableSpans(const char* what, int num_tables, const py::object& ids,
+                                                  std::vector<py::object>* keep) {
   std::vector<absl::Span<const int64_t>> spans;
+  if (py::isinstance<py::array>(ids)) {  // one row per table
+    const py::array a = py::reinterpret_borrow<py::array>(ids);
+    if (!Int64Array(a, 2) || a.shape(0) != num_tables) {
+      throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+          what, ": the ids are a ", py::str(a.dtype()).cast<std::string>(), " array of shape ",
+          py::str(py::tuple(py::cast(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim())))).cast<std::string>(),
+          "; pass one 1-D int64 array (or None) per table, or a C-contiguous int64 array of ", num_tables, " rows")));
+    }
+    const auto* data = static_cast<const int64_t*>(a.data());
+    const auto n = static_cast<size_t>(a.shape(1));
+    for (int t = 0; t < num_tables; ++t) spans.emplace_back(data + static_cast<size_t>(t) * n, n);
+    return spans;
+  }
+  const py::list list = ids.cast<py::list>();
+  if (static_cast<int>(list.size()) != num_tables) {
+    throw StatusError(absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", list.size(), " id arrays for ", num_tables, " tables; give one per table")));
+  }
+  spans.reserve(static_cast<size_t>(num_tables));
   for (int t = 0; t < num_tables; ++t) {
-    if (ids[t].is_none()) {
+    py::handle item = list[static_cast<size_t>(t)];
+    if (item.is_none()) {
       spans.emplace_back();
       continue;
     }
-    py::array a = ids[t].cast<py::array>();
+    if (Int64Array(item, 1)) {  // the usual case: read in place (the list holds it)
+      const auto* p = py::detail::array_proxy(item.ptr());
+      spans.emplace_back(reinterpret_cast<const int64_t*>(p->data), static_cast<size_t>(p->dimensions[0]));
+      continue;
+    }
+    py::array a = item.cast<py::array>();
     if (!a.dtype().is(py::dtype::of<int64_t>()) || a.ndim() != 1) {
       throw StatusError(absl::InvalidArgumentError(absl::StrCat(what, ": table ", t, "'s ids are a ",
                                                                 py::str(a.dtype()).cast<std::string>(), " array of ",
                                                                 a.ndim(), " dimensions; pass a 1-D int64 array")));
     }
-    keep->push_back(Ids::ensure(a));
-    spans.emplace_back(keep->back().data(), keep->back().size());
+    Ids c = Ids::ensure(a);
+    spans.emplace_back(c.data(), c.size());
+    keep->push_back(std::move(c));
   }
   return spans;
 }
+
+namespace {
 
 // A numpy array owning `value` (moved to the heap; freed with the array): no copy.
 template <typename T, typename E>
@@ -68,10 +103,6 @@ py::array Own(T value, std::vector<py::ssize_t> shape) {
   py::capsule owner(held, [](void* p) { delete static_cast<T*>(p); });
   return py::array_t<E>(shape, held->data(), owner);
 }
-
-}  // namespace
-
-namespace {
 
 // A Python value as a table field's text form (dist::SetTableField reads it): str as is, int as
 // its digits; anything else (bool, float, ...) as its repr, which SetTableField refuses by name.
@@ -127,16 +158,22 @@ void RemainderTransposed(const int64_t* in, int64_t rows, int64_t cols, int64_t 
   while ((uint64_t{1} << l) < um) ++l;
   const auto magic = static_cast<uint64_t>(((__uint128_t{1} << (63 + l)) + um - 1) / um);  // < 2^64: 2^l < 2m
   const int shift = l - 1;  // (n * magic) >> (63 + l) is the high word shifted by l - 1
-  for (int64_t j = 0; j < cols; ++j) {
-    const int64_t* col = in + j;
-    int64_t* o = out + j * rows;
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t x = col[i * cols];
-      // n < 2^63: x itself, or -x - 1 for x < 0 (whose remainder is m - 1 - (n % m)).
-      const uint64_t n = x >= 0 ? static_cast<uint64_t>(x) : static_cast<uint64_t>(-(x + 1));
-      const auto q = static_cast<uint64_t>((static_cast<__uint128_t>(n) * magic) >> 64) >> shift;
-      const uint64_t r = n - q * um;
-      o[i] = static_cast<int64_t>(x >= 0 ? r : um - 1 - r);
+  // In blocks of 8 rows: each block's rows are read once into the cache, and each output row gets
+  // a whole cache line of it at a time (a column at a time would read the input one cache line
+  // per id; a row at a time would write 8 KiB-apart lines, all in one cache set).
+  constexpr int64_t kBlock = 8;
+  for (int64_t i0 = 0; i0 < rows; i0 += kBlock) {
+    const int64_t i1 = std::min(rows, i0 + kBlock);
+    for (int64_t j = 0; j < cols; ++j) {
+      int64_t* o = out + j * rows;
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t x = in[i * cols + j];
+        // n < 2^63: x itself, or -x - 1 for x < 0 (whose remainder is m - 1 - (n % m)).
+        const uint64_t n = x >= 0 ? static_cast<uint64_t>(x) : static_cast<uint64_t>(-(x + 1));
+        const auto q = static_cast<uint64_t>((static_cast<__uint128_t>(n) * magic) >> 64) >> shift;
+        const uint64_t r = n - q * um;
+        o[i] = static_cast<int64_t>(x >= 0 ? r : um - 1 - r);
+      }
     }
   }
 }
@@ -192,9 +229,9 @@ void RegisterTableFields(py::module_& m) {
       "whose value its field cannot read.");
 }
 
-py::list TablesLookup(train::WorkerSession& session, const py::list& ids) {
-  std::vector<Ids> keep;
-  const auto spans = Spans("lookup", session.num_tables(), ids, &keep);
+py::list TablesLookup(train::WorkerSession& session, const py::object& ids) {
+  std::vector<py::object> keep;
+  const auto spans = TableSpans("lookup", session.num_tables(), ids, &keep);
   absl::Status status;
   {
     py::gil_scoped_release release;
@@ -216,30 +253,63 @@ py::list TablesLookup(train::WorkerSession& session, const py::list& ids) {
   return out;
 }
 
-std::vector<std::vector<int64_t>> TablesIdsForPrefetch(train::WorkerSession& session, const py::list& next_ids) {
-  std::vector<Ids> keep;
-  const auto spans = Spans("prefetch", session.num_tables(), next_ids, &keep);
-  if (!session.is_open()) {
-    throw StatusError(
-        absl::FailedPreconditionError("Prefetch needs an open worker session (after Open(), before Close())"));
-  }
-  std::vector<std::vector<int64_t>> ids;
-  ids.reserve(spans.size());
-  for (const absl::Span<const int64_t>& s : spans) ids.emplace_back(s.begin(), s.end());
-  return ids;
+std::shared_ptr<const void> LentObjects::Lend(py::object object) {
+  PyObject* held = object.release().ptr();
+  return std::shared_ptr<const void>(held, [self = shared_from_this()](const void* p) {
+    absl::MutexLock lock(&self->mu_);
+    self->returned_.push_back(static_cast<PyObject*>(const_cast<void*>(p)));
+  });
 }
 
-void TablesSetGrads(train::WorkerSession& session, int t, const py::array& grads) {
-  if (t < 0 || t >= session.num_tables()) throw py::index_error("table index out of range");
-  train::TableBatch& b = session.table_batch(t);
-  const auto g = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(grads);
-  const int64_t u = static_cast<int64_t>(b.ids.size());
-  if (!g || g.ndim() != 2 || g.shape(0) != u) {
-    throw StatusError(absl::InvalidArgumentError(
-        absl::StrCat("table ", t, ": the gradient is not [", u, ", dim] for the batch's ", u, " unique ids")));
+void LentObjects::Release() {
+  std::vector<PyObject*> returned;
+  {
+    absl::MutexLock lock(&mu_);
+    if (returned_.empty()) return;
+    returned.swap(returned_);
   }
-  b.grads = Tensor::Uninitialized({u, static_cast<int64_t>(g.shape(1))});
-  std::copy_n(g.data(), g.size(), b.grads.data());
+  for (PyObject* p : returned) Py_DECREF(p);
+}
+
+void TablesSetGrads(train::WorkerSession& session, const std::vector<int64_t>& dims, const py::list& grads,
+                    LentObjects& lent) {
+  using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
+  std::vector<std::pair<int, absl::Span<const float>>> checked;
+  checked.reserve(grads.size());
+  py::tuple held(grads.size());
+  for (size_t k = 0; k < grads.size(); ++k) {
+    const auto item = grads[k].cast<py::tuple>();
+    if (item.size() != 2 && item.size() != 4) {
+      throw py::value_error("set_tables_grads: give (table index, array) or (table index, owner, address, count)");
+    }
+    const int t = item[0].cast<int>();
+    if (t < 0 || t >= session.num_tables()) throw py::index_error("table index out of range");
+    const int64_t u = static_cast<int64_t>(session.table_batch(t).ids.size());
+    const int64_t dim = dims[static_cast<size_t>(t)];
+    const auto refuse = [&] {
+      return StatusError(absl::InvalidArgumentError(
+          absl::StrCat("table ", t, ": the gradient is not [", u, ", ", dim, "] for the batch's ", u, " unique ids")));
+    };
+    if (item.size() == 4) {  // psflow.torch's: a float32 C-contiguous tensor, its address and element count
+      const auto count = item[3].cast<int64_t>();
+      if (count != u * dim) throw refuse();
+      held[k] = item[1];
+      checked.emplace_back(t, absl::MakeConstSpan(reinterpret_cast<const float*>(item[2].cast<uintptr_t>()),
+                                                  static_cast<size_t>(count)));
+      continue;
+    }
+    const auto g = Floats::ensure(item[1]);  // the array itself when float32 and C-contiguous
+    if (!g || g.ndim() != 2 || g.shape(0) != u || g.shape(1) != dim) throw refuse();
+    held[k] = g;
+    checked.emplace_back(t, absl::MakeConstSpan(g.data(), static_cast<size_t>(g.size())));
+  }
+  const std::shared_ptr<const void> owner = lent.Lend(std::move(held));
+  for (const auto& [t, values] : checked) {
+    train::TableBatch& b = session.table_batch(t);
+    b.grads = Tensor();
+    b.grads_values = values;
+    b.grads_owner = owner;
+  }
 }
 
 }  // namespace psflow::python

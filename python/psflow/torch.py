@@ -366,6 +366,18 @@ def tables_of(module):
     return found
 
 
+class _TableIds(list):
+    """One flat int64 numpy array (or None) per table, as the session's calls take them; when they
+    are the rows of one C-contiguous [tables, n] array (a DLRM's columns, learnt: _IdsLearner),
+    `matrix` is that array, handed to C++ in one piece instead of one array per table."""
+
+    __slots__ = ("matrix",)
+
+    def __init__(self, rows, matrix=None):
+        super().__init__(rows)
+        self.matrix = matrix
+
+
 def _same(a, b):
     """Equal id arrays (int64, 1-D); the same array (the usual case: the ids announced are the ones
     looked up) without comparing them. Compared as bytes: 4x faster than np.array_equal on a batch."""
@@ -398,8 +410,14 @@ class _Tables:
     def name(self, t):
         return self._modules[t][0]
 
+    @staticmethod
+    def for_cpp(ids_list):
+        """What the session's lookup and prefetch are given for `ids_list`: its matrix, or the list."""
+        matrix = getattr(ids_list, "matrix", None)
+        return ids_list if matrix is None else matrix
+
     def _lookup(self, ids_list):
-        out = self._session.lookup(ids_list)
+        out = self._session.lookup(self.for_cpp(ids_list))
         self._held = list(ids_list)
         return out
 
@@ -430,12 +448,18 @@ class _Tables:
             looked = self._lookup(announced)
             if self.after_lookup is not None:
                 self.after_lookup()
+            used, taken = self._used, self._taken
+            matrix = getattr(announced, "matrix", None)
+            # the announced ids as tensors (what rows_looked_up compares with): one call for a matrix
+            as_tensors = torch.from_numpy(matrix).unbind(0) if matrix is not None else None
+            from_numpy = torch.from_numpy
             for u, (rows, index) in enumerate(looked):
-                if announced[u] is not None and u not in self._used:
-                    leaf = torch.from_numpy(rows).requires_grad_(True)
-                    index = torch.from_numpy(index)
-                    self._used[u] = [(announced[u], leaf, index)]
-                    self._taken[u] = (torch.from_numpy(announced[u]), leaf, index)
+                ids_u = announced[u]
+                if ids_u is not None and u not in used:
+                    leaf = from_numpy(rows).requires_grad_(True)
+                    index = from_numpy(index)
+                    used[u] = [(ids_u, leaf, index)]
+                    taken[u] = (as_tensors[u] if as_tensors is not None else from_numpy(ids_u), leaf, index)
             used = self._used.get(t)
             if used is not None and _same(used[0][0], ids):
                 return used[0][1], used[0][2]
@@ -465,9 +489,12 @@ class _Tables:
 
     def before_step(self):
         """Hands the step's unique rows' gradients to the C++ session (after a Lookup with the
-        step's ids when the session's batches hold others)."""
+        step's ids when the session's batches hold others): lent, not copied — the session holds
+        the tensors until its push has read them (after step() returns when the push is deferred)."""
         import numpy as np
 
+        if self._lend_simple():
+            return
         pushed = {}
         for t, uses in self._used.items():
             with_grad = [u for u in uses if u[1].grad is not None]
@@ -490,10 +517,12 @@ class _Tables:
         if any(len(uses) > 1 for uses in pushed.values()) or \
                 any(self._held[t] is None or not _same(self._held[t], want[t]) for t in pushed):
             looked = self._lookup([want.get(t) for t in range(self._n)])
-        grads = []  # (table, its unique rows' gradients), handed to C++ in one call
+        grads = []  # (table, its unique rows' gradients), lent to C++ in one call (not copied)
         for t, uses in pushed.items():
             if len(uses) == 1:
-                grads.append((t, uses[0][1].grad.numpy()))
+                leaf = uses[0][1]
+                grads.append((t, leaf.grad.numpy()))
+                leaf.grad = None  # (a backward through a graph kept alive must not add into the lent memory)
                 continue
             rows, index = looked[t]  # the union of the leaves' ids; index: each listed id's row there
             grad = torch.zeros(rows.shape[0], rows.shape[1])
@@ -505,6 +534,33 @@ class _Tables:
             grads.append((t, grad.numpy()))
         if grads:
             self._session.set_tables_grads(grads)
+
+    def _lend_simple(self):
+        """before_step's usual case, in one pass: each table used once in the step, and the
+        session's batches hold the very ids it used (the step's Lookup). False (nothing done) when
+        another case needs the general path."""
+        held = self._held
+        grads, leaves = [], []
+        f32 = torch.float32
+        for t, uses in self._used.items():
+            if len(uses) != 1:
+                return False
+            ids, leaf, _ = uses[0]
+            grad = leaf.grad
+            if grad is None:
+                continue
+            if held[t] is not ids:
+                return False
+            if grad.dtype is f32 and grad.is_contiguous():  # (always: the leaf's layout) read at its address
+                grads.append((t, grad, grad.data_ptr(), grad.numel()))
+            else:
+                grads.append((t, grad.numpy()))
+            leaves.append(leaf)
+        for leaf in leaves:  # (a backward through a graph kept alive must not add into the lent memory)
+            leaf.grad = None
+        if grads:
+            self._session.set_tables_grads(grads)
+        return True
 
     def after_step(self):
         self._used = {}
@@ -522,6 +578,7 @@ class _IdsLearner:
     def __init__(self, modules):
         self._modules = modules  # [(name, module)]
         self._recipes = None  # per table: (path, column or None, modulus or None), or None
+        self._matrix = None  # (path, modulus) when table t takes column t of that tensor % modulus, for every t
 
     @property
     def learnt(self):
@@ -557,6 +614,7 @@ class _IdsLearner:
 
         leaves = list(self._leaves(batch))
         self._recipes = []
+        self._matrix = None
         for t, (_, m) in enumerate(self._modules):
             ids = seen(t)
             recipe = None
@@ -575,6 +633,13 @@ class _IdsLearner:
                     if recipe:
                         break
             self._recipes.append(recipe)
+        # Every table taking column t of one tensor with one modulus, in order, no padding (a DLRM):
+        # ids_list hands that tensor's transposed remainder over as one array.
+        first = self._recipes[0] if self._recipes else None
+        if first is not None and first[1] is not None and first[2] is not None and all(
+                r is not None and r[0] == first[0] and r[1] == t and r[2] == first[2] and m.padding_idx is None
+                for t, (r, (_, m)) in enumerate(zip(self._recipes, self._modules))):
+            self._matrix = (first[0], first[2])
 
     def ids(self, batch):
         """{module: ids} of the learnt tables for `batch`. Tables taking columns of one tensor with
@@ -602,6 +667,12 @@ class _IdsLearner:
         numpy array, padding ids left out) or None. The columns of an int64 tensor go over as rows of
         one numpy view of its transposed copy, as they are (flat_ids would return them unchanged):
         no per-table tensor, check or dict."""
+        if self._matrix is not None:
+            path, modulus = self._matrix
+            x = self._at(batch, path, None)
+            if x.dtype is torch.int64 and x.device.type == "cpu" and x.is_contiguous() and x.dim() == 2:
+                by_column = _psflow._remainder_transposed(x.numpy(), modulus)[:len(self._modules)]
+                return _TableIds(by_column, by_column)  # (its rows: each table's ids)
         out = [None] * len(self._modules)
         columns = {}  # (path, modulus) -> that tensor % modulus, transposed: [columns, B] (numpy when int64)
         for t, ((_, m), recipe) in enumerate(zip(self._modules, self._recipes or [])):

@@ -1,5 +1,5 @@
 // psflow rpc/call_responder.h (internal) — the Responder::Impl of both servers: the gRPC server's
-// ServerCall (grpc_transport.cc) and the shared-memory server's (shm_server.cc). It shares
+// ServerCall (grpc_server.cc) and the shared-memory server's (shm_server.cc). It shares
 // ownership of the call, so an answer given late — from another thread, after a sync quorum or
 // initialization — still finds the call alive; answering is the call's own Respond.
 #ifndef PSFLOW_RPC_CALL_RESPONDER_H_

@@ -3,7 +3,6 @@
 // line naming its whole size, and a stream that breaks off reaches no handler.
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
-
 #include <unistd.h>
 
 #include <cmath>
@@ -112,6 +111,52 @@ TEST(GrpcChunkedTest, LargePushesArriveWholeInOrder) {
     EXPECT_TRUE(std::isnan(seen[k].values.back()));
     EXPECT_EQ(seen[k].first_bad, static_cast<int64_t>(n - 1));
   }
+}
+
+// Several Pushes in chunks in flight at once from Call (completed on the shared completion
+// thread, which writes each stream's next chunk as the previous one's write completes), beside a
+// blocking one: each arrives whole.
+TEST(GrpcChunkedTest, SeveralStreamsInFlightAtOnce) {
+  RecordingHandler handler;
+  auto server = StartGrpcServer("127.0.0.1:0", {}, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = MakeGrpcChannel(absl::StrCat("127.0.0.1:", (*server)->port()), "ps task 0", {});
+  ASSERT_TRUE(channel.ok());
+  ASSERT_TRUE((*channel)->CallBlocking(Method::kPush, PushOf({1.0f}), Options()).ok());  // connected
+  constexpr int kCalls = 4;
+  std::vector<std::vector<float>> data;
+  for (int k = 0; k < kCalls + 1; ++k) {
+    data.push_back(Ramp(kChunkedMinBytes / 4 + 1000 * k));
+    data.back()[0] = static_cast<float>(k);
+  }
+  absl::Mutex mu;
+  int done = 0;
+  std::vector<absl::Status> statuses(kCalls);
+  for (int k = 0; k < kCalls; ++k) {
+    (*channel)->Call(Method::kPush, PushOf(data[k]), Options(), [&, k](absl::StatusOr<IncomingMessage> r) {
+      absl::MutexLock lock(&mu);
+      statuses[k] = r.status();
+      ++done;
+    });
+  }
+  EXPECT_TRUE((*channel)->CallBlocking(Method::kPush, PushOf(data[kCalls]), Options()).ok());
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(
+        +[](int* d) { return *d == kCalls; }, &done));
+  }
+  for (const absl::Status& s : statuses) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ((*server)->counters().calls_in_chunks, kCalls + 1);
+  const std::vector<RecordingHandler::Seen> seen = handler.pushes();
+  ASSERT_EQ(seen.size(), kCalls + 2u);
+  std::vector<bool> found(kCalls + 1, false);
+  for (size_t i = 1; i < seen.size(); ++i) {
+    const int k = static_cast<int>(seen[i].values[0]);
+    ASSERT_TRUE(k >= 0 && k <= kCalls);
+    EXPECT_EQ(seen[i].values, data[k]) << k;
+    found[k] = true;
+  }
+  for (int k = 0; k <= kCalls; ++k) EXPECT_TRUE(found[k]) << k;
 }
 
 // A server with a smaller limit refuses a Push in chunks in one line naming the whole message's

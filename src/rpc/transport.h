@@ -5,7 +5,7 @@
 // it sends, and an IncomingMessage exposes the received bytes in place so the receiver copies them
 // once, straight into its destination. The ps and the ps client only see these interfaces
 // (ClientChannel, Handler, Server) and pick an implementation with MakeChannel / StartServer
-// (--transport): gRPC (grpc_transport.cc, also made directly by MakeGrpcChannel / StartGrpcServer)
+// (--transport): gRPC (grpc_transport.cc and grpc_server.cc, also made directly by MakeGrpcChannel / StartGrpcServer)
 // or, between tasks on one host, shared memory with gRPC beside it (shm_transport.h).
 //
 // Ownership: a ClientChannel and a Server are owned by their creator (std::unique_ptr). A Server

@@ -4,9 +4,10 @@
 // answer is held (the push is in flight), the next Step sends nothing until that answer arrives
 // (the ps's step counter stays put), the last push before --train_steps is waited for (one worker
 // ends at exactly train_steps), a failure of a push already returned from is the next call's
-// error naming its step (Step's, or Close's), and one worker trains to the same bits, taking the
-// same batches, deferred or not. The data order's disjointness is checked on simulated
-// interleavings. No timing is asserted: the order is read from the ps's counters.
+// error naming its step (Step's, or Close's), table gradients the caller lends are held until the
+// push is answered, and one worker trains to the same bits, taking the same batches, deferred or
+// not. The data order's disjointness is checked on simulated interleavings. No timing is asserted:
+// the order is read from the ps's counters.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -228,6 +229,63 @@ TEST(SessionDeferTest, ALateFailureIsTheNextCallsErrorNamingItsStep) {
     EXPECT_EQ(late.message().find('\n'), std::string::npos) << late;
     job.session->Abort(late);
   }
+}
+
+// Table gradients the caller lends (TableBatch::grads_values and grads_owner) are pushed as they
+// are and held while the push is in flight (its answer held by the proxy, then arrived but not yet
+// taken), let go of when the session takes the answer (here the next Lookup, which must pull); a
+// Step that waits for its push (the last one) lets go of them before it returns. The row each
+// Lookup pulls holds the SGD updates of the values lent before.
+TEST(SessionDeferTest, LentTableGradientsAreHeldUntilThePushIsAnswered) {
+  std::unique_ptr<TestCluster> cluster = TestCluster::Start(1, 1);
+  HoldingProxy proxy{cluster->servers[0]->port()};
+  Tensor w{Shape{1}, 0.5f}, w_grad{Shape{1}, 0.25f};
+  dist::TableSpec spec;
+  spec.name = "emb";
+  spec.dim = 2;
+  spec.kind = dist::TableKind::kFixed;
+  spec.num_embeddings = 10;
+  spec.initializer = dist::TableInitializer::Uniform(-1, 1);
+  WorkerSession::Options options = Async(absl::StrCat("127.0.0.1:", proxy.port()), "push", /*train_steps=*/3);
+  options.train.sparse_optimizer = "sgd";
+  options.train.sparse_learning_rate = 0.5f;
+  auto created = WorkerSession::Create(options, {{"w", &w, &w_grad, nullptr}}, {spec});
+  ASSERT_TRUE(created.ok()) << created.status();
+  WorkerSession& session = **created;
+  ASSERT_TRUE(session.Open().ok());
+  const std::vector<float> grads = {0.0f, 0.25f};
+  std::vector<std::shared_ptr<std::atomic<bool>>> released;
+  std::vector<float> row;  // element 1 of id 3's row, as each Lookup got it
+  auto lend = [&] {        // the step's gradient of id 3, lent; its owner says when it is let go of
+    EXPECT_TRUE(session.Lookup({std::vector<int64_t>{3}}).ok());
+    auto flag = std::make_shared<std::atomic<bool>>(false);
+    released.push_back(flag);
+    TableBatch& b = session.table_batch(0);
+    row.push_back(b.rows.data()[1]);
+    b.grads_values = absl::MakeConstSpan(grads);
+    b.grads_owner = std::shared_ptr<const void>(grads.data(), [flag](const void*) { *flag = true; });
+  };
+  lend();
+  proxy.HoldAnswers(true);
+  ASSERT_TRUE(session.Step(1.0).ok());  // returned with the push in flight
+  ASSERT_TRUE(WaitForPsStep(*cluster, 1));
+  EXPECT_FALSE(*released[0]);
+  proxy.HoldAnswers(false);
+  session.WaitForValues();  // the answer arrived, not yet taken
+  EXPECT_FALSE(*released[0]);
+  lend();  // the Lookup takes it
+  EXPECT_TRUE(*released[0]);
+  ASSERT_TRUE(session.Step(1.0).ok());  // deferred again (claims 2 of 3)
+  EXPECT_FALSE(*released[1]);
+  lend();
+  EXPECT_TRUE(*released[1]);
+  ASSERT_TRUE(session.Step(1.0).ok());  // claims 3 = train_steps: waited for
+  EXPECT_TRUE(*released[2]);
+  EXPECT_TRUE(session.ShouldStop());
+  ASSERT_TRUE(session.Close().ok());
+  ASSERT_EQ(row.size(), 3u);
+  EXPECT_FLOAT_EQ(row[1], row[0] - 0.5f * 0.25f);
+  EXPECT_FLOAT_EQ(row[2], row[0] - 2 * 0.5f * 0.25f);
 }
 
 // The gradient of each step is a function of the values the step read (waited for), so a value

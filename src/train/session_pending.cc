@@ -15,8 +15,9 @@ void PendingPush::Begin(int64_t local_step, int64_t global_step, double loss, do
   global_step_ = global_step;
   loss_ = loss;
   accuracy_ = accuracy;
-  table_ids_.clear();
-  table_grads_.clear();
+  tables_.ids.clear();
+  tables_.grads.clear();
+  tables_.Release();
 }
 
 std::vector<ps::Gradient> PendingPush::Keep(const std::vector<ps::Gradient>& grads) {

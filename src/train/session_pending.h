@@ -6,7 +6,8 @@
 //
 // PendingPush holds what such a push reads until it is answered, made its own at the send: the
 // dense and row-sparse gradients copied (the caller's gradient memory is reused by the next
-// backward at once), the tables' ids and gradients moved in. Its answer arrives on a transport
+// backward at once), the tables' ids and gradients moved in (gradients the caller lent: their
+// owners, let go of once the push is answered). Its answer arrives on a transport
 // thread (Done); the session's one thread waits for it (Wait) and takes it (Take).
 //
 // DeferredDataOrder is the async data order of such a session (WorkerSession::data_step): the
@@ -34,6 +35,7 @@
 #include "psflow/core/row_sparse.h"
 #include "psflow/core/tensor.h"
 #include "psflow/ps/ps_client.h"
+#include "train/session_tables.h"
 
 namespace psflow::train {
 
@@ -44,9 +46,11 @@ class PendingPush {
   // `grads` with every dense and row-sparse gradient replaced by a copy held here (buffers reused
   // from the last push this object carried).
   std::vector<ps::Gradient> Keep(const std::vector<ps::Gradient>& grads);
-  // Where the tables' pushed ids and gradients are moved (SessionTables::StepCall's `kept`).
-  std::vector<std::vector<int64_t>>* table_ids() { return &table_ids_; }
-  std::vector<Tensor>* table_grads() { return &table_grads_; }
+  // Where the tables' pushed ids, gradients and lent gradients' owners are moved
+  // (SessionTables::StepCall's `kept`).
+  KeptTables* tables() { return &tables_; }
+  // The push was answered (or dropped): the owners of the gradients it lent are let go of.
+  void ReleaseTables() { tables_.Release(); }
   // The push's completion callback (runs on a transport thread, or at once on a refused push);
   // `then` (may be null) is called first with the push's status (ForwardPulls::Fire).
   std::function<void(absl::StatusOr<ps::PushResult>)> Done(std::function<void(const absl::Status&)> then = nullptr);
@@ -73,8 +77,7 @@ class PendingPush {
   double loss_ = 0, accuracy_ = 0;
   std::vector<Tensor> dense_;
   std::vector<RowSparse> sparse_;
-  std::vector<std::vector<int64_t>> table_ids_;
-  std::vector<Tensor> table_grads_;
+  KeptTables tables_;
 };
 
 // The thread a deferred Step hands its push's send to (the routing of the tables' rows to their

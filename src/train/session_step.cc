@@ -72,8 +72,7 @@ absl::Status WorkerSession::Impl::Step(double loss, double accuracy) {
   if (pending == nullptr) pending = std::make_unique<PendingPush>();
   pending->Begin(local_step_, global_step_ + 1, loss, accuracy);
   if (defer) grads = pending->Keep(grads);
-  const ps::TableStep table_call =
-      defer ? tables_.StepCall(pending->table_ids(), pending->table_grads()) : tables_.StepCall();
+  const ps::TableStep table_call = defer ? tables_.StepCall(pending->tables()) : tables_.StepCall();
   // Async: the pull in forward order starts once the push is answered, so that the values hold
   // this worker's own push (one worker: the same bits every run, and as without overlap).
   std::function<void(const absl::Status&)> then;
@@ -147,6 +146,7 @@ absl::Status WorkerSession::Impl::AfterPush(absl::StatusOr<ps::PushResult> pushe
 absl::Status WorkerSession::Impl::CollectPending(bool* pushed) {
   std::unique_ptr<PendingPush> p = std::move(pending_);
   absl::StatusOr<ps::PushResult> answer = p->Take();
+  p->ReleaseTables();  // the gradients the caller lent are read no more
   *pushed = answer.ok();
   if (!answer.ok()) {
     tables_.DropPrefetched();  // read beside a push that failed: pulled again

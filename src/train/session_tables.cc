@@ -32,7 +32,7 @@ void SessionTables::StartLookup(const std::vector<absl::Span<const int64_t>>& id
       b.ids.swap(dedup_.ids);
       b.index.swap(dedup_.index);
     }
-    b.grads = Tensor();
+    DropGrads(&b);
     if (prefetched_batch || (p.valid && p.ids == b.ids)) {  // the rows came back with the last step's answer
       b.rows = std::move(p.rows);
       p.rows = Tensor();
@@ -97,29 +97,46 @@ void SessionTables::Ask(size_t t, absl::Span<const int64_t> raw, UniqueIds* uniq
   p.valid = false;
 }
 
-ps::TableStep SessionTables::StepCall() { return StepCall(nullptr, nullptr); }
+ps::TableStep SessionTables::StepCall() { return StepCall(nullptr); }
 
-ps::TableStep SessionTables::StepCall(std::vector<std::vector<int64_t>>* kept_ids, std::vector<Tensor>* kept_grads) {
+namespace {
+
+// Whether a table's batch pushes: gradients written or lent, and ids.
+bool Pushes(const TableBatch& b) { return (!b.grads.empty() || b.grads_values.data() != nullptr) && !b.ids.empty(); }
+
+}  // namespace
+
+void SessionTables::DropGrads(TableBatch* b) {
+  b->grads = Tensor();
+  b->grads_values = {};
+  b->grads_owner.reset();
+}
+
+ps::TableStep SessionTables::StepCall(KeptTables* kept) {
   ps::TableStep step;
-  if (kept_ids != nullptr) {  // sized first: the call points into their elements
+  if (kept != nullptr) {  // sized first: the call points into their elements
     size_t pushed = 0;
-    for (const TableBatch& b : batches_) pushed += !b.grads.empty() && !b.ids.empty();
-    kept_ids->resize(pushed);
-    kept_grads->resize(pushed);
+    for (const TableBatch& b : batches_) pushed += Pushes(b);
+    kept->ids.resize(pushed);
+    kept->grads.resize(pushed);
   }
-  size_t kept = 0;
+  size_t k = 0;
   for (size_t t = 0; t < tables_.size(); ++t) {
     TableBatch& b = batches_[t];
-    if (!b.grads.empty() && !b.ids.empty()) {
-      if (kept_ids != nullptr) {
-        (*kept_ids)[kept] = std::move(b.ids);
+    if (Pushes(b)) {
+      const bool lent = b.grads.empty();
+      if (kept != nullptr) {
+        kept->ids[k] = std::move(b.ids);
         b.ids.clear();
-        (*kept_grads)[kept] = std::move(b.grads);
-        b.grads = Tensor();
-        step.pushes.push_back({tables_[t].name, &(*kept_ids)[kept], nullptr, &(*kept_grads)[kept]});
-        ++kept;
+        kept->grads[k] = std::move(b.grads);
+        if (lent && b.grads_owner != nullptr) kept->owners.push_back(std::move(b.grads_owner));
+        step.pushes.push_back({tables_[t].name, &kept->ids[k], nullptr, lent ? nullptr : &kept->grads[k],
+                               lent ? b.grads_values : absl::Span<const float>()});
+        DropGrads(&b);
+        ++k;
       } else {
-        step.pushes.push_back({tables_[t].name, &b.ids, nullptr, &b.grads});
+        step.pushes.push_back({tables_[t].name, &b.ids, nullptr, lent ? nullptr : &b.grads,
+                               lent ? b.grads_values : absl::Span<const float>()});
       }
     }
     Prefetched& p = prefetched_[t];
@@ -149,7 +166,7 @@ void SessionTables::DropPrefetched() {
 
 void SessionTables::EndStep(bool call_ok) {
   for (size_t t = 0; t < tables_.size(); ++t) {
-    batches_[t].grads = Tensor();
+    DropGrads(&batches_[t]);
     Prefetched& p = prefetched_[t];
     if (p.ahead) continue;  // its own call's answer decides (EndAhead)
     p.valid = call_ok && p.asked;

@@ -25,6 +25,16 @@
 
 namespace psflow::train {
 
+// What a push that outlives its step keeps of the tables (StepCall's `kept`): the pushed tables'
+// ids and gradients, where the call points, and the owners of gradients the caller lent
+// (TableBatch::grads_owner), let go of by Release once the push no longer reads them.
+struct KeptTables {
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<Tensor> grads;
+  std::vector<std::shared_ptr<const void>> owners;
+  void Release() { owners.clear(); }
+};
+
 class SessionTables {
  public:
   explicit SessionTables(std::vector<dist::TableSpec> tables);
@@ -51,9 +61,9 @@ class SessionTables {
   // some) and the prefetch asked for (unless it is pulled ahead).
   ps::TableStep StepCall();
   // The same for a push that outlives the step (a deferred Step: the next Lookup reuses the
-  // batch's buffers): the pushed tables' ids and gradients are moved into `kept_ids` and
-  // `kept_grads`, where the call points.
-  ps::TableStep StepCall(std::vector<std::vector<int64_t>>* kept_ids, std::vector<Tensor>* kept_grads);
+  // batch's buffers): the pushed tables' ids, gradients and lent gradients' owners are moved into
+  // `kept`, where the call points.
+  ps::TableStep StepCall(KeptTables* kept);
   // Whether a prefetch rides on the next Step's push (asked, not pulled ahead, some ids).
   bool RidesOnPush() const;
   // Whether Lookup(ids) needs no call: every table's ids are the ones its valid prefetch was
@@ -61,7 +71,7 @@ class SessionTables {
   bool ServedByPrefetch(const std::vector<absl::Span<const int64_t>>& ids) const;
   // The prefetched rows not taken yet are dropped (read before a push that failed).
   void DropPrefetched();
-  // After the step's call: the gradients are consumed whatever the outcome; the prefetched rows
+  // After the step's call: the gradients (and lent ones' owners) are consumed whatever the outcome; the prefetched rows
   // (not pulled ahead) are valid only when the call succeeded.
   void EndStep(bool call_ok);
   // Async pull ahead (docs/sync-async.md#overlap): the prefetch asked for, as a call of its own
@@ -92,6 +102,8 @@ class SessionTables {
     bool asked = false, ahead = false, valid = false;
   };
 
+  // A batch's gradients, written or lent (the owner let go of), dropped.
+  static void DropGrads(TableBatch* b);
   // OK when `unique` is `raw` deduplicated (DedupIds' order of first appearance), else why not.
   static absl::Status CheckUnique(absl::Span<const int64_t> raw, const UniqueIds& unique);
   // Table t's prefetch asks for `raw`, deduplicated into `unique` (taken over).

@@ -202,6 +202,24 @@ class Network:
         else:
             _ip("-n", host.ns, "link", "set", "eth0", "up")
 
+    def set_congestion(self, host, name):
+        """TCP congestion control `name` (net.ipv4.tcp_congestion_control) for the sockets host's
+        tasks open from now on. A namespace may only choose what the machine's
+        net.ipv4.tcp_allowed_congestion_control lists: NetnsError names them otherwise."""
+        r = subprocess.run(["ip", "netns", "exec", host.ns, "sysctl", "-qw", f"net.ipv4.tcp_congestion_control={name}"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            with open("/proc/sys/net/ipv4/tcp_allowed_congestion_control") as f:
+                allowed = f.read().strip()
+            raise NetnsError(f"TCP congestion control '{name}' not allowed in a network namespace here "
+                             f"(net.ipv4.tcp_allowed_congestion_control: {allowed})")
+
+    def congestion(self, host):
+        """The TCP congestion control host's new sockets use."""
+        r = subprocess.run(["ip", "netns", "exec", host.ns, "cat", "/proc/sys/net/ipv4/tcp_congestion_control"],
+                           capture_output=True, text=True, check=True)
+        return r.stdout.strip()
+
     def link_stats(self, host):
         """Bytes and packets eth0 sent and received (the host's side of its link)."""
         base = f"/sys/class/net/eth0/statistics"

@@ -36,6 +36,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "psflow/core/row_sparse.h"
 #include "psflow/core/tensor.h"
 #include "psflow/dist/cluster.h"
@@ -54,13 +55,16 @@ struct Gradient {
 
 // One table's rows in a step's call (docs/tables.md): `ids` unique (dedup the batch first), global
 // (a fixed table's in [0, N)); `rows` the pull's destination [ids, dim] (filled by the call), or
-// `grads` a push's gradient rows [ids, dim] (summed per unique id). Borrowed: they must stay alive,
-// untouched, until the call completes.
+// `grads` a push's gradient rows [ids, dim] (summed per unique id), or, with `grads` null,
+// `grad_values`: the same rows as ids × dim floats (row-major) in memory of the caller's, read
+// where `grads` would be (a caller's gradients pushed without copying them into a Tensor).
+// Borrowed: they must stay alive, untouched, until the call completes.
 struct TableRowsRef {
   std::string table;
   const std::vector<int64_t>* ids = nullptr;
   Tensor* rows = nullptr;
   const Tensor* grads = nullptr;
+  absl::Span<const float> grad_values = {};
 };
 
 // The tables' part of one step; it rides in the same call per ps task as the dense variables.

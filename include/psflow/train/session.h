@@ -43,7 +43,8 @@
 //            per ps for every table at once. OutOfRange once training finished elsewhere
 //            (ShouldStop() is then true). The chief may also call it inside Close's `evaluate`.
 //   the caller computes and writes table_batch(t).grads [U, dim]: each unique id's gradient,
-//            summed over the examples that hold it (an empty Tensor: the table is not pushed).
+//            summed over the examples that hold it (an empty Tensor: the table is not pushed);
+//            or lends them from memory of its own (grads_values and grads_owner: no copy).
 //   Prefetch(next_ids)   optional, after this step's Lookup and before Step: the next batch's ids
 //            ride on Step's push and their rows come back with its answer (one round trip per
 //            step); the next Lookup with the same ids uses them (other ids: Lookup pulls them
@@ -147,6 +148,13 @@ struct TableBatch {
   std::vector<int64_t> index;  // [batch]: example i's id is ids[index[i]]
   Tensor rows;                 // [U, dim]: their values
   Tensor grads;                // [U, dim], written by the caller: pushed by Step (empty: not pushed)
+  // Instead of `grads` (left empty): the same [U, dim] gradients (row-major) in memory of the
+  // caller's, pushed without a copy. `grads_owner` keeps that memory alive, and the caller leaves
+  // it unchanged, until the session lets go of the owner: when Step returns, or for a push Step
+  // leaves in flight (async with --overlap=push_pull) once its answer is taken (the next Step,
+  // Close); a Step that pushes nothing keeps it until the next Lookup or the session's end.
+  absl::Span<const float> grads_values = {};
+  std::shared_ptr<const void> grads_owner;
 };
 
 // What the caller's evaluation at Close() found (NaN: not measured). A model that is not a

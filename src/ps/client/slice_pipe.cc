@@ -17,6 +17,12 @@ namespace {
 
 // Pushes of one ps task in flight at once (two keep its link busy across the answer's round trip).
 constexpr int kSliceWindow = 2;
+// A part no further than this behind the first one not answered leaves: a part retried after a
+// broken connection (in back-off meanwhile) must not be overtaken by more of the task's parts than
+// its ps remembers (PushDedup::kWindow, 64), or its retry would be refused as too old and fail
+// the job (seen once in a vgg19 run at 100 Mbit/s under bbr: "push 3317 of this client is older
+// than the last 64 the ps task remembers").
+constexpr size_t kSliceSpan = 32;
 
 // One part of a ps task's share: the runs of pulled-back variables it carries, pulled once its
 // push is answered.
@@ -48,8 +54,11 @@ struct SlicedPush {
   std::vector<size_t> next ABSL_GUARDED_BY(mu);    // per task: the next part to push
   std::vector<int> in_flight ABSL_GUARDED_BY(mu);  // per task
   std::vector<bool> stopped ABSL_GUARDED_BY(mu);   // per task: a push failed, the rest is not sent
-  int parts_left ABSL_GUARDED_BY(mu) = 0;          // pushes not answered (nor given up)
-  absl::Status status ABSL_GUARDED_BY(mu);         // the first failure
+  // Per task: which parts were answered, and the first that was not (see kSliceSpan).
+  std::vector<std::vector<bool>> answered ABSL_GUARDED_BY(mu);
+  std::vector<size_t> oldest ABSL_GUARDED_BY(mu);
+  int parts_left ABSL_GUARDED_BY(mu) = 0;   // pushes not answered (nor given up)
+  absl::Status status ABSL_GUARDED_BY(mu);  // the first failure
 };
 
 // --- SlicePulls -------------------------------------------------------------------------------
@@ -262,6 +271,8 @@ void PsClient::Impl::PushSlicesAsync(const std::vector<Gradient>& grads, int64_t
     push->next.assign(push->tasks.size(), 0);
     push->in_flight.assign(push->tasks.size(), 0);
     push->stopped.assign(push->tasks.size(), false);
+    push->oldest.assign(push->tasks.size(), 0);
+    for (const SliceTask& task : push->tasks) push->answered.emplace_back(task.parts.size(), false);
     push->parts_left = parts;
   }
   for (size_t t = 0; t < push->tasks.size(); ++t) SendSliceParts(push, t);
@@ -274,7 +285,8 @@ void PsClient::Impl::SendSliceParts(const std::shared_ptr<SlicedPush>& push, siz
     absl::MutexLock lock(&push->mu);
     size_t& next = push->next[t];
     int& in_flight = push->in_flight[t];
-    while (!push->stopped[t] && next < task.parts.size() && in_flight < kSliceWindow) {
+    while (!push->stopped[t] && next < task.parts.size() && in_flight < kSliceWindow &&
+           next - push->oldest[t] < kSliceSpan) {
       // The ps claims a shard's update with its first run and closes it with its last: a part
       // opening a shard goes alone, and one closing it after every earlier part was answered.
       if (in_flight > 0 && (task.parts[next - 1].opens || task.parts[next].closes)) break;
@@ -316,6 +328,8 @@ void PsClient::Impl::SlicePushed(const std::shared_ptr<SlicedPush>& push, size_t
     absl::MutexLock lock(&push->mu);
     --push->in_flight[t];
     --push->parts_left;
+    push->answered[t][p] = true;
+    while (push->oldest[t] < task.parts.size() && push->answered[t][push->oldest[t]]) ++push->oldest[t];
     if (!s.ok()) {
       if (push->status.ok()) push->status = s;
       if (!push->stopped[t]) {

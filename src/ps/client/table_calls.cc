@@ -28,8 +28,16 @@ absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, cons
   const int64_t n = static_cast<int64_t>(ref.ids->size());
   const int64_t dim = t->spec.dim;
   const Tensor* rows = push ? ref.grads : ref.rows;
-  if (rows == nullptr) return Bad(what, ref.table, push ? "no gradient rows given" : "no destination given");
-  if (rows->rank() != 2 || rows->dim(0) != n || rows->dim(1) != dim) {
+  const bool values = push && rows == nullptr && ref.grad_values.data() != nullptr;  // grad_values instead
+  if (rows == nullptr && !values) {
+    return Bad(what, ref.table, push ? "no gradient rows given" : "no destination given");
+  }
+  if (values && static_cast<int64_t>(ref.grad_values.size()) != n * dim) {
+    return Bad(what, ref.table,
+               absl::StrCat("gradient rows of ", ref.grad_values.size(), " values for ", n, " ids; the table takes [",
+                            n, ",", dim, "]"));
+  }
+  if (!values && (rows->rank() != 2 || rows->dim(0) != n || rows->dim(1) != dim)) {
     return Bad(what, ref.table,
                absl::StrCat(push ? "gradient rows" : "destination", " ", ShapeToString(rows->shape()), " for ", n,
                             " ids; the table takes [", n, ",", dim, "]"));
@@ -75,7 +83,7 @@ absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, cons
     b.positions.push_back(j);
   }
   if (!push) return absl::OkStatus();
-  const float* g = ref.grads->data();
+  const float* g = values ? ref.grad_values.data() : ref.grads->data();
   // An OR over exponent bits vectorizes (routing.cc's CheckFinite); the culprit looked for only
   // when there is one.
   uint32_t any = 0;

@@ -1,6 +1,8 @@
 // At-most-once pushes (ps/server/push_dedup.h).
 #include "ps/server/push_dedup.h"
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <vector>
 
@@ -23,6 +25,33 @@ struct Entry {
 struct ClientPushes {
   std::map<uint64_t, Entry> by_seq;  // the last kWindow pushes
   uint64_t last_seen = 0;            // State::clock when a push of this client last arrived
+  // Which of the last kSeenSeqs sequence numbers (up to `newest`) arrived, answers kept or not: a
+  // push older than by_seq's window is a duplicate only if its bit is set. (Slices keep a push's
+  // retry in back-off while the client's later slices go on: its first arrival may come after
+  // more than kWindow newer pushes.) Bit seq % kSeenSeqs; kSeenSeqs / 8 bytes a client.
+  std::vector<uint64_t> seen = std::vector<uint64_t>(PushDedup::kSeenSeqs / 64, 0);
+  uint64_t newest = 0;
+
+  bool Remembers(uint64_t seq) const { return seq + PushDedup::kSeenSeqs > newest; }
+  // (A number past `newest` shares its slot with one kSeenSeqs older, whose bit MarkSeen clears.)
+  bool Seen(uint64_t seq) const {
+    return seq <= newest && Remembers(seq) && (seen[Slot(seq) / 64] >> (Slot(seq) % 64) & 1) != 0;
+  }
+  void MarkSeen(uint64_t seq) {
+    if (seq > newest) {  // the slots the newer numbers take over are cleared first
+      if (seq - newest >= PushDedup::kSeenSeqs) {
+        std::fill(seen.begin(), seen.end(), 0);
+      } else {
+        for (uint64_t n = newest + 1; n <= seq; ++n) seen[Slot(n) / 64] &= ~(uint64_t{1} << (Slot(n) % 64));
+      }
+      newest = seq;
+    }
+    seen[Slot(seq) / 64] |= uint64_t{1} << (Slot(seq) % 64);
+  }
+  void Unsee(uint64_t seq) {
+    if (Remembers(seq)) seen[Slot(seq) / 64] &= ~(uint64_t{1} << (Slot(seq) % 64));
+  }
+  static uint64_t Slot(uint64_t seq) { return seq % PushDedup::kSeenSeqs; }
 };
 
 // A copy of an answer for another caller: the same header, the same tensors (shared).
@@ -50,6 +79,7 @@ struct PushDedup::State {
     std::vector<rpc::Responder> waiting = std::move(entry->second.waiting);
     if (absl::IsUnavailable(response.status())) {
       client->second.by_seq.erase(entry);  // not applied: a retry is applied afresh
+      client->second.Unsee(seq);
       return waiting;
     }
     entry->second.answered = true;
@@ -112,18 +142,29 @@ std::optional<rpc::Responder> PushDedup::Admit(uint64_t client_id, uint64_t seq,
       }
       client = s.clients.find(client_id);
     }
-    std::map<uint64_t, Entry>& pushes = client->second.by_seq;
+    ClientPushes& known = client->second;
+    std::map<uint64_t, Entry>& pushes = known.by_seq;
     auto entry = pushes.find(seq);
     if (entry == pushes.end()) {
-      if (static_cast<int>(pushes.size()) >= kWindow && seq < pushes.begin()->first) {
+      // The bits, not the answers kept, say whether it came before.
+      if (known.Seen(seq)) {
+        ++s.duplicates;
+        status = absl::FailedPreconditionError(absl::StrCat(
+            "push ", seq,
+            " of this client was applied before (its answer is no longer kept: the ps task keeps the last ", kWindow,
+            "); it is not applied again"));
+      } else if (!known.Remembers(seq)) {
         ++s.duplicates;
         status = absl::FailedPreconditionError(
-            absl::StrCat("push ", seq, " of this client is older than the last ", kWindow,
-                         " the ps task remembers; it was applied before and is not applied again"));
-      } else {
+            absl::StrCat("push ", seq, " of this client is older than the last ", kSeenSeqs,
+                         " the ps task remembers, so it cannot tell whether it was applied; it is not applied"));
+      } else {  // a first arrival, perhaps after newer ones
         pushes.emplace(seq, Entry());
+        known.MarkSeen(seq);
         while (static_cast<int>(pushes.size()) > kWindow) {
-          forgotten.emplace_back().by_seq.insert(pushes.extract(pushes.begin()));
+          // The oldest answer goes, but not the push just admitted (its first arrival came late).
+          auto oldest = pushes.begin()->first == seq ? std::next(pushes.begin()) : pushes.begin();
+          forgotten.emplace_back().by_seq.insert(pushes.extract(oldest));
         }
         return rpc::Responder(std::make_unique<RecordingResponder>(state_, client_id, seq, std::move(responder)));
       }

@@ -16,8 +16,11 @@
 // Memory is bounded: per client, the last kWindow pushes (a client has one push per ps in flight
 // at a time, a few when it pipelines, a step's parts when it pushes as backward goes); at most kMaxClients clients, the
 // least recently seen forgotten first. A duplicate older than its client's window (its answer forgotten) is refused
-// with FailedPrecondition and not applied. An answer Unavailable (the ps stopping before it
-// applied the push) is not recorded, so a retry is applied afresh.
+// with FailedPrecondition and not applied; a push older than the window that never arrived before
+// (a slice's retry overtaken by the client's later slices) is applied: which of the last kSeenSeqs
+// numbers arrived is kept as bits. One older still is refused (the ps cannot tell). An answer
+// Unavailable (the ps stopping before it applied the push) is not recorded, so a retry is applied
+// afresh.
 //
 // Thread-safe. The recording Responders share the table's state, so they may outlive the
 // PushDedup (a ps stopping while calls are held).
@@ -37,6 +40,7 @@ namespace psflow::ps {
 class PushDedup {
  public:
   static constexpr int kWindow = 64;
+  static constexpr uint64_t kSeenSeqs = 16384;  // which of them arrived, answers or not (2 KiB a client)
   static constexpr size_t kMaxClients = 4096;
 
   // Rebuilds the answer to a duplicate from the recorded answer's header (the serialized

@@ -473,7 +473,7 @@ TEST(AsyncPushTest, ServerRefusesSlicesThatDoNotFitOrComeInSyncMode) {
   auto push = [&](int64_t offset, int64_t n, uint64_t client_id) {
     wire::PushRequest header;
     header.set_client_id(client_id);
-    header.set_seq(static_cast<uint64_t>(offset * 10 + n));
+    header.set_seq(static_cast<uint64_t>((offset + 1) * 10 + n));  // a distinct seq for each part, all > 0
     header.set_more_parts(true);
     return CallWithSliceOfW(*ps.channel, rpc::Method::kPush, header.SerializeAsString(), data, offset, n);
   };

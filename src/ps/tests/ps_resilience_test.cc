@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "proto/psflow.pb.h"
 #include "ps/client/call_deadline.h"
+#include "ps/server/push_dedup.h"
 #include "ps/tests/ps_test_util.h"
 #include "rpc/transport.h"
 
@@ -132,6 +133,50 @@ TEST(DedupTest, AsyncDuplicateIsAnsweredWithTheFirstAnswerAndNotAppliedAgain) {
   // A client id of 0 (an old client) is never deduplicated.
   EXPECT_EQ(f.Push(RawPush(g, 1, 0, 1, 1)).step, 4);
   EXPECT_EQ(f.Push(RawPush(g, 1, 0, 1, 1)).step, 5);
+}
+
+// A push whose first arrival comes after more than the window of newer pushes of its client (a
+// slice's retry overtaken by the later slices) is applied; a duplicate of an answered push that
+// old is still refused, not applied again.
+TEST(DedupTest, AFirstArrivalBehindMoreThanTheWindowIsAppliedAndAnOldDuplicateIsNot) {
+  Fixture f(Sgd(0.5f));
+  const Tensor g = Filled({3, 2}, 1.0f, 1.0f);
+  constexpr uint64_t kClient = 93;
+  const int newer = PushDedup::kWindow + 10;
+  for (int i = 0; i < newer; ++i) PSFLOW_ASSERT_OK(f.Push(RawPush(g, 1, kClient, 2 + i, i)).status);
+  const Answer late = f.Push(RawPush(g, 1, kClient, 1, newer));
+  PSFLOW_ASSERT_OK(late.status);
+  EXPECT_EQ(late.step, newer + 1);
+  const Answer again = f.Push(RawPush(g, 1, kClient, 2, 0));  // answered long ago
+  EXPECT_TRUE(absl::IsFailedPrecondition(again.status)) << again.status;
+  EXPECT_THAT(std::string(again.status.message()), HasSubstr("push 2 of this client was applied before"));
+  Tensor expected = f.w;  // newer + 1 pushes applied, each once
+  for (int n = 0; n < newer + 1; ++n) {
+    for (int64_t i = 0; i < expected.size(); ++i) expected[i] -= 0.5f * g[i];
+  }
+  EXPECT_EQ(V(f.Values()), V(expected));
+}
+
+// Sequence numbers run on past the bits' window (each slot reused for a number kSeenSeqs newer): every
+// new push is applied once, a recent duplicate answered with its first answer, and one older than the
+// window refused without being applied.
+TEST(DedupTest, PushesPastTheBitsWindowAreNewAndOlderOnesAreRefused) {
+  Fixture f(Sgd(0.5f));
+  const Tensor g = Filled({3, 2}, 1.0f, 1.0f);
+  constexpr uint64_t kClient = 94;
+  const uint64_t last = PushDedup::kSeenSeqs + 70;
+  for (uint64_t seq = 1; seq <= last; ++seq) {
+    const Answer a = f.Push(RawPush(g, 1, kClient, seq, static_cast<int64_t>(seq) - 1));
+    ASSERT_TRUE(a.status.ok()) << "push " << seq << ": " << a.status;
+    ASSERT_EQ(a.step, static_cast<int64_t>(seq));
+  }
+  const Answer recent = f.Push(RawPush(g, 1, kClient, last, 0));
+  PSFLOW_ASSERT_OK(recent.status);
+  EXPECT_EQ(recent.step, static_cast<int64_t>(last));  // the first answer
+  const Answer old = f.Push(RawPush(g, 1, kClient, 3, 0));
+  EXPECT_TRUE(absl::IsFailedPrecondition(old.status)) << old.status;
+  EXPECT_THAT(std::string(old.status.message()), HasSubstr("cannot tell whether it was applied"));
+  EXPECT_EQ(f.Push(RawPush(g, 1, kClient, last + 1, 0)).step, static_cast<int64_t>(last + 1));
 }
 
 TEST(DedupTest, RefusedPushIsRefusedAgainAndNeverApplied) {

@@ -1,8 +1,9 @@
 // Embedding tables through the ps, end to end over real gRPC (docs/tables.md): declaration in the
 // plan, div/mod and Mix64 routing with initial values equal on 1 and 3 ps tasks (and to the row
-// initializer run here), each sparse rule through the wire against the same block applied locally,
-// bad input refused with nothing applied anywhere, a dynamic table's max_rows bound and its stats,
-// prefetch, calls in parts, the shared-memory transport, and the blocks' wire encoding.
+// initializer run here), each sparse rule through the wire (gradient rows as a Tensor or lent as
+// values) against the same block applied locally, bad input refused with nothing applied anywhere,
+// a dynamic table's max_rows bound and its stats, prefetch, calls in parts, the shared-memory
+// transport, and the blocks' wire encoding.
 #include "ps/server/ps_tables.h"
 
 #include <algorithm>
@@ -104,7 +105,12 @@ TEST(PsTablesTest, EachSparseRuleThroughTheWireEqualsTheBlockAppliedLocally) {
       Tensor gd = testing::Filled({static_cast<int64_t>(dynamic_ids[step].size()), 4}, -0.2f, 0.09f + 0.01f * step);
       TableStep tables;
       tables.pushes.push_back({"emb", &fixed_ids[step], nullptr, &gf});
-      tables.pushes.push_back({"hashed", &dynamic_ids[step], nullptr, &gd});
+      if (step % 2 == 1) {  // the gradient rows lent as values instead of a Tensor: the same update
+        tables.pushes.push_back(
+            {"hashed", &dynamic_ids[step], nullptr, nullptr, absl::MakeConstSpan(gd.data(), gd.size())});
+      } else {
+        tables.pushes.push_back({"hashed", &dynamic_ids[step], nullptr, &gd});
+      }
       auto r = job.workers[0]->PushAndPull({}, static_cast<int64_t>(step), {}, tables);
       ASSERT_TRUE(r.ok()) << r.status();
       PSFLOW_ASSERT_OK(
@@ -144,6 +150,11 @@ TEST(PsTablesTest, BadInputIsRefusedWithNothingApplied) {
       {{{"hashed", &dyn, nullptr, &gd}, {"emb", &good, nullptr, &wrong_dim}}, "table 'emb': gradient rows [2,3]"},
       {{{"emb", &twice, nullptr, &g}}, "table 'emb': id 2 listed twice"},
       {{{"nope", &good, nullptr, &g}}, "table 'nope': not a table of the plan"},
+      {{{"emb", &good, nullptr, nullptr, absl::MakeConstSpan(wrong_dim.data(), 6)}},
+       "table 'emb': gradient rows of 6 values for 2 ids"},
+      {{{"emb", &good, nullptr, nullptr, absl::MakeConstSpan(nan.data(), 4)}},
+       "table 'emb': gradient row of id 5 has a NaN"},
+      {{{"emb", &good, nullptr, nullptr}}, "table 'emb': no gradient rows given"},
   };
   for (const Case& k : cases) {
     TableStep step;
