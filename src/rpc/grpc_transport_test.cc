@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rpc/tensor_coding.h"
@@ -152,7 +154,16 @@ TEST(GrpcTransportTest, HeldCallsAnswerLaterAndDeadlinesNameThePeer) {
                      result = std::move(r);
                      answered.Notify();
                    });
-  while (handler.held() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Bounded: a call that never reached the handler fails here, naming what it got, instead of hanging.
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (handler.held() < 2 && !answered.HasBeenNotified() && absl::Now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (handler.held() < 2) {
+    const std::string ended = answered.HasBeenNotified() ? result.status().ToString() : "nothing yet";
+    handler.ReleaseHeld();
+    FAIL() << "the second call did not reach the handler within 30 s; it ended with " << ended;
+  }
   EXPECT_FALSE(answered.HasBeenNotified());
   std::thread([&handler] { handler.ReleaseHeld(); }).join();  // also answers the timed-out call
   answered.WaitForNotification();
