@@ -3,20 +3,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "core/random_id.h"
 
 namespace psflow::rpc {
 namespace {
-
-uint64_t RandomNonZero() {
-  std::random_device device;
-  uint64_t v = 0;
-  while (v == 0) v = (static_cast<uint64_t>(device()) << 32) ^ device();
-  return v;
-}
 
 bool IsSixteenBitDense(const wire::TensorMeta& meta, WireDtype* dtype) {
   if (meta.sparse()) return false;
@@ -85,7 +78,7 @@ bool DeltaStep(WireDtype dtype, const float* w, float* held, float* q_out, int64
 // ---------------------------------------------------------------------------------------------
 // The ps's side
 
-DeltaEncoder::DeltaEncoder() : next_seq_(RandomNonZero() >> 1), last_sweep_(absl::Now()) {}
+DeltaEncoder::DeltaEncoder() : next_seq_(RandomNonZeroId() >> 1), last_sweep_(absl::Now()) {}
 
 std::shared_ptr<DeltaEncoder::Client> DeltaEncoder::ClientOf(uint64_t id) {
   const absl::Time now = absl::Now();
@@ -151,7 +144,7 @@ void DeltaEncoder::Encode(const wire::DeltaAnnouncement& announcement, OutgoingM
 // ---------------------------------------------------------------------------------------------
 // The worker's side
 
-DeltaDecoder::DeltaDecoder() : id_(RandomNonZero()) {}
+DeltaDecoder::DeltaDecoder() : id_(RandomNonZeroId()) {}
 
 std::vector<std::string> DeltaDecoder::Announce(Method method, OutgoingMessage* request) {
   std::vector<std::string> claimed;

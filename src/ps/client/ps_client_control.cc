@@ -2,10 +2,8 @@
 // PullState, WaitForInitialization, IsInitialized, Goodbye, Shutdown, Abort, Stats). The data path
 // (Pull, Push) is in ps_client.cc, the shared state in ps/client/ps_client_impl.h.
 #include <algorithm>
-#include <chrono>
 #include <iostream>
 #include <optional>
-#include <random>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -13,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "core/check.h"
+#include "core/random_id.h"
 #include "proto/psflow.pb.h"
 #include "ps/client/ps_client_impl.h"
 #include "ps/client/routing.h"
@@ -36,15 +35,9 @@ std::string FirstDifferingVariable(const std::string& ours, const std::string& t
   return "the variable lists are equal but their fingerprints differ";
 }
 
-uint64_t RandomClientId() {
-  std::random_device device;
-  const uint64_t high = device();
-  return (high << 32) ^ device() ^ static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-}
-
 }  // namespace
 
-PsClient::Impl::Impl(Options options) : options_(std::move(options)), client_id_(RandomClientId()) {}
+PsClient::Impl::Impl(Options options) : options_(std::move(options)), client_id_(RandomNonZeroId()) {}
 
 absl::Status PsClient::Impl::Init() {
   absl::StatusOr<rpc::WireDtype> wire_dtype = rpc::ParseWireDtype(options_.wire_dtype);

@@ -7,10 +7,8 @@
 // The first part stages the model's buffers, each part copies its runs into them, and the last
 // installs the model — so the ps holds the model and one part, not the model twice while a whole
 // Initialize message is copied out (docs/memory.md). A retried part copies the same bytes again.
-#include <chrono>
-#include <random>
-
 #include "absl/strings/str_cat.h"
+#include "core/random_id.h"
 #include "ps/common/wire_config.h"
 #include "ps/server/ps_server_impl.h"
 
@@ -23,21 +21,11 @@ absl::StatusOr<rpc::OutgoingMessage> Answer(const absl::Status& status) {
   return rpc::OutgoingMessage::Of(wire::Empty());
 }
 
-// A model's id (Model::id): random, so that a restarted task's models differ from its last
-// process's too; never 0 (a push's "not checked").
-uint64_t NewModelId() {
-  std::random_device device;
-  const uint64_t high = device();
-  const uint64_t id =
-      (high << 32) ^ device() ^ static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  return id == 0 ? 1 : id;
-}
-
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<PsServer::Impl::Model>> PsServer::Impl::NewModel(const wire::InitializeRequest& init) {
   auto model = std::make_shared<Model>();
-  model->id = NewModelId();
+  model->id = RandomNonZeroId();  // differs from a restarted task's last process's too
   absl::StatusOr<TrainingConfig> config = FromWire(init.config());
   if (!config.ok()) return config.status();
   model->config = *std::move(config);
