@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """A DLRM-style click-through-rate model in PyTorch with its embedding tables on the ps tasks
-(psflow.torch.EmbeddingBag, docs/recommendation.md), on docs/tables.md's synthetic CTR data
+(psflow.torch.EmbeddingBagCollection of EmbeddingBag tables, docs/recommendation.md), on docs/tables.md's synthetic CTR data
 (psflow.CtrGenerator: 26 Zipf-distributed categorical fields (--ctr_fields), 13 dense features
 (--ctr_dense), a known answer).
 
-Model: dense features -> bottom MLP D-64-dim (D = --ctr_dense); one EmbeddingBag(sum) of dim --ctr_dim per field;
+Model: dense features -> bottom MLP D-64-dim (D = --ctr_dense); one EmbeddingBag(sum) of dim --ctr_dim per field,
+in one EmbeddingBagCollection;
 the pairwise dot products of the F + 1 vectors; top MLP -> 128 -> 64 -> 1 logit. The tables use
 --sparse_optimizer (default adagrad, TF's: accumulators from 0.1) at --sparse_learning_rate, the
 dense layers --optimizer (default adam). --ctr_vocab=0 (default): dynamic tables keyed by the raw
@@ -51,9 +52,10 @@ class DLRM(nn.Module):
     def __init__(self, fields, dim, vocab, num_dense=13):
         super().__init__()
         n = vocab if vocab > 0 else None  # None: a dynamic table (any int64 id)
-        # Was: nn.EmbeddingBag(n, dim, mode="sum", sparse=True). Rows drawn on the ps from (seed, id), each
-        # table's seed derived from --seed and its name (tables.0, tables.1, ...).
-        self.tables = nn.ModuleList(
+        # Was: nn.EmbeddingBag(n, dim, mode="sum", sparse=True) per field. Rows drawn on the ps from (seed, id),
+        # each table's seed derived from --seed and its name (tables.0, tables.1, ...). The collection looks
+        # all fields up in one call (one leaf, one gradient per step); each field stays a table of its own.
+        self.tables = psflow.torch.EmbeddingBagCollection(
             psflow.torch.EmbeddingBag(n, dim, mode="sum", initializer="truncated_normal:0:0.05")
             for f in range(fields))
         self.vocab = vocab
@@ -65,8 +67,7 @@ class DLRM(nn.Module):
 
     def forward(self, ids, dense):
         ids = ids % self.vocab if self.vocab > 0 else ids
-        offsets = torch.arange(ids.shape[0], dtype=torch.int64)  # one id per bag
-        embedded = torch.stack([t(ids[:, f], offsets) for f, t in enumerate(self.tables)], dim=1)
+        embedded = self.tables(ids)  # [B, fields] -> [B, fields, dim]: one id per bag
         b = self.bottom(dense)
         x = torch.cat([b.unsqueeze(1), embedded], dim=1)
         z = torch.bmm(x, x.transpose(1, 2))[:, self.iu[0], self.iu[1]]

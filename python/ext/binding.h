@@ -82,8 +82,13 @@ void RegisterTableFields(pybind11::module_& m);
 std::vector<absl::Span<const int64_t>> TableSpans(const char* what, int num_tables, const pybind11::object& ids,
                                                   std::vector<pybind11::object>* keep);
 // Lookup with the tables' ids (TableSpans); returns one (rows float32 [U, dim], index int64
-// [batch]) per table, moved out of the session without a copy.
-pybind11::list TablesLookup(train::WorkerSession& session, const pybind11::object& ids);
+// [batch]) per table (None for a grouped table), then one (rows float32 [U_first + ..., dim],
+// index int64 [batch, count] or None) per group of tables (TablesGroup; the index: example i's row
+// of each table of the group in those rows, None when its tables were given different numbers of
+// ids), the rows moved out of the session without a copy.
+pybind11::list TablesLookup(train::WorkerSession& session, const pybind11::object& ids, int num_groups);
+// WorkerSession::GroupTables(first, count): a table collection's rows in one buffer; the group's index.
+int TablesGroup(train::WorkerSession& session, int first, int count);
 // Python objects lent to the C++ session, whose last owner may go on any thread (the tables'
 // gradients, which a push Step leaves in flight reads after step() returned): Lend's owner, once
 // the session lets go of it, hands the object back here, and the thread holding the GIL drops it
@@ -104,8 +109,10 @@ class LentObjects : public std::enable_shared_from_this<LentObjects> {
 // address, count): `count` float32 values at `address` (an int), which `owner` (a C-contiguous
 // float32 tensor) holds. `dims`: the tables' dims. Lent, not copied (a C-contiguous float32 array
 // is read in place, anything else converted once), all checked first.
+// `groups`: a list of (group index, owner, address, count): a group's gradients [U_first + ...,
+// dim] (count values) in one tensor, split into its tables' rows in place.
 void TablesSetGrads(train::WorkerSession& session, const std::vector<int64_t>& dims, const pybind11::list& grads,
-                    LentObjects& lent);
+                    const pybind11::list& groups, int num_groups, LentObjects& lent);
 
 }  // namespace psflow::python
 

@@ -301,10 +301,17 @@ class PySession {
 
   // Tables (table_binding.cc). Lookup also runs inside close()'s evaluate (the chief's final rows).
   py::list Lookup(const py::object& ids) {
-    if (evaluating_) return TablesLookup(*session_, ids);
+    if (evaluating_) return TablesLookup(*session_, ids, num_groups_);
     BusyGuard guard(busy_);
     Settle();
-    return TablesLookup(*session_, ids);
+    return TablesLookup(*session_, ids, num_groups_);
+  }
+  // Tables [first, first + count) as one group (a table collection): before the first lookup.
+  int GroupTables(int first, int count) {
+    BusyGuard guard(busy_);
+    const int g = TablesGroup(*session_, first, count);
+    num_groups_ = g + 1;
+    return g;
   }
   // The next batch's ids (TableSpans), checked here; the dedup runs behind this thread (the
   // forward goes on meanwhile) and the next call waits for it. A list's arrays are copied; one
@@ -339,11 +346,11 @@ class PySession {
   }
   // The unique rows' gradients of the tables the step used (psflow.torch's step), in one call:
   // [(table index, float32 array [U, dim])], lent to the session until its push has read them.
-  void SetTablesGrads(const py::list& grads) {
+  void SetTablesGrads(const py::list& grads, const py::list& groups) {
     BusyGuard guard(busy_);
     Settle();
     lent_->Release();
-    TablesSetGrads(*session_, table_dims_, grads, *lent_);
+    TablesSetGrads(*session_, table_dims_, grads, groups, num_groups_, *lent_);
   }
 
   py::object Close() {
@@ -447,6 +454,7 @@ class PySession {
   std::shared_ptr<Memory> memory_;
   std::shared_ptr<LentObjects> lent_ = std::make_shared<LentObjects>();  // before session_: outlives it
   std::vector<int64_t> table_dims_;                                      // the tables' dims, in order
+  int num_groups_ = 0;                                                   // GroupTables' groups
   std::unique_ptr<train::WorkerSession> session_;
   std::unique_ptr<Behind> behind_;  // after session_: stopped (its calls run) before the session goes
   py::object read_behind_;          // an array a call behind reads (Prefetch), until the next Settle
@@ -480,7 +488,8 @@ void RegisterSession(py::module_& m) {
       .def("wait_for_values", &PySession::WaitForValues, py::arg("indices"))
       .def("lookup", &PySession::Lookup, py::arg("ids"))
       .def("prefetch", &PySession::Prefetch, py::arg("next_ids"), py::arg("ahead") = false)
-      .def("set_tables_grads", &PySession::SetTablesGrads, py::arg("grads"))
+      .def("set_tables_grads", &PySession::SetTablesGrads, py::arg("grads"), py::arg("groups") = py::list())
+      .def("group_tables", &PySession::GroupTables, py::arg("first"), py::arg("count"))
       .def_property_readonly("num_tables", [](PySession& s) { return s.session().num_tables(); })
       .def(
           "value", [](PySession& s, size_t i) { return s.View(i, false); }, py::arg("index"))

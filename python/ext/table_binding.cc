@@ -178,9 +178,37 @@ void RemainderTransposed(const int64_t* in, int64_t rows, int64_t cols, int64_t 
   }
 }
 
+// Whether a [rows, cols] == b.T for b [cols, rows] (int64, C-contiguous), in blocks of 8 rows as
+// RemainderTransposed reads them.
+bool EqualTransposed(const int64_t* a, const int64_t* b, int64_t rows, int64_t cols) {
+  constexpr int64_t kBlock = 8;
+  for (int64_t i0 = 0; i0 < rows; i0 += kBlock) {
+    const int64_t i1 = std::min(rows, i0 + kBlock);
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t* column = b + j * rows;
+      bool same = true;
+      for (int64_t i = i0; i < i1; ++i) same &= a[i * cols + j] == column[i];
+      if (!same) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 void RegisterTableFields(py::module_& m) {
+  m.def(
+      "_equal_transposed",
+      [](const py::array& a, const py::array& b) {
+        if (!Int64Array(a, 2) || !Int64Array(b, 2)) return false;
+        const py::ssize_t rows = a.shape(0), cols = a.shape(1);
+        if (b.shape(0) != cols || b.shape(1) != rows) return false;
+        return EqualTransposed(static_cast<const int64_t*>(a.data()), static_cast<const int64_t*>(b.data()), rows,
+                               cols);
+      },
+      py::arg("a"), py::arg("b"),
+      "Whether a == b.T, for C-contiguous int64 arrays a [rows, cols] and b [cols, rows] (False for any other "
+      "dtype, layout or shape): a table collection's ids [batch, tables] against the ids announced per table.");
   m.def(
       "_remainder_transposed",
       [](const Ids& x, int64_t modulus) {
@@ -229,7 +257,36 @@ void RegisterTableFields(py::module_& m) {
       "whose value its field cannot read.");
 }
 
-py::list TablesLookup(train::WorkerSession& session, const py::object& ids) {
+namespace {
+
+// Group g's index [n, count] (row i: example i's row of each table in the group's rows), or None
+// when its tables were given different numbers of ids. Written with the GIL released.
+py::object GroupIndex(train::WorkerSession& session, const train::TableGroupBatch& g) {
+  const size_t n = session.table_batch(g.first).index.size();
+  for (int k = 1; k < g.count; ++k) {
+    if (session.table_batch(g.first + k).index.size() != n) return py::none();
+  }
+  py::array_t<int64_t> index({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(g.count)});
+  int64_t* out = index.mutable_data();
+  {
+    py::gil_scoped_release release;
+    const auto count = static_cast<size_t>(g.count);
+    for (size_t k = 0; k < count; ++k) {
+      const int64_t* in = session.table_batch(g.first + static_cast<int>(k)).index.data();
+      const int64_t offset = g.offsets[k];
+      for (size_t i = 0; i < n; ++i) out[i * count + k] = in[i] + offset;
+    }
+  }
+  return index;
+}
+
+}  // namespace
+
+int TablesGroup(train::WorkerSession& session, int first, int count) {
+  return ValueOrThrow(session.GroupTables(first, count));
+}
+
+py::list TablesLookup(train::WorkerSession& session, const py::object& ids, int num_groups) {
   std::vector<py::object> keep;
   const auto spans = TableSpans("lookup", session.num_tables(), ids, &keep);
   absl::Status status;
@@ -238,9 +295,18 @@ py::list TablesLookup(train::WorkerSession& session, const py::object& ids) {
     status = session.Lookup(spans);
   }
   ThrowIfError(status);
+  std::vector<char> grouped(static_cast<size_t>(session.num_tables()), 0);
+  for (int g = 0; g < num_groups; ++g) {
+    const train::TableGroupBatch& gb = session.table_group(g);
+    std::fill_n(grouped.begin() + gb.first, gb.count, 1);
+  }
   py::list out;
   for (int t = 0; t < session.num_tables(); ++t) {
     train::TableBatch& b = session.table_batch(t);
+    if (grouped[static_cast<size_t>(t)] != 0) {  // its rows: the group's (below)
+      out.append(py::none());
+      continue;
+    }
     const py::ssize_t u = static_cast<py::ssize_t>(b.ids.size());
     const py::ssize_t dim = b.rows.shape().size() == 2 ? b.rows.shape()[1] : 0;
     py::array rows = Own<Tensor, float>(std::move(b.rows), {u, dim});
@@ -249,6 +315,14 @@ py::list TablesLookup(train::WorkerSession& session, const py::object& ids) {
     py::array index = Own<std::vector<int64_t>, int64_t>(std::move(b.index), {n});  // the binding is the caller
     b.index.clear();
     out.append(py::make_tuple(rows, index));
+  }
+  for (int g = 0; g < num_groups; ++g) {
+    train::TableGroupBatch& gb = session.table_group(g);
+    const py::ssize_t u = gb.offsets.back();
+    const py::ssize_t dim = gb.rows.shape().size() == 2 ? gb.rows.shape()[1] : 0;
+    py::array rows = Own<Tensor, float>(std::move(gb.rows), {u, dim});
+    gb.rows = Tensor();
+    out.append(py::make_tuple(rows, GroupIndex(session, gb)));
   }
   return out;
 }
@@ -272,11 +346,35 @@ void LentObjects::Release() {
 }
 
 void TablesSetGrads(train::WorkerSession& session, const std::vector<int64_t>& dims, const py::list& grads,
-                    LentObjects& lent) {
+                    const py::list& groups, int num_groups, LentObjects& lent) {
   using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
   std::vector<std::pair<int, absl::Span<const float>>> checked;
   checked.reserve(grads.size());
-  py::tuple held(grads.size());
+  py::tuple held(grads.size() + groups.size());
+  // A group's gradients [U_first + ..., dim] (its one leaf's): split into its tables' rows, in place.
+  for (size_t k = 0; k < groups.size(); ++k) {
+    const auto item = groups[k].cast<py::tuple>();
+    if (item.size() != 4)
+      throw py::value_error("set_tables_grads: give groups as (group index, owner, address, count)");
+    const int g = item[0].cast<int>();
+    if (g < 0 || g >= num_groups) throw py::index_error("table group index out of range");
+    const train::TableGroupBatch& gb = session.table_group(g);
+    const int64_t u = gb.offsets.back();
+    const int64_t dim = dims[static_cast<size_t>(gb.first)];
+    const auto count = item[3].cast<int64_t>();
+    if (count != u * dim) {
+      throw StatusError(absl::InvalidArgumentError(absl::StrCat("tables ", gb.first, "..", gb.first + gb.count - 1,
+                                                                ": the gradient holds ", count, " values, not [", u,
+                                                                ", ", dim, "] for the batch's ", u, " unique ids")));
+    }
+    held[grads.size() + k] = item[1];
+    const auto* values = reinterpret_cast<const float*>(item[2].cast<uintptr_t>());
+    for (int j = 0; j < gb.count; ++j) {
+      checked.emplace_back(gb.first + j,
+                           absl::MakeConstSpan(values + gb.offsets[j] * dim,
+                                               static_cast<size_t>((gb.offsets[j + 1] - gb.offsets[j]) * dim)));
+    }
+  }
   for (size_t k = 0; k < grads.size(); ++k) {
     const auto item = grads[k].cast<py::tuple>();
     if (item.size() != 2 && item.size() != 4) {

@@ -180,7 +180,9 @@ class WorkerSession:
             [m._spec(n, flags.seed) for n, m in self._table_modules],
             waits_for_values=flags.overlap == "push_pull")  # (auto: push)
         self._overlap = None
-        self._tables = tables._Tables(self._session, self._table_modules) if self._table_modules else None
+        self._collections = self._group_collections(module, tables)
+        self._tables = tables._Tables(self._session, self._table_modules, self._collections) \
+            if self._table_modules else None
         if self._tables is not None:
             self._tables.after_lookup = self._early_prefetch
         self._table_index = None  # _ids_list's {table name or id(module): position}, made once
@@ -193,6 +195,21 @@ class WorkerSession:
         self._samplers = {}
         self.summary = None
         self._opened = False
+
+    def _group_collections(self, module, tables):
+        """The model's psflow.torch.EmbeddingBagCollections, each made a group of the C++ session
+        (its tables' rows in one buffer), in group order."""
+        found = [m for m in module.modules() if isinstance(m, tables.EmbeddingBagCollection)]
+        position = {id(m): t for t, (_, m) in enumerate(self._table_modules)}
+        for c in found:
+            first = position[id(c[0])]
+            if [position[id(t)] for t in c] != list(range(first, first + c.num_tables)):
+                raise _psflow.InvalidArgumentError(
+                    f"{c._what()}: its tables are not one after another among the model's tables (one of them is "
+                    "also a module elsewhere in the model); give each collection tables of its own")
+            c._first = first
+            c._group = self._session.group_tables(first, c.num_tables)
+        return found
 
     # --- life cycle -----------------------------------------------------------------------------
 
@@ -236,6 +253,8 @@ class WorkerSession:
                 raise _psflow.FailedPreconditionError(
                     f"table '{m.table_name}' already belongs to another open worker session")
             m._tables, m._index = self._tables, t
+        for c in self._collections:
+            c._tables = self._tables
         return self
 
     def _detach_tables(self):
@@ -244,6 +263,9 @@ class WorkerSession:
         for _, m in self._table_modules:
             if m._tables is self._tables:
                 m._tables, m._index = None, -1
+        for c in self._collections:
+            if c._tables is self._tables:
+                c._tables = None
 
     def close(self):
         """Chief: pulls the final values, saves the final checkpoint, calls evaluate(), prints

@@ -243,6 +243,7 @@ class _Table(torch.nn.Module):
         self._tables = None  # the open session's _Tables, set by psflow.WorkerSession
         self._index = -1
         self._declared = False  # a session took the declaration (_spec): nn.init on weight is too late
+        self._collection = None  # the psflow.torch.EmbeddingBagCollection holding it, if any
 
     @property
     def weight(self):
@@ -264,6 +265,10 @@ class _Table(torch.nn.Module):
 
     def _rows(self, ids):
         """(rows [U (+1 with padding), dim], index int64 like ids) for an integer tensor of ids."""
+        if self._collection is not None:
+            raise _psflow.FailedPreconditionError(
+                f"{self._what()} belongs to a psflow.torch.EmbeddingBagCollection: call the collection with every "
+                "table's ids at once (ids [batch, tables]), not one of its tables")
         tables = self._tables
         if tables is not None and self.padding_idx is None and isinstance(ids, torch.Tensor):
             taken = tables.rows_looked_up(self._index, ids)
@@ -351,10 +356,182 @@ class EmbeddingBag(_Table):
         self.include_last_offset = include_last_offset
 
     def forward(self, input, offsets=None, per_sample_weights=None):
+        if isinstance(input, torch.Tensor) and input.dim() not in (1, 2):
+            raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension {input.dim()}")
+        if isinstance(input, torch.Tensor) and input.dim() == 1 and offsets is None:
+            raise ValueError("offsets has to be a 1D Tensor but got None")
         rows, index = self._rows(input)
         pad = rows.shape[0] - 1 if self.padding_idx is not None else None
-        return F.embedding_bag(index, rows, offsets, mode=self.mode, per_sample_weights=per_sample_weights,
-                               include_last_offset=self.include_last_offset, padding_idx=pad)
+        if index.dim() == 2:  # equal bags [B, L]: one table of a collection's [B, L, tables]
+            weights = None if per_sample_weights is None else per_sample_weights.unsqueeze(2)
+            if offsets is not None:
+                raise ValueError("if input is 2D, then offsets has to be None, as input is treated is a mini-batch of "
+                                 "fixed length sequences.")
+            bags = _bags(index.unsqueeze(2), rows, None, weights, self.mode, False, pad)
+        else:
+            weights = None if per_sample_weights is None else per_sample_weights.view(-1, 1)
+            bags = _bags(index.view(-1, 1), rows, offsets, weights, self.mode, self.include_last_offset, pad)
+        return bags.squeeze(1)
+
+
+def _one_id_per_bag(offsets, n, include_last_offset):
+    """Whether `offsets` cut n ids into n bags of one (offsets == arange(n), then n with
+    include_last_offset)."""
+    if offsets.dim() != 1 or offsets.shape[0] != n + include_last_offset:
+        return False
+    return torch.equal(offsets, torch.arange(n + include_last_offset, dtype=offsets.dtype))
+
+
+def _bags(index, rows, offsets, weights, mode, include_last_offset, pad):
+    """The bags of every table as nn.EmbeddingBag forms them, [bags, tables, dim]: what
+    EmbeddingBag (one table) and EmbeddingBagCollection (several, their rows in one leaf) compute,
+    so a collection of F tables gives the bits of F EmbeddingBag modules.
+
+    index: rows' index, [N, tables] (1-D input with offsets shared by every table, or without
+    offsets one id per bag) or [B, L, tables] (bags of L ids); weights: per-sample weights shaped as
+    index, or None; pad: the zero row padding ids point at, or None. One id per bag is a gather
+    (F.embedding: its backward sums each row's gradients in example order); other bags go through
+    one F.embedding_bag over every table's bags."""
+    if index.dim() == 3 and index.shape[1] == 1:
+        index = index.squeeze(1)
+        weights = None if weights is None else weights.squeeze(1)
+    if index.dim() == 2 and (offsets is None or _one_id_per_bag(offsets, index.shape[0], include_last_offset)):
+        if weights is not None and mode != "sum":
+            raise NotImplementedError("embedding_bag: per_sample_weights was not None. per_sample_weights is only "
+                                      f"supported for mode='sum' (got mode='{mode}'). Please open a feature request "
+                                      "on GitHub.")
+        out = F.embedding(index, rows)
+        return out if weights is None else out * weights.unsqueeze(2)
+    tables = index.shape[-1]
+    if index.dim() == 3:  # [B, L, tables] -> the tables' bags one after another: [tables * B, L]
+        b, length = index.shape[0], index.shape[1]
+        flat = index.permute(2, 0, 1).reshape(tables * b, length)
+        w = None if weights is None else weights.permute(2, 0, 1).reshape(tables * b, length)
+        out = F.embedding_bag(flat, rows, None, mode=mode, per_sample_weights=w, padding_idx=pad)
+        return out.view(tables, b, -1).transpose(0, 1)
+    n = index.shape[0]
+    flat = index.t().reshape(-1)  # table-major: table f's ids at [f * n, (f + 1) * n)
+    w = None if weights is None else weights.t().reshape(-1)
+    starts = offsets[:-1] if include_last_offset else offsets
+    bags = starts.shape[0]
+    if tables > 1:
+        shift = torch.arange(tables, dtype=offsets.dtype).unsqueeze(1) * n
+        cut = (starts.unsqueeze(0) + shift).reshape(-1)
+        if include_last_offset:
+            cut = torch.cat([cut, cut.new_full((1,), tables * n)])
+    else:
+        cut = offsets
+    out = F.embedding_bag(flat, rows, cut, mode=mode, per_sample_weights=w, include_last_offset=include_last_offset,
+                          padding_idx=pad)
+    return out.view(tables, bags, -1).transpose(0, 1)
+
+
+class EmbeddingBagCollection(torch.nn.Module):
+    """EmbeddingBagCollection(tables): psflow.torch.EmbeddingBag tables of one dim and one mode,
+    looked up together (TorchRec's EmbeddingBagCollection): a DLRM's F fields in one module.
+
+        tables = psflow.torch.EmbeddingBagCollection(
+            psflow.torch.EmbeddingBag(None, 16, mode="sum") for _ in range(26))
+        embedded = tables(ids)             # ids [batch, 26] -> [batch, 26, 16]
+
+    Each table stays a table of its own on the ps tasks (its name — the collection's module name and
+    its position, `tables.0`, `tables.1`, ... as an nn.ModuleList of them gives, or its name= —, its
+    spec, seed, rows and update rule's slots), so checkpoints, psflow.read_table_rows and a restore
+    onto other ps tasks see the same tables as F separate modules. What changes is the worker's
+    step: one forward hands every table's ids to the C++ session in one call and gets the batch's
+    unique rows of all F tables as one leaf tensor [U_1 + ... + U_F, dim] and one index; backward
+    leaves their gradients on that leaf, which step() lends to the session in one piece (each
+    table's part read in place, no copy). The bags are EmbeddingBag's, bit for bit.
+
+    forward(ids, offsets=None, per_sample_weights=None) -> [bags, F, dim]:
+      ids [B, F]: one id per bag (column f: table f's); [N, F] with offsets [B] (or [B + 1] with
+      include_last_offset): table f's bags cut from column f as EmbeddingBag cuts its 1-D input,
+      the same offsets for every table; [B, F, L]: bags of L ids. per_sample_weights: shaped as
+      ids (mode "sum"). int64 or int32 ids; a fixed table's in [0, num_embeddings).
+    The tables: psflow.torch.EmbeddingBag modules without padding_idx, of one embedding_dim, mode
+    and include_last_offset, in no other collection; indexable (`coll[f]`) like an nn.ModuleList.
+    """
+
+    def __init__(self, tables):
+        super().__init__()
+        what = "psflow.torch.EmbeddingBagCollection"
+        tables = list(tables)
+        if not tables:
+            raise _psflow.InvalidArgumentError(f"{what}: no tables; give a list of psflow.torch.EmbeddingBag")
+        first = tables[0] if isinstance(tables[0], EmbeddingBag) else None
+        for f, t in enumerate(tables):
+            if not isinstance(t, EmbeddingBag):
+                raise _psflow.InvalidArgumentError(
+                    f"{what}: table {f} is a {type(t).__name__}; give psflow.torch.EmbeddingBag modules")
+            for attr in ("embedding_dim", "mode", "include_last_offset"):
+                if getattr(t, attr) != getattr(first, attr):
+                    raise _psflow.InvalidArgumentError(
+                        f"{what}: table {f} has {attr}={getattr(t, attr)!r}, table 0 {getattr(first, attr)!r}; "
+                        f"the tables of a collection share one {attr}")
+            if t.padding_idx is not None:
+                raise _psflow.UnimplementedError(
+                    f"{what}: table {f} has padding_idx={t.padding_idx}; a collection's tables have none (use a "
+                    "separate psflow.torch.EmbeddingBag for it)")
+            if t._collection is not None or any(t is u for u in tables[:f]):
+                raise _psflow.InvalidArgumentError(f"{what}: table {f} is in a collection already")
+        for f, t in enumerate(tables):
+            self.add_module(str(f), t)
+            t._collection = self
+        self.num_tables = len(tables)
+        self.embedding_dim = first.embedding_dim
+        self.mode = first.mode
+        self.include_last_offset = first.include_last_offset
+        self._tables = None  # the open session's _Tables, set by psflow.WorkerSession
+        self._group = -1  # the session's group of the tables (one buffer of rows)
+        self._first = -1  # its first table's index among the session's
+
+    def __len__(self):
+        return self.num_tables
+
+    def __getitem__(self, f):
+        return self._modules[str(f if f >= 0 else f + self.num_tables)]
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def _what(self):
+        names = [t.table_name for t in self]
+        return f"psflow.torch.EmbeddingBagCollection of {self.num_tables} tables" + (
+            f" ('{names[0]}' ...)" if names[0] else "")
+
+    def forward(self, ids, offsets=None, per_sample_weights=None):
+        tables = self._tables
+        if tables is None:
+            raise _psflow.FailedPreconditionError(
+                f"{self._what()} needs an open psflow.WorkerSession: its rows live on the ps tasks (use it inside "
+                "`with psflow.WorkerSession(model, flags) as sess:`)")
+        n = self.num_tables
+        if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32) or \
+                ids.dim() not in (2, 3) or ids.shape[1] != n:
+            got = (f"a {ids.dtype} tensor of shape {list(ids.shape)}" if isinstance(ids, torch.Tensor)
+                   else f"a {type(ids).__name__}")
+            raise _psflow.InvalidArgumentError(
+                f"{self._what()}: ids are {got}; pass an int64 tensor [batch, {n}] (column f: table f's ids) or "
+                f"[batch, {n}, bag]")
+        if per_sample_weights is not None and (not isinstance(per_sample_weights, torch.Tensor) or
+                                               per_sample_weights.shape != ids.shape):
+            shape = list(per_sample_weights.shape) if isinstance(per_sample_weights, torch.Tensor) else "no tensor"
+            raise _psflow.InvalidArgumentError(
+                f"{self._what()}: per_sample_weights is {shape}; give one weight per id, shaped as ids {list(ids.shape)}")
+        if ids.dim() == 3:
+            if offsets is not None:
+                raise _psflow.InvalidArgumentError(
+                    f"{self._what()}: ids [batch, tables, bag] are bags of equal length already; pass offsets with "
+                    "ids [N, tables] only")
+            b, _, length = ids.shape
+            rows, index = tables.group_rows(self, ids, by_table=ids.permute(1, 0, 2).reshape(n, b * length))
+            weights = None if per_sample_weights is None else per_sample_weights.transpose(1, 2)
+            return _bags(index.view(b, length, n), rows, None, weights, self.mode, False, None)
+        rows, index = tables.group_rows(self, ids)
+        return _bags(index, rows, offsets, per_sample_weights, self.mode, self.include_last_offset, None)
+
+    def extra_repr(self):
+        return f"{self.num_tables} tables, {self.embedding_dim}, mode={self.mode!r}"
 
 
 def tables_of(module):
@@ -393,9 +570,13 @@ class _Tables:
     together): announced by WorkerSession.prefetch (the next batch's, riding on the push) or
     WorkerSession.lookup (this batch's). Without either, each table's first forward pulls its own
     rows (one Pull per table) and step() looks the batch up once more before pushing.
+
+    An EmbeddingBagCollection's tables are a group of the C++ session (their rows in one buffer):
+    its forward gets one leaf [U_1 + ... + U_F, dim] and one index [N, F] for all of them
+    (group_rows), and step() lends that leaf's gradient in one piece, each table's part in place.
     """
 
-    def __init__(self, session, modules):
+    def __init__(self, session, modules, collections=()):
         self._session = session  # the _psflow._Session
         self._modules = modules
         self._n = len(modules)
@@ -405,6 +586,14 @@ class _Tables:
         # per table, (ids as a tensor, leaf, index) while its one use of the step is the announced
         # Lookup's (what rows_looked_up compares a forward's ids with), else None
         self._taken = [None] * self._n
+        self._groups = list(collections)  # group g: its EmbeddingBagCollection (_first, num_tables)
+        self._group_of = [-1] * self._n
+        for g, c in enumerate(self._groups):
+            self._group_of[c._first:c._first + c.num_tables] = [g] * c.num_tables
+        self._ungrouped = [t for t in range(self._n) if self._group_of[t] < 0]
+        # group -> [ids the forward gave, ids by table (numpy [F, N]), leaf, index, stamp] of this step
+        self._group_used = {}
+        self._stamp = 0  # Lookups so far: a group's leaf is lent as it is when its Lookup was the last
         self.after_lookup = None  # called after the step's announced Lookup (WorkerSession._early_prefetch)
 
     def name(self, t):
@@ -417,8 +606,10 @@ class _Tables:
         return ids_list if matrix is None else matrix
 
     def _lookup(self, ids_list):
+        """The C++ Lookup: (rows, index) per table (None for a grouped one), then per group."""
         out = self._session.lookup(self.for_cpp(ids_list))
         self._held = list(ids_list)
+        self._stamp += 1
         return out
 
     def announce(self, ids_list):
@@ -436,6 +627,36 @@ class _Tables:
             return None
         return taken[1], taken[2].view(ids.shape)
 
+    def _take_announced(self):
+        """The step's Lookup of the announced ids (served by the prefetch when it brought them):
+        every table's and group's rows become this step's leaves."""
+        announced = self._announced
+        self._announced = None
+        looked = self._lookup(announced)
+        if self.after_lookup is not None:
+            self.after_lookup()
+        used, taken = self._used, self._taken
+        matrix = getattr(announced, "matrix", None)
+        # the announced ids as tensors (what rows_looked_up compares with): one call for a matrix
+        ungrouped = self._ungrouped
+        as_tensors = torch.from_numpy(matrix).unbind(0) if matrix is not None and ungrouped else None
+        from_numpy = torch.from_numpy
+        for u in ungrouped:
+            ids_u = announced[u]
+            if ids_u is not None and u not in used:
+                rows, index = looked[u]
+                leaf = from_numpy(rows).requires_grad_(True)
+                index = from_numpy(index)
+                used[u] = [(ids_u, leaf, index)]
+                taken[u] = (as_tensors[u] if as_tensors is not None else from_numpy(ids_u), leaf, index)
+        for g, c in enumerate(self._groups):
+            rows, index = looked[self._n + g]
+            by_table = self._announced_group(announced, c)
+            if index is None or by_table is None or g in self._group_used:
+                continue
+            self._group_used[g] = [None, by_table, from_numpy(rows).requires_grad_(True), from_numpy(index),
+                                   self._stamp]
+
     def rows(self, t, ids):
         uses = self._used.get(t, [])
         for used in uses:  # a second call of the step with the same ids
@@ -443,23 +664,7 @@ class _Tables:
                 return used[1], used[2]
         if not uses and self._announced is not None and self._announced[t] is not None and \
                 _same(self._announced[t], ids):
-            announced = self._announced
-            self._announced = None
-            looked = self._lookup(announced)
-            if self.after_lookup is not None:
-                self.after_lookup()
-            used, taken = self._used, self._taken
-            matrix = getattr(announced, "matrix", None)
-            # the announced ids as tensors (what rows_looked_up compares with): one call for a matrix
-            as_tensors = torch.from_numpy(matrix).unbind(0) if matrix is not None else None
-            from_numpy = torch.from_numpy
-            for u, (rows, index) in enumerate(looked):
-                ids_u = announced[u]
-                if ids_u is not None and u not in used:
-                    leaf = from_numpy(rows).requires_grad_(True)
-                    index = from_numpy(index)
-                    used[u] = [(ids_u, leaf, index)]
-                    taken[u] = (as_tensors[u] if as_tensors is not None else from_numpy(ids_u), leaf, index)
+            self._take_announced()
             used = self._used.get(t)
             if used is not None and _same(used[0][0], ids):
                 return used[0][1], used[0][2]
@@ -478,10 +683,95 @@ class _Tables:
             self._taken[t] = None  # a second use: rows_looked_up no longer answers for the table
         return leaf, torch.from_numpy(index)
 
+    # --- collections (EmbeddingBagCollection: a group of tables) ------------------------------------
+
+    @staticmethod
+    def _announced_group(announced, c):
+        """The announced ids of collection c's tables as one numpy array [F, N] (a view of the
+        announced matrix when there is one), or None when one of them is missing or their lengths differ."""
+        import numpy as np
+
+        first, count = c._first, c.num_tables
+        matrix = getattr(announced, "matrix", None)
+        if matrix is not None:
+            return matrix[first:first + count]
+        parts = announced[first:first + count]
+        if any(p is None for p in parts) or len({p.shape[0] for p in parts}) != 1:
+            return None
+        return np.stack(parts)
+
+    @staticmethod
+    def _group_ids_equal(ids, by_table, known):
+        """Whether a forward's ids (ids [N, F], or its ids by table [F, M]) are `known` ([F, N] numpy)."""
+        if by_table is not None:
+            m = by_table.numpy()
+            return m.shape == known.shape and m.tobytes() == known.tobytes()
+        return _psflow._equal_transposed(ids.numpy(), known)
+
+    def group_rows(self, c, ids, by_table=None):
+        """(leaf [U_1 + ... + U_F, dim], index [N, F]) for collection c's forward: ids [N, F] (column
+        f: table f's), or by_table [F, M] (row f: table f's) when given. The rows of the announced
+        Lookup when the ids are the announced ones, else a Lookup of their own (one call)."""
+        g = c._group
+        if ids.dtype is not torch.int64 or not ids.is_contiguous():
+            ids = ids.to(torch.int64).contiguous()
+        if by_table is not None:
+            by_table = by_table.to(torch.int64).contiguous()
+        used = self._group_used.get(g)
+        if used is None and self._announced is not None:
+            known = self._announced_group(self._announced, c)
+            if known is not None and self._group_ids_equal(ids, by_table, known):
+                self._take_announced()
+                used = self._group_used.get(g)
+        if used is not None:
+            if used[0] is ids or self._group_ids_equal(ids, by_table, used[1]):
+                used[0] = ids
+                return used[2], used[3]
+            if torch.is_grad_enabled():
+                raise _psflow.FailedPreconditionError(
+                    f"{c._what()}: called again in the step with other ids; call it once per step with every "
+                    "batch's ids (or use separate psflow.torch.EmbeddingBag modules)")
+        m = (by_table if by_table is not None else ids.t()).contiguous().numpy()
+        if c.num_tables == self._n:
+            ids_list = _TableIds(list(m), m)  # (one array)
+        else:
+            ids_list = [None] * self._n
+            ids_list[c._first:c._first + c.num_tables] = list(m)
+        rows, index = self._lookup(ids_list)[self._n + g]
+        leaf, index = torch.from_numpy(rows), torch.from_numpy(index)
+        if torch.is_grad_enabled():
+            leaf.requires_grad_(True)
+            self._group_used[g] = [ids, m, leaf, index, self._stamp]
+        return leaf, index
+
+    def _group_grads(self, relooked=False):
+        """[(group, gradient, its address, its size)] of the groups whose leaf has a gradient, to lend
+        as they are; None when a group's tables were looked up again since (unless `relooked`: the
+        Lookup before_step made with the group's ids, whose deduplication is the leaf's rows)."""
+        out = []
+        for g, (_, _, leaf, _, stamp) in self._group_used.items():
+            grad = leaf.grad
+            if grad is None:
+                continue
+            if stamp != self._stamp and not relooked:
+                return None
+            if not grad.is_contiguous():
+                grad = grad.contiguous()
+            out.append((g, grad, grad.data_ptr(), grad.numel()))
+        return out
+
+    def _drop_group_grads(self):
+        for used in self._group_used.values():  # (a later backward must not add into lent memory)
+            used[2].grad = None
+
     def ids_seen(self, t):
         """The ids table t's forwards were called with in this step (concatenated), or None."""
         import numpy as np
 
+        g = self._group_of[t]
+        if g >= 0:
+            used = self._group_used.get(g)
+            return None if used is None else used[1][t - self._groups[g]._first]
         uses = self._used.get(t)
         if not uses:
             return None
@@ -493,7 +783,8 @@ class _Tables:
         the tensors until its push has read them (after step() returns when the push is deferred)."""
         import numpy as np
 
-        if self._lend_simple():
+        groups = self._group_grads()
+        if groups is not None and self._lend_simple(groups):
             return
         pushed = {}
         for t, uses in self._used.items():
@@ -501,7 +792,7 @@ class _Tables:
             if with_grad:
                 pushed[t] = with_grad
         # Per table, the ids the session's batch must hold: a leaf's own ids, or (called more than
-        # once) every leaf's unique ids one after another.
+        # once) every leaf's unique ids one after another; a group's tables, the group's.
         want = {}
         for t, uses in pushed.items():
             if len(uses) == 1:
@@ -513,8 +804,13 @@ class _Tables:
                     unique[index.numpy().reshape(-1)] = ids
                     parts.append(unique)
                 want[t] = np.concatenate(parts)
+        for g, (_, by_table, leaf, _, _) in self._group_used.items():
+            if leaf.grad is not None:
+                first = self._groups[g]._first
+                for k in range(by_table.shape[0]):
+                    want[first + k] = by_table[k]
         looked = None
-        if any(len(uses) > 1 for uses in pushed.values()) or \
+        if groups is None or any(len(uses) > 1 for uses in pushed.values()) or \
                 any(self._held[t] is None or not _same(self._held[t], want[t]) for t in pushed):
             looked = self._lookup([want.get(t) for t in range(self._n)])
         grads = []  # (table, its unique rows' gradients), lent to C++ in one call (not copied)
@@ -532,13 +828,17 @@ class _Tables:
                 grad.index_add_(0, at[start:start + leaf.shape[0]], leaf.grad)
                 start += leaf.shape[0]
             grads.append((t, grad.numpy()))
-        if grads:
+        groups = self._group_grads(relooked=True)
+        self._drop_group_grads()
+        if groups:
+            self._session.set_tables_grads(grads, groups)
+        elif grads:
             self._session.set_tables_grads(grads)
 
-    def _lend_simple(self):
+    def _lend_simple(self, groups):
         """before_step's usual case, in one pass: each table used once in the step, and the
-        session's batches hold the very ids it used (the step's Lookup). False (nothing done) when
-        another case needs the general path."""
+        session's batches hold the very ids it used (the step's Lookup); `groups`: the groups'
+        gradients (_group_grads). False (nothing done) when another case needs the general path."""
         held = self._held
         grads, leaves = [], []
         f32 = torch.float32
@@ -558,13 +858,17 @@ class _Tables:
             leaves.append(leaf)
         for leaf in leaves:  # (a backward through a graph kept alive must not add into the lent memory)
             leaf.grad = None
-        if grads:
+        self._drop_group_grads()
+        if groups:
+            self._session.set_tables_grads(grads, groups)
+        elif grads:
             self._session.set_tables_grads(grads)
         return True
 
     def after_step(self):
         self._used = {}
         self._taken = [None] * self._n
+        self._group_used = {}
 
 
 class _IdsLearner:

@@ -400,6 +400,8 @@ absl::Status WorkerSession::PrefetchAhead(const std::vector<absl::Span<const int
   return impl_->Prefetch(next_ids, unique, true);
 }
 TableBatch& WorkerSession::table_batch(int t) { return impl_->table_batch(t); }
+absl::StatusOr<int> WorkerSession::GroupTables(int first, int count) { return impl_->tables().Group(first, count); }
+TableGroupBatch& WorkerSession::table_group(int g) { return impl_->tables().group(g); }
 int WorkerSession::num_tables() const { return impl_->num_tables(); }
 bool WorkerSession::is_open() const { return impl_->is_open(); }
 bool WorkerSession::is_chief() const { return impl_->is_chief(); }

@@ -134,6 +134,7 @@ class WorkerSession::Impl {
                         bool ahead);
 
   TableBatch& table_batch(int t) { return tables_.batch(t); }
+  SessionTables& tables() { return tables_; }
   int num_tables() const { return tables_.size(); }
   std::vector<dist::TableSpec> table_specs() const { return tables_.specs(); }
 

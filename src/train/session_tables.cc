@@ -1,6 +1,7 @@
 // A worker session's tables and prefetches (train/session_tables.h).
 #include "train/session_tables.h"
 
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,101 @@ namespace psflow::train {
 SessionTables::SessionTables(std::vector<dist::TableSpec> tables) : tables_(std::move(tables)) {
   batches_.resize(tables_.size());
   prefetched_.resize(tables_.size());
+  group_of_.assign(tables_.size(), -1);
+  taken_.assign(tables_.size(), 0);
+}
+
+absl::StatusOr<int> SessionTables::Group(int first, int count) {
+  const int n = size();
+  if (count < 1 || first < 0 || first + count > n) {
+    return absl::InvalidArgumentError(absl::StrCat("GroupTables(", first, ", ", count, "): the session declares ", n,
+                                                   " tables; give consecutive declared tables"));
+  }
+  if (started_) {
+    return absl::FailedPreconditionError(absl::StrCat("GroupTables: table '", tables_[first].name,
+                                                      "' was looked up already; group tables before the first Lookup"));
+  }
+  for (int t = first; t < first + count; ++t) {
+    if (group_of_[t] >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("GroupTables: table '", tables_[t].name, "' is in another group"));
+    }
+    if (tables_[t].dim != tables_[first].dim) {
+      return absl::InvalidArgumentError(absl::StrCat("GroupTables: table '", tables_[t].name, "' has dim ",
+                                                     tables_[t].dim, ", table '", tables_[first].name, "' ",
+                                                     tables_[first].dim, "; a group's tables share one dim"));
+    }
+  }
+  const int g = num_groups();
+  TableGroup& group = groups_.emplace_back();
+  group.batch.first = first;
+  group.batch.count = count;
+  group.batch.offsets.assign(static_cast<size_t>(count) + 1, 0);
+  for (int t = first; t < first + count; ++t) group_of_[t] = g;
+  return g;
+}
+
+TableGroupBatch& SessionTables::group(int g) {
+  CHECK(g >= 0 && g < num_groups()) << "table_group(" << g << ") of " << groups_.size();
+  return groups_[static_cast<size_t>(g)].batch;
+}
+
+void SessionTables::FillGroup(size_t g, const std::vector<char>& taken, ps::TableStep* step) {
+  TableGroup& group = groups_[g];
+  TableGroupBatch& gb = group.batch;
+  const int64_t dim = tables_[static_cast<size_t>(gb.first)].dim;
+  bool all = true;
+  for (int k = 0; k < gb.count; ++k) {
+    const size_t t = static_cast<size_t>(gb.first + k);
+    gb.offsets[k + 1] = gb.offsets[k] + static_cast<int64_t>(batches_[t].ids.size());
+    all = all && taken[t] != 0;
+  }
+  const int64_t total = gb.offsets.back();
+  if (all && group.next_offsets == gb.offsets && group.next.shape() == Shape{total, dim}) {
+    gb.rows = std::move(group.next);  // the prefetch filled it: no copy
+    group.next = Tensor();
+    return;
+  }
+  gb.rows = Tensor::Uninitialized({total, dim});
+  for (int k = 0; k < gb.count; ++k) {
+    const size_t t = static_cast<size_t>(gb.first + k);
+    const TableBatch& b = batches_[t];
+    const size_t n = b.ids.size() * static_cast<size_t>(dim);
+    float* dest = gb.rows.data() + gb.offsets[k] * dim;
+    if (taken[t] != 0) {  // its rows came with the prefetch, among another batch's
+      if (n > 0) std::memcpy(dest, group.next.data() + group.next_offsets[k] * dim, n * sizeof(float));
+    } else if (n > 0) {
+      step->pulls.push_back({tables_[t].name, &b.ids, nullptr, nullptr, {}, absl::MakeSpan(dest, n)});
+    }
+  }
+}
+
+void SessionTables::SizeGroupsNext() {
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    TableGroup& group = groups_[g];
+    const int first = group.batch.first;
+    group.next_offsets.assign(static_cast<size_t>(group.batch.count) + 1, 0);
+    for (int k = 0; k < group.batch.count; ++k) {
+      group.next_offsets[k + 1] =
+          group.next_offsets[k] + static_cast<int64_t>(prefetched_[static_cast<size_t>(first + k)].ids.size());
+    }
+    const Shape shape{group.next_offsets.back(), tables_[static_cast<size_t>(first)].dim};
+    if (group.next.shape() != shape) group.next = Tensor::Uninitialized(shape);
+  }
+}
+
+ps::TableRowsRef SessionTables::PrefetchPull(size_t t) {
+  Prefetched& p = prefetched_[t];
+  const int g = group_of_[t];
+  if (g < 0) return {tables_[t].name, &p.ids, &p.rows, nullptr};
+  TableGroup& group = groups_[static_cast<size_t>(g)];
+  const int64_t dim = tables_[t].dim;
+  const size_t k = t - static_cast<size_t>(group.batch.first);
+  return {tables_[t].name,
+          &p.ids,
+          nullptr,
+          nullptr,
+          {},
+          absl::MakeSpan(group.next.data() + group.next_offsets[k] * dim, p.ids.size() * static_cast<size_t>(dim))};
 }
 
 absl::Status SessionTables::CheckCount(const char* call, size_t given) const {
@@ -20,6 +116,7 @@ absl::Status SessionTables::CheckCount(const char* call, size_t given) const {
 }
 
 void SessionTables::StartLookup(const std::vector<absl::Span<const int64_t>>& ids, ps::TableStep* step) {
+  started_ = true;
   for (size_t t = 0; t < tables_.size(); ++t) {
     TableBatch& b = batches_[t];
     Prefetched& p = prefetched_[t];
@@ -33,7 +130,10 @@ void SessionTables::StartLookup(const std::vector<absl::Span<const int64_t>>& id
       b.index.swap(dedup_.index);
     }
     DropGrads(&b);
-    if (prefetched_batch || (p.valid && p.ids == b.ids)) {  // the rows came back with the last step's answer
+    if (group_of_[t] >= 0) {  // its rows: in its group's buffer (FillGroup, below)
+      taken_[t] = prefetched_batch || (p.valid && p.ids == b.ids);
+      b.rows = Tensor();
+    } else if (prefetched_batch || (p.valid && p.ids == b.ids)) {  // the rows came back with the last step's answer
       b.rows = std::move(p.rows);
       p.rows = Tensor();
     } else {
@@ -42,6 +142,7 @@ void SessionTables::StartLookup(const std::vector<absl::Span<const int64_t>>& id
     }
     p.valid = false;
   }
+  for (size_t g = 0; g < groups_.size(); ++g) FillGroup(g, taken_, step);
 }
 
 void SessionTables::Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids) {
@@ -49,6 +150,7 @@ void SessionTables::Prefetch(const std::vector<absl::Span<const int64_t>>& next_
     DedupIds(next_ids[t].data(), static_cast<int64_t>(next_ids[t].size()), 1, &dedup_);
     Ask(t, next_ids[t], &dedup_);
   }
+  SizeGroupsNext();
 }
 
 absl::Status SessionTables::Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids,
@@ -64,6 +166,7 @@ absl::Status SessionTables::Prefetch(const std::vector<absl::Span<const int64_t>
     }
   }
   for (size_t t = 0; t < tables_.size(); ++t) Ask(t, next_ids[t], &(*unique)[t]);
+  SizeGroupsNext();
   return absl::OkStatus();
 }
 
@@ -87,12 +190,15 @@ absl::Status SessionTables::CheckUnique(absl::Span<const int64_t> raw, const Uni
 }
 
 void SessionTables::Ask(size_t t, absl::Span<const int64_t> raw, UniqueIds* unique) {
+  started_ = true;
   Prefetched& p = prefetched_[t];
   p.raw.assign(raw.begin(), raw.end());
   p.ids.swap(unique->ids);
   p.index.swap(unique->index);
   const int64_t rows = static_cast<int64_t>(p.ids.size());
-  if (p.rows.shape() != Shape{rows, tables_[t].dim}) p.rows = Tensor::Uninitialized({rows, tables_[t].dim});
+  if (group_of_[t] < 0 && p.rows.shape() != Shape{rows, tables_[t].dim}) {  // (grouped: SizeGroupsNext)
+    p.rows = Tensor::Uninitialized({rows, tables_[t].dim});
+  }
   p.asked = true;
   p.valid = false;
 }
@@ -140,7 +246,7 @@ ps::TableStep SessionTables::StepCall(KeptTables* kept) {
       }
     }
     Prefetched& p = prefetched_[t];
-    if (p.asked && !p.ahead && !p.ids.empty()) step.pulls.push_back({tables_[t].name, &p.ids, &p.rows, nullptr});
+    if (p.asked && !p.ahead && !p.ids.empty()) step.pulls.push_back(PrefetchPull(t));
   }
   return step;
 }
@@ -180,7 +286,7 @@ ps::TableStep SessionTables::AheadCall() {
     Prefetched& p = prefetched_[t];
     if (!p.asked || p.ahead) continue;
     p.ahead = true;
-    if (!p.ids.empty()) step.pulls.push_back({tables_[t].name, &p.ids, &p.rows, nullptr});
+    if (!p.ids.empty()) step.pulls.push_back(PrefetchPull(t));
   }
   return step;
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/types/span.h"
 #include "psflow/core/tensor.h"
@@ -92,6 +93,14 @@ class SessionTables {
   // Table `t` (declaration order) of the current batch; CHECKs t.
   TableBatch& batch(int t);
 
+  // Keeps the rows of tables [first, first + count) in one buffer (WorkerSession::GroupTables): the
+  // group's index, or InvalidArgument (not consecutive declared tables of one dim, or a table in
+  // another group) / FailedPrecondition (after the first Lookup or Prefetch), naming what is wrong.
+  absl::StatusOr<int> Group(int first, int count);
+  int num_groups() const { return static_cast<int>(groups_.size()); }
+  // Group `g` of the current batch; CHECKs g.
+  TableGroupBatch& group(int g);
+
  private:
   // A table's next batch: the ids given to Prefetch (`raw`, as given; `ids` and `index`, their
   // deduplication; `asked`: ride on the next Step, or `ahead`: pulled in a call of its own), and
@@ -108,10 +117,29 @@ class SessionTables {
   static absl::Status CheckUnique(absl::Span<const int64_t> raw, const UniqueIds& unique);
   // Table t's prefetch asks for `raw`, deduplicated into `unique` (taken over).
   void Ask(size_t t, absl::Span<const int64_t> raw, UniqueIds* unique);
+  // After the Asks of a Prefetch: each group's next buffer sized for its tables' unique ids.
+  void SizeGroupsNext();
+  // Group g's rows for the batch StartLookup deduplicated: the prefetched buffer itself when every
+  // table's rows came with it (`taken`, per table), else a new buffer, prefetched rows copied in and
+  // the others' pulls added to `step`.
+  void FillGroup(size_t g, const std::vector<char>& taken, ps::TableStep* step);
+  // The pull of table t's prefetch (into its Prefetched rows, or its place in its group's next buffer).
+  ps::TableRowsRef PrefetchPull(size_t t);
 
   std::vector<dist::TableSpec> tables_;
   std::vector<TableBatch> batches_;
   std::vector<Prefetched> prefetched_;
+  // Tables whose rows share one buffer: the current batch's (`batch`) and the prefetch's (`next`,
+  // table first + k's rows from row next_offsets[k]; a grouped table's Prefetched::rows stay empty).
+  struct TableGroup {
+    TableGroupBatch batch;
+    Tensor next;
+    std::vector<int64_t> next_offsets;
+  };
+  std::vector<TableGroup> groups_;
+  std::vector<int> group_of_;  // per table: its group, or -1
+  std::vector<char> taken_;    // StartLookup's: per table, whether its rows came with the prefetch
+  bool started_ = false;       // a Lookup or Prefetch ran (no Group after it)
   // The pull ahead in flight (StartAhead), or null; its call's routing is made at the send.
   struct Ahead {
     absl::Notification done;

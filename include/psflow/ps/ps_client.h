@@ -57,7 +57,9 @@ struct Gradient {
 // (a fixed table's in [0, N)); `rows` the pull's destination [ids, dim] (filled by the call), or
 // `grads` a push's gradient rows [ids, dim] (summed per unique id), or, with `grads` null,
 // `grad_values`: the same rows as ids × dim floats (row-major) in memory of the caller's, read
-// where `grads` would be (a caller's gradients pushed without copying them into a Tensor).
+// where `grads` would be (a caller's gradients pushed without copying them into a Tensor); a
+// pull with `rows` null writes `row_values` instead: ids × dim floats in memory of the caller's
+// (several tables' rows filled into one buffer, e.g. a table collection's).
 // Borrowed: they must stay alive, untouched, until the call completes.
 struct TableRowsRef {
   std::string table;
@@ -65,6 +67,7 @@ struct TableRowsRef {
   Tensor* rows = nullptr;
   const Tensor* grads = nullptr;
   absl::Span<const float> grad_values = {};
+  absl::Span<float> row_values = {};
 };
 
 // The tables' part of one step; it rides in the same call per ps task as the dense variables.

@@ -157,6 +157,16 @@ struct TableBatch {
   std::shared_ptr<const void> grads_owner;
 };
 
+// The rows of a group of tables of the current batch, in one buffer (WorkerSession::GroupTables: a
+// table collection's, e.g. psflow.torch.EmbeddingBagCollection's one leaf); owned by the session.
+// Table first + k's unique rows (TableBatch::ids order) are rows [offsets[k], offsets[k + 1]).
+struct TableGroupBatch {
+  int first = 0;  // the tables [first, first + count), of one dim
+  int count = 0;
+  Tensor rows;                   // [offsets[count], dim]; the caller may move it out between Lookup and Step
+  std::vector<int64_t> offsets;  // [count + 1]: each table's first row in `rows`, then their total
+};
+
 // What the caller's evaluation at Close() found (NaN: not measured). A model that is not a
 // classifier (a regression) leaves the accuracies and reports its own measures in `metrics`
 // (names of letters, digits and '_'), which the summary prints and --metrics_json writes.
@@ -265,6 +275,15 @@ class WorkerSession {
   // Table `t` (declaration order) of the current batch.
   TableBatch& table_batch(int t);
   int num_tables() const;
+  // Keeps the looked-up rows of tables [first, first + count) — consecutive, of one dim, in no
+  // other group — in one buffer, table_group(g).rows, and the rows their prefetch brings in one
+  // more (so a Lookup the prefetch served hands that buffer over without a copy); their
+  // TableBatch::rows stay empty. Ids, index and gradients stay per table (TableBatch). Before the
+  // first Lookup or Prefetch (FailedPrecondition after); InvalidArgument naming what is wrong.
+  // Returns the group's index g.
+  absl::StatusOr<int> GroupTables(int first, int count);
+  // Group `g` (GroupTables' order) of the current batch.
+  TableGroupBatch& table_group(int g);
   // `evaluate` is called by the chief only (may be null: accuracies stay 0). Non-chief summaries
   // carry no evaluation and no ps_traffic.
   absl::StatusOr<RunSummary> Close(const std::function<absl::StatusOr<SessionEval>()>& evaluate = nullptr);

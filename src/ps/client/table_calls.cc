@@ -28,15 +28,18 @@ absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, cons
   const int64_t n = static_cast<int64_t>(ref.ids->size());
   const int64_t dim = t->spec.dim;
   const Tensor* rows = push ? ref.grads : ref.rows;
-  const bool values = push && rows == nullptr && ref.grad_values.data() != nullptr;  // grad_values instead
+  // grad_values (push) or row_values (pull) instead of a Tensor
+  const size_t num_values = push ? ref.grad_values.size() : ref.row_values.size();
+  const bool values = rows == nullptr && (push ? ref.grad_values.data() : ref.row_values.data()) != nullptr;
   if (rows == nullptr && !values) {
     return Bad(what, ref.table, push ? "no gradient rows given" : "no destination given");
   }
-  if (values && static_cast<int64_t>(ref.grad_values.size()) != n * dim) {
+  if (values && static_cast<int64_t>(num_values) != n * dim) {
     return Bad(what, ref.table,
-               absl::StrCat("gradient rows of ", ref.grad_values.size(), " values for ", n, " ids; the table takes [",
-                            n, ",", dim, "]"));
+               absl::StrCat(push ? "gradient rows of " : "a destination of ", num_values, " values for ", n,
+                            " ids; the table takes [", n, ",", dim, "]"));
   }
+  float* dest = push ? nullptr : values ? ref.row_values.data() : ref.rows->data();
   if (!values && (rows->rank() != 2 || rows->dim(0) != n || rows->dim(1) != dim)) {
     return Bad(what, ref.table,
                absl::StrCat(push ? "gradient rows" : "destination", " ", ShapeToString(rows->shape()), " for ", n,
@@ -72,7 +75,7 @@ absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, cons
       TableBlockCall& b = (*out)[s.ps_task].emplace_back();
       b.block = s.name;
       b.dim = dim;
-      b.dest = push ? nullptr : ref.rows;
+      b.dest = dest;
       if (t->shards.size() == 1) {  // every id goes here
         b.ids.reserve(static_cast<size_t>(n));
         b.positions.reserve(static_cast<size_t>(n));
@@ -191,7 +194,7 @@ absl::Status ScatterTableRows(const rpc::IncomingMessage& answer, const std::vec
                                               "', received '", answer.meta(i).name(), "' with ", answer.num_floats(i),
                                               " floats"));
     }
-    float* dest = call.dest->data();
+    float* dest = call.dest;
     // Rows wanted in a run of consecutive positions (one ps holding a batch's ids, in order): one
     // copy straight into place.
     if (n > 0 && call.positions.back() - call.positions.front() == n - 1) {

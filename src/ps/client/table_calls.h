@@ -31,7 +31,7 @@ struct TableBlockCall {
   int64_t dim = 0;
   std::vector<int64_t> ids;
   std::vector<int64_t> positions;     // pulls: row of `dest` for each id
-  Tensor* dest = nullptr;             // pulls
+  float* dest = nullptr;              // pulls: [rows, dim] floats
   std::shared_ptr<FloatBuffer> rows;  // pushes: [ids, dim]
 };
 
