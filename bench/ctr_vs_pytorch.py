@@ -14,7 +14,7 @@ trained the ways a CTR engineer on CPU can train it, side by side in one invocat
                     "DDP + RPC" tutorial combines them);
   (d) psflow_single psflow's C++ `psflow train --model=ctr`, one process (in-process tables);
   (e, f) psflow_cluster_async / _sync: C++ workers, 2 ps + 2 workers, the tables on the ps.
-  (g, h) psflow_torch_async / _sync: PyTorch workers (examples/pytorch/ctr_dlrm.py, psflow.torch.EmbeddingBag)
+  (g, h) psflow_torch_async / _sync: PyTorch workers (examples/pytorch/ctr_dlrm.py, psflow.torch.EmbeddingBagCollection)
                     on 2 C++ ps tasks + 2 workers, the tables on the ps.
   (i, j) psflow_torch_overhead_shm / _grpc: psflow's own time per step inside one PyTorch worker
                     (2 ps tasks), over shared memory and over gRPC (figures per step, not per job).
@@ -413,7 +413,7 @@ def cpp_workers(args):
 
 
 def torch_workers(args):
-    """PyTorch workers: examples/pytorch/ctr_dlrm.py (psflow.torch.EmbeddingBag, next batch prefetched),
+    """PyTorch workers: examples/pytorch/ctr_dlrm.py (psflow.torch.EmbeddingBagCollection, next batch prefetched),
     the ps tasks C++ (`psflow train --job_name=ps`: the tables and their rules are the C++ ps's
     whoever runs it; a ps started from the script would serve the same, and hold PyTorch's ~250 MB)."""
     return Program(args, [PYTHON, os.path.join(ROOT, "examples/pytorch/ctr_dlrm.py")], cpp_ps(args))
@@ -448,14 +448,22 @@ def psflow_torch_overhead(args, transport):
     worker thread's CPU in psflow's part, `behind_cpu_ms` the CPU of the binding's helper thread
     (the early parts', the prefetch's and the pull ahead's work, run beside the compute: hidden
     when a core is free), `parts_ms` psflow's part by cause, [wall, CPU] each: step (sess.step()
-    whole, rpc included), rpc, tables, hooks. The rest is the model's own forward/backward."""
+    whole, rpc included), tables, hooks. The rest is the model's own forward/backward (the tables'
+    gather and its backward included: a local nn.EmbeddingBag does them too).
+
+    Only the outermost psflow call is timed (a psflow call made inside another is inside its
+    interval, untimed), with two clock reads each side; `timed_calls_per_step` says how many, and
+    `timer_ms` what their clock reads cost inside the intervals per step (a timed call of a
+    function that does nothing, calibrated in this process): part of psflow_ms, reported beside
+    it, not subtracted. rpc_ms's two reads of perf_counter (inside step) are not calibrated.
+    `psflow_share` = psflow_ms / step_ms."""
     import importlib.util
     import torch
     import psflow
     import psflow.session as session
     import psflow.torch as ptables
 
-    spec = importlib.util.spec_from_file_location("ctr_dlrm", os.path.join(ROOT, "examples/pytorch/ctr_dlrm.py"))
+    spec = importlib.util.spec_from_file_location("ctr_dlrm", args.dlrm)
     ctr = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ctr)
     ports = [free_port() for _ in range(3)]
@@ -467,23 +475,38 @@ def psflow_torch_overhead(args, transport):
                       f"--log_every={args.steps}", f"--overlap={args.overlap}"]
     ps = [subprocess.Popen(cpp_ps(args) + ["--job_name=ps", f"--task_index={i}"] + common,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
-    clock = {"psflow": 0.0, "rpc": 0.0, "cpu": 0.0}
+    clock = {"psflow": 0.0, "rpc": 0.0, "cpu": 0.0, "calls": 0}
     parts = {}  # psflow's part by cause: [wall, Python-thread CPU] seconds
+    depth = [0]  # psflow calls in progress: only the outermost is timed (no timer inside another's interval)
 
-    def timed(fn, key, cpu=False, part=None):
+    def timed(fn, part):
+        """fn, its wall and CPU time added to psflow's time when it is the outermost psflow call."""
         def wrapper(*a, **k):
+            if depth[0]:
+                return fn(*a, **k)
+            depth[0] = 1
             start, start_cpu = time.perf_counter(), time.thread_time()
             try:
                 return fn(*a, **k)
             finally:
                 wall, used = time.perf_counter() - start, time.thread_time() - start_cpu
-                clock[key] += wall
-                if cpu:
-                    clock["cpu"] += used
-                if part is not None:
-                    spent = parts.setdefault(part, [0.0, 0.0])
-                    spent[0] += wall
-                    spent[1] += used
+                depth[0] = 0
+                clock["psflow"] += wall
+                clock["cpu"] += used
+                clock["calls"] += 1
+                spent = parts.setdefault(part, [0.0, 0.0])
+                spent[0] += wall
+                spent[1] += used
+        return wrapper
+
+    def timed_rpc(fn):
+        """The C++ Step (inside sess.step(), whose time holds it): wall time only, two clock reads."""
+        def wrapper(*a, **k):
+            start = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                clock["rpc"] += time.perf_counter() - start
         return wrapper
 
     class TimedSession:  # the C++ session, its Step timed
@@ -492,19 +515,32 @@ def psflow_torch_overhead(args, transport):
 
         def __getattr__(self, name):
             attr = getattr(self._inner, name)
-            return timed(attr, "rpc", part="rpc") if name == "step" else attr
+            return timed_rpc(attr) if name == "step" else attr
 
     for cls, name, part in ((session.WorkerSession, "step", "step"), (session.WorkerSession, "lookup", "tables"),
                             (session.WorkerSession, "prefetch", "tables"), (ptables._Tables, "rows", "tables"),
-                            (ptables._Tables, "rows_looked_up", "tables")):
-        setattr(cls, name, timed(getattr(cls, name), "psflow", cpu=True, part=part))
+                            (ptables._Tables, "rows_looked_up", "tables"),
+                            (ptables._Tables, "group_rows", "tables")):
+        if hasattr(cls, name):  # (a build without EmbeddingBagCollection has no group_rows)
+            setattr(cls, name, timed(getattr(cls, name), part))
     # --overlap's hooks run inside backward and forward: psflow's time too (handing a gradient over,
     # waiting for a layer's values).
     import psflow.overlap as overlap
     grad_hook, pre_hook = overlap.Overlap._gradient_hook, overlap.Overlap._pre_hook
-    overlap.Overlap._gradient_hook = lambda self, i: timed(grad_hook(self, i), "psflow", cpu=True, part="hooks")
-    overlap.Overlap._pre_hook = lambda self, own: timed(pre_hook(self, own), "psflow", cpu=True, part="hooks")
-    overlap.Overlap._root_hook = timed(overlap.Overlap._root_hook, "psflow", cpu=True, part="hooks")
+    overlap.Overlap._gradient_hook = lambda self, i: timed(grad_hook(self, i), "hooks")
+    overlap.Overlap._pre_hook = lambda self, own: timed(pre_hook(self, own), "hooks")
+    overlap.Overlap._root_hook = timed(overlap.Overlap._root_hook, "hooks")
+    # The timers' own cost inside the intervals they measure, per timed call: what a timed call of
+    # a function that does nothing records (calibrated here, reported beside psflow_ms, not subtracted).
+    noop = timed(lambda: None, "calibration")
+    for _ in range(2000):
+        noop()
+    saved = dict(clock)
+    for _ in range(20000):
+        noop()
+    timer_in = (clock["psflow"] - saved["psflow"]) / 20000
+    clock.update(psflow=0.0, rpc=0.0, cpu=0.0, calls=0)
+    parts.clear()
     try:
         flags = psflow.parse_flags(["--job_name=worker", "--task_index=0"] + common)
         torch.set_num_threads(1)
@@ -522,7 +558,7 @@ def psflow_torch_overhead(args, transport):
                 sess.step(loss.item())
                 steps += 1
                 if steps == warmup:
-                    clock.update(psflow=0.0, rpc=0.0, cpu=0.0)
+                    clock.update(psflow=0.0, rpc=0.0, cpu=0.0, calls=0)
                     parts.clear()
                     behind_start = behind_cpu_seconds()
                     start = time.perf_counter()
@@ -536,7 +572,11 @@ def psflow_torch_overhead(args, transport):
                 p.kill()
     n = steps - warmup
     return {"transport": transport, "overlap": args.overlap, "steps_timed": n, "step_ms": round(wall / n * 1e3, 3),
-            "psflow_ms": round(clock["psflow"] / n * 1e3, 3), "rpc_ms": round(clock["rpc"] / n * 1e3, 3),
+            "psflow_ms": round(clock["psflow"] / n * 1e3, 3),
+            "psflow_share": round(clock["psflow"] / wall, 4) if wall > 0 else None,
+            "timed_calls_per_step": round(clock["calls"] / n, 1),
+            "timer_ms": round(clock["calls"] / n * timer_in * 1e3, 3),
+            "rpc_ms": round(clock["rpc"] / n * 1e3, 3),
             "psflow_cpu_ms": round(clock["cpu"] / n * 1e3, 3), "behind_cpu_ms": round(behind / n * 1e3, 3),
             "parts_ms": {k: [round(w / n * 1e3, 3), round(c / n * 1e3, 3)] for k, (w, c) in sorted(parts.items())},
             "load_avg_1min": os.getloadavg()[0],
@@ -566,8 +606,11 @@ def main():
     ap.add_argument("--torch_threads", type=int, default=TORCH_THREADS, help="intra-op threads of the one process")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds before a run is given up")
     ap.add_argument("--overlap", default="auto", help="--overlap of the overhead runs (i, j)")
+    ap.add_argument("--dlrm", default=os.path.join(ROOT, "examples/pytorch/ctr_dlrm.py"),
+                    help="the DLRM script of the overhead runs (i, j): another checkout's, to measure its build")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
+    args.dlrm = os.path.abspath(args.dlrm)
     # Every child (the runs, their ranks and tasks) finds the binding of --build, and runs libgomp's
     # threads passive: with its default spin-then-sleep barrier, 2 intra-op threads on this shared
     # 2-vCPU VM spent 0.7 s per step of the one process against 0.023 s passive (a 30x loss on every
@@ -585,7 +628,8 @@ def main():
         try:
             proc = subprocess.run([PYTHON, __file__, f"--one={key}", f"--build={args.build}", f"--steps={args.steps}",
                                    f"--vocab={args.vocab}", f"--seed={args.seed}",
-                                   f"--torch_threads={args.torch_threads}", f"--overlap={args.overlap}"],
+                                   f"--torch_threads={args.torch_threads}", f"--overlap={args.overlap}",
+                                   f"--dlrm={args.dlrm}"],
                                   capture_output=True, text=True, timeout=args.timeout)
         except subprocess.TimeoutExpired:
             print(json.dumps({"run": name, "error": f"no result within --timeout={args.timeout:.0f} s"}), flush=True)

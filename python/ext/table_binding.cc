@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "binding.h"
+#include "psflow/core/tensor.h"
 #include "psflow/dist/table_spec.h"
 #include "psflow/train/session.h"
 
@@ -266,18 +267,22 @@ py::object GroupIndex(train::WorkerSession& session, const train::TableGroupBatc
   for (int k = 1; k < g.count; ++k) {
     if (session.table_batch(g.first + k).index.size() != n) return py::none();
   }
-  py::array_t<int64_t> index({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(g.count)});
-  int64_t* out = index.mutable_data();
+  // In psflow's recycled aligned blocks (tensor.h), not numpy's: a fresh array of this size each
+  // step would be mapped anew, its pages faulted in and zeroed by the kernel on this thread.
+  using Index = std::vector<int64_t, UninitAlignedAllocator<int64_t>>;
+  Index index(n * static_cast<size_t>(g.count));
+  int64_t* out = index.data();
   {
     py::gil_scoped_release release;
     const auto count = static_cast<size_t>(g.count);
-    for (size_t k = 0; k < count; ++k) {
-      const int64_t* in = session.table_batch(g.first + static_cast<int>(k)).index.data();
-      const int64_t offset = g.offsets[k];
-      for (size_t i = 0; i < n; ++i) out[i * count + k] = in[i] + offset;
+    std::vector<const int64_t*> in(count);
+    for (size_t k = 0; k < count; ++k) in[k] = session.table_batch(g.first + static_cast<int>(k)).index.data();
+    // Example by example: each table's index read in order, the output written in order.
+    for (size_t i = 0; i < n; ++i, out += count) {
+      for (size_t k = 0; k < count; ++k) out[k] = in[k][i] + g.offsets[k];
     }
   }
-  return index;
+  return Own<Index, int64_t>(std::move(index), {static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(g.count)});
 }
 
 }  // namespace

@@ -577,7 +577,7 @@ class WorkerSession:
                     learner.learn(current, seen)
                 # (learner.ids as _ids_list gives them, without its per-table dict and checks)
                 ids = learner.ids_list(following, self._flat_ids)
-                return ids if any(i is not None for i in ids) else None
+                return ids if getattr(ids, "matrix", None) is not None or any(i is not None for i in ids) else None
 
             self._next_ids_from = next_ids
             self._next_ids_early = learner.learnt

@@ -543,16 +543,32 @@ def tables_of(module):
     return found
 
 
-class _TableIds(list):
-    """One flat int64 numpy array (or None) per table, as the session's calls take them; when they
-    are the rows of one C-contiguous [tables, n] array (a DLRM's columns, learnt: _IdsLearner),
-    `matrix` is that array, handed to C++ in one piece instead of one array per table."""
+class _TableIds:
+    """One flat int64 numpy array per table, as the session's calls take them, when they are the
+    rows of one C-contiguous [tables, n] array (a DLRM's columns, learnt: _IdsLearner): `matrix`
+    is that array, handed to C++ in one piece instead of one array per table. The rows (numpy
+    views) are made when one is first asked for: a model whose tables are all in collections
+    never asks."""
 
-    __slots__ = ("matrix",)
+    __slots__ = ("matrix", "_rows")
 
-    def __init__(self, rows, matrix=None):
-        super().__init__(rows)
+    def __init__(self, matrix):
         self.matrix = matrix
+        self._rows = None
+
+    def _all(self):
+        if self._rows is None:
+            self._rows = list(self.matrix)
+        return self._rows
+
+    def __len__(self):
+        return self.matrix.shape[0]
+
+    def __getitem__(self, t):
+        return self._all()[t]
+
+    def __iter__(self):
+        return iter(self._all())
 
 
 def _same(a, b):
@@ -608,7 +624,7 @@ class _Tables:
     def _lookup(self, ids_list):
         """The C++ Lookup: (rows, index) per table (None for a grouped one), then per group."""
         out = self._session.lookup(self.for_cpp(ids_list))
-        self._held = list(ids_list)
+        self._held = ids_list if isinstance(ids_list, _TableIds) else list(ids_list)
         self._stamp += 1
         return out
 
@@ -723,6 +739,8 @@ class _Tables:
             if known is not None and self._group_ids_equal(ids, by_table, known):
                 self._take_announced()
                 used = self._group_used.get(g)
+                if used is not None:  # (its ids: the ones just compared)
+                    used[0] = ids
         if used is not None:
             if used[0] is ids or self._group_ids_equal(ids, by_table, used[1]):
                 used[0] = ids
@@ -733,7 +751,7 @@ class _Tables:
                     "batch's ids (or use separate psflow.torch.EmbeddingBag modules)")
         m = (by_table if by_table is not None else ids.t()).contiguous().numpy()
         if c.num_tables == self._n:
-            ids_list = _TableIds(list(m), m)  # (one array)
+            ids_list = _TableIds(m)  # (one array)
         else:
             ids_list = [None] * self._n
             ids_list[c._first:c._first + c.num_tables] = list(m)
@@ -976,7 +994,7 @@ class _IdsLearner:
             x = self._at(batch, path, None)
             if x.dtype is torch.int64 and x.device.type == "cpu" and x.is_contiguous() and x.dim() == 2:
                 by_column = _psflow._remainder_transposed(x.numpy(), modulus)[:len(self._modules)]
-                return _TableIds(by_column, by_column)  # (its rows: each table's ids)
+                return _TableIds(by_column)  # (its rows: each table's ids)
         out = [None] * len(self._modules)
         columns = {}  # (path, modulus) -> that tensor % modulus, transposed: [columns, B] (numpy when int64)
         for t, ((_, m), recipe) in enumerate(zip(self._modules, self._recipes or [])):
