@@ -20,10 +20,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cli/transport_bench_internal.h"
+#include "ps/common/wire_config.h"
 #include "psflow/dist/cluster.h"
 #include "psflow/dist/partition.h"
 #include "psflow/ps/ps_client.h"
-#include "ps/common/wire_config.h"
 #include "rpc/transport.h"
 
 extern char** environ;

@@ -128,10 +128,10 @@ absl::Status PsClient::Impl::ConnectOne(int k) {
     if (absl::Status p = Parse(*answer, &response, channel(k)->peer_name()); !p.ok()) return p;
     // A ps of an older build does not refuse this worker (it ignores the field): refuse it here.
     if (response.wire_protocol() != kWireProtocol) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "wire protocol mismatch: ", channel(k)->peer_name(), " speaks psflow wire protocol ",
-          response.wire_protocol(), " but this worker speaks ", kWireProtocol,
-          " (0: a build from before 2026-11-28); start every task from the same psflow build"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("wire protocol mismatch: ", channel(k)->peer_name(), " speaks psflow wire protocol ",
+                       response.wire_protocol(), " but this worker speaks ", kWireProtocol,
+                       " (0: a build from before 2026-11-28); start every task from the same psflow build"));
     }
     return absl::OkStatus();
   });
