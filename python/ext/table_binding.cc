@@ -292,10 +292,13 @@ int TablesGroup(train::WorkerSession& session, int first, int count) {
 }
 
 py::list TablesLookup(train::WorkerSession& session, const py::object& ids, int num_groups) {
-  std::vector<py::object> keep;
-  const auto spans = TableSpans("lookup", session.num_tables(), ids, &keep);
   absl::Status status;
-  {
+  if (ids.is_none()) {  // the ids of the last prefetch, as the session holds them
+    py::gil_scoped_release release;
+    status = session.LookupPrefetched();
+  } else {
+    std::vector<py::object> keep;
+    const auto spans = TableSpans("lookup", session.num_tables(), ids, &keep);
     py::gil_scoped_release release;
     status = session.Lookup(spans);
   }

@@ -362,7 +362,7 @@ class WorkerSession:
                 self._next_ids, self._next_ids_from = self._next_ids_from(), None
                 ahead = True  # ... but sess.batches' is pulled ahead (async) whenever it is known
             if self._next_ids is not None and not self._next_ids_sent:  # after this step's lookups
-                self._session.prefetch(self._tables.for_cpp(self._next_ids), ahead=ahead)
+                self._tables.prefetch(self._next_ids, ahead=ahead)
         try:
             self._session.step(loss, accuracy, dense_ready, sparse)
         finally:
@@ -382,7 +382,7 @@ class WorkerSession:
         if self._next_ids is not None and not self._next_ids_sent:
             # Async: the rows are pulled now, beside the rest of the forward and the backward
             # (one step stale: they miss this step's update); sync: they ride on the step's push.
-            self._session.prefetch(self._tables.for_cpp(self._next_ids), ahead=True)
+            self._tables.prefetch(self._next_ids, ahead=True)
             self._next_ids_sent = True
 
     def _module_structure(self):

@@ -610,6 +610,7 @@ class _Tables:
         # group -> [ids the forward gave, ids by table (numpy [F, N]), leaf, index, stamp] of this step
         self._group_used = {}
         self._stamp = 0  # Lookups so far: a group's leaf is lent as it is when its Lookup was the last
+        self._prefetched = None  # the ids given to the last prefetch, until a Lookup
         self.after_lookup = None  # called after the step's announced Lookup (WorkerSession._early_prefetch)
 
     def name(self, t):
@@ -622,11 +623,22 @@ class _Tables:
         return ids_list if matrix is None else matrix
 
     def _lookup(self, ids_list):
-        """The C++ Lookup: (rows, index) per table (None for a grouped one), then per group."""
-        out = self._session.lookup(self.for_cpp(ids_list))
+        """The C++ Lookup: (rows, index) per table (None for a grouped one), then per group. Of the
+        very ids the last prefetch was given, psflow's own (learnt) array: the session's copy of
+        them is looked up, not compared again."""
+        if ids_list is self._prefetched and isinstance(ids_list, _TableIds):
+            out = self._session.lookup(None)
+        else:
+            out = self._session.lookup(self.for_cpp(ids_list))
+        self._prefetched = None  # (a prefetch is used once)
         self._held = ids_list if isinstance(ids_list, _TableIds) else list(ids_list)
         self._stamp += 1
         return out
+
+    def prefetch(self, ids_list, ahead):
+        """The next batch's ids (one array or None per table) to the C++ prefetch."""
+        self._session.prefetch(self.for_cpp(ids_list), ahead=ahead)
+        self._prefetched = ids_list
 
     def announce(self, ids_list):
         self._announced = ids_list

@@ -388,6 +388,7 @@ absl::Status WorkerSession::AddClicks(absl::Span<const float> labels, absl::Span
   return impl_->AddClicks(labels, probabilities);
 }
 absl::Status WorkerSession::Lookup(const std::vector<absl::Span<const int64_t>>& ids) { return impl_->Lookup(ids); }
+absl::Status WorkerSession::LookupPrefetched() { return impl_->Lookup(impl_->tables().PrefetchedIds()); }
 absl::Status WorkerSession::Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids) {
   return impl_->Prefetch(next_ids, nullptr, false);
 }

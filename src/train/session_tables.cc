@@ -16,6 +16,17 @@ SessionTables::SessionTables(std::vector<dist::TableSpec> tables) : tables_(std:
   taken_.assign(tables_.size(), 0);
 }
 
+bool SessionTables::SameIds(absl::Span<const int64_t> raw, absl::Span<const int64_t> ids) {
+  return raw.size() == ids.size() && (raw.data() == ids.data() || raw == ids);
+}
+
+std::vector<absl::Span<const int64_t>> SessionTables::PrefetchedIds() const {
+  std::vector<absl::Span<const int64_t>> ids;
+  ids.reserve(prefetched_.size());
+  for (const Prefetched& p : prefetched_) ids.emplace_back(p.raw);
+  return ids;
+}
+
 absl::StatusOr<int> SessionTables::Group(int first, int count) {
   const int n = size();
   if (count < 1 || first < 0 || first + count > n) {
@@ -120,7 +131,7 @@ void SessionTables::StartLookup(const std::vector<absl::Span<const int64_t>>& id
   for (size_t t = 0; t < tables_.size(); ++t) {
     TableBatch& b = batches_[t];
     Prefetched& p = prefetched_[t];
-    const bool prefetched_batch = p.valid && absl::MakeConstSpan(p.raw) == ids[t];
+    const bool prefetched_batch = p.valid && SameIds(p.raw, ids[t]);
     if (prefetched_batch) {  // the batch the last step prefetched: its deduplication is the prefetch's
       b.ids.swap(p.ids);
       b.index.swap(p.index);
@@ -254,7 +265,7 @@ ps::TableStep SessionTables::StepCall(KeptTables* kept) {
 bool SessionTables::ServedByPrefetch(const std::vector<absl::Span<const int64_t>>& ids) const {
   for (size_t t = 0; t < tables_.size(); ++t) {
     const Prefetched& p = prefetched_[t];
-    if (!ids[t].empty() && !(p.valid && absl::MakeConstSpan(p.raw) == ids[t])) return false;
+    if (!ids[t].empty() && !(p.valid && SameIds(p.raw, ids[t]))) return false;
   }
   return true;
 }

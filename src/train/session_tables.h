@@ -65,6 +65,9 @@ class SessionTables {
   // batch's buffers): the pushed tables' ids, gradients and lent gradients' owners are moved into
   // `kept`, where the call points.
   ps::TableStep StepCall(KeptTables* kept);
+  // The ids each table's last Prefetch was given, as given (its copy of them; empty for a table
+  // never asked): what LookupPrefetched looks up. Valid until the next Prefetch.
+  std::vector<absl::Span<const int64_t>> PrefetchedIds() const;
   // Whether a prefetch rides on the next Step's push (asked, not pulled ahead, some ids).
   bool RidesOnPush() const;
   // Whether Lookup(ids) needs no call: every table's ids are the ones its valid prefetch was
@@ -111,6 +114,9 @@ class SessionTables {
     bool asked = false, ahead = false, valid = false;
   };
 
+  // Whether `ids` are the ids a prefetch was given (`raw`): its own copy (LookupPrefetched) at once,
+  // else element for element.
+  static bool SameIds(absl::Span<const int64_t> raw, absl::Span<const int64_t> ids);
   // A batch's gradients, written or lent (the owner let go of), dropped.
   static void DropGrads(TableBatch* b);
   // OK when `unique` is `raw` deduplicated (DedupIds' order of first appearance), else why not.

@@ -230,5 +230,27 @@ TEST(SessionTablesUnitTest, SpecsCarryTheTablesNamesAndTheCountIsChecked) {
             "declaration order");
 }
 
+// LookupPrefetched's ids: the session's own copy of what the last Prefetch was given, taken with
+// its deduplication and rows (no compare needed: the same memory); empty for a table never asked.
+TEST(SessionTablesUnitTest, ThePrefetchedIdsAreTheCopyOfWhatPrefetchWasGiven) {
+  SessionTables tables = TwoTables();
+  EXPECT_TRUE(tables.PrefetchedIds()[0].empty());
+  ps::TableStep lookup;
+  tables.StartLookup({std::vector<int64_t>{1}, std::vector<int64_t>{2}}, &lookup);
+  std::vector<int64_t> next_a = {4, 4, 6}, next_b = {9};
+  tables.Prefetch({next_a, next_b});
+  tables.StepCall().pulls[0].rows->data()[0] = 3.0f;
+  tables.EndStep(/*call_ok=*/true);
+  next_a[0] = 5;  // the caller's array changed: the session's copy did not
+  const std::vector<absl::Span<const int64_t>> ids = tables.PrefetchedIds();
+  EXPECT_EQ(std::vector<int64_t>(ids[0].begin(), ids[0].end()), (std::vector<int64_t>{4, 4, 6}));
+  ps::TableStep next;
+  tables.StartLookup(ids, &next);
+  EXPECT_TRUE(next.pulls.empty());
+  EXPECT_EQ(tables.batch(0).ids, (std::vector<int64_t>{4, 6}));
+  EXPECT_EQ(tables.batch(0).index, (std::vector<int64_t>{0, 0, 1}));
+  EXPECT_EQ(tables.batch(0).rows.data()[0], 3.0f);
+}
+
 }  // namespace
 }  // namespace psflow::train

@@ -260,6 +260,11 @@ class WorkerSession {
   // naming the table for a wrong count or (fixed) an id outside [0, N); FailedPrecondition when
   // the session is not open.
   absl::Status Lookup(const std::vector<absl::Span<const int64_t>>& ids);
+  // Lookup of exactly the ids the last Prefetch (or PrefetchAhead) was given, read from the
+  // session's own copy of them: neither copied nor compared again (a caller whose ids are the very
+  // ones it prefetched, unchanged since, e.g. psflow.torch's learnt ids). A table the last Prefetch
+  // gave no ids looks up none.
+  absl::Status LookupPrefetched();
   absl::Status Prefetch(const std::vector<absl::Span<const int64_t>>& next_ids);
   // Prefetch with each table's ids already deduplicated by the caller — unique[t] is
   // DedupIds(next_ids[t]) (psflow/core/unique_ids.h), e.g. computed on a thread of the caller's while
