@@ -21,7 +21,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "binding.h"
-#include "psflow/core/tensor.h"
 #include "psflow/dist/table_spec.h"
 #include "psflow/train/session.h"
 
@@ -258,35 +257,6 @@ void RegisterTableFields(py::module_& m) {
       "whose value its field cannot read.");
 }
 
-namespace {
-
-// Group g's index [n, count] (row i: example i's row of each table in the group's rows), or None
-// when its tables were given different numbers of ids. Written with the GIL released.
-py::object GroupIndex(train::WorkerSession& session, const train::TableGroupBatch& g) {
-  const size_t n = session.table_batch(g.first).index.size();
-  for (int k = 1; k < g.count; ++k) {
-    if (session.table_batch(g.first + k).index.size() != n) return py::none();
-  }
-  // In psflow's recycled aligned blocks (tensor.h), not numpy's: a fresh array of this size each
-  // step would be mapped anew, its pages faulted in and zeroed by the kernel on this thread.
-  using Index = std::vector<int64_t, UninitAlignedAllocator<int64_t>>;
-  Index index(n * static_cast<size_t>(g.count));
-  int64_t* out = index.data();
-  {
-    py::gil_scoped_release release;
-    const auto count = static_cast<size_t>(g.count);
-    std::vector<const int64_t*> in(count);
-    for (size_t k = 0; k < count; ++k) in[k] = session.table_batch(g.first + static_cast<int>(k)).index.data();
-    // Example by example: each table's index read in order, the output written in order.
-    for (size_t i = 0; i < n; ++i, out += count) {
-      for (size_t k = 0; k < count; ++k) out[k] = in[k][i] + g.offsets[k];
-    }
-  }
-  return Own<Index, int64_t>(std::move(index), {static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(g.count)});
-}
-
-}  // namespace
-
 int TablesGroup(train::WorkerSession& session, int first, int count) {
   return ValueOrThrow(session.GroupTables(first, count));
 }
@@ -330,7 +300,13 @@ py::list TablesLookup(train::WorkerSession& session, const py::object& ids, int 
     const py::ssize_t dim = gb.rows.shape().size() == 2 ? gb.rows.shape()[1] : 0;
     py::array rows = Own<Tensor, float>(std::move(gb.rows), {u, dim});
     gb.rows = Tensor();
-    out.append(py::make_tuple(rows, GroupIndex(session, gb)));
+    py::object index = py::none();
+    if (gb.has_index) {
+      const auto n = static_cast<py::ssize_t>(gb.index.size() / static_cast<size_t>(gb.count));
+      index = Own<std::vector<int64_t>, int64_t>(std::move(gb.index), {n, gb.count});
+      gb.index.clear();
+    }
+    out.append(py::make_tuple(rows, index));
   }
   return out;
 }

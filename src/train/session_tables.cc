@@ -72,6 +72,18 @@ void SessionTables::FillGroup(size_t g, const std::vector<char>& taken, ps::Tabl
     all = all && taken[t] != 0;
   }
   const int64_t total = gb.offsets.back();
+  // The index: the prefetch's when every table took the prefetch's deduplication (taken == 2),
+  // else made here.
+  bool same_dedup = true;
+  for (int k = 0; k < gb.count && same_dedup; ++k) same_dedup = taken[static_cast<size_t>(gb.first + k)] == 2;
+  if (same_dedup && group.next_has_index) {
+    gb.index.swap(group.next_index);
+    gb.has_index = true;
+  } else {
+    std::vector<const std::vector<int64_t>*> index;
+    for (int k = 0; k < gb.count; ++k) index.push_back(&batches_[static_cast<size_t>(gb.first + k)].index);
+    gb.has_index = GroupIndex(index, gb.offsets, &gb.index);
+  }
   if (all && group.next_offsets == gb.offsets && group.next.shape() == Shape{total, dim}) {
     gb.rows = std::move(group.next);  // the prefetch filled it: no copy
     group.next = Tensor();
@@ -102,7 +114,26 @@ void SessionTables::SizeGroupsNext() {
     }
     const Shape shape{group.next_offsets.back(), tables_[static_cast<size_t>(first)].dim};
     if (group.next.shape() != shape) group.next = Tensor::Uninitialized(shape);
+    std::vector<const std::vector<int64_t>*> index;
+    for (int k = 0; k < group.batch.count; ++k) index.push_back(&prefetched_[static_cast<size_t>(first + k)].index);
+    group.next_has_index = GroupIndex(index, group.next_offsets, &group.next_index);
   }
+}
+
+bool SessionTables::GroupIndex(const std::vector<const std::vector<int64_t>*>& index,
+                               const std::vector<int64_t>& offsets, std::vector<int64_t>* out) {
+  const size_t n = index.empty() ? 0 : index[0]->size();
+  for (const std::vector<int64_t>* i : index) {
+    if (i->size() != n) return false;
+  }
+  const size_t count = index.size();
+  out->resize(n * count);
+  int64_t* o = out->data();
+  // Example by example: each table's index read in order, the output written in order.
+  for (size_t i = 0; i < n; ++i, o += count) {
+    for (size_t k = 0; k < count; ++k) o[k] = (*index[k])[i] + offsets[k];
+  }
+  return true;
 }
 
 ps::TableRowsRef SessionTables::PrefetchPull(size_t t) {
@@ -142,7 +173,7 @@ void SessionTables::StartLookup(const std::vector<absl::Span<const int64_t>>& id
     }
     DropGrads(&b);
     if (group_of_[t] >= 0) {  // its rows: in its group's buffer (FillGroup, below)
-      taken_[t] = prefetched_batch || (p.valid && p.ids == b.ids);
+      taken_[t] = prefetched_batch ? 2 : (p.valid && p.ids == b.ids) ? 1 : 0;
       b.rows = Tensor();
     } else if (prefetched_batch || (p.valid && p.ids == b.ids)) {  // the rows came back with the last step's answer
       b.rows = std::move(p.rows);

@@ -129,6 +129,10 @@ class SessionTables {
   // table's rows came with it (`taken`, per table), else a new buffer, prefetched rows copied in and
   // the others' pulls added to `step`.
   void FillGroup(size_t g, const std::vector<char>& taken, ps::TableStep* step);
+  // `out` = [n, tables]: example i's row of each table (index[k][i] + offsets[k]), when every table
+  // has n examples (true); else false.
+  static bool GroupIndex(const std::vector<const std::vector<int64_t>*>& index, const std::vector<int64_t>& offsets,
+                         std::vector<int64_t>* out);
   // The pull of table t's prefetch (into its Prefetched rows, or its place in its group's next buffer).
   ps::TableRowsRef PrefetchPull(size_t t);
 
@@ -141,11 +145,14 @@ class SessionTables {
     TableGroupBatch batch;
     Tensor next;
     std::vector<int64_t> next_offsets;
+    std::vector<int64_t> next_index;  // the prefetch's TableGroupBatch::index, made where it deduplicates
+    bool next_has_index = false;
   };
   std::vector<TableGroup> groups_;
   std::vector<int> group_of_;  // per table: its group, or -1
-  std::vector<char> taken_;    // StartLookup's: per table, whether its rows came with the prefetch
-  bool started_ = false;       // a Lookup or Prefetch ran (no Group after it)
+  // StartLookup's, per table: 2 its deduplication and rows came with the prefetch, 1 its rows only, 0 neither
+  std::vector<char> taken_;
+  bool started_ = false;  // a Lookup or Prefetch ran (no Group after it)
   // The pull ahead in flight (StartAhead), or null; its call's routing is made at the send.
   struct Ahead {
     absl::Notification done;

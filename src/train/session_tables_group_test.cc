@@ -70,6 +70,8 @@ TEST(SessionTablesGroupTest, ALookupPullsEachTableIntoItsPlaceInOneBuffer) {
   EXPECT_EQ(step.pulls[1].row_values.size(), 4u);
   EXPECT_EQ(step.pulls[2].row_values.data(), g.rows.data() + 4);
   EXPECT_EQ(step.pulls[2].row_values.size(), 6u);
+  ASSERT_TRUE(g.has_index);  // 3 ids each: [3, 2], example i's row of a and of b
+  EXPECT_EQ(g.index, (std::vector<int64_t>{0, 2, 1, 3, 0, 4}));
   EXPECT_TRUE(tables.batch(0).rows.empty());  // grouped: the rows are the group's
   EXPECT_EQ(tables.batch(0).ids, (std::vector<int64_t>{4, 1}));
   EXPECT_EQ(tables.batch(0).index, (std::vector<int64_t>{0, 1, 0}));
@@ -84,7 +86,7 @@ TEST(SessionTablesGroupTest, APrefetchServingTheWholeGroupHandsItsBufferOver) {
   ASSERT_EQ(*tables.Group(0, 2), 0);
   ps::TableStep lookup;
   tables.StartLookup({std::vector<int64_t>{1}, std::vector<int64_t>{2}, std::vector<int64_t>{3}}, &lookup);
-  const std::vector<int64_t> a = {6, 6, 5}, b = {7, 8}, c = {1};
+  const std::vector<int64_t> a = {6, 6, 5}, b = {7, 8, 7}, c = {1};
   tables.Prefetch({a, b, c});
   const ps::TableStep call = tables.StepCall();
   ASSERT_EQ(Names(call.pulls), (std::vector<std::string>{"a", "b", "c"}));
@@ -98,6 +100,8 @@ TEST(SessionTablesGroupTest, APrefetchServingTheWholeGroupHandsItsBufferOver) {
   const TableGroupBatch& g = tables.group(0);
   EXPECT_EQ(g.rows.data(), prefetched);  // no copy
   EXPECT_EQ(g.offsets, (std::vector<int64_t>{0, 2, 4}));
+  ASSERT_TRUE(g.has_index);  // (made with the prefetch's deduplication)
+  EXPECT_EQ(g.index, (std::vector<int64_t>{0, 2, 0, 3, 1, 2}));
   EXPECT_EQ(g.rows.data()[0], 106.0f);
   EXPECT_EQ(g.rows.data()[6], 108.0f);
 }
@@ -117,6 +121,7 @@ TEST(SessionTablesGroupTest, APrefetchServingPartOfTheGroupIsCopiedAndTheRestPul
   const TableGroupBatch& g = tables.group(0);
   ASSERT_EQ(g.rows.shape(), (Shape{3, 2}));
   EXPECT_EQ(next.pulls[0].row_values.data(), g.rows.data() + 4);
+  EXPECT_FALSE(g.has_index);  // 2 ids of a, 1 of b
   Answer(next, 0.0f);
   EXPECT_EQ((std::vector<float>(g.rows.data(), g.rows.data() + 6)), (std::vector<float>{106, 106, 105, 105, 3, 3}));
 }
@@ -138,6 +143,7 @@ TEST(SessionTablesGroupTest, APullAheadFillsTheGroupsNextBuffer) {
   tables.StartLookup({a, b, c}, &next);
   EXPECT_TRUE(next.pulls.empty());
   EXPECT_EQ(tables.group(0).offsets, (std::vector<int64_t>{0, 1, 1}));
+  EXPECT_FALSE(tables.group(0).has_index);  // 1 id of a, none of b
   EXPECT_EQ(tables.group(0).rows.data()[1], 56.0f);
 }
 

@@ -165,6 +165,11 @@ struct TableGroupBatch {
   int count = 0;
   Tensor rows;                   // [offsets[count], dim]; the caller may move it out between Lookup and Step
   std::vector<int64_t> offsets;  // [count + 1]: each table's first row in `rows`, then their total
+  // When every table of the group was given n ids (has_index): [n, count], example i's row in
+  // `rows` of each table (table_batch(first + k).index[i] + offsets[k]), made where the ids were
+  // deduplicated (for a prefetched batch: beside the caller's compute); the caller may move it out.
+  std::vector<int64_t> index;
+  bool has_index = false;
 };
 
 // What the caller's evaluation at Close() found (NaN: not measured). A model that is not a
