@@ -81,11 +81,11 @@ void RegisterTableFields(pybind11::module_& m);
 // of another layout is converted once and kept in `keep`. InvalidArgument naming what is wrong.
 std::vector<absl::Span<const int64_t>> TableSpans(const char* what, int num_tables, const pybind11::object& ids,
                                                   std::vector<pybind11::object>* keep);
-// Lookup with the tables' ids (TableSpans; None: LookupPrefetched, the last prefetch's); returns one (rows float32 [U, dim], index int64
-// [batch]) per table (None for a grouped table), then one (rows float32 [U_first + ..., dim],
-// index int64 [batch, count] or None) per group of tables (TablesGroup; the index: example i's row
-// of each table of the group in those rows, None when its tables were given different numbers of
-// ids), the rows moved out of the session without a copy.
+// Lookup with the tables' ids (TableSpans; None: LookupPrefetched, the last prefetch's); returns one (rows float32 [U,
+// dim], index int64 [batch]) per table (None for a grouped table), then one (rows float32 [U_first + ..., dim], index
+// int64 [batch, count] or None) per group of tables (TablesGroup; the index: example i's row of each table of the group
+// in those rows, None when its tables were given different numbers of ids), the rows moved out of the session without a
+// copy.
 pybind11::list TablesLookup(train::WorkerSession& session, const pybind11::object& ids, int num_groups);
 // WorkerSession::GroupTables(first, count): a table collection's rows in one buffer; the group's index.
 int TablesGroup(train::WorkerSession& session, int first, int count);
