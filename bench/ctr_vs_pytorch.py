@@ -443,8 +443,8 @@ def psflow_torch_overhead(args, transport):
     the loop and psflow's part of it: sess.step() (the binding, the push of the dense gradients and
     the rows' gradients and the pull of the new values — async: the next batch's rows were pulled
     ahead, beside the compute — one call per ps), the tables' forwards' session calls (taking the
-    prefetched rows, and giving the next batch's ids to the prefetch), sess.batches' announcing of
-    ids and --overlap's hooks; `rpc_ms` is the C++ Step alone (the round trip), `psflow_cpu_ms` the
+    prefetched rows, and giving the next batch's ids to the prefetch), sess.batches' wait for the
+    next batch's ids made behind (settle) and --overlap's hooks; `rpc_ms` is the C++ Step alone (the round trip), `psflow_cpu_ms` the
     worker thread's CPU in psflow's part, `behind_cpu_ms` the CPU of the binding's helper thread
     (the early parts', the prefetch's and the pull ahead's work, run beside the compute: hidden
     when a core is free), `parts_ms` psflow's part by cause, [wall, CPU] each: step (sess.step()
@@ -520,7 +520,7 @@ def psflow_torch_overhead(args, transport):
     for cls, name, part in ((session.WorkerSession, "step", "step"), (session.WorkerSession, "lookup", "tables"),
                             (session.WorkerSession, "prefetch", "tables"), (ptables._Tables, "rows", "tables"),
                             (ptables._Tables, "rows_looked_up", "tables"),
-                            (ptables._Tables, "group_rows", "tables")):
+                            (ptables._Tables, "group_rows", "tables"), (ptables._Tables, "settle", "tables")):
         if hasattr(cls, name):  # (a build without EmbeddingBagCollection has no group_rows)
             setattr(cls, name, timed(getattr(cls, name), part))
     # --overlap's hooks run inside backward and forward: psflow's time too (handing a gradient over,

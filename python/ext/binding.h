@@ -87,6 +87,9 @@ std::vector<absl::Span<const int64_t>> TableSpans(const char* what, int num_tabl
 // in those rows, None when its tables were given different numbers of ids), the rows moved out of the session without a
 // copy.
 pybind11::list TablesLookup(train::WorkerSession& session, const pybind11::object& ids, int num_groups);
+// out = (in % m).T for in [rows, cols] int64 and m >= 1 (Python's remainder, in [0, m)), out [cols, rows]:
+// a DLRM's [batch, fields] ids as one row of ids per table (by multiplication, not division).
+void RemainderTransposed(const int64_t* in, int64_t rows, int64_t cols, int64_t m, int64_t* out);
 // WorkerSession::GroupTables(first, count): a table collection's rows in one buffer; the group's index.
 int TablesGroup(train::WorkerSession& session, int first, int count);
 // Python objects lent to the C++ session, whose last owner may go on any thread (the tables'

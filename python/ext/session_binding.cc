@@ -344,6 +344,39 @@ class PySession {
       return prefetch(spans);
     });
   }
+  // Prefetch of (x % modulus).T's first `count` rows, one per table (x [batch, columns] int64:
+  // a DLRM's batch of ids, read in place): the remainder is made behind this thread with the
+  // prefetch, into the array returned (read it only after settle(): the next call waits for it).
+  py::array PrefetchColumns(const py::array_t<int64_t, py::array::c_style>& x, int64_t modulus, int count, bool ahead) {
+    BusyGuard guard(busy_);
+    Settle();
+    if (x.ndim() != 2 || modulus < 1 || count != session_->num_tables() || count > x.shape(1)) {
+      throw StatusError(
+          absl::InvalidArgumentError(absl::StrCat("prefetch_columns: give an int64 [batch, columns] array of at least ",
+                                                  session_->num_tables(), " columns and a positive modulus")));
+    }
+    if (!session_->is_open()) {
+      throw StatusError(
+          absl::FailedPreconditionError("Prefetch needs an open worker session (after Open(), before Close())"));
+    }
+    const int64_t rows = x.shape(0), cols = x.shape(1);
+    py::array_t<int64_t> out({cols, rows});
+    read_behind_ = py::make_tuple(x, out);  // both read and written behind, until the next Settle
+    const int64_t* in = x.data();
+    int64_t* o = out.mutable_data();
+    std::vector<absl::Span<const int64_t>> spans;
+    for (int t = 0; t < count; ++t) spans.emplace_back(o + t * rows, static_cast<size_t>(rows));
+    StartBehind().Post([session = session_.get(), in, o, rows, cols, modulus, ahead, spans = std::move(spans)] {
+      RemainderTransposed(in, rows, cols, modulus, o);
+      return ahead ? session->PrefetchAhead(spans) : session->Prefetch(spans);
+    });
+    return out;
+  }
+  // Waits for the calls behind this thread (their failure raised here).
+  void SettleBehind() {
+    BusyGuard guard(busy_);
+    Settle();
+  }
   // The unique rows' gradients of the tables the step used (psflow.torch's step), in one call:
   // [(table index, float32 array [U, dim])], lent to the session until its push has read them.
   void SetTablesGrads(const py::list& grads, const py::list& groups) {
@@ -490,6 +523,9 @@ void RegisterSession(py::module_& m) {
       .def("prefetch", &PySession::Prefetch, py::arg("next_ids"), py::arg("ahead") = false)
       .def("set_tables_grads", &PySession::SetTablesGrads, py::arg("grads"), py::arg("groups") = py::list())
       .def("group_tables", &PySession::GroupTables, py::arg("first"), py::arg("count"))
+      .def("prefetch_columns", &PySession::PrefetchColumns, py::arg("x"), py::arg("modulus"), py::arg("count"),
+           py::arg("ahead") = false)
+      .def("settle", &PySession::SettleBehind)
       .def_property_readonly("num_tables", [](PySession& s) { return s.session().num_tables(); })
       .def(
           "value", [](PySession& s, size_t i) { return s.View(i, false); }, py::arg("index"))

@@ -143,8 +143,6 @@ dist::TableSpec TableSpecFromPython(const py::dict& d) {
   return spec;
 }
 
-namespace {
-
 // (x % m).T for x [rows, cols] and m > 0 as Python and torch take it (each result in [0, m)), by
 // multiplication with a 64-bit reciprocal (Granlund and Montgomery, 1994: for n < 2^63 and l = ceil(log2 m), the
 // quotient is floor(n * ceil(2^(63+l) / m) / 2^(63+l)), exactly) instead of a 64-bit division per id.
@@ -177,6 +175,8 @@ void RemainderTransposed(const int64_t* in, int64_t rows, int64_t cols, int64_t 
     }
   }
 }
+
+namespace {
 
 // Whether a [rows, cols] == b.T for b [cols, rows] (int64, C-contiguous), in blocks of 8 rows as
 // RemainderTransposed reads them.

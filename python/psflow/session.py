@@ -546,6 +546,8 @@ class WorkerSession:
                 following = None
             if following is not None:
                 ahead(current, following)
+            if self._tables is not None:
+                self._tables.settle()  # (the batch's ids may be read behind for its prefetch)
             yield current
             self._next_ids_from = None
             if following is None:
@@ -556,7 +558,7 @@ class WorkerSession:
         """batches()' three steps when the ids are learnt from the first step's forwards: the first
         batch is pulled by its forwards; after that each batch's ids are taken as they were learnt,
         in step() (after the forwards) for a batch read ahead."""
-        from .torch import _IdsLearner
+        from .torch import _IdsLearner, _TableIds
 
         learner = _IdsLearner(self._table_modules)
         seen = self._tables.ids_seen
@@ -577,7 +579,7 @@ class WorkerSession:
                     learner.learn(current, seen)
                 # (learner.ids as _ids_list gives them, without its per-table dict and checks)
                 ids = learner.ids_list(following, self._flat_ids)
-                return ids if getattr(ids, "matrix", None) is not None or any(i is not None for i in ids) else None
+                return ids if isinstance(ids, _TableIds) or any(i is not None for i in ids) else None
 
             self._next_ids_from = next_ids
             self._next_ids_early = learner.learnt

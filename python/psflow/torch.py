@@ -548,13 +548,45 @@ class _TableIds:
     rows of one C-contiguous [tables, n] array (a DLRM's columns, learnt: _IdsLearner): `matrix`
     is that array, handed to C++ in one piece instead of one array per table. The rows (numpy
     views) are made when one is first asked for: a model whose tables are all in collections
-    never asks."""
+    never asks.
 
-    __slots__ = ("matrix", "_rows")
+    Made from a batch's [n, columns] ids and a modulus (`source`), the matrix — (ids % modulus).T's
+    first rows — is made by the prefetch it is handed to, behind the training thread (prefetch());
+    reading it first waits for that (settle), or, never handed over, makes it here."""
 
-    def __init__(self, matrix):
-        self.matrix = matrix
+    __slots__ = ("_matrix", "_rows", "_count", "_source", "_settle")
+
+    def __init__(self, matrix=None, source=None):
+        self._matrix = matrix
         self._rows = None
+        self._source = source  # (ids as a numpy array [n, columns], modulus, tables) or None
+        self._count = matrix.shape[0] if matrix is not None else source[2]
+        self._settle = None  # the session's settle() while the prefetch makes the matrix
+
+    @property
+    def matrix(self):
+        if self._source is not None:  # not handed to a prefetch: made here
+            x, modulus, count = self._source
+            self._source = None
+            self._matrix = _psflow._remainder_transposed(x, modulus)[:count]
+        self.settle()
+        return self._matrix
+
+    def settle(self):
+        """Waits for the prefetch making the matrix, if one is."""
+        if self._settle is not None:
+            settle, self._settle = self._settle, None
+            settle()
+
+    def prefetch(self, session, ahead):
+        """Hands the ids to the session's prefetch (made there from the source, if any)."""
+        if self._source is None:
+            session.prefetch(self.matrix, ahead=ahead)
+            return
+        x, modulus, count = self._source
+        self._source = None
+        self._matrix = session.prefetch_columns(x, modulus, count, ahead=ahead)[:count]
+        self._settle = session.settle
 
     def _all(self):
         if self._rows is None:
@@ -562,7 +594,7 @@ class _TableIds:
         return self._rows
 
     def __len__(self):
-        return self.matrix.shape[0]
+        return self._count
 
     def __getitem__(self, t):
         return self._all()[t]
@@ -637,8 +669,17 @@ class _Tables:
 
     def prefetch(self, ids_list, ahead):
         """The next batch's ids (one array or None per table) to the C++ prefetch."""
-        self._session.prefetch(self.for_cpp(ids_list), ahead=ahead)
+        if isinstance(ids_list, _TableIds):
+            ids_list.prefetch(self._session, ahead)
+        else:
+            self._session.prefetch(self.for_cpp(ids_list), ahead=ahead)
         self._prefetched = ids_list
+
+    def settle(self):
+        """Waits for the announced ids being made behind the training thread (before the batch
+        they came from is handed to the script, which may change it)."""
+        if isinstance(self._announced, _TableIds):
+            self._announced.settle()
 
     def announce(self, ids_list):
         self._announced = ids_list
@@ -1005,8 +1046,8 @@ class _IdsLearner:
             path, modulus = self._matrix
             x = self._at(batch, path, None)
             if x.dtype is torch.int64 and x.device.type == "cpu" and x.is_contiguous() and x.dim() == 2:
-                by_column = _psflow._remainder_transposed(x.numpy(), modulus)[:len(self._modules)]
-                return _TableIds(by_column)  # (its rows: each table's ids)
+                # (x % modulus).T's rows: each table's ids, made by the prefetch they are handed to
+                return _TableIds(source=(x.numpy(), modulus, len(self._modules)))
         out = [None] * len(self._modules)
         columns = {}  # (path, modulus) -> that tensor % modulus, transposed: [columns, B] (numpy when int64)
         for t, ((_, m), recipe) in enumerate(zip(self._modules, self._recipes or [])):
