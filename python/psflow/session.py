@@ -503,7 +503,7 @@ class WorkerSession:
         step stale). Stops at the iterator's end or once should_stop().
 
         Without `ids`, each table's ids are learnt from the first step's forwards (which tensor of
-        the batch, or which column, as is or % num_embeddings: psflow.torch._IdsLearner) and the
+        the batch, or which column, as is or % num_embeddings: psflow._tables._IdsLearner) and the
         next batch's are taken the same way at each step; a table whose ids come otherwise pulls
         its own rows in its forward.
 
@@ -558,7 +558,7 @@ class WorkerSession:
         """batches()' three steps when the ids are learnt from the first step's forwards: the first
         batch is pulled by its forwards; after that each batch's ids are taken as they were learnt,
         in step() (after the forwards) for a batch read ahead."""
-        from .torch import _IdsLearner, _TableIds
+        from ._tables import _IdsLearner, _TableIds
 
         learner = _IdsLearner(self._table_modules)
         seen = self._tables.ids_seen
