@@ -64,9 +64,9 @@ inline const RowMeta& MetaOf(const float* row) { return *reinterpret_cast<const 
 // cache and disk counters stay 0.
 struct RowStoreStats {
   int64_t rows = 0;               // rows stored (in memory or on disk)
-  int64_t memory_bytes = 0;       // records in memory (a disk store: its cache share) and index
-  int64_t disk_bytes = 0;         // RocksDB's table files (rows still in its memtables, up to 16 MiB a
-                                  // table, not counted)
+  int64_t memory_bytes = 0;       // records in memory (a disk store: its cache share, its runs) and index
+  int64_t disk_bytes = 0;         // RocksDB's table files (rows still in runs, up to 16 MiB a table, not
+                                  // counted)
   int64_t cache_hits = 0;         // rows found in memory by Acquire
   int64_t cache_misses = 0;       // rows Acquire looked up on disk (found or not)
   int64_t disk_rows_read = 0;     // rows read from disk into the cache

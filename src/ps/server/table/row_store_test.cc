@@ -37,8 +37,12 @@ std::string FreshDir(const std::string& name) {
 
 int64_t EntryBytes() { return 64 + kFloats * 4; }  // header + meta, then the floats (disk_store.h)
 
-std::shared_ptr<DiskTier> OpenTier(const std::string& dir, int64_t cache_rows, int ps = 0) {
-  auto tier = DiskTier::Open({dir, cache_rows * EntryBytes(), ps}, nullptr);
+// A tier whose runs are sealed at `run_rows` records (1: every eviction's dirty records are written
+// behind it as a file, as a write-back round).
+std::shared_ptr<DiskTier> OpenTier(const std::string& dir, int64_t cache_rows, int ps = 0, int64_t run_rows = 1) {
+  DiskTierOptions options{dir, cache_rows * EntryBytes(), ps};
+  options.run_bytes = run_rows * EntryBytes();
+  auto tier = DiskTier::Open(options, nullptr);
   EXPECT_TRUE(tier.ok()) << tier.status();
   return tier.ok() ? *tier : nullptr;
 }
@@ -119,7 +123,8 @@ TEST_P(StoreTest, RowsSurviveTheCacheAndScanInIdOrder) {
     std::vector<int64_t> batch = universe;
     std::shuffle(batch.begin(), batch.end(), rng);
     batch.resize(1 + rng() % 5);
-    Write(store_.get(), batch, &updates, /*wait=*/false);  // a row may come back while it is written
+    // Every other round without waiting: a row may come back while its run is written.
+    Write(store_.get(), batch, &updates, /*wait=*/round % 2 == 0);
   }
   EXPECT_EQ(store_->size(), static_cast<int64_t>(updates.size()));
   // Remove a few rows (from cache and disk).
@@ -312,8 +317,8 @@ TEST(DiskStore, LookupsOfIdsNotStoredDoNotCountForAdmission) {
 TEST(DiskStore, WriteBehindGivesTheRowsOfWritingInTheCall) {
   std::map<int64_t, int64_t> behind_updates, inline_updates;
   auto behind = OpenTier(FreshDir("behind"), /*cache_rows=*/3);
-  auto inline_tier =
-      DiskTier::Open({FreshDir("inline"), 3 * EntryBytes(), 0, false, 3, /*write_behind=*/false}, nullptr);
+  auto inline_tier = DiskTier::Open(
+      {FreshDir("inline"), 3 * EntryBytes(), 0, false, 3, /*write_behind=*/false, EntryBytes()}, nullptr);
   ASSERT_TRUE(inline_tier.ok());
   auto a = *behind->OpenTable("t", kFloats);
   auto b = *(*inline_tier)->OpenTable("t", kFloats);
