@@ -270,12 +270,14 @@ absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records
           " rows (", need, " bytes); raise --table_cache_bytes above that"));
     }
     index_.FindMany(ids, n, records);
+    int64_t not_cached = 0;
     for (size_t i = 0; i < n; ++i) {
       // Each hit writes its record's header line: fetched a few ahead, the cache misses overlap.
       if (i + kHeaderAhead < n && records[i + kHeaderAhead] != nullptr) {
         __builtin_prefetch(DiskTier::EntryOf(records[i + kHeaderAhead]), 1);
       }
       if (records[i] == nullptr) {
+        ++not_cached;
         // Not cached: a run may hold it (its newest version, or a tombstone), in memory until its file
         // is in. Looked up again in the index first: an id listed twice may have come back already.
         if (open_ == nullptr && sealed_.empty()) {
@@ -288,21 +290,18 @@ absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records
             missed.push_back(i);
             continue;
           }
-          if (records[i] == nullptr) {  // removed: as an id not stored
-            ++counters_.cache_misses;
-            continue;
-          }
-          tier_->CountUse(this, ids[i]);  // back from a run: a use, as a read from disk
+          if (records[i] == nullptr) continue;  // removed: as an id not stored
+          tier_->CountUse(this, ids[i]);        // back from a run: a use, as a read from disk
         }
       }
       DiskTier::Entry* e = DiskTier::EntryOf(records[i]);
       e->touched = 1;
       ++e->pins;
     }
-    // A row found in the cache or a run is a hit (no disk read).
-    counters_.cache_misses += static_cast<int64_t>(missed.size());
-    counters_.cache_hits +=
-        static_cast<int64_t>(std::count_if(records, records + n, [](const float* r) { return r != nullptr; }));
+    // A row found in a run is a miss (of the cache) without a disk read, as one found in RocksDB's
+    // memtable was before runs.
+    counters_.cache_misses += not_cached;
+    counters_.cache_hits += static_cast<int64_t>(n) - not_cached;
   }
   if (missed.empty()) return absl::OkStatus();
 
