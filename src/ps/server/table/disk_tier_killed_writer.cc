@@ -3,11 +3,13 @@
 // RocksDB has flushed some to table files (*.sst, what outlives a kill: the write-ahead log is off;
 // two files, so that the first is surely recorded in the database's manifest),
 // prints the ids it wrote last, then kills itself with SIGKILL (no destructor runs, nothing is
-// cleaned up). Exit 1 with a line on any failure.
+// cleaned up). With --before_ingest it kills itself once its first run's file is written, before
+// the file is ingested (DiskTierOptions::before_ingest). Exit 1 with a line on any failure.
 #include <signal.h>
 
 #include <filesystem>
 #include <iostream>
+#include <string>
 #include <vector>
 
 #include "ps/server/table/disk_store.h"
@@ -28,8 +30,16 @@ int TableFiles(const std::string& dir) {
   return n;
 }
 
-int Run(const std::string& root) {
-  auto tier = DiskTier::Open({root, 64 << 10, 0}, nullptr);
+int Run(const std::string& root, bool before_ingest) {
+  DiskTierOptions options{root, 64 << 10, 0};
+  if (before_ingest) {
+    // Killed with its first run's file written and not ingested: a run interrupted by the kill.
+    options.before_ingest = [](const std::string& path) {
+      std::cout << "wrote " << path << std::endl;
+      raise(SIGKILL);
+    };
+  }
+  auto tier = DiskTier::Open(options, nullptr);
   if (!tier.ok()) {
     std::cerr << tier.status().message() << "\n";
     return 1;
@@ -68,9 +78,9 @@ int Run(const std::string& root) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: disk_tier_killed_writer TABLE_DIR\n";
+  if (argc < 2 || argc > 3 || (argc == 3 && std::string(argv[2]) != "--before_ingest")) {
+    std::cerr << "usage: disk_tier_killed_writer TABLE_DIR [--before_ingest]\n";
     return 2;
   }
-  return Run(argv[1]);
+  return Run(argv[1], argc == 3);
 }
