@@ -38,8 +38,9 @@ namespace fs = std::filesystem;
 // buffer manager's reservation), within 64 MiB for every table of a task together: the memtables'
 // budget before rows went to disk as ingested files.
 constexpr int64_t kRunBudget = int64_t{64} << 20;
-// Sealed runs waiting for the writer or being written, at most (then the caller waits).
-constexpr int64_t kRunsInFlight = 2;
+// Sealed runs waiting for the writer or being written, at most (then the caller waits): with the
+// open run, two runs a table, as RocksDB's two memtables were (max_write_buffer_number).
+constexpr int64_t kRunsInFlight = 1;
 // The memtables: never written (rows arrive as files), so small.
 constexpr size_t kTableWriteBuffer = size_t{1} << 20;
 constexpr size_t kBlockCacheBytes = size_t{80} << 20;

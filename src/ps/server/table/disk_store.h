@@ -41,13 +41,13 @@
 //               moves back into the cache, dirty) and the sealed runs, newest first (copied: the writer reads the
 //               run's own block) before RocksDB. The runs of a tier take at most 64 MiB, reserved in the block
 //               cache through a WriteBufferManager (the memtables' budget before; the memtables are no longer
-//               written), so the task's memory does not grow; past it the largest open run is sealed, or the
-//               caller waits for the writer. The writer holds an ingest while level 0 has 20 files or more and a
-//               compaction is under way (ingestion alone does not stall on level 0). Flush, a scan, CompactAll
-//               write the open run and the dirty cached records as one file first; removal passes read the runs
-//               beside the database; a closed table's runs are dropped with its directory. Held records may take
-//               the cache over its bytes while they are held (concurrent batches of several tables). The policy
-//               never changes arithmetic: a record leaves and comes back bit for bit.
+//               written), so the task's memory does not grow; past it the largest open run is sealed; one sealed
+//               run at a time waits for the writer or is written (a second makes the caller wait). The writer holds an
+//               ingest while level 0 has 20 files or more and a compaction is under way (ingestion alone does not stall
+//               on level 0). Flush, a scan, CompactAll write the open run and the dirty cached records as one file
+//               first; removal passes read the runs beside the database; a closed table's runs are dropped with its
+//               directory. Held records may take the cache over its bytes while they are held (concurrent batches of
+//               several tables). The policy never changes arithmetic: a record leaves and comes back bit for bit.
 // Refused in one line: a missing --table_dir or one not writable, a directory held by a running
 // task, a cache smaller than one batch's rows (ResourceExhausted, naming the table, the ps and the
 // sizes), a disk read or write failure (a full disk: ResourceExhausted; others: Internal; naming

@@ -103,8 +103,8 @@ class RowStore {
   // Release, as Acquire's.
   virtual float* Create(int64_t id) = 0;
   // Ends the hold on records[0, n) (nullptrs skipped) from Acquire and Create. A disk store then
-  // brings its cache back within its bytes, writing dirty records back in one batch; a write
-  // failure (a full disk) names the table.
+  // brings its cache back within its bytes, dirty records leaving into the table's run (written to
+  // disk as one file when it is full); a write failure (a full disk) names the table.
   virtual absl::Status Release(float* const* records, size_t n) = 0;
   // Removes stored rows `ids` (each stored, not held), from memory and disk.
   virtual absl::Status Erase(const std::vector<int64_t>& ids) = 0;
