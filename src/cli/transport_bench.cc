@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cli/transport_bench_internal.h"
+#include "ps/common/wire_config.h"
 #include "psflow/dist/cluster.h"
 #include "psflow/dist/partition.h"
 #include "psflow/ps/ps_client.h"
@@ -248,6 +249,7 @@ absl::StatusOr<PsTarget> ProbePs(const std::string& ps_address) {
   if (!channel.ok()) return channel.status();
   wire::HelloRequest probe;
   probe.set_probe(true);
+  probe.set_wire_protocol(ps::kWireProtocol);
   CallOptions call;
   call.timeout_secs = 30;
   call.wait_for_ready = true;

@@ -29,9 +29,9 @@ namespace {
 constexpr int kFiles = 4, kPerFile = 6000, kExamples = kFiles * kPerFile;
 
 // The generator's files for --ctr_fields=4 --seed=2, gzip, under DIR/data.
-std::string WriteFiles(const std::string& dir) {
+std::string WriteFiles(const std::string& dir, int per_file = kPerFile) {
   auto r = RunProcess(Psflow({"data", "ctr-files", "--out=" + dir + "/data", absl::StrCat("--files=", kFiles),
-                              absl::StrCat("--examples_per_file=", kPerFile), "--seed=2", "--ctr_fields=4",
+                              absl::StrCat("--examples_per_file=", per_file), "--seed=2", "--ctr_fields=4",
                               "--ctr_test_examples=2048", "--batch_size=128", "--gzip"}),
                       300);
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -144,18 +144,21 @@ TEST(CtrFilesClusterTest, AsyncSlowWorkerReadsLessAndTheEndOfTheDataEndsTheJob) 
 // them"), and the queue has the slice back in line for a resumed job.
 TEST(CtrFilesClusterTest, AsyncEndByStepsGivesTheHeldSliceBack) {
   const std::string dir = TempDir("ctr_files_end_by_steps");
-  const std::string data = WriteFiles(dir);
+  // One slice per file (187.5 batches each): worker 1 holds one, the chief reads the other three
+  // (562 batches) and waits with the global step at 562 + worker 1's steps before it was stopped;
+  // step 700 then falls inside worker 1's slice. Worker 1 runs ~2000 steps a second, so it may
+  // step well past its first line before the SIGSTOP lands (under load, dozens of steps): it may
+  // take up to 135 of its 187 before the chief's wait would end past step 700 (a flake seen with
+  // 47-batch slices and step 170, where 28 were enough to break it).
+  const std::string data = WriteFiles(dir, 4 * kPerFile);
   const Cluster c = Addresses(2);
-  // One slice per file (46.9 batches each): worker 1 holds one, the chief reads the other three
-  // (140 batches) and waits with the global step at 140 + worker 1's few; step 170 then falls inside
-  // worker 1's slice.
-  const std::vector<std::string> more = {"--train_steps=170", "--worker_timeout_secs=60", "--file_slices=2"};
+  const std::vector<std::string> more = {"--train_steps=700", "--worker_timeout_secs=60", "--file_slices=2"};
   Process ps(Task(c, "ps", 0, data, more, 1));
   Process chief(Task(c, "worker", 0, data, more, 1));
   Process held(Task(c, "worker", 1, data, more, 1));
   const auto wait_for = [](Process& p, const std::string& text) {
-    for (int i = 0; i < 3000 && p.OutputSoFar().find(text) == std::string::npos; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (int i = 0; i < 30000 && p.OutputSoFar().find(text) == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   };
   // The chief is held at its first step (it holds its first slice) until worker 1 has a slice of

@@ -15,8 +15,32 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
 
 namespace psflow::testing {
+namespace {
+
+// The directories TempDir made in this process: removed when it exits, unless a test failed (they
+// are then kept to look at, and named in its output) or PSFLOW_KEEP_TEST_DIRS is set. Only the
+// process that made them removes them (a forked child that exits does not).
+struct MadeDirs {
+  pid_t owner = getpid();
+  std::vector<std::filesystem::path> dirs;
+  ~MadeDirs() {
+    if (getpid() != owner || std::getenv("PSFLOW_KEEP_TEST_DIRS") != nullptr) return;
+    if (::testing::UnitTest::GetInstance()->Failed()) return;
+    std::error_code ignored;
+    for (const auto& dir : dirs) std::filesystem::remove_all(dir, ignored);
+  }
+};
+MadeDirs& Made() {
+  static MadeDirs made;
+  return made;
+}
+
+}  // namespace
 
 Process::Process(const std::vector<std::string>& args, const std::vector<std::string>& env) {
   static int counter = 0;
@@ -103,6 +127,7 @@ std::string TempDir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() / ("psflow_" + name + "_" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  Made().dirs.push_back(dir);
   return dir.string();
 }
 

@@ -38,7 +38,8 @@ ProcessResult RunProcess(const std::vector<std::string>& args, double timeout_se
 std::string PsflowBinary();
 // $PSFLOW_SOURCE_DIR/data/mnist.
 std::string MnistDir();
-// A fresh empty temporary directory.
+// A fresh empty temporary directory, removed when the test process exits unless a test failed (or
+// PSFLOW_KEEP_TEST_DIRS is set).
 std::string TempDir(const std::string& name);
 // Free TCP ports on 127.0.0.1.
 std::vector<int> FreePorts(int count);

@@ -102,6 +102,7 @@ absl::Status PsClient::Impl::ConnectOne(int k) {
   hello.set_client_id(client_id_);
   hello.set_cluster_fingerprint(options_.cluster.Fingerprint());
   hello.set_cluster_text(options_.cluster.ToString());
+  hello.set_wire_protocol(kWireProtocol);
   const double limit = options_.connect_timeout_secs;
   RetryOptions retry;
   retry.peer = channel(k)->peer_name();
@@ -119,10 +120,20 @@ absl::Status PsClient::Impl::ConnectOne(int k) {
   // Not wait_for_ready: a call failing fast says why (refused, TLS handshake, ...), and the retries
   // wait for the ps to come up (the channel reconnects at most 1 s apart, grpc_options.cc). A
   // refusal (secret, cluster, ...) ends the wait at once: waiting would not help.
-  absl::Status s = RetryBlocking(retry, [&](double left) {
-    return channel(k)
-        ->CallBlocking(rpc::Method::kHello, rpc::OutgoingMessage::Of(hello), Control(std::min(left, 5.0)))
-        .status();
+  absl::Status s = RetryBlocking(retry, [&](double left) -> absl::Status {
+    absl::StatusOr<rpc::IncomingMessage> answer =
+        channel(k)->CallBlocking(rpc::Method::kHello, rpc::OutgoingMessage::Of(hello), Control(std::min(left, 5.0)));
+    if (!answer.ok()) return answer.status();
+    wire::HelloResponse response;
+    if (absl::Status p = Parse(*answer, &response, channel(k)->peer_name()); !p.ok()) return p;
+    // A ps of an older build does not refuse this worker (it ignores the field): refuse it here.
+    if (response.wire_protocol() != kWireProtocol) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("wire protocol mismatch: ", channel(k)->peer_name(), " speaks psflow wire protocol ",
+                       response.wire_protocol(), " but this worker speaks ", kWireProtocol,
+                       " (0: a build from before 2026-11-28); start every task from the same psflow build"));
+    }
+    return absl::OkStatus();
   });
   if (s.ok()) reached_[k] = true;
   return s;
@@ -372,6 +383,7 @@ absl::StatusOr<bool> PsClient::Impl::IsInitialized() {
   wire::HelloRequest hello;
   hello.set_probe(true);
   hello.set_worker_index(options_.worker_index);
+  hello.set_wire_protocol(kWireProtocol);
   std::vector<bool> initialized(channels_.size(), false);
   absl::Status s =
       CallEveryPs(rpc::Method::kHello, hello, options_.rpc_timeout_secs, [&](int k, const rpc::IncomingMessage& r) {

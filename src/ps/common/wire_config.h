@@ -15,6 +15,13 @@ namespace psflow::ps {
 // recognizes it to tell a restarted ps task (it lost its variables) from other errors.
 inline constexpr char kNotInitializedMessage[] = "not initialized yet: the chief (worker 0) initializes the variables";
 
+// The version of psflow's wire protocol (HelloRequest/HelloResponse.wire_protocol): a worker and a
+// ps task of different versions refuse each other at Hello, in one line, instead of failing later
+// on a method one does not know (UNIMPLEMENTED) or a field one ignores. Raise it whenever a method
+// is added or a field changes what a call does. 0: builds before the check (2026-11-28), which
+// already had the chunked push and the pushes' model id; 1: the first build that says.
+inline constexpr uint32_t kWireProtocol = 1;
+
 // FromWire refuses a config holding a table declaration it cannot read (below).
 wire::TrainingConfig ToWire(const TrainingConfig& config);
 absl::StatusOr<TrainingConfig> FromWire(const wire::TrainingConfig& config);

@@ -119,6 +119,12 @@ void PsServer::Impl::HandleHello(const rpc::IncomingMessage& request, rpc::Respo
     sync_.Heard(hello.worker_index());
     return responder.Respond(rpc::OutgoingMessage::Of(wire::HelloResponse()));
   }
+  if (hello.wire_protocol() != kWireProtocol) {
+    return responder.Respond(absl::FailedPreconditionError(absl::StrCat(
+        "wire protocol mismatch: ", hello.probe() ? "a probe" : absl::StrCat("worker ", hello.worker_index()),
+        " speaks psflow wire protocol ", hello.wire_protocol(), " but this ps task speaks ", kWireProtocol,
+        " (0: a build from before 2026-11-28); start every task from the same psflow build")));
+  }
   if (!hello.probe() && !options_.cluster.empty() && hello.cluster_fingerprint() != options_.cluster.Fingerprint()) {
     return responder.Respond(absl::FailedPreconditionError(
         absl::StrCat("cluster mismatch: this ps task runs cluster '", options_.cluster.ToString(), "' but worker ",
@@ -162,6 +168,7 @@ void PsServer::Impl::HandleHello(const rpc::IncomingMessage& request, rpc::Respo
   response.set_finished(shutdown_flag_.load() || (m != nullptr && Finished(*m)));
   response.set_step(step_.load());
   response.set_cluster_text(options_.cluster.ToString());
+  response.set_wire_protocol(kWireProtocol);
   responder.Respond(rpc::OutgoingMessage::Of(response));
 }
 
