@@ -1,6 +1,7 @@
-// The disk tier's write-back path beside the one docs/tables.md proposes ("This session (diskmiss)"):
+// The disk tier's write-back paths: the memtable (before session 8) beside the runs it uses now
+// (docs/tables.md, "Runs"; proposed in "This session (diskmiss)"):
 // the CPU a row costs to get a run of rows into a RocksDB table file, (a) through the memtable (a
-// WriteBatch of sorted random keys at a time, as the tier's writer does, then the flush) and (b)
+// WriteBatch of sorted random keys at a time, as the tier's writer did, then the flush) and (b)
 // with SstFileWriter and IngestExternalFile (the run sorted once, written as a file, ingested).
 // Rows of 528 bytes (dim 64 with adagrad: RowMeta and 128 floats) under 8-byte keys, random over
 // 2^18 ids; table options as the tier's (disk_store.cc: no compression, bloom 10 bits, partitioned

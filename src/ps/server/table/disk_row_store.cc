@@ -2,10 +2,13 @@
 // records it holds in the tier's cache, misses read in a batch, write-back, scans. The tier itself
 // (DiskTier: the cache's budget, admission, eviction, the write-behind thread) is disk_store.cc.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
@@ -14,7 +17,7 @@
 #include "rocksdb/db.h"
 #include "rocksdb/iterator.h"
 #include "rocksdb/options.h"
-#include "rocksdb/write_batch.h"
+#include "rocksdb/sst_file_writer.h"
 
 namespace psflow::ps::table {
 namespace {
@@ -25,30 +28,42 @@ constexpr size_t kHeaderAhead = 8;  // records whose header line is prefetched a
 // A batch's misses are read in parts of at least this many keys side by side (a thread hand-off
 // costs ~20 µs of CPU: fewer misses are one MultiGet in the caller, as a 97 %-hit step's ~120).
 constexpr size_t kReadPart = 64;
+// Ingested files land in level 0 (each spans the table's ids). Ingestion does not stall on level 0
+// as writes do, so a file waits while level 0 has this many (RocksDB's slowdown trigger) and a
+// compaction is under way.
+constexpr uint64_t kMaxLevel0Files = 20;
 
 }  // namespace
 
 DiskRowStore::DiskRowStore(std::shared_ptr<DiskTier> tier, std::string table, std::string dir, int64_t floats_per_row,
-                           std::unique_ptr<rocksdb::DB> db)
+                           std::unique_ptr<rocksdb::DB> db, const rocksdb::Options& options)
     : tier_(std::move(tier)),
       table_(std::move(table)),
       dir_(std::move(dir)),
       floats_(floats_per_row),
-      db_(std::move(db)) {}
+      db_(std::move(db)),
+      options_(std::make_unique<rocksdb::Options>(options)) {}
 
 DiskRowStore::~DiskRowStore() {
   {
     // This table's records leave the tier's list (a walk of the list: no copy of millions of
     // pointers at the end of a job, when the task's memory peaks).
+    // Its runs are dropped: the directory goes with the table (the disk tier is a cache of the
+    // checkpoint), so writing them would be wasted.
     absl::MutexLock lock(&tier_->mu_);
-    tier_->AwaitWrites();  // none of the writer's jobs holds this table's records after it
-    for (DiskTier::List* l : {&tier_->clock_, &tier_->window_, &tier_->leaving_}) {
+    tier_->AwaitWrites();  // the writer holds none of this table's runs after it
+    for (DiskTier::List* l : {&tier_->clock_, &tier_->window_}) {
       for (DiskTier::Entry* e = l->head; e != nullptr;) {
         DiskTier::Entry* const next = e->next;
         if (e->owner == this) DropEntry(e);
         e = next;
       }
     }
+    if (open_ != nullptr) FreeRun(*open_);
+    for (auto& run : sealed_) FreeRun(*run);  // kept by a failed write
+    open_.reset();
+    sealed_.clear();
+    tier_->ReserveRunBytes(tier_->run_bytes_);
   }
   tier_->Forget(this);
   db_.reset();
@@ -78,7 +93,6 @@ float* DiskRowStore::NewEntry(int64_t id) {
   e->pins = 0;
   e->touched = 0;
   e->list = DiskTier::kWindow;
-  e->writing = 0;
   tier_->PushFront(e);
   tier_->window_bytes_ += bytes;
   tier_->bytes_ += bytes;
@@ -97,38 +111,147 @@ void DiskRowStore::DropEntry(DiskTier::Entry* e) {
   tier_->pool_.Free(e);
 }
 
-void DiskRowStore::AppendPut(DiskTier::Entry* e, rocksdb::WriteBatch* batch) const {
-  // The value is the record as it lies in the cache, RowMeta then the floats: put straight from there.
-  auto* record = reinterpret_cast<float*>(e) + DiskTier::kHeaderFloats + kMetaFloats;
-  RowMeta& meta = MetaOf(record);
-  meta.flags &= ~RowMeta::kDirty;
-  char key[kKeyBytes];
-  KeyOf(e->id, key);
-  const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);
-  batch->Put(rocksdb::Slice(key, kKeyBytes), rocksdb::Slice(reinterpret_cast<const char*>(&meta), value_bytes));
+DiskTier::Run& DiskRowStore::OpenRun() {
+  if (open_ == nullptr) open_ = std::make_unique<DiskTier::Run>();
+  return *open_;
 }
 
-absl::Status DiskRowStore::WriteBack(std::vector<DiskTier::Entry*>& entries) {
-  // Keys in order: the memtable's skip list inserts a sorted run from where the last key went.
-  std::vector<DiskTier::Entry*> dirty;
-  for (DiskTier::Entry* e : entries) {
-    if ((MetaOf(reinterpret_cast<float*>(e) + DiskTier::kHeaderFloats + kMetaFloats).flags & RowMeta::kDirty) != 0) {
-      dirty.push_back(e);
+void DiskRowStore::MoveToRun(DiskTier::Entry* e) {
+  tier_->Unlink(e);
+  if (e->list == DiskTier::kWindow) tier_->window_bytes_ -= entry_bytes();
+  tier_->bytes_ -= entry_bytes();
+  cached_bytes_ -= entry_bytes();
+  index_.Erase(e->id);
+  e->list = DiskTier::kRun;
+  e->prev = e->next = nullptr;
+  DiskTier::MetaOfEntry(e).flags &= ~RowMeta::kDirty;  // as it will lie on disk
+  DiskTier::Run& run = OpenRun();
+  auto [it, added] = run.rows.try_emplace(e->id, e);
+  if (!added) {  // a tombstone (a cached record is never in the open run as well)
+    if (it->second != nullptr) {
+      tier_->pool_.Free(it->second);
+      run.bytes -= entry_bytes();
+      tier_->run_bytes_ -= entry_bytes();
+      --run.records;
+    }
+    it->second = e;
+  } else {
+    run.bytes += DiskTier::kRunEntryBytes;
+    tier_->run_bytes_ += DiskTier::kRunEntryBytes;
+  }
+  run.bytes += entry_bytes();
+  tier_->run_bytes_ += entry_bytes();
+  ++run.records;
+}
+
+void DiskRowStore::AddTombstone(int64_t id) {
+  DiskTier::Run& run = OpenRun();
+  auto [it, added] = run.rows.try_emplace(id, nullptr);
+  if (added) {
+    run.bytes += DiskTier::kRunEntryBytes;
+    tier_->run_bytes_ += DiskTier::kRunEntryBytes;
+  } else if (it->second != nullptr) {
+    tier_->pool_.Free(it->second);
+    run.bytes -= entry_bytes();
+    tier_->run_bytes_ -= entry_bytes();
+    --run.records;
+    it->second = nullptr;
+  }
+}
+
+bool DiskRowStore::TakeFromRuns(int64_t id, float** record) {
+  *record = nullptr;
+  if (open_ != nullptr) {
+    if (auto it = open_->rows.find(id); it != open_->rows.end()) {
+      DiskTier::Entry* const e = it->second;
+      if (e == nullptr) return true;  // removed
+      // Back into the cache as it left it: dirty again (the run no longer holds it).
+      open_->rows.erase(it);
+      open_->bytes -= entry_bytes() + DiskTier::kRunEntryBytes;
+      tier_->run_bytes_ -= entry_bytes() + DiskTier::kRunEntryBytes;
+      --open_->records;
+      DiskTier::MetaOfEntry(e).flags |= RowMeta::kDirty;
+      e->pins = 0;
+      e->touched = 0;
+      e->list = DiskTier::kWindow;
+      tier_->PushFront(e);
+      tier_->window_bytes_ += entry_bytes();
+      tier_->bytes_ += entry_bytes();
+      cached_bytes_ += entry_bytes();
+      *record = reinterpret_cast<float*>(e) + DiskTier::kHeaderFloats + kMetaFloats;
+      index_.Insert(id, *record);
+      return true;
     }
   }
-  if (dirty.empty()) return absl::OkStatus();
-  std::sort(dirty.begin(), dirty.end(),
-            [](const DiskTier::Entry* a, const DiskTier::Entry* b) { return a->id < b->id; });
-  rocksdb::WriteBatch batch;
-  for (DiskTier::Entry* e : dirty) AppendPut(e, &batch);
-  const rocksdb::Status s = db_->Write(NoLog(), &batch);
-  if (!s.ok()) {
-    for (DiskTier::Entry* e : dirty) {  // still only here
-      MetaOf(reinterpret_cast<float*>(e) + DiskTier::kHeaderFloats + kMetaFloats).flags |= RowMeta::kDirty;
+  for (auto run = sealed_.rbegin(); run != sealed_.rend(); ++run) {
+    auto it = (*run)->rows.find(id);
+    if (it == (*run)->rows.end()) continue;
+    if (it->second == nullptr) return true;  // removed
+    // A copy: the writer reads the run's block. Clean: the run puts these bytes on disk.
+    *record = NewEntry(id);
+    const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);
+    std::memcpy(*record - kMetaFloats, &DiskTier::MetaOfEntry(it->second), value_bytes);
+    return true;
+  }
+  return false;
+}
+
+void DiskRowStore::FreeRun(DiskTier::Run& run) {
+  for (auto& [id, e] : run.rows) {
+    if (e != nullptr) tier_->pool_.Free(e);
+  }
+  tier_->run_bytes_ -= run.bytes;
+  run.rows.clear();
+  run.bytes = 0;
+  run.records = 0;
+}
+
+std::vector<DiskRowStore::FileRow> DiskRowStore::SortedRows(const DiskTier::Run& run) {
+  std::vector<FileRow> rows;
+  rows.reserve(run.rows.size());
+  for (const auto& [id, e] : run.rows) {
+    rows.emplace_back(id, e == nullptr ? nullptr : &DiskTier::MetaOfEntry(e));
+  }
+  std::sort(rows.begin(), rows.end(), [](const FileRow& a, const FileRow& b) { return a.first < b.first; });
+  return rows;
+}
+
+absl::Status DiskRowStore::WriteFile(const std::vector<FileRow>& rows, int64_t file_number) const {
+  const std::string path = (fs::path(dir_) / absl::StrCat("run-", file_number, ".sst")).string();
+  // Pages written stay in the page cache (invalidate_page_cache off), as a flush's do: the next
+  // misses may read them.
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), *options_, nullptr, /*invalidate_page_cache=*/false);
+  rocksdb::Status s = writer.Open(path);
+  const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);
+  char key[kKeyBytes];
+  for (size_t i = 0; i < rows.size() && s.ok(); ++i) {
+    KeyOf(rows[i].first, key);
+    s = rows[i].second != nullptr
+            ? writer.Put(rocksdb::Slice(key, kKeyBytes),
+                         rocksdb::Slice(reinterpret_cast<const char*>(rows[i].second), value_bytes))
+            : writer.Delete(rocksdb::Slice(key, kKeyBytes));
+  }
+  if (s.ok()) s = writer.Finish();
+  if (s.ok() && tier_->options_.before_ingest) tier_->options_.before_ingest(path);
+  if (s.ok()) {
+    // Level 0's files: each ingest adds one; reads probe them all until a compaction merges them.
+    uint64_t level0 = 0, compacting = 0;
+    for (int k = 0;
+         k < 6000 && db_->GetIntProperty("rocksdb.num-files-at-level0", &level0) && level0 >= kMaxLevel0Files &&
+         db_->GetIntProperty("rocksdb.num-running-compactions", &compacting) && compacting > 0;
+         ++k) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    rocksdb::IngestExternalFileOptions ingest;
+    ingest.move_files = true;           // a link into the database, not a copy
+    ingest.write_global_seqno = false;  // the sequence number in the manifest only: the file is not rewritten
+    s = db_->IngestExternalFile({path}, ingest);
+  }
+  if (!s.ok()) {
+    std::error_code ec;
+    fs::remove(path, ec);
     return Failed("writing rows back to disk", s.ToString());
   }
-  counters_.disk_rows_written += static_cast<int64_t>(dirty.size());
   return absl::OkStatus();
 }
 
@@ -147,21 +270,38 @@ absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records
           " rows (", need, " bytes); raise --table_cache_bytes above that"));
     }
     index_.FindMany(ids, n, records);
+    int64_t not_cached = 0;
     for (size_t i = 0; i < n; ++i) {
       // Each hit writes its record's header line: fetched a few ahead, the cache misses overlap.
       if (i + kHeaderAhead < n && records[i + kHeaderAhead] != nullptr) {
         __builtin_prefetch(DiskTier::EntryOf(records[i + kHeaderAhead]), 1);
       }
       if (records[i] == nullptr) {
-        missed.push_back(i);
-        continue;
+        ++not_cached;
+        // Not cached: a run may hold it (its newest version, or a tombstone), in memory until its file
+        // is in. Looked up again in the index first: an id listed twice may have come back already.
+        if (open_ == nullptr && sealed_.empty()) {
+          missed.push_back(i);
+          continue;
+        }
+        records[i] = index_.Find(ids[i]);
+        if (records[i] == nullptr) {
+          if (!TakeFromRuns(ids[i], &records[i])) {
+            missed.push_back(i);
+            continue;
+          }
+          if (records[i] == nullptr) continue;  // removed: as an id not stored
+          tier_->CountUse(this, ids[i]);        // back from a run: a use, as a read from disk
+        }
       }
       DiskTier::Entry* e = DiskTier::EntryOf(records[i]);
       e->touched = 1;
       ++e->pins;
     }
-    counters_.cache_hits += static_cast<int64_t>(n - missed.size());
-    counters_.cache_misses += static_cast<int64_t>(missed.size());
+    // A row found in a run is a miss (of the cache) without a disk read, as one found in RocksDB's
+    // memtable was before runs.
+    counters_.cache_misses += not_cached;
+    counters_.cache_hits += static_cast<int64_t>(n) - not_cached;
   }
   if (missed.empty()) return absl::OkStatus();
 
@@ -236,6 +376,16 @@ void DiskRowStore::Reserve(int64_t n) {
 
 float* DiskRowStore::Create(int64_t id) {
   absl::MutexLock lock(&tier_->mu_);
+  if (open_ != nullptr) {
+    // A tombstone of it in the open run (removed, now created again): the new record is the newest
+    // version and leaves into this run later. (One in a sealed run is older: it stays.)
+    if (auto it = open_->rows.find(id); it != open_->rows.end()) {
+      CHECK(it->second == nullptr) << "table '" << table_ << "': row " << id << " created while stored";
+      open_->rows.erase(it);
+      open_->bytes -= DiskTier::kRunEntryBytes;
+      tier_->run_bytes_ -= DiskTier::kRunEntryBytes;
+    }
+  }
   float* record = NewEntry(id);
   DiskTier::EntryOf(record)->pins = 1;
   ++rows_;
@@ -255,30 +405,37 @@ absl::Status DiskRowStore::Release(float* const* records, size_t n) {
 
 absl::Status DiskRowStore::Erase(const std::vector<int64_t>& ids) {
   absl::MutexLock lock(&tier_->mu_);
-  tier_->AwaitWrites();  // a Put under way must not land after the Delete
   if (!tier_->write_error_.ok()) return tier_->write_error_;
-  rocksdb::WriteBatch batch;
-  char key[kKeyBytes];
+  // A tombstone each in the open run: ingested after every run sealed before, it hides the rows
+  // they and the database hold; meanwhile a miss finds it first.
   for (int64_t id : ids) {
     if (float* record = index_.Find(id); record != nullptr) DropEntry(DiskTier::EntryOf(record));
-    KeyOf(id, key);
-    batch.Delete(rocksdb::Slice(key, kKeyBytes));
+    AddTombstone(id);
   }
   rows_ -= static_cast<int64_t>(ids.size());
-  if (ids.empty()) return absl::OkStatus();
-  const rocksdb::Status s = db_->Write(NoLog(), &batch);
-  return s.ok() ? absl::OkStatus() : Failed("removing rows from disk", s.ToString());
+  return tier_->SealRuns();
 }
 
 absl::Status DiskRowStore::ForEachAge(absl::FunctionRef<void(int64_t, int64_t)> f) const {
   absl::MutexLock lock(&tier_->mu_);
+  // Newest first: the cache, the open run, the sealed runs (newest first), the database.
   index_.ForEach([&](int64_t id, float* record) { f(id, MetaOf(record).last_step); });
+  absl::flat_hash_set<int64_t> seen;  // ids a run holds (a record or a tombstone)
+  std::vector<const DiskTier::Run*> runs;
+  if (open_ != nullptr) runs.push_back(open_.get());
+  for (auto run = sealed_.rbegin(); run != sealed_.rend(); ++run) runs.push_back(run->get());
+  for (const DiskTier::Run* run : runs) {
+    for (const auto& [id, e] : run->rows) {
+      if (index_.Find(id) != nullptr || !seen.insert(id).second || e == nullptr) continue;
+      f(id, DiskTier::MetaOfEntry(e).last_step);
+    }
+  }
   rocksdb::ReadOptions r;
   r.fill_cache = false;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(r));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const int64_t id = IdOfKey(it->key());
-    if (index_.Find(id) != nullptr) continue;  // cached: its meta above is the newer
+    if (index_.Find(id) != nullptr || seen.contains(id)) continue;  // cached or in a run: newer
     RowMeta meta;
     if (it->value().size() < sizeof(RowMeta)) return Failed("reading rows from disk", "a short record");
     std::memcpy(&meta, it->value().data(), sizeof(RowMeta));
@@ -289,11 +446,33 @@ absl::Status DiskRowStore::ForEachAge(absl::FunctionRef<void(int64_t, int64_t)> 
 
 absl::Status DiskRowStore::Flush() {
   absl::MutexLock lock(&tier_->mu_);
-  tier_->AwaitWrites();  // every row on disk or dirty in the cache after it
+  tier_->AwaitWrites();  // the sealed runs first: this file is newer
   if (!tier_->write_error_.ok()) return tier_->write_error_;
-  std::vector<DiskTier::Entry*> mine;
-  index_.ForEach([&](int64_t, float* record) { mine.push_back(DiskTier::EntryOf(record)); });
-  return WriteBack(mine);
+  // The open run and the dirty cached records (they stay cached, clean): one version of an id each.
+  std::vector<FileRow> rows = open_ != nullptr ? SortedRows(*open_) : std::vector<FileRow>();
+  const size_t from_run = rows.size();
+  std::vector<DiskTier::Entry*> dirty;
+  index_.ForEach([&](int64_t id, float* record) {
+    if ((MetaOf(record).flags & RowMeta::kDirty) != 0) {
+      dirty.push_back(DiskTier::EntryOf(record));
+      rows.emplace_back(id, &MetaOf(record));
+    }
+  });
+  if (rows.empty()) return absl::OkStatus();
+  for (DiskTier::Entry* e : dirty) DiskTier::MetaOfEntry(e).flags &= ~RowMeta::kDirty;  // as it will lie on disk
+  const auto by_id = [](const FileRow& a, const FileRow& b) { return a.first < b.first; };
+  std::sort(rows.begin() + static_cast<std::ptrdiff_t>(from_run), rows.end(), by_id);
+  std::inplace_merge(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(from_run), rows.end(), by_id);
+  const absl::Status written = WriteFile(rows, next_file_++);
+  if (!written.ok()) {
+    for (DiskTier::Entry* e : dirty) DiskTier::MetaOfEntry(e).flags |= RowMeta::kDirty;  // still only here
+    return written;
+  }
+  counters_.disk_rows_written += static_cast<int64_t>(dirty.size()) + (open_ != nullptr ? open_->records : 0);
+  if (open_ != nullptr) FreeRun(*open_);
+  open_.reset();
+  tier_->ReserveRunBytes(tier_->run_bytes_);
+  return absl::OkStatus();
 }
 
 // Every row is on disk once the cache is flushed at the scan's start; the iterator reads the
@@ -347,7 +526,8 @@ RowStoreStats DiskRowStore::stats() const {
     absl::MutexLock lock(&tier_->mu_);
     s = counters_;
     s.rows = rows_;
-    s.memory_bytes = cached_bytes_ + index_.bytes();
+    s.memory_bytes = cached_bytes_ + index_.bytes() + (open_ != nullptr ? open_->bytes : 0);
+    for (const auto& run : sealed_) s.memory_bytes += run->bytes;  // until its file is in
   }
   uint64_t sst = 0;
   db_->GetIntProperty("rocksdb.total-sst-files-size", &sst);

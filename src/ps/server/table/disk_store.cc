@@ -23,7 +23,6 @@
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
 #include "rocksdb/table.h"
-#include "rocksdb/write_batch.h"
 #include "rocksdb/write_buffer_manager.h"
 
 namespace psflow::ps::table {
@@ -35,16 +34,15 @@ namespace fs = std::filesystem;
 // size: one 80 MiB block cache a task holds the index and filter blocks (partitioned: only the
 // partitions in use are in memory; without partitions, every table file's whole index and filter
 // stay in RAM, ~4 B a row: 150 MB a ps at 40M rows) beside the data blocks the misses read (rows are
-// cached as records, not blocks), and the memtables are charged to the same cache (the write buffer
-// manager's dummy entries), within 64 MiB for every table of a task together.
-constexpr size_t kWriteBufferBytes = size_t{64} << 20;
-// A table's memtable: 16 MiB (two at most: 32 MiB a table). A write-back's rows are random over the
-// table, so every L0 -> L1 compaction rewrites the whole last level: its cost per row written is
-// the table's size over the bytes flushed before it (4 memtables). 16 MiB instead of 8 (with read
-// parts of 64) took the ps's CPU a row at 97 % hits down ~35 % (docs/tables.md, "This session
-// (diskcpu)"). Charged to the block cache, they do not raise the task's memory: before, a tier of
-// one table had 64 MiB of blocks and up to 16 MiB of memtables beside them (80); now 80 MiB for both.
-constexpr size_t kTableWriteBuffer = size_t{16} << 20;
+// cached as records, not blocks), and the runs (disk_store.h) are charged to the same cache (a write
+// buffer manager's reservation), within 64 MiB for every table of a task together: the memtables'
+// budget before rows went to disk as ingested files.
+constexpr int64_t kRunBudget = int64_t{64} << 20;
+// Sealed runs waiting for the writer or being written, at most (then the caller waits): with the
+// open run, two runs a table, as RocksDB's two memtables were (max_write_buffer_number).
+constexpr int64_t kRunsInFlight = 1;
+// The memtables: never written (rows arrive as files), so small.
+constexpr size_t kTableWriteBuffer = size_t{1} << 20;
 constexpr size_t kBlockCacheBytes = size_t{80} << 20;
 
 // '/' and '%' escaped, so a table name is one directory.
@@ -66,12 +64,6 @@ std::string DirName(const std::string& table) {
 
 // ---------------------------------------------------------------------------------------------
 // DiskTier
-
-struct DiskTier::WriteJob {
-  DiskRowStore* store;
-  rocksdb::WriteBatch batch;
-  std::vector<Entry*> entries;  // pinned by the job, writing = 1
-};
 
 absl::StatusOr<std::shared_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options,
                                                          const std::function<void(const std::string&)>& log) {
@@ -147,7 +139,7 @@ DiskTier::DiskTier(DiskTierOptions options, std::string dir, int lock_fd)
       dir_(std::move(dir)),
       lock_fd_(lock_fd),
       block_cache_(rocksdb::NewLRUCache(kBlockCacheBytes)),
-      write_buffers_(std::make_shared<rocksdb::WriteBufferManager>(kWriteBufferBytes, block_cache_)),
+      write_buffers_(std::make_shared<rocksdb::WriteBufferManager>(kRunBudget, block_cache_)),
       readers_(options_.read_threads) {
   // cache_bytes / 256 counters (a power of two, at least 4096: a small cache's few ids must not
   // collide): ~2 a record of dim 64 with a slot.
@@ -167,6 +159,10 @@ DiskTier::~DiskTier() {
     stopping_ = true;
   }
   if (writer_.joinable()) writer_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    ReserveRunBytes(0);
+  }
   close(lock_fd_);  // releases the flock
 }
 
@@ -181,79 +177,119 @@ absl::Status DiskTier::WaitForWrites() {
   return write_error_;
 }
 
-void DiskTier::SubmitWriteBack(DiskRowStore* store, std::vector<Entry*>& dirty) {
-  store->tier_->mu_.AssertHeld();  // this tier's
-  auto job = std::make_unique<WriteJob>();
-  job->store = store;
-  std::sort(dirty.begin(), dirty.end(), [](const Entry* a, const Entry* b) { return a->id < b->id; });
-  for (Entry* e : dirty) {
-    store->AppendPut(e, &job->batch);
-    ++e->pins;
-    e->writing = 1;
-    e->touched = 0;  // a hit while it is written keeps it
-    writing_bytes_ += store->entry_bytes();
-    // Out of the window's and CLOCK's sight while it is written: admission compares with CLOCK's
-    // next victim, which must be a record that can leave, not one leaving already.
-    Unlink(e);
-    if (e->list == kWindow) window_bytes_ -= store->entry_bytes();
-    e->list = kLeaving;
-    PushFront(e);
+void DiskTier::ReserveRunBytes(int64_t bytes) {
+  // In steps of 1 MiB: the reservation's dummy cache entries change seldom.
+  constexpr int64_t kStep = int64_t{1} << 20;
+  const int64_t want = bytes <= 0 ? 0 : (bytes + kStep - 1) / kStep * kStep;
+  if (want > run_bytes_reserved_) {
+    write_buffers_->ReserveMem(static_cast<size_t>(want - run_bytes_reserved_));
+  } else if (want < run_bytes_reserved_) {
+    write_buffers_->FreeMem(static_cast<size_t>(run_bytes_reserved_ - want));
   }
-  job->entries = std::move(dirty);
-  ++writes_open_;
-  write_queue_.push_back(std::move(job));
+  run_bytes_reserved_ = want;
 }
 
-void DiskTier::FinishWrite(WriteJob& job, const absl::Status& written) {
-  DiskRowStore* const store = job.store;
+void DiskTier::Seal(DiskRowStore* store) {
+  store->tier_->mu_.AssertHeld();  // this tier's
+  if (store->open_ == nullptr || store->open_->rows.empty()) return;
+  store->sealed_.push_back(std::move(store->open_));
+  ++writes_open_;
+  if (options_.write_behind) {
+    write_queue_.push_back(store);
+    return;
+  }
+  // In the call (under the lock).
+  const DiskTier::Run& run = *store->sealed_.back();
+  const int64_t number = store->next_file_++;
+  const absl::Status written =
+      write_error_.ok() ? store->WriteFile(DiskRowStore::SortedRows(run), number) : write_error_;
+  FinishRun(store, written);
+}
+
+void DiskTier::FinishRun(DiskRowStore* store, const absl::Status& written) {
   store->tier_->mu_.AssertHeld();
-  for (Entry* e : job.entries) {
-    --e->pins;
-    e->writing = 0;
-    writing_bytes_ -= store->entry_bytes();
-    RowMeta& meta = MetaOf(reinterpret_cast<float*>(e) + kHeaderFloats + kMetaFloats);
-    if (!written.ok()) meta.flags |= RowMeta::kDirty;  // still only here: kept, and the tier fails
-    if (e->pins == 0 && e->touched == 0 && (meta.flags & RowMeta::kDirty) == 0) {
-      store->DropEntry(e);
-      continue;
+  --writes_open_;
+  if (!written.ok()) {
+    if (write_error_.ok()) write_error_ = written;
+    return;  // the run stays (its rows visible); the tier fails every later call
+  }
+  DiskTier::Run& run = *store->sealed_.front();
+  store->counters_.disk_rows_written += run.records;
+  store->FreeRun(run);
+  store->sealed_.pop_front();
+}
+
+absl::Status DiskTier::SealRuns() {
+  for (DiskRowStore* store : stores_) {
+    store->tier_->mu_.AssertHeld();
+    if (store->open_ != nullptr && store->open_->bytes >= options_.run_bytes) Seal(store);
+  }
+  while (run_bytes_ > kRunBudget && write_error_.ok()) {
+    DiskRowStore* largest = nullptr;
+    int64_t largest_bytes = 0;
+    for (DiskRowStore* store : stores_) {
+      store->tier_->mu_.AssertHeld();
+      if (store->open_ != nullptr && !store->open_->rows.empty() && store->open_->bytes > largest_bytes) {
+        largest = store;
+        largest_bytes = store->open_->bytes;
+      }
     }
-    // Used meanwhile (or still held, or not written): back at CLOCK's front, its use counted as a
-    // second chance's.
-    if (e->touched != 0) CountUse(e->owner, e->id);
-    e->touched = 0;
-    Unlink(e);
-    e->list = kClock;
-    PushFront(e);
+    // The open runs' bytes over the budget are sealed once; sealed runs' bytes leave as the writer
+    // ingests them.
+    int64_t sealed = 0;
+    for (DiskRowStore* store : stores_) {
+      store->tier_->mu_.AssertHeld();
+      for (const auto& run : store->sealed_) sealed += run->bytes;
+    }
+    if (largest != nullptr && sealed < kRunBudget) {
+      Seal(largest);
+    } else if (writes_open_ > 0) {
+      AwaitWrites();
+    } else {
+      break;  // nothing to write: held records alone (cannot happen: runs hold no held record)
+    }
   }
-  if (written.ok()) {
-    store->counters_.disk_rows_written += static_cast<int64_t>(job.entries.size());
-  } else if (write_error_.ok()) {
-    write_error_ = written;
+  // At most kRunsInFlight sealed runs not ingested: past them the caller waits for the writer (it
+  // also needs the lock to finish a run, which a caller in a tight loop may otherwise keep from it).
+  if (writes_open_ > kRunsInFlight && write_error_.ok()) {
+    mu_.Await(absl::Condition(
+        +[](DiskTier* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
+          return t->writes_open_ <= kRunsInFlight || !t->write_error_.ok();
+        },
+        this));
   }
+  ReserveRunBytes(run_bytes_);
+  return write_error_;
 }
 
 void DiskTier::WriterLoop() {
   for (;;) {
-    std::vector<std::unique_ptr<WriteJob>> jobs;
+    DiskRowStore* store = nullptr;
+    const DiskTier::Run* run = nullptr;
+    int64_t number = 0;
+    bool failed = false;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
           +[](DiskTier* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) { return t->stopping_ || !t->write_queue_.empty(); },
           this));
       if (write_queue_.empty()) return;  // stopping, nothing left
-      jobs.swap(write_queue_);
+      store = write_queue_.front();
+      write_queue_.pop_front();
+      store->tier_->mu_.AssertHeld();
+      // Its oldest run not written: the runs of a table are queued in the order they were sealed,
+      // and a failed one ends the tier.
+      run =
+          store->sealed_[store->sealed_.size() - 1 - std::count(write_queue_.begin(), write_queue_.end(), store)].get();
+      number = store->next_file_++;
+      failed = !write_error_.ok();
     }
-    std::vector<absl::Status> written;
-    for (const auto& job : jobs) {
-      const rocksdb::Status s = job->store->db_->Write(NoLog(), &job->batch);
-      written.push_back(s.ok() ? absl::OkStatus() : job->store->Failed("writing rows back to disk", s.ToString()));
-    }
+    // The run is read-only until FinishRun: its records are read without the lock.
+    const absl::Status written = failed ? absl::OkStatus() : store->WriteFile(DiskRowStore::SortedRows(*run), number);
     absl::MutexLock lock(&mu_);
-    for (size_t k = 0; k < jobs.size(); ++k) FinishWrite(*jobs[k], written[k]);
-    writes_open_ -= static_cast<int64_t>(jobs.size());
+    FinishRun(store, failed ? write_error_ : written);
   }
 }
-
 int64_t DiskTier::cache_bytes_used() const {
   absl::MutexLock lock(&mu_);
   return bytes_;
@@ -298,14 +334,11 @@ absl::StatusOr<std::unique_ptr<DiskRowStore>> DiskTier::OpenTable(const std::str
   o.create_if_missing = true;
   o.error_if_exists = true;
   o.compression = rocksdb::kNoCompression;  // floats do not compress
+  // Rows arrive as ingested files (DiskRowStore::WriteFile): the memtable stays empty (a read skips
+  // it at once), and the write buffer manager only reserves the runs' bytes in the block cache.
   o.write_buffer_size = kTableWriteBuffer;
   o.max_write_buffer_number = 2;
-  o.write_buffer_manager = write_buffers_;
   o.use_direct_reads = options_.direct_reads;
-  // A miss looked up in the memtables first: their bloom filter answers for the ids not there (most,
-  // in a read-mostly table) instead of a skip-list search per memtable.
-  o.memtable_prefix_bloom_size_ratio = 0.1;
-  o.memtable_whole_key_filtering = true;
   o.avoid_flush_during_shutdown = true;  // the directory is removed at close
   o.keep_log_file_num = 1;
   o.max_log_file_size = size_t{1} << 20;
@@ -343,7 +376,7 @@ absl::StatusOr<std::unique_ptr<DiskRowStore>> DiskTier::OpenTable(const std::str
                                             "': cannot open its disk tier in ", path, ": ", s.ToString()));
   }
   auto store = std::unique_ptr<DiskRowStore>(
-      new DiskRowStore(shared_from_this(), table, path, floats_per_row, std::unique_ptr<rocksdb::DB>(db)));
+      new DiskRowStore(shared_from_this(), table, path, floats_per_row, std::unique_ptr<rocksdb::DB>(db), o));
   absl::MutexLock lock(&mu_);
   stores_.push_back(store.get());
   return store;
@@ -434,7 +467,7 @@ void DiskTier::AdmitFromWindow(int64_t budget) {
       c->list = kClock;
       c->touched = 0;
       window_bytes_ -= c->owner->entry_bytes();
-      if (bytes_ - writing_bytes_ <= budget || victim == nullptr || Uses(c->owner, c->id) > victim_uses) {
+      if (bytes_ <= budget || victim == nullptr || Uses(c->owner, c->id) > victim_uses) {
         PushFront(c);
       } else {
         PushBack(c);  // used no more often than what would leave: leaves first
@@ -446,65 +479,52 @@ void DiskTier::AdmitFromWindow(int64_t budget) {
 
 absl::Status DiskTier::EvictToBudget() {
   if (!write_error_.ok()) return write_error_;
-  int64_t budget = RecordBudget();
-  if (writes_open_ > 0 && bytes_ - writing_bytes_ > budget) {
-    AwaitWrites();  // one round of write-backs under way at a time
-    if (!write_error_.ok()) return write_error_;
-    budget = RecordBudget();
-  }
+  const int64_t budget = RecordBudget();
   AdmitFromWindow(budget);
-  // Records being written back are leaving already.
-  if (bytes_ - writing_bytes_ <= budget) return absl::OkStatus();
-  // The least recently used unpinned records, until what stays fits.
-  // From the back: a record used since it was put at the front gets a second chance (to the
-  // front, unmarked; the walk meets it again last); an unmarked unpinned one leaves. Then the
-  // window's oldest unpinned records, if the CLOCK part had too few.
-  absl::flat_hash_map<DiskRowStore*, std::vector<Entry*>> leaving;
-  int64_t after = bytes_ - writing_bytes_;
-  for (Entry* e = clock_.tail; e != nullptr && after > budget;) {
-    Entry* const prev = e->prev;
-    if (e->pins == 0) {
-      if (e->touched != 0) {
-        // A second chance: its hits since it was put at the front count once in the sketch, so a row
-        // that always hits (and is never read from disk again) keeps its weight against new rows.
-        e->touched = 0;
-        CountUse(e->owner, e->id);
-        if (e != clock_.head) {
-          Unlink(e);
-          PushFront(e);
+  if (bytes_ > budget) {
+    // The least recently used unpinned records, until what stays fits.
+    // From the back: a record used since it was put at the front gets a second chance (to the
+    // front, unmarked; the walk meets it again last); an unmarked unpinned one leaves. Then the
+    // window's oldest unpinned records, if the CLOCK part had too few.
+    std::vector<Entry*> leaving;
+    int64_t after = bytes_;
+    for (Entry* e = clock_.tail; e != nullptr && after > budget;) {
+      Entry* const prev = e->prev;
+      if (e->pins == 0) {
+        if (e->touched != 0) {
+          // A second chance: its hits since it was put at the front count once in the sketch, so a row
+          // that always hits (and is never read from disk again) keeps its weight against new rows.
+          e->touched = 0;
+          CountUse(e->owner, e->id);
+          if (e != clock_.head) {
+            Unlink(e);
+            PushFront(e);
+          }
+        } else {
+          leaving.push_back(e);
+          after -= e->owner->entry_bytes();
         }
-      } else {
-        leaving[e->owner].push_back(e);
+      }
+      e = prev;
+    }
+    for (Entry* e = window_.tail; e != nullptr && after > budget; e = e->prev) {
+      if (e->pins == 0) {
+        leaving.push_back(e);
         after -= e->owner->entry_bytes();
       }
     }
-    e = prev;
-  }
-  for (Entry* e = window_.tail; e != nullptr && after > budget; e = e->prev) {
-    if (e->pins == 0) {
-      leaving[e->owner].push_back(e);
-      after -= e->owner->entry_bytes();
-    }
-  }
-  for (auto& [store, entries] : leaving) {
-    store->tier_->mu_.AssertHeld();  // this tier's mu_ (held): tells the analysis store->tier_ is this
-    if (!options_.write_behind) {
-      if (absl::Status s = store->WriteBack(entries); !s.ok()) return s;  // kept in memory: nothing lost
-      for (Entry* e : entries) store->DropEntry(e);
-      continue;
-    }
-    // Clean records leave now; dirty ones once the writer has written them.
-    std::vector<Entry*> dirty;
-    for (Entry* e : entries) {
-      if ((MetaOf(reinterpret_cast<float*>(e) + kHeaderFloats + kMetaFloats).flags & RowMeta::kDirty) != 0) {
-        dirty.push_back(e);
+    // Clean records leave now; dirty ones move into their table's open run.
+    for (Entry* e : leaving) {
+      DiskRowStore* const store = e->owner;
+      store->tier_->mu_.AssertHeld();  // this tier's mu_ (held): tells the analysis store->tier_ is this
+      if ((MetaOfEntry(e).flags & RowMeta::kDirty) != 0) {
+        store->MoveToRun(e);
       } else {
         store->DropEntry(e);
       }
     }
-    if (!dirty.empty()) SubmitWriteBack(store, dirty);
   }
-  return absl::OkStatus();
+  return SealRuns();
 }
 
 void DiskTier::Forget(DiskRowStore* store) {

@@ -11,10 +11,10 @@
 //               signed id order, as a checkpoint stores rows); value: the record (RowMeta with mark 0
 //               and kDirty clear, then the floats; native byte order). Write-ahead log off, no
 //               compression (floats do not compress), bloom filters (a lookup of an absent id reads no
-//               data block), memtables of 16 MiB under one write-buffer budget per tier (64 MiB), index
-//               and filters partitioned in one 80 MiB block cache per tier, which the memtables are
-//               charged to: RocksDB's memory does not grow with the rows on disk (disk_store.cc states
-//               the options chosen).
+//               data block), index and filters partitioned in one 80 MiB block cache per tier, which the
+//               runs (below) are charged to: RocksDB's memory does not grow with the rows on disk
+//               (disk_store.cc states the options chosen). Rows reach the database only as ingested
+//               table files: its memtables stay empty.
 //   cache       records in memory, bounded in bytes (--table_cache_bytes per ps task: each record's
 //               block, header + meta + floats, and the growth of the records' indexes count; the
 //               blocks come from a RecordPool, record_pool.h: no allocator overhead per record), one
@@ -28,37 +28,50 @@
 //               touch two more cache lines a row, and no count); eviction walks from the back, moving marked records
 //               to the front unmarked (a second chance: counted once in the sketch, so rows that always hit keep
 //               their weight) and taking the unmarked, then the window's oldest if still over. A row seen once does
-//               not push out rows used again and again (docs/tables.md, "The cache's policy"). Records whose
-//               write-back is under way wait in a list of their own, out of the policy's sight (admission compares
-//               with a victim that can leave). A batch's misses are read in key order, a few MultiGets side by side
-//               (read_pool.h); records held by a batch are pinned; after a batch records leave until the cache is
-//               within its bytes, dirty ones written back in one WriteBatch per table, keys in order. The write is
-//               behind the caller (write_behind): the tier's writer thread runs it while the caller answers its pull,
-//               the records staying cached, pinned, until it is done (a hit meanwhile keeps its record); then they
-//               leave. One round of write-backs is open at a time: the next eviction waits for it. Held records may
-//               take the cache over its bytes while they are held (concurrent batches of several tables). The policy
-//               never changes arithmetic: a record leaves and comes back bit for bit.
+//               not push out rows used again and again (docs/tables.md, "The cache's policy"). A batch's misses are
+//               read in key order, a few MultiGets side by side (read_pool.h); records held by a batch are pinned;
+//               after a batch records leave until the cache is within its bytes: clean ones are dropped, dirty ones
+//               move (no copy: the record's block changes hands) into their table's open run.
+//   runs        write-back without the memtable: a table's dirty records leaving the cache are gathered in its
+//               open run (one version of an id, the newest: a tombstone for a removed row), which is sealed at
+//               DiskTierOptions::run_bytes (16 MiB) and written behind the caller by the tier's writer thread,
+//               sorted, as one table file (rocksdb::SstFileWriter), then ingested (IngestExternalFile, move, a
+//               global sequence number: newer than every row on disk; runs are ingested in the order they were
+//               sealed). A run's rows stay visible until its file is in: a miss looks in the open run (the record
+//               moves back into the cache, dirty) and the sealed runs, newest first (copied: the writer reads the
+//               run's own block) before RocksDB. The runs of a tier take at most 64 MiB, reserved in the block
+//               cache through a WriteBufferManager (the memtables' budget before; the memtables are no longer
+//               written), so the task's memory does not grow; past it the largest open run is sealed; one sealed
+//               run at a time waits for the writer or is written (a second makes the caller wait). The writer holds an
+//               ingest while level 0 has 20 files or more and a compaction is under way (ingestion alone does not stall
+//               on level 0). Flush, a scan, CompactAll write the open run and the dirty cached records as one file
+//               first; removal passes read the runs beside the database; a closed table's runs are dropped with its
+//               directory. Held records may take the cache over its bytes while they are held (concurrent batches of
+//               several tables). The policy never changes arithmetic: a record leaves and comes back bit for bit.
 // Refused in one line: a missing --table_dir or one not writable, a directory held by a running
 // task, a cache smaller than one batch's rows (ResourceExhausted, naming the table, the ps and the
 // sizes), a disk read or write failure (a full disk: ResourceExhausted; others: Internal; naming
 // the ps and the table).
 //
-// Thread-safe: the tier's mutex guards the cache and every store's index. Calls of one tier
+// Thread-safe: the tier's mutex guards the cache, the runs and every store's index. Calls of one tier
 // serialize except for the reads of misses, made without it (the caller's table keeps its own rows
-// still meanwhile: a shard's lock is held around Acquire and Release), and for the writer's
-// RocksDB writes (the records it writes stay cached and pinned meanwhile; a write-back in the
-// caller's thread, write_behind off, holds the lock).
+// still meanwhile: a shard's lock is held around Acquire and Release), and for the writer's files
+// and ingests (a sealed run is read-only until its file is in; write_behind off: written in the
+// call, under the lock).
 #ifndef PSFLOW_PS_SERVER_TABLE_DISK_STORE_H_
 #define PSFLOW_PS_SERVER_TABLE_DISK_STORE_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "ps/server/table/read_pool.h"
@@ -68,7 +81,7 @@
 namespace rocksdb {
 class DB;
 class Cache;
-class WriteBatch;
+struct Options;
 class WriteBufferManager;
 }  // namespace rocksdb
 
@@ -87,9 +100,15 @@ struct DiskTierOptions {
   // Threads beside the caller that read a batch's misses side by side (read_pool.h): a batch with
   // m misses reads min(m / 64, read_threads + 1) parts at once. 0: one MultiGet in the caller.
   int read_threads = 3;
-  // Dirty records leaving the cache are written back by the tier's writer thread, behind the call
-  // that evicted them (false: in that call). The arithmetic is the same either way.
+  // Sealed runs are written and ingested by the tier's writer thread, behind the call that sealed
+  // them (false: in that call). The arithmetic is the same either way.
   bool write_behind = true;
+  // A table's open run is sealed and written as one file when its records reach this many bytes
+  // (16 MiB: RocksDB's memtable size before runs; tests set a few rows' bytes).
+  int64_t run_bytes = int64_t{16} << 20;
+  // Tests only: called with a sealed run's file path once the file is written, before it is ingested
+  // (disk_tier_killed_writer kills its process there).
+  std::function<void(const std::string&)> before_ingest = nullptr;
 };
 
 // One ps task's disk tier. Made by Open, shared (std::shared_ptr) by the task's disk stores.
@@ -121,7 +140,6 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
 
  private:
   friend class DiskRowStore;
-  struct WriteJob;  // one table's dirty records leaving, written by writer_
   // A record in the cache: this header, then RowMeta, then the floats.
   struct Entry {
     Entry* prev;
@@ -130,25 +148,33 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
     int64_t id;
     uint32_t pins;     // batches holding the record (a write-back under way counts one)
     uint16_t touched;  // used since it was put at the front (second chance)
-    uint8_t list;      // the list it is in: kClock, kWindow or kLeaving
-    uint8_t writing;   // leaving: its write-back is under way
+    uint8_t list;      // where it is: kClock, kWindow (linked) or kRun (a run's, not linked)
+    uint8_t unused;
   };
-  static constexpr uint8_t kClock = 0;    // the CLOCK part
-  static constexpr uint8_t kWindow = 1;   // the window, before admission
-  static constexpr uint8_t kLeaving = 2;  // its write-back under way: out of the policy's sight
+  static constexpr uint8_t kClock = 0;   // the CLOCK part
+  static constexpr uint8_t kWindow = 1;  // the window, before admission
+  static constexpr uint8_t kRun = 2;     // left the cache, in a run (owned by it)
   struct List {
     Entry* head = nullptr;  // most recently put
     Entry* tail = nullptr;
   };
+  // A table's records that left the cache dirty, and tombstones of its removed rows: one version of
+  // an id, the newest. Open (DiskRowStore::open_) while it gathers; sealed, read-only, until its file
+  // is in.
+  struct Run {
+    absl::flat_hash_map<int64_t, Entry*> rows;  // nullptr: removed (a tombstone)
+    int64_t bytes = 0;                          // records and map entries (kRunEntryBytes each)
+    int64_t records = 0;                        // rows that are not tombstones
+  };
+  static constexpr int64_t kRunEntryBytes = 32;  // a run's map entry, about
   static_assert(sizeof(Entry) + sizeof(RowMeta) == 64, "a record's floats start a cache line");
   static constexpr int64_t kHeaderFloats = (sizeof(Entry) + sizeof(float) - 1) / sizeof(float);
   static Entry* EntryOf(float* record) { return reinterpret_cast<Entry*>(record - kMetaFloats - kHeaderFloats); }
+  static RowMeta& MetaOfEntry(Entry* e) { return MetaOf(reinterpret_cast<float*>(e) + kHeaderFloats + kMetaFloats); }
 
   DiskTier(DiskTierOptions options, std::string dir, int lock_fd);
-  // List operations (mu_ held): the list is the window, the CLOCK part or the leaving, by e->list.
-  List& ListOf(const Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return e->list == kWindow ? window_ : e->list == kLeaving ? leaving_ : clock_;
-  }
+  // List operations (mu_ held): the list is the window or the CLOCK part, by e->list.
+  List& ListOf(const Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return e->list == kWindow ? window_ : clock_; }
   void PushFront(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushBack(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unlink(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -162,18 +188,23 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   // The bytes the records may take: --table_cache_bytes less their indexes'.
   int64_t RecordBudget() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records leave from the least recently used end until the cache is within its bytes; dirty ones
-  // are written back, one WriteBatch per table.
+  // move into their table's open run. Then runs are sealed (run_bytes, or the largest open one while
+  // the runs take more than their budget).
   absl::Status EvictToBudget() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Seals full runs, and the largest open runs while the runs are over their budget (waiting for
+  // the writer when none is open).
+  absl::Status SealRuns() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands store's open run to the writer (write_behind off: writes it now).
+  void Seal(DiskRowStore* store) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bytes of runs reserved in the block cache (the write buffer manager's), grown or shrunk to `bytes`.
+  void ReserveRunBytes(int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(DiskRowStore* store) ABSL_LOCKS_EXCLUDED(mu_);
-  // Hands `dirty` (a table's records leaving, each dirty) to the writer: a WriteBatch in key order,
-  // kDirty cleared, the records pinned until it is written.
-  void SubmitWriteBack(DiskRowStore* store, std::vector<Entry*>& dirty) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Until no write-back is under way (mu_ released meanwhile).
+  // Until no sealed run is waiting or being written (mu_ released meanwhile).
   void AwaitWrites() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The writer thread: runs the submitted WriteJobs, then unpins their records and drops those
-  // nobody used meanwhile.
+  // The writer thread: writes and ingests the sealed runs in order, then frees them.
   void WriterLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  void FinishWrite(WriteJob& job, const absl::Status& written) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A sealed run's file is in (or failed: the tier stops, the run is kept): its records freed.
+  void FinishRun(DiskRowStore* store, const absl::Status& written) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DiskTierOptions options_;
   const std::string dir_;
@@ -181,9 +212,8 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   std::shared_ptr<rocksdb::Cache> block_cache_;                 // shared by the tier's databases
   std::shared_ptr<rocksdb::WriteBufferManager> write_buffers_;  // ditto
   mutable absl::Mutex mu_;
-  List clock_ ABSL_GUARDED_BY(mu_);    // the CLOCK part
-  List window_ ABSL_GUARDED_BY(mu_);   // records read or created, before admission
-  List leaving_ ABSL_GUARDED_BY(mu_);  // records being written back (kept if used meanwhile)
+  List clock_ ABSL_GUARDED_BY(mu_);   // the CLOCK part
+  List window_ ABSL_GUARDED_BY(mu_);  // records read or created, before admission
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t window_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<uint8_t> sketch_ ABSL_GUARDED_BY(mu_);  // count-min, 4 counters an id
@@ -191,12 +221,13 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   RecordPool pool_ ABSL_GUARDED_BY(mu_);                    // the records' memory
   std::vector<DiskRowStore*> stores_ ABSL_GUARDED_BY(mu_);  // open tables (borrowed)
   ReadPool readers_;                                        // a batch's misses read side by side (no lock of ours held)
-  std::vector<std::unique_ptr<WriteJob>> write_queue_ ABSL_GUARDED_BY(mu_);  // submitted, not taken yet
-  int64_t writes_open_ ABSL_GUARDED_BY(mu_) = 0;                             // jobs submitted and not finished
-  int64_t writing_bytes_ ABSL_GUARDED_BY(mu_) = 0;                           // bytes of the records being written back
-  absl::Status write_error_ ABSL_GUARDED_BY(mu_);  // the first failed write-back's (the tier stops)
+  std::deque<DiskRowStore*> write_queue_ ABSL_GUARDED_BY(mu_);  // a sealed run each (its store's oldest)
+  int64_t writes_open_ ABSL_GUARDED_BY(mu_) = 0;                // sealed runs not ingested yet
+  int64_t run_bytes_ ABSL_GUARDED_BY(mu_) = 0;                  // every run's bytes, open and sealed
+  int64_t run_bytes_reserved_ ABSL_GUARDED_BY(mu_) = 0;         // of them, reserved in the block cache
+  absl::Status write_error_ ABSL_GUARDED_BY(mu_);               // the first failed write's (the tier stops)
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread writer_;  // write-backs behind the callers (options_.write_behind)
+  std::thread writer_;  // sealed runs written behind the callers (options_.write_behind)
 };
 
 class DiskRowStore final : public RowStore {
@@ -215,37 +246,59 @@ class DiskRowStore final : public RowStore {
   absl::StatusOr<std::unique_ptr<RecordScan>> Scan() const override;
   RowStoreStats stats() const override;
 
-  // Writes every dirty cached record of this table to disk (a test's and a scan's step).
+  // Writes the open run and every dirty cached record of this table to disk as one file, after the
+  // sealed runs (a test's, a scan's and CompactAll's step).
   absl::Status Flush();
-  // Waits for the tier's write-backs under way (DiskTier::WaitForWrites; a test's step).
+  // Waits for the tier's sealed runs to be ingested (DiskTier::WaitForWrites; a test's step).
   absl::Status WaitForWrites() { return tier_->WaitForWrites(); }
 
  private:
   friend class DiskTier;
   class Scanner;
+  // A row of a file to write: a record (RowMeta then the floats, kDirty clear) or, if nullptr, a
+  // tombstone.
+  using FileRow = std::pair<int64_t, const RowMeta*>;
   DiskRowStore(std::shared_ptr<DiskTier> tier, std::string table, std::string dir, int64_t floats_per_row,
-               std::unique_ptr<rocksdb::DB> db);
+               std::unique_ptr<rocksdb::DB> db, const rocksdb::Options& options);
   // Bytes of one record's block in the cache.
   int64_t entry_bytes() const { return (DiskTier::kHeaderFloats + kMetaFloats + floats_) * 4; }
   // A new unpinned-yet entry's record, linked at the front and indexed.
   float* NewEntry(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
   // Removes a cached record (unlinked, unindexed, freed).
   void DropEntry(DiskTier::Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
-  // Writes the dirty records among `entries` in one WriteBatch and clears their kDirty.
-  absl::Status WriteBack(std::vector<DiskTier::Entry*>& entries) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
-  // Appends the record's Put (key, record with kDirty clear) to `batch` and clears its kDirty.
-  void AppendPut(DiskTier::Entry* e, rocksdb::WriteBatch* batch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  // A cached record leaving dirty: its block moves into the open run (kDirty cleared), replacing
+  // what the run held for its id.
+  void MoveToRun(DiskTier::Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  // Puts a tombstone for `id` in the open run, freeing the record it held for it.
+  void AddTombstone(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  // `id` (not cached) in the runs, newest first: true if a run holds it, with *record its new cached
+  // record (unpinned; moved back dirty from the open run, or a clean copy of a sealed run's), or
+  // nullptr for a tombstone.
+  bool TakeFromRuns(int64_t id, float** record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  // The open run, made if none.
+  DiskTier::Run& OpenRun() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  // Frees a run's records and its bytes (the run stays, empty).
+  void FreeRun(DiskTier::Run& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  // The run's rows in id order.
+  static std::vector<FileRow> SortedRows(const DiskTier::Run& run);
+  // Writes `rows` (ascending ids, each once) as one table file and ingests it. Reads only `rows`'
+  // records, db_ and options_: called by the writer without the tier's lock.
+  absl::Status WriteFile(const std::vector<FileRow>& rows, int64_t file_number) const;
   absl::Status Failed(const char* what, const std::string& why) const;
 
   const std::shared_ptr<DiskTier> tier_;
   const std::string table_, dir_;
   const int64_t floats_;                              // (1 + slots)·dim
   std::unique_ptr<rocksdb::DB> db_;                   // closed first by the destructor
+  const std::unique_ptr<rocksdb::Options> options_;   // the database's: its files' format
   RowIndex index_ ABSL_GUARDED_BY(tier_->mu_);        // id -> cached record
   const int64_t empty_index_bytes_ = index_.bytes();  // not counted against the cache (RecordBudget)
   int64_t rows_ ABSL_GUARDED_BY(tier_->mu_) = 0;      // stored rows (cached, on disk or both)
   int64_t cached_bytes_ ABSL_GUARDED_BY(tier_->mu_) = 0;
-  RowStoreStats counters_ ABSL_GUARDED_BY(tier_->mu_);  // hits, misses, rows read and written
+  RowStoreStats counters_ ABSL_GUARDED_BY(tier_->mu_);               // hits, misses, rows read and written
+  std::unique_ptr<DiskTier::Run> open_ ABSL_GUARDED_BY(tier_->mu_);  // gathering (or null)
+  std::deque<std::unique_ptr<DiskTier::Run>> sealed_ ABSL_GUARDED_BY(tier_->mu_);  // oldest first
+  int64_t next_file_ ABSL_GUARDED_BY(tier_->mu_) = 1;                              // runs' file names
 };
 
 }  // namespace psflow::ps::table

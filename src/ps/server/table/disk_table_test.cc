@@ -78,7 +78,11 @@ TEST_P(SameArithmeticTest, DiskEqualsMemoryBitForBit) {
   const std::string dir = FreshDir(c.rule);
   constexpr int64_t kCacheRows = 12;
   const int64_t slots = c.rule == "sgd" ? 0 : (c.rule == "momentum" || c.rule == "adagrad") ? 1 : 2;
-  auto tier = DiskTier::Open({dir, kCacheRows * (64 + (1 + slots) * 5 * 4), 0}, nullptr);
+  // Runs of 3 rows: a miss finds its row in the open run, a sealed run or on disk.
+  const int64_t row_bytes = 64 + (1 + slots) * 5 * 4;
+  DiskTierOptions options{dir, kCacheRows * row_bytes, 0};
+  options.run_bytes = 3 * row_bytes;
+  auto tier = DiskTier::Open(options, nullptr);
   ASSERT_TRUE(tier.ok()) << tier.status();
   auto memory = testing::MakeOrDie(config, rule, 0, 1);
   auto made = MakeTableShard(config, rule, 0, 1, tier->get());

@@ -1,8 +1,9 @@
 // A table directory left by a killed ps task (DESIGN §11: the disk tier is a cache of the
 // checkpoint): a real process (disk_tier_killed_writer) writes a disk table until RocksDB has table
-// files on disk, and is killed with SIGKILL; a tier opened on the same --table_dir afterwards says it
-// wiped the directory, and the table opened there holds no row the killed task wrote (its rows read
-// as new ones, the initial values; its scan is empty) — never mixed into what a restore then loads.
+// files on disk (or until its first run's file is written, before its ingest), and is killed with
+// SIGKILL; a tier opened on the same --table_dir afterwards says it wiped the directory, and the table opened there
+// holds no row the killed task wrote (its rows read as new ones, the initial values; its scan is empty) — never mixed
+// into what a restore then loads.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -28,22 +29,31 @@ namespace fs = std::filesystem;
 int TableFiles(const std::string& dir) {
   int n = 0;
   std::error_code ec;
-  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) n += e.path().extension() == ".sst" ? 1 : 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
+    // The database's files (NNNNNN.sst), not a run's before its ingest (run-N.sst): an ingest links
+    // run-N.sst into the database and then removes that name, so both names may be there at once.
+    const std::string name = e.path().filename().string();
+    n += e.path().extension() == ".sst" && name.rfind("run-", 0) != 0 ? 1 : 0;
+  }
   return n;
 }
 
-TEST(DiskTierKillTest, ATableDirLeftByAKilledTaskIsWipedAndNoneOfItsRowsIsRead) {
-  const std::string root = testing::FreshTempDir("disk_tier_kill");
+// Runs disk_tier_killed_writer on `root` (with `flag`, if any) until it is killed by its SIGKILL.
+void RunKilledWriter(const std::string& root, const char* flag) {
   pid_t pid = 0;
   const std::string writer = DISK_TIER_KILLED_WRITER;
-  std::vector<char*> argv = {const_cast<char*>(writer.c_str()), const_cast<char*>(root.c_str()), nullptr};
+  std::vector<char*> argv = {const_cast<char*>(writer.c_str()), const_cast<char*>(root.c_str())};
+  if (flag != nullptr) argv.push_back(const_cast<char*>(flag));
+  argv.push_back(nullptr);
   ASSERT_EQ(posix_spawn(&pid, writer.c_str(), nullptr, nullptr, argv.data(), environ), 0) << writer;
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the writer exited with status " << status;
-  // What the killed task left: its lock file and RocksDB table files of rows it wrote.
-  ASSERT_GE(TableFiles(root + "/ps_0"), 2);
+}
 
+// A tier opened on `root` after the kill wipes what the task left, and its table "dyn" holds none of
+// the rows the killed task wrote.
+void ExpectWipedAndNoRowRead(const std::string& root) {
   std::vector<std::string> log;
   auto tier = DiskTier::Open({root, 1 << 20, 0}, [&](const std::string& line) { log.push_back(line); });
   ASSERT_TRUE(tier.ok()) << tier.status();  // the dead task's lock is free
@@ -71,6 +81,23 @@ TEST(DiskTierKillTest, ATableDirLeftByAKilledTaskIsWipedAndNoneOfItsRowsIsRead) 
   RowsPart part;
   EXPECT_FALSE((*shard)->Scan()->Next(100, &part));
   EXPECT_TRUE(part.ids.empty());
+}
+
+TEST(DiskTierKillTest, ATableDirLeftByAKilledTaskIsWipedAndNoneOfItsRowsIsRead) {
+  const std::string root = testing::FreshTempDir("disk_tier_kill");
+  ASSERT_NO_FATAL_FAILURE(RunKilledWriter(root, nullptr));
+  // What the killed task left: its lock file and RocksDB table files of rows it wrote.
+  ASSERT_GE(TableFiles(root + "/ps_0"), 2);
+  ExpectWipedAndNoRowRead(root);
+}
+
+// A run interrupted by the kill: its file written in the table's directory and never ingested.
+TEST(DiskTierKillTest, ARunKilledBeforeItsIngestIsWipedAndNoneOfItsRowsIsRead) {
+  const std::string root = testing::FreshTempDir("disk_tier_kill_run");
+  ASSERT_NO_FATAL_FAILURE(RunKilledWriter(root, "--before_ingest"));
+  ASSERT_TRUE(fs::exists(root + "/ps_0/dyn/run-1.sst"));
+  ASSERT_EQ(TableFiles(root + "/ps_0"), 0);  // the run's file only, no table file of the database
+  ExpectWipedAndNoRowRead(root);
 }
 
 }  // namespace

@@ -64,9 +64,9 @@ inline const RowMeta& MetaOf(const float* row) { return *reinterpret_cast<const 
 // cache and disk counters stay 0.
 struct RowStoreStats {
   int64_t rows = 0;               // rows stored (in memory or on disk)
-  int64_t memory_bytes = 0;       // records in memory (a disk store: its cache share) and index
-  int64_t disk_bytes = 0;         // RocksDB's table files (rows still in its memtables, up to 16 MiB a
-                                  // table, not counted)
+  int64_t memory_bytes = 0;       // records in memory (a disk store: its cache share, its runs) and index
+  int64_t disk_bytes = 0;         // RocksDB's table files (rows still in runs, up to 16 MiB a table, not
+                                  // counted)
   int64_t cache_hits = 0;         // rows found in memory by Acquire
   int64_t cache_misses = 0;       // rows Acquire looked up on disk (found or not)
   int64_t disk_rows_read = 0;     // rows read from disk into the cache
@@ -103,8 +103,8 @@ class RowStore {
   // Release, as Acquire's.
   virtual float* Create(int64_t id) = 0;
   // Ends the hold on records[0, n) (nullptrs skipped) from Acquire and Create. A disk store then
-  // brings its cache back within its bytes, writing dirty records back in one batch; a write
-  // failure (a full disk) names the table.
+  // brings its cache back within its bytes, dirty records leaving into the table's run (written to
+  // disk as one file when it is full); a write failure (a full disk) names the table.
   virtual absl::Status Release(float* const* records, size_t n) = 0;
   // Removes stored rows `ids` (each stored, not held), from memory and disk.
   virtual absl::Status Erase(const std::vector<int64_t>& ids) = 0;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "ps/server/table/disk_store.h"
 
 namespace psflow::ps::table {
@@ -37,8 +38,12 @@ std::string FreshDir(const std::string& name) {
 
 int64_t EntryBytes() { return 64 + kFloats * 4; }  // header + meta, then the floats (disk_store.h)
 
-std::shared_ptr<DiskTier> OpenTier(const std::string& dir, int64_t cache_rows, int ps = 0) {
-  auto tier = DiskTier::Open({dir, cache_rows * EntryBytes(), ps}, nullptr);
+// A tier whose runs are sealed at `run_rows` records (1: every eviction's dirty records are written
+// behind it as a file, as a write-back round).
+std::shared_ptr<DiskTier> OpenTier(const std::string& dir, int64_t cache_rows, int ps = 0, int64_t run_rows = 1) {
+  DiskTierOptions options{dir, cache_rows * EntryBytes(), ps};
+  options.run_bytes = run_rows * EntryBytes();
+  auto tier = DiskTier::Open(options, nullptr);
   EXPECT_TRUE(tier.ok()) << tier.status();
   return tier.ok() ? *tier : nullptr;
 }
@@ -119,7 +124,8 @@ TEST_P(StoreTest, RowsSurviveTheCacheAndScanInIdOrder) {
     std::vector<int64_t> batch = universe;
     std::shuffle(batch.begin(), batch.end(), rng);
     batch.resize(1 + rng() % 5);
-    Write(store_.get(), batch, &updates, /*wait=*/false);  // a row may come back while it is written
+    // Every other round without waiting: a row may come back while its run is written.
+    Write(store_.get(), batch, &updates, /*wait=*/round % 2 == 0);
   }
   EXPECT_EQ(store_->size(), static_cast<int64_t>(updates.size()));
   // Remove a few rows (from cache and disk).
@@ -312,8 +318,8 @@ TEST(DiskStore, LookupsOfIdsNotStoredDoNotCountForAdmission) {
 TEST(DiskStore, WriteBehindGivesTheRowsOfWritingInTheCall) {
   std::map<int64_t, int64_t> behind_updates, inline_updates;
   auto behind = OpenTier(FreshDir("behind"), /*cache_rows=*/3);
-  auto inline_tier =
-      DiskTier::Open({FreshDir("inline"), 3 * EntryBytes(), 0, false, 3, /*write_behind=*/false}, nullptr);
+  auto inline_tier = DiskTier::Open(
+      {FreshDir("inline"), 3 * EntryBytes(), 0, false, 3, /*write_behind=*/false, EntryBytes()}, nullptr);
   ASSERT_TRUE(inline_tier.ok());
   auto a = *behind->OpenTable("t", kFloats);
   auto b = *(*inline_tier)->OpenTable("t", kFloats);
@@ -341,6 +347,92 @@ TEST(DiskStore, WriteBehindGivesTheRowsOfWritingInTheCall) {
   a.reset();
   EXPECT_TRUE(behind->WaitForWrites().ok());
   EXPECT_EQ(behind->cache_bytes_used(), 0);
+}
+
+// Runs (disk_store.h): dirty records leaving the cache wait in their table's open run, in memory,
+// until it is sealed. A row read back from the open run is the record that left (no disk read,
+// nothing written yet), dirty again; a flush writes the open run and the dirty cache as one file.
+TEST(DiskStore, ARowThatLeftIntoTheOpenRunReadsBackFromIt) {
+  auto tier = OpenTier(FreshDir("open_run"), /*cache_rows=*/4, 0, /*run_rows=*/100);
+  auto store = *tier->OpenTable("t", kFloats);
+  std::map<int64_t, int64_t> updates;
+  Write(store.get(), {1, 2, 3, 4}, &updates);
+  Write(store.get(), {5, 6}, &updates);  // two rows leave, dirty: into the open run
+  RowStoreStats s = store->stats();
+  EXPECT_EQ(s.disk_rows_written, 0);
+  EXPECT_EQ(tier->cache_bytes_used(), 4 * EntryBytes());
+  EXPECT_GE(s.memory_bytes, 6 * EntryBytes());  // the cache's four and the run's two
+  Write(store.get(), {1, 2, 3, 4}, &updates);   // as last written (Write checks each), none from disk
+  Write(store.get(), {5, 6}, &updates);
+  s = store->stats();
+  EXPECT_GE(s.cache_misses, 6 + 2);  // 6 created; the rows out of the cache came back from the run
+  EXPECT_EQ(s.disk_rows_read, 0);
+  EXPECT_EQ(s.disk_rows_written, 0);
+  std::map<int64_t, int64_t> ages;
+  ASSERT_TRUE(store->ForEachAge([&](int64_t id, int64_t last) { EXPECT_TRUE(ages.emplace(id, last).second); }).ok());
+  EXPECT_EQ(ages, updates);
+  ASSERT_TRUE(store->Flush().ok());
+  EXPECT_EQ(store->stats().disk_rows_written, 6);  // every row: the run's and the dirty cache's
+  EXPECT_EQ(ScanAll(*store, 4).size(), 6u);
+  Write(store.get(), {1, 2, 3}, &updates);  // the two rows the cache did not hold come from disk
+  Write(store.get(), {4, 5, 6}, &updates);
+  EXPECT_GE(store->stats().disk_rows_read, 2);
+  EXPECT_EQ(store->stats().disk_rows_written, 6);
+}
+
+// A sealed run is read-only until its file is in: a row missed meanwhile is a copy of the run's
+// record, and a row removed meanwhile (a tombstone in the open run) stays removed after the run's
+// file, which still holds it, is ingested. The writer is held before the ingest by the test's hook.
+TEST(DiskStore, ARunBeingWrittenServesCopiesAndARowRemovedMeanwhileStaysRemoved) {
+  absl::Notification at_ingest, go;
+  DiskTierOptions options{FreshDir("sealed"), 2 * EntryBytes(), 0};
+  options.run_bytes = 2 * EntryBytes();
+  options.before_ingest = [&](const std::string&) {
+    if (!at_ingest.HasBeenNotified()) at_ingest.Notify();
+    go.WaitForNotification();
+  };
+  auto tier = DiskTier::Open(options, nullptr);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  auto store = *(*tier)->OpenTable("t", kFloats);
+  std::map<int64_t, int64_t> updates;
+  Write(store.get(), {1, 2}, &updates, /*wait=*/false);
+  Write(store.get(), {1, 2}, &updates, /*wait=*/false);  // hit: they stay (second chances)
+  Write(store.get(), {3, 4}, &updates, /*wait=*/false);  // seen once, 3 and 4 leave: their run is
+  at_ingest.WaitForNotification();                       // sealed, written and held before its ingest
+  Write(store.get(), {3}, &updates, /*wait=*/false);     // a copy of the run's record, updated
+  EXPECT_EQ(store->stats().disk_rows_read, 0);
+  EXPECT_EQ(store->stats().cache_misses, 5);  // 4 created, 3 from the run
+  ASSERT_TRUE(store->Erase({4}).ok());
+  updates.erase(4);
+  auto expect_absent = [&](int64_t id) {
+    float* record = nullptr;
+    ASSERT_TRUE(store->Acquire(&id, 1, &record).ok());
+    EXPECT_EQ(record, nullptr) << id;
+    ASSERT_TRUE(store->Release(&record, 1).ok());
+  };
+  auto ages = [&] {
+    std::map<int64_t, int64_t> out;
+    EXPECT_TRUE(store->ForEachAge([&](int64_t id, int64_t last) { EXPECT_TRUE(out.emplace(id, last).second); }).ok());
+    return out;
+  };
+  expect_absent(4);
+  EXPECT_EQ(ages(), updates);  // 3 newer in the cache than in the run; 4 hidden by its tombstone
+  go.Notify();
+  ASSERT_TRUE(store->WaitForWrites().ok());
+  EXPECT_EQ(store->stats().disk_rows_written, 2);  // the run's 3 and 4, now on disk
+  expect_absent(4);
+  EXPECT_EQ(ages(), updates);
+  ASSERT_TRUE(store->Flush().ok());  // the tombstone, and the dirty rows
+  expect_absent(4);
+  EXPECT_EQ(ages(), updates);
+  const auto rows = ScanAll(*store, 10);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].first, 1);
+  EXPECT_EQ(rows[1].first, 2);
+  EXPECT_EQ(rows[2].first, 3);
+  Write(store.get(), {1, 3}, &updates);  // as last written
+  Write(store.get(), {2}, &updates);
+  EXPECT_EQ(store->size(), 3);
 }
 
 TEST(DiskStore, RefusesACacheSmallerThanABatch) {

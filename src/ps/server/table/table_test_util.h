@@ -78,11 +78,15 @@ inline std::string FreshTempDir(const std::string& prefix) {
 }
 
 // Shard 0 of 1 of `config` under `rule`; Storage::kDisk opens a disk tier with a cache of
-// `cache_bytes` in a fresh directory into `tier` (the caller keeps it while the shard lives).
+// `cache_bytes` and runs of a quarter of that in a fresh directory into `tier` (the caller keeps it
+// while the shard lives).
 inline std::unique_ptr<TableShard> MakeShardOn(Storage storage, const TableConfig& config, const SparseRuleConfig& rule,
                                                int64_t cache_bytes, std::shared_ptr<DiskTier>* tier) {
   if (storage != Storage::kDisk) return MakeOrDie(config, rule, 0, 1);
-  auto opened = DiskTier::Open({FreshTempDir("table_disk"), cache_bytes, 0}, nullptr);
+  // Runs of a quarter of the cache: misses find rows in the open run, in sealed runs and on disk.
+  DiskTierOptions options{FreshTempDir("table_disk"), cache_bytes, 0};
+  options.run_bytes = cache_bytes / 4;
+  auto opened = DiskTier::Open(options, nullptr);
   EXPECT_TRUE(opened.ok()) << opened.status();
   if (!opened.ok()) return nullptr;
   *tier = *opened;
