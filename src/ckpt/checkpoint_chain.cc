@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <random>
 #include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/random_id.h"
 
 namespace psflow::ckpt {
 
@@ -20,11 +20,7 @@ bool IsIncrementPath(const std::string& path) {
   return std::regex_match(path, kName);
 }
 
-std::string NewChainId() {
-  std::random_device device;
-  const uint64_t id = (static_cast<uint64_t>(device()) << 32) ^ device();
-  return absl::StrFormat("%016x", id);
-}
+std::string NewChainId() { return absl::StrFormat("%016x", RandomNonZeroId()); }
 
 // One file of the chain: its rows (ids and columns) a buffer at a time, and its removed ids.
 struct ChainTableReader::Link {

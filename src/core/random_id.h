@@ -1,6 +1,6 @@
 // core/random_id.h — a random 64-bit id that is never 0, for ids that must differ between
 // processes and restarts: a PsClient's client id (push deduplication), a ps model's id (a push
-// from before a restore), a delta-pull session. 0 means "none" or "not checked" in each of them.
+// from before a restore), a delta-pull session, a checkpoint chain. 0 means "none" or "not checked" in each of them.
 // Header-only; thread-safe (each call has its own std::random_device).
 #ifndef PSFLOW_CORE_RANDOM_ID_H_
 #define PSFLOW_CORE_RANDOM_ID_H_

@@ -175,7 +175,8 @@ absl::StatusOr<IncomingMessage> ChunkedMessageReader::Finish() {
     return absl::InvalidArgumentError(absl::StrCat("malformed message: its chunks ended after ", received_,
                                                    " bytes of the ", expected_, " its headers announce"));
   }
-  absl::StatusOr<IncomingMessage> message = DecodeMessage(grpc::ByteBuffer(slices_.data(), slices_.size()));
+  absl::StatusOr<IncomingMessage> message =
+      DecodeSlices(std::make_shared<const std::vector<grpc::Slice>>(std::move(slices_)));
   if (!message.ok()) return message.status();
   for (const Checked& c : checked_) message->MarkFinitePrefix(c.tensor, c.finite);
   return message;

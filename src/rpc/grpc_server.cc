@@ -198,8 +198,7 @@ class ServerCall : public std::enable_shared_from_this<ServerCall> {
 
 class GrpcServer final : public Server {
  public:
-  GrpcServer(rpc::Handler* handler, std::string secret, int64_t max_message_bytes)
-      : max_message_bytes_(max_message_bytes) {
+  GrpcServer(rpc::Handler* handler, std::string secret, int64_t max_message_bytes) {
     shared_.service = &service_;
     shared_.handler = handler;
     shared_.secret = std::move(secret);
@@ -210,7 +209,7 @@ class GrpcServer final : public Server {
 
   absl::Status Start(const std::string& address, std::shared_ptr<grpc::ServerCredentials> creds) {
     grpc::ServerBuilder builder;
-    TuneServerBuilder(&builder, max_message_bytes_);
+    TuneServerBuilder(&builder, shared_.max_message_bytes);
     builder.AddListeningPort(address, std::move(creds), &port_);
     builder.RegisterAsyncGenericService(&service_);
     queues_.push_back(builder.AddCompletionQueue());
@@ -279,7 +278,6 @@ class GrpcServer final : public Server {
   }
 
  private:
-  const int64_t max_message_bytes_;
   grpc::AsyncGenericService service_;
   ServerContextShared shared_;
   int port_ = 0;

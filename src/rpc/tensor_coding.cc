@@ -100,6 +100,10 @@ absl::StatusOr<IncomingMessage> DecodeMessage(const grpc::ByteBuffer& buffer) {
     return absl::InvalidArgumentError(
         absl::StrCat("malformed message: cannot read byte buffer: ", dumped.error_message()));
   }
+  return DecodeSlices(std::move(slices));
+}
+
+absl::StatusOr<IncomingMessage> DecodeSlices(std::shared_ptr<const std::vector<grpc::Slice>> slices) {
   std::vector<IncomingMessage::Segment> segments;
   size_t total = 0;
   for (const grpc::Slice& s : *slices) {

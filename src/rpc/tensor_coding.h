@@ -43,6 +43,9 @@ grpc::ByteBuffer EncodeMessage(OutgoingMessage message, const std::shared_ptr<co
 // the defect for truncated buffers, headers that do not parse, negative or overflowing dims, and
 // payloads whose size disagrees with the tensor headers.
 absl::StatusOr<IncomingMessage> DecodeMessage(const grpc::ByteBuffer& buffer);
+// The same over a message's bytes already taken out of their buffer (the slices stay referenced by
+// the result): the chunked reader's, without a second buffer and dump.
+absl::StatusOr<IncomingMessage> DecodeSlices(std::shared_ptr<const std::vector<grpc::Slice>> slices);
 
 }  // namespace psflow::rpc
 

@@ -72,7 +72,6 @@ absl::Status PsClient::Impl::Init() {
   }
   reached_ = std::make_unique<std::atomic<bool>[]>(channels_.size());
   model_ids_ = std::make_unique<std::atomic<uint64_t>[]>(channels_.size());
-  for (size_t k = 0; k < channels_.size(); ++k) model_ids_[k].store(0);
   std::vector<const rpc::ClientChannel*> all(channels_.size());
   for (size_t k = 0; k < channels_.size(); ++k) all[k] = channels_[k].get();
   retrier_ = std::make_unique<Retrier>(std::move(all), options_.ps_unavailable_timeout_secs, options_.log);

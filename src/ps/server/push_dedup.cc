@@ -2,6 +2,7 @@
 #include "ps/server/push_dedup.h"
 
 #include <algorithm>
+#include <bitset>
 #include <iterator>
 #include <map>
 #include <vector>
@@ -29,27 +30,25 @@ struct ClientPushes {
   // push older than by_seq's window is a duplicate only if its bit is set. (Slices keep a push's
   // retry in back-off while the client's later slices go on: its first arrival may come after
   // more than kWindow newer pushes.) Bit seq % kSeenSeqs; kSeenSeqs / 8 bytes a client.
-  std::vector<uint64_t> seen = std::vector<uint64_t>(PushDedup::kSeenSeqs / 64, 0);
+  std::bitset<PushDedup::kSeenSeqs> seen;
   uint64_t newest = 0;
 
   bool Remembers(uint64_t seq) const { return seq + PushDedup::kSeenSeqs > newest; }
   // (A number past `newest` shares its slot with one kSeenSeqs older, whose bit MarkSeen clears.)
-  bool Seen(uint64_t seq) const {
-    return seq <= newest && Remembers(seq) && (seen[Slot(seq) / 64] >> (Slot(seq) % 64) & 1) != 0;
-  }
+  bool Seen(uint64_t seq) const { return seq <= newest && Remembers(seq) && seen.test(Slot(seq)); }
   void MarkSeen(uint64_t seq) {
     if (seq > newest) {  // the slots the newer numbers take over are cleared first
       if (seq - newest >= PushDedup::kSeenSeqs) {
-        std::fill(seen.begin(), seen.end(), 0);
+        seen.reset();
       } else {
-        for (uint64_t n = newest + 1; n <= seq; ++n) seen[Slot(n) / 64] &= ~(uint64_t{1} << (Slot(n) % 64));
+        for (uint64_t n = newest + 1; n <= seq; ++n) seen.reset(Slot(n));
       }
       newest = seq;
     }
-    seen[Slot(seq) / 64] |= uint64_t{1} << (Slot(seq) % 64);
+    seen.set(Slot(seq));
   }
   void Unsee(uint64_t seq) {
-    if (Remembers(seq)) seen[Slot(seq) / 64] &= ~(uint64_t{1} << (Slot(seq) % 64));
+    if (Remembers(seq)) seen.reset(Slot(seq));
   }
   static uint64_t Slot(uint64_t seq) { return seq % PushDedup::kSeenSeqs; }
 };
