@@ -146,10 +146,7 @@ class ServerCall : public std::enable_shared_from_this<ServerCall> {
       shared_->counters->bytes_in.fetch_add(static_cast<int64_t>(request_.Length()), std::memory_order_relaxed);
       absl::Status added = chunks_->Add(request_);
       request_.Clear();
-      if (!added.ok()) {
-        return FinishWith(ToGrpcStatus(
-            absl::Status(added.code(), absl::StrCat("refused ", MethodName(method_), ": ", added.message()))));
-      }
+      if (!added.ok()) return Refuse(added);
       Arm(State::kReading);
       return stream_.Read(&request_, this);
     }
@@ -159,11 +156,14 @@ class ServerCall : public std::enable_shared_from_this<ServerCall> {
     Deliver(std::move(message));
   }
 
+  // A request that does not decode: answered with its defect, naming the method.
+  void Refuse(const absl::Status& why) {
+    FinishWith(
+        ToGrpcStatus(absl::Status(why.code(), absl::StrCat("refused ", MethodName(method_), ": ", why.message()))));
+  }
+
   void Deliver(absl::StatusOr<IncomingMessage> message) {
-    if (!message.ok()) {
-      return FinishWith(ToGrpcStatus(absl::Status(
-          message.status().code(), absl::StrCat("refused ", MethodName(method_), ": ", message.status().message()))));
-    }
+    if (!message.ok()) return Refuse(message.status());
     // Until the handler answers, only the Responder owns the call.
     std::shared_ptr<ServerCall> self = std::move(self_);
     shared_->handler->Handle(method_, *std::move(message),
