@@ -172,10 +172,12 @@ void SessionTables::StartLookup(const std::vector<absl::Span<const int64_t>>& id
       b.index.swap(dedup_.index);
     }
     DropGrads(&b);
+    // 2: the prefetched batch; 1: the same ids; either way the rows came back with the last step's answer.
+    const char taken = prefetched_batch ? 2 : (p.valid && p.ids == b.ids) ? 1 : 0;
     if (group_of_[t] >= 0) {  // its rows: in its group's buffer (FillGroup, below)
-      taken_[t] = prefetched_batch ? 2 : (p.valid && p.ids == b.ids) ? 1 : 0;
+      taken_[t] = taken;
       b.rows = Tensor();
-    } else if (prefetched_batch || (p.valid && p.ids == b.ids)) {  // the rows came back with the last step's answer
+    } else if (taken != 0) {
       b.rows = std::move(p.rows);
       p.rows = Tensor();
     } else {
@@ -273,18 +275,21 @@ ps::TableStep SessionTables::StepCall(KeptTables* kept) {
     TableBatch& b = batches_[t];
     if (Pushes(b)) {
       const bool lent = b.grads.empty();
+      auto* ids = &b.ids;
+      auto* grads = &b.grads;
       if (kept != nullptr) {
         kept->ids[k] = std::move(b.ids);
         b.ids.clear();
         kept->grads[k] = std::move(b.grads);
         if (lent && b.grads_owner != nullptr) kept->owners.push_back(std::move(b.grads_owner));
-        step.pushes.push_back({tables_[t].name, &kept->ids[k], nullptr, lent ? nullptr : &kept->grads[k],
-                               lent ? b.grads_values : absl::Span<const float>()});
+        ids = &kept->ids[k];
+        grads = &kept->grads[k];
+      }
+      step.pushes.push_back(
+          {tables_[t].name, ids, nullptr, lent ? nullptr : grads, lent ? b.grads_values : absl::Span<const float>()});
+      if (kept != nullptr) {
         DropGrads(&b);
         ++k;
-      } else {
-        step.pushes.push_back({tables_[t].name, &b.ids, nullptr, lent ? nullptr : &b.grads,
-                               lent ? b.grads_values : absl::Span<const float>()});
       }
     }
     Prefetched& p = prefetched_[t];
