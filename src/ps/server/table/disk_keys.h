@@ -25,14 +25,6 @@ inline int64_t IdOfKey(const rocksdb::Slice& key) {
   return static_cast<int64_t>(u ^ (uint64_t{1} << 63));
 }
 
-// Writes without RocksDB's write-ahead log: the disk tier is a cache of the checkpoint, not the
-// durable copy.
-inline rocksdb::WriteOptions NoLog() {
-  rocksdb::WriteOptions w;
-  w.disableWAL = true;
-  return w;
-}
-
 }  // namespace psflow::ps::table
 
 #endif  // PSFLOW_PS_SERVER_TABLE_DISK_KEYS_H_

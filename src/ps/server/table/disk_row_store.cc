@@ -85,30 +85,41 @@ int64_t DiskRowStore::size() const {
 }
 
 float* DiskRowStore::NewEntry(int64_t id) {
-  const int64_t bytes = entry_bytes();
-  void* block = tier_->pool_.Allocate(bytes);
-  auto* e = static_cast<DiskTier::Entry*>(block);
+  auto* e = static_cast<DiskTier::Entry*>(tier_->pool_.Allocate(entry_bytes()));
   e->owner = this;
   e->id = id;
+  return CacheEntry(e);
+}
+
+float* DiskRowStore::CacheEntry(DiskTier::Entry* e) {
   e->pins = 0;
   e->touched = 0;
   e->list = DiskTier::kWindow;
   tier_->PushFront(e);
-  tier_->window_bytes_ += bytes;
-  tier_->bytes_ += bytes;
-  cached_bytes_ += bytes;
-  float* record = reinterpret_cast<float*>(block) + DiskTier::kHeaderFloats + kMetaFloats;
-  index_.Insert(id, record);
+  tier_->window_bytes_ += entry_bytes();
+  tier_->bytes_ += entry_bytes();
+  cached_bytes_ += entry_bytes();
+  float* record = reinterpret_cast<float*>(e) + DiskTier::kHeaderFloats + kMetaFloats;
+  index_.Insert(e->id, record);
   return record;
 }
 
-void DiskRowStore::DropEntry(DiskTier::Entry* e) {
+void DiskRowStore::UncacheEntry(DiskTier::Entry* e) {
   tier_->Unlink(e);
   if (e->list == DiskTier::kWindow) tier_->window_bytes_ -= entry_bytes();
   tier_->bytes_ -= entry_bytes();
   cached_bytes_ -= entry_bytes();
   index_.Erase(e->id);
+}
+
+void DiskRowStore::DropEntry(DiskTier::Entry* e) {
+  UncacheEntry(e);
   tier_->pool_.Free(e);
+}
+
+void DiskRowStore::AddToRun(DiskTier::Run& run, int64_t bytes) {
+  run.bytes += bytes;
+  tier_->run_bytes_ += bytes;
 }
 
 DiskTier::Run& DiskRowStore::OpenRun() {
@@ -117,11 +128,7 @@ DiskTier::Run& DiskRowStore::OpenRun() {
 }
 
 void DiskRowStore::MoveToRun(DiskTier::Entry* e) {
-  tier_->Unlink(e);
-  if (e->list == DiskTier::kWindow) tier_->window_bytes_ -= entry_bytes();
-  tier_->bytes_ -= entry_bytes();
-  cached_bytes_ -= entry_bytes();
-  index_.Erase(e->id);
+  UncacheEntry(e);
   e->list = DiskTier::kRun;
   e->prev = e->next = nullptr;
   DiskTier::MetaOfEntry(e).flags &= ~RowMeta::kDirty;  // as it will lie on disk
@@ -130,17 +137,14 @@ void DiskRowStore::MoveToRun(DiskTier::Entry* e) {
   if (!added) {  // a tombstone (a cached record is never in the open run as well)
     if (it->second != nullptr) {
       tier_->pool_.Free(it->second);
-      run.bytes -= entry_bytes();
-      tier_->run_bytes_ -= entry_bytes();
+      AddToRun(run, -entry_bytes());
       --run.records;
     }
     it->second = e;
   } else {
-    run.bytes += DiskTier::kRunEntryBytes;
-    tier_->run_bytes_ += DiskTier::kRunEntryBytes;
+    AddToRun(run, DiskTier::kRunEntryBytes);
   }
-  run.bytes += entry_bytes();
-  tier_->run_bytes_ += entry_bytes();
+  AddToRun(run, entry_bytes());
   ++run.records;
 }
 
@@ -148,12 +152,10 @@ void DiskRowStore::AddTombstone(int64_t id) {
   DiskTier::Run& run = OpenRun();
   auto [it, added] = run.rows.try_emplace(id, nullptr);
   if (added) {
-    run.bytes += DiskTier::kRunEntryBytes;
-    tier_->run_bytes_ += DiskTier::kRunEntryBytes;
+    AddToRun(run, DiskTier::kRunEntryBytes);
   } else if (it->second != nullptr) {
     tier_->pool_.Free(it->second);
-    run.bytes -= entry_bytes();
-    tier_->run_bytes_ -= entry_bytes();
+    AddToRun(run, -entry_bytes());
     --run.records;
     it->second = nullptr;
   }
@@ -167,19 +169,10 @@ bool DiskRowStore::TakeFromRuns(int64_t id, float** record) {
       if (e == nullptr) return true;  // removed
       // Back into the cache as it left it: dirty again (the run no longer holds it).
       open_->rows.erase(it);
-      open_->bytes -= entry_bytes() + DiskTier::kRunEntryBytes;
-      tier_->run_bytes_ -= entry_bytes() + DiskTier::kRunEntryBytes;
+      AddToRun(*open_, -(entry_bytes() + DiskTier::kRunEntryBytes));
       --open_->records;
       DiskTier::MetaOfEntry(e).flags |= RowMeta::kDirty;
-      e->pins = 0;
-      e->touched = 0;
-      e->list = DiskTier::kWindow;
-      tier_->PushFront(e);
-      tier_->window_bytes_ += entry_bytes();
-      tier_->bytes_ += entry_bytes();
-      cached_bytes_ += entry_bytes();
-      *record = reinterpret_cast<float*>(e) + DiskTier::kHeaderFloats + kMetaFloats;
-      index_.Insert(id, *record);
+      *record = CacheEntry(e);
       return true;
     }
   }
@@ -382,8 +375,7 @@ float* DiskRowStore::Create(int64_t id) {
     if (auto it = open_->rows.find(id); it != open_->rows.end()) {
       CHECK(it->second == nullptr) << "table '" << table_ << "': row " << id << " created while stored";
       open_->rows.erase(it);
-      open_->bytes -= DiskTier::kRunEntryBytes;
-      tier_->run_bytes_ -= DiskTier::kRunEntryBytes;
+      AddToRun(*open_, -DiskTier::kRunEntryBytes);
     }
   }
   float* record = NewEntry(id);

@@ -277,10 +277,10 @@ void DiskTier::WriterLoop() {
       store = write_queue_.front();
       write_queue_.pop_front();
       store->tier_->mu_.AssertHeld();
-      // Its oldest run not written: the runs of a table are queued in the order they were sealed,
-      // and a failed one ends the tier.
-      run =
-          store->sealed_[store->sealed_.size() - 1 - std::count(write_queue_.begin(), write_queue_.end(), store)].get();
+      // Its oldest run: runs are queued in the order they were sealed, this one thread writes them
+      // one at a time, and FinishRun pops each before the next is taken (a failed one stays, but
+      // then nothing more is written: the tier has failed).
+      run = store->sealed_.front().get();
       number = store->next_file_++;
       failed = !write_error_.ok();
     }

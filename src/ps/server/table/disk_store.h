@@ -266,6 +266,12 @@ class DiskRowStore final : public RowStore {
   float* NewEntry(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
   // Removes a cached record (unlinked, unindexed, freed).
   void DropEntry(DiskTier::Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  // Entry e (owner and id set) into the cache's window and index, pins and use cleared: its record.
+  float* CacheEntry(DiskTier::Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  // Entry e out of the cache's lists, byte counts and index (its block kept).
+  void UncacheEntry(DiskTier::Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  // `bytes` (negative: fewer) more in `run` and in the tier's runs.
+  void AddToRun(DiskTier::Run& run, int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
   // A cached record leaving dirty: its block moves into the open run (kDirty cleared), replacing
   // what the run held for its id.
   void MoveToRun(DiskTier::Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
