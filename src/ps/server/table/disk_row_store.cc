@@ -2,16 +2,18 @@
 // records it holds in the tier's cache, misses read in a batch, write-back, scans. The tier itself
 // (DiskTier: the cache's budget, admission, eviction, the write-behind thread) is disk_store.cc.
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <thread>
+#include <iostream>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/check.h"
+#include "ps/server/table/compaction_signal.h"
 #include "ps/server/table/disk_keys.h"
 #include "ps/server/table/disk_store.h"
 #include "rocksdb/db.h"
@@ -30,19 +32,24 @@ constexpr size_t kHeaderAhead = 8;  // records whose header line is prefetched a
 constexpr size_t kReadPart = 64;
 // Ingested files land in level 0 (each spans the table's ids). Ingestion does not stall on level 0
 // as writes do, so a file waits while level 0 has this many (RocksDB's slowdown trigger) and a
-// compaction is under way.
+// compaction is under way (AwaitLevel0).
 constexpr uint64_t kMaxLevel0Files = 20;
+// A level-0 wait looks at the level again at least this often: a compaction's end wakes it (its
+// listener), but RocksDB counts a compaction as running until just after its listeners are called.
+constexpr absl::Duration kLevel0Recheck = absl::Seconds(1);
 
 }  // namespace
 
 DiskRowStore::DiskRowStore(std::shared_ptr<DiskTier> tier, std::string table, std::string dir, int64_t floats_per_row,
-                           std::unique_ptr<rocksdb::DB> db, const rocksdb::Options& options)
+                           std::unique_ptr<rocksdb::DB> db, const rocksdb::Options& options,
+                           std::shared_ptr<CompactionSignal> compactions)
     : tier_(std::move(tier)),
       table_(std::move(table)),
       dir_(std::move(dir)),
       floats_(floats_per_row),
       db_(std::move(db)),
-      options_(std::make_unique<rocksdb::Options>(options)) {}
+      options_(std::make_unique<rocksdb::Options>(options)),
+      compactions_(std::move(compactions)) {}
 
 DiskRowStore::~DiskRowStore() {
   {
@@ -227,14 +234,8 @@ absl::Status DiskRowStore::WriteFile(const std::vector<FileRow>& rows, int64_t f
   if (s.ok()) s = writer.Finish();
   if (s.ok() && tier_->options_.before_ingest) tier_->options_.before_ingest(path);
   if (s.ok()) {
-    // Level 0's files: each ingest adds one; reads probe them all until a compaction merges them.
-    uint64_t level0 = 0, compacting = 0;
-    for (int k = 0;
-         k < 6000 && db_->GetIntProperty("rocksdb.num-files-at-level0", &level0) && level0 >= kMaxLevel0Files &&
-         db_->GetIntProperty("rocksdb.num-running-compactions", &compacting) && compacting > 0;
-         ++k) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    // Level 0 was waited for by the caller (AwaitLevel0), never here: a flush calls this under the
+    // tier's lock.
     rocksdb::IngestExternalFileOptions ingest;
     ingest.move_files = true;           // a link into the database, not a copy
     ingest.write_global_seqno = false;  // the sequence number in the manifest only: the file is not rewritten
@@ -246,6 +247,34 @@ absl::Status DiskRowStore::WriteFile(const std::vector<FileRow>& rows, int64_t f
     return Failed("writing rows back to disk", s.ToString());
   }
   return absl::OkStatus();
+}
+
+void DiskRowStore::AwaitLevel0(const std::string& what) const {
+  if (tier_->options_.at_level0_wait) tier_->options_.at_level0_wait(table_);
+  // Level 0's files: each ingest adds one; reads probe them all until a compaction merges them.
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + tier_->options_.level0_wait;
+  uint64_t level0 = 0, compacting = 0;
+  for (;;) {
+    // Counted before the level is looked at: a compaction ending in between is not missed.
+    const int64_t seen = compactions_->completed();
+    if (!db_->GetIntProperty("rocksdb.num-files-at-level0", &level0) || level0 < kMaxLevel0Files ||
+        !db_->GetIntProperty("rocksdb.num-running-compactions", &compacting) || compacting == 0) {
+      return;
+    }
+    const absl::Time now = absl::Now();
+    if (now >= deadline) break;
+    compactions_->AwaitMoreThan(seen, std::min(deadline, now + kLevel0Recheck));
+  }
+  const std::string line = absl::StrCat("ps task ", tier_->options_.ps_task, ", table '", table_, "': waited ",
+                                        absl::FormatDuration(absl::Now() - start), " for level 0 of ", dir_,
+                                        " to come below ", kMaxLevel0Files, " files before ingesting ", what, " (",
+                                        level0, " files, ", compacting, " compactions running); ingesting it now");
+  if (tier_->log_) {
+    tier_->log_(line);
+  } else {
+    std::cerr << line << std::endl;
+  }
 }
 
 absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records) {
@@ -437,6 +466,9 @@ absl::Status DiskRowStore::ForEachAge(absl::FunctionRef<void(int64_t, int64_t)> 
 }
 
 absl::Status DiskRowStore::Flush() {
+  // Level 0 waited for before the lock is taken (the file is written and ingested under it: its
+  // dirty records may change once it is released).
+  AwaitLevel0("a flush's file");
   absl::MutexLock lock(&tier_->mu_);
   tier_->AwaitWrites();  // the sealed runs first: this file is newer
   if (!tier_->write_error_.ok()) return tier_->write_error_;

@@ -12,11 +12,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "ps/server/table/compaction_signal.h"
 #include "ps/server/table/disk_keys.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
@@ -131,12 +133,13 @@ absl::StatusOr<std::shared_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
                      wiped == 1 ? " table directory" : " table directories", " left in ", dir,
                      " by a task that stopped (the disk tier is a cache of the checkpoint; a restore refills it)"));
   }
-  return std::shared_ptr<DiskTier>(new DiskTier(options, dir, fd));
+  return std::shared_ptr<DiskTier>(new DiskTier(options, dir, fd, log));
 }
 
-DiskTier::DiskTier(DiskTierOptions options, std::string dir, int lock_fd)
+DiskTier::DiskTier(DiskTierOptions options, std::string dir, int lock_fd, std::function<void(const std::string&)> log)
     : options_(std::move(options)),
       dir_(std::move(dir)),
+      log_(std::move(log)),
       lock_fd_(lock_fd),
       block_cache_(rocksdb::NewLRUCache(kBlockCacheBytes)),
       write_buffers_(std::make_shared<rocksdb::WriteBufferManager>(kRunBudget, block_cache_)),
@@ -262,6 +265,14 @@ absl::Status DiskTier::SealRuns() {
   return write_error_;
 }
 
+std::pair<const DiskTier::Run*, int64_t> DiskTier::NextWrite(DiskRowStore* store) {
+  store->tier_->mu_.AssertHeld();  // this tier's (held)
+  // Its oldest run: runs are queued in the order they were sealed, this one thread writes them
+  // one at a time, and FinishRun pops each before the next is taken (a failed one stays, but
+  // then nothing more is written: the tier has failed).
+  return {store->sealed_.front().get(), store->next_file_++};
+}
+
 void DiskTier::WriterLoop() {
   for (;;) {
     DiskRowStore* store = nullptr;
@@ -276,15 +287,12 @@ void DiskTier::WriterLoop() {
       if (write_queue_.empty()) return;  // stopping, nothing left
       store = write_queue_.front();
       write_queue_.pop_front();
-      store->tier_->mu_.AssertHeld();
-      // Its oldest run: runs are queued in the order they were sealed, this one thread writes them
-      // one at a time, and FinishRun pops each before the next is taken (a failed one stays, but
-      // then nothing more is written: the tier has failed).
-      run = store->sealed_.front().get();
-      number = store->next_file_++;
+      std::tie(run, number) = NextWrite(store);
       failed = !write_error_.ok();
     }
-    // The run is read-only until FinishRun: its records are read without the lock.
+    // The run is read-only until FinishRun: its records are read without the lock. Level 0 is waited
+    // for here, without the lock, so the tier's calls go on meanwhile.
+    if (!failed) store->AwaitLevel0(absl::StrCat("run-", number, ".sst"));
     const absl::Status written = failed ? absl::OkStatus() : store->WriteFile(DiskRowStore::SortedRows(*run), number);
     absl::MutexLock lock(&mu_);
     FinishRun(store, failed ? write_error_ : written);
@@ -369,14 +377,17 @@ absl::StatusOr<std::unique_ptr<DiskRowStore>> DiskTier::OpenTable(const std::str
   // rows; peak RSS over the cache 292 MB in the 40 GB run, 208-213 MB with none pinned: docs/scale.md).
   t.metadata_cache_options.partition_pinning = rocksdb::PinningTier::kNone;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  // Wakes the level-0 waits (DiskRowStore::AwaitLevel0) as each compaction finishes.
+  auto compactions = std::make_shared<CompactionSignal>();
+  o.listeners.push_back(compactions);
   rocksdb::DB* db = nullptr;
   const rocksdb::Status s = rocksdb::DB::Open(o, path, &db);
   if (!s.ok()) {
     return absl::InternalError(absl::StrCat("ps task ", options_.ps_task, ", table '", table,
                                             "': cannot open its disk tier in ", path, ": ", s.ToString()));
   }
-  auto store = std::unique_ptr<DiskRowStore>(
-      new DiskRowStore(shared_from_this(), table, path, floats_per_row, std::unique_ptr<rocksdb::DB>(db), o));
+  auto store = std::unique_ptr<DiskRowStore>(new DiskRowStore(
+      shared_from_this(), table, path, floats_per_row, std::unique_ptr<rocksdb::DB>(db), o, std::move(compactions)));
   absl::MutexLock lock(&mu_);
   stores_.push_back(store.get());
   return store;

@@ -44,8 +44,11 @@
 //               written), so the task's memory does not grow; past it the largest open run is sealed; one sealed
 //               run at a time waits for the writer or is written (a second makes the caller wait). The writer holds an
 //               ingest while level 0 has 20 files or more and a compaction is under way (ingestion alone does not stall
-//               on level 0). Flush, a scan, CompactAll write the open run and the dirty cached records as one file
-//               first; removal passes read the runs beside the database; a closed table's runs are dropped with its
+//               on level 0), without the tier's lock, woken by RocksDB as each compaction finishes (an EventListener,
+//               compaction_signal.h), for at most 60 s (then one log line says what it waited for, and the file goes
+//               in). Flush, a scan, CompactAll write the open run and the dirty cached records as one file first
+//               (the same level-0 wait before the tier's lock is taken); removal passes read the runs beside the
+//               database; a closed table's runs are dropped with its
 //               directory. Held records may take the cache over its bytes while they are held (concurrent batches of
 //               several tables). The policy never changes arithmetic: a record leaves and comes back bit for bit.
 // Refused in one line: a missing --table_dir or one not writable, a directory held by a running
@@ -55,9 +58,11 @@
 //
 // Thread-safe: the tier's mutex guards the cache, the runs and every store's index. Calls of one tier
 // serialize except for the reads of misses, made without it (the caller's table keeps its own rows
-// still meanwhile: a shard's lock is held around Acquire and Release), and for the writer's files
+// still meanwhile: a shard's lock is held around Acquire and Release), for the writer's files
 // and ingests (a sealed run is read-only until its file is in; write_behind off: written in the
-// call, under the lock).
+// call, under the lock, with no level-0 wait), and for the level-0 waits (never under the lock: a
+// table's pulls, pushes and misses, and every other table's, go on meanwhile). A flush's file is
+// still written and ingested under the lock (its dirty records may change once it is released).
 #ifndef PSFLOW_PS_SERVER_TABLE_DISK_STORE_H_
 #define PSFLOW_PS_SERVER_TABLE_DISK_STORE_H_
 
@@ -74,6 +79,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "ps/server/table/read_pool.h"
 #include "ps/server/table/record_pool.h"
 #include "ps/server/table/row_store.h"
@@ -87,6 +93,7 @@ class WriteBufferManager;
 
 namespace psflow::ps::table {
 
+class CompactionSignal;
 class DiskRowStore;
 
 struct DiskTierOptions {
@@ -109,6 +116,11 @@ struct DiskTierOptions {
   // Tests only: called with a sealed run's file path once the file is written, before it is ingested
   // (disk_tier_killed_writer kills its process there).
   std::function<void(const std::string&)> before_ingest = nullptr;
+  // Tests only: called with the table's name as a level-0 wait begins (the writer's before an ingest,
+  // a flush's before it takes the tier's lock).
+  std::function<void(const std::string&)> at_level0_wait = nullptr;
+  // A level-0 wait's bound: past it the file goes in anyway, said in one log line.
+  absl::Duration level0_wait = absl::Seconds(60);
 };
 
 // One ps task's disk tier. Made by Open, shared (std::shared_ptr) by the task's disk stores.
@@ -172,7 +184,7 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   static Entry* EntryOf(float* record) { return reinterpret_cast<Entry*>(record - kMetaFloats - kHeaderFloats); }
   static RowMeta& MetaOfEntry(Entry* e) { return MetaOf(reinterpret_cast<float*>(e) + kHeaderFloats + kMetaFloats); }
 
-  DiskTier(DiskTierOptions options, std::string dir, int lock_fd);
+  DiskTier(DiskTierOptions options, std::string dir, int lock_fd, std::function<void(const std::string&)> log);
   // List operations (mu_ held): the list is the window or the CLOCK part, by e->list.
   List& ListOf(const Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return e->list == kWindow ? window_ : clock_; }
   void PushFront(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -201,6 +213,8 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   void Forget(DiskRowStore* store) ABSL_LOCKS_EXCLUDED(mu_);
   // Until no sealed run is waiting or being written (mu_ released meanwhile).
   void AwaitWrites() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The writer's next run (store's oldest sealed one) and its file's number.
+  std::pair<const Run*, int64_t> NextWrite(DiskRowStore* store) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The writer thread: writes and ingests the sealed runs in order, then frees them.
   void WriterLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // A sealed run's file is in (or failed: the tier stops, the run is kept): its records freed.
@@ -208,6 +222,7 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
 
   const DiskTierOptions options_;
   const std::string dir_;
+  const std::function<void(const std::string&)> log_;  // Open's (nullptr: stderr)
   const int lock_fd_;
   std::shared_ptr<rocksdb::Cache> block_cache_;                 // shared by the tier's databases
   std::shared_ptr<rocksdb::WriteBufferManager> write_buffers_;  // ditto
@@ -259,7 +274,8 @@ class DiskRowStore final : public RowStore {
   // tombstone.
   using FileRow = std::pair<int64_t, const RowMeta*>;
   DiskRowStore(std::shared_ptr<DiskTier> tier, std::string table, std::string dir, int64_t floats_per_row,
-               std::unique_ptr<rocksdb::DB> db, const rocksdb::Options& options);
+               std::unique_ptr<rocksdb::DB> db, const rocksdb::Options& options,
+               std::shared_ptr<CompactionSignal> compactions);
   // Bytes of one record's block in the cache.
   int64_t entry_bytes() const { return (DiskTier::kHeaderFloats + kMetaFloats + floats_) * 4; }
   // A new unpinned-yet entry's record, linked at the front and indexed.
@@ -285,6 +301,11 @@ class DiskRowStore final : public RowStore {
   DiskTier::Run& OpenRun() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
   // Frees a run's records and its bytes (the run stays, empty).
   void FreeRun(DiskTier::Run& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  // Until level 0 has fewer than kMaxLevel0Files files or no compaction is running (none would
+  // bring it down), woken as each compaction finishes; at most DiskTierOptions::level0_wait, then
+  // one log line names what it waited for. An ingested file lands in level 0, which ingestion does
+  // not stall on as writes do. `what` names the file that waits (in the log line).
+  void AwaitLevel0(const std::string& what) const ABSL_LOCKS_EXCLUDED(tier_->mu_);
   // The run's rows in id order.
   static std::vector<FileRow> SortedRows(const DiskTier::Run& run);
   // Writes `rows` (ascending ids, each once) as one table file and ingests it. Reads only `rows`'
@@ -294,12 +315,13 @@ class DiskRowStore final : public RowStore {
 
   const std::shared_ptr<DiskTier> tier_;
   const std::string table_, dir_;
-  const int64_t floats_;                              // (1 + slots)·dim
-  std::unique_ptr<rocksdb::DB> db_;                   // closed first by the destructor
-  const std::unique_ptr<rocksdb::Options> options_;   // the database's: its files' format
-  RowIndex index_ ABSL_GUARDED_BY(tier_->mu_);        // id -> cached record
-  const int64_t empty_index_bytes_ = index_.bytes();  // not counted against the cache (RecordBudget)
-  int64_t rows_ ABSL_GUARDED_BY(tier_->mu_) = 0;      // stored rows (cached, on disk or both)
+  const int64_t floats_;                                 // (1 + slots)·dim
+  std::unique_ptr<rocksdb::DB> db_;                      // closed first by the destructor
+  const std::unique_ptr<rocksdb::Options> options_;      // the database's: its files' format
+  const std::shared_ptr<CompactionSignal> compactions_;  // the database's listener (AwaitLevel0)
+  RowIndex index_ ABSL_GUARDED_BY(tier_->mu_);           // id -> cached record
+  const int64_t empty_index_bytes_ = index_.bytes();     // not counted against the cache (RecordBudget)
+  int64_t rows_ ABSL_GUARDED_BY(tier_->mu_) = 0;         // stored rows (cached, on disk or both)
   int64_t cached_bytes_ ABSL_GUARDED_BY(tier_->mu_) = 0;
   RowStoreStats counters_ ABSL_GUARDED_BY(tier_->mu_);               // hits, misses, rows read and written
   std::unique_ptr<DiskTier::Run> open_ ABSL_GUARDED_BY(tier_->mu_);  // gathering (or null)

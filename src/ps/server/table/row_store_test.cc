@@ -14,6 +14,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -433,6 +434,55 @@ TEST(DiskStore, ARunBeingWrittenServesCopiesAndARowRemovedMeanwhileStaysRemoved)
   Write(store.get(), {1, 3}, &updates);  // as last written
   Write(store.get(), {2}, &updates);
   EXPECT_EQ(store->size(), 3);
+}
+
+// A level-0 wait (disk_store.h) holds no lock of the tier: while a flush (a checkpoint scan's first
+// step) waits for level 0, held there by the test's hook, a miss of another row of its table is read
+// from disk (a pull) and another table's rows are written (a push), and both calls return. Before,
+// the flush waited under the tier's lock: both calls waited for it (here until the hook's bound).
+TEST(DiskStore, AFlushWaitingForLevelZeroLetsOtherCallsGoOn) {
+  absl::Notification waiting, go;
+  std::atomic<bool> gave_up{false};
+  std::atomic<std::thread::id> flusher{};
+  DiskTierOptions options{FreshDir("level0"), 4 * EntryBytes(), 0};
+  options.run_bytes = 100 * EntryBytes();  // no run is sealed: only the flushes write files
+  options.at_level0_wait = [&](const std::string& table) {
+    if (std::this_thread::get_id() != flusher.load()) return;
+    EXPECT_EQ(table, "t");
+    waiting.Notify();
+    // The bound ends a failing test instead of hanging it (the calls below waiting behind the lock).
+    if (!go.WaitForNotificationWithTimeout(absl::Seconds(20))) gave_up = true;
+  };
+  auto tier = DiskTier::Open(options, nullptr);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  auto store = *(*tier)->OpenTable("t", kFloats);
+  auto other = *(*tier)->OpenTable("u", kFloats);
+  std::map<int64_t, int64_t> updates, other_updates;
+  Write(other.get(), {11, 12, 13, 14}, &other_updates);
+  Write(store.get(), {1, 2, 3, 4}, &updates);  // seen once, they leave the cache first: into the open run
+  ASSERT_TRUE(store->Flush().ok());            // and to disk
+  const int64_t read_before = store->stats().disk_rows_read;
+  std::thread flush([&] {
+    flusher = std::this_thread::get_id();
+    EXPECT_TRUE(store->Flush().ok());
+  });
+  waiting.WaitForNotification();
+  const int64_t id = 2;
+  float* record = nullptr;
+  EXPECT_TRUE(store->Acquire(&id, 1, &record).ok());  // a pull's miss, read from disk
+  EXPECT_NE(record, nullptr);
+  if (record != nullptr) {
+    EXPECT_EQ(MetaOf(record).last_step, updates[2]);
+  }
+  EXPECT_TRUE(store->Release(&record, 1).ok());                  // (no ASSERT before the join)
+  Write(other.get(), {11, 40}, &other_updates, /*wait=*/false);  // a push of another table
+  const bool during_the_wait = !gave_up;
+  go.Notify();
+  flush.join();
+  EXPECT_TRUE(during_the_wait) << "the calls waited for the flush's level-0 wait";
+  EXPECT_EQ(store->stats().disk_rows_read, read_before + 1);
+  Write(store.get(), {1, 2, 3, 4}, &updates);  // as last written
+  EXPECT_EQ(ScanAll(*other, 10).size(), 5u);
 }
 
 TEST(DiskStore, RefusesACacheSmallerThanABatch) {
