@@ -37,6 +37,8 @@ constexpr uint64_t kMaxLevel0Files = 20;
 // A level-0 wait looks at the level again at least this often: a compaction's end wakes it (its
 // listener), but RocksDB counts a compaction as running until just after its listeners are called.
 constexpr absl::Duration kLevel0Recheck = absl::Seconds(1);
+// Rows a Peek reads at once (its copies: a few MiB).
+constexpr size_t kPeekRun = 4096;
 
 }  // namespace
 
@@ -277,6 +279,33 @@ void DiskRowStore::AwaitLevel0(const std::string& what) const {
   }
 }
 
+void DiskRowStore::ReadFromDisk(const int64_t* ids, std::vector<size_t>& missed,
+                                std::vector<rocksdb::PinnableSlice>* values,
+                                std::vector<rocksdb::Status>* statuses) const {
+  // In key order, in parts of at least kReadPart keys read side by side (ReadPool).
+  std::sort(missed.begin(), missed.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
+  const size_t m = missed.size();
+  std::vector<char> keys(m * kKeyBytes);
+  std::vector<rocksdb::Slice> slices(m);
+  for (size_t k = 0; k < m; ++k) {
+    KeyOf(ids[missed[k]], keys.data() + k * kKeyBytes);
+    slices[k] = rocksdb::Slice(keys.data() + k * kKeyBytes, kKeyBytes);
+  }
+  *values = std::vector<rocksdb::PinnableSlice>(m);
+  statuses->assign(m, rocksdb::Status());
+  // fill_cache stays on: the index and filter partitions a read needs must stay in the block cache
+  // (fill_cache off keeps every block out, and each miss read its partitions again). The data
+  // blocks go in too, at low priority, and leave first.
+  const rocksdb::ReadOptions read;
+  const size_t parts =
+      std::max<size_t>(1, std::min<size_t>(m / kReadPart, static_cast<size_t>(tier_->readers_.threads()) + 1));
+  tier_->readers_.RunParts(parts, [&](size_t part) {
+    const size_t begin = m * part / parts, end = m * (part + 1) / parts;
+    db_->MultiGet(read, db_->DefaultColumnFamily(), end - begin, slices.data() + begin, values->data() + begin,
+                  statuses->data() + begin, /*sorted_input=*/true);
+  });
+}
+
 absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records) {
   // 1. Hits, pinned, under the tier's lock; the misses listed.
   std::vector<size_t> missed;
@@ -327,33 +356,16 @@ absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records
   }
   if (missed.empty()) return absl::OkStatus();
 
-  // 2. The misses read without the tier's lock (other tables' calls go on meanwhile), in key order,
-  // in parts of at least kReadPart keys read side by side (ReadPool). Nothing changes this table's
-  // rows meanwhile: the shard holds its lock (shared by reads, alone by writes) around Acquire and
-  // Release, and a concurrent reader can only cache a clean copy of a row (taken once below).
-  std::sort(missed.begin(), missed.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
-  const size_t m = missed.size();
-  std::vector<char> keys(m * kKeyBytes);
-  std::vector<rocksdb::Slice> slices(m);
-  for (size_t k = 0; k < m; ++k) {
-    KeyOf(ids[missed[k]], keys.data() + k * kKeyBytes);
-    slices[k] = rocksdb::Slice(keys.data() + k * kKeyBytes, kKeyBytes);
-  }
-  std::vector<rocksdb::PinnableSlice> values(m);
-  std::vector<rocksdb::Status> statuses(m);
-  // fill_cache stays on: the index and filter partitions a read needs must stay in the block cache
-  // (fill_cache off keeps every block out, and each miss read its partitions again). The data
-  // blocks go in too, at low priority, and leave first.
-  const rocksdb::ReadOptions read;
-  const size_t parts =
-      std::max<size_t>(1, std::min<size_t>(m / kReadPart, static_cast<size_t>(tier_->readers_.threads()) + 1));
-  tier_->readers_.RunParts(parts, [&](size_t part) {
-    const size_t begin = m * part / parts, end = m * (part + 1) / parts;
-    db_->MultiGet(read, db_->DefaultColumnFamily(), end - begin, slices.data() + begin, values.data() + begin,
-                  statuses.data() + begin, /*sorted_input=*/true);
-  });
+  // 2. The misses read without the tier's lock (other tables' calls go on meanwhile). Nothing changes
+  // this table's rows meanwhile: the shard holds its lock (shared by reads, alone by writes) around
+  // Acquire and Release, and a concurrent reader can only cache a clean copy of a row (taken once
+  // below).
+  std::vector<rocksdb::PinnableSlice> values;
+  std::vector<rocksdb::Status> statuses;
+  ReadFromDisk(ids, missed, &values, &statuses);
 
   // 3. The rows read become cached records, pinned, under the lock.
+  const size_t m = missed.size();
   absl::MutexLock lock(&tier_->mu_);
   const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);
   for (size_t k = 0; k < m; ++k) {
@@ -387,6 +399,79 @@ absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records
     DiskTier::EntryOf(record)->pins = 1;
     records[missed[k]] = record;
     ++counters_.disk_rows_read;
+  }
+  return absl::OkStatus();
+}
+
+bool DiskRowStore::FindInRuns(int64_t id, const DiskTier::Entry** e) const {
+  if (open_ != nullptr) {
+    if (auto it = open_->rows.find(id); it != open_->rows.end()) {
+      *e = it->second;
+      return true;
+    }
+  }
+  for (auto run = sealed_.rbegin(); run != sealed_.rend(); ++run) {
+    if (auto it = (*run)->rows.find(id); it != (*run)->rows.end()) {
+      *e = it->second;
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::Status DiskRowStore::Peek(const int64_t* ids, size_t n, absl::FunctionRef<void(size_t, const float*)> f) const {
+  // Copies [meta | floats]: a cached record may change or leave once the tier's lock is released.
+  // Nothing is pinned, counted or admitted: the cache and its policy stay as they were.
+  const size_t stride = static_cast<size_t>(kMetaFloats + floats_);
+  const size_t value_bytes = stride * sizeof(float);
+  std::vector<float> copies;
+  std::vector<uint8_t> stored;
+  std::vector<size_t> missed;
+  for (size_t begin = 0; begin < n; begin += kPeekRun) {
+    const size_t count = std::min(kPeekRun, n - begin);
+    const int64_t* part = ids + begin;
+    copies.resize(count * stride);
+    stored.assign(count, 0);
+    missed.clear();
+    {
+      // 1. Cached rows, then rows in a run (newest first), copied under the lock; the rest listed.
+      absl::MutexLock lock(&tier_->mu_);
+      if (!tier_->write_error_.ok()) return tier_->write_error_;
+      for (size_t i = 0; i < count; ++i) {
+        const RowMeta* meta = nullptr;
+        if (const float* cached = index_.Find(part[i]); cached != nullptr) {
+          meta = &MetaOf(cached);
+        } else if (const DiskTier::Entry* e = nullptr; FindInRuns(part[i], &e)) {
+          if (e == nullptr) continue;  // removed
+          meta = &DiskTier::MetaOfEntry(e);
+        } else {
+          missed.push_back(i);
+          continue;
+        }
+        std::memcpy(copies.data() + i * stride, meta, value_bytes);
+        stored[i] = 1;
+      }
+    }
+    // 2. The rest from the database, without the lock: their newest version is there (the shard's
+    // lock keeps this table's rows still; a concurrent reader only caches clean copies).
+    if (!missed.empty()) {
+      std::vector<rocksdb::PinnableSlice> values;
+      std::vector<rocksdb::Status> statuses;
+      ReadFromDisk(part, missed, &values, &statuses);
+      for (size_t k = 0; k < missed.size(); ++k) {
+        if (statuses[k].IsNotFound()) continue;
+        if (!statuses[k].ok()) return Failed("reading rows from disk", statuses[k].ToString());
+        if (values[k].size() != value_bytes) {
+          return Failed("reading rows from disk",
+                        absl::StrCat("a record of ", values[k].size(), " bytes, not ", value_bytes));
+        }
+        std::memcpy(copies.data() + missed[k] * stride, values[k].data(), value_bytes);
+        stored[missed[k]] = 1;
+      }
+    }
+    for (size_t i = 0; i < count; ++i) {
+      f(begin + i, stored[i] != 0 ? copies.data() + i * stride + kMetaFloats : nullptr);
+    }
   }
   return absl::OkStatus();
 }

@@ -31,7 +31,9 @@
 //               not push out rows used again and again (docs/tables.md, "The cache's policy"). A batch's misses are
 //               read in key order, a few MultiGets side by side (read_pool.h); records held by a batch are pinned;
 //               after a batch records leave until the cache is within its bytes: clean ones are dropped, dirty ones
-//               move (no copy: the record's block changes hands) into their table's open run.
+//               move (no copy: the record's block changes hands) into their table's open run. An increment's reads
+//               (Peek) copy rows from the cache, the runs or the database without admitting, pinning or counting
+//               them: a checkpoint does not push hot rows out for rows it reads once.
 //   runs        write-back without the memtable: a table's dirty records leaving the cache are gathered in its
 //               open run (one version of an id, the newest: a tombstone for a removed row), which is sealed at
 //               DiskTierOptions::run_bytes (16 MiB) and written behind the caller by the tier's writer thread,
@@ -58,7 +60,7 @@
 //
 // Thread-safe: the tier's mutex guards the cache, the runs and every store's index. Calls of one tier
 // serialize except for the reads of misses, made without it (the caller's table keeps its own rows
-// still meanwhile: a shard's lock is held around Acquire and Release), for the writer's files
+// still meanwhile: a shard's lock is held around Acquire, Release and Peek), for the writer's files
 // and ingests (a sealed run is read-only until its file is in; write_behind off: written in the
 // call, under the lock, with no level-0 wait), and for the level-0 waits (never under the lock: a
 // table's pulls, pushes and misses, and every other table's, go on meanwhile). A flush's file is
@@ -88,6 +90,8 @@ namespace rocksdb {
 class DB;
 class Cache;
 struct Options;
+class PinnableSlice;
+class Status;
 class WriteBufferManager;
 }  // namespace rocksdb
 
@@ -183,6 +187,9 @@ class DiskTier : public std::enable_shared_from_this<DiskTier> {
   static constexpr int64_t kHeaderFloats = (sizeof(Entry) + sizeof(float) - 1) / sizeof(float);
   static Entry* EntryOf(float* record) { return reinterpret_cast<Entry*>(record - kMetaFloats - kHeaderFloats); }
   static RowMeta& MetaOfEntry(Entry* e) { return MetaOf(reinterpret_cast<float*>(e) + kHeaderFloats + kMetaFloats); }
+  static const RowMeta& MetaOfEntry(const Entry* e) {
+    return MetaOf(reinterpret_cast<const float*>(e) + kHeaderFloats + kMetaFloats);
+  }
 
   DiskTier(DiskTierOptions options, std::string dir, int lock_fd, std::function<void(const std::string&)> log);
   // List operations (mu_ held): the list is the window or the CLOCK part, by e->list.
@@ -257,6 +264,7 @@ class DiskRowStore final : public RowStore {
   float* Create(int64_t id) override;
   absl::Status Release(float* const* records, size_t n) override;
   absl::Status Erase(const std::vector<int64_t>& ids) override;
+  absl::Status Peek(const int64_t* ids, size_t n, absl::FunctionRef<void(size_t, const float*)> f) const override;
   absl::Status ForEachAge(absl::FunctionRef<void(int64_t, int64_t)> f) const override;
   absl::StatusOr<std::unique_ptr<RecordScan>> Scan() const override;
   RowStoreStats stats() const override;
@@ -301,6 +309,14 @@ class DiskRowStore final : public RowStore {
   DiskTier::Run& OpenRun() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
   // Frees a run's records and its bytes (the run stays, empty).
   void FreeRun(DiskTier::Run& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  // The record a run holds for `id` (not cached), newest run first: true if a run holds it, with *e
+  // its entry, or nullptr for a tombstone.
+  bool FindInRuns(int64_t id, const DiskTier::Entry** e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  // Reads the records of ids[missed[k]] (not cached, in no run: on disk or not stored) from the
+  // database without the tier's lock, in key order, a few MultiGets side by side; values[k] and
+  // statuses[k] are ids[missed[k]]'s (missed is sorted by id).
+  void ReadFromDisk(const int64_t* ids, std::vector<size_t>& missed, std::vector<rocksdb::PinnableSlice>* values,
+                    std::vector<rocksdb::Status>* statuses) const ABSL_LOCKS_EXCLUDED(tier_->mu_);
   // Until level 0 has fewer than kMaxLevel0Files files or no compaction is running (none would
   // bring it down), woken as each compaction finishes; at most DiskTierOptions::level0_wait, then
   // one log line names what it waited for. An ingested file lands in level 0, which ingestion does

@@ -336,8 +336,8 @@ class DynamicTableShard::Scanner final : public RowScan {
 
 std::unique_ptr<RowScan> DynamicTableShard::Scan() const { return std::make_unique<Scanner>(this); }
 
-// An increment: the rows of the change log's ids (ascending, taken at the scan's start), read in
-// runs the store holds at once; an id removed since is skipped.
+// An increment: the rows of the change log's ids (ascending, taken at the scan's start), read
+// without being held or cached (RowStore::Peek); an id removed since is skipped.
 class DynamicTableShard::IncrementScanner final : public RowScan {
  public:
   IncrementScanner(const DynamicTableShard* shard, std::vector<int64_t> ids, std::vector<int64_t> removed,
@@ -355,32 +355,25 @@ class DynamicTableShard::IncrementScanner final : public RowScan {
     if (!status_.ok()) return false;
     max_rows = std::max<int64_t>(max_rows, 1);
     absl::ReaderMutexLock lock(&s.mu_);
-    const size_t run =
-        static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(s.store_->max_rows_held(), max_rows)));
-    std::vector<float*> records;
+    // Read without admission (RowStore::Peek): a disk table's cache keeps its hot rows, not the rows
+    // this save reads once.
     while (next_ < ids_.size() && static_cast<int64_t>(part->ids.size()) < max_rows) {
-      const size_t n = std::min({run, ids_.size() - next_, static_cast<size_t>(max_rows) - part->ids.size()});
-      records.assign(n, nullptr);
-      if (absl::Status f = s.store_->Acquire(ids_.data() + next_, n, records.data()); !f.ok()) {
-        status_ = s.Fail(f);
-        break;
-      }
-      for (size_t j = 0; j < n; ++j) {
-        const float* rec = records[j];
+      const size_t n = std::min(ids_.size() - next_, static_cast<size_t>(max_rows) - part->ids.size());
+      const absl::Status read = s.store_->Peek(ids_.data() + next_, n, [&](size_t j, const float* rec) {
         if (rec == nullptr) {  // removed since the scan began: as it was then
           KeptRow kept;
           if (snapshot_ != nullptr && snapshot_->Read(ids_[next_ + j], RowMeta::kMaxGen, &kept) == Snapshot::kKept) {
             AppendRow(ids_[next_ + j], kept.floats.data(), kept.last_step, kept.count, dim, slots, part);
           }
-          continue;
+          return;
         }
         AppendAsOf(snapshot_.get(), ids_[next_ + j], rec, dim, slots, part);
-      }
-      next_ += n;
-      if (absl::Status f = s.store_->Release(records.data(), n); !f.ok()) {
-        status_ = s.Fail(f);
+      });
+      if (!read.ok()) {
+        status_ = s.Fail(read);
         break;
       }
+      next_ += n;
     }
     if (!status_.ok()) {
       *part = RowsPart();

@@ -106,6 +106,13 @@ class RowStore {
   // brings its cache back within its bytes, dirty records leaving into the table's run (written to
   // disk as one file when it is full); a write failure (a full disk) names the table.
   virtual absl::Status Release(float* const* records, size_t n) = 0;
+  // Reads the records of ids[0, n) without holding them or bringing them into a cache (a
+  // checkpoint's increment reads rows it does not use: a disk store reads a row from its cache
+  // where cached, else from its runs or the database, and its cache, its policy and its counters
+  // stay as they were). f(i, record) for i ascending, record nullptr when ids[i] is not stored;
+  // `record` points at w (MetaOf valid) and only during the call. ids unique. Errors (a disk read
+  // failure) name the table.
+  virtual absl::Status Peek(const int64_t* ids, size_t n, absl::FunctionRef<void(size_t, const float*)> f) const = 0;
   // Removes stored rows `ids` (each stored, not held), from memory and disk.
   virtual absl::Status Erase(const std::vector<int64_t>& ids) = 0;
 
@@ -136,6 +143,12 @@ class MemoryRowStore final : public RowStore {
   float* Create(int64_t id) override;
   absl::Status Release(float* const*, size_t) override { return absl::OkStatus(); }
   absl::Status Erase(const std::vector<int64_t>& ids) override;
+  absl::Status Peek(const int64_t* ids, size_t n, absl::FunctionRef<void(size_t, const float*)> f) const override {
+    std::vector<float*> records(n);
+    index_.FindMany(ids, n, records.data());
+    for (size_t i = 0; i < n; ++i) f(i, records[i]);
+    return absl::OkStatus();
+  }
   absl::Status ForEachAge(absl::FunctionRef<void(int64_t, int64_t)> f) const override;
   absl::StatusOr<std::unique_ptr<RecordScan>> Scan() const override;
   RowStoreStats stats() const override;

@@ -222,6 +222,65 @@ TEST_P(IncrementTest, AnIncrementWithNothingChangedIsEmpty) {
   EXPECT_EQ(rows.begin()->first, id);
 }
 
+// An increment reads its rows without admitting them (RowStore::Peek): after a save over changed
+// rows that are not cached (and rows in the runs and on disk), the cache holds what it held and its
+// counters are as they were, so the hot rows pulled next still hit; the increment holds every row
+// changed, as a full scan reads it.
+TEST(DiskIncrement, ASaveOfRowsNotCachedLeavesTheCacheAsItWas) {
+  std::shared_ptr<DiskTier> tier;
+  std::unique_ptr<TableShard> shard = testing::MakeShardOn(Storage::kDisk, testing::DynamicConfig(kDim),
+                                                           testing::Rule("adagrad", 0.05f), 10 * 200, &tier);
+  ASSERT_NE(shard, nullptr);
+  const std::vector<int64_t> hot = {0, 1, 2, 3};
+  auto push = [&](const std::vector<int64_t>& ids, int64_t step) {
+    std::vector<float> grads(ids.size() * kDim);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * static_cast<float>(i % 7) - 0.02f;
+    ASSERT_TRUE(shard->Apply(ids, grads, step).ok());
+  };
+  auto cold_pushes = [&](int64_t first_step) {
+    for (int64_t b = 0; b < 20; ++b) {
+      std::vector<int64_t> ids;
+      for (int64_t k = 0; k < 10; ++k) ids.push_back(1000 + b * 10 + k);
+      push(ids, first_step + b);
+    }
+  };
+  cold_pushes(1);
+  ScanOptions o;
+  o.save_id = 1;
+  o.track_changes = true;
+  auto full = shard->Scan(o);
+  ASSERT_TRUE(full.ok()) << full.status();
+  Rows saved;
+  ReadAll(full->get(), &saved, nullptr);
+  ASSERT_EQ(saved.size(), 200u);
+  cold_pushes(21);  // every cold row changed; a few of them are in the cache's 20-odd records
+  for (int64_t step = 41; step < 45; ++step) push(hot, step);
+  const TableStats before = shard->stats();
+  const int64_t cached_bytes = tier->cache_bytes_used();
+  o.save_id = 2;
+  o.increment = true;
+  o.changed_since = 1;
+  auto inc = shard->Scan(o);
+  ASSERT_TRUE(inc.ok()) << inc.status();
+  Rows rows;
+  ReadAll(inc->get(), &rows, nullptr);
+  EXPECT_EQ(rows.size(), 204u);
+  const TableStats after = shard->stats();
+  EXPECT_EQ(after.cache_hits, before.cache_hits);
+  EXPECT_EQ(after.cache_misses, before.cache_misses);
+  EXPECT_EQ(after.disk_rows_read, before.disk_rows_read);
+  EXPECT_EQ(tier->cache_bytes_used(), cached_bytes);
+  // The hot rows are still cached: pulled, each is a hit.
+  std::vector<float> out(hot.size() * kDim);
+  ASSERT_TRUE(shard->Gather(hot, absl::MakeSpan(out)).ok());
+  EXPECT_EQ(shard->stats().cache_misses, before.cache_misses);
+  EXPECT_EQ(shard->stats().cache_hits, before.cache_hits + static_cast<int64_t>(hot.size()));
+  // The rows as a full scan reads them (nothing was pushed since the increment).
+  const Rows now = Everything(*shard);
+  ASSERT_EQ(now.size(), rows.size());
+  EXPECT_TRUE(now == rows);
+}
+
 INSTANTIATE_TEST_SUITE_P(Storages, IncrementTest,
                          ::testing::Values(Case{Storage::kMemory, "sgd"}, Case{Storage::kMemory, "adagrad"},
                                            Case{Storage::kMemory, "adam"}, Case{Storage::kMemory, "ftrl"},
