@@ -50,22 +50,17 @@ absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, cons
   // Block index per (ps shard), -1 before its first id: fixed tables by shard, dynamic by ps task.
   std::vector<int64_t> block_of(t->shards.size(), -1);
   std::vector<int> shards_used;
-  // A fixed table of one shard (a small table, e.g. a ctr field's) takes every id of [0, N) there:
-  // only the range is checked per id, not RouteFixedId's divisions (whose row is not needed here).
-  const bool one_fixed_shard = !t->spec.dynamic() && t->shards.size() == 1;
-  const int64_t num_embeddings = t->layout.num_embeddings;
+  // Fixed tables: the shard only (RouteFixedId's row is not needed here), the layout's divisions
+  // done once.
+  const bool dynamic = t->spec.dynamic();
+  const dist::FixedShardRouter router(dynamic ? dist::FixedTableLayout{} : t->layout);
   for (int64_t j = 0; j < n; ++j) {
     const int64_t id = (*ref.ids)[j];
     if (!seen.Insert(id, j).second) return Bad(what, ref.table, absl::StrCat("id ", id, " listed twice (dedup first)"));
-    int shard;
-    if (one_fixed_shard && id >= 0 && id < num_embeddings) {
-      shard = 0;
-    } else if (t->spec.dynamic()) {
-      shard = dist::RouteDynamicId(id, plan.num_ps);
-    } else {
-      absl::StatusOr<dist::RowLocation> loc = dist::RouteFixedId(t->spec.name, t->layout, id);
-      if (!loc.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", loc.status().message()));
-      shard = loc->shard;
+    const int shard = dynamic ? dist::RouteDynamicId(id, plan.num_ps) : router.ShardOf(id);
+    if (shard < 0) {  // outside [0, N): RouteFixedId says so
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", dist::RouteFixedId(t->spec.name, t->layout, id).status().message()));
     }
     const dist::TableShardSpec& s = t->shards[static_cast<size_t>(shard)];
     int64_t& block = block_of[static_cast<size_t>(shard)];
