@@ -52,8 +52,8 @@ TEST(TableRoutingTest, FixedMatchesBruteForceForEveryIdWhenNIsNotDivisibleByP) {
           EXPECT_EQ(FixedRowId(layout, got->shard, got->row), id);
           ASSERT_EQ(router.ShardOf(id), expected[id].shard) << " n=" << n << " p=" << p << " id=" << id;
         }
-        for (int64_t outside : {int64_t{-1}, n, n + 1, std::numeric_limits<int64_t>::min(),
-                                std::numeric_limits<int64_t>::max()}) {
+        for (int64_t outside :
+             {int64_t{-1}, n, n + 1, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}) {
           EXPECT_EQ(router.ShardOf(outside), -1) << outside;
           EXPECT_FALSE(RouteFixedId("t", layout, outside).ok()) << outside;
         }
