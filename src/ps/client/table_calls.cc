@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/id_positions.h"
+#include "core/simd_dispatch.h"
 
 namespace psflow::ps {
 namespace {
@@ -82,15 +83,9 @@ absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, cons
   }
   if (!push) return absl::OkStatus();
   const float* g = values ? ref.grad_values.data() : ref.grads->data();
-  // An OR over exponent bits vectorizes (routing.cc's CheckFinite); the culprit looked for only
-  // when there is one.
-  uint32_t any = 0;
-  for (int64_t j = 0; j < n * dim; ++j) {
-    uint32_t bits;
-    std::memcpy(&bits, g + j, sizeof(bits));
-    any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-  }
-  for (int64_t j = 0; any != 0 && j < n * dim; ++j) {
+  // The culprit looked for only when there is one.
+  const bool any = simd::AnyNonFinite(g, n * dim);
+  for (int64_t j = 0; any && j < n * dim; ++j) {
     if (!std::isfinite(g[j])) {
       return Bad(what, ref.table,
                  absl::StrCat("gradient row of id ", (*ref.ids)[j / dim], " has a NaN or Inf at element ", j % dim,
@@ -101,6 +96,10 @@ absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, cons
     const size_t index = static_cast<size_t>(block_of[static_cast<size_t>(shard)]);
     TableBlockCall& b = (*out)[t->shards[static_cast<size_t>(shard)].ps_task][index];
     b.rows = std::make_shared<FloatBuffer>(b.ids.size() * static_cast<size_t>(dim));
+    if (static_cast<int64_t>(b.ids.size()) == n) {  // every id in this block, in order: one copy
+      std::memcpy(b.rows->data(), g, static_cast<size_t>(n * dim) * sizeof(float));
+      continue;
+    }
     for (size_t q = 0; q < b.positions.size(); ++q) {
       std::memcpy(b.rows->data() + q * dim, g + b.positions[q] * dim, static_cast<size_t>(dim) * sizeof(float));
     }
