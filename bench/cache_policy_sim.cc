@@ -1,6 +1,6 @@
 // cache_policy_sim — the disk tier's hot-row cache policy (src/ps/server/table/disk_store.h) beside
-// a frequency-aware one, simulated on Zipf(s) ids (docs/tables.md, "The cache's policy"). No psflow
-// code: ids only, so a policy can be judged at sizes a run cannot reach.
+// a frequency-aware one, simulated on Zipf(s) ids (docs/table-storage-figures.md#the-caches-policy-and-zipf-ids). No
+// psflow code: ids only, so a policy can be judged at sizes a run cannot reach.
 //
 // A step draws D ids from Zipf(s) over N rows, de-duplicates them, and looks them up twice (the
 // pull, then the push, as a ps task sees one worker's step); records are pinned during a lookup,

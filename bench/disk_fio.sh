@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench/disk_fio.sh — the disk's own random-read limit beside bench/disk_table_bench.cc's rows/s
-# (docs/tables.md#storage): 4 KiB random reads with O_DIRECT (RocksDB's blocks are 4 KiB) from a
+# (docs/table-storage-figures.md#from-the-device): 4 KiB random reads with O_DIRECT (RocksDB's blocks are 4 KiB) from a
 # 1 GiB file, one reader (what one MultiGet does: one read after the other) and 4 readers side by
 # side (what the disk tier does with its default 3 read threads and the caller). Prints IOPS.
 #   bench/disk_fio.sh [DIR (default /var/tmp)] [SECONDS a run (default 10)]

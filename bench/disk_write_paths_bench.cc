@@ -1,5 +1,5 @@
 // The disk tier's write-back paths: the memtable (before session 8) beside the runs it uses now
-// (docs/tables.md, "Runs"; proposed in "This session (diskmiss)"):
+// (docs/table-storage.md, "Runs"; proposed in docs/table-storage-figures.md, "This session (diskmiss)"):
 // the CPU a row costs to get a run of rows into a RocksDB table file, (a) through the memtable (a
 // WriteBatch of sorted random keys at a time, as the tier's writer did, then the flush) and (b)
 // with SstFileWriter and IngestExternalFile (the run sorted once, written as a file, ingested).

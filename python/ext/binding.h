@@ -81,17 +81,25 @@ void RegisterTableFields(pybind11::module_& m);
 // of another layout is converted once and kept in `keep`. InvalidArgument naming what is wrong.
 std::vector<absl::Span<const int64_t>> TableSpans(const char* what, int num_tables, const pybind11::object& ids,
                                                   std::vector<pybind11::object>* keep);
+// The groups of tables a session's binding made (TablesGroup), kept beside the session: how many,
+// and whether each table's rows are a group's (so a lookup need not work it out again).
+struct TableGroups {
+  int count = 0;
+  std::vector<bool> grouped;  // by table index; tables past its end are in no group
+  bool Grouped(int t) const { return static_cast<size_t>(t) < grouped.size() && grouped[static_cast<size_t>(t)]; }
+};
 // Lookup with the tables' ids (TableSpans; None: LookupPrefetched, the last prefetch's); returns one (rows float32 [U,
 // dim], index int64 [batch]) per table (None for a grouped table), then one (rows float32 [U_first + ..., dim], index
 // int64 [batch, count] or None) per group of tables (TablesGroup; the index: example i's row of each table of the group
 // in those rows, None when its tables were given different numbers of ids), the rows moved out of the session without a
 // copy.
-pybind11::list TablesLookup(train::WorkerSession& session, const pybind11::object& ids, int num_groups);
+pybind11::list TablesLookup(train::WorkerSession& session, const pybind11::object& ids, const TableGroups& groups);
 // out = (in % m).T for in [rows, cols] int64 and m >= 1 (Python's remainder, in [0, m)), out [cols, rows]:
 // a DLRM's [batch, fields] ids as one row of ids per table (by multiplication, not division).
 void RemainderTransposed(const int64_t* in, int64_t rows, int64_t cols, int64_t m, int64_t* out);
 // WorkerSession::GroupTables(first, count): a table collection's rows in one buffer; the group's index.
-int TablesGroup(train::WorkerSession& session, int first, int count);
+// Recorded in `groups`.
+int TablesGroup(train::WorkerSession& session, int first, int count, TableGroups* groups);
 // Python objects lent to the C++ session, whose last owner may go on any thread (the tables'
 // gradients, which a push Step leaves in flight reads after step() returned): Lend's owner, once
 // the session lets go of it, hands the object back here, and the thread holding the GIL drops it
@@ -115,7 +123,7 @@ class LentObjects : public std::enable_shared_from_this<LentObjects> {
 // `groups`: a list of (group index, owner, address, count): a group's gradients [U_first + ...,
 // dim] (count values) in one tensor, split into its tables' rows in place.
 void TablesSetGrads(train::WorkerSession& session, const std::vector<int64_t>& dims, const pybind11::list& grads,
-                    const pybind11::list& groups, int num_groups, LentObjects& lent);
+                    const pybind11::list& groups, const TableGroups& table_groups, LentObjects& lent);
 
 }  // namespace psflow::python
 

@@ -301,17 +301,15 @@ class PySession {
 
   // Tables (table_binding.cc). Lookup also runs inside close()'s evaluate (the chief's final rows).
   py::list Lookup(const py::object& ids) {
-    if (evaluating_) return TablesLookup(*session_, ids, num_groups_);
+    if (evaluating_) return TablesLookup(*session_, ids, table_groups_);
     BusyGuard guard(busy_);
     Settle();
-    return TablesLookup(*session_, ids, num_groups_);
+    return TablesLookup(*session_, ids, table_groups_);
   }
   // Tables [first, first + count) as one group (a table collection): before the first lookup.
   int GroupTables(int first, int count) {
     BusyGuard guard(busy_);
-    const int g = TablesGroup(*session_, first, count);
-    num_groups_ = g + 1;
-    return g;
+    return TablesGroup(*session_, first, count, &table_groups_);
   }
   // The next batch's ids (TableSpans), checked here; the dedup runs behind this thread (the
   // forward goes on meanwhile) and the next call waits for it. A list's arrays are copied; one
@@ -383,7 +381,7 @@ class PySession {
     BusyGuard guard(busy_);
     Settle();
     lent_->Release();
-    TablesSetGrads(*session_, table_dims_, grads, groups, num_groups_, *lent_);
+    TablesSetGrads(*session_, table_dims_, grads, groups, table_groups_, *lent_);
   }
 
   py::object Close() {
@@ -487,7 +485,7 @@ class PySession {
   std::shared_ptr<Memory> memory_;
   std::shared_ptr<LentObjects> lent_ = std::make_shared<LentObjects>();  // before session_: outlives it
   std::vector<int64_t> table_dims_;                                      // the tables' dims, in order
-  int num_groups_ = 0;                                                   // GroupTables' groups
+  TableGroups table_groups_;                                             // GroupTables' groups
   std::unique_ptr<train::WorkerSession> session_;
   std::unique_ptr<Behind> behind_;  // after session_: stopped (its calls run) before the session goes
   py::object read_behind_;          // an array a call behind reads (Prefetch), until the next Settle

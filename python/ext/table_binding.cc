@@ -257,11 +257,15 @@ void RegisterTableFields(py::module_& m) {
       "whose value its field cannot read.");
 }
 
-int TablesGroup(train::WorkerSession& session, int first, int count) {
-  return ValueOrThrow(session.GroupTables(first, count));
+int TablesGroup(train::WorkerSession& session, int first, int count, TableGroups* groups) {
+  const int g = ValueOrThrow(session.GroupTables(first, count));
+  groups->count = g + 1;
+  if (groups->grouped.size() < static_cast<size_t>(first + count)) groups->grouped.resize(first + count);
+  std::fill_n(groups->grouped.begin() + first, count, true);
+  return g;
 }
 
-py::list TablesLookup(train::WorkerSession& session, const py::object& ids, int num_groups) {
+py::list TablesLookup(train::WorkerSession& session, const py::object& ids, const TableGroups& groups) {
   absl::Status status;
   if (ids.is_none()) {  // the ids of the last prefetch, as the session holds them
     py::gil_scoped_release release;
@@ -273,15 +277,10 @@ py::list TablesLookup(train::WorkerSession& session, const py::object& ids, int 
     status = session.Lookup(spans);
   }
   ThrowIfError(status);
-  std::vector<char> grouped(static_cast<size_t>(session.num_tables()), 0);
-  for (int g = 0; g < num_groups; ++g) {
-    const train::TableGroupBatch& gb = session.table_group(g);
-    std::fill_n(grouped.begin() + gb.first, gb.count, 1);
-  }
   py::list out;
   for (int t = 0; t < session.num_tables(); ++t) {
     train::TableBatch& b = session.table_batch(t);
-    if (grouped[static_cast<size_t>(t)] != 0) {  // its rows: the group's (below)
+    if (groups.Grouped(t)) {  // its rows: the group's (below)
       out.append(py::none());
       continue;
     }
@@ -294,7 +293,7 @@ py::list TablesLookup(train::WorkerSession& session, const py::object& ids, int 
     b.index.clear();
     out.append(py::make_tuple(rows, index));
   }
-  for (int g = 0; g < num_groups; ++g) {
+  for (int g = 0; g < groups.count; ++g) {
     train::TableGroupBatch& gb = session.table_group(g);
     const py::ssize_t u = gb.offsets.back();
     const py::ssize_t dim = gb.rows.shape().size() == 2 ? gb.rows.shape()[1] : 0;
@@ -329,8 +328,25 @@ void LentObjects::Release() {
   for (PyObject* p : returned) Py_DECREF(p);
 }
 
+namespace {
+
+// A gradient lent in place as item[1..3] = (owner, address, count): `count` float32 values at
+// `address`, which `owner` (psflow.torch's C-contiguous float32 tensor) holds; the caller holds
+// the owner. Refused unless it is [u, dim] for tables [first, last].
+absl::Span<const float> LentValues(const py::tuple& item, int first, int last, int64_t u, int64_t dim) {
+  const auto count = item[3].cast<int64_t>();
+  if (count != u * dim) {
+    throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+        first == last ? absl::StrCat("table ", first) : absl::StrCat("tables ", first, "..", last),
+        ": the gradient holds ", count, " values, not [", u, ", ", dim, "] for the batch's ", u, " unique ids")));
+  }
+  return absl::MakeConstSpan(reinterpret_cast<const float*>(item[2].cast<uintptr_t>()), static_cast<size_t>(count));
+}
+
+}  // namespace
+
 void TablesSetGrads(train::WorkerSession& session, const std::vector<int64_t>& dims, const py::list& grads,
-                    const py::list& groups, int num_groups, LentObjects& lent) {
+                    const py::list& groups, const TableGroups& table_groups, LentObjects& lent) {
   using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
   std::vector<std::pair<int, absl::Span<const float>>> checked;
   checked.reserve(grads.size());
@@ -341,22 +357,15 @@ void TablesSetGrads(train::WorkerSession& session, const std::vector<int64_t>& d
     if (item.size() != 4)
       throw py::value_error("set_tables_grads: give groups as (group index, owner, address, count)");
     const int g = item[0].cast<int>();
-    if (g < 0 || g >= num_groups) throw py::index_error("table group index out of range");
+    if (g < 0 || g >= table_groups.count) throw py::index_error("table group index out of range");
     const train::TableGroupBatch& gb = session.table_group(g);
-    const int64_t u = gb.offsets.back();
     const int64_t dim = dims[static_cast<size_t>(gb.first)];
-    const auto count = item[3].cast<int64_t>();
-    if (count != u * dim) {
-      throw StatusError(absl::InvalidArgumentError(absl::StrCat("tables ", gb.first, "..", gb.first + gb.count - 1,
-                                                                ": the gradient holds ", count, " values, not [", u,
-                                                                ", ", dim, "] for the batch's ", u, " unique ids")));
-    }
+    const absl::Span<const float> values = LentValues(item, gb.first, gb.first + gb.count - 1, gb.offsets.back(), dim);
     held[grads.size() + k] = item[1];
-    const auto* values = reinterpret_cast<const float*>(item[2].cast<uintptr_t>());
     for (int j = 0; j < gb.count; ++j) {
       checked.emplace_back(gb.first + j,
-                           absl::MakeConstSpan(values + gb.offsets[j] * dim,
-                                               static_cast<size_t>((gb.offsets[j + 1] - gb.offsets[j]) * dim)));
+                           values.subspan(static_cast<size_t>(gb.offsets[j] * dim),
+                                          static_cast<size_t>((gb.offsets[j + 1] - gb.offsets[j]) * dim)));
     }
   }
   for (size_t k = 0; k < grads.size(); ++k) {
@@ -368,20 +377,16 @@ void TablesSetGrads(train::WorkerSession& session, const std::vector<int64_t>& d
     if (t < 0 || t >= session.num_tables()) throw py::index_error("table index out of range");
     const int64_t u = static_cast<int64_t>(session.table_batch(t).ids.size());
     const int64_t dim = dims[static_cast<size_t>(t)];
-    const auto refuse = [&] {
-      return StatusError(absl::InvalidArgumentError(
-          absl::StrCat("table ", t, ": the gradient is not [", u, ", ", dim, "] for the batch's ", u, " unique ids")));
-    };
     if (item.size() == 4) {  // psflow.torch's: a float32 C-contiguous tensor, its address and element count
-      const auto count = item[3].cast<int64_t>();
-      if (count != u * dim) throw refuse();
+      checked.emplace_back(t, LentValues(item, t, t, u, dim));
       held[k] = item[1];
-      checked.emplace_back(t, absl::MakeConstSpan(reinterpret_cast<const float*>(item[2].cast<uintptr_t>()),
-                                                  static_cast<size_t>(count)));
       continue;
     }
     const auto g = Floats::ensure(item[1]);  // the array itself when float32 and C-contiguous
-    if (!g || g.ndim() != 2 || g.shape(0) != u || g.shape(1) != dim) throw refuse();
+    if (!g || g.ndim() != 2 || g.shape(0) != u || g.shape(1) != dim) {
+      throw StatusError(absl::InvalidArgumentError(
+          absl::StrCat("table ", t, ": the gradient is not [", u, ", ", dim, "] for the batch's ", u, " unique ids")));
+    }
     held[k] = g;
     checked.emplace_back(t, absl::MakeConstSpan(g.data(), static_cast<size_t>(g.size())));
   }

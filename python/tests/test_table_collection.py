@@ -211,6 +211,7 @@ class OneGradientPerStepTest(unittest.TestCase):
         model = ctr.DLRM(FIELDS, DIM, 0, DENSE)
         gen = psflow.CtrGenerator(seed=3, num_fields=FIELDS, num_dense=DENSE)
         calls = []
+        test = self
         with psflow.WorkerSession(model, flags()) as sess:
             inner = sess._session
 
@@ -220,6 +221,12 @@ class OneGradientPerStepTest(unittest.TestCase):
 
                 def set_tables_grads(self, grads, groups=()):
                     calls.append((list(grads), [(g, type(t).__name__, tuple(t.shape)) for g, t, _, _ in groups]))
+                    if len(calls) == 2:  # (after the first lookup) a group's lent count is checked
+                        g, t, address, n = groups[0]
+                        with test.assertRaises(psflow.InvalidArgumentError) as e:
+                            inner.set_tables_grads(grads, [(g, t, address, n - 1)])
+                        test.assertIn(f"tables 0..{FIELDS - 1}: the gradient holds {n - 1} values, not "
+                                      f"[{n // DIM}, {DIM}]", str(e.exception))
                     inner.set_tables_grads(grads, groups)
 
                 def lookup(self, ids):

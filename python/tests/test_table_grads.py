@@ -148,6 +148,12 @@ class LentTableGradientsTest(unittest.TestCase):
                         self.assertIn(f"table {FIELDS - 1}: the gradient is not [{u[-1].shape[0]}, {DIM}] for the batch's",
                                       str(e.exception))
                         self.assertNotIn("\n", str(e.exception))
+                        # Lent in place (psflow.torch's (table, owner, address, count)): the count is checked.
+                        wrong = torch.zeros(u[-1].shape[0], DIM + 1)
+                        with self.assertRaises(psflow.InvalidArgumentError) as e:
+                            inner.set_tables_grads([(FIELDS - 1, wrong, wrong.data_ptr(), wrong.numel())])
+                        self.assertIn(f"table {FIELDS - 1}: the gradient holds {wrong.numel()} values, not "
+                                      f"[{u[-1].shape[0]}, {DIM}] for the batch's", str(e.exception))
                         with self.assertRaises(IndexError):
                             inner.set_tables_grads([(FIELDS, u[0].grad.numpy())])
                         del u

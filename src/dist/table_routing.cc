@@ -33,22 +33,26 @@ absl::Status ValidateFixedLayout(std::string_view table, const FixedTableLayout&
   return absl::OkStatus();
 }
 
+namespace {
+
+// TF's embedding_lookup(partition_strategy="div"): the first N % P shards hold N / P + 1 ids each,
+// the others N / P, in order; the first id of `shard`.
+int64_t FirstIdOfDivShard(const FixedTableLayout& layout, int shard) {
+  const int64_t ipp = layout.num_embeddings / layout.num_shards;
+  const int64_t extras = layout.num_embeddings % layout.num_shards;
+  return shard < extras ? shard * (ipp + 1) : extras * (ipp + 1) + (shard - extras) * ipp;
+}
+
+}  // namespace
+
 absl::StatusOr<RowLocation> RouteFixedId(std::string_view table, const FixedTableLayout& layout, int64_t id) {
-  const int64_t n = layout.num_embeddings;
-  const int64_t p = layout.num_shards;
-  if (id < 0 || id >= n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("table '", std::string(table), "': id ", id, " is outside the vocabulary [0, ", n, ")"));
+  const int shard = FixedShardRouter(layout).ShardOf(id);
+  if (shard < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("table '", std::string(table), "': id ", id,
+                                                   " is outside the vocabulary [0, ", layout.num_embeddings, ")"));
   }
-  if (layout.strategy == TableStrategy::kMod) {
-    return RowLocation{static_cast<int>(id % p), id / p};
-  }
-  // TF's embedding_lookup(partition_strategy="div").
-  const int64_t ipp = n / p;  // >= 1 for a valid layout
-  const int64_t extras = n % p;
-  const int64_t shard = std::max(id / (ipp + 1), (id - extras) / ipp);
-  const int64_t row = shard < extras ? id % (ipp + 1) : (id - extras) % ipp;
-  return RowLocation{static_cast<int>(shard), row};
+  if (layout.strategy == TableStrategy::kMod) return RowLocation{shard, id / layout.num_shards};
+  return RowLocation{shard, id - FirstIdOfDivShard(layout, shard)};
 }
 
 int64_t FixedShardRows(const FixedTableLayout& layout, int shard) {
@@ -60,13 +64,8 @@ int64_t FixedShardRows(const FixedTableLayout& layout, int shard) {
 
 int64_t FixedRowId(const FixedTableLayout& layout, int shard, int64_t row) {
   CHECK(row >= 0 && row < FixedShardRows(layout, shard)) << "row " << row << " of shard " << shard;
-  const int64_t n = layout.num_embeddings;
-  const int64_t p = layout.num_shards;
-  if (layout.strategy == TableStrategy::kMod) return row * p + shard;
-  const int64_t ipp = n / p;
-  const int64_t extras = n % p;
-  const int64_t first = shard < extras ? shard * (ipp + 1) : extras * (ipp + 1) + (shard - extras) * ipp;
-  return first + row;
+  if (layout.strategy == TableStrategy::kMod) return row * layout.num_shards + shard;
+  return FirstIdOfDivShard(layout, shard) + row;
 }
 
 int RouteDynamicId(int64_t id, int num_ps) {

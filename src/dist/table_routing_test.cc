@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -43,11 +44,18 @@ TEST(TableRoutingTest, FixedMatchesBruteForceForEveryIdWhenNIsNotDivisibleByP) {
         const std::vector<RowLocation> expected = BruteForce(n, p, strategy);
         const std::vector<int64_t> sizes = ShardRows(n, p);
         for (int s = 0; s < p; ++s) EXPECT_EQ(FixedShardRows(layout, s), sizes[s]);
+        const FixedShardRouter router(layout);
         for (int64_t id = 0; id < n; ++id) {
           auto got = RouteFixedId("t", layout, id);
           ASSERT_TRUE(got.ok()) << got.status();
           ASSERT_EQ(*got, expected[id]) << TableStrategyName(strategy) << " n=" << n << " p=" << p << " id=" << id;
           EXPECT_EQ(FixedRowId(layout, got->shard, got->row), id);
+          ASSERT_EQ(router.ShardOf(id), expected[id].shard) << " n=" << n << " p=" << p << " id=" << id;
+        }
+        for (int64_t outside :
+             {int64_t{-1}, n, n + 1, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}) {
+          EXPECT_EQ(router.ShardOf(outside), -1) << outside;
+          EXPECT_FALSE(RouteFixedId("t", layout, outside).ok()) << outside;
         }
       }
     }

@@ -3,33 +3,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/simd_dispatch.h"
 #include "rpc/tensor_coding.h"
 
 namespace psflow::rpc {
-namespace {
-
-// Reads bytes [offset, offset + n) of `slices` into `out`; false when they hold fewer.
-bool ReadBytes(const std::vector<grpc::Slice>& slices, size_t offset, size_t n, char* out) {
-  for (const grpc::Slice& s : slices) {
-    if (n == 0) break;
-    if (offset >= s.size()) {
-      offset -= s.size();
-      continue;
-    }
-    const size_t take = std::min(n, s.size() - offset);
-    std::memcpy(out, s.begin() + offset, take);
-    out += take;
-    n -= take;
-    offset = 0;
-  }
-  return n == 0;
-}
-
-}  // namespace
 
 std::vector<grpc::ByteBuffer> CutIntoChunks(const grpc::ByteBuffer& encoded, size_t chunk_bytes) {
   std::vector<grpc::Slice> slices;
@@ -75,38 +55,23 @@ absl::Status ChunkedMessageReader::Add(const grpc::ByteBuffer& chunk) {
 }
 
 void ChunkedMessageReader::ParseHeaders() {
-  uint32_t header_size = 0, list_size = 0;
-  if (!ReadBytes(slices_, 0, 4, reinterpret_cast<char*>(&header_size))) return;
-  const size_t list_at = 4 + static_cast<size_t>(header_size);
-  if (!ReadBytes(slices_, list_at, 4, reinterpret_cast<char*>(&list_size))) return;
-  const size_t payload_at_unpadded = list_at + 4 + list_size;
-  if (static_cast<int64_t>(payload_at_unpadded) > received_) return;
-  parsed_ = true;  // whatever the headers hold, they are read once
-  std::string list_bytes(list_size, '\0');
-  ReadBytes(slices_, list_at + 4, list_size, list_bytes.data());
-  wire::TensorList list;
-  if (!list.ParseFromString(list_bytes)) return;  // Finish reports it
-  int64_t at = static_cast<int64_t>(payload_at_unpadded + (8 - payload_at_unpadded % 8) % 8);
-  for (int i = 0; i < list.tensors_size(); ++i) {
-    const wire::TensorMeta& meta = list.tensors(i);
-    absl::StatusOr<WireDtype> dtype = ParseWireDtype(meta.dtype().empty() ? kWireDtype : meta.dtype());
-    int64_t n = 1;
-    for (int64_t d : meta.shape()) {
-      if (d < 0 || d > (int64_t{1} << 40) || __builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 40)) {
-        dtype = absl::InvalidArgumentError("bad shape");
-      }
+  bool truncated = false;
+  absl::StatusOr<MessageHeaders> headers = ReadMessageHeaders(SegmentsOf(slices_), &truncated);
+  if (!headers.ok() && truncated) return;  // the rest of the headers is on its way
+  parsed_ = true;                          // whatever the headers hold, they are read once
+  if (!headers.ok()) return;               // Finish reports the defect
+  absl::StatusOr<std::vector<IncomingMessage::TensorPlace>> places =
+      IncomingMessage::PlaceTensors(&headers->list, /*payload_bytes=*/-1);
+  if (!places.ok()) return;  // malformed: nothing is checked early, and Finish reports the defect
+  const int64_t payload_at = static_cast<int64_t>(headers->payload_at);
+  expected_ = payload_at;
+  for (size_t i = 0; i < places->size(); ++i) {
+    const IncomingMessage::TensorPlace& p = (*places)[i];
+    if (!headers->list.tensors(static_cast<int>(i)).sparse() && p.dtype == WireDtype::kFloat32 && p.num_floats > 0) {
+      checked_.push_back({.tensor = static_cast<int>(i), .begin = payload_at + p.offset, .end = payload_at + p.end()});
     }
-    if (!dtype.ok()) {  // malformed: nothing is checked early, and Finish reports the defect
-      checked_.clear();
-      return;
-    }
-    const int64_t bytes = n * static_cast<int64_t>(WireDtypeBytes(*dtype));
-    if (!meta.sparse() && *dtype == WireDtype::kFloat32 && n > 0) {
-      checked_.push_back({.tensor = i, .begin = at, .end = at + bytes});
-    }
-    at += bytes;
+    expected_ = payload_at + p.end();
   }
-  expected_ = at;
 }
 
 void ChunkedMessageReader::ScanNewBytes() {

@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -124,21 +125,29 @@ absl::Status CheckMaxMessageBytes(int64_t max_message_bytes) {
 }
 
 std::optional<absl::Status> DescribeMessageTooLarge(const grpc::Status& status, const std::string& peer,
-                                                    const std::string& method) {
+                                                    const std::string& method, std::optional<int64_t> message_bytes) {
   if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) return std::nullopt;
   const std::string& text = status.error_message();
-  const size_t at = text.find("message larger than max (");
+  constexpr std::string_view kTooLarge = "message larger than max (";
+  const size_t at = text.find(kTooLarge);
   if (at == std::string::npos) return std::nullopt;
-  // "(N vs. M)": the message's size and the limit it broke, both in bytes.
+  // "(N vs. M)": the size gRPC saw and the limit it broke, both in bytes.
+  const size_t open = at + kTooLarge.size();
+  const size_t vs = text.find(" vs. ", open);
   int64_t size = 0, limit = 0;
-  const std::string numbers = text.substr(at + std::strlen("message larger than max ("));
-  if (std::sscanf(numbers.c_str(), "%" SCNd64 " vs. %" SCNd64, &size, &limit) != 2) {
+  if (vs == std::string::npos || std::sscanf(text.c_str() + open, "%" SCNd64 " vs. %" SCNd64, &size, &limit) != 2) {
     return absl::ResourceExhaustedError(absl::StrCat(peer, ": ", method,
                                                      " refused: a message is over a task's size limit (", text,
                                                      "); start every task with a larger --max_message_mb"));
   }
+  // gRPC's words, with the whole message's size when it spoke of a piece.
+  std::string quoted = text;
+  if (message_bytes.has_value()) {
+    size = *message_bytes;
+    quoted = absl::StrCat(text.substr(0, open), size, text.substr(vs));
+  }
   return absl::ResourceExhaustedError(absl::StrCat(peer, ": ", method, " refused: a message of ", MiB(size),
-                                                   " is over the ", MiB(limit), " limit (gRPC: ", text,
+                                                   " is over the ", MiB(limit), " limit (gRPC: ", quoted,
                                                    "); start every task with a larger --max_message_mb"));
 }
 

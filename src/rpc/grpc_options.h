@@ -36,9 +36,12 @@ absl::Status CheckMaxMessageBytes(int64_t max_message_bytes);
 // gRPC's own text for a message over a size limit is "Received message larger than max (N vs. M)"
 // or "Sent message larger than max (N vs. M)", from either end of the call. Rewrites such a
 // RESOURCE_EXHAUSTED status into one naming the peer, the method, the size, the limit and
-// --max_message_mb; nullopt for any other status.
+// --max_message_mb; nullopt for any other status. `message_bytes`, when given, is the size of the
+// whole message, said instead of gRPC's N when gRPC refused a piece of it (a chunk,
+// rpc/chunked_message.h).
 std::optional<absl::Status> DescribeMessageTooLarge(const grpc::Status& status, const std::string& peer,
-                                                    const std::string& method);
+                                                    const std::string& method,
+                                                    std::optional<int64_t> message_bytes = std::nullopt);
 
 // Routes gRPC's own log lines (e.g. a failed TLS handshake, logged on every reconnection attempt)
 // through a filter that prints each distinct line at most once a minute. Idempotent.

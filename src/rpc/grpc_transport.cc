@@ -39,7 +39,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <deque>
 #include <optional>
 #include <thread>
@@ -418,14 +417,11 @@ class GrpcChannel final : public ClientChannel {
     call->done = std::move(done);
     call->channel = channels_[options.pull_direction ? 1 : 0];
     call->wait_for_ready = options.wait_for_ready;
-    call->describe_error = [peer = peer_name_, method, timeout = options.timeout_secs, tls = tls_](
-                               const grpc::Status& s, const std::string& connect_error) {
-      return DescribeError(peer, method, timeout, tls, s, connect_error);
-    };
     call->context->set_deadline(DeadlineAfter(options.timeout_secs));
     call->context->set_wait_for_ready(options.wait_for_ready);
     if (!secret_.empty()) call->context->AddMetadata(kTokenMetadataKey, secret_);
     grpc::GenericStub& stub = *stubs_[options.pull_direction ? 1 : 0];
+    std::optional<int64_t> whole_bytes;  // of a message sent in chunks
     {
       auto guard = std::make_shared<ReleaseGuard>(call);
       const grpc::ByteBuffer buffer = EncodeMessage(std::move(request), guard);
@@ -437,15 +433,16 @@ class GrpcChannel final : public ClientChannel {
         // would have to complete before the first chunk's could start).
         call->context->set_initial_metadata_corked(true);
         call->stream = stub.PrepareCall(call->context.get(), kChunkedPushPath, call->cq);
-        call->describe_error = [describe = std::move(call->describe_error), bytes = buffer.Length()](
-                                   const grpc::Status& s, const std::string& connect_error) {
-          return describe(WithWholeSize(s, bytes), connect_error);
-        };
+        whole_bytes = static_cast<int64_t>(buffer.Length());  // an error about one chunk is said of all
       } else {
         call->rpc =
             stub.PrepareUnaryCall(call->context.get(), MethodPath(method), buffer, QueueForNewCall(call->channel));
       }
     }  // the call holds its own reference to the request's slices
+    call->describe_error = [peer = peer_name_, method, timeout = options.timeout_secs, tls = tls_, whole_bytes](
+                               const grpc::Status& s, const std::string& connect_error) {
+      return DescribeError(peer, method, timeout, tls, s, connect_error, whole_bytes);
+    };
     call->self = call;
     if (call->stream != nullptr) return call->StartStream();
     call->rpc->StartCall();
@@ -462,20 +459,12 @@ class GrpcChannel final : public ClientChannel {
     return method == Method::kPush && !options.wait_for_ready && bytes >= kChunkedMinBytes &&
            static_cast<int64_t>(bytes) <= max_message_bytes_;
   }
-  // gRPC's "message larger than max (N vs. M)" about one chunk, said of the whole message.
-  static grpc::Status WithWholeSize(const grpc::Status& s, size_t bytes) {
-    const std::string& text = s.error_message();
-    const size_t at = text.find("message larger than max (");
-    const size_t vs = at == std::string::npos ? at : text.find(" vs. ", at);
-    if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED || vs == std::string::npos) return s;
-    const size_t open = at + std::strlen("message larger than max (");
-    return grpc::Status(s.error_code(), absl::StrCat(text.substr(0, open), bytes, text.substr(vs)));
-  }
-
+  // `message_bytes`: the whole message's size, for a call that sent it in pieces (else nullopt).
   static absl::Status DescribeError(const std::string& peer, Method method, double timeout_secs, ClientTls tls,
-                                    const grpc::Status& s, const std::string& connect_error) {
+                                    const grpc::Status& s, const std::string& connect_error,
+                                    std::optional<int64_t> message_bytes) {
     const absl::StatusCode code = static_cast<absl::StatusCode>(s.error_code());
-    if (std::optional<absl::Status> too_large = DescribeMessageTooLarge(s, peer, MethodName(method))) {
+    if (std::optional<absl::Status> too_large = DescribeMessageTooLarge(s, peer, MethodName(method), message_bytes)) {
       return *std::move(too_large);
     }
     if (code == absl::StatusCode::kDeadlineExceeded) {

@@ -47,27 +47,16 @@ OutgoingMessage OutgoingMessage::Of(const google::protobuf::MessageLite& header)
   return message;
 }
 
-absl::StatusOr<IncomingMessage> IncomingMessage::Make(std::string header, wire::TensorList tensors,
-                                                      std::vector<Segment> payload,
-                                                      std::shared_ptr<const void> keepalive, int64_t wire_bytes) {
-  IncomingMessage m;
-  m.header_ = std::move(header);
-  m.tensors_ = std::move(tensors);
-  m.keepalive_ = std::move(keepalive);
-  m.wire_bytes_ = wire_bytes;
-  int64_t payload_bytes = 0;
-  for (const Segment& s : payload) {
-    if (s.size == 0) continue;
-    m.segment_starts_.push_back(payload_bytes);
-    m.segments_.push_back(s);
-    payload_bytes += static_cast<int64_t>(s.size);
-  }
+absl::StatusOr<std::vector<IncomingMessage::TensorPlace>> IncomingMessage::PlaceTensors(wire::TensorList* tensors,
+                                                                                        int64_t payload_bytes) {
+  std::vector<TensorPlace> places;
+  places.reserve(static_cast<size_t>(tensors->tensors_size()));
   int64_t offset_bytes = 0;
-  for (int i = 0; i < m.tensors_.tensors_size(); ++i) {
+  for (int i = 0; i < tensors->tensors_size(); ++i) {
     // "" is what a sender from before the dtype field writes; its bytes are float32 too, and the
     // receiver sees the dtype named either way.
-    if (m.tensors_.tensors(i).dtype().empty()) m.tensors_.mutable_tensors(i)->set_dtype(kWireDtype);
-    const wire::TensorMeta& meta = m.tensors_.tensors(i);
+    if (tensors->tensors(i).dtype().empty()) tensors->mutable_tensors(i)->set_dtype(kWireDtype);
+    const wire::TensorMeta& meta = tensors->tensors(i);
     absl::StatusOr<WireDtype> dtype = ParseWireDtype(meta.dtype());
     if (!dtype.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -103,15 +92,40 @@ absl::StatusOr<IncomingMessage> IncomingMessage::Make(std::string header, wire::
     } else if (meta.rows_size() != 0) {
       return absl::InvalidArgumentError(absl::StrCat("malformed message: dense ", MetaLabel(meta, i), " lists rows"));
     }
-    if (n > (payload_bytes - offset_bytes) / element_bytes) {
+    if (payload_bytes >= 0 && n > (payload_bytes - offset_bytes) / element_bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "malformed message: ", MetaLabel(meta, i), " needs ", n, " ", WireDtypeName(*dtype), " values but only ",
           payload_bytes - offset_bytes, " bytes remain in the ", payload_bytes, "-byte payload"));
     }
-    m.num_floats_.push_back(n);
-    m.tensor_offsets_.push_back(offset_bytes);
-    m.dtypes_.push_back(*dtype);
+    places.push_back({.dtype = *dtype, .num_floats = n, .offset = offset_bytes});
     offset_bytes += n * element_bytes;
+  }
+  return places;
+}
+
+absl::StatusOr<IncomingMessage> IncomingMessage::Make(std::string header, wire::TensorList tensors,
+                                                      std::vector<Segment> payload,
+                                                      std::shared_ptr<const void> keepalive, int64_t wire_bytes) {
+  IncomingMessage m;
+  m.header_ = std::move(header);
+  m.tensors_ = std::move(tensors);
+  m.keepalive_ = std::move(keepalive);
+  m.wire_bytes_ = wire_bytes;
+  int64_t payload_bytes = 0;
+  for (const Segment& s : payload) {
+    if (s.size == 0) continue;
+    m.segment_starts_.push_back(payload_bytes);
+    m.segments_.push_back(s);
+    payload_bytes += static_cast<int64_t>(s.size);
+  }
+  absl::StatusOr<std::vector<TensorPlace>> places = PlaceTensors(&m.tensors_, payload_bytes);
+  if (!places.ok()) return places.status();
+  int64_t offset_bytes = 0;
+  for (const TensorPlace& p : *places) {
+    m.num_floats_.push_back(p.num_floats);
+    m.tensor_offsets_.push_back(p.offset);
+    m.dtypes_.push_back(p.dtype);
+    offset_bytes = p.end();
   }
   if (offset_bytes != payload_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("malformed message: payload has ", payload_bytes,

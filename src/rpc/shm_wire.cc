@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/tensor_coding.h"
 
 namespace psflow::rpc::shm {
 namespace {
@@ -25,14 +26,6 @@ constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 constexpr size_t kMaxPacketText = 16 << 10;
 
 std::string Errno(const char* what) { return absl::StrCat(what, ": ", std::strerror(errno)); }
-
-size_t PaddingAfter(size_t bytes) { return (8 - bytes % 8) % 8; }
-
-void AppendU32(std::string* out, uint32_t v) {
-  char bytes[4];
-  std::memcpy(bytes, &v, 4);
-  out->append(bytes, 4);
-}
 
 }  // namespace
 
@@ -152,12 +145,7 @@ PreparedMessage Prepare(OutgoingMessage& message) {
   }
   if (message.delta.client() != 0) *list.mutable_delta() = message.delta;
   const std::string list_bytes = list.SerializeAsString();
-  out.prefix.reserve(8 + message.header.size() + list_bytes.size() + 8);
-  AppendU32(&out.prefix, static_cast<uint32_t>(message.header.size()));
-  out.prefix += message.header;
-  AppendU32(&out.prefix, static_cast<uint32_t>(list_bytes.size()));
-  out.prefix += list_bytes;
-  out.prefix.append(PaddingAfter(out.prefix.size()), '\0');
+  AppendMessageHeaders(message.header, list_bytes, &out.prefix);
   out.total_bytes = out.prefix.size();
   for (const auto& [data, bytes] : out.payload) out.total_bytes += bytes;
   return out;
@@ -173,34 +161,13 @@ void WriteMessage(const PreparedMessage& message, char* dst) {
 }
 
 absl::StatusOr<IncomingMessage> ReadMessage(const char* data, size_t size, std::shared_ptr<const void> keepalive) {
-  auto truncated = [size](const char* what) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("malformed message: truncated in the ", what, " (", size, " bytes in all)"));
-  };
-  size_t pos = 0;
-  uint32_t header_size = 0;
-  if (size - pos < 4) return truncated("header size");
-  std::memcpy(&header_size, data + pos, 4);
-  pos += 4;
-  if (header_size > size - pos) return truncated("header");
-  std::string header(data + pos, header_size);
-  pos += header_size;
-  uint32_t list_size = 0;
-  if (size - pos < 4) return truncated("tensor list size");
-  std::memcpy(&list_size, data + pos, 4);
-  pos += 4;
-  if (list_size > size - pos) return truncated("tensor list");
-  wire::TensorList list;
-  if (!list.ParseFromArray(data + pos, static_cast<int>(list_size))) {
-    return absl::InvalidArgumentError("malformed message: tensor list does not parse");
-  }
-  pos += list_size;
-  pos += PaddingAfter(pos);
-  if (pos > size) return truncated("padding");
+  absl::StatusOr<MessageHeaders> headers = ReadMessageHeaders({{data, size}});
+  if (!headers.ok()) return headers.status();
+  const size_t pos = headers->payload_at;
   std::vector<IncomingMessage::Segment> payload;
   if (pos < size) payload.push_back({data + pos, size - pos});
-  return IncomingMessage::Make(std::move(header), std::move(list), std::move(payload), std::move(keepalive),
-                               static_cast<int64_t>(size));
+  return IncomingMessage::Make(std::move(headers->header), std::move(headers->list), std::move(payload),
+                               std::move(keepalive), static_cast<int64_t>(size));
 }
 
 bool WaitReadable(int fd, double secs) {

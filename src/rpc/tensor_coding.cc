@@ -62,12 +62,7 @@ grpc::ByteBuffer EncodeMessage(OutgoingMessage message, const std::shared_ptr<co
   const std::string list_bytes = list.SerializeAsString();
 
   std::string inline_bytes;
-  inline_bytes.reserve(8 + message.header.size() + list_bytes.size() + 8);
-  AppendU32(&inline_bytes, static_cast<uint32_t>(message.header.size()));
-  inline_bytes += message.header;
-  AppendU32(&inline_bytes, static_cast<uint32_t>(list_bytes.size()));
-  inline_bytes += list_bytes;
-  inline_bytes.append(PaddingAfter(inline_bytes.size()), '\0');
+  AppendMessageHeaders(message.header, list_bytes, &inline_bytes);
 
   std::vector<grpc::Slice> slices;
   slices.reserve(1 + message.tensors.size());
@@ -104,45 +99,15 @@ absl::StatusOr<IncomingMessage> DecodeMessage(const grpc::ByteBuffer& buffer) {
 }
 
 absl::StatusOr<IncomingMessage> DecodeSlices(std::shared_ptr<const std::vector<grpc::Slice>> slices) {
-  std::vector<IncomingMessage::Segment> segments;
+  std::vector<IncomingMessage::Segment> segments = SegmentsOf(*slices);
+  absl::StatusOr<MessageHeaders> headers = ReadMessageHeaders(segments);
+  if (!headers.ok()) return headers.status();
   size_t total = 0;
-  for (const grpc::Slice& s : *slices) {
-    segments.push_back({reinterpret_cast<const char*>(s.begin()), s.size()});
-    total += s.size();
-  }
-  auto truncated = [total](const char* what) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("malformed message: truncated in the ", what, " (", total, " bytes in all)"));
-  };
-  size_t pos = 0;
-  uint32_t header_size = 0;
-  if (!ReadBytes(segments, pos, 4, reinterpret_cast<char*>(&header_size))) {
-    return truncated("header size");
-  }
-  pos += 4;
-  if (header_size > total - pos) return truncated("header");
-  std::string header(header_size, '\0');
-  ReadBytes(segments, pos, header_size, header.data());
-  pos += header_size;
-  uint32_t list_size = 0;
-  if (!ReadBytes(segments, pos, 4, reinterpret_cast<char*>(&list_size))) {
-    return truncated("tensor list size");
-  }
-  pos += 4;
-  if (list_size > total - pos) return truncated("tensor list");
-  std::string list_bytes(list_size, '\0');
-  ReadBytes(segments, pos, list_size, list_bytes.data());
-  pos += list_size;
-  wire::TensorList list;
-  if (!list.ParseFromString(list_bytes)) {
-    return absl::InvalidArgumentError("malformed message: tensor list does not parse");
-  }
-  pos += PaddingAfter(pos);
-  if (pos > total) return truncated("padding");
+  for (const auto& s : segments) total += s.size;
 
-  // The payload: the segments from `pos` on, referenced in place.
+  // The payload: the segments from the headers' end on, referenced in place.
   std::vector<IncomingMessage::Segment> payload;
-  size_t skip = pos;
+  size_t skip = headers->payload_at;
   for (const auto& s : segments) {
     if (skip >= s.size) {
       skip -= s.size;
@@ -151,8 +116,63 @@ absl::StatusOr<IncomingMessage> DecodeSlices(std::shared_ptr<const std::vector<g
     payload.push_back({s.data + skip, s.size - skip});
     skip = 0;
   }
-  return IncomingMessage::Make(std::move(header), std::move(list), std::move(payload), std::move(slices),
-                               static_cast<int64_t>(total));
+  return IncomingMessage::Make(std::move(headers->header), std::move(headers->list), std::move(payload),
+                               std::move(slices), static_cast<int64_t>(total));
+}
+
+void AppendMessageHeaders(std::string_view header, std::string_view list_bytes, std::string* out) {
+  out->reserve(out->size() + 8 + header.size() + list_bytes.size() + 8);
+  AppendU32(out, static_cast<uint32_t>(header.size()));
+  out->append(header);
+  AppendU32(out, static_cast<uint32_t>(list_bytes.size()));
+  out->append(list_bytes);
+  out->append(PaddingAfter(out->size()), '\0');
+}
+
+absl::StatusOr<MessageHeaders> ReadMessageHeaders(const std::vector<IncomingMessage::Segment>& segments,
+                                                  bool* truncated) {
+  size_t total = 0;
+  for (const auto& s : segments) total += s.size;
+  if (truncated != nullptr) *truncated = false;
+  auto truncated_in = [total, truncated](const char* what) {
+    if (truncated != nullptr) *truncated = true;
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed message: truncated in the ", what, " (", total, " bytes in all)"));
+  };
+  MessageHeaders out;
+  size_t pos = 0;
+  uint32_t header_size = 0;
+  if (!ReadBytes(segments, pos, 4, reinterpret_cast<char*>(&header_size))) {
+    return truncated_in("header size");
+  }
+  pos += 4;
+  if (header_size > total - pos) return truncated_in("header");
+  out.header.resize(header_size);
+  ReadBytes(segments, pos, header_size, out.header.data());
+  pos += header_size;
+  uint32_t list_size = 0;
+  if (!ReadBytes(segments, pos, 4, reinterpret_cast<char*>(&list_size))) {
+    return truncated_in("tensor list size");
+  }
+  pos += 4;
+  if (list_size > total - pos) return truncated_in("tensor list");
+  std::string list_bytes(list_size, '\0');
+  ReadBytes(segments, pos, list_size, list_bytes.data());
+  pos += list_size;
+  if (!out.list.ParseFromString(list_bytes)) {
+    return absl::InvalidArgumentError("malformed message: tensor list does not parse");
+  }
+  pos += PaddingAfter(pos);
+  if (pos > total) return truncated_in("padding");
+  out.payload_at = pos;
+  return out;
+}
+
+std::vector<IncomingMessage::Segment> SegmentsOf(const std::vector<grpc::Slice>& slices) {
+  std::vector<IncomingMessage::Segment> segments;
+  segments.reserve(slices.size());
+  for (const grpc::Slice& s : slices) segments.push_back({reinterpret_cast<const char*>(s.begin()), s.size()});
+  return segments;
 }
 
 }  // namespace psflow::rpc

@@ -17,6 +17,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "rpc/transport.h"
@@ -46,6 +49,27 @@ absl::StatusOr<IncomingMessage> DecodeMessage(const grpc::ByteBuffer& buffer);
 // The same over a message's bytes already taken out of their buffer (the slices stay referenced by
 // the result): the chunked reader's, without a second buffer and dump.
 absl::StatusOr<IncomingMessage> DecodeSlices(std::shared_ptr<const std::vector<grpc::Slice>> slices);
+
+// The layout's parts before the payload, for every coder of it (this one, the chunked reader's in
+// rpc/chunked_message.h, the shared-memory transport's in rpc/shm_wire.h).
+//
+// Appends [u32 H][header][u32 L][list_bytes][zero padding to a multiple of 8 bytes] to `out`, which
+// holds nothing else (the padding counts from its start).
+void AppendMessageHeaders(std::string_view header, std::string_view list_bytes, std::string* out);
+// The headers of a message and where its payload starts.
+struct MessageHeaders {
+  std::string header;
+  wire::TensorList list;
+  size_t payload_at = 0;  // the headers' bytes and the padding's
+};
+// Reads the headers from a message's bytes in `segments` (all of them, or its first ones).
+// InvalidArgument describing the defect when the bytes end before the headers and their padding do
+// ("truncated in the ..."; then `*truncated` is set, when given, for a reader whose bytes are still
+// arriving) or when the tensor list does not parse.
+absl::StatusOr<MessageHeaders> ReadMessageHeaders(const std::vector<IncomingMessage::Segment>& segments,
+                                                  bool* truncated = nullptr);
+// The segments of a buffer's slices, in order.
+std::vector<IncomingMessage::Segment> SegmentsOf(const std::vector<grpc::Slice>& slices);
 
 }  // namespace psflow::rpc
 

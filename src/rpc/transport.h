@@ -107,6 +107,19 @@ class IncomingMessage {
                                               std::vector<Segment> payload, std::shared_ptr<const void> keepalive,
                                               int64_t wire_bytes);
 
+  // Where a tensor lies in a message's payload.
+  struct TensorPlace {
+    WireDtype dtype = WireDtype::kFloat32;
+    int64_t num_floats = 0;
+    int64_t offset = 0;  // bytes from the payload's start
+    int64_t end() const { return offset + num_floats * static_cast<int64_t>(WireDtypeBytes(dtype)); }
+  };
+  // The places of `tensors`' tensors, one after the other, each validated as Make validates them
+  // (its dtype, dimensions and rows; with payload_bytes >= 0 also that it fits in that many bytes:
+  // -1 for a payload still arriving). Unnamed dtypes are set to float32. InvalidArgument naming the
+  // first defect.
+  static absl::StatusOr<std::vector<TensorPlace>> PlaceTensors(wire::TensorList* tensors, int64_t payload_bytes);
+
   const std::string& header() const { return header_; }
   // Parses the header into `message`; InvalidArgument naming the type when it does not parse.
   absl::Status ParseHeader(google::protobuf::MessageLite* message) const;

@@ -1,4 +1,4 @@
-// A ps task's disk tables seen from outside (issue 26.6; docs/tables.md#storage): Telemetry turns
+// A ps task's disk tables seen from outside (issue 26.6; docs/table-storage.md): Telemetry turns
 // each table's counters into Prometheus samples per ps task and table (cache hits and misses, the
 // cache's and the disk's bytes, rows read from and written to disk) and TensorBoard curves under
 // ps_N/ (table/NAME/{cache_hit_rate, cache_bytes, disk_bytes, disk_rows_read_per_sec,

@@ -1,4 +1,4 @@
-// Disk tables end to end (docs/tables.md#storage; DESIGN §11), real processes and files: a sync
+// Disk tables end to end (docs/table-storage.md; DESIGN §11), real processes and files: a sync
 // ctr job with --table_storage=disk and a row cache far smaller than its tables writes checkpoints
 // byte-identical to the same job with memory tables, on 1 and 3 ps tasks, for adagrad (the ctr
 // default) and lazy adam (per-row counts); its summary shows the cache and the disk. Bad input is

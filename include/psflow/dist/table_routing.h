@@ -49,6 +49,34 @@ struct RowLocation {
 // [0, N).
 absl::StatusOr<RowLocation> RouteFixedId(std::string_view table, const FixedTableLayout& layout, int64_t id);
 
+// RouteFixedId's shard for the loops that route many ids of one layout (the worker's routing of a
+// call's ids, the ps's check that they are its own): the layout's divisions done once, then per id
+// a range check and at most one division, inline, and no Status. -1 for an id outside [0, N)
+// (RouteFixedId says why). The layout must be valid (ValidateFixedLayout).
+class FixedShardRouter {
+ public:
+  explicit FixedShardRouter(const FixedTableLayout& layout)
+      : n_(layout.num_embeddings),
+        p_(layout.num_shards),
+        mod_(layout.strategy == TableStrategy::kMod),
+        ipp_(n_ / p_),
+        extras_(n_ % p_),
+        long_ids_(extras_ * (ipp_ + 1)) {}
+
+  int ShardOf(int64_t id) const {
+    if (id < 0 || id >= n_) return -1;
+    if (p_ == 1) return 0;
+    if (mod_) return static_cast<int>(id % p_);
+    // div: the first `extras` shards hold ipp + 1 ids each (the first long_ids ids), the rest ipp.
+    return static_cast<int>(id < long_ids_ ? id / (ipp_ + 1) : extras_ + (id - long_ids_) / ipp_);
+  }
+
+ private:
+  int64_t n_, p_;
+  bool mod_;
+  int64_t ipp_, extras_, long_ids_;
+};
+
 // Rows held by `shard` (the same under div and mod: N / P, plus one for the first N % P shards).
 int64_t FixedShardRows(const FixedTableLayout& layout, int shard);
 

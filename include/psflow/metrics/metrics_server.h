@@ -57,7 +57,7 @@ inline constexpr char kTableRowsPulled[] = "psflow_table_rows_pulled_total";  //
 inline constexpr char kTableRowsPushed[] = "psflow_table_rows_pushed_total";  // counter
 inline constexpr char kTableAdmissions[] = "psflow_table_admissions_total";   // counter
 inline constexpr char kTableEvictions[] = "psflow_table_evictions_total";     // counter
-// Disk tables only (docs/tables.md#storage): the hot-row cache and the disk below it.
+// Disk tables only (docs/table-storage.md): the hot-row cache and the disk below it.
 inline constexpr char kTableCacheHits[] = "psflow_table_cache_hits_total";               // counter
 inline constexpr char kTableCacheMisses[] = "psflow_table_cache_misses_total";           // counter
 inline constexpr char kTableDiskBytes[] = "psflow_table_disk_bytes";                     // gauge

@@ -47,7 +47,7 @@ class PsServer {
     double idle_timeout_secs = 0;
     // Where the task reports events (sync timeouts and the workers missing). Default: stderr.
     std::function<void(const std::string&)> log;
-    // Where dynamic tables keep their rows (docs/tables.md#storage): "memory", or "disk": RocksDB
+    // Where dynamic tables keep their rows (docs/table-storage.md): "memory", or "disk": RocksDB
     // under table_dir/ps_<task_index>/<table> (created, locked while the task serves, wiped at
     // start: a cache of the checkpoint), behind a hot-row cache of table_cache_bytes shared by the
     // task's disk tables. Fixed tables stay in memory. A disk failure (a full disk, a cache smaller

@@ -81,7 +81,7 @@ struct TableTaskStats {
   int64_t rows_pulled = 0;   // rows answered to pulls
   int64_t rows_pushed = 0;   // gradient rows received
   int64_t rows_dropped = 0;  // gradient rows dropped before admission
-  // Storage (docs/tables.md#storage): "memory" or "disk". A disk table's `bytes` are its rows in the
+  // Storage (docs/table-storage.md): "memory" or "disk". A disk table's `bytes` are its rows in the
   // ps task's cache and its index; the counters below stay 0 for memory tables.
   std::string storage = "memory";
   int64_t cache_hits = 0;         // rows found in the cache (gathers, pushes)

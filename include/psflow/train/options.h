@@ -85,7 +85,7 @@ struct TrainOptions {
   // A sync step's row mean divides by the gradients applied ("workers") or by those that held the
   // row ("row_count", TF's).
   std::string sparse_sync_mean = "workers";
-  // Disk tables (docs/tables.md#storage; a table's storage is its spec's, by default
+  // Disk tables (docs/table-storage.md; a table's storage is its spec's, by default
   // table_options["storage"], the --table_storage flag): RocksDB under table_dir/ps_<task>/<table>,
   // a cache of the checkpoint, behind a hot-row cache of table_cache_bytes per ps task shared by its
   // disk tables. table_dir: required with disk; an existing directory the ps tasks may write, one

@@ -19,7 +19,7 @@ namespace psflow::train {
 struct TableTraffic {
   std::string table;  // the shard's name (NAME/part_I or NAME)
   int64_t rows = 0, bytes = 0, rows_pulled = 0, rows_pushed = 0, admissions = 0, evictions = 0;
-  // Storage (docs/tables.md#storage): "memory" or "disk"; a disk table's `bytes` are its rows in the
+  // Storage (docs/table-storage.md): "memory" or "disk"; a disk table's `bytes` are its rows in the
   // ps's cache, and the JSON adds the cache and disk counters below (0 for memory tables).
   std::string storage = "memory";
   int64_t cache_hits = 0, cache_misses = 0, disk_bytes = 0, disk_rows_read = 0, disk_rows_written = 0;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "core/simd_dispatch.h"
 #include "psflow/core/threading.h"
 
 namespace psflow::ps {
@@ -187,14 +188,8 @@ absl::Status CheckFinite(const std::string& variable, const Tensor* dense, const
     if (t == nullptr) continue;
     const float* v = t->data();
     const int64_t n = t->size();
-    // An OR over exponent bits vectorizes; look for the culprit only when needed.
-    uint32_t any = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      uint32_t bits;
-      std::memcpy(&bits, v + j, sizeof(bits));
-      any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-    }
-    if (any == 0) continue;
+    // The culprit looked for only when there is one.
+    if (!simd::AnyNonFinite(v, n)) continue;
     for (int64_t j = 0; j < n; ++j) {
       if (!std::isfinite(v[j])) {
         return absl::InvalidArgumentError(absl::StrCat(t == dense ? "gradient" : "sparse gradient values", " for '",

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/id_positions.h"
+#include "core/simd_dispatch.h"
 
 namespace psflow::ps {
 namespace {
@@ -50,22 +51,17 @@ absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, cons
   // Block index per (ps shard), -1 before its first id: fixed tables by shard, dynamic by ps task.
   std::vector<int64_t> block_of(t->shards.size(), -1);
   std::vector<int> shards_used;
-  // A fixed table of one shard (a small table, e.g. a ctr field's) takes every id of [0, N) there:
-  // only the range is checked per id, not RouteFixedId's divisions (whose row is not needed here).
-  const bool one_fixed_shard = !t->spec.dynamic() && t->shards.size() == 1;
-  const int64_t num_embeddings = t->layout.num_embeddings;
+  // Fixed tables: the shard only (RouteFixedId's row is not needed here), the layout's divisions
+  // done once.
+  const bool dynamic = t->spec.dynamic();
+  const dist::FixedShardRouter router(dynamic ? dist::FixedTableLayout{} : t->layout);
   for (int64_t j = 0; j < n; ++j) {
     const int64_t id = (*ref.ids)[j];
     if (!seen.Insert(id, j).second) return Bad(what, ref.table, absl::StrCat("id ", id, " listed twice (dedup first)"));
-    int shard;
-    if (one_fixed_shard && id >= 0 && id < num_embeddings) {
-      shard = 0;
-    } else if (t->spec.dynamic()) {
-      shard = dist::RouteDynamicId(id, plan.num_ps);
-    } else {
-      absl::StatusOr<dist::RowLocation> loc = dist::RouteFixedId(t->spec.name, t->layout, id);
-      if (!loc.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", loc.status().message()));
-      shard = loc->shard;
+    const int shard = dynamic ? dist::RouteDynamicId(id, plan.num_ps) : router.ShardOf(id);
+    if (shard < 0) {  // outside [0, N): RouteFixedId says so
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", dist::RouteFixedId(t->spec.name, t->layout, id).status().message()));
     }
     const dist::TableShardSpec& s = t->shards[static_cast<size_t>(shard)];
     int64_t& block = block_of[static_cast<size_t>(shard)];
@@ -87,15 +83,9 @@ absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, cons
   }
   if (!push) return absl::OkStatus();
   const float* g = values ? ref.grad_values.data() : ref.grads->data();
-  // An OR over exponent bits vectorizes (routing.cc's CheckFinite); the culprit looked for only
-  // when there is one.
-  uint32_t any = 0;
-  for (int64_t j = 0; j < n * dim; ++j) {
-    uint32_t bits;
-    std::memcpy(&bits, g + j, sizeof(bits));
-    any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-  }
-  for (int64_t j = 0; any != 0 && j < n * dim; ++j) {
+  // The culprit looked for only when there is one.
+  const bool any = simd::AnyNonFinite(g, n * dim);
+  for (int64_t j = 0; any && j < n * dim; ++j) {
     if (!std::isfinite(g[j])) {
       return Bad(what, ref.table,
                  absl::StrCat("gradient row of id ", (*ref.ids)[j / dim], " has a NaN or Inf at element ", j % dim,
@@ -106,6 +96,10 @@ absl::Status RouteOne(const char* what, const TableRowsRef& ref, bool push, cons
     const size_t index = static_cast<size_t>(block_of[static_cast<size_t>(shard)]);
     TableBlockCall& b = (*out)[t->shards[static_cast<size_t>(shard)].ps_task][index];
     b.rows = std::make_shared<FloatBuffer>(b.ids.size() * static_cast<size_t>(dim));
+    if (static_cast<int64_t>(b.ids.size()) == n) {  // every id in this block, in order: one copy
+      std::memcpy(b.rows->data(), g, static_cast<size_t>(n * dim) * sizeof(float));
+      continue;
+    }
     for (size_t q = 0; q < b.positions.size(); ++q) {
       std::memcpy(b.rows->data() + q * dim, g + b.positions[q] * dim, static_cast<size_t>(dim) * sizeof(float));
     }

@@ -32,19 +32,14 @@ absl::Status Report(const TableState& t, absl::Status s) {
 // routed here; dynamic: Mix64(id) % P is this task). The shards behind it trust their ids.
 absl::Status CheckOwned(const TableState& t, absl::Span<const int64_t> ids) {
   const table::TableConfig& config = t.shard->config();
+  const bool dynamic = config.spec.kind == table::TableKind::kDynamic;
+  const dist::FixedShardRouter router(dynamic ? dist::FixedTableLayout{} : config.layout());
   for (int64_t id : ids) {
-    int owner;
-    if (config.spec.kind == table::TableKind::kDynamic) {
-      owner = dist::RouteDynamicId(id, t.num_shards);
-    } else {
-      absl::StatusOr<dist::RowLocation> where = dist::RouteFixedId(config.spec.name, config.layout(), id);
-      if (!where.ok()) return where.status();
-      owner = where->shard;
-    }
-    if (owner != t.shard_index) {
-      return Bad(t.name, absl::StrCat("id ", id, " belongs to shard ", owner, ", not ", t.shard_index,
-                                      " (client and ps disagree on the layout?)"));
-    }
+    const int owner = dynamic ? dist::RouteDynamicId(id, t.num_shards) : router.ShardOf(id);
+    if (owner == t.shard_index) continue;
+    if (owner < 0) return dist::RouteFixedId(config.spec.name, config.layout(), id).status();  // says why
+    return Bad(t.name, absl::StrCat("id ", id, " belongs to shard ", owner, ", not ", t.shard_index,
+                                    " (client and ps disagree on the layout?)"));
   }
   return absl::OkStatus();
 }

@@ -1,4 +1,4 @@
-// ps/server/table/disk_store.h — the disk tier of dynamic tables (docs/tables.md#storage; DESIGN §11):
+// ps/server/table/disk_store.h — the disk tier of dynamic tables (docs/table-storage.md; DESIGN §11):
 // a ps task's DiskTier (its directory, its lock, and the hot-row cache its disk tables share) and
 // one DiskRowStore per disk table (a RocksDB database under the tier's directory).
 //
@@ -28,10 +28,10 @@
 //               touch two more cache lines a row, and no count); eviction walks from the back, moving marked records
 //               to the front unmarked (a second chance: counted once in the sketch, so rows that always hit keep
 //               their weight) and taking the unmarked, then the window's oldest if still over. A row seen once does
-//               not push out rows used again and again (docs/tables.md, "The cache's policy"). A batch's misses are
-//               read in key order, a few MultiGets side by side (read_pool.h); records held by a batch are pinned;
-//               after a batch records leave until the cache is within its bytes: clean ones are dropped, dirty ones
-//               move (no copy: the record's block changes hands) into their table's open run. An increment's reads
+//               not push out rows used again and again (docs/table-storage-figures.md, "The cache's policy"). A batch's
+//               misses are read in key order, a few MultiGets side by side (read_pool.h); records held by a batch are
+//               pinned; after a batch records leave until the cache is within its bytes: clean ones are dropped, dirty
+//               ones move (no copy: the record's block changes hands) into their table's open run. An increment's reads
 //               (Peek) copy rows from the cache, the runs or the database without admitting, pinning or counting
 //               them: a checkpoint does not push hot rows out for rows it reads once.
 //   runs        write-back without the memtable: a table's dirty records leaving the cache are gathered in its

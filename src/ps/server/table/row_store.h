@@ -1,4 +1,4 @@
-// ps/server/table/row_store.h — where a dynamic table's rows live (docs/tables.md#storage; DESIGN §11:
+// ps/server/table/row_store.h — where a dynamic table's rows live (docs/table-storage.md; DESIGN §11:
 // table -> accessor and rule -> storage). The table shard (dynamic_table.h) decides what happens to
 // a row (admission, its update, removal) and calls a RowStore for the row's record only; the store
 // is the one layer that knows memory from disk.

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <string>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/id_positions.h"
 #include "core/simd_dispatch.h"
 #include "ps/server/table/row_store.h"
 
@@ -34,12 +34,12 @@ absl::Status CheckFinite(const TableConfig& config, absl::Span<const int64_t> id
 }
 
 absl::Status CheckUnique(const TableConfig& config, absl::Span<const int64_t> ids) {
-  absl::flat_hash_set<int64_t> seen;
-  seen.reserve(ids.size());
-  for (int64_t id : ids) {
-    if (!seen.insert(id).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table '", config.spec.name, "': id ", id, " listed twice in one push (sum its rows first)"));
+  IdPositions& seen = IdPositions::ForThisThread();  // reused: no table built per call
+  seen.Reset(static_cast<int64_t>(ids.size()));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!seen.Insert(ids[i], static_cast<int64_t>(i)).second) {
+      return absl::InvalidArgumentError(absl::StrCat("table '", config.spec.name, "': id ", ids[i],
+                                                     " listed twice in one push (sum its rows first)"));
     }
   }
   return absl::OkStatus();
