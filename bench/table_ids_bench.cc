@@ -5,13 +5,15 @@
 //     RouteTables: each id checked once and routed, the rows cut per ps task);
 //   PsDecodeIds: the ps checking a pull's ids where they enter it (PsTables::Decode: no id twice,
 //     each id this shard's own).
-// Each with the tables whole on one ps (shards:1) or split over two (shards:2, div). The figure
-// is ids/s; run before and after a change to the id paths, on the same machine.
+// Each with the tables whole on one ps (shards:1) or split over two (shards:2, div), beside the
+// floor in the same run: IdsMemcpy, a copy of the same ids (what any per-id pass costs at least).
+// The figure is ids/s; run before and after a change to the id paths, on the same machine.
 // Run: build/bench/psflow_table_ids_bench. One thread; timings only (correctness: ps_tables_test,
 // ps_server_tables_test, dist_table_routing_test).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -148,6 +150,22 @@ void BM_PsDecodeIds(benchmark::State& state) {
   state.counters["ids_per_s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_PsDecodeIds)->ArgName("shards")->Arg(1)->Arg(2);
+
+void BM_IdsMemcpy(benchmark::State& state) {
+  std::vector<std::vector<int64_t>> ids(kTables), copy(kTables);
+  for (int t = 0; t < kTables; ++t) {
+    ids[t] = UniqueIds(0, kRows, static_cast<uint64_t>(t) + 1);
+    copy[t].resize(ids[t].size());
+  }
+  int64_t n = 0;
+  for (auto _ : state) {
+    for (int t = 0; t < kTables; ++t) std::memcpy(copy[t].data(), ids[t].data(), ids[t].size() * sizeof(int64_t));
+    benchmark::ClobberMemory();
+    n += kTables * kIdsPerTable;
+  }
+  state.counters["ids_per_s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_IdsMemcpy);
 
 }  // namespace
 }  // namespace psflow::ps
