@@ -25,7 +25,12 @@ class IdPositions {
       capacity <<= 1;
       --shift;
     }
-    if (capacity > keys_.size()) {
+    // Grown to the largest batch seen; given back once a batch needs a sixteenth of it (and it
+    // holds more than 2^20 slots, 20 MiB), so one huge call does not pin its memory to the thread.
+    if (capacity > keys_.size() || (keys_.size() > (uint64_t{1} << 20) && capacity * 16 <= keys_.size())) {
+      keys_ = std::vector<int64_t>();
+      positions_ = std::vector<int64_t>();
+      stamps_ = std::vector<uint32_t>();
       keys_.assign(capacity, 0);
       positions_.assign(capacity, 0);
       stamps_.assign(capacity, 0);
@@ -42,8 +47,12 @@ class IdPositions {
   // The position of `id` when it is in the table (second: false); else inserts it at `position`
   // (second: true). At most the `n` of Reset ids may be inserted.
   std::pair<int64_t, bool> Insert(int64_t id, int64_t position) {
-    // Fibonacci hashing: the high bits of id * 2^64/φ (the ids of a table are often small and dense).
-    uint64_t slot = (static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ULL) >> shift_;
+    // Fibonacci hashing: the high bits of id * 2^64/φ (the ids of a table are often small and
+    // dense), after folding the id's high half into its low one: ids that differ only above bit
+    // 32 (k << 52, say: ids arrive from peers too) would otherwise share a few thousand slots.
+    uint64_t x = static_cast<uint64_t>(id);
+    x ^= x >> 32;
+    uint64_t slot = (x * 0x9E3779B97F4A7C15ULL) >> shift_;
     for (;;) {
       if (stamps_[slot] != stamp_) {
         stamps_[slot] = stamp_;

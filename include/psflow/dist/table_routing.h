@@ -61,7 +61,7 @@ class FixedShardRouter {
         mod_(layout.strategy == TableStrategy::kMod),
         ipp_(n_ / p_),
         extras_(n_ % p_),
-        long_ids_(extras_ * (ipp_ + 1)) {}
+        long_ids_(extras_ == 0 ? 0 : extras_ * (ipp_ + 1)) {}  // extras > 0: ipp + 1 <= N, no overflow
 
   int ShardOf(int64_t id) const {
     if (id < 0 || id >= n_) return -1;
