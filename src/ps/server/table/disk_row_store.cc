@@ -40,6 +40,14 @@ constexpr absl::Duration kLevel0Recheck = absl::Seconds(1);
 // Rows a Peek reads at once (its copies: a few MiB).
 constexpr size_t kPeekRun = 4096;
 
+// Why a record read from the database cannot be used (empty: it can): the read failed, or the
+// record is not a row of this table (`record_bytes`: meta and floats).
+std::string RecordProblem(const rocksdb::Status& read, size_t bytes, size_t record_bytes) {
+  if (!read.ok()) return read.ToString();
+  if (bytes != record_bytes) return absl::StrCat("a record of ", bytes, " bytes, not ", record_bytes);
+  return "";
+}
+
 }  // namespace
 
 DiskRowStore::DiskRowStore(std::shared_ptr<DiskTier> tier, std::string table, std::string dir, int64_t floats_per_row,
@@ -172,30 +180,24 @@ void DiskRowStore::AddTombstone(int64_t id) {
 
 bool DiskRowStore::TakeFromRuns(int64_t id, float** record) {
   *record = nullptr;
-  if (open_ != nullptr) {
-    if (auto it = open_->rows.find(id); it != open_->rows.end()) {
-      DiskTier::Entry* const e = it->second;
-      if (e == nullptr) return true;  // removed
-      // Back into the cache as it left it: dirty again (the run no longer holds it).
-      open_->rows.erase(it);
-      AddToRun(*open_, -(entry_bytes() + DiskTier::kRunEntryBytes));
-      --open_->records;
-      DiskTier::MetaOfEntry(e).flags |= RowMeta::kDirty;
-      *record = CacheEntry(e);
-      return true;
-    }
-  }
-  for (auto run = sealed_.rbegin(); run != sealed_.rend(); ++run) {
-    auto it = (*run)->rows.find(id);
-    if (it == (*run)->rows.end()) continue;
-    if (it->second == nullptr) return true;  // removed
-    // A copy: the writer reads the run's block. Clean: the run puts these bytes on disk.
-    *record = NewEntry(id);
-    const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);
-    std::memcpy(*record - kMetaFloats, &DiskTier::MetaOfEntry(it->second), value_bytes);
+  DiskTier::Entry* e = nullptr;
+  DiskTier::Run* const run = FindInRuns(id, &e);
+  if (run == nullptr) return false;
+  if (e == nullptr) return true;  // removed
+  if (run == open_.get()) {
+    // Back into the cache as it left it: dirty again (the run no longer holds it).
+    open_->rows.erase(id);
+    AddToRun(*open_, -(entry_bytes() + DiskTier::kRunEntryBytes));
+    --open_->records;
+    DiskTier::MetaOfEntry(e).flags |= RowMeta::kDirty;
+    *record = CacheEntry(e);
     return true;
   }
-  return false;
+  // A copy: the writer reads the run's block. Clean: the run puts these bytes on disk.
+  *record = NewEntry(id);
+  const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);
+  std::memcpy(*record - kMetaFloats, &DiskTier::MetaOfEntry(e), value_bytes);
+  return true;
 }
 
 void DiskRowStore::FreeRun(DiskTier::Run& run) {
@@ -370,13 +372,8 @@ absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records
   const size_t value_bytes = sizeof(RowMeta) + static_cast<size_t>(floats_) * sizeof(float);
   for (size_t k = 0; k < m; ++k) {
     if (statuses[k].IsNotFound()) continue;
-    std::string why;
-    if (!statuses[k].ok()) {
-      why = statuses[k].ToString();
-    } else if (values[k].size() != value_bytes) {
-      why = absl::StrCat("a record of ", values[k].size(), " bytes, not ", value_bytes);
-    }
-    if (!why.empty()) {  // hold nothing: the rows read so far stay cached, unpinned
+    if (const std::string why = RecordProblem(statuses[k], values[k].size(), value_bytes);
+        !why.empty()) {  // hold nothing: the rows read so far stay cached, unpinned
       for (size_t i = 0; i < n; ++i) {
         if (records[i] != nullptr) --DiskTier::EntryOf(records[i])->pins;
         records[i] = nullptr;
@@ -403,20 +400,18 @@ absl::Status DiskRowStore::Acquire(const int64_t* ids, size_t n, float** records
   return absl::OkStatus();
 }
 
-bool DiskRowStore::FindInRuns(int64_t id, const DiskTier::Entry** e) const {
-  if (open_ != nullptr) {
-    if (auto it = open_->rows.find(id); it != open_->rows.end()) {
-      *e = it->second;
-      return true;
-    }
-  }
+DiskTier::Run* DiskRowStore::FindInRuns(int64_t id, DiskTier::Entry** e) const {
+  const auto holds = [&](DiskTier::Run* run) {
+    auto it = run->rows.find(id);
+    if (it == run->rows.end()) return false;
+    *e = it->second;
+    return true;
+  };
+  if (open_ != nullptr && holds(open_.get())) return open_.get();
   for (auto run = sealed_.rbegin(); run != sealed_.rend(); ++run) {
-    if (auto it = (*run)->rows.find(id); it != (*run)->rows.end()) {
-      *e = it->second;
-      return true;
-    }
+    if (holds(run->get())) return run->get();
   }
-  return false;
+  return nullptr;
 }
 
 absl::Status DiskRowStore::Peek(const int64_t* ids, size_t n, absl::FunctionRef<void(size_t, const float*)> f) const {
@@ -441,7 +436,7 @@ absl::Status DiskRowStore::Peek(const int64_t* ids, size_t n, absl::FunctionRef<
         const RowMeta* meta = nullptr;
         if (const float* cached = index_.Find(part[i]); cached != nullptr) {
           meta = &MetaOf(cached);
-        } else if (const DiskTier::Entry* e = nullptr; FindInRuns(part[i], &e)) {
+        } else if (DiskTier::Entry* e = nullptr; FindInRuns(part[i], &e) != nullptr) {
           if (e == nullptr) continue;  // removed
           meta = &DiskTier::MetaOfEntry(e);
         } else {
@@ -460,10 +455,8 @@ absl::Status DiskRowStore::Peek(const int64_t* ids, size_t n, absl::FunctionRef<
       ReadFromDisk(part, missed, &values, &statuses);
       for (size_t k = 0; k < missed.size(); ++k) {
         if (statuses[k].IsNotFound()) continue;
-        if (!statuses[k].ok()) return Failed("reading rows from disk", statuses[k].ToString());
-        if (values[k].size() != value_bytes) {
-          return Failed("reading rows from disk",
-                        absl::StrCat("a record of ", values[k].size(), " bytes, not ", value_bytes));
+        if (const std::string why = RecordProblem(statuses[k], values[k].size(), value_bytes); !why.empty()) {
+          return Failed("reading rows from disk", why);
         }
         std::memcpy(copies.data() + missed[k] * stride, values[k].data(), value_bytes);
         stored[missed[k]] = 1;
@@ -550,10 +543,21 @@ absl::Status DiskRowStore::ForEachAge(absl::FunctionRef<void(int64_t, int64_t)> 
   return it->status().ok() ? absl::OkStatus() : Failed("reading rows from disk", it->status().ToString());
 }
 
+absl::StatusOr<bool> DiskRowStore::HasRowsToWrite() const {
+  absl::MutexLock lock(&tier_->mu_);
+  if (!tier_->write_error_.ok()) return tier_->write_error_;
+  if (open_ != nullptr && open_->records > 0) return true;
+  bool dirty = false;
+  index_.ForEach([&](int64_t, float* record) { dirty = dirty || (MetaOf(record).flags & RowMeta::kDirty) != 0; });
+  return dirty;
+}
+
 absl::Status DiskRowStore::Flush() {
   // Level 0 waited for before the lock is taken (the file is written and ingested under it: its
-  // dirty records may change once it is released).
-  AwaitLevel0("a flush's file");
+  // dirty records may change once it is released), and only when there is a file to write.
+  absl::StatusOr<bool> any = HasRowsToWrite();
+  if (!any.ok()) return any.status();
+  if (*any) AwaitLevel0("a flush's file");
   absl::MutexLock lock(&tier_->mu_);
   tier_->AwaitWrites();  // the sealed runs first: this file is newer
   if (!tier_->write_error_.ok()) return tier_->write_error_;

@@ -309,9 +309,9 @@ class DiskRowStore final : public RowStore {
   DiskTier::Run& OpenRun() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
   // Frees a run's records and its bytes (the run stays, empty).
   void FreeRun(DiskTier::Run& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
-  // The record a run holds for `id` (not cached), newest run first: true if a run holds it, with *e
-  // its entry, or nullptr for a tombstone.
-  bool FindInRuns(int64_t id, const DiskTier::Entry** e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
+  // The run holding `id` (not cached), newest run first, or null when none does; *e its entry
+  // there, or nullptr for a tombstone.
+  DiskTier::Run* FindInRuns(int64_t id, DiskTier::Entry** e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(tier_->mu_);
   // Reads the records of ids[missed[k]] (not cached, in no run: on disk or not stored) from the
   // database without the tier's lock, in key order, a few MultiGets side by side; values[k] and
   // statuses[k] are ids[missed[k]]'s (missed is sorted by id).
@@ -322,6 +322,9 @@ class DiskRowStore final : public RowStore {
   // one log line names what it waited for. An ingested file lands in level 0, which ingestion does
   // not stall on as writes do. `what` names the file that waits (in the log line).
   void AwaitLevel0(const std::string& what) const ABSL_LOCKS_EXCLUDED(tier_->mu_);
+  // Whether a Flush would write anything (an open run, a dirty cached record), or the tier's
+  // write error: a flush with nothing to write does not wait for level 0.
+  absl::StatusOr<bool> HasRowsToWrite() const ABSL_LOCKS_EXCLUDED(tier_->mu_);
   // The run's rows in id order.
   static std::vector<FileRow> SortedRows(const DiskTier::Run& run);
   // Writes `rows` (ascending ids, each once) as one table file and ingests it. Reads only `rows`'

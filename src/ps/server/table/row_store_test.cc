@@ -461,12 +461,16 @@ TEST(DiskStore, AFlushWaitingForLevelZeroLetsOtherCallsGoOn) {
   Write(other.get(), {11, 12, 13, 14}, &other_updates);
   Write(store.get(), {1, 2, 3, 4}, &updates);  // seen once, they leave the cache first: into the open run
   ASSERT_TRUE(store->Flush().ok());            // and to disk
+  Write(store.get(), {5}, &updates);           // something for the held flush to write (else it does not wait)
   const int64_t read_before = store->stats().disk_rows_read;
   std::thread flush([&] {
     flusher = std::this_thread::get_id();
     EXPECT_TRUE(store->Flush().ok());
   });
-  waiting.WaitForNotification();
+  if (!waiting.WaitForNotificationWithTimeout(absl::Seconds(20))) {
+    flush.join();
+    FAIL() << "the flush did not reach its level-0 wait";
+  }
   const int64_t id = 2;
   float* record = nullptr;
   EXPECT_TRUE(store->Acquire(&id, 1, &record).ok());  // a pull's miss, read from disk
@@ -483,6 +487,22 @@ TEST(DiskStore, AFlushWaitingForLevelZeroLetsOtherCallsGoOn) {
   EXPECT_EQ(store->stats().disk_rows_read, read_before + 1);
   Write(store.get(), {1, 2, 3, 4}, &updates);  // as last written
   EXPECT_EQ(ScanAll(*other, 10).size(), 5u);
+}
+
+TEST(DiskStore, AFlushWithNothingToWriteDoesNotWaitForLevelZero) {
+  std::atomic<int> waits{0};
+  DiskTierOptions options{FreshDir("level0_clean"), 4 * EntryBytes(), 0};
+  options.run_bytes = 100 * EntryBytes();
+  options.at_level0_wait = [&](const std::string&) { ++waits; };
+  auto tier = DiskTier::Open(options, nullptr);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  auto store = *(*tier)->OpenTable("t", kFloats);
+  std::map<int64_t, int64_t> updates;
+  Write(store.get(), {1, 2, 3, 4}, &updates);
+  ASSERT_TRUE(store->Flush().ok());  // a file: waits (the hook runs)
+  EXPECT_EQ(waits.load(), 1);
+  ASSERT_TRUE(store->Flush().ok());  // nothing changed since: no file, no wait
+  EXPECT_EQ(waits.load(), 1);
 }
 
 TEST(DiskStore, RefusesACacheSmallerThanABatch) {
