@@ -6,6 +6,7 @@ page split). No source cites the DESIGN.md that is not in the repository. Prints
 (file:line: what) and exits 1."""
 import pathlib
 import re
+import subprocess
 import sys
 
 root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).parent.parent).resolve()
@@ -54,9 +55,13 @@ def check(where: str, page: pathlib.Path, anchor: str, shown: str):
         problems.append(f"{where}: {shown}: {page.relative_to(root)} has no heading for #{anchor}")
 
 
-# Links in the Markdown pages: [text](target) with a relative target (a page, a folder, a file).
-pages = sorted(p for p in root.glob("*.md")) + sorted((root / "docs").rglob("*.md"))
-pages += sorted(p for folder in ("bench", "examples", "python", "scripts") for p in (root / folder).rglob("*.md"))
+# Links in the Markdown pages (every tracked *.md): [text](target) with a relative target.
+try:
+    tracked = subprocess.run(["git", "-C", str(root), "ls-files", "*.md"], capture_output=True, text=True, check=True)
+    pages = sorted(root / line for line in tracked.stdout.splitlines() if line)
+except (OSError, subprocess.CalledProcessError):  # not a git checkout: every page but the build's
+    pages = sorted(p for p in root.rglob("*.md") if not any(part.startswith(("build", ".")) for part in
+                                                              p.relative_to(root).parts))
 for page in pages:
     fenced = False
     for number, line in enumerate(page.read_text(errors="replace").splitlines(), 1):
@@ -73,24 +78,29 @@ for page in pages:
             dest = page if not path else (page.parent / path).resolve()
             check(f"{page.relative_to(root)}:{number}", dest, anchor, target)
 
-# Citations in sources and comments: docs/NAME.md#anchor, or NAME.md#anchor meaning docs/NAME.md.
+# Citations in sources and comments: a path from the repository's root (bench/README.md#x), or a
+# page's name meaning docs/NAME.md (README.md and CHANGELOG.md: the root's). Not inside a URL.
+CITATION = re.compile(r"(?<![\w/.:\-])((?:[\w\-]+/)*[\w\-]+\.md)#([\w\-]+)")
 for folder in SOURCE_FOLDERS:
     for path in sorted((root / folder).rglob("*")):
-        if not path.is_file() or path.suffix not in SOURCE_SUFFIXES or path.suffix == ".md":
+        if not path.is_file() or path.suffix not in SOURCE_SUFFIXES:
             continue
         if path.resolve() == pathlib.Path(__file__).resolve():
             continue
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             where = f"{path.relative_to(root)}:{number}"
-            for cited, anchor in re.findall(r"((?:docs/)?[\w\-]+\.md)#([\w\-]+)", line):
-                name = cited.removeprefix("docs/")
-                if name in ("README.md", "CHANGELOG.md") and not cited.startswith("docs/"):
-                    dest = root / name
-                else:
-                    dest = root / "docs" / name
-                check(where, dest, anchor, f"{cited}#{anchor}")
             if re.search(r"(?<![\w/])DESIGN\.md", line):
                 problems.append(f"{where}: cites DESIGN.md, which is not in the repository; cite docs/design.md#SECTION")
+            if path.suffix == ".md":  # a page's links are checked above
+                continue
+            for cited, anchor in CITATION.findall(line):
+                if "/" in cited:
+                    dest = root / cited
+                elif cited in ("README.md", "CHANGELOG.md"):
+                    dest = root / cited
+                else:
+                    dest = root / "docs" / cited
+                check(where, dest, anchor, f"{cited}#{anchor}")
 for p in problems:
     print(p)
 print(f"{checked} links and citations checked in {len(pages)} pages and the sources; {len(problems)} broken")
