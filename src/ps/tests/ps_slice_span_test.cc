@@ -17,7 +17,9 @@ namespace psflow::ps {
 namespace {
 
 using testing::Filled;
+using testing::LoopbackPs;
 using testing::Plan;
+using testing::ServeAsPs;
 using testing::Sgd;
 using testing::TestCluster;
 
@@ -102,13 +104,11 @@ TEST(SliceSpanTest, AHeldPartIsOvertakenByAtMostTheSpanAndThePushAppliesWhole) {
   ASSERT_TRUE(to_ps.ok()) << to_ps.status();
   constexpr int kHeld = 3;  // a part in the middle of the shard (not its first nor its last)
   HoldingProxy proxy(*std::move(to_ps), kHeld);
-  auto server = rpc::StartGrpcServer("127.0.0.1:0", {}, &proxy);
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto through_proxy = dist::ClusterSpec::FromHostLists(absl::StrCat("127.0.0.1:", (*server)->port()), "127.0.0.1:1");
+  absl::StatusOr<LoopbackPs> through_proxy = ServeAsPs(&proxy);
   ASSERT_TRUE(through_proxy.ok()) << through_proxy.status();
 
   PsClient::Options o;
-  o.cluster = *through_proxy;
+  o.cluster = through_proxy->cluster;
   o.plan = Plan({{"w", {64, 8}}}, 1);
   o.transfer_slice_bytes = 8;  // 2 floats: 256 parts in one shard
   o.rpc_timeout_secs = 60;
@@ -140,7 +140,7 @@ TEST(SliceSpanTest, AHeldPartIsOvertakenByAtMostTheSpanAndThePushAppliesWhole) {
   slices->Wait(0);
   ASSERT_TRUE(slices->Settle().ok());
   for (int64_t i = 0; i < w.size(); ++i) ASSERT_EQ(vw[i], w[i] - gw[i]) << i;  // applied once, whole
-  (*server)->Shutdown(1);
+  through_proxy->server->Shutdown(1);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "psflow/dist/partition.h"
 #include "psflow/ps/ps_client.h"
 #include "psflow/ps/ps_server.h"
+#include "rpc/transport.h"
 
 // ASSERT/EXPECT that an absl::Status is OK, printing it when it is not.
 #define PSFLOW_ASSERT_OK(expr)            \
@@ -98,6 +99,21 @@ struct TestCluster {
     return client.ok() ? *std::move(client) : nullptr;
   }
 };
+
+// `handler` served on 127.0.0.1 as a cluster's one ps task (a test's stand-in for a ps, or a proxy
+// in front of one), and the cluster naming it (its worker address a placeholder).
+struct LoopbackPs {
+  std::unique_ptr<rpc::Server> server;
+  dist::ClusterSpec cluster;
+};
+inline absl::StatusOr<LoopbackPs> ServeAsPs(rpc::Handler* handler) {
+  absl::StatusOr<std::unique_ptr<rpc::Server>> server = rpc::StartGrpcServer("127.0.0.1:0", {}, handler);
+  if (!server.ok()) return server.status();
+  absl::StatusOr<dist::ClusterSpec> cluster =
+      dist::ClusterSpec::FromHostLists(absl::StrCat("127.0.0.1:", (*server)->port()), "127.0.0.1:1");
+  if (!cluster.ok()) return cluster.status();
+  return LoopbackPs{*std::move(server), *std::move(cluster)};
+}
 
 inline dist::PlacementPlan Plan(const std::vector<dist::VariableSpec>& variables, int num_ps, int shards = 1,
                                 int axis = 0) {

@@ -59,12 +59,10 @@ class OldPs : public rpc::Handler {
 
 TEST(WireProtocolTest, AWorkerRefusesAPsOfAnotherBuildAtOnce) {
   OldPs old;
-  auto server = rpc::StartGrpcServer("127.0.0.1:0", {}, &old);
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto cluster = dist::ClusterSpec::FromHostLists(absl::StrCat("127.0.0.1:", (*server)->port()), "127.0.0.1:1");
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  absl::StatusOr<testing::LoopbackPs> ps = testing::ServeAsPs(&old);
+  ASSERT_TRUE(ps.ok()) << ps.status();
   PsClient::Options o;
-  o.cluster = *cluster;
+  o.cluster = ps->cluster;
   o.plan = Plan({{"w", {4}}}, 1);
   o.connect_timeout_secs = 120;  // a refusal does not wait for this
   auto client = PsClient::Create(o);
@@ -75,7 +73,7 @@ TEST(WireProtocolTest, AWorkerRefusesAPsOfAnotherBuildAtOnce) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("speaks psflow wire protocol 0 but this worker speaks"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("start every task from the same psflow build"));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60)) << "the refusal was retried";
-  (*server)->Shutdown(1);
+  ps->server->Shutdown(1);
 }
 
 }  // namespace
