@@ -7,7 +7,8 @@
 //     each id this shard's own).
 // Each with the tables whole on one ps (shards:1) or split over two (shards:2, div), beside the
 // floor in the same run: IdsMemcpy, a copy of the same ids (what any per-id pass costs at least).
-// The figure is ids/s; run before and after a change to the id paths, on the same machine.
+// The figure is ids/s, five repetitions each (mean, median, spread); run before and after a change
+// to the id paths, on the same machine.
 // Run: build/bench/psflow_table_ids_bench. One thread; timings only (correctness: ps_tables_test,
 // ps_server_tables_test, dist_table_routing_test).
 #include <benchmark/benchmark.h>
@@ -98,7 +99,7 @@ void BM_RouteTablesPush(benchmark::State& state) {
   }
   state.counters["ids_per_s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_RouteTablesPush)->ArgName("shards")->Arg(1)->Arg(2);
+BENCHMARK(BM_RouteTablesPush)->ArgName("shards")->Arg(1)->Arg(2)->Repetitions(5)->ReportAggregatesOnly(true);
 
 // Ps task 0 of 2 holding shard 0 of each table (split: ids [0, kRows / 2)).
 std::unique_ptr<PsTables> TablesOfTask0(int shards) {
@@ -149,7 +150,7 @@ void BM_PsDecodeIds(benchmark::State& state) {
   }
   state.counters["ids_per_s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_PsDecodeIds)->ArgName("shards")->Arg(1)->Arg(2);
+BENCHMARK(BM_PsDecodeIds)->ArgName("shards")->Arg(1)->Arg(2)->Repetitions(5)->ReportAggregatesOnly(true);
 
 void BM_IdsMemcpy(benchmark::State& state) {
   std::vector<std::vector<int64_t>> ids(kTables), copy(kTables);
@@ -165,7 +166,7 @@ void BM_IdsMemcpy(benchmark::State& state) {
   }
   state.counters["ids_per_s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_IdsMemcpy);
+BENCHMARK(BM_IdsMemcpy)->Repetitions(5)->ReportAggregatesOnly(true);
 
 }  // namespace
 }  // namespace psflow::ps

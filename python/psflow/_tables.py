@@ -70,7 +70,7 @@ class _TableIds:
 
 
 def _same(a, b):
-    """Equal id arrays (int64, 1-D); the same array (the usual case: the ids announced are the ones
+    """Equal id arrays (int64, any shape); the same array (the usual case: the ids announced are the ones
     looked up) without comparing them. Compared as bytes: 4x faster than np.array_equal on a batch."""
     return a is b or (a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes())
 
@@ -162,9 +162,10 @@ class _Tables:
             return None
         return taken[1], taken[2].view(ids.shape)
 
-    def _take_announced(self):
+    def _take_announced(self, known=None):
         """The step's Lookup of the announced ids (served by the prefetch when it brought them):
-        every table's and group's rows become this step's leaves."""
+        every table's and group's rows become this step's leaves. `known`: (g, group g's announced
+        ids as _announced_group made them), when the caller has them already."""
         announced = self._announced
         self._announced = None
         looked = self._lookup(announced)
@@ -186,7 +187,7 @@ class _Tables:
                 taken[u] = (as_tensors[u] if as_tensors is not None else from_numpy(ids_u), leaf, index)
         for g, c in enumerate(self._groups):
             rows, index = looked[self._n + g]
-            by_table = self._announced_group(announced, c)
+            by_table = known[1] if known is not None and known[0] == g else self._announced_group(announced, c)
             if index is None or by_table is None or g in self._group_used:
                 continue
             self._group_used[g] = [None, by_table, from_numpy(rows).requires_grad_(True), from_numpy(index),
@@ -239,8 +240,7 @@ class _Tables:
     def _group_ids_equal(ids, by_table, known):
         """Whether a forward's ids (ids [N, F], or its ids by table [F, M]) are `known` ([F, N] numpy)."""
         if by_table is not None:
-            m = by_table.numpy()
-            return m.shape == known.shape and m.tobytes() == known.tobytes()
+            return _same(by_table.numpy(), known)
         return _psflow._equal_transposed(ids.numpy(), known)
 
     def group_rows(self, c, ids, by_table=None):
@@ -256,7 +256,7 @@ class _Tables:
         if used is None and self._announced is not None:
             known = self._announced_group(self._announced, c)
             if known is not None and self._group_ids_equal(ids, by_table, known):
-                self._take_announced()
+                self._take_announced((g, known))
                 used = self._group_used.get(g)
                 if used is not None:  # (its ids: the ones just compared)
                     used[0] = ids
