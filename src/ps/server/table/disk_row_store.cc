@@ -270,7 +270,7 @@ void DiskRowStore::AwaitLevel0(const std::string& what) const {
     if (now >= deadline) break;
     compactions_->AwaitMoreThan(seen, std::min(deadline, now + kLevel0Recheck));
   }
-  const std::string line = absl::StrCat("ps task ", tier_->options_.ps_task, ", table '", table_, "': waited ",
+  const std::string line = absl::StrCat("ps task ", tier_->options_.ps_task, ": table '", table_, "': waited ",
                                         absl::FormatDuration(absl::Now() - start), " for level 0 of ", dir_,
                                         " to come below ", kMaxLevel0Files, " files before ingesting ", what, " (",
                                         level0, " files, ", compacting, " compactions running); ingesting it now");
@@ -547,9 +547,7 @@ absl::StatusOr<bool> DiskRowStore::HasRowsToWrite() const {
   absl::MutexLock lock(&tier_->mu_);
   if (!tier_->write_error_.ok()) return tier_->write_error_;
   if (open_ != nullptr && open_->records > 0) return true;
-  bool dirty = false;
-  index_.ForEach([&](int64_t, float* record) { dirty = dirty || (MetaOf(record).flags & RowMeta::kDirty) != 0; });
-  return dirty;
+  return index_.Any([](int64_t, float* record) { return (MetaOf(record).flags & RowMeta::kDirty) != 0; });
 }
 
 absl::Status DiskRowStore::Flush() {
@@ -606,9 +604,9 @@ class DiskRowStore::Scanner final : public RecordScan {
       if (const float* cached = store_->index_.Find(id); cached != nullptr) {
         f(id, cached);
       } else {
-        if (it_->value().size() != value_bytes) {
-          return store_->Failed("reading rows from disk",
-                                absl::StrCat("a record of ", it_->value().size(), " bytes, not ", value_bytes));
+        if (const std::string why = RecordProblem(rocksdb::Status::OK(), it_->value().size(), value_bytes);
+            !why.empty()) {
+          return store_->Failed("reading rows from disk", why);
         }
         std::memcpy(buffer_.data(), it_->value().data(), value_bytes);
         f(id, buffer_.data() + kMetaFloats);

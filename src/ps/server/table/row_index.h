@@ -61,6 +61,14 @@ class RowIndex {
       if (entries_[e].record != nullptr) f(entries_[e].id, entries_[e].record);
     }
   }
+  // Whether pred(id, record) holds for some entry; stops at the first that does.
+  template <typename P>
+  bool Any(P&& pred) const {
+    for (size_t e = 0; e < capacity(); ++e) {
+      if (entries_[e].record != nullptr && pred(entries_[e].id, entries_[e].record)) return true;
+    }
+    return false;
+  }
 
  private:
   struct Entry {
